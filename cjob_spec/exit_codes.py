@@ -1,0 +1,82 @@
+"""Exit codes of ``python -m job_runtime run``, shared by the runtime and its supervisors.
+
+The driver's exit code is the only thing a supervisor (the operator or the embedded
+runner) can rely on after the process is gone, so it carries the class of failure.
+Codes the runtime does not choose itself (1 for an uncaught Python error, 137 for a
+SIGKILL such as an OOM kill, 143 for SIGTERM) are treated as transient.
+
+Permanent codes are failures that a restart cannot fix: the same arguments, the same
+user code or the same unreadable checkpoint will fail the same way again, so
+restarting only burns the restart budget and hides the real cause. They make the job
+fail at once with a clear reason, whatever the restart policy says.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """Exit codes the runtime uses on purpose."""
+
+    FINISHED = 0
+    """The job's sources are exhausted and every checkpoint and commit is done."""
+    BAD_CONFIG = 2
+    """Bad command-line arguments or job configuration (permanent)."""
+    USER_CODE_ERROR = 3
+    """The user's build function or record functions raised (permanent)."""
+    CHECKPOINT_FAILURES_EXCEEDED = 4
+    """More consecutive checkpoint failures than ``tolerableFailures`` (retried)."""
+    STORAGE_UNREACHABLE = 5
+    """Checkpoint storage or the checkpoint store could not be reached (retried)."""
+    RESTORE_FAILED = 6
+    """The checkpoint to restore is unreadable or belongs to another job (permanent)."""
+
+
+PERMANENT_EXIT_CODES: frozenset[int] = frozenset(
+    {ExitCode.BAD_CONFIG, ExitCode.USER_CODE_ERROR, ExitCode.RESTORE_FAILED}
+)
+
+_REASONS: dict[int, str] = {
+    ExitCode.FINISHED: "Finished",
+    ExitCode.BAD_CONFIG: "InvalidConfiguration",
+    ExitCode.USER_CODE_ERROR: "UserCodeError",
+    ExitCode.CHECKPOINT_FAILURES_EXCEEDED: "CheckpointFailuresExceeded",
+    ExitCode.STORAGE_UNREACHABLE: "StorageUnreachable",
+    ExitCode.RESTORE_FAILED: "RestoreFailed",
+    137: "Killed",
+    143: "Terminated",
+}
+
+_DESCRIPTIONS: dict[int, str] = {
+    ExitCode.FINISHED: "the job finished",
+    ExitCode.BAD_CONFIG: "bad arguments or configuration",
+    ExitCode.USER_CODE_ERROR: "the job's code raised an error",
+    ExitCode.CHECKPOINT_FAILURES_EXCEEDED: "too many consecutive checkpoint failures",
+    ExitCode.STORAGE_UNREACHABLE: "checkpoint storage unreachable",
+    ExitCode.RESTORE_FAILED: "the checkpoint to restore from is unreadable or foreign",
+    137: "killed (SIGKILL, often out of memory)",
+    143: "terminated (SIGTERM)",
+}
+
+
+def is_permanent(exit_code: int | None) -> bool:
+    """Whether a driver that exited with ``exit_code`` must not be restarted."""
+    return exit_code is not None and exit_code in PERMANENT_EXIT_CODES
+
+
+def reason_for_exit(exit_code: int | None) -> str:
+    """A CamelCase reason for status and events (``UserCodeError``, ``DriverFailed``)."""
+    if exit_code is None:
+        return "DriverLost"
+    return _REASONS.get(exit_code, "DriverFailed")
+
+
+def describe_exit(exit_code: int | None) -> str:
+    """A short human description of an exit code, for messages."""
+    if exit_code is None:
+        return "exit code unknown"
+    description = _DESCRIPTIONS.get(exit_code)
+    if description is None:
+        return f"exit code {exit_code}"
+    return f"exit code {exit_code} ({description})"

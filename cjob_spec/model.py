@@ -1,0 +1,258 @@
+"""The CheckpointedJob document as frozen dataclasses.
+
+Values here are already validated and defaulted by ``cjob_spec.parse.parse_job``:
+code that receives a ``CheckpointedJob`` never re-checks them. Field names are the
+snake_case forms of the CR's camelCase fields.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Literal
+
+from cjob_spec.durations import Duration
+from cjob_spec.quantities import Memory
+
+DEFAULT_MAX_PARALLELISM = 128
+DEFAULT_MASTER = "k8s"
+
+
+class CheckpointMode(StrEnum):
+    EXACTLY_ONCE = "ExactlyOnce"
+    AT_LEAST_ONCE = "AtLeastOnce"
+
+    @property
+    def runtime_flag(self) -> str:
+        return "exactly_once" if self is CheckpointMode.EXACTLY_ONCE else "at_least_once"
+
+
+class RestartPolicyType(StrEnum):
+    NEVER = "Never"
+    """Never restart: the first end of the driver ends the job."""
+    ON_FAILURE = "OnFailure"
+    """Restart after failures; a driver that exits 0 finishes the job."""
+    ALWAYS = "Always"
+    """Restart after failures and after clean exits (a job that must keep running)."""
+
+
+class OnUnreadable(StrEnum):
+    FAIL = "Fail"
+    FALLBACK_TO_PREVIOUS = "FallbackToPrevious"
+
+    @property
+    def runtime_flag(self) -> str:
+        return "fail" if self is OnUnreadable.FAIL else "fallback"
+
+
+class CheckpointCleanup(StrEnum):
+    RETAIN = "Retain"
+    """Keep checkpoint data in storage when the CheckpointedJob is deleted."""
+    DELETE = "Delete"
+    """Delete the job's checkpoint directory when the CheckpointedJob is deleted."""
+
+
+@dataclass(frozen=True)
+class Metadata:
+    name: str
+    namespace: str = "default"
+    uid: str | None = None
+    generation: int = 0
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class JobCode:
+    """Where the user's ``build(p: Pipeline)`` function lives and what it is given."""
+
+    entrypoint: str
+    python_path: tuple[str, ...] = ()
+    args: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def module(self) -> str:
+        return self.entrypoint.partition(":")[0]
+
+    @property
+    def function(self) -> str:
+        return self.entrypoint.partition(":")[2]
+
+
+@dataclass(frozen=True)
+class DriverResources:
+    cores: int = 1
+    memory: Memory = field(default_factory=lambda: Memory.parse("1Gi"))
+
+
+@dataclass(frozen=True)
+class ExecutorResources:
+    instances: int = 1
+    cores: int = 1
+    memory: Memory = field(default_factory=lambda: Memory.parse("1Gi"))
+
+
+@dataclass(frozen=True)
+class SparkSpec:
+    master: str = DEFAULT_MASTER
+    """``k8s`` (executors are pods created by Spark) or ``local[N]``/``local[*]``/``local[N,F]``."""
+    conf: Mapping[str, str] = field(default_factory=dict)
+    driver: DriverResources = field(default_factory=DriverResources)
+    executor: ExecutorResources = field(default_factory=ExecutorResources)
+
+    @property
+    def is_kubernetes(self) -> bool:
+        return self.master == "k8s"
+
+
+@dataclass(frozen=True)
+class S3Settings:
+    endpoint: str | None = None
+    region: str | None = None
+    credentials_secret: str | None = None
+    """Name of a Secret in the job's namespace with keys ``AWS_ACCESS_KEY_ID`` and
+    ``AWS_SECRET_ACCESS_KEY``."""
+
+
+@dataclass(frozen=True)
+class CheckpointSpec:
+    storage: str
+    s3: S3Settings | None = None
+    interval: Duration = field(default_factory=lambda: Duration.parse("10s"))
+    min_pause: Duration = field(default_factory=lambda: Duration.parse("0s"))
+    timeout: Duration = field(default_factory=lambda: Duration.parse("10m"))
+    mode: CheckpointMode = CheckpointMode.EXACTLY_ONCE
+    unaligned: bool = False
+    retained: int = 3
+    tolerable_failures: int = 0
+    trigger_nonce: str | None = None
+    """``spec.checkpoint.triggerNonce``: set it to a new value to ask for one checkpoint
+    now (like a savepoint trigger). The operator records the last nonce it handled in
+    ``status.lastTriggerNonce``; changing it does not restart the job."""
+
+    @property
+    def is_s3(self) -> bool:
+        return self.storage.startswith("s3://")
+
+
+@dataclass(frozen=True)
+class Backoff:
+    initial: Duration = field(default_factory=lambda: Duration.parse("10s"))
+    max: Duration = field(default_factory=lambda: Duration.parse("5m"))
+    multiplier: float = 2.0
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    type: RestartPolicyType = RestartPolicyType.ON_FAILURE
+    max_restarts: int = 5
+    backoff: Backoff = field(default_factory=Backoff)
+    reset_after: Duration = field(default_factory=lambda: Duration.parse("10m"))
+    """An attempt that ran this long before failing counts as healthy: the restart
+    count starts again from zero."""
+    start_timeout: Duration = field(default_factory=lambda: Duration.parse("5m"))
+    """A driver that has not started running after this long counts as failed."""
+
+
+@dataclass(frozen=True)
+class RestoreSource:
+    """Where a fresh start restores from: the latest checkpoint, an id, or a path."""
+
+    kind: Literal["latest", "id", "path"] = "latest"
+    checkpoint_id: int | None = None
+    path: str | None = None
+
+    @property
+    def pointer(self) -> str:
+        """The value of the runtime's ``--restore`` flag."""
+        if self.kind == "id":
+            return str(self.checkpoint_id)
+        if self.kind == "path":
+            return str(self.path)
+        return "latest"
+
+
+@dataclass(frozen=True)
+class RestoreSpec:
+    source: RestoreSource = field(default_factory=RestoreSource)
+    on_unreadable: OnUnreadable = OnUnreadable.FAIL
+
+
+@dataclass(frozen=True)
+class CleanupPolicy:
+    checkpoints: CheckpointCleanup = CheckpointCleanup.RETAIN
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    image: str
+    job: JobCode
+    checkpoint: CheckpointSpec
+    parallelism: int = 1
+    max_parallelism: int = DEFAULT_MAX_PARALLELISM
+    spark: SparkSpec = field(default_factory=SparkSpec)
+    restart_policy: RestartPolicy = field(default_factory=RestartPolicy)
+    restore: RestoreSpec = field(default_factory=RestoreSpec)
+    suspend: bool = False
+    cleanup_policy: CleanupPolicy = field(default_factory=CleanupPolicy)
+
+
+@dataclass(frozen=True)
+class CheckpointedJob:
+    metadata: Metadata
+    spec: JobSpec
+    api_version: str = "checkpointed.io/v1alpha1"
+    kind: str = "CheckpointedJob"
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    @property
+    def namespace(self) -> str:
+        return self.metadata.namespace
+
+
+def spec_hash(job: CheckpointedJob) -> str:
+    """A short hash of the parts of the spec that a running attempt depends on.
+
+    The operator stamps it on each driver pod; when the job's hash no longer matches
+    the running pod's, the job is upgraded (stopped and restarted from its latest
+    checkpoint). Fields that do not need a new driver are left out on purpose:
+    ``suspend``, ``restartPolicy``, ``restore`` (it only picks the starting point of a
+    fresh start), ``cleanupPolicy`` and ``checkpoint.triggerNonce``.
+    """
+    spec = job.spec
+    checkpoint = spec.checkpoint
+    s3 = checkpoint.s3
+    document: dict[str, Any] = {
+        "image": spec.image,
+        "entrypoint": spec.job.entrypoint,
+        "pythonPath": list(spec.job.python_path),
+        "args": spec.job.args,
+        "parallelism": spec.parallelism,
+        "maxParallelism": spec.max_parallelism,
+        "master": spec.spark.master,
+        "conf": dict(spec.spark.conf),
+        "driver": [spec.spark.driver.cores, spec.spark.driver.memory.bytes],
+        "executor": [
+            spec.spark.executor.instances,
+            spec.spark.executor.cores,
+            spec.spark.executor.memory.bytes,
+        ],
+        "storage": checkpoint.storage,
+        "s3": None if s3 is None else [s3.endpoint, s3.region, s3.credentials_secret],
+        "interval": checkpoint.interval.seconds,
+        "minPause": checkpoint.min_pause.seconds,
+        "timeout": checkpoint.timeout.seconds,
+        "mode": checkpoint.mode.value,
+        "unaligned": checkpoint.unaligned,
+        "retained": checkpoint.retained,
+        "tolerableFailures": checkpoint.tolerable_failures,
+        "onUnreadable": spec.restore.on_unreadable.value,
+    }
+    encoded = json.dumps(document, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(encoded.encode()).hexdigest()[:16]

@@ -1,0 +1,71 @@
+"""Names, labels and annotation keys that several components must agree on.
+
+The operator creates objects with these names, the runtime reads and writes the
+checkpoint ConfigMap, tests look objects up by them. Keeping them in one place is what
+makes them a contract.
+"""
+
+from __future__ import annotations
+
+API_GROUP = "checkpointed.io"
+API_VERSION = "checkpointed.io/v1alpha1"
+KIND = "CheckpointedJob"
+PLURAL = "checkpointedjobs"
+
+LABEL_JOB = "checkpointed.io/job"
+LABEL_ATTEMPT = "checkpointed.io/attempt"
+LABEL_ROLE = "checkpointed.io/role"
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_INSTANCE = "app.kubernetes.io/instance"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+MANAGED_BY = "checkpointed-jobs"
+APP_NAME = "checkpointed-job"
+
+ANNOTATION_SPEC_HASH = "checkpointed.io/spec-hash"
+"""On the driver pod: hash of the spec the attempt runs (see ``spec_hash``)."""
+ANNOTATION_RESTORE = "checkpointed.io/restore-pointer"
+"""On the driver pod: the ``--restore`` value the attempt was started with."""
+ANNOTATION_FENCE = "checkpointed.io/fence-attempt"
+"""On the checkpoint ConfigMap: the only attempt allowed to write to the store."""
+
+CONFIGMAP_COUNTER_KEY = "counter"
+CONFIGMAP_CHECKPOINT_KEY_FORMAT = "checkpointID-%019d"
+
+
+def driver_pod_name(job_name: str, attempt: int) -> str:
+    return f"{job_name}-attempt-{attempt}"
+
+
+def driver_service_name(job_name: str) -> str:
+    return f"{job_name}-driver"
+
+
+def service_account_name(job_name: str) -> str:
+    return f"{job_name}-driver"
+
+
+def role_name(job_name: str) -> str:
+    return f"{job_name}-driver"
+
+
+def role_binding_name(job_name: str) -> str:
+    return f"{job_name}-driver"
+
+
+def checkpoint_configmap_name(job_name: str) -> str:
+    return f"{job_name}-checkpoints"
+
+
+def checkpoint_key(checkpoint_id: int) -> str:
+    return CONFIGMAP_CHECKPOINT_KEY_FORMAT % checkpoint_id
+
+
+def executor_pod_name_prefix(job_name: str, attempt: int) -> str:
+    """Spark executor pod name prefix; job names are at most 40 characters for this."""
+    return f"{job_name}-{attempt}"
+
+
+def job_checkpoint_dir(storage: str, *, job_name: str, job_uid: str) -> str:
+    """The directory of one job's checkpoints: ``<root>/<job>-<uid>``."""
+    return f"{storage.rstrip('/')}/{job_name}-{job_uid}"

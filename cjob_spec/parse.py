@@ -1,0 +1,747 @@
+"""Validate a CheckpointedJob document once and turn it into the typed model.
+
+``parse_job`` is the single gate every document passes, whether it comes from the API
+server (the operator) or from a file (``cjob run``): unknown fields, wrong types, bad
+enums, durations and quantities, and combinations that cannot run (more subtasks
+than Spark task slots, unaligned checkpoints without exactly-once) are refused here
+with a ``SpecError`` that names the field. Defaults are applied here too, so they
+exist in exactly one place (the CRD repeats them for ``kubectl get -o yaml``).
+
+A null value counts as absent, as the API server treats nulls of non-nullable fields.
+"""
+
+from __future__ import annotations
+
+import difflib
+import keyword
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from cjob_spec.durations import Duration
+from cjob_spec.errors import (
+    DurationFormatError,
+    JobFileError,
+    QuantityFormatError,
+    SpecError,
+)
+from cjob_spec.model import (
+    DEFAULT_MASTER,
+    DEFAULT_MAX_PARALLELISM,
+    Backoff,
+    CheckpointCleanup,
+    CheckpointedJob,
+    CheckpointMode,
+    CheckpointSpec,
+    CleanupPolicy,
+    DriverResources,
+    ExecutorResources,
+    JobCode,
+    JobSpec,
+    Metadata,
+    OnUnreadable,
+    RestartPolicy,
+    RestartPolicyType,
+    RestoreSource,
+    RestoreSpec,
+    S3Settings,
+    SparkSpec,
+)
+from cjob_spec.names import API_VERSION, KIND
+from cjob_spec.quantities import Memory
+
+MAX_PARALLELISM_LIMIT = 32768
+"""Upper bound of ``maxParallelism`` (number of key groups), as in Flink."""
+MAX_JOB_NAME_LENGTH = 40
+"""Job names end up in Service names (63 characters) and in Spark's executor pod name
+prefix (47 characters) together with the attempt number."""
+MAX_RETAINED = 100
+"""Checkpoint pointers live in one ConfigMap, which must stay far below 1 MiB."""
+
+MASTER_PATTERN = re.compile(r"^local\[(\*|[1-9][0-9]*)(,[1-9][0-9]*)?\]$")
+ENTRYPOINT_PATTERN = re.compile(
+    r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
+)
+JOB_NAME_PATTERN = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+DNS_LABEL_PATTERN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS_SUBDOMAIN_PATTERN = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+)
+FILE_STORAGE_PATTERN = re.compile(r"^file:///\S*$")
+S3_STORAGE_PATTERN = re.compile(r"^s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/\S*)?$")
+ENDPOINT_PATTERN = re.compile(r"^https?://[^\s/]+(/\S*)?$")
+
+RESERVED_SPARK_CONF: dict[str, str] = {
+    "spark.master": "use spec.spark.master",
+    "spark.submit.deployMode": "the driver always runs in client mode inside its pod",
+    "spark.driver.host": "set by the operator to the driver's headless service",
+    "spark.driver.port": "set by the operator",
+    "spark.driver.bindAddress": "set by the operator",
+    "spark.driver.blockManager.port": "set by the operator",
+    "spark.kubernetes.namespace": "the job's namespace is used",
+    "spark.kubernetes.driver.pod.name": "set by the operator",
+    "spark.kubernetes.container.image": "use spec.image",
+    "spark.kubernetes.executor.podNamePrefix": "set by the operator",
+    "spark.driver.memory": "use spec.spark.driver.memory",
+    "spark.driver.cores": "use spec.spark.driver.cores",
+    "spark.executor.instances": "use spec.spark.executor.instances",
+    "spark.executor.cores": "use spec.spark.executor.cores",
+    "spark.executor.memory": "use spec.spark.executor.memory",
+    "spark.dynamicAllocation.enabled": "barrier stages cannot run with dynamic allocation",
+}
+RESERVED_SPARK_CONF_PREFIXES: dict[str, str] = {
+    "spark.kubernetes.authenticate.": "the driver uses its pod's service account",
+}
+
+_E = TypeVar("_E", bound=StrEnum)
+_T = TypeVar("_T")
+
+
+def _describe(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"a boolean ({str(value).lower()})"
+    if isinstance(value, int):
+        return f"an integer ({value})"
+    if isinstance(value, float):
+        return f"a number ({value})"
+    if isinstance(value, str):
+        shown = value if len(value) <= 40 else value[:37] + "..."
+        return f"a string ({shown!r})"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list | tuple):
+        return "a list"
+    return f"a {type(value).__name__}"
+
+
+def _suggest(word: str, choices: Iterable[str]) -> str | None:
+    options = list(choices)
+    lowered = {choice.lower(): choice for choice in options}
+    if word.lower() in lowered:
+        return f"did you mean {lowered[word.lower()]!r}?"
+    close = difflib.get_close_matches(word, options, n=1, cutoff=0.6)
+    return f"did you mean {close[0]!r}?" if close else None
+
+
+class _Node:
+    """One mapping of the document being read, with its dotted path.
+
+    Refuses keys it does not know (with a "did you mean" hint) unless ``lenient``.
+    """
+
+    def __init__(
+        self, value: object, path: str, allowed: Iterable[str], *, lenient: bool = False
+    ) -> None:
+        if not isinstance(value, Mapping):
+            raise SpecError(field=path, problem=f"must be a mapping, got {_describe(value)}")
+        self.path = path
+        self.allowed = tuple(allowed)
+        self.values: dict[str, object] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise SpecError(field=path, problem=f"keys must be strings, got {_describe(key)}")
+            if key not in self.allowed and not lenient:
+                raise SpecError(
+                    field=self.at(key),
+                    problem="unknown field",
+                    hint=_suggest(key, self.allowed),
+                )
+            self.values[key] = item
+
+    def at(self, key: str) -> str:
+        return f"{self.path}.{key}" if self.path else key
+
+    def get(self, key: str) -> object | None:
+        return self.values.get(key)
+
+    def require(self, key: str) -> object:
+        value = self.values.get(key)
+        if value is None:
+            raise SpecError(field=self.at(key), problem="required field is missing")
+        return value
+
+    def string(self, key: str, *, default: str | None = None) -> str | None:
+        value = self.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, str):
+            raise SpecError(field=self.at(key), problem=f"must be a string, got {_describe(value)}")
+        if not value.strip():
+            raise SpecError(field=self.at(key), problem="must not be empty")
+        return value
+
+    def required_string(self, key: str) -> str:
+        self.require(key)
+        value = self.string(key)
+        assert value is not None
+        return value
+
+    def integer(
+        self, key: str, *, default: int, minimum: int | None = None, maximum: int | None = None
+    ) -> int:
+        value = self.get(key)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise SpecError(
+                field=self.at(key), problem=f"must be an integer, got {_describe(value)}"
+            )
+        if minimum is not None and value < minimum:
+            raise SpecError(field=self.at(key), problem=f"must be >= {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            raise SpecError(field=self.at(key), problem=f"must be <= {maximum}, got {value}")
+        return value
+
+    def number(self, key: str, *, default: float, minimum: float) -> float:
+        value = self.get(key)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise SpecError(field=self.at(key), problem=f"must be a number, got {_describe(value)}")
+        if not math.isfinite(value) or value < minimum:
+            raise SpecError(field=self.at(key), problem=f"must be >= {minimum:g}, got {value}")
+        return float(value)
+
+    def boolean(self, key: str, *, default: bool) -> bool:
+        value = self.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise SpecError(
+                field=self.at(key), problem=f"must be true or false, got {_describe(value)}"
+            )
+        return value
+
+    def enum(self, key: str, enum_type: type[_E], *, default: _E) -> _E:
+        value = self.get(key)
+        if value is None:
+            return default
+        choices = [member.value for member in enum_type]
+        if isinstance(value, str):
+            for member in enum_type:
+                if member.value == value:
+                    return member
+        raise SpecError(
+            field=self.at(key),
+            problem=f"must be one of {', '.join(choices)}, got {_describe(value)}",
+            hint=_suggest(value, choices) if isinstance(value, str) else None,
+        )
+
+    def duration(
+        self, key: str, *, default: str, positive: bool = False, minimum: float | None = None
+    ) -> Duration:
+        value = self.get(key)
+        if value is None:
+            return Duration.parse(default)
+        if not isinstance(value, str):
+            raise SpecError(
+                field=self.at(key),
+                problem=f"must be a duration string like '10s' or '5m', got {_describe(value)}",
+            )
+        try:
+            duration = Duration.parse(value)
+        except DurationFormatError as error:
+            raise SpecError(field=self.at(key), problem=str(error)) from None
+        if positive and duration.seconds <= 0:
+            raise SpecError(field=self.at(key), problem=f"must be greater than 0, got {value!r}")
+        if minimum is not None and duration.seconds < minimum:
+            raise SpecError(
+                field=self.at(key), problem=f"must be at least {minimum:g}s, got {value!r}"
+            )
+        return duration
+
+    def memory(self, key: str, *, default: str) -> Memory:
+        value = self.get(key)
+        if value is None:
+            return Memory.parse(default)
+        if isinstance(value, bool) or not isinstance(value, str | int):
+            raise SpecError(
+                field=self.at(key),
+                problem=f"must be a memory quantity like '2Gi' or '512m', got {_describe(value)}",
+            )
+        try:
+            return Memory.parse(str(value))
+        except QuantityFormatError as error:
+            raise SpecError(field=self.at(key), problem=str(error)) from None
+
+    def child(
+        self,
+        key: str,
+        allowed: Iterable[str],
+        read: Callable[[_Node], _T],
+        *,
+        default: Callable[[], _T],
+    ) -> _T:
+        value = self.get(key)
+        if value is None:
+            return default()
+        return read(_Node(value, self.at(key), allowed))
+
+
+def parse_job(document: Mapping[str, Any]) -> CheckpointedJob:
+    """Validate a CheckpointedJob document and return the model with defaults applied.
+
+    Raises ``SpecError`` naming the first offending field. A ``status`` section is
+    accepted and ignored (it is not part of what the user asks for).
+    """
+    root = _Node(document, "", ("apiVersion", "kind", "metadata", "spec", "status"))
+    api_version = root.get("apiVersion")
+    if api_version != API_VERSION:
+        raise SpecError(
+            field="apiVersion", problem=f"must be {API_VERSION!r}, got {_describe(api_version)}"
+        )
+    kind = root.get("kind")
+    if kind != KIND:
+        raise SpecError(field="kind", problem=f"must be {KIND!r}, got {_describe(kind)}")
+    metadata = _read_metadata(root.require("metadata"))
+    spec_node = _Node(
+        root.require("spec"),
+        "spec",
+        (
+            "image",
+            "job",
+            "parallelism",
+            "maxParallelism",
+            "spark",
+            "checkpoint",
+            "restartPolicy",
+            "restore",
+            "suspend",
+            "cleanupPolicy",
+        ),
+    )
+    return CheckpointedJob(metadata=metadata, spec=_read_spec(spec_node))
+
+
+def _read_metadata(value: object) -> Metadata:
+    # Objects read from the API server carry many more metadata fields
+    # (resourceVersion, managedFields, finalizers...): they are ignored, not refused.
+    node = _Node(value, "metadata", ("name", "namespace", "uid", "generation"), lenient=True)
+    name = node.required_string("name")
+    if len(name) > MAX_JOB_NAME_LENGTH or not JOB_NAME_PATTERN.match(name):
+        raise SpecError(
+            field="metadata.name",
+            problem=f"must be at most {MAX_JOB_NAME_LENGTH} characters of lower-case letters, "
+            f"digits and '-', starting with a letter and ending with a letter or digit, "
+            f"got {name!r}",
+        )
+    namespace = node.string("namespace", default="default")
+    assert namespace is not None
+    if len(namespace) > 63 or not DNS_LABEL_PATTERN.match(namespace):
+        raise SpecError(
+            field="metadata.namespace", problem=f"must be a DNS label, got {namespace!r}"
+        )
+    uid = node.string("uid")
+    generation = node.integer("generation", default=0, minimum=0)
+    return Metadata(
+        name=name,
+        namespace=namespace,
+        uid=uid,
+        generation=generation,
+        annotations=_string_map(node.get("annotations"), "metadata.annotations"),
+        labels=_string_map(node.get("labels"), "metadata.labels"),
+    )
+
+
+def _string_map(value: object, path: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise SpecError(field=path, problem=f"must be a mapping, got {_describe(value)}")
+    result: dict[str, str] = {}
+    for key, item in value.items():
+        if not isinstance(key, str) or not isinstance(item, str):
+            raise SpecError(field=f"{path}.{key}", problem="keys and values must be strings")
+        result[key] = item
+    return result
+
+
+def _read_spec(node: _Node) -> JobSpec:
+    image = node.required_string("image")
+    if any(character.isspace() for character in image):
+        raise SpecError(field="spec.image", problem=f"must not contain spaces, got {image!r}")
+    job = _read_job_code(
+        _Node(node.require("job"), "spec.job", ("entrypoint", "pythonPath", "args"))
+    )
+    max_parallelism = node.integer(
+        "maxParallelism", default=DEFAULT_MAX_PARALLELISM, minimum=1, maximum=MAX_PARALLELISM_LIMIT
+    )
+    parallelism = node.integer("parallelism", default=1, minimum=1)
+    if parallelism > max_parallelism:
+        raise SpecError(
+            field="spec.parallelism",
+            problem=f"must be <= maxParallelism ({max_parallelism}), got {parallelism}",
+        )
+    spark = node.child(
+        "spark", ("master", "conf", "driver", "executor"), _read_spark, default=SparkSpec
+    )
+    _check_task_slots(spark, parallelism)
+    checkpoint = _read_checkpoint(
+        _Node(
+            node.require("checkpoint"),
+            "spec.checkpoint",
+            (
+                "storage",
+                "s3",
+                "interval",
+                "minPause",
+                "timeout",
+                "mode",
+                "unaligned",
+                "retained",
+                "tolerableFailures",
+                "triggerNonce",
+            ),
+        )
+    )
+    restart_policy = node.child(
+        "restartPolicy",
+        ("type", "maxRestarts", "backoff", "resetAfter", "startTimeout"),
+        _read_restart_policy,
+        default=RestartPolicy,
+    )
+    restore = node.child("restore", ("from", "onUnreadable"), _read_restore, default=RestoreSpec)
+    cleanup = node.child(
+        "cleanupPolicy",
+        ("checkpoints",),
+        lambda child: CleanupPolicy(
+            checkpoints=child.enum(
+                "checkpoints", CheckpointCleanup, default=CheckpointCleanup.RETAIN
+            )
+        ),
+        default=CleanupPolicy,
+    )
+    return JobSpec(
+        image=image,
+        job=job,
+        checkpoint=checkpoint,
+        parallelism=parallelism,
+        max_parallelism=max_parallelism,
+        spark=spark,
+        restart_policy=restart_policy,
+        restore=restore,
+        suspend=node.boolean("suspend", default=False),
+        cleanup_policy=cleanup,
+    )
+
+
+def _read_job_code(node: _Node) -> JobCode:
+    entrypoint = node.required_string("entrypoint")
+    if not ENTRYPOINT_PATTERN.match(entrypoint) or any(
+        keyword.iskeyword(part) for part in re.split(r"[.:]", entrypoint)
+    ):
+        raise SpecError(
+            field="spec.job.entrypoint",
+            problem="must be 'module:function' made of Python identifiers "
+            f"(for example 'clicks.job:build'), got {entrypoint!r}",
+        )
+    raw_path = node.get("pythonPath")
+    python_path: list[str] = []
+    if raw_path is not None:
+        if not isinstance(raw_path, list):
+            raise SpecError(
+                field="spec.job.pythonPath",
+                problem=f"must be a list of paths, got {_describe(raw_path)}",
+            )
+        for index, item in enumerate(raw_path):
+            if not isinstance(item, str) or not item.strip():
+                raise SpecError(
+                    field=f"spec.job.pythonPath[{index}]",
+                    problem=f"must be a non-empty string, got {_describe(item)}",
+                )
+            python_path.append(item)
+    raw_args = node.get("args")
+    args: dict[str, Any] = {}
+    if raw_args is not None:
+        if not isinstance(raw_args, Mapping):
+            raise SpecError(
+                field="spec.job.args", problem=f"must be a mapping, got {_describe(raw_args)}"
+            )
+        for key, item in raw_args.items():
+            if not isinstance(key, str):
+                raise SpecError(
+                    field="spec.job.args", problem=f"keys must be strings, got {_describe(key)}"
+                )
+            _check_json_value(item, f"spec.job.args.{key}")
+            args[key] = item
+    return JobCode(entrypoint=entrypoint, python_path=tuple(python_path), args=args)
+
+
+def _check_json_value(value: object, path: str) -> None:
+    if value is None or isinstance(value, str | bool | int):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise SpecError(field=path, problem=f"must be a finite number, got {value}")
+        return
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_json_value(item, f"{path}[{index}]")
+        return
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise SpecError(field=path, problem=f"keys must be strings, got {_describe(key)}")
+            _check_json_value(item, f"{path}.{key}")
+        return
+    raise SpecError(
+        field=path,
+        problem=f"must be a JSON value (string, number, boolean, list or mapping), "
+        f"got {_describe(value)}",
+        hint="quote dates and times" if "date" in type(value).__name__ else None,
+    )
+
+
+def _read_spark(node: _Node) -> SparkSpec:
+    master = node.string("master", default=DEFAULT_MASTER)
+    assert master is not None
+    if master != "k8s" and not MASTER_PATTERN.match(master):
+        raise SpecError(
+            field="spec.spark.master",
+            problem=f"must be 'k8s', 'local[N]', 'local[*]' or 'local[N,F]', got {master!r}",
+        )
+    conf = _read_spark_conf(node.get("conf"), node.at("conf"))
+    driver = node.child(
+        "driver",
+        ("cores", "memory"),
+        lambda child: DriverResources(
+            cores=child.integer("cores", default=1, minimum=1, maximum=256),
+            memory=child.memory("memory", default="1Gi"),
+        ),
+        default=DriverResources,
+    )
+    executor = node.child(
+        "executor",
+        ("instances", "cores", "memory"),
+        lambda child: ExecutorResources(
+            instances=child.integer("instances", default=1, minimum=1, maximum=10000),
+            cores=child.integer("cores", default=1, minimum=1, maximum=256),
+            memory=child.memory("memory", default="1Gi"),
+        ),
+        default=ExecutorResources,
+    )
+    return SparkSpec(master=master, conf=conf, driver=driver, executor=executor)
+
+
+def _read_spark_conf(value: object, path: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise SpecError(field=path, problem=f"must be a mapping, got {_describe(value)}")
+    conf: dict[str, str] = {}
+    for key, item in value.items():
+        if not isinstance(key, str) or not key.startswith("spark."):
+            raise SpecError(
+                field=f"{path}.{key}", problem="Spark configuration keys start with 'spark.'"
+            )
+        hint = RESERVED_SPARK_CONF.get(key) or next(
+            (why for prefix, why in RESERVED_SPARK_CONF_PREFIXES.items() if key.startswith(prefix)),
+            None,
+        )
+        if hint is not None:
+            raise SpecError(field=f"{path}.{key}", problem="is managed by the operator", hint=hint)
+        if isinstance(item, bool) or not isinstance(item, str | int):
+            raise SpecError(
+                field=f"{path}.{key}",
+                problem=f"must be a string or an integer, got {_describe(item)}",
+                hint="quote booleans and decimals, e.g. 'true'",
+            )
+        conf[key] = str(item)
+    return conf
+
+
+def _check_task_slots(spark: SparkSpec, parallelism: int) -> None:
+    """A barrier stage needs all its subtasks running at once, so it needs that many slots."""
+    task_cpus_text = spark.conf.get("spark.task.cpus", "1")
+    task_cpus = int(task_cpus_text) if task_cpus_text.isdigit() and int(task_cpus_text) > 0 else 1
+    if spark.is_kubernetes:
+        executor = spark.executor
+        slots = executor.instances * (executor.cores // task_cpus)
+        if slots < parallelism:
+            raise SpecError(
+                field="spec.parallelism",
+                problem=f"needs {parallelism} Spark task slots but the executors give {slots} "
+                f"(instances {executor.instances} x cores {executor.cores}"
+                + (f" / spark.task.cpus {task_cpus}" if task_cpus != 1 else "")
+                + ")",
+                hint="all subtasks of a barrier stage run at once",
+            )
+        return
+    match = MASTER_PATTERN.match(spark.master)
+    assert match is not None
+    if match.group(1) != "*":
+        slots = int(match.group(1)) // task_cpus
+        if slots < parallelism:
+            raise SpecError(
+                field="spec.parallelism",
+                problem=f"needs {parallelism} Spark task slots but master {spark.master} "
+                f"gives {slots}",
+                hint="all subtasks of a barrier stage run at once",
+            )
+
+
+def _read_checkpoint(node: _Node) -> CheckpointSpec:
+    storage = node.required_string("storage")
+    if not (FILE_STORAGE_PATTERN.match(storage) or S3_STORAGE_PATTERN.match(storage)):
+        raise SpecError(
+            field="spec.checkpoint.storage",
+            problem=f"must be a file:///absolute/path or s3://bucket/prefix URI, got {storage!r}",
+        )
+    s3: S3Settings | None = None
+    if node.get("s3") is not None:
+        if not storage.startswith("s3://"):
+            raise SpecError(field="spec.checkpoint.s3", problem="is only valid with s3:// storage")
+        s3 = _read_s3(
+            _Node(node.get("s3"), node.at("s3"), ("endpoint", "region", "credentialsSecret"))
+        )
+    mode = node.enum("mode", CheckpointMode, default=CheckpointMode.EXACTLY_ONCE)
+    unaligned = node.boolean("unaligned", default=False)
+    if unaligned and mode is not CheckpointMode.EXACTLY_ONCE:
+        raise SpecError(
+            field="spec.checkpoint.unaligned",
+            problem="unaligned checkpoints need mode ExactlyOnce",
+        )
+    interval = node.duration("interval", default="10s", minimum=0.01)
+    timeout = node.duration("timeout", default="10m", positive=True)
+    trigger = node.get("triggerNonce")
+    if trigger is not None and not isinstance(trigger, str):
+        raise SpecError(
+            field="spec.checkpoint.triggerNonce",
+            problem=f"must be a string, got {_describe(trigger)}",
+            hint="quote it",
+        )
+    return CheckpointSpec(
+        storage=storage,
+        s3=s3,
+        interval=interval,
+        min_pause=node.duration("minPause", default="0s"),
+        timeout=timeout,
+        mode=mode,
+        unaligned=unaligned,
+        retained=node.integer("retained", default=3, minimum=1, maximum=MAX_RETAINED),
+        tolerable_failures=node.integer("tolerableFailures", default=0, minimum=0),
+        trigger_nonce=trigger or None,
+    )
+
+
+def _read_s3(node: _Node) -> S3Settings:
+    endpoint = node.string("endpoint")
+    if endpoint is not None and not ENDPOINT_PATTERN.match(endpoint):
+        raise SpecError(
+            field="spec.checkpoint.s3.endpoint",
+            problem=f"must be an http:// or https:// URL, got {endpoint!r}",
+        )
+    secret = node.string("credentialsSecret")
+    if secret is not None and (len(secret) > 253 or not DNS_SUBDOMAIN_PATTERN.match(secret)):
+        raise SpecError(
+            field="spec.checkpoint.s3.credentialsSecret",
+            problem=f"must be a Secret name, got {secret!r}",
+        )
+    return S3Settings(endpoint=endpoint, region=node.string("region"), credentials_secret=secret)
+
+
+def _read_restart_policy(node: _Node) -> RestartPolicy:
+    backoff = node.child(
+        "backoff", ("initial", "max", "multiplier"), _read_backoff, default=Backoff
+    )
+    return RestartPolicy(
+        type=node.enum("type", RestartPolicyType, default=RestartPolicyType.ON_FAILURE),
+        max_restarts=node.integer("maxRestarts", default=5, minimum=0),
+        backoff=backoff,
+        reset_after=node.duration("resetAfter", default="10m", positive=True),
+        start_timeout=node.duration("startTimeout", default="5m", positive=True),
+    )
+
+
+def _read_backoff(node: _Node) -> Backoff:
+    initial = node.duration("initial", default="10s")
+    maximum = node.duration("max", default="5m")
+    if maximum.seconds < initial.seconds:
+        raise SpecError(
+            field="spec.restartPolicy.backoff.max",
+            problem=f"must be >= initial ({initial.text}), got {maximum.text!r}",
+        )
+    return Backoff(
+        initial=initial, max=maximum, multiplier=node.number("multiplier", default=2.0, minimum=1.0)
+    )
+
+
+def _read_restore(node: _Node) -> RestoreSpec:
+    raw = node.get("from")
+    source = RestoreSource()
+    if raw is not None:
+        source = _read_restore_source(raw)
+    return RestoreSpec(
+        source=source,
+        on_unreadable=node.enum("onUnreadable", OnUnreadable, default=OnUnreadable.FAIL),
+    )
+
+
+def _read_restore_source(raw: object) -> RestoreSource:
+    path = "spec.restore.from"
+    problem = "must be 'latest', a checkpoint id, or a file:// or s3:// path to _metadata"
+    if isinstance(raw, bool):
+        raise SpecError(field=path, problem=f"{problem}, got {_describe(raw)}")
+    if isinstance(raw, int) or (isinstance(raw, str) and raw.isdigit()):
+        checkpoint_id = int(raw)
+        if checkpoint_id < 1:
+            raise SpecError(field=path, problem=f"checkpoint ids start at 1, got {checkpoint_id}")
+        return RestoreSource(kind="id", checkpoint_id=checkpoint_id)
+    if isinstance(raw, str):
+        if raw == "latest":
+            return RestoreSource()
+        if FILE_STORAGE_PATTERN.match(raw) or S3_STORAGE_PATTERN.match(raw):
+            return RestoreSource(kind="path", path=raw)
+        hint = _suggest(raw, ["latest"]) if "/" not in raw else None
+    else:
+        hint = None
+    raise SpecError(field=path, problem=f"{problem}, got {_describe(raw)}", hint=hint)
+
+
+def load_job_file(path: str | Path) -> CheckpointedJob:
+    """Read one CheckpointedJob from a YAML file.
+
+    File and YAML problems raise ``JobFileError`` (with the line number when YAML can
+    tell); problems with the document itself raise ``SpecError``. Both derive from
+    ``CjobSpecError``.
+    """
+    file = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise JobFileError(file=file, problem="no such file") from None
+    except IsADirectoryError:
+        raise JobFileError(file=file, problem="is a directory, not a job file") from None
+    except UnicodeDecodeError:
+        raise JobFileError(file=file, problem="is not UTF-8 text") from None
+    except OSError as error:
+        raise JobFileError(file=file, problem=f"cannot be read: {error.strerror}") from None
+    try:
+        documents = [item for item in yaml.safe_load_all(text) if item is not None]
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        line = mark.line + 1 if mark is not None else None
+        problem = error.problem or error.context or "syntax error"
+        raise JobFileError(file=file, problem=f"invalid YAML: {problem}", line=line) from None
+    except yaml.YAMLError as error:
+        raise JobFileError(file=file, problem=f"invalid YAML: {error}") from None
+    if not documents:
+        raise JobFileError(file=file, problem="is empty; expected one CheckpointedJob document")
+    if len(documents) > 1:
+        raise JobFileError(
+            file=file,
+            problem=f"holds {len(documents)} YAML documents; expected one CheckpointedJob",
+        )
+    document = documents[0]
+    if not isinstance(document, Mapping):
+        raise JobFileError(
+            file=file, problem=f"must hold a mapping (a CheckpointedJob), got {_describe(document)}"
+        )
+    return parse_job(document)

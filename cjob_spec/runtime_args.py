@@ -1,0 +1,150 @@
+"""The command line of ``python -m job_runtime run``, built from a CheckpointedJob.
+
+This is the contract between the supervisors (operator, embedded runner) and the
+runtime. Flags (values are single arguments; repeatable flags may appear many times):
+
+``--job-name NAME``
+    The CheckpointedJob's name.
+``--job-uid UID``
+    Its uid; checkpoints live under ``<storage>/<name>-<uid>/``.
+``--entrypoint MOD:FN``
+    The user's ``build(p: Pipeline)`` function.
+``--python-path P`` (repeatable)
+    Added to ``sys.path`` on the driver and the executors, in order.
+``--args-json JSON``
+    ``spec.job.args`` as a JSON object; the pipeline sees it as ``p.args``.
+``--parallelism N`` / ``--max-parallelism N``
+    Subtasks of the barrier stage / number of key groups.
+``--master MASTER``
+    Spark master URL (``local[4]``, ``local[4,3]``, ``k8s://https://host:port``).
+``--spark-conf K=V`` (repeatable)
+    Extra Spark configuration, applied before the session starts.
+``--checkpoint-storage URI``
+    ``file:///...`` or ``s3://bucket/prefix``.
+``--checkpoint-interval S`` / ``--checkpoint-min-pause S`` / ``--checkpoint-timeout S``
+    Seconds (decimals allowed).
+``--checkpoint-mode exactly_once|at_least_once``
+``--unaligned``
+    Present only for unaligned checkpoints.
+``--retained N`` / ``--tolerable-failures N``
+``--restore POINTER``
+    ``latest`` (the newest completed checkpoint in the store; a fresh start when the
+    store is empty), a checkpoint id of this job, or a path to a ``_metadata`` file.
+``--on-unreadable fail|fallback``
+    What to do when the checkpoint to restore is unreadable: exit 6, or fall back to
+    an older retained checkpoint (and say so).
+``--attempt N``
+    The attempt number; the store refuses writes from any attempt but the fenced one.
+``--store file:DIR|configmap:NAMESPACE/NAME``
+    The completed-checkpoint store.
+``--metrics-port N``
+    Prometheus endpoint of the driver (optional).
+``--status-file PATH``
+    Where the runtime writes its progress as JSON (optional; the embedded runner).
+
+Exit codes are ``cjob_spec.exit_codes.ExitCode``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+from cjob_spec.durations import format_seconds
+from cjob_spec.errors import SpecError
+from cjob_spec.model import CheckpointedJob
+
+
+def to_runtime_args(
+    job: CheckpointedJob,
+    *,
+    restore_pointer: str,
+    attempt: int,
+    store: str,
+    master: str | None = None,
+    job_uid: str | None = None,
+    extra_spark_conf: Mapping[str, str] | None = None,
+    metrics_port: int | None = None,
+    status_file: str | None = None,
+) -> list[str]:
+    """Arguments (after ``python -m job_runtime run``) that run ``job``'s attempt.
+
+    ``master`` overrides ``spec.spark.master`` (the operator passes the
+    ``k8s://https://...`` URL for ``k8s``); ``extra_spark_conf`` is merged over
+    ``spec.spark.conf`` (the operator's driver and executor settings). ``job_uid``
+    overrides ``metadata.uid``; one of them is required.
+    """
+    uid = job_uid or job.metadata.uid
+    if not uid:
+        raise SpecError(field="metadata.uid", problem="is required to run the job")
+    if attempt < 1:
+        raise SpecError(field="attempt", problem=f"must be >= 1, got {attempt}")
+    spec = job.spec
+    checkpoint = spec.checkpoint
+    args = [
+        "--job-name",
+        job.metadata.name,
+        "--job-uid",
+        uid,
+        "--entrypoint",
+        spec.job.entrypoint,
+    ]
+    for path in spec.job.python_path:
+        args += ["--python-path", path]
+    args += [
+        "--args-json",
+        json.dumps(dict(spec.job.args), sort_keys=True, separators=(",", ":")),
+        "--parallelism",
+        str(spec.parallelism),
+        "--max-parallelism",
+        str(spec.max_parallelism),
+        "--master",
+        master or spec.spark.master,
+    ]
+    conf = dict(spec.spark.conf)
+    conf.update(extra_spark_conf or {})
+    for key in sorted(conf):
+        args += ["--spark-conf", f"{key}={conf[key]}"]
+    args += [
+        "--checkpoint-storage",
+        checkpoint.storage,
+        "--checkpoint-interval",
+        format_seconds(checkpoint.interval.seconds),
+        "--checkpoint-min-pause",
+        format_seconds(checkpoint.min_pause.seconds),
+        "--checkpoint-timeout",
+        format_seconds(checkpoint.timeout.seconds),
+        "--checkpoint-mode",
+        checkpoint.mode.runtime_flag,
+    ]
+    if checkpoint.unaligned:
+        args.append("--unaligned")
+    args += [
+        "--retained",
+        str(checkpoint.retained),
+        "--tolerable-failures",
+        str(checkpoint.tolerable_failures),
+        "--restore",
+        restore_pointer,
+        "--on-unreadable",
+        spec.restore.on_unreadable.runtime_flag,
+        "--attempt",
+        str(attempt),
+        "--store",
+        store,
+    ]
+    if metrics_port is not None:
+        args += ["--metrics-port", str(metrics_port)]
+    if status_file is not None:
+        args += ["--status-file", status_file]
+    return args
+
+
+def file_store_arg(directory: str) -> str:
+    """``--store`` value of the file store (the embedded runner)."""
+    return f"file:{directory}"
+
+
+def configmap_store_arg(*, namespace: str, name: str) -> str:
+    """``--store`` value of the ConfigMap store (the operator)."""
+    return f"configmap:{namespace}/{name}"

@@ -1,0 +1,364 @@
+"""The status of a CheckpointedJob, shared by the operator and the embedded runner.
+
+``to_dict`` produces the CR's camelCase ``status`` shape (and the embedded runner's
+``status.json``); ``from_dict`` reads it back leniently: status is written by us, but a
+hand-edited or older status must never stop the job from being reconciled, so fields
+with the wrong type are dropped rather than raising.
+
+Conditions follow the Kubernetes API conventions: ``type``, ``status``
+(``True``/``False``/``Unknown``), a CamelCase ``reason``, a human ``message``,
+``lastTransitionTime`` (changes only when ``status`` flips) and ``observedGeneration``.
+The condition types are:
+
+* ``Ready`` - the job's driver is running and processing records.
+* ``Progressing`` - the controller is moving the job towards its desired state
+  (starting, backing off before a restart, upgrading, suspending, resuming).
+* ``Checkpointing`` - while running: ``True`` when checkpoints complete in time,
+  ``False`` when the latest one is overdue, ``Unknown`` before the first one and when
+  the job is not running.
+* ``Failed`` - the job has failed for good (``phase: Failed``); the reason says why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, TypeVar
+
+from cjob_spec.times import format_time, parse_time, truncate_to_seconds
+
+_T = TypeVar("_T")
+
+
+class Phase(StrEnum):
+    PENDING = "Pending"
+    """A driver pod for the current attempt was created and has not started running."""
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    """The last attempt ended; a new one starts after the backoff (or an upgrade)."""
+    SUSPENDED = "Suspended"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in (Phase.SUCCEEDED, Phase.FAILED)
+
+
+class ConditionType(StrEnum):
+    READY = "Ready"
+    PROGRESSING = "Progressing"
+    CHECKPOINTING = "Checkpointing"
+    FAILED = "Failed"
+
+
+class ConditionStatus(StrEnum):
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+@dataclass(frozen=True)
+class Condition:
+    type: str
+    status: ConditionStatus
+    reason: str
+    message: str
+    last_transition_time: datetime
+    observed_generation: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        result: dict[str, Any] = {
+            "type": self.type,
+            "status": self.status.value,
+            "reason": self.reason,
+            "message": self.message,
+            "lastTransitionTime": format_time(self.last_transition_time),
+        }
+        if self.observed_generation is not None:
+            result["observedGeneration"] = self.observed_generation
+        return result
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Condition | None:
+        kind = data.get("type")
+        status = data.get("status")
+        moment = _time(data, "lastTransitionTime")
+        if (
+            not isinstance(kind, str)
+            or status not in ("True", "False", "Unknown")
+            or moment is None
+        ):
+            return None
+        return cls(
+            type=kind,
+            status=ConditionStatus(status),
+            reason=_str(data, "reason") or "",
+            message=_str(data, "message") or "",
+            last_transition_time=moment,
+            observed_generation=_int(data, "observedGeneration"),
+        )
+
+
+@dataclass(frozen=True)
+class CheckpointRef:
+    """A completed checkpoint: its id and the pointer to its ``_metadata``."""
+
+    id: int
+    path: str
+    completed_at: datetime | None = None
+    size_bytes: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        result: dict[str, Any] = {"id": self.id, "path": self.path}
+        if self.completed_at is not None:
+            result["completedAt"] = format_time(self.completed_at)
+        if self.size_bytes is not None:
+            result["sizeBytes"] = self.size_bytes
+        return result
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CheckpointRef | None:
+        checkpoint_id = _int(data, "id")
+        path = _str(data, "path")
+        if checkpoint_id is None or path is None:
+            return None
+        return cls(
+            id=checkpoint_id,
+            path=path,
+            completed_at=_time(data, "completedAt"),
+            size_bytes=_int(data, "sizeBytes"),
+        )
+
+
+@dataclass(frozen=True)
+class RestoredFrom:
+    """What the current attempt restored from: an id, a path, or both."""
+
+    id: int | None = None
+    path: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        result: dict[str, Any] = {}
+        if self.id is not None:
+            result["id"] = self.id
+        if self.path is not None:
+            result["path"] = self.path
+        return result
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RestoredFrom | None:
+        value = cls(id=_int(data, "id"), path=_str(data, "path"))
+        return None if value.id is None and value.path is None else value
+
+
+@dataclass(frozen=True)
+class FailureRecord:
+    """The last time an attempt ended badly: why, how, when, which attempt."""
+
+    reason: str
+    message: str
+    at: datetime
+    exit_code: int | None = None
+    attempt: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        result: dict[str, Any] = {
+            "reason": self.reason,
+            "message": self.message,
+            "at": format_time(self.at),
+        }
+        if self.exit_code is not None:
+            result["exitCode"] = self.exit_code
+        if self.attempt is not None:
+            result["attempt"] = self.attempt
+        return result
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> FailureRecord | None:
+        reason = _str(data, "reason")
+        moment = _time(data, "at")
+        if reason is None or moment is None:
+            return None
+        return cls(
+            reason=reason,
+            message=_str(data, "message") or "",
+            at=moment,
+            exit_code=_int(data, "exitCode"),
+            attempt=_int(data, "attempt"),
+        )
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """``status`` of a CheckpointedJob. An empty status means "never reconciled"."""
+
+    phase: Phase | None = None
+    reason: str | None = None
+    """CamelCase reason of the current phase (``BackingOff``, ``Upgrading``...)."""
+    message: str | None = None
+    attempt: int = 0
+    """Number of the current (or last) attempt; attempt n runs in pod ``<job>-attempt-<n>``."""
+    restarts: int = 0
+    """Restarts after failures since the job was last healthy for ``resetAfter``."""
+    driver_pod: str | None = None
+    spec_hash: str | None = None
+    """Hash of the spec the current attempt was started with (see ``spec_hash``)."""
+    started_at: datetime | None = None
+    """When the current attempt's driver pod was created."""
+    running_since: datetime | None = None
+    """When the current attempt's driver started running."""
+    last_restart_at: datetime | None = None
+    next_restart_at: datetime | None = None
+    latest_checkpoint: CheckpointRef | None = None
+    restored_from: RestoredFrom | None = None
+    last_failure: FailureRecord | None = None
+    conditions: tuple[Condition, ...] = ()
+    observed_generation: int | None = None
+    last_trigger_nonce: str | None = None
+    """The last ``spec.checkpoint.triggerNonce`` the operator acted on."""
+    suspend_requested_at: datetime | None = None
+    """When a final checkpoint was requested before suspending the running attempt."""
+
+    def condition(self, kind: str) -> Condition | None:
+        return next((item for item in self.conditions if item.type == kind), None)
+
+    def replace(self, **changes: Any) -> JobStatus:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        result: dict[str, Any] = {}
+        if self.phase is not None:
+            result["phase"] = self.phase.value
+        for key, value in (("reason", self.reason), ("message", self.message)):
+            if value is not None:
+                result[key] = value
+        result["attempt"] = self.attempt
+        result["restarts"] = self.restarts
+        optional: list[tuple[str, Any]] = [
+            ("driverPod", self.driver_pod),
+            ("specHash", self.spec_hash),
+            ("startedAt", self.started_at and format_time(self.started_at)),
+            ("runningSince", self.running_since and format_time(self.running_since)),
+            ("lastRestartAt", self.last_restart_at and format_time(self.last_restart_at)),
+            ("nextRestartAt", self.next_restart_at and format_time(self.next_restart_at)),
+            ("latestCheckpoint", self.latest_checkpoint and self.latest_checkpoint.to_dict()),
+            ("restoredFrom", self.restored_from and self.restored_from.to_dict()),
+            ("lastFailure", self.last_failure and self.last_failure.to_dict()),
+            ("observedGeneration", self.observed_generation),
+            ("lastTriggerNonce", self.last_trigger_nonce),
+            (
+                "suspendRequestedAt",
+                self.suspend_requested_at and format_time(self.suspend_requested_at),
+            ),
+        ]
+        for key, value in optional:
+            if value is not None:
+                result[key] = value
+        result["conditions"] = [item.to_dict() for item in self.conditions]
+        return result
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> JobStatus:
+        if not data:
+            return cls()
+        phase_text = data.get("phase")
+        phase = Phase(phase_text) if phase_text in {p.value for p in Phase} else None
+        conditions: list[Condition] = []
+        raw_conditions = data.get("conditions")
+        if isinstance(raw_conditions, list):
+            for item in raw_conditions:
+                if isinstance(item, Mapping):
+                    condition = Condition.from_dict(item)
+                    if condition is not None:
+                        conditions.append(condition)
+        return cls(
+            phase=phase,
+            reason=_str(data, "reason"),
+            message=_str(data, "message"),
+            attempt=max(0, _int(data, "attempt") or 0),
+            restarts=max(0, _int(data, "restarts") or 0),
+            driver_pod=_str(data, "driverPod"),
+            spec_hash=_str(data, "specHash"),
+            started_at=_time(data, "startedAt"),
+            running_since=_time(data, "runningSince"),
+            last_restart_at=_time(data, "lastRestartAt"),
+            next_restart_at=_time(data, "nextRestartAt"),
+            latest_checkpoint=_nested(data, "latestCheckpoint", CheckpointRef.from_dict),
+            restored_from=_nested(data, "restoredFrom", RestoredFrom.from_dict),
+            last_failure=_nested(data, "lastFailure", FailureRecord.from_dict),
+            conditions=tuple(conditions),
+            observed_generation=_int(data, "observedGeneration"),
+            last_trigger_nonce=_str(data, "lastTriggerNonce"),
+            suspend_requested_at=_time(data, "suspendRequestedAt"),
+        )
+
+
+def set_condition(
+    conditions: Sequence[Condition],
+    *,
+    kind: str,
+    status: ConditionStatus,
+    reason: str,
+    message: str,
+    now: datetime,
+    observed_generation: int | None = None,
+) -> tuple[Condition, ...]:
+    """Return ``conditions`` with condition ``kind`` set, keeping the others in order.
+
+    ``lastTransitionTime`` is kept when the condition's status does not change (a new
+    reason or message alone is not a transition) and set to ``now`` otherwise.
+    """
+    previous = next((item for item in conditions if item.type == kind), None)
+    moment = truncate_to_seconds(now)
+    if previous is not None and previous.status == status:
+        moment = previous.last_transition_time
+    updated = Condition(
+        type=kind,
+        status=status,
+        reason=reason,
+        message=message,
+        last_transition_time=moment,
+        observed_generation=observed_generation,
+    )
+    if previous is None:
+        return (*conditions, updated)
+    return tuple(updated if item.type == kind else item for item in conditions)
+
+
+def is_condition_true(conditions: Sequence[Condition], kind: str) -> bool:
+    return any(item.type == kind and item.status is ConditionStatus.TRUE for item in conditions)
+
+
+def _str(data: Mapping[str, Any], key: str) -> str | None:
+    value = data.get(key)
+    return value if isinstance(value, str) else None
+
+
+def _int(data: Mapping[str, Any], key: str) -> int | None:
+    value = data.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _time(data: Mapping[str, Any], key: str) -> datetime | None:
+    value = data.get(key)
+    if isinstance(value, datetime):
+        return value
+    if not isinstance(value, str):
+        return None
+    try:
+        return parse_time(value)
+    except ValueError:
+        return None
+
+
+def _nested(
+    data: Mapping[str, Any], key: str, read: Callable[[Mapping[str, Any]], _T | None]
+) -> _T | None:
+    value = data.get(key)
+    if not isinstance(value, Mapping):
+        return None
+    return read(value)

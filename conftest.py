@@ -1,0 +1,1 @@
+pytest_plugins = ["e2e.s3", "e2e.controlplane.pytest_plugin"]

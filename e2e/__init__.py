@@ -1,0 +1,1 @@
+"""Whole-system scenarios: the local control plane with a process node, and kind."""

@@ -1,0 +1,213 @@
+#!/usr/bin/env bash
+# Build the local control plane toolset from Go modules: etcd, kube-apiserver,
+# kube-controller-manager, kube-scheduler, kubectl, helm and kwok, at the versions
+# pinned in versions.env. Binaries are cached per component and version under
+#   ${CJOB_CACHE_DIR:-~/.cache/checkpointed-jobs}/bin/<component>-<version>/
+# and linked together in one "set" directory that --print-bin-dir prints.
+#
+# Usage:
+#   e2e/controlplane/build.sh                  build what is missing, print the bin dir last
+#   e2e/controlplane/build.sh --print-bin-dir  print the bin dir only (builds nothing)
+#   e2e/controlplane/build.sh --check          exit 0 when every binary is cached
+#
+# k8s.io/kubernetes cannot be `go install`ed (its go.mod replaces the k8s.io/*
+# staging modules with local folders), and neither can etcd's server module, so each
+# is built from a small generated wrapper module that pins the published versions.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=/dev/null
+source "${here}/versions.env"
+
+cache_dir="${CJOB_CACHE_DIR:-${HOME}/.cache/checkpointed-jobs}"
+bin_root="${cache_dir}/bin"
+set_dir="${bin_root}/set-k8s-${KUBERNETES_VERSION}-etcd-${ETCD_VERSION}-helm-${HELM_VERSION}-kwok-${KWOK_VERSION}"
+work_root="${cache_dir}/build"
+kube_components=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+
+component_dir() { # component version
+  echo "${bin_root}/$1-$2"
+}
+
+component_version() { # component
+  case "$1" in
+    etcd) echo "${ETCD_VERSION}" ;;
+    helm) echo "${HELM_VERSION}" ;;
+    kwok) echo "${KWOK_VERSION}" ;;
+    *) echo "${KUBERNETES_VERSION}" ;;
+  esac
+}
+
+all_components=(etcd "${kube_components[@]}" helm kwok)
+
+is_cached() { # component
+  local c="$1"
+  [[ -x "$(component_dir "$c" "$(component_version "$c")")/$c" ]]
+}
+
+case "${1:-}" in
+  --print-bin-dir)
+    echo "${set_dir}"
+    exit 0
+    ;;
+  --check)
+    for c in "${all_components[@]}"; do
+      is_cached "$c" || { echo "missing: $c" >&2; exit 1; }
+    done
+    exit 0
+    ;;
+  "") ;;
+  *)
+    echo "usage: $0 [--print-bin-dir|--check]" >&2
+    exit 2
+    ;;
+esac
+
+command -v go >/dev/null || { echo "error: go is not installed" >&2; exit 1; }
+
+export GOFLAGS="-mod=mod"
+export CGO_ENABLED=0
+# Two cores: two compile jobs at a time keeps memory and the machine responsive.
+jobs="${CJOB_BUILD_JOBS:-2}"
+ldflags_common="-s -w"
+started_all=$(date +%s)
+
+log() { echo "[build $(date +%H:%M:%S)] $*" >&2; }
+
+install_into() { # component version tmpfile
+  local dir
+  dir="$(component_dir "$1" "$2")"
+  mkdir -p "${dir}"
+  mv -f "$3" "${dir}/$1.tmp"
+  mv -f "${dir}/$1.tmp" "${dir}/$1"
+}
+
+new_wrapper() { # name -> prints dir
+  local dir="${work_root}/$1"
+  rm -rf "${dir}"
+  mkdir -p "${dir}"
+  echo "${dir}"
+}
+
+build_etcd() {
+  local dir t0
+  t0=$(date +%s)
+  dir="$(new_wrapper "etcd-${ETCD_VERSION}")"
+  cat >"${dir}/go.mod" <<MOD
+module checkpointed-jobs.local/etcdbuild
+
+go 1.26.0
+
+require (
+	go.etcd.io/etcd/server/v3 ${ETCD_VERSION}
+	go.etcd.io/etcd/api/v3 ${ETCD_VERSION}
+	go.etcd.io/etcd/client/pkg/v3 ${ETCD_VERSION}
+	go.etcd.io/etcd/client/v3 ${ETCD_VERSION}
+	go.etcd.io/etcd/pkg/v3 ${ETCD_VERSION}
+)
+MOD
+  log "etcd ${ETCD_VERSION}: resolving modules"
+  (cd "${dir}" && go mod download go.etcd.io/etcd/server/v3 >/dev/null)
+  log "etcd ${ETCD_VERSION}: compiling"
+  (cd "${dir}" && go build -p "${jobs}" -trimpath -ldflags "${ldflags_common}" \
+    -o "${dir}/etcd" go.etcd.io/etcd/server/v3)
+  install_into etcd "${ETCD_VERSION}" "${dir}/etcd"
+  log "etcd ${ETCD_VERSION}: done in $(($(date +%s) - t0))s"
+}
+
+build_kubernetes() {
+  local dir t0 kv mod_file staging m pkgs=()
+  t0=$(date +%s)
+  kv="${KUBERNETES_VERSION}"
+  staging="v0.${kv#v1.}"
+  dir="$(new_wrapper "kubernetes-${kv}")"
+  log "kubernetes ${kv}: reading its go.mod"
+  local info
+  info="$(cd "${dir}" && go mod download -json "k8s.io/kubernetes@${kv}" || true)"
+  if grep -q '"Error"' <<<"${info}"; then
+    echo "error: k8s.io/kubernetes@${kv} cannot be downloaded:" >&2
+    echo "${info}" >&2
+    exit 1
+  fi
+  mod_file="$(sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",*$/\1/p' <<<"${info}")"
+  [[ -f "${mod_file}" ]] || { echo "error: cannot read go.mod of k8s.io/kubernetes@${kv}" >&2; exit 1; }
+  {
+    echo "module checkpointed-jobs.local/kubebuild"
+    echo
+    echo "go 1.26.0"
+    echo
+    echo "require k8s.io/kubernetes ${kv}"
+    echo
+    echo "replace ("
+    # Every staging module that k8s.io/kubernetes replaces with a local folder is
+    # pinned to its published twin, v0.<minor>.<patch>.
+    sed -n '/^replace (/,/^)/p' "${mod_file}" \
+      | awk '/=> \.\/staging\// {print $1}' \
+      | while read -r m; do echo "	${m} => ${m} ${staging}"; done
+    echo ")"
+  } >"${dir}/go.mod"
+  for m in "${kube_components[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/${m}"); done
+  log "kubernetes ${kv}: resolving modules (staging ${staging})"
+  (cd "${dir}" && go mod download k8s.io/kubernetes >/dev/null)
+  log "kubernetes ${kv}: compiling ${kube_components[*]} with -p ${jobs}"
+  mkdir -p "${dir}/out"
+  local minor="${kv#v1.}"
+  minor="${minor%%.*}"
+  local vpkg="k8s.io/component-base/version"
+  local kflags="${ldflags_common} -X ${vpkg}.gitVersion=${kv} -X ${vpkg}.gitMajor=1"
+  kflags+=" -X ${vpkg}.gitMinor=${minor} -X ${vpkg}.gitTreeState=clean"
+  kflags+=" -X ${vpkg}.buildDate=1970-01-01T00:00:00Z"
+  (cd "${dir}" && go build -p "${jobs}" -trimpath -ldflags "${kflags}" -o "${dir}/out/" "${pkgs[@]}")
+  for m in "${kube_components[@]}"; do
+    install_into "${m}" "${kv}" "${dir}/out/${m}"
+  done
+  log "kubernetes ${kv}: done in $(($(date +%s) - t0))s"
+}
+
+build_helm() {
+  local dir t0 minor hv
+  t0=$(date +%s)
+  hv="${HELM_VERSION}"
+  minor="${KUBERNETES_VERSION#v1.}"
+  minor="${minor%%.*}"
+  dir="$(new_wrapper "helm-${hv}")"
+  # helm reports this Kubernetes version to charts (.Capabilities.KubeVersion) when
+  # it renders without a cluster, so it must match the apiserver built above.
+  local hflags="${ldflags_common} -X helm.sh/helm/v3/internal/version.version=${hv}"
+  hflags+=" -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
+  local p
+  for p in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
+    hflags+=" -X ${p}.k8sVersionMajor=1 -X ${p}.k8sVersionMinor=${minor}"
+  done
+  log "helm ${hv}: compiling (Kubernetes 1.${minor} capabilities)"
+  GOBIN="${dir}" go install -p "${jobs}" -trimpath -ldflags "${hflags}" \
+    "helm.sh/helm/v3/cmd/helm@${hv}"
+  install_into helm "${hv}" "${dir}/helm"
+  log "helm ${hv}: done in $(($(date +%s) - t0))s"
+}
+
+build_kwok() {
+  local dir t0
+  t0=$(date +%s)
+  dir="$(new_wrapper "kwok-${KWOK_VERSION}")"
+  log "kwok ${KWOK_VERSION}: compiling"
+  GOBIN="${dir}" go install -p "${jobs}" -trimpath \
+    -ldflags "${ldflags_common} -X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION}" \
+    "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}"
+  install_into kwok "${KWOK_VERSION}" "${dir}/kwok"
+  log "kwok ${KWOK_VERSION}: done in $(($(date +%s) - t0))s"
+}
+
+is_cached etcd || build_etcd
+need_kube=0
+for c in "${kube_components[@]}"; do is_cached "$c" || need_kube=1; done
+[[ "${need_kube}" == 1 ]] && build_kubernetes
+is_cached helm || build_helm
+is_cached kwok || build_kwok
+
+mkdir -p "${set_dir}"
+for c in "${all_components[@]}"; do
+  ln -sfn "$(component_dir "$c" "$(component_version "$c")")/$c" "${set_dir}/$c"
+done
+log "all binaries ready in ${set_dir} ($(($(date +%s) - started_all))s)"
+echo "${set_dir}"

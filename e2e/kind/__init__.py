@@ -1,0 +1,1 @@
+"""Scenarios on a kind cluster (Docker): the chart and operator as users install them."""

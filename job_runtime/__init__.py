@@ -1,0 +1,19 @@
+"""checkpointed-jobs runtime: Flink-style barrier snapshots for PySpark jobs.
+
+A job is a function ``build(p: Pipeline) -> None``::
+
+    from job_runtime import Pipeline, sources, sinks
+
+    def build(p: Pipeline) -> None:
+        (p.source(sources.sequence(count=200_000))
+          .map(lambda r: {"key": r["seq"] % 97, "value": r["seq"]})
+          .key_by("key")
+          .reduce(lambda a, b: {"key": a["key"], "value": a["value"] + b["value"]})
+          .sink(sinks.files(p.args["output"], format="jsonl")))
+"""
+
+from job_runtime import sinks, sources
+from job_runtime.pipeline import KeyedStream, Pipeline, Stream
+from job_runtime.state.handles import MapState, ValueState
+
+__all__ = ["KeyedStream", "MapState", "Pipeline", "Stream", "ValueState", "sinks", "sources"]

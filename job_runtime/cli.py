@@ -1,0 +1,98 @@
+"""``python -m job_runtime run ...``: the driver's command line.
+
+The flags are the contract written down in :mod:`cjob_spec.runtime_args`; the
+operator and the embedded runner build them from a CheckpointedJob.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+from cjob_spec.exit_codes import ExitCode
+from job_runtime.coordinator.coordinator import CheckpointSettings
+from job_runtime.execution.driver import DriverSettings, run_driver
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        raise SystemExit(ExitCode.BAD_CONFIG)
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m job_runtime")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run a job's driver")
+    run.add_argument("--job-name", required=True)
+    run.add_argument("--job-uid", required=True)
+    run.add_argument("--entrypoint", required=True)
+    run.add_argument("--python-path", action="append", default=[])
+    run.add_argument("--args-json", default="{}")
+    run.add_argument("--parallelism", type=int, default=1)
+    run.add_argument("--max-parallelism", type=int, default=128)
+    run.add_argument("--master", default="local[*]")
+    run.add_argument("--spark-conf", action="append", type=_key_value, default=[])
+    run.add_argument("--checkpoint-storage", required=True)
+    run.add_argument("--checkpoint-interval", type=float, default=10.0)
+    run.add_argument("--checkpoint-min-pause", type=float, default=0.0)
+    run.add_argument("--checkpoint-timeout", type=float, default=600.0)
+    run.add_argument("--checkpoint-mode", choices=["exactly_once", "at_least_once"],
+                     default="exactly_once")
+    run.add_argument("--unaligned", action="store_true")
+    run.add_argument("--retained", type=int, default=3)
+    run.add_argument("--tolerable-failures", type=int, default=0)
+    run.add_argument("--restore", default="latest")
+    run.add_argument("--on-unreadable", choices=["fail", "fallback"], default="fail")
+    run.add_argument("--attempt", type=int, default=1)
+    run.add_argument("--store", default="memory:")
+    run.add_argument("--metrics-port", type=int, default=None)
+    run.add_argument("--status-file", default=None)
+    run.add_argument("--task-attempts", type=int, default=4)
+    run.add_argument("--credits", type=int, default=4)
+    return parser
+
+
+def settings_from_args(ns: argparse.Namespace) -> DriverSettings:
+    try:
+        args = json.loads(ns.args_json)
+    except json.JSONDecodeError as exc:
+        raise SystemExit(f"--args-json is not valid JSON: {exc}") from None
+    if not isinstance(args, dict):
+        raise SystemExit("--args-json must be a JSON object")
+    return DriverSettings(
+        job_name=ns.job_name, job_uid=ns.job_uid, entrypoint=ns.entrypoint,
+        python_path=tuple(ns.python_path), args=args, parallelism=ns.parallelism,
+        max_parallelism=ns.max_parallelism, master=ns.master, spark_conf=dict(ns.spark_conf),
+        checkpoint_storage=ns.checkpoint_storage,
+        checkpoint=CheckpointSettings(interval=ns.checkpoint_interval,
+                                      min_pause=ns.checkpoint_min_pause,
+                                      timeout=ns.checkpoint_timeout,
+                                      tolerable_failures=ns.tolerable_failures),
+        mode=ns.checkpoint_mode, unaligned=ns.unaligned, retained=ns.retained,
+        restore=ns.restore, on_unreadable=ns.on_unreadable, attempt=ns.attempt, store=ns.store,
+        metrics_port=ns.metrics_port, status_file=ns.status_file,
+        task_attempts=ns.task_attempts, credits=ns.credits)
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    ns = build_parser().parse_args(argv)
+    try:
+        settings = settings_from_args(ns)
+    except SystemExit as exc:
+        sys.stderr.write(f"{exc}\n")
+        return ExitCode.BAD_CONFIG
+    return run_driver(settings)

@@ -1,0 +1,1 @@
+"""The checkpoint coordinator that runs in the driver."""

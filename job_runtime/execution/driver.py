@@ -1,0 +1,433 @@
+"""The driver: resolve the restore point, start Spark and the coordinator, run the stage.
+
+The whole job is ONE Spark barrier stage of P long-running tasks, followed by a
+tiny shuffle. The shuffle makes the barrier stage a *ShuffleMapStage*, which
+Spark relaunches as a whole when one of its tasks dies (a failed barrier
+*ResultStage* is never retried); the relaunched subtasks restore the latest
+completed checkpoint. In local mode, relaunches need ``local[N,F]`` with F > 1
+attempts, which the driver sets when the master does not say.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import logging
+import os
+import re
+import socket
+import sys
+import threading
+import time
+from typing import Any
+
+from cjob_spec.exit_codes import ExitCode
+from job_runtime.coordinator.coordinator import CheckpointCoordinator, CheckpointSettings
+from job_runtime.errors import (
+    CheckpointFailureBudgetExceeded,
+    ConfigurationError,
+    EntrypointError,
+    PipelineDefinitionError,
+    RestoreError,
+    UserCodeError,
+)
+from job_runtime.execution.config import SubtaskConfig
+from job_runtime.execution.entrypoint import add_python_path, build_pipeline
+from job_runtime.execution.stages import plan_stages
+from job_runtime.execution.subtask import run_subtask
+from job_runtime.metrics import DriverMetrics
+from job_runtime.storage.checkpoint_storage import CheckpointStorage
+from job_runtime.storage.errors import StorageError, StorageUnavailableError
+from job_runtime.storage.filesystem import S3Config, get_filesystem, join_uri, write_file_atomically
+from job_runtime.store.base import (
+    CheckpointIdCounter,
+    CompletedCheckpoint,
+    CompletedCheckpointStore,
+    FencedError,
+    JobStatus,
+    StoreError,
+    UnreadableCheckpointError,
+)
+
+log = logging.getLogger("job_runtime.driver")
+
+_LOCAL = re.compile(r"^local\[(\*|\d+)(?:,(\d+))?\]$")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DriverSettings:
+    job_name: str
+    job_uid: str
+    entrypoint: str
+    python_path: tuple[str, ...] = ()
+    args: dict[str, Any] = dataclasses.field(default_factory=dict)
+    parallelism: int = 1
+    max_parallelism: int = 128
+    master: str = "local[*]"
+    spark_conf: dict[str, str] = dataclasses.field(default_factory=dict)
+    checkpoint_storage: str = ""
+    checkpoint: CheckpointSettings = CheckpointSettings()
+    mode: str = "exactly_once"
+    unaligned: bool = False
+    retained: int = 3
+    restore: str = "latest"
+    on_unreadable: str = "fail"
+    attempt: int = 1
+    store: str = "memory:"
+    metrics_port: int | None = None
+    status_file: str | None = None
+    task_attempts: int = 4
+    credits: int = 4
+
+    @property
+    def job_id(self) -> str:
+        return f"{self.job_name}-{self.job_uid}"
+
+
+def resolve_master(master: str, *, parallelism: int, task_attempts: int) -> str:
+    """``local[N]`` becomes ``local[N,F]`` so Spark relaunches a crashed barrier stage."""
+    match = _LOCAL.match(master)
+    if not match:
+        return master
+    threads = os.cpu_count() or 1 if match.group(1) == "*" else int(match.group(1))
+    if threads < parallelism:
+        raise ConfigurationError(
+            setting="spark.master",
+            problem=f"{master} offers {threads} task slots but parallelism is {parallelism}; "
+                    f"a barrier stage needs all subtasks at once (use local[{parallelism}])")
+    attempts = int(match.group(2)) if match.group(2) else task_attempts
+    return f"local[{threads},{attempts}]"
+
+
+def open_store(settings: DriverSettings) -> tuple[CompletedCheckpointStore, CheckpointIdCounter]:
+    kind, _, where = settings.store.partition(":")
+    if kind == "file":
+        from job_runtime.store.file import FileCheckpointIdCounter, FileCheckpointStore
+
+        os.makedirs(where, exist_ok=True)
+        return (FileCheckpointStore(where, retained=settings.retained, attempt=settings.attempt),
+                FileCheckpointIdCounter(where, attempt=settings.attempt))
+    if kind == "memory":
+        from job_runtime.store.memory import InMemoryCheckpointIdCounter, InMemoryCheckpointStore
+
+        return InMemoryCheckpointStore(retained=settings.retained), InMemoryCheckpointIdCounter()
+    if kind == "configmap":
+        from job_runtime.store.configmap import open_configmap_store
+
+        namespace, _, name = where.partition("/")
+        return open_configmap_store(namespace=namespace, name=name, retained=settings.retained,
+                                    attempt=settings.attempt)
+    raise ConfigurationError(setting="--store",
+                             problem=f"expected file:DIR, memory: or configmap:NS/NAME, "
+                                     f"got {settings.store!r}")
+
+
+def resolve_restore(
+    *, settings: DriverSettings, storage: CheckpointStorage, store: CompletedCheckpointStore
+) -> tuple[CompletedCheckpoint | None, dict[str, Any] | None, list[str]]:
+    """The checkpoint to start from, its metadata, and notes about fallbacks taken."""
+    notes: list[str] = []
+    request = settings.restore.strip()
+    if request in ("", "none"):
+        return None, None, notes
+    candidates: list[CompletedCheckpoint]
+    retained = list(reversed(store.all()))
+    if request == "latest":
+        candidates = retained
+        if not candidates:
+            return None, None, notes
+    elif request.isdigit():
+        wanted = int(request)
+        found = [c for c in retained if c.checkpoint_id == wanted]
+        if not found:
+            path = storage.metadata_uri(wanted)
+            found = [CompletedCheckpoint(checkpoint_id=wanted, metadata_path=path, timestamp=0.0)]
+        candidates = found + [c for c in retained if c.checkpoint_id < wanted]
+    else:
+        if not storage.is_own_checkpoint(request):
+            raise RestoreError(pointer=request,
+                               problem=f"it is not a checkpoint of job {settings.job_id} "
+                                       f"(expected a path below {storage.job_dir}/)")
+        found_id = _checkpoint_id_of(request)
+        candidates = [CompletedCheckpoint(checkpoint_id=found_id, metadata_path=request,
+                                          timestamp=0.0)]
+        candidates += [c for c in retained if c.checkpoint_id < found_id]
+    first_error: UnreadableCheckpointError | None = None
+    for candidate in candidates:
+        try:
+            metadata = json.loads(storage.read_metadata(candidate.metadata_path))
+        except UnreadableCheckpointError as exc:
+            first_error = first_error or exc
+            if settings.on_unreadable != "fallback":
+                raise RestoreError(pointer=candidate.metadata_path, problem=exc.cause) from None
+            notes.append(f"checkpoint {candidate.checkpoint_id} is unreadable ({exc.cause}); "
+                         f"falling back to an older one")
+            continue
+        except ValueError as exc:
+            raise RestoreError(pointer=candidate.metadata_path,
+                               problem=f"metadata is not valid JSON: {exc}") from None
+        if metadata.get("job") != settings.job_id:
+            raise RestoreError(pointer=candidate.metadata_path,
+                               problem=f"it belongs to job {metadata.get('job')!r}")
+        return candidate, metadata, notes
+    assert first_error is not None
+    raise RestoreError(pointer=settings.restore,
+                       problem=f"no readable checkpoint to fall back to ({first_error.cause})")
+
+
+def _checkpoint_id_of(path: str) -> int:
+    match = re.search(r"/chk-(\d+)(?:/|$)", path)
+    return int(match.group(1)) if match else -1
+
+
+class StatusWriter:
+    """Writes the driver's progress as JSON for the embedded runner, once a second."""
+
+    def __init__(self, *, path: str, coordinator: CheckpointCoordinator,
+                 metrics: DriverMetrics | None, extra: dict[str, Any]) -> None:
+        self.path = path
+        self.coordinator = coordinator
+        self.metrics = metrics
+        self.extra = extra
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="status-writer")
+        self._thread.start()
+
+    def write(self, *, state: str) -> None:
+        coordinator = self.coordinator
+        progress = coordinator.snapshot_progress()
+        latest = coordinator.latest
+        body = {
+            "state": state,
+            "pid": os.getpid(),
+            "updatedAt": time.time(),
+            "epoch": progress["epoch"],
+            "subtaskRestarts": max(0, coordinator.epochs_started - 1),
+            "recordsIn": progress["recordsIn"],
+            "recordsOut": progress["recordsOut"],
+            "checkpoints": progress["checkpoints"],
+            "latestCheckpoint": None if latest is None else {
+                "id": latest.checkpoint_id, "path": latest.metadata_path,
+                "completedAt": latest.timestamp, "sizeBytes": latest.size_bytes},
+            "restoredFrom": None if coordinator.restored_from is None else {
+                "id": coordinator.restored_from.checkpoint_id,
+                "path": coordinator.restored_from.metadata_path},
+            **self.extra,
+        }
+        if self.metrics is not None:
+            self.metrics.progress(records_in=progress["recordsIn"],
+                                  records_out=progress["recordsOut"],
+                                  failed=progress["checkpoints"]["failed"],
+                                  restarts=max(0, coordinator.epochs_started - 1))
+        if self.path:
+            write_file_atomically(self.path, json.dumps(body, indent=2).encode())
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            try:
+                self.write(state="running")
+            except Exception as exc:
+                log.debug("status write failed: %s", exc)
+
+    def stop(self, *, state: str) -> None:
+        self._stop.set()
+        try:
+            self.write(state=state)
+        except Exception as exc:
+            log.warning("final status write failed: %s", exc)
+
+
+def _driver_host(master: str, conf: dict[str, str]) -> tuple[str, str]:
+    """(bind address, advertised address) of the coordinator's endpoint."""
+    if master.startswith("local"):
+        return "127.0.0.1", "127.0.0.1"
+    advertised = conf.get("spark.driver.host") or socket.gethostbyname(socket.gethostname())
+    return "0.0.0.0", advertised
+
+
+def run_driver(settings: DriverSettings) -> int:
+    """Run the job to its end; returns the process exit code."""
+    try:
+        return _run(settings)
+    except (EntrypointError, PipelineDefinitionError, ConfigurationError) as exc:
+        log.error("%s", exc)
+        return ExitCode.BAD_CONFIG
+    except UserCodeError as exc:
+        log.error("%s", exc)
+        return ExitCode.USER_CODE_ERROR
+    except RestoreError as exc:
+        log.error("%s", exc)
+        return ExitCode.RESTORE_FAILED
+    except StorageUnavailableError as exc:
+        log.error("checkpoint storage unreachable: %s", exc)
+        return ExitCode.STORAGE_UNREACHABLE
+    except FencedError as exc:
+        log.error("%s", exc)
+        return 1
+    except (StoreError, StorageError) as exc:
+        log.error("checkpoint store or storage failed: %s", exc)
+        return ExitCode.STORAGE_UNREACHABLE
+
+
+def _run(settings: DriverSettings) -> int:
+    if settings.parallelism < 1 or settings.parallelism > settings.max_parallelism:
+        raise ConfigurationError(setting="--parallelism",
+                                 problem=f"must be within 1..{settings.max_parallelism}")
+    add_python_path(settings.python_path)
+    pipeline = build_pipeline(entrypoint=settings.entrypoint, args=settings.args,
+                              name=settings.job_name)
+    stages = plan_stages(pipeline)
+    master = resolve_master(settings.master, parallelism=settings.parallelism,
+                            task_attempts=settings.task_attempts)
+    s3 = S3Config.from_env()
+    storage = CheckpointStorage(settings.checkpoint_storage, settings.job_id,
+                                fs=get_filesystem(settings.checkpoint_storage, s3=s3))
+    store, counter = open_store(settings)
+    restored, metadata, notes = resolve_restore(settings=settings, storage=storage, store=store)
+    for note in notes:
+        log.warning("%s", note)
+    if restored is not None:
+        log.info("restoring checkpoint %d from %s", restored.checkpoint_id,
+                 restored.metadata_path)
+        counter.set_count(restored.checkpoint_id + 1)
+        if metadata and int(metadata.get("maxParallelism", settings.max_parallelism)) != \
+                settings.max_parallelism:
+            raise RestoreError(pointer=restored.metadata_path,
+                               problem="maxParallelism differs from the checkpoint's "
+                                       f"{metadata.get('maxParallelism')}; it cannot change")
+
+    metrics = DriverMetrics(job=settings.job_name)
+    if settings.metrics_port:
+        metrics.serve(settings.metrics_port)
+    if restored is not None:
+        metrics.restored.labels(settings.job_name).set(restored.checkpoint_id)
+
+    def on_complete(completed: CompletedCheckpoint, stats: Any) -> None:
+        metrics.checkpoint_completed(checkpoint_id=completed.checkpoint_id,
+                                     timestamp=completed.timestamp, size=completed.size_bytes,
+                                     stats=stats)
+
+    bind, advertised = _driver_host(master, settings.spark_conf)
+    coordinator = CheckpointCoordinator(
+        job_id=settings.job_id, attempt=settings.attempt, parallelism=settings.parallelism,
+        max_parallelism=settings.max_parallelism, stages=len(stages), storage=storage,
+        store=store, counter=counter, settings=settings.checkpoint,
+        initial_restore=metadata, initial_restore_pointer=restored, on_complete=on_complete,
+        host=bind)
+    status = StatusWriter(path=settings.status_file or "", coordinator=coordinator,
+                          metrics=metrics,
+                          extra={"fallbackNotes": notes, "attempt": settings.attempt})
+    staging = join_uri(storage.job_dir, "staging")
+    config = SubtaskConfig(
+        job_id=settings.job_id, job_name=settings.job_name, attempt=settings.attempt,
+        entrypoint=settings.entrypoint, python_path=settings.python_path, args=settings.args,
+        parallelism=settings.parallelism, max_parallelism=settings.max_parallelism,
+        coordinator_host=advertised, coordinator_port=coordinator.port,
+        checkpoint_root=settings.checkpoint_storage, staging_uri=staging, mode=settings.mode,
+        unaligned=settings.unaligned, credits=settings.credits,
+        s3=dataclasses.asdict(s3) if s3.to_env() else None)
+
+    spark = _start_spark(settings=settings, master=master)
+    try:
+        assert pipeline.source_op is not None
+        pipeline.source_op.prepare_on_driver(spark=spark, staging_uri=staging)
+        outcome = _run_stage(spark=spark, settings=settings, config=config,
+                             coordinator=coordinator)
+    finally:
+        coordinator.stop()
+    if outcome is None:
+        assert pipeline.sink_op is not None
+        pipeline.sink_op.finish_job(s3=s3)
+        store.shutdown(JobStatus.FINISHED, discard=storage.discard)
+        status.stop(state="finished")
+        spark.stop()
+        log.info("job finished: %d records written, %d checkpoints completed",
+                 coordinator.snapshot_progress()["recordsOut"], coordinator.stats.completed)
+        return ExitCode.FINISHED
+    status.stop(state="failed")
+    try:
+        spark.stop()
+    except Exception:
+        pass
+    return _exit_code_for(outcome)
+
+
+def _exit_code_for(failure: BaseException) -> int:
+    if isinstance(failure, UserCodeError):
+        log.error("%s", failure)
+        return ExitCode.USER_CODE_ERROR
+    if isinstance(failure, CheckpointFailureBudgetExceeded):
+        log.error("%s", failure)
+        if "unavailable" in failure.last_reason or "unreachable" in failure.last_reason:
+            return ExitCode.STORAGE_UNREACHABLE
+        return ExitCode.CHECKPOINT_FAILURES_EXCEEDED
+    if isinstance(failure, FencedError):
+        log.error("%s", failure)
+        return 1
+    log.error("job failed: %s", failure)
+    return 1
+
+
+def _start_spark(*, settings: DriverSettings, master: str) -> Any:
+    from pyspark.sql import SparkSession
+
+    # Python workers must run the driver's interpreter (the one with job_runtime).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = (SparkSession.builder.appName(f"cjob-{settings.job_name}").master(master)
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.python.worker.reuse", "false")
+               .config("spark.stage.maxConsecutiveAttempts", str(max(4, settings.task_attempts)))
+               .config("spark.task.maxFailures", str(settings.task_attempts))
+               .config("spark.sql.shuffle.partitions", "1"))
+    if master.startswith("local"):
+        builder = builder.config("spark.driver.host", "127.0.0.1").config(
+            "spark.driver.bindAddress", "127.0.0.1")
+    for key, value in settings.spark_conf.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _run_stage(*, spark: Any, settings: DriverSettings, config: SubtaskConfig,
+               coordinator: CheckpointCoordinator) -> BaseException | None:
+    """Run the barrier stage; ``None`` on success, else why the job failed."""
+    sc = spark.sparkContext
+    result: dict[str, Any] = {}
+
+    def job() -> None:
+        try:
+            rdd = sc.parallelize(range(settings.parallelism), settings.parallelism)
+            summaries = (rdd.barrier()
+                         .mapPartitions(functools.partial(run_subtask, config))
+                         .groupByKey(1)
+                         .collect())
+            result["summaries"] = summaries
+        except BaseException as exc:
+            result["error"] = exc
+
+    thread = threading.Thread(target=job, daemon=True, name="spark-job")
+    thread.start()
+    while thread.is_alive():
+        if coordinator.failed_event.wait(0.2):
+            sc.cancelAllJobs()
+            thread.join(timeout=60)
+            return coordinator.failure
+    if coordinator.failure is not None:
+        return coordinator.failure
+    if "error" in result:
+        return _spark_failure(result["error"])
+    return None
+
+
+def _spark_failure(exc: BaseException) -> BaseException:
+    text = str(exc)
+    marker = "UserCodeError"
+    if marker in text:
+        return UserCodeError(operator="?", subtask=-1, details=text[-4000:])
+    return RuntimeError(f"Spark gave up on the job after repeated task failures: "
+                        f"{text.splitlines()[0] if text else type(exc).__name__}")

@@ -1,0 +1,341 @@
+"""The tasks of one subtask: a source task and one keyed task per exchange.
+
+Each task is a thread. A task processes control messages from the coordinator
+between batches (checkpoint triggers for sources; aborts and completions for
+everyone), so a checkpoint never interrupts a record function halfway.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from job_runtime.barriers import BarrierHandler, build_barrier_handler
+from job_runtime.errors import UserCodeError
+from job_runtime.execution.stages import StagePlan
+from job_runtime.execution.uploader import UploadJob
+from job_runtime.network.channels import InputGate, OutputChannel
+from job_runtime.network.framing import Kind
+from job_runtime.operators.chain import RecordChain
+from job_runtime.operators.keyed import KeyedOperator, build_keyed_operator
+from job_runtime.records import Batch, key_group_of, key_group_range, split_by_target
+from job_runtime.sinks.base import SinkWriter
+from job_runtime.sources.base import Source, SourceContext, Split, SplitReader
+from job_runtime.storage.checkpoint_storage import StateHandle
+
+if TYPE_CHECKING:
+    from job_runtime.execution.subtask import SubtaskRuntime
+
+log = logging.getLogger(__name__)
+
+Control = tuple[str, dict[str, Any]]
+
+
+class Task(threading.Thread):
+    def __init__(self, *, runtime: SubtaskRuntime, plan: StagePlan,
+                 outputs: list[OutputChannel], sink: SinkWriter | None) -> None:
+        super().__init__(daemon=True, name=f"task-{plan.index}-{runtime.subtask}")
+        self.runtime = runtime
+        self.plan = plan
+        self.outputs = outputs
+        self.sink = sink
+        self.chain = RecordChain(ops=plan.chain, subtask=runtime.subtask)
+        self.control: queue.Queue[Control] = queue.Queue()
+        self.error: BaseException | None = None
+        self.finished = False
+        self.records_in = 0
+        self.records_out = 0
+        self.emitted_barriers: set[int] = set()
+        self._cancelled: Callable[[], bool] = lambda: runtime.cancelled.is_set()
+
+    # ------------------------------------------------------------------ output
+
+    def emit(self, batch: Batch) -> None:
+        batch = self.chain(batch)
+        if not len(batch):
+            return
+        if self.sink is not None:
+            self.sink.write(batch)
+            self.records_out += len(batch)
+            return
+        key = self.plan.out_key
+        assert key is not None
+        config = self.runtime.config
+        for target, part in split_by_target(batch, key.key, parallelism=config.parallelism,
+                                            max_parallelism=config.max_parallelism):
+            self.outputs[target].send_batch(part, cancelled=self._cancelled)
+
+    def broadcast(self, kind: Kind, arg: int) -> None:
+        for out in self.outputs:
+            out.send_event(kind, arg)
+
+    # ------------------------------------------------------------------ snapshots
+
+    def operator_snapshots(self) -> dict[str, tuple[Any, list[int]]]:
+        return {}
+
+    def inline_state(self, checkpoint_id: int) -> dict[str, Any]:
+        state: dict[str, Any] = {}
+        if self.sink is not None:
+            state["sink"] = self.sink.snapshot(checkpoint_id)
+        return state
+
+    def snapshot(self, checkpoint_id: int, *, alignment_seconds: float,
+                 defer_ack: bool = False) -> UploadJob:
+        started = time.perf_counter()
+        job = UploadJob(
+            checkpoint_id=checkpoint_id, stage=self.plan.index, subtask=self.runtime.subtask,
+            snapshots=self.operator_snapshots(), inline=self.inline_state(checkpoint_id),
+            channel_state=None, channel_uid=f"{self.plan.uid}-channels",
+            stats={"sync_ms": (time.perf_counter() - started) * 1000.0,
+                   "alignment_ms": alignment_seconds * 1000.0})
+        self.broadcast(Kind.BARRIER, checkpoint_id)
+        self.emitted_barriers.add(checkpoint_id)
+        if not defer_ack:
+            self.runtime.uploader.submit(job)
+        return job
+
+    # ------------------------------------------------------------------ control
+
+    def on_complete(self, checkpoint_id: int, final: bool) -> None:
+        if self.sink is not None:
+            self.sink.notify_complete(checkpoint_id)
+        if final:
+            self.finish()
+
+    def finish(self) -> None:
+        for out in self.outputs:
+            try:
+                out.send_event(Kind.END, 0)
+            except Exception:
+                pass
+        self.finished = True
+
+    def handle_control(self, message: Control) -> None:
+        kind, fields = message
+        if kind == "complete":
+            self.on_complete(int(fields["checkpoint_id"]), bool(fields["final"]))
+
+    def drain_control(self) -> None:
+        while True:
+            try:
+                message = self.control.get_nowait()
+            except queue.Empty:
+                return
+            self.handle_control(message)
+
+    # ------------------------------------------------------------------ thread
+
+    def run(self) -> None:
+        try:
+            self.loop()
+        except BaseException as exc:
+            self.error = exc
+            self.runtime.task_failed(self, exc)
+
+    def loop(self) -> None:
+        raise NotImplementedError
+
+
+class SourceTask(Task):
+    def __init__(self, *, source: Source, restore: dict[str, Any] | None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.source = source
+        config = self.runtime.config
+        self.context = SourceContext(subtask=self.runtime.subtask,
+                                     parallelism=config.parallelism,
+                                     staging_uri=config.staging_uri,
+                                     s3=self.runtime.s3_config)
+        all_splits = source.splits(context=self.context)
+        self.splits: list[Split] = [s for s in all_splits
+                                    if s.index % config.parallelism == self.runtime.subtask]
+        positions = (restore or {}).get("sources", {})
+        self.positions: dict[int, Any] = {s.index: positions.get(str(s.index))
+                                          for s in self.splits}
+        self._reader: SplitReader | None = None
+        self._current = 0
+        self.exhausted = False
+
+    def _positions(self) -> dict[int, Any]:
+        current = dict(self.positions)
+        if self._reader is not None:
+            current[self.splits[self._current].index] = self._reader.position()
+        return current
+
+    def inline_state(self, checkpoint_id: int) -> dict[str, Any]:
+        state = super().inline_state(checkpoint_id)
+        state["sources"] = {str(k): v for k, v in self._positions().items()}
+        return state
+
+    def handle_control(self, message: Control) -> None:
+        kind, fields = message
+        if kind == "trigger":
+            self.snapshot(int(fields["checkpoint_id"]), alignment_seconds=0.0)
+        elif kind == "abort":
+            checkpoint_id = int(fields["checkpoint_id"])
+            if checkpoint_id in self.emitted_barriers:
+                self.broadcast(Kind.CANCEL, checkpoint_id)
+        else:
+            super().handle_control(message)
+
+    def _next_batch(self) -> Batch | None:
+        while self._current < len(self.splits):
+            if self._reader is None:
+                split = self.splits[self._current]
+                self._reader = self.source.open(split, self.positions[split.index],
+                                                context=self.context)
+            batch = self._reader.read_batch()
+            if batch is not None:
+                return batch
+            split = self.splits[self._current]
+            self.positions[split.index] = self._reader.position()
+            self._reader.close()
+            self._reader = None
+            self._current += 1
+        return None
+
+    def loop(self) -> None:
+        while not self.finished:
+            if self.runtime.cancelled.is_set():
+                return
+            self.drain_control()
+            if self.finished:
+                return
+            if self.exhausted:
+                try:
+                    message = self.control.get(timeout=0.1)
+                except queue.Empty:
+                    continue
+                self.handle_control(message)
+                continue
+            batch = self._next_batch()
+            if batch is None:
+                self.exhausted = True
+                self.runtime.source_finished()
+                continue
+            self.records_in += len(batch)
+            self.emit(batch)
+
+
+class KeyedTask(Task):
+    def __init__(self, *, gate: InputGate, restore: dict[str, Any] | None,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        config = self.runtime.config
+        assert self.plan.keyed is not None
+        self.keyed_op = self.plan.keyed
+        self.key_groups = key_group_range(self.runtime.subtask, parallelism=config.parallelism,
+                                          max_parallelism=config.max_parallelism)
+        self.operator: KeyedOperator = build_keyed_operator(
+            op=self.keyed_op, subtask=self.runtime.subtask, key_groups=self.key_groups,
+            max_parallelism=config.max_parallelism)
+        self.gate = gate
+        self.handler: BarrierHandler = build_barrier_handler(
+            mode=config.mode, unaligned=config.unaligned, channels=gate.size, listener=self)
+        self._replay: list[Batch] = []
+        self._deferred: dict[int, UploadJob] = {}
+        if restore:
+            self._restore(restore)
+
+    # -- restore
+
+    def _overlaps(self, handle: dict[str, Any]) -> bool:
+        lo, hi = handle.get("keyGroups", [0, self.runtime.config.max_parallelism])
+        return lo < self.key_groups.stop and self.key_groups.start < hi
+
+    def _restore(self, restore: dict[str, Any]) -> None:
+        storage = self.runtime.storage
+        handles = restore.get("operators", {}).get(self.keyed_op.uid, [])
+        blobs = [storage.read_state(StateHandle.from_dict(h)) for h in handles
+                 if self._overlaps(h)]
+        restored = self.operator.restore(blobs)
+        log.info("subtask %d restored %d keys of %s", self.runtime.subtask, restored,
+                 self.keyed_op.uid)
+        key = self.keyed_op.key.key
+        max_p = self.runtime.config.max_parallelism
+        for handle in restore.get("channels", {}).get(str(self.plan.index), []):
+            data = storage.read_state(StateHandle.from_dict(handle))
+            for row_lists in pickle.loads(data).values():
+                for rows in row_lists:
+                    mine = [r for r in rows if key_group_of(
+                        r[key] if isinstance(key, str) else key(r), max_p) in self.key_groups]
+                    if mine:
+                        self._replay.append(Batch(rows=mine))
+
+    # -- snapshots
+
+    def operator_snapshots(self) -> dict[str, tuple[Any, list[int]]]:
+        return {self.keyed_op.uid: (self.operator.snapshot(),
+                                    [self.key_groups.start, self.key_groups.stop])}
+
+    def on_snapshot(self, checkpoint_id: int, *, alignment_seconds: float) -> None:
+        unaligned = self.runtime.config.unaligned and self.runtime.config.mode == "exactly_once"
+        job = self.snapshot(checkpoint_id, alignment_seconds=alignment_seconds,
+                            defer_ack=unaligned)
+        if unaligned:
+            self._deferred = {checkpoint_id: job}
+
+    def on_channel_state(self, checkpoint_id: int, state: dict[int, list[Batch]]) -> None:
+        job = self._deferred.pop(checkpoint_id, None)
+        if job is not None:
+            job.channel_state = state
+            self.runtime.uploader.submit(job)
+
+    def on_abort(self, checkpoint_id: int, *, reason: str, forward_cancel: bool) -> None:
+        self._deferred.pop(checkpoint_id, None)
+        if forward_cancel:
+            self.broadcast(Kind.CANCEL, checkpoint_id)
+        self.runtime.decline(checkpoint_id, reason)
+
+    def handle_control(self, message: Control) -> None:
+        kind, fields = message
+        if kind == "abort":
+            self.handler.abort_pending(int(fields["checkpoint_id"]), reason=str(fields["reason"]))
+        else:
+            super().handle_control(message)
+
+    # -- processing
+
+    def process(self, batch: Batch) -> None:
+        self.records_in += len(batch)
+        self.emit(self.operator.process(batch))
+
+    def loop(self) -> None:
+        for batch in self._replay:
+            self.process(batch)
+        self._replay = []
+        handler = self.handler
+        gate = self.gate
+        while not self.finished:
+            if self.runtime.cancelled.is_set():
+                return
+            self.drain_control()
+            if self.finished:
+                return
+            priority = gate.take_priority_barrier()
+            if priority is not None:
+                channel, checkpoint_id, ahead = priority
+                handler.on_priority_barrier(channel, checkpoint_id, ahead)
+                continue
+            item = gate.next(blocked=handler.blocked, timeout=0.05)
+            if item is None:
+                continue
+            channel, (kind, arg, payload) = item
+            if payload is not None:
+                handler.on_data(channel, payload)
+                self.process(payload)
+            elif kind == Kind.BARRIER:
+                handler.on_barrier(channel, arg)
+            elif kind == Kind.CANCEL:
+                handler.on_cancel(channel, arg)
+            elif kind == Kind.END:
+                handler.on_end_of_partition(channel)
+
+
+def is_user_error(exc: BaseException) -> bool:
+    return isinstance(exc, UserCodeError)

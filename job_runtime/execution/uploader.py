@@ -1,0 +1,88 @@
+"""The asynchronous part of snapshots: serialise and upload in a background thread.
+
+The task thread hands over references (copy-on-write dicts, array copies) and
+goes on processing records; this thread turns them into bytes, writes them to
+checkpoint storage and acknowledges the checkpoint to the coordinator.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import pickle
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from job_runtime.storage.checkpoint_storage import CheckpointStorage
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(kw_only=True)
+class UploadJob:
+    checkpoint_id: int
+    stage: int
+    subtask: int
+    snapshots: dict[str, tuple[Any, list[int]]]   # uid -> (snapshot, [kg_lo, kg_hi])
+    inline: dict[str, Any]
+    channel_state: dict[int, list[Any]] | None
+    channel_uid: str
+    stats: dict[str, float]
+
+
+class Uploader:
+    def __init__(self, *, storage: CheckpointStorage,
+                 send: Callable[..., None]) -> None:
+        self._storage = storage
+        self._send = send
+        self._queue: queue.Queue[UploadJob | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="snapshot-uploader")
+        self._thread.start()
+
+    def submit(self, job: UploadJob) -> None:
+        self._queue.put(job)
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        while True:
+            job = self._queue.get()
+            if job is None:
+                return
+            started = time.perf_counter()
+            try:
+                state = dict(job.inline)
+                total = 0
+                operators: dict[str, Any] = {}
+                for uid, (snapshot, key_groups) in job.snapshots.items():
+                    data = snapshot.serialize()
+                    handle = self._storage.write_state(job.checkpoint_id, uid, job.subtask, data)
+                    total += handle.size_bytes
+                    operators[uid] = {**handle.to_dict(), "keyGroups": key_groups}
+                state["operators"] = operators
+                if job.channel_state:
+                    rows = {c: [b.rows for b in batches]
+                            for c, batches in job.channel_state.items() if batches}
+                    if rows:
+                        data = pickle.dumps(rows, protocol=pickle.HIGHEST_PROTOCOL)
+                        handle = self._storage.write_state(job.checkpoint_id, job.channel_uid,
+                                                           job.subtask, data)
+                        total += handle.size_bytes
+                        state["channels"] = handle.to_dict()
+                stats = dict(job.stats)
+                stats["async_ms"] = (time.perf_counter() - started) * 1000.0
+                stats["bytes"] = total
+                self._send("ack", checkpoint_id=job.checkpoint_id, stage=job.stage,
+                           state=state, stats=stats)
+            except Exception as exc:
+                log.warning("snapshot upload of checkpoint %d failed: %s", job.checkpoint_id, exc)
+                try:
+                    self._send("decline", checkpoint_id=job.checkpoint_id,
+                               reason=f"upload failed: {exc}")
+                except Exception:
+                    log.warning("could not decline checkpoint %d", job.checkpoint_id)

@@ -1,0 +1,71 @@
+"""Prometheus metrics of the driver (``cjob_job_*`` and ``cjob_checkpoint_*``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+
+
+class DriverMetrics:
+    def __init__(self, *, job: str) -> None:
+        self.registry = CollectorRegistry()
+        labels = ["job"]
+        self._job = job
+        r = self.registry
+        self.completed = Counter("cjob_checkpoint_completed", "Completed checkpoints",
+                                 labels, registry=r)
+        self.failed = Counter("cjob_checkpoint_failed", "Failed or aborted checkpoints",
+                              labels, registry=r)
+        self.duration = Histogram("cjob_checkpoint_duration_seconds",
+                                  "Trigger to completion of a checkpoint", labels,
+                                  buckets=_BUCKETS, registry=r)
+        self.size = Gauge("cjob_checkpoint_size_bytes", "Size of the latest checkpoint",
+                          labels, registry=r)
+        self.alignment = Histogram("cjob_checkpoint_alignment_seconds",
+                                   "Longest barrier alignment of a checkpoint", labels,
+                                   buckets=_BUCKETS, registry=r)
+        self.sync = Histogram("cjob_checkpoint_sync_seconds",
+                              "Longest synchronous snapshot part of a checkpoint", labels,
+                              buckets=_BUCKETS, registry=r)
+        self.last_id = Gauge("cjob_checkpoint_last_completed_id",
+                             "Id of the latest completed checkpoint", labels, registry=r)
+        self.last_ts = Gauge("cjob_checkpoint_last_completed_timestamp_seconds",
+                             "Completion time of the latest checkpoint", labels, registry=r)
+        self.records_in = Gauge("cjob_job_records_in", "Records read by the sources", labels,
+                                registry=r)
+        self.records_out = Gauge("cjob_job_records_out", "Records written by the sink",
+                                 labels, registry=r)
+        self.restored = Gauge("cjob_job_restored_checkpoint_id",
+                              "Checkpoint the job restored (-1 for none)", labels, registry=r)
+        self.in_run_restarts = Gauge("cjob_job_subtask_restarts",
+                                     "Relaunches of the barrier stage in this driver", labels,
+                                     registry=r)
+        self.restored.labels(job).set(-1)
+
+    def serve(self, port: int) -> None:
+        start_http_server(port, registry=self.registry)
+
+    def checkpoint_completed(self, *, checkpoint_id: int, timestamp: float, size: int,
+                             stats: Any) -> None:
+        job = self._job
+        self.completed.labels(job).inc()
+        self.duration.labels(job).observe(stats.duration_ms / 1000.0)
+        self.alignment.labels(job).observe(stats.alignment_ms_max / 1000.0)
+        self.sync.labels(job).observe(stats.sync_ms_max / 1000.0)
+        self.size.labels(job).set(size)
+        self.last_id.labels(job).set(checkpoint_id)
+        self.last_ts.labels(job).set(timestamp)
+
+    def progress(self, *, records_in: int, records_out: int, failed: int,
+                 restarts: int) -> None:
+        job = self._job
+        self.records_in.labels(job).set(records_in)
+        self.records_out.labels(job).set(records_out)
+        self.in_run_restarts.labels(job).set(restarts)
+        current = self.failed.labels(job)._value.get()
+        if failed > current:
+            current_inc = failed - current
+            self.failed.labels(job).inc(current_inc)

@@ -1,0 +1,1 @@
+"""Channels between subtasks: framed batches and events over TCP, with credit-based flow control."""

@@ -1,0 +1,1 @@
+"""Operators as they run inside a task: record chains and keyed, stateful operators."""

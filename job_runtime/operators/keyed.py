@@ -1,0 +1,276 @@
+"""Keyed, stateful operators: ``reduce``, ``process`` and the vectorised ``aggregate``.
+
+Each operator owns the state of the key groups of its subtask and snapshots it
+in two parts: :meth:`snapshot` is the synchronous part (references and small
+array copies only) and returns an object whose ``serialize`` runs later in the
+background thread.
+"""
+
+from __future__ import annotations
+
+import abc
+import pickle
+import traceback
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from job_runtime.errors import UserCodeError
+from job_runtime.pipeline import KeyedOp
+from job_runtime.records import Batch, Record, key_group_of, key_groups_of_array
+from job_runtime.state.handles import ProcessContext
+from job_runtime.state.hashmap import HashMapStateBackend
+
+
+class StateSnapshot(Protocol):
+    def serialize(self) -> bytes: ...
+
+
+class KeyedOperator(abc.ABC):
+    def __init__(self, *, op: KeyedOp, subtask: int, key_groups: range,
+                 max_parallelism: int) -> None:
+        self.op = op
+        self.subtask = subtask
+        self.key_groups = key_groups
+        self.max_parallelism = max_parallelism
+
+    @abc.abstractmethod
+    def process(self, batch: Batch) -> Batch: ...
+
+    @abc.abstractmethod
+    def snapshot(self) -> StateSnapshot: ...
+
+    @abc.abstractmethod
+    def restore(self, blobs: Iterable[bytes]) -> int:
+        """Load the owned key groups from state files of any parallelism; returns keys."""
+
+    @abc.abstractmethod
+    def key_count(self) -> int: ...
+
+    def _fail(self, exc: BaseException) -> UserCodeError:
+        details = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        return UserCodeError(operator=self.op.uid, subtask=self.subtask, details=details)
+
+
+class _RecordKeyed(KeyedOperator):
+    """Shared part of ``reduce`` and ``process``: hashmap state, one record at a time."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.backend = HashMapStateBackend(key_groups=self.key_groups)
+
+    def _keys(self, batch: Batch) -> tuple[list[Any], list[int]]:
+        key = self.op.key.key
+        if isinstance(key, str):
+            if batch.has_arrow:
+                column = batch.arrow.column(key)
+                return column.to_pylist(), key_groups_of_array(column,
+                                                               self.max_parallelism).tolist()
+            keys = [r[key] for r in batch.rows]
+        else:
+            keys = [key(r) for r in batch.rows]
+        mp = self.max_parallelism
+        return keys, [key_group_of(k, mp) for k in keys]
+
+    def snapshot(self) -> StateSnapshot:
+        return self.backend.snapshot()
+
+    def restore(self, blobs: Iterable[bytes]) -> int:
+        return self.backend.restore(blobs)
+
+    def key_count(self) -> int:
+        return self.backend.key_count()
+
+
+class ReduceOperator(_RecordKeyed):
+    def process(self, batch: Batch) -> Batch:
+        rows = batch.rows
+        try:
+            keys, groups = self._keys(batch)
+        except Exception as exc:
+            raise self._fail(exc) from exc
+        fn = self.op.fn
+        assert fn is not None
+        name = self.op.uid
+        backend = self.backend
+        out: list[Record] = []
+        try:
+            for row, key, group in zip(rows, keys, groups, strict=True):
+                table = backend.writable(name, group)
+                previous = table.get(key)
+                value = row if previous is None else fn(previous, row)
+                table[key] = value
+                out.append(value)
+        except Exception as exc:
+            raise self._fail(exc) from exc
+        return Batch(rows=out)
+
+
+class ProcessOperator(_RecordKeyed):
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.context = ProcessContext(backend=self.backend, operator=self.op.uid)
+
+    def process(self, batch: Batch) -> Batch:
+        rows = batch.rows
+        fn = self.op.fn
+        assert fn is not None
+        ctx = self.context
+        out: list[Record] = []
+        try:
+            keys, groups = self._keys(batch)
+            for row, key, group in zip(rows, keys, groups, strict=True):
+                ctx.set_key(key, group)
+                produced = fn(row, ctx)
+                if produced is not None:
+                    out.extend(produced)
+        except Exception as exc:
+            raise self._fail(exc) from exc
+        return Batch(rows=out)
+
+
+class _AggregateSnapshot:
+    def __init__(self, *, keys: np.ndarray, groups: np.ndarray,
+                 accumulators: dict[str, np.ndarray]) -> None:
+        self.keys = keys
+        self.groups = groups
+        self.accumulators = accumulators
+
+    def serialize(self) -> bytes:
+        payload = {"version": 1, "keys": self.keys, "groups": self.groups,
+                   "accumulators": self.accumulators}
+        return pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
+
+    def key_count(self) -> int:
+        return len(self.keys)
+
+
+class AggregateOperator(KeyedOperator):
+    """count/sum/min/max/mean per key with numpy arrays indexed by a slot per key.
+
+    The key-to-slot index is a pandas index (a C hash table), so a batch is
+    aggregated without a Python loop over its records or its keys. A snapshot
+    copies the arrays (about a millisecond for a hundred thousand keys).
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.key_column = self.op.key.key
+        assert isinstance(self.key_column, str)
+        self._index = pd.Index([])
+        self._keys = np.empty(0, dtype=object)
+        self._groups = np.empty(0, dtype=np.int64)
+        self._size = 0
+        self._acc: dict[str, np.ndarray] = {}
+        self._acc_specs: dict[str, tuple[str, str | None]] = {}
+        for _, func, column in self.op.aggregates:
+            if func in ("count", "mean"):
+                self._acc_specs["count"] = ("count", None)
+            if func in ("sum", "mean"):
+                self._acc_specs[f"sum:{column}"] = ("sum", column)
+            if func in ("min", "max"):
+                self._acc_specs[f"{func}:{column}"] = (func, column)
+
+    def _initial(self, func: str, n: int) -> np.ndarray:
+        if func == "count":
+            return np.zeros(n, dtype=np.int64)
+        if func == "sum":
+            return np.zeros(n, dtype=np.float64)
+        if func == "min":
+            return np.full(n, np.inf)
+        return np.full(n, -np.inf)
+
+    def _grow(self, new_keys: np.ndarray) -> None:
+        n_new = len(new_keys)
+        self._index = self._index.append(pd.Index(new_keys))
+        self._keys = np.concatenate([self._keys, new_keys.astype(object)])
+        groups = key_groups_of_array(pa.array(new_keys.tolist()), self.max_parallelism)
+        self._groups = np.concatenate([self._groups, groups])
+        for name, (func, _) in self._acc_specs.items():
+            current = self._acc.get(name, self._initial(func, 0))
+            self._acc[name] = np.concatenate([current, self._initial(func, n_new)])
+        self._size += n_new
+
+    def process(self, batch: Batch) -> Batch:
+        try:
+            return self._process(batch)
+        except UserCodeError:
+            raise
+        except Exception as exc:
+            raise self._fail(exc) from exc
+
+    def _process(self, batch: Batch) -> Batch:
+        arrow = batch.arrow
+        keys = arrow.column(self.key_column).to_numpy(zero_copy_only=False)
+        codes, uniques = pd.factorize(keys)
+        slots_u = self._index.get_indexer(uniques) if self._size else np.full(len(uniques), -1)
+        missing = slots_u < 0
+        if missing.any():
+            start = self._size
+            self._grow(np.asarray(uniques[missing]))
+            slots_u = slots_u.copy()
+            slots_u[missing] = np.arange(start, self._size)
+        n_unique = len(uniques)
+        for name, (func, column) in self._acc_specs.items():
+            acc = self._acc[name]
+            if func == "count":
+                acc[slots_u] += np.bincount(codes, minlength=n_unique)
+                continue
+            values = arrow.column(column).to_numpy(zero_copy_only=False).astype(np.float64)
+            if func == "sum":
+                acc[slots_u] += np.bincount(codes, weights=values, minlength=n_unique)
+            elif func == "min":
+                partial = np.full(n_unique, np.inf)
+                np.minimum.at(partial, codes, values)
+                acc[slots_u] = np.minimum(acc[slots_u], partial)
+            else:
+                partial = np.full(n_unique, -np.inf)
+                np.maximum.at(partial, codes, values)
+                acc[slots_u] = np.maximum(acc[slots_u], partial)
+        columns: dict[str, Any] = {self.key_column: self._keys[slots_u].tolist()}
+        for out, func, column in self.op.aggregates:
+            if func == "count":
+                columns[out] = self._acc["count"][slots_u]
+            elif func == "mean":
+                columns[out] = self._acc[f"sum:{column}"][slots_u] / self._acc["count"][slots_u]
+            else:
+                columns[out] = self._acc[f"{func}:{column}"][slots_u]
+        return Batch(arrow=pa.RecordBatch.from_pydict(columns))
+
+    def snapshot(self) -> StateSnapshot:
+        n = self._size
+        return _AggregateSnapshot(keys=self._keys[:n].copy(), groups=self._groups[:n].copy(),
+                                  accumulators={k: v[:n].copy() for k, v in self._acc.items()})
+
+    def restore(self, blobs: Iterable[bytes]) -> int:
+        restored = 0
+        lo, hi = self.key_groups.start, self.key_groups.stop
+        for blob in blobs:
+            payload = pickle.loads(blob)
+            groups = payload["groups"]
+            mask = (groups >= lo) & (groups < hi)
+            if not mask.any():
+                continue
+            keys = payload["keys"][mask]
+            start = self._size
+            self._grow(np.asarray(keys))
+            for name, values in payload["accumulators"].items():
+                if name in self._acc:
+                    self._acc[name][start:self._size] = values[mask]
+            restored += int(mask.sum())
+        return restored
+
+    def key_count(self) -> int:
+        return self._size
+
+
+def build_keyed_operator(*, op: KeyedOp, subtask: int, key_groups: range,
+                         max_parallelism: int) -> KeyedOperator:
+    kinds: dict[str, type[KeyedOperator]] = {
+        "reduce": ReduceOperator, "process": ProcessOperator, "aggregate": AggregateOperator,
+    }
+    return kinds[op.kind](op=op, subtask=subtask, key_groups=key_groups,
+                          max_parallelism=max_parallelism)

@@ -1,0 +1,63 @@
+"""The sink contract: write, pre-commit at a barrier, commit when the checkpoint completes.
+
+This is the two-phase commit protocol of Flink's ``TwoPhaseCommitSinkFunction``
+reduced to what a files sink needs:
+
+* ``write`` adds records to the open transaction (invisible to readers);
+* ``snapshot(n)`` closes the open transaction, remembers it as pending for
+  checkpoint ``n`` and returns the pending list as the sink's checkpoint state;
+* ``notify_complete(n)`` commits every pending transaction up to ``n``; a commit
+  that fails stays pending and is retried on the next completed checkpoint;
+* ``restore(states)`` commits the transactions a restored checkpoint recorded as
+  pending (commits are idempotent), before any new output is written.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from typing import Any
+
+from job_runtime.records import Batch
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SinkContext:
+    subtask: int
+    parallelism: int
+    attempt_tag: str
+    s3: Any = None
+
+
+class SinkWriter(abc.ABC):
+    @abc.abstractmethod
+    def write(self, batch: Batch) -> None: ...
+
+    @abc.abstractmethod
+    def snapshot(self, checkpoint_id: int) -> Any:
+        """Pre-commit and return picklable state (the pending transactions)."""
+
+    @abc.abstractmethod
+    def notify_complete(self, checkpoint_id: int) -> None:
+        """Commit everything pending up to ``checkpoint_id``; may be called from any thread."""
+
+    @abc.abstractmethod
+    def restore(self, states: list[Any]) -> None:
+        """Commit the pending transactions of restored state before new output."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources; uncommitted data stays invisible."""
+
+    def finish_job(self) -> None:  # noqa: B027 - optional hook
+        """Runs once on the driver after the job finished: remove leftovers."""
+
+
+class Sink(abc.ABC):
+    name: str = "sink"
+    exactly_once: bool = False
+
+    @abc.abstractmethod
+    def open(self, *, context: SinkContext) -> SinkWriter: ...
+
+    def finish_job(self, *, s3: Any = None) -> None:  # noqa: B027 - optional hook
+        """Runs once on the driver after the job finished."""

@@ -1,0 +1,62 @@
+"""What every source provides: deterministic splits and readers that remember positions.
+
+A source is cut into splits once, in the same way in every process (so a subtask
+can rebuild the list without asking anybody). Split ``s`` is read by subtask
+``s % parallelism``. A reader's ``position`` is what a checkpoint stores; on
+restore a new reader starts from it, whatever the new parallelism is.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from typing import Any
+
+from job_runtime.records import Batch
+
+
+@dataclasses.dataclass(frozen=True)
+class Split:
+    index: int
+    description: Any
+
+
+class SplitReader(abc.ABC):
+    @abc.abstractmethod
+    def read_batch(self) -> Batch | None:
+        """The next batch, or ``None`` once the split is exhausted."""
+
+    @abc.abstractmethod
+    def position(self) -> Any:
+        """A picklable position from which a new reader continues exactly here."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release files or connections."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SourceContext:
+    """What a source needs to know about where it runs."""
+
+    subtask: int
+    parallelism: int
+    staging_uri: str
+    s3: Any = None
+
+
+class Source(abc.ABC):
+    """A description of input, created in the user's ``build`` function."""
+
+    name: str = "source"
+    rate: float | None = None
+
+    @abc.abstractmethod
+    def splits(self, *, context: SourceContext) -> list[Split]:
+        """All splits of the input, identical in every process."""
+
+    @abc.abstractmethod
+    def open(self, split: Split, position: Any, *, context: SourceContext) -> SplitReader:
+        """A reader of ``split`` starting at ``position`` (``None`` for the beginning)."""
+
+    def prepare_on_driver(self, *, spark: Any, staging_uri: str) -> None:  # noqa: B027
+        """Runs once in the driver before the job starts (e.g. to stage a DataFrame)."""

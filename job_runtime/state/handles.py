@@ -1,0 +1,101 @@
+"""State handles that a ``process`` function uses for the key of the current record."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from job_runtime.state.hashmap import HashMapStateBackend
+
+
+class _KeyScope:
+    """Which key (and key group) the handles currently address; set per record."""
+
+    __slots__ = ("key", "key_group")
+
+    def __init__(self) -> None:
+        self.key: Any = None
+        self.key_group = 0
+
+
+class ValueState:
+    """One value per key."""
+
+    def __init__(self, *, backend: HashMapStateBackend, name: str, scope: _KeyScope) -> None:
+        self._backend = backend
+        self._name = name
+        self._scope = scope
+
+    def value(self, default: Any = None) -> Any:
+        return self._backend.get(self._name, self._scope.key_group, self._scope.key, default)
+
+    def update(self, value: Any) -> None:
+        self._backend.put(self._name, self._scope.key_group, self._scope.key, value)
+
+    def clear(self) -> None:
+        self._backend.delete(self._name, self._scope.key_group, self._scope.key)
+
+
+class MapState:
+    """A map per key. Stored as one immutable-by-convention dict per key."""
+
+    def __init__(self, *, backend: HashMapStateBackend, name: str, scope: _KeyScope) -> None:
+        self._backend = backend
+        self._name = name
+        self._scope = scope
+
+    def _current(self) -> dict[Any, Any]:
+        value: dict[Any, Any] = self._backend.get(self._name, self._scope.key_group,
+                                                  self._scope.key, {})
+        return value
+
+    def get(self, user_key: Any, default: Any = None) -> Any:
+        return self._current().get(user_key, default)
+
+    def put(self, user_key: Any, value: Any) -> None:
+        updated = dict(self._current())
+        updated[user_key] = value
+        self._backend.put(self._name, self._scope.key_group, self._scope.key, updated)
+
+    def remove(self, user_key: Any) -> None:
+        current = self._current()
+        if user_key in current:
+            updated = dict(current)
+            del updated[user_key]
+            self._backend.put(self._name, self._scope.key_group, self._scope.key, updated)
+
+    def contains(self, user_key: Any) -> bool:
+        return user_key in self._current()
+
+    def keys(self) -> Iterator[Any]:
+        return iter(list(self._current()))
+
+    def items(self) -> Iterator[tuple[Any, Any]]:
+        return iter(list(self._current().items()))
+
+    def clear(self) -> None:
+        self._backend.delete(self._name, self._scope.key_group, self._scope.key)
+
+
+class ProcessContext:
+    """What a ``process(fn)`` function receives besides the record."""
+
+    def __init__(self, *, backend: HashMapStateBackend, operator: str) -> None:
+        self._backend = backend
+        self._operator = operator
+        self._scope = _KeyScope()
+
+    @property
+    def key(self) -> Any:
+        return self._scope.key
+
+    def set_key(self, key: Any, key_group: int) -> None:
+        self._scope.key = key
+        self._scope.key_group = key_group
+
+    def value_state(self, name: str) -> ValueState:
+        return ValueState(backend=self._backend, name=f"{self._operator}/{name}",
+                          scope=self._scope)
+
+    def map_state(self, name: str) -> MapState:
+        return MapState(backend=self._backend, name=f"{self._operator}/{name}", scope=self._scope)

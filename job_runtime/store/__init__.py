@@ -1,0 +1,54 @@
+"""Completed-checkpoint stores and checkpoint id counters (in-memory and file).
+
+The ConfigMap store lives in the operator package; it implements the same
+interface from :mod:`job_runtime.store.base`.
+"""
+
+from job_runtime.store.base import (
+    AmbiguousWriteError,
+    CheckpointIdCounter,
+    CompletedCheckpoint,
+    CompletedCheckpointStore,
+    Discarder,
+    FencedError,
+    JobStatus,
+    StoreError,
+    StoreFullError,
+    UnreadableCheckpointError,
+)
+from job_runtime.store.file import (
+    CorruptPointerError,
+    CorruptStoreFileError,
+    FileCheckpointIdCounter,
+    FileCheckpointStore,
+    StoreClosedError,
+    advance_attempt,
+    list_checkpoints,
+    read_attempt,
+)
+from job_runtime.store.memory import InMemoryCheckpointIdCounter, InMemoryCheckpointStore
+from job_runtime.store.retention import InvalidRetentionError
+
+__all__ = [
+    "AmbiguousWriteError",
+    "CheckpointIdCounter",
+    "CompletedCheckpoint",
+    "CompletedCheckpointStore",
+    "CorruptPointerError",
+    "CorruptStoreFileError",
+    "Discarder",
+    "FencedError",
+    "FileCheckpointIdCounter",
+    "FileCheckpointStore",
+    "InMemoryCheckpointIdCounter",
+    "InMemoryCheckpointStore",
+    "InvalidRetentionError",
+    "JobStatus",
+    "StoreClosedError",
+    "StoreError",
+    "StoreFullError",
+    "UnreadableCheckpointError",
+    "advance_attempt",
+    "list_checkpoints",
+    "read_attempt",
+]

@@ -1,0 +1,180 @@
+"""The completed-checkpoint store: where a job remembers which checkpoints finished.
+
+This is our analogue of Flink's ``CompletedCheckpointStore`` and
+``CheckpointIDCounter``. The coordinator writes every completed checkpoint here
+*after* its ``_metadata`` file is durable, and a restarting job reads ``latest()``
+to decide what to restore. Three implementations exist: in-memory (tests), file
+(the embedded default) and ConfigMap (on Kubernetes, in the operator package).
+
+Rules every implementation follows:
+
+* data before pointer: a pointer is only added once ``_metadata`` is written;
+* add, then prune: older checkpoints beyond ``retained`` are discarded only after
+  the new pointer is committed, and the newest restorable checkpoint is never
+  discarded;
+* an ambiguous write never deletes data;
+* only the current attempt may write (fencing), checked atomically with the write.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import enum
+import json
+from collections.abc import Callable
+from typing import Any
+
+
+class JobStatus(enum.Enum):
+    """How the job ended, passed to :meth:`CompletedCheckpointStore.shutdown`."""
+
+    FINISHED = "FINISHED"
+    FAILED = "FAILED"
+    SUSPENDED = "SUSPENDED"
+    CANCELED = "CANCELED"
+
+    @property
+    def is_globally_terminal(self) -> bool:
+        """A globally terminal job will never be restored, so its checkpoints may go."""
+        return self in (JobStatus.FINISHED, JobStatus.CANCELED)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CompletedCheckpoint:
+    """A small pointer to a completed checkpoint's ``_metadata`` file."""
+
+    checkpoint_id: int
+    metadata_path: str
+    timestamp: float
+    size_bytes: int = 0
+    attempt: int = 0
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "id": self.checkpoint_id,
+                "path": self.metadata_path,
+                "timestamp": self.timestamp,
+                "sizeBytes": self.size_bytes,
+                "attempt": self.attempt,
+            },
+            sort_keys=True,
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> CompletedCheckpoint:
+        data: dict[str, Any] = json.loads(text)
+        return cls(
+            checkpoint_id=int(data["id"]),
+            metadata_path=str(data["path"]),
+            timestamp=float(data["timestamp"]),
+            size_bytes=int(data.get("sizeBytes", 0)),
+            attempt=int(data.get("attempt", 0)),
+        )
+
+
+Discarder = Callable[[CompletedCheckpoint], None]
+"""Deletes a checkpoint's data (its ``chk-<id>`` directory); raises on failure."""
+
+
+class StoreError(Exception):
+    """Base class of the store's errors; ``reason`` is a CamelCase word for status."""
+
+    reason = "StoreError"
+
+
+class FencedError(StoreError):
+    """A writer of an older attempt tried to change the store."""
+
+    reason = "Fenced"
+
+    def __init__(self, *, attempt: int, current_attempt: int) -> None:
+        super().__init__(
+            f"attempt {attempt} may not write checkpoints: attempt {current_attempt} owns the store"
+        )
+        self.attempt = attempt
+        self.current_attempt = current_attempt
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Keyword-only constructors do not survive the default exception pickling,
+        # which Spark and multiprocessing use to carry errors between processes.
+        return (_rebuild_error, (type(self), {"attempt": self.attempt,
+                                              "current_attempt": self.current_attempt}))
+
+
+class AmbiguousWriteError(StoreError):
+    """The write may or may not have been applied (timeout, lost connection)."""
+
+    reason = "AmbiguousWrite"
+
+
+class StoreFullError(StoreError):
+    """Adding the pointer would cross the store's size budget."""
+
+    reason = "StoreFull"
+
+
+class UnreadableCheckpointError(StoreError):
+    """A pointer exists but its ``_metadata`` cannot be read."""
+
+    reason = "UnreadableCheckpoint"
+
+    def __init__(self, *, checkpoint_id: int, path: str, cause: str) -> None:
+        super().__init__(f"checkpoint {checkpoint_id} at {path} is unreadable: {cause}")
+        self.checkpoint_id = checkpoint_id
+        self.path = path
+        self.cause = cause
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild_error, (type(self), {"checkpoint_id": self.checkpoint_id,
+                                              "path": self.path, "cause": self.cause}))
+
+
+def _rebuild_error(cls: type[StoreError], fields: dict[str, Any]) -> StoreError:
+    return cls(**fields)
+
+
+class CompletedCheckpointStore(abc.ABC):
+    """Keeps the pointers of the ``retained`` most recent completed checkpoints."""
+
+    @abc.abstractmethod
+    def add_checkpoint_and_subsume_oldest(
+        self, checkpoint: CompletedCheckpoint, *, discard: Discarder
+    ) -> list[CompletedCheckpoint]:
+        """Commit ``checkpoint``'s pointer, then discard those beyond ``retained``.
+
+        Returns the checkpoints that were discarded. Raises :class:`FencedError`
+        when the caller's attempt no longer owns the store, and
+        :class:`AmbiguousWriteError` when the outcome of the commit is unknown (in
+        which case nothing is discarded).
+        """
+
+    @abc.abstractmethod
+    def latest(self) -> CompletedCheckpoint | None:
+        """The newest checkpoint that is not marked for discard, if any."""
+
+    @abc.abstractmethod
+    def all(self) -> list[CompletedCheckpoint]:
+        """Every retained checkpoint not marked for discard, oldest first."""
+
+    @abc.abstractmethod
+    def shutdown(self, status: JobStatus, *, discard: Discarder) -> None:
+        """Release the store; a globally terminal job's checkpoints may be discarded."""
+
+
+class CheckpointIdCounter(abc.ABC):
+    """Hands out monotonically increasing checkpoint ids that survive restarts."""
+
+    @abc.abstractmethod
+    def get_and_increment(self) -> int:
+        """Return the next id and persist the increment before returning."""
+
+    @abc.abstractmethod
+    def get(self) -> int:
+        """The id the next call to :meth:`get_and_increment` returns."""
+
+    @abc.abstractmethod
+    def set_count(self, count: int) -> None:
+        """Move the counter forward (never backwards) to ``count``."""

@@ -1,0 +1,130 @@
+"""What the operator may do to the world, as plain values.
+
+``plan`` returns these; one module of the operator executes them in order against the
+API server. Keeping them as data makes the decision logic testable without a cluster
+and makes every side effect visible in one list. Executing an action must be
+idempotent: the same plan may be carried out twice if a status update is lost.
+Order matters where it says so: the fence is advanced before the driver of the new
+attempt is created, so an older attempt can never write to the store afterwards.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+EventType = Literal["Normal", "Warning"]
+
+
+@dataclass(frozen=True)
+class EnsureCheckpointConfigMap:
+    """Create the checkpoint metadata ConfigMap if it does not exist (never overwrite)."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class EnsureServiceAccount:
+    name: str
+
+
+@dataclass(frozen=True)
+class EnsureRole:
+    """Create or update the driver's Role (least privilege, see ``builders.build_role``)."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class EnsureRoleBinding:
+    name: str
+
+
+@dataclass(frozen=True)
+class EnsureService:
+    """Create the driver's headless Service (Spark on Kubernetes only)."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class AdvanceFence:
+    """Set the checkpoint ConfigMap's fence to ``attempt`` (never lower it).
+
+    From then on the store refuses writes from older attempts, so a driver that is
+    still alive on a lost node cannot commit a checkpoint over the new attempt's.
+    """
+
+    attempt: int
+
+
+@dataclass(frozen=True)
+class CreateDriver:
+    """Create driver pod ``name`` for ``attempt``, restoring from ``restore_pointer``.
+
+    An AlreadyExists answer is success (the name is deterministic).
+    """
+
+    name: str
+    attempt: int
+    restore_pointer: str
+
+
+@dataclass(frozen=True)
+class DeleteDriver:
+    """Delete a driver pod; ``force`` means grace period 0 (its node is lost)."""
+
+    name: str
+    reason: str
+    force: bool = False
+
+
+@dataclass(frozen=True)
+class RequestCheckpoint:
+    """Ask the running driver ``pod`` to take one checkpoint now, tagged ``nonce``."""
+
+    pod: str
+    nonce: str
+
+
+@dataclass(frozen=True)
+class EmitEvent:
+    type: EventType
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class DeleteCheckpoints:
+    """Delete the job's checkpoint directory ``uri`` (``<storage>/<job>-<uid>``)."""
+
+    uri: str
+
+
+@dataclass(frozen=True)
+class RemoveFinalizer:
+    """Deletion is complete: let the CheckpointedJob go."""
+
+
+@dataclass(frozen=True)
+class RequeueAfter:
+    """Look at the job again after ``seconds`` even if nothing changes."""
+
+    seconds: float
+
+
+Action = (
+    EnsureCheckpointConfigMap
+    | EnsureServiceAccount
+    | EnsureRole
+    | EnsureRoleBinding
+    | EnsureService
+    | AdvanceFence
+    | CreateDriver
+    | DeleteDriver
+    | RequestCheckpoint
+    | EmitEvent
+    | DeleteCheckpoints
+    | RemoveFinalizer
+    | RequeueAfter
+)

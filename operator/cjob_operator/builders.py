@@ -1,0 +1,362 @@
+"""Manifests of the objects the operator creates for a CheckpointedJob, as pure functions.
+
+Every object carries the standard labels and a controller owner reference to the
+CheckpointedJob, so ``kubectl get all -l checkpointed.io/job=<name>`` finds them and
+Kubernetes garbage-collects them with the job.
+
+The driver runs Spark in client mode inside its pod. With ``spark.master: k8s`` Spark
+creates executor pods itself (owned by the driver pod, so they go when the driver
+goes) and reaches back to the driver through the headless Service ``<job>-driver``;
+with ``local[N]`` everything runs in the driver pod and no Service or pod rights are
+needed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cjob_operator.config import OperatorConfig
+from cjob_spec.errors import SpecError
+from cjob_spec.model import CheckpointedJob, spec_hash
+from cjob_spec.names import (
+    ANNOTATION_FENCE,
+    ANNOTATION_RESTORE,
+    ANNOTATION_SPEC_HASH,
+    API_VERSION,
+    APP_NAME,
+    KIND,
+    LABEL_ATTEMPT,
+    LABEL_COMPONENT,
+    LABEL_INSTANCE,
+    LABEL_JOB,
+    LABEL_MANAGED_BY,
+    LABEL_NAME,
+    LABEL_ROLE,
+    MANAGED_BY,
+    checkpoint_configmap_name,
+    driver_pod_name,
+    driver_service_name,
+    executor_pod_name_prefix,
+    role_binding_name,
+    role_name,
+    service_account_name,
+)
+from cjob_spec.quantities import format_kubernetes_memory
+from cjob_spec.runtime_args import configmap_store_arg, to_runtime_args
+
+Manifest = dict[str, Any]
+
+DRIVER_CONTAINER = "driver"
+ROLE_DRIVER = "driver"
+ROLE_EXECUTOR = "executor"
+KUBERNETES_MASTER = "k8s://https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"
+"""Kubernetes expands ``$(VAR)`` in container args from the container's environment,
+which includes the API server address every pod gets."""
+
+
+def standard_labels(job: CheckpointedJob, *, component: str) -> dict[str, str]:
+    return {
+        LABEL_NAME: APP_NAME,
+        LABEL_INSTANCE: job.metadata.name,
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_COMPONENT: component,
+        LABEL_JOB: job.metadata.name,
+    }
+
+
+def owner_reference(job: CheckpointedJob) -> dict[str, Any]:
+    uid = job.metadata.uid
+    if not uid:
+        raise SpecError(field="metadata.uid", problem="is required to own objects")
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": job.metadata.name,
+        "uid": uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _metadata(
+    job: CheckpointedJob,
+    *,
+    name: str,
+    component: str,
+    extra_labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    labels = standard_labels(job, component=component)
+    labels.update(extra_labels or {})
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": job.metadata.namespace,
+        "labels": labels,
+        "ownerReferences": [owner_reference(job)],
+    }
+    if annotations:
+        metadata["annotations"] = annotations
+    return metadata
+
+
+def driver_selector(job: CheckpointedJob) -> dict[str, str]:
+    """Selects the driver pod of whatever attempt is current, never executors."""
+    return {LABEL_JOB: job.metadata.name, LABEL_ROLE: ROLE_DRIVER}
+
+
+def driver_memory_request_bytes(job: CheckpointedJob, config: OperatorConfig) -> int:
+    """Container memory: the JVM heap plus Spark's usual non-heap overhead."""
+    heap = job.spec.spark.driver.memory.bytes
+    overhead = max(config.min_memory_overhead_bytes, int(heap * config.memory_overhead_factor))
+    return heap + overhead
+
+
+def driver_spark_conf(
+    job: CheckpointedJob, *, attempt: int, config: OperatorConfig
+) -> dict[str, str]:
+    """Spark settings the operator owns (users cannot override them in ``spark.conf``)."""
+    spark = job.spec.spark
+    conf = {
+        "spark.driver.memory": spark.driver.memory.to_spark(),
+        "spark.driver.cores": str(spark.driver.cores),
+    }
+    if not spark.is_kubernetes:
+        return conf
+    name = job.metadata.name
+    namespace = job.metadata.namespace
+    account_dir = config.service_account_dir.rstrip("/")
+    executor_label = "spark.kubernetes.executor.label."
+    conf.update(
+        {
+            "spark.submit.deployMode": "client",
+            "spark.kubernetes.namespace": namespace,
+            "spark.kubernetes.driver.pod.name": driver_pod_name(name, attempt),
+            "spark.kubernetes.container.image": job.spec.image,
+            "spark.kubernetes.container.image.pullPolicy": config.image_pull_policy,
+            "spark.kubernetes.authenticate.caCertFile": f"{account_dir}/ca.crt",
+            "spark.kubernetes.authenticate.oauthTokenFile": f"{account_dir}/token",
+            "spark.kubernetes.executor.podNamePrefix": executor_pod_name_prefix(name, attempt),
+            f"{executor_label}{LABEL_JOB}": name,
+            f"{executor_label}{LABEL_ATTEMPT}": str(attempt),
+            f"{executor_label}{LABEL_ROLE}": ROLE_EXECUTOR,
+            f"{executor_label}{LABEL_MANAGED_BY}": MANAGED_BY,
+            "spark.driver.host": f"{driver_service_name(name)}.{namespace}.svc",
+            "spark.driver.port": str(config.driver_port),
+            "spark.driver.blockManager.port": str(config.block_manager_port),
+            "spark.driver.bindAddress": "0.0.0.0",
+            "spark.executor.instances": str(spark.executor.instances),
+            "spark.executor.cores": str(spark.executor.cores),
+            "spark.executor.memory": spark.executor.memory.to_spark(),
+        }
+    )
+    return conf
+
+
+def driver_env(job: CheckpointedJob, config: OperatorConfig) -> list[dict[str, Any]]:
+    env: list[dict[str, Any]] = [
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": "PYTHONUNBUFFERED", "value": "1"},
+    ]
+    s3 = job.spec.checkpoint.s3
+    if s3 is not None:
+        if s3.credentials_secret:
+            for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+                env.append(
+                    {
+                        "name": key,
+                        "valueFrom": {"secretKeyRef": {"name": s3.credentials_secret, "key": key}},
+                    }
+                )
+        if s3.endpoint:
+            env.append({"name": "AWS_ENDPOINT_URL", "value": s3.endpoint})
+        if s3.region:
+            env.append({"name": "AWS_REGION", "value": s3.region})
+            env.append({"name": "AWS_DEFAULT_REGION", "value": s3.region})
+    for key in sorted(config.extra_env):
+        env.append({"name": key, "value": config.extra_env[key]})
+    return env
+
+
+def build_driver_pod(
+    job: CheckpointedJob, *, attempt: int, restore_pointer: str, operator_config: OperatorConfig
+) -> Manifest:
+    """The driver pod of ``attempt``: ``python -m job_runtime run`` with the job's flags."""
+    config = operator_config
+    name = job.metadata.name
+    namespace = job.metadata.namespace
+    spark = job.spec.spark
+    master = KUBERNETES_MASTER if spark.is_kubernetes else spark.master
+    args = to_runtime_args(
+        job,
+        restore_pointer=restore_pointer,
+        attempt=attempt,
+        store=configmap_store_arg(namespace=namespace, name=checkpoint_configmap_name(name)),
+        master=master,
+        extra_spark_conf=driver_spark_conf(job, attempt=attempt, config=config),
+        metrics_port=config.metrics_port,
+    )
+    memory = format_kubernetes_memory(driver_memory_request_bytes(job, config))
+    ports = [{"name": "metrics", "containerPort": config.metrics_port, "protocol": "TCP"}]
+    if spark.is_kubernetes:
+        ports += [
+            {"name": "driver-rpc", "containerPort": config.driver_port, "protocol": "TCP"},
+            {"name": "blockmanager", "containerPort": config.block_manager_port, "protocol": "TCP"},
+        ]
+    ports.append({"name": "spark-ui", "containerPort": config.ui_port, "protocol": "TCP"})
+    container: dict[str, Any] = {
+        "name": DRIVER_CONTAINER,
+        "image": job.spec.image,
+        "imagePullPolicy": config.image_pull_policy,
+        "command": list(config.runtime_command),
+        "args": args,
+        "env": driver_env(job, config),
+        "ports": ports,
+        "resources": {
+            "requests": {"cpu": str(spark.driver.cores), "memory": memory},
+            "limits": {"memory": memory},
+        },
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": _metadata(
+            job,
+            name=driver_pod_name(name, attempt),
+            component=ROLE_DRIVER,
+            extra_labels={LABEL_ROLE: ROLE_DRIVER, LABEL_ATTEMPT: str(attempt)},
+            annotations={
+                ANNOTATION_SPEC_HASH: spec_hash(job),
+                ANNOTATION_RESTORE: restore_pointer,
+                "prometheus.io/scrape": "true",
+                "prometheus.io/port": str(config.metrics_port),
+            },
+        ),
+        "spec": {
+            "restartPolicy": "Never",
+            "serviceAccountName": service_account_name(name),
+            "automountServiceAccountToken": True,
+            "terminationGracePeriodSeconds": config.termination_grace_seconds,
+            "containers": [container],
+        },
+    }
+
+
+def build_driver_service(job: CheckpointedJob, *, operator_config: OperatorConfig) -> Manifest:
+    """Headless Service giving the driver a stable DNS name for its executors."""
+    config = operator_config
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(
+            job, name=driver_service_name(job.metadata.name), component=ROLE_DRIVER
+        ),
+        "spec": {
+            "clusterIP": "None",
+            "selector": driver_selector(job),
+            "ports": [
+                {
+                    "name": "driver-rpc",
+                    "port": config.driver_port,
+                    "targetPort": config.driver_port,
+                },
+                {
+                    "name": "blockmanager",
+                    "port": config.block_manager_port,
+                    "targetPort": config.block_manager_port,
+                },
+                {"name": "metrics", "port": config.metrics_port, "targetPort": config.metrics_port},
+                {"name": "spark-ui", "port": config.ui_port, "targetPort": config.ui_port},
+            ],
+        },
+    }
+
+
+def build_service_account(job: CheckpointedJob) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": _metadata(
+            job, name=service_account_name(job.metadata.name), component=ROLE_DRIVER
+        ),
+        "automountServiceAccountToken": True,
+    }
+
+
+def build_role(job: CheckpointedJob) -> Manifest:
+    """The driver's rights, and nothing more.
+
+    Every driver may read and update only its own checkpoint ConfigMap (the store's
+    compare-and-swap) and create events (for example a restore fallback). With Spark
+    on Kubernetes it may also manage executor pods and the executor ConfigMap Spark
+    creates per application; it gets no access to Secrets and no access outside its
+    namespace.
+    """
+    name = job.metadata.name
+    rules: list[dict[str, Any]] = [
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": [checkpoint_configmap_name(name)],
+            "verbs": ["get", "update", "patch"],
+        },
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+        {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+    ]
+    if job.spec.spark.is_kubernetes:
+        rules += [
+            {
+                "apiGroups": [""],
+                "resources": ["pods"],
+                "verbs": ["create", "get", "list", "watch", "delete", "deletecollection"],
+            },
+            {
+                # Spark writes its executors' configuration to a ConfigMap of its own.
+                "apiGroups": [""],
+                "resources": ["configmaps"],
+                "verbs": ["create", "list", "delete", "deletecollection"],
+            },
+        ]
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": _metadata(job, name=role_name(name), component=ROLE_DRIVER),
+        "rules": rules,
+    }
+
+
+def build_role_binding(job: CheckpointedJob) -> Manifest:
+    name = job.metadata.name
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": _metadata(job, name=role_binding_name(name), component=ROLE_DRIVER),
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": role_name(name),
+        },
+        "subjects": [
+            {
+                "kind": "ServiceAccount",
+                "name": service_account_name(name),
+                "namespace": job.metadata.namespace,
+            }
+        ],
+    }
+
+
+def build_checkpoint_configmap(job: CheckpointedJob, *, fence_attempt: int = 0) -> Manifest:
+    """The empty completed-checkpoint store; the runtime fills it under the fence."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _metadata(
+            job,
+            name=checkpoint_configmap_name(job.metadata.name),
+            component="checkpoint-store",
+            annotations={ANNOTATION_FENCE: str(fence_attempt)},
+        ),
+        "data": {},
+    }

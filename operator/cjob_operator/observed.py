@@ -1,0 +1,177 @@
+"""A typed snapshot of everything ``plan`` needs to know about one CheckpointedJob.
+
+The operator's API module fills it from the CR, its driver pods and its checkpoint
+ConfigMap; tests build it directly. ``observe_driver_pod`` turns a pod as the API
+server returns it (a camelCase mapping, as kopf delivers it) into a ``DriverPod``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from cjob_spec.model import CheckpointedJob
+from cjob_spec.names import ANNOTATION_SPEC_HASH, LABEL_ATTEMPT
+from cjob_spec.status import CheckpointRef, JobStatus
+from cjob_spec.times import parse_time
+
+POD_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
+DRIVER_CONTAINER = "driver"
+
+
+@dataclass(frozen=True)
+class DriverPod:
+    """One driver pod of the job, reduced to what the decisions depend on.
+
+    ``started_at`` is when the driver container started running; ``exit_code``,
+    ``finished_at`` come from its terminated state. ``reason``/``message`` are the most
+    telling explanation available: the terminated or waiting reason of the container
+    (``OOMKilled``, ``ImagePullBackOff``) or the pod's own (``Evicted``).
+    """
+
+    name: str
+    attempt: int
+    phase: str
+    created_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    exit_code: int | None = None
+    reason: str | None = None
+    message: str | None = None
+    deletion_timestamp: datetime | None = None
+    spec_hash: str | None = None
+
+    @property
+    def is_live(self) -> bool:
+        """Pending or Running: the process may still be running or about to."""
+        return self.phase in ("Pending", "Running")
+
+    @property
+    def is_finished(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
+
+    @property
+    def is_terminating(self) -> bool:
+        return self.deletion_timestamp is not None
+
+
+@dataclass(frozen=True)
+class StoreView:
+    """What the operator sees of the checkpoint ConfigMap ``<job>-checkpoints``."""
+
+    exists: bool = False
+    latest: CheckpointRef | None = None
+    """The newest completed checkpoint recorded in the store."""
+    fence_attempt: int | None = None
+    """The attempt currently allowed to write (``checkpointed.io/fence-attempt``)."""
+
+
+@dataclass(frozen=True)
+class Observed:
+    """Everything ``plan`` decides on. ``status`` is the CR's current status."""
+
+    job: CheckpointedJob
+    status: JobStatus
+    pods: tuple[DriverPod, ...] = ()
+    store: StoreView = StoreView()
+    deleting: bool = False
+    """The CR has a deletion timestamp: run the finalizer path."""
+
+    @property
+    def generation(self) -> int:
+        return self.job.metadata.generation
+
+    @property
+    def generation_observed(self) -> bool:
+        return self.status.observed_generation == self.job.metadata.generation
+
+    @property
+    def suspend(self) -> bool:
+        return self.job.spec.suspend
+
+    @property
+    def pending_trigger_nonce(self) -> str | None:
+        """A manual checkpoint nonce not handled yet, if any."""
+        nonce = self.job.spec.checkpoint.trigger_nonce
+        return nonce if nonce and nonce != self.status.last_trigger_nonce else None
+
+    def pod(self, name: str | None) -> DriverPod | None:
+        return next((pod for pod in self.pods if pod.name == name), None)
+
+
+def observe_driver_pod(pod: Mapping[str, Any]) -> DriverPod | None:
+    """Read a driver pod manifest; ``None`` if it is not one of ours (no attempt label)."""
+    metadata = _mapping(pod.get("metadata"))
+    status = _mapping(pod.get("status"))
+    labels = _mapping(metadata.get("labels"))
+    annotations = _mapping(metadata.get("annotations"))
+    attempt_text = labels.get(LABEL_ATTEMPT)
+    name = metadata.get("name")
+    if not isinstance(attempt_text, str) or not attempt_text.isdigit() or not isinstance(name, str):
+        return None
+    phase = status.get("phase")
+    if phase not in POD_PHASES:
+        phase = "Pending"
+    container = _driver_container_status(status)
+    state = _mapping(container.get("state"))
+    running = _mapping(state.get("running"))
+    terminated = _mapping(state.get("terminated"))
+    waiting = _mapping(state.get("waiting"))
+    exit_code = terminated.get("exitCode")
+    reason = (
+        _text(terminated.get("reason"))
+        or _text(status.get("reason"))
+        or _text(waiting.get("reason"))
+    )
+    message = (
+        _text(terminated.get("message"))
+        or _text(status.get("message"))
+        or _text(waiting.get("message"))
+    )
+    started_at = _time(running.get("startedAt")) or _time(terminated.get("startedAt"))
+    spec_hash = annotations.get(ANNOTATION_SPEC_HASH)
+    return DriverPod(
+        name=name,
+        attempt=int(attempt_text),
+        phase=str(phase),
+        created_at=_time(metadata.get("creationTimestamp")) or datetime.fromtimestamp(0, UTC),
+        started_at=started_at,
+        finished_at=_time(terminated.get("finishedAt")),
+        exit_code=exit_code if isinstance(exit_code, int) else None,
+        reason=reason,
+        message=message,
+        deletion_timestamp=_time(metadata.get("deletionTimestamp")),
+        spec_hash=spec_hash if isinstance(spec_hash, str) else None,
+    )
+
+
+def _driver_container_status(status: Mapping[str, Any]) -> Mapping[str, Any]:
+    statuses = status.get("containerStatuses")
+    if not isinstance(statuses, list):
+        return {}
+    candidates = [item for item in statuses if isinstance(item, Mapping)]
+    for item in candidates:
+        if item.get("name") == DRIVER_CONTAINER:
+            return item
+    return candidates[0] if candidates else {}
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _text(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _time(value: object) -> datetime | None:
+    if isinstance(value, datetime):
+        return value
+    if not isinstance(value, str):
+        return None
+    try:
+        return parse_time(value)
+    except ValueError:
+        return None

@@ -1,0 +1,776 @@
+"""The operator's decision: an observation of one CheckpointedJob in, actions and the
+new status out.
+
+``plan`` is pure and is called on every reconciliation pass. It never sleeps: a wait
+(restart backoff, a final checkpoint before suspending, a previous driver still
+shutting down) becomes a ``RequeueAfter``. The status is rebuilt on every pass from the
+previous status and what is observed, so a lost status update only delays a step.
+
+Lifecycle of a job (``status.phase``)::
+
+    (new) --start--> Pending --driver runs--> Running --exit 0--> Succeeded
+                        |                        |
+                        +---- failure -----------+--> Restarting --backoff--> Pending ...
+                        |                                  |
+                        +-- permanent / limit / Never -----+--> Failed
+    suspend: Running --final checkpoint--> Suspended --resume--> Pending (latest checkpoint)
+    spec change while Pending/Running: Restarting (Upgrading) --old driver gone--> Pending
+
+Each attempt n runs in pod ``<job>-attempt-<n>``. Before creating it, the checkpoint
+store's fence is advanced to n, so older attempts (a zombie on a lost node) can no
+longer write. A new attempt restores from ``latest`` when the store holds a
+checkpoint, otherwise from ``spec.restore.from``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TypeVar
+
+from cjob_operator.actions import (
+    Action,
+    AdvanceFence,
+    CreateDriver,
+    DeleteCheckpoints,
+    DeleteDriver,
+    EmitEvent,
+    EnsureCheckpointConfigMap,
+    EnsureRole,
+    EnsureRoleBinding,
+    EnsureService,
+    EnsureServiceAccount,
+    EventType,
+    RemoveFinalizer,
+    RequestCheckpoint,
+    RequeueAfter,
+)
+from cjob_operator.observed import DriverPod, Observed
+from cjob_spec.errors import SpecError
+from cjob_spec.exit_codes import describe_exit, reason_for_exit
+from cjob_spec.model import CheckpointCleanup, CheckpointedJob, spec_hash
+from cjob_spec.names import (
+    checkpoint_configmap_name,
+    driver_pod_name,
+    driver_service_name,
+    job_checkpoint_dir,
+    role_binding_name,
+    role_name,
+    service_account_name,
+)
+from cjob_spec.restart import AttemptEnd, Finish, GiveUp, Restart, decide_restart
+from cjob_spec.status import (
+    ConditionStatus,
+    ConditionType,
+    FailureRecord,
+    JobStatus,
+    Phase,
+    RestoredFrom,
+    set_condition,
+)
+from cjob_spec.times import format_time, to_utc, truncate_to_seconds
+
+_A = TypeVar("_A")
+
+POD_FAILURE_REASONS = frozenset({"OOMKilled", "Evicted", "DeadlineExceeded", "ContainerCannotRun"})
+"""Pod or container reasons more telling than the exit code's."""
+
+
+@dataclass(frozen=True)
+class PlanSettings:
+    """Timing knobs of the operator (not of the job)."""
+
+    pod_appear_grace_seconds: float = 30.0
+    """A just-created driver pod missing from the observation for less than this is
+    assumed to be in flight (watch caches lag), not lost."""
+    kill_grace_seconds: float = 30.0
+    """A pod still terminating this long after its deletion deadline no longer blocks
+    the next attempt (its node is probably gone; the fence keeps it harmless)."""
+    poll_seconds: float = 5.0
+    """Requeue delay while waiting for something that emits no event of its own."""
+    resync_seconds: float = 60.0
+    """Longest time between two passes over a job that is not finished."""
+    keep_finished_attempts: int = 3
+    """Finished driver pods kept for their logs (older ones are deleted)."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    actions: tuple[Action, ...]
+    status: JobStatus
+
+    @property
+    def requeue_after(self) -> float | None:
+        return next(
+            (action.seconds for action in self.actions if isinstance(action, RequeueAfter)), None
+        )
+
+    def of_type(self, kind: type[_A]) -> list[_A]:
+        return [action for action in self.actions if isinstance(action, kind)]
+
+
+class _Draft:
+    """The plan being built during one pass."""
+
+    def __init__(self, observed: Observed, now: datetime, settings: PlanSettings) -> None:
+        self.observed = observed
+        self.job: CheckpointedJob = observed.job
+        self.now = to_utc(now)
+        self.settings = settings
+        self.status = observed.status
+        self.actions: list[Action] = []
+        self.deadlines: list[datetime] = []
+
+    def act(self, action: Action) -> None:
+        if action not in self.actions:
+            self.actions.append(action)
+
+    def event(self, kind: EventType, reason: str, message: str) -> None:
+        self.act(EmitEvent(type=kind, reason=reason, message=message))
+
+    def requeue_at(self, moment: datetime) -> None:
+        self.deadlines.append(to_utc(moment))
+
+    def requeue_in(self, seconds: float) -> None:
+        self.deadlines.append(self.now + timedelta(seconds=seconds))
+
+    def set(self, **changes: object) -> None:
+        self.status = self.status.replace(**changes)
+
+    @property
+    def name(self) -> str:
+        return self.job.metadata.name
+
+    def seconds_since(self, moment: datetime) -> float:
+        return (self.now - to_utc(moment)).total_seconds()
+
+    def build(self) -> Plan:
+        actions = list(self.actions)
+        if self.deadlines:
+            delay = max(0.0, (min(self.deadlines) - self.now).total_seconds())
+            actions.append(RequeueAfter(seconds=round(delay, 3)))
+        return Plan(actions=tuple(actions), status=self.status)
+
+
+def plan(observed: Observed, *, now: datetime, settings: PlanSettings | None = None) -> Plan:
+    """Decide what to do about one CheckpointedJob (see the module docstring)."""
+    draft = _Draft(observed, now, settings or PlanSettings())
+    latest = observed.store.latest or observed.status.latest_checkpoint
+    draft.set(observed_generation=observed.generation, latest_checkpoint=latest)
+    if observed.deleting:
+        _plan_deletion(draft)
+    else:
+        _clean_up_other_attempts(draft)
+        _run_state_machine(draft)
+        _set_conditions(draft)
+        if draft.status.phase is not None and not draft.status.phase.is_terminal:
+            draft.requeue_in(draft.settings.resync_seconds)
+    return draft.build()
+
+
+def plan_invalid_spec(
+    *, status: JobStatus, error: SpecError, generation: int, now: datetime
+) -> Plan:
+    """The spec of generation ``generation`` does not parse: report it, touch nothing.
+
+    A running driver keeps running on its last valid spec; a job that never started is
+    marked Failed. Fixing the spec (a new generation) lets ``plan`` take over again.
+    """
+    message = f"invalid spec: {error}"
+    changed = status.message != message or status.observed_generation != generation
+    actions: list[Action] = []
+    if changed:
+        actions.append(EmitEvent(type="Warning", reason="InvalidSpec", message=message))
+    new = status.replace(observed_generation=generation, message=message)
+    if status.phase is None or status.phase is Phase.FAILED:
+        new = new.replace(phase=Phase.FAILED, reason="InvalidSpec", spec_hash=None)
+    conditions = new.conditions
+    conditions = set_condition(
+        conditions,
+        kind=ConditionType.READY,
+        status=ConditionStatus.TRUE if new.phase is Phase.RUNNING else ConditionStatus.FALSE,
+        reason="InvalidSpec",
+        message=message,
+        now=now,
+        observed_generation=generation,
+    )
+    if new.phase is Phase.FAILED:
+        conditions = set_condition(
+            conditions,
+            kind=ConditionType.FAILED,
+            status=ConditionStatus.TRUE,
+            reason="InvalidSpec",
+            message=message,
+            now=now,
+            observed_generation=generation,
+        )
+    return Plan(actions=tuple(actions), status=new.replace(conditions=conditions))
+
+
+# --- helpers over pods -------------------------------------------------------------
+
+
+def _current_pod(draft: _Draft) -> DriverPod | None:
+    status = draft.status
+    if status.attempt < 1:
+        return None
+    return draft.observed.pod(status.driver_pod or driver_pod_name(draft.name, status.attempt))
+
+
+def _is_blocking(draft: _Draft, pod: DriverPod) -> bool:
+    """Whether ``pod`` may still be running a driver that the next attempt must not overlap.
+
+    Pods in phase Unknown never block (their node is gone); terminating pods stop
+    blocking ``kill_grace_seconds`` after their deletion deadline.
+    """
+    if not pod.is_live:
+        return False
+    if pod.deletion_timestamp is None:
+        return True
+    return draft.seconds_since(pod.deletion_timestamp) < draft.settings.kill_grace_seconds
+
+
+def _delete(draft: _Draft, pod: DriverPod, reason: str) -> None:
+    if pod.is_terminating or pod.is_finished:
+        return
+    draft.act(DeleteDriver(name=pod.name, reason=reason, force=pod.phase == "Unknown"))
+
+
+def _clean_up_other_attempts(draft: _Draft) -> None:
+    """Stop drivers of other attempts and prune old finished pods."""
+    current = draft.status.attempt
+    for pod in draft.observed.pods:
+        if pod.attempt == current:
+            continue
+        if pod.is_live or pod.phase == "Unknown":
+            _delete(draft, pod, "StaleAttempt")
+        elif pod.attempt <= current - draft.settings.keep_finished_attempts:
+            _delete_finished(draft, pod)
+
+
+def _delete_finished(draft: _Draft, pod: DriverPod) -> None:
+    if not pod.is_terminating:
+        draft.act(DeleteDriver(name=pod.name, reason="PrunedHistory"))
+
+
+def _wait_for_blocking_pods(draft: _Draft, reason: str) -> bool:
+    """Delete live driver pods; True (and a requeue) if some must still be waited for."""
+    blocking = [pod for pod in draft.observed.pods if _is_blocking(draft, pod)]
+    for pod in draft.observed.pods:
+        if pod.is_live or pod.phase == "Unknown":
+            _delete(draft, pod, reason)
+    if blocking:
+        draft.requeue_in(draft.settings.poll_seconds)
+        return True
+    return False
+
+
+# --- the state machine ---------------------------------------------------------------
+
+
+def _run_state_machine(draft: _Draft) -> None:
+    # A handler returns True when it moved the job to a phase whose handler should run
+    # in the same pass (for example: a failed attempt whose backoff is already over).
+    for _ in range(4):
+        phase = draft.status.phase
+        if phase is None:
+            advance = _on_new(draft)
+        elif phase in (Phase.PENDING, Phase.RUNNING):
+            advance = _on_active(draft)
+        elif phase is Phase.RESTARTING:
+            advance = _on_restarting(draft)
+        elif phase is Phase.SUSPENDED:
+            advance = _on_suspended(draft)
+        elif phase is Phase.FAILED:
+            advance = _on_failed(draft)
+        else:
+            advance = False
+        if not advance:
+            return
+
+
+def _on_new(draft: _Draft) -> bool:
+    if draft.job.spec.suspend:
+        draft.set(
+            phase=Phase.SUSPENDED,
+            reason="Suspended",
+            message="created suspended; set spec.suspend to false to start",
+        )
+        draft.event("Normal", "Suspended", "created suspended")
+        return False
+    _start_attempt(draft, reason="Started", reset_restarts=True)
+    return False
+
+
+def _start_attempt(draft: _Draft, *, reason: str, reset_restarts: bool) -> None:
+    """Create the next attempt's driver once no earlier driver can overlap it."""
+    if _wait_for_blocking_pods(draft, "Superseded"):
+        draft.set(message="waiting for the previous driver pod to stop")
+        return
+    observed = draft.observed
+    job = draft.job
+    attempt = 1 + max(
+        [draft.status.attempt, observed.store.fence_attempt or 0]
+        + [pod.attempt for pod in observed.pods]
+    )
+    latest = draft.status.latest_checkpoint
+    source = job.spec.restore.source
+    restored_from: RestoredFrom | None
+    if latest is not None:
+        pointer = "latest"
+        restored_from = RestoredFrom(id=latest.id, path=latest.path)
+        origin = f"checkpoint {latest.id}"
+    else:
+        pointer = source.pointer
+        if source.kind == "id":
+            restored_from = RestoredFrom(id=source.checkpoint_id)
+            origin = f"checkpoint {source.checkpoint_id}"
+        elif source.kind == "path":
+            restored_from = RestoredFrom(path=source.path)
+            origin = str(source.path)
+        else:
+            restored_from = None
+            origin = "an empty state"
+    pod_name = driver_pod_name(draft.name, attempt)
+    if not observed.store.exists:
+        draft.act(EnsureCheckpointConfigMap(name=checkpoint_configmap_name(draft.name)))
+    draft.act(EnsureServiceAccount(name=service_account_name(draft.name)))
+    draft.act(EnsureRole(name=role_name(draft.name)))
+    draft.act(EnsureRoleBinding(name=role_binding_name(draft.name)))
+    if job.spec.spark.is_kubernetes:
+        draft.act(EnsureService(name=driver_service_name(draft.name)))
+    draft.act(AdvanceFence(attempt=attempt))
+    draft.act(CreateDriver(name=pod_name, attempt=attempt, restore_pointer=pointer))
+    message = f"started attempt {attempt} (pod {pod_name}) from {origin}"
+    draft.event("Normal", reason, message)
+    draft.set(
+        phase=Phase.PENDING,
+        reason=reason,
+        message=message,
+        attempt=attempt,
+        restarts=0 if reset_restarts else draft.status.restarts,
+        driver_pod=pod_name,
+        spec_hash=spec_hash(job),
+        started_at=truncate_to_seconds(draft.now),
+        running_since=None,
+        last_restart_at=truncate_to_seconds(draft.now) if attempt > 1 else None,
+        next_restart_at=None,
+        restored_from=restored_from,
+        suspend_requested_at=None,
+    )
+    draft.requeue_in(draft.settings.pod_appear_grace_seconds)
+
+
+def _on_active(draft: _Draft) -> bool:
+    """Pending or Running: watch the current attempt's driver pod."""
+    pod = _current_pod(draft)
+    if draft.job.spec.suspend:
+        return _suspend_active(draft, pod)
+    if pod is None:
+        started = draft.status.started_at
+        grace = draft.settings.pod_appear_grace_seconds
+        if started is not None and draft.seconds_since(started) < grace:
+            draft.requeue_at(to_utc(started) + timedelta(seconds=grace))
+            return False
+        name = draft.status.driver_pod or driver_pod_name(draft.name, draft.status.attempt)
+        missing = AttemptEnd(
+            reason="DriverPodMissing",
+            exit_code=None,
+            at=draft.now,
+            message=f"driver pod {name} disappeared",
+        )
+        return _attempt_ended(draft, None, missing)
+    end = _pod_end(draft, pod)
+    if end is not None:
+        return _attempt_ended(draft, pod, end)
+    if _spec_changed(draft, pod):
+        return _upgrade(draft, pod)
+    if pod.started_at is None or pod.phase == "Pending":
+        return _watch_start(draft, pod)
+    return _watch_running(draft, pod)
+
+
+def _pod_end(draft: _Draft, pod: DriverPod) -> AttemptEnd | None:
+    """How the attempt of ``pod`` ended, or None while it is still going."""
+    if pod.phase == "Succeeded":
+        return AttemptEnd(
+            reason=reason_for_exit(0),
+            exit_code=0,
+            at=pod.finished_at or draft.now,
+            message="the driver exited 0",
+        )
+    if pod.phase == "Failed":
+        exit_code = pod.exit_code
+        if pod.reason in POD_FAILURE_REASONS or exit_code is None:
+            reason = pod.reason or reason_for_exit(exit_code)
+        else:
+            reason = reason_for_exit(exit_code)
+        detail = describe_exit(exit_code)
+        if pod.message:
+            detail += f": {pod.message}"
+        return AttemptEnd(
+            reason=reason,
+            exit_code=exit_code,
+            at=pod.finished_at or draft.now,
+            message=f"driver pod {pod.name} failed, {detail}",
+        )
+    if pod.phase == "Unknown":
+        return AttemptEnd(
+            reason="NodeLost",
+            exit_code=None,
+            at=draft.now,
+            message=f"the node of driver pod {pod.name} stopped reporting (phase Unknown)",
+        )
+    if pod.is_terminating:
+        return AttemptEnd(
+            reason="DriverPodDeleted",
+            exit_code=None,
+            at=draft.now,
+            message=f"driver pod {pod.name} is being deleted",
+        )
+    return None
+
+
+def _spec_changed(draft: _Draft, pod: DriverPod) -> bool:
+    running = pod.spec_hash or draft.status.spec_hash
+    return running is not None and running != spec_hash(draft.job)
+
+
+def _upgrade(draft: _Draft, pod: DriverPod) -> bool:
+    """Last-state upgrade: stop the attempt, start the new spec from the latest checkpoint."""
+    _delete(draft, pod, "SpecChanged")
+    message = (
+        f"spec changed (generation {draft.observed.generation}): stopping attempt "
+        f"{draft.status.attempt} to restart from the latest checkpoint"
+    )
+    draft.event("Normal", "Upgrading", message)
+    draft.set(
+        phase=Phase.RESTARTING,
+        reason="Upgrading",
+        message=message,
+        next_restart_at=truncate_to_seconds(draft.now),
+    )
+    return True
+
+
+def _watch_start(draft: _Draft, pod: DriverPod) -> bool:
+    timeout = draft.job.spec.restart_policy.start_timeout
+    deadline = to_utc(pod.created_at) + timedelta(seconds=timeout.seconds)
+    waiting = f" ({pod.reason}: {pod.message})" if pod.reason and pod.message else ""
+    if pod.reason and not pod.message:
+        waiting = f" ({pod.reason})"
+    if draft.now >= deadline:
+        end = AttemptEnd(
+            reason="StartTimeout",
+            exit_code=None,
+            at=draft.now,
+            message=f"driver pod {pod.name} did not start within {timeout.text}{waiting}",
+        )
+        return _attempt_ended(draft, pod, end)
+    draft.set(
+        phase=Phase.PENDING,
+        reason=pod.reason or draft.status.reason or "Starting",
+        message=f"waiting for driver pod {pod.name} to start{waiting}",
+    )
+    draft.requeue_at(deadline)
+    return False
+
+
+def _watch_running(draft: _Draft, pod: DriverPod) -> bool:
+    status = draft.status
+    running_since = truncate_to_seconds(pod.started_at or draft.now)
+    if status.phase is not Phase.RUNNING:
+        draft.event("Normal", "Running", f"driver pod {pod.name} is running")
+    draft.set(
+        phase=Phase.RUNNING,
+        reason="Running",
+        message=f"attempt {status.attempt} is running in pod {pod.name}",
+        running_since=running_since,
+    )
+    if status.restarts > 0:
+        reset_after = draft.job.spec.restart_policy.reset_after
+        healthy_at = running_since + timedelta(seconds=reset_after.seconds)
+        if draft.now >= healthy_at:
+            draft.set(restarts=0)
+            draft.event(
+                "Normal",
+                "RestartCountReset",
+                f"healthy for {reset_after.text}: restart count reset from {status.restarts}",
+            )
+        else:
+            draft.requeue_at(healthy_at)
+    nonce = draft.observed.pending_trigger_nonce
+    if nonce is not None:
+        draft.act(RequestCheckpoint(pod=pod.name, nonce=nonce))
+        draft.set(last_trigger_nonce=nonce)
+        draft.event("Normal", "CheckpointRequested", f"manual checkpoint requested ({nonce})")
+    return False
+
+
+def _attempt_ended(draft: _Draft, pod: DriverPod | None, end: AttemptEnd) -> bool:
+    """Apply the restart policy to the end of the current attempt."""
+    if pod is not None:
+        _delete(draft, pod, end.reason)
+    status = draft.status
+    healthy_since = (pod.started_at if pod is not None else None) or status.running_since
+    decision = decide_restart(
+        policy=draft.job.spec.restart_policy,
+        end=end,
+        restarts=status.restarts,
+        healthy_since=healthy_since,
+        now=draft.now,
+    )
+    failure = None
+    if not end.succeeded:
+        failure = FailureRecord(
+            reason=end.reason,
+            message=end.message,
+            at=truncate_to_seconds(end.at),
+            exit_code=end.exit_code,
+            attempt=status.attempt,
+        )
+    last_failure = failure or status.last_failure
+    if isinstance(decision, Finish) and decision.succeeded:
+        draft.set(
+            phase=Phase.SUCCEEDED,
+            reason="Succeeded",
+            message=f"attempt {status.attempt} finished",
+            next_restart_at=None,
+        )
+        draft.event("Normal", "Succeeded", f"the job finished (attempt {status.attempt})")
+        return False
+    if isinstance(decision, Finish | GiveUp):
+        draft.set(
+            phase=Phase.FAILED,
+            reason=decision.reason,
+            message=decision.message,
+            last_failure=last_failure,
+            next_restart_at=None,
+        )
+        draft.event("Warning", decision.reason, f"the job failed: {decision.message}")
+        return False
+    assert isinstance(decision, Restart)
+    when = truncate_to_seconds(decision.not_before)
+    draft.set(
+        phase=Phase.RESTARTING,
+        reason="BackingOff",
+        message=f"{decision.message} (at {format_time(when)})",
+        restarts=decision.restarts,
+        next_restart_at=when,
+        last_failure=last_failure,
+    )
+    kind: EventType = "Normal" if end.succeeded else "Warning"
+    draft.event(kind, "AttemptEnded" if end.succeeded else end.reason, decision.message)
+    return True
+
+
+def _on_restarting(draft: _Draft) -> bool:
+    if draft.job.spec.suspend:
+        return _suspend_now(draft, "suspended while restarting")
+    next_at = draft.status.next_restart_at
+    if next_at is not None and draft.now < to_utc(next_at):
+        current = _current_pod(draft)
+        if current is not None:
+            _delete(draft, current, "Restarting")
+        draft.requeue_at(next_at)
+        return False
+    upgrading = draft.status.reason == "Upgrading"
+    _start_attempt(draft, reason="Upgraded" if upgrading else "Restarted", reset_restarts=False)
+    return False
+
+
+def _on_suspended(draft: _Draft) -> bool:
+    if draft.job.spec.suspend:
+        _wait_for_blocking_pods(draft, "Suspended")
+        return False
+    _start_attempt(draft, reason="Resumed", reset_restarts=True)
+    return False
+
+
+def _on_failed(draft: _Draft) -> bool:
+    if draft.job.spec.suspend:
+        return _suspend_now(draft, "suspended after failing; resume to retry")
+    if draft.status.spec_hash != spec_hash(draft.job):
+        _start_attempt(draft, reason="Retrying", reset_restarts=True)
+    return False
+
+
+def _suspend_now(draft: _Draft, message: str) -> bool:
+    _wait_for_blocking_pods(draft, "Suspended")
+    draft.set(
+        phase=Phase.SUSPENDED,
+        reason="Suspended",
+        message=message,
+        next_restart_at=None,
+        suspend_requested_at=None,
+    )
+    draft.event("Normal", "Suspended", message)
+    return False
+
+
+def _suspend_active(draft: _Draft, pod: DriverPod | None) -> bool:
+    """Suspend a Pending or Running attempt, with a final checkpoint when it runs."""
+    if pod is not None:
+        end = _pod_end(draft, pod)
+        if end is not None and end.succeeded:
+            return _attempt_ended(draft, pod, end)
+        if end is not None:
+            draft.set(
+                last_failure=FailureRecord(
+                    reason=end.reason,
+                    message=end.message,
+                    at=truncate_to_seconds(end.at),
+                    exit_code=end.exit_code,
+                    attempt=draft.status.attempt,
+                )
+            )
+            return _suspend_now(draft, f"suspended; the last attempt ended: {end.message}")
+    if pod is None or pod.phase != "Running" or pod.started_at is None:
+        return _suspend_now(draft, "suspended before the driver started")
+    status = draft.status
+    requested = status.suspend_requested_at
+    if requested is None:
+        draft.act(RequestCheckpoint(pod=pod.name, nonce=f"suspend-{status.attempt}"))
+        draft.event(
+            "Normal",
+            "Suspending",
+            f"taking a final checkpoint before stopping attempt {status.attempt}",
+        )
+        draft.set(
+            phase=Phase.RUNNING,
+            reason="Suspending",
+            message="taking a final checkpoint before suspending",
+            suspend_requested_at=truncate_to_seconds(draft.now),
+        )
+        draft.requeue_in(draft.settings.poll_seconds)
+        return False
+    latest = draft.status.latest_checkpoint
+    final = (
+        latest is not None
+        and latest.completed_at is not None
+        and to_utc(latest.completed_at) >= to_utc(requested)
+    )
+    timeout = draft.job.spec.checkpoint.timeout
+    deadline = to_utc(requested) + timedelta(seconds=timeout.seconds)
+    if final and latest is not None:
+        return _suspend_now(draft, f"suspended after final checkpoint {latest.id}")
+    if draft.now >= deadline:
+        fallback = f"checkpoint {latest.id}" if latest is not None else "the initial state"
+        return _suspend_now(
+            draft,
+            f"suspended without a final checkpoint (none completed within {timeout.text}); "
+            f"resuming restores {fallback}",
+        )
+    draft.requeue_at(min(deadline, draft.now + timedelta(seconds=draft.settings.poll_seconds)))
+    return False
+
+
+# --- deletion ------------------------------------------------------------------------
+
+
+def _plan_deletion(draft: _Draft) -> None:
+    """Finalizer path: stop every driver, then delete checkpoint data if asked to."""
+    if _wait_for_blocking_pods(draft, "JobDeleted"):
+        draft.set(reason="Terminating", message="waiting for the driver pods to stop")
+        return
+    job = draft.job
+    if job.spec.cleanup_policy.checkpoints is CheckpointCleanup.DELETE:
+        uid = job.metadata.uid
+        if uid:
+            uri = job_checkpoint_dir(job.spec.checkpoint.storage, job_name=draft.name, job_uid=uid)
+            draft.act(DeleteCheckpoints(uri=uri))
+            draft.event("Normal", "CheckpointsDeleted", f"deleting checkpoint data under {uri}")
+    draft.act(RemoveFinalizer())
+
+
+# --- conditions ----------------------------------------------------------------------
+
+
+def _set_conditions(draft: _Draft) -> None:
+    status = draft.status
+    phase = status.phase
+    generation = draft.observed.generation
+    conditions = status.conditions
+    reason = status.reason or (phase.value if phase else "Unknown")
+    message = status.message or ""
+
+    def put(kind: ConditionType, value: ConditionStatus, why: str, text: str) -> None:
+        nonlocal conditions
+        conditions = set_condition(
+            conditions,
+            kind=kind,
+            status=value,
+            reason=why,
+            message=text,
+            now=draft.now,
+            observed_generation=generation,
+        )
+
+    running = phase is Phase.RUNNING
+    put(
+        ConditionType.READY,
+        ConditionStatus.TRUE if running else ConditionStatus.FALSE,
+        "Running" if running else (phase.value if phase else "Unknown"),
+        message,
+    )
+    progressing = phase in (Phase.PENDING, Phase.RESTARTING) or reason == "Suspending"
+    put(
+        ConditionType.PROGRESSING,
+        ConditionStatus.TRUE if progressing else ConditionStatus.FALSE,
+        reason if progressing else (phase.value if phase else "Unknown"),
+        message,
+    )
+    value, why, text = _checkpointing(draft)
+    put(ConditionType.CHECKPOINTING, value, why, text)
+    failed = phase is Phase.FAILED
+    put(
+        ConditionType.FAILED,
+        ConditionStatus.TRUE if failed else ConditionStatus.FALSE,
+        reason if failed else "NotFailed",
+        message if failed else "",
+    )
+    draft.set(conditions=conditions)
+
+
+def _checkpointing(draft: _Draft) -> tuple[ConditionStatus, str, str]:
+    status = draft.status
+    if status.phase is not Phase.RUNNING:
+        return ConditionStatus.UNKNOWN, "NotRunning", "the job is not running"
+    checkpoint = draft.job.spec.checkpoint
+    allowance = timedelta(seconds=2 * checkpoint.interval.seconds + checkpoint.timeout.seconds)
+    since = to_utc(status.running_since or draft.now)
+    latest = status.latest_checkpoint
+    if (
+        latest is not None
+        and latest.completed_at is not None
+        and to_utc(latest.completed_at) >= since
+    ):
+        completed = to_utc(latest.completed_at)
+        deadline = completed + allowance
+        if draft.now <= deadline:
+            draft.requeue_at(deadline)
+            return (
+                ConditionStatus.TRUE,
+                "CheckpointCompleted",
+                f"checkpoint {latest.id} completed at {format_time(completed)}",
+            )
+        return (
+            ConditionStatus.FALSE,
+            "CheckpointOverdue",
+            f"no checkpoint completed since checkpoint {latest.id} at {format_time(completed)}; "
+            f"expected one every {checkpoint.interval.text}",
+        )
+    deadline = since + allowance
+    if draft.now <= deadline:
+        draft.requeue_at(deadline)
+        return (
+            ConditionStatus.UNKNOWN,
+            "AwaitingFirstCheckpoint",
+            f"no checkpoint completed yet by attempt {status.attempt}",
+        )
+    return (
+        ConditionStatus.FALSE,
+        "CheckpointOverdue",
+        f"attempt {status.attempt} has completed no checkpoint since it started at "
+        f"{format_time(since)}",
+    )

@@ -1,0 +1,148 @@
+"""CheckpointedJob documents for the spec tests."""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from cjob_spec import (
+    CheckpointRef,
+    Condition,
+    ConditionStatus,
+    FailureRecord,
+    JobStatus,
+    Phase,
+    RestoredFrom,
+)
+
+T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
+
+MINIMAL: dict[str, Any] = {
+    "apiVersion": "checkpointed.io/v1alpha1",
+    "kind": "CheckpointedJob",
+    "metadata": {"name": "clicks"},
+    "spec": {
+        "image": "example.org/clicks:1.0",
+        "job": {"entrypoint": "clicks.job:build"},
+        "checkpoint": {"storage": "file:///data/ckpt"},
+    },
+}
+
+FULL: dict[str, Any] = {
+    "apiVersion": "checkpointed.io/v1alpha1",
+    "kind": "CheckpointedJob",
+    "metadata": {
+        "name": "clicks-per-user",
+        "namespace": "analytics",
+        "uid": "u-1",
+        "generation": 3,
+    },
+    "spec": {
+        "image": "example.org/clicks:1.0",
+        "job": {
+            "entrypoint": "clicks.job:build",
+            "pythonPath": ["jobs/"],
+            "args": {"input": "s3://in/clicks/", "output": "s3://out/clicks/", "limit": 10},
+        },
+        "parallelism": 4,
+        "maxParallelism": 256,
+        "spark": {
+            "master": "k8s",
+            "conf": {"spark.sql.shuffle.partitions": 8, "spark.ui.enabled": "false"},
+            "driver": {"cores": 1, "memory": "2Gi"},
+            "executor": {"instances": 2, "cores": 2, "memory": "4Gi"},
+        },
+        "checkpoint": {
+            "storage": "s3://ckpt/clicks",
+            "s3": {
+                "endpoint": "http://minio:9000",
+                "region": "eu-west-1",
+                "credentialsSecret": "s3-creds",
+            },
+            "interval": "30s",
+            "minPause": "5s",
+            "timeout": "2m",
+            "mode": "ExactlyOnce",
+            "unaligned": True,
+            "retained": 5,
+            "tolerableFailures": 2,
+            "triggerNonce": "manual-1",
+        },
+        "restartPolicy": {
+            "type": "Always",
+            "maxRestarts": 7,
+            "backoff": {"initial": "1s", "max": "1m", "multiplier": 3},
+            "resetAfter": "1h",
+            "startTimeout": "90s",
+        },
+        "restore": {"from": "s3://old/chk-7/_metadata", "onUnreadable": "FallbackToPrevious"},
+        "suspend": True,
+        "cleanupPolicy": {"checkpoints": "Delete"},
+    },
+}
+
+
+def minimal() -> dict[str, Any]:
+    return copy.deepcopy(MINIMAL)
+
+
+def full() -> dict[str, Any]:
+    return copy.deepcopy(FULL)
+
+
+def with_field(document: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
+    """A copy of ``document`` with the dotted ``path`` set (intermediate maps created)."""
+    result = copy.deepcopy(document)
+    *parents, last = path.split(".")
+    node = result
+    for key in parents:
+        node = node.setdefault(key, {})
+    node[last] = value
+    return result
+
+
+def without_field(document: dict[str, Any], path: str) -> dict[str, Any]:
+    result = copy.deepcopy(document)
+    *parents, last = path.split(".")
+    node = result
+    for key in parents:
+        node = node[key]
+    del node[last]
+    return result
+
+
+def full_status() -> JobStatus:
+    return JobStatus(
+        phase=Phase.RUNNING,
+        reason="Running",
+        message="attempt 2 is running",
+        attempt=2,
+        restarts=1,
+        driver_pod="clicks-attempt-2",
+        spec_hash="abc",
+        started_at=T0,
+        running_since=T0 + timedelta(seconds=5),
+        last_restart_at=T0,
+        next_restart_at=None,
+        latest_checkpoint=CheckpointRef(
+            id=42, path="s3://b/clicks-u/chk-42/_metadata", completed_at=T0, size_bytes=1048576
+        ),
+        restored_from=RestoredFrom(id=40, path="s3://b/clicks-u/chk-40/_metadata"),
+        last_failure=FailureRecord(
+            reason="DriverFailed", message="exit code 1", at=T0, exit_code=1, attempt=1
+        ),
+        conditions=(
+            Condition(
+                type="Ready",
+                status=ConditionStatus.TRUE,
+                reason="Running",
+                message="",
+                last_transition_time=T0,
+                observed_generation=3,
+            ),
+        ),
+        observed_generation=3,
+        last_trigger_nonce="n1",
+        suspend_requested_at=T0,
+    )
