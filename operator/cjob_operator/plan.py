@@ -120,6 +120,7 @@ class _Draft:
         self.status = observed.status
         self.actions: list[Action] = []
         self.deadlines: list[datetime] = []
+        self.deleted: set[str] = set()
 
     def act(self, action: Action) -> None:
         if action not in self.actions:
@@ -231,8 +232,10 @@ def _is_blocking(draft: _Draft, pod: DriverPod) -> bool:
 
 
 def _delete(draft: _Draft, pod: DriverPod, reason: str) -> None:
-    if pod.is_terminating or pod.is_finished:
+    """Delete a driver pod that may still run, once per pass (the first reason wins)."""
+    if pod.is_terminating or pod.is_finished or pod.name in draft.deleted:
         return
+    draft.deleted.add(pod.name)
     draft.act(DeleteDriver(name=pod.name, reason=reason, force=pod.phase == "Unknown"))
 
 
@@ -249,7 +252,8 @@ def _clean_up_other_attempts(draft: _Draft) -> None:
 
 
 def _delete_finished(draft: _Draft, pod: DriverPod) -> None:
-    if not pod.is_terminating:
+    if not pod.is_terminating and pod.name not in draft.deleted:
+        draft.deleted.add(pod.name)
         draft.act(DeleteDriver(name=pod.name, reason="PrunedHistory"))
 
 
@@ -305,6 +309,8 @@ def _on_new(draft: _Draft) -> bool:
 def _start_attempt(draft: _Draft, *, reason: str, reset_restarts: bool) -> None:
     """Create the next attempt's driver once no earlier driver can overlap it."""
     if _wait_for_blocking_pods(draft, "Superseded"):
+        if draft.status.phase is None:
+            draft.set(reason="WaitingForPreviousDriver")
         draft.set(message="waiting for the previous driver pod to stop")
         return
     observed = draft.observed
@@ -548,7 +554,8 @@ def _attempt_ended(draft: _Draft, pod: DriverPod | None, end: AttemptEnd) -> boo
             next_restart_at=None,
         )
         draft.event("Warning", decision.reason, f"the job failed: {decision.message}")
-        return False
+        # A spec changed since this attempt started is retried at once (see _on_failed).
+        return True
     assert isinstance(decision, Restart)
     when = truncate_to_seconds(decision.not_before)
     draft.set(

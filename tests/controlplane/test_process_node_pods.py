@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from e2e.controlplane import ProcessNode, RestClient
+from e2e.controlplane import ApiError, ProcessNode, RestClient
 from e2e.controlplane.manifests import python_pod
 from e2e.controlplane.rest import quote
 from e2e.controlplane.waiting import (
@@ -314,3 +314,32 @@ def _is_alive(pid: int) -> bool:
             return f.read().split()[2] != "Z"
     except FileNotFoundError:
         return False
+
+
+class TestLogsThroughTheApi:
+    def test_the_api_serves_container_logs_like_kubectl_logs(
+        self, kube_rest: RestClient, kube_namespace: str, process_node: ProcessNode
+    ) -> None:
+        code = "for i in range(5): print('line', i)"
+        create_pod(kube_rest, kube_namespace, python_pod(name="chatty", code=code))
+        wait_for_pod_phase(
+            kube_rest, namespace=kube_namespace, name="chatty", phases=("Succeeded",)
+        )
+        path = f"/api/v1/namespaces/{kube_namespace}/pods/chatty/log"
+
+        full = kube_rest.get_text(path)
+        tail = kube_rest.get_text(path + "?tailLines=2")
+
+        assert full.splitlines() == [f"line {i}" for i in range(5)]
+        assert tail.splitlines() == ["line 3", "line 4"]
+
+    def test_logs_of_an_unknown_container_are_not_found(
+        self, kube_rest: RestClient, kube_namespace: str, process_node: ProcessNode
+    ) -> None:
+        create_pod(kube_rest, kube_namespace, python_pod(name="quiet", code="pass"))
+        wait_for_pod_phase(kube_rest, namespace=kube_namespace, name="quiet", phases=("Succeeded",))
+
+        with pytest.raises(ApiError) as missing:
+            kube_rest.get_text(f"/api/v1/namespaces/{kube_namespace}/pods/quiet/log?container=nope")
+
+        assert missing.value.status in (400, 404)

@@ -1,0 +1,1 @@
+"""The ``cjob`` command line and the embedded local runner."""

@@ -1,0 +1,5 @@
+import sys
+
+from cjob.cli import main
+
+sys.exit(main())

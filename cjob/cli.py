@@ -1,0 +1,161 @@
+"""``cjob``: run a CheckpointedJob locally and inspect its status and checkpoints.
+
+Every user mistake ends with one line on standard error and a non-zero exit
+code, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from cjob_spec import CjobSpecError, load_job_file
+
+EXIT_USAGE = 2
+
+
+def _fail(message: str, code: int = EXIT_USAGE) -> int:
+    sys.stderr.write(f"cjob: error: {message}\n")
+    return code
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        raise SystemExit(_fail(message))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="cjob", description="Run and inspect CheckpointedJobs.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run a CheckpointedJob on this machine (embedded mode)")
+    run.add_argument("file", help="CheckpointedJob YAML")
+    run.add_argument("--state-dir", default=".cjob", help="where state lives (default .cjob)")
+    run.add_argument("--kill-driver-after", type=float, metavar="SECONDS",
+                     help="SIGKILL the driver once, after SECONDS and a completed checkpoint")
+    run.add_argument("--fresh", action="store_true",
+                     help="start over instead of resuming an unfinished run of the same job")
+    run.add_argument("--metrics-port", type=int, help="serve driver metrics on this port")
+
+    status = sub.add_parser("status", help="show a job's status")
+    status.add_argument("name")
+    status.add_argument("--state-dir", default=".cjob")
+    status.add_argument("-o", "--output", choices=["table", "json"], default="table")
+
+    checkpoints = sub.add_parser("checkpoints", help="checkpoint commands")
+    csub = checkpoints.add_subparsers(dest="checkpoints_command", required=True)
+    listing = csub.add_parser("list", help="list a job's retained checkpoints")
+    listing.add_argument("name")
+    listing.add_argument("--state-dir", default=".cjob")
+    listing.add_argument("-o", "--output", choices=["table", "json"], default="table")
+
+    validate = sub.add_parser("validate", help="check a CheckpointedJob YAML")
+    validate.add_argument("file")
+    return parser
+
+
+def _job_dir(state_dir: str, name: str) -> Path | None:
+    path = Path(state_dir) / name
+    return path if path.is_dir() else None
+
+
+def cmd_run(ns: argparse.Namespace) -> int:
+    from cjob.embedded import EmbeddedRunner, RunOptions, StateDirError
+
+    try:
+        job = load_job_file(ns.file)
+    except CjobSpecError as exc:
+        return _fail(str(exc))
+    options = RunOptions(state_dir=ns.state_dir, kill_driver_after=ns.kill_driver_after,
+                         fresh=ns.fresh, metrics_port=ns.metrics_port,
+                         base_dir=str(Path(ns.file).resolve().parent),
+                         interactive=sys.stdout.isatty())
+    try:
+        return EmbeddedRunner(job=job, options=options).run()
+    except StateDirError as exc:
+        return _fail(str(exc))
+    except KeyboardInterrupt:
+        sys.stderr.write("\ncjob: interrupted; run the same command again to resume\n")
+        return 130
+
+
+def cmd_status(ns: argparse.Namespace) -> int:
+    directory = _job_dir(ns.state_dir, ns.name)
+    if directory is None or not (directory / "status.json").exists():
+        return _fail(f"no job {ns.name!r} in {ns.state_dir} (run it with cjob run first)", 1)
+    status: dict[str, Any] = json.loads((directory / "status.json").read_text())
+    if ns.output == "json":
+        print(json.dumps(status, indent=2, sort_keys=True))
+        return 0
+    latest = status.get("latestCheckpoint") or {}
+    restored = status.get("restoredFrom") or {}
+    failure = status.get("lastFailure") or {}
+    rows = [
+        ("Name", ns.name),
+        ("Phase", status.get("phase", "-")),
+        ("Attempt", status.get("attempt", 0)),
+        ("Restarts", status.get("restarts", 0)),
+        ("Latest checkpoint", latest.get("id", "-")),
+        ("Checkpoint path", latest.get("path", "-")),
+        ("Restored from", restored.get("id", "-")),
+        ("Last failure", f"{failure.get('reason')}: {failure.get('message')}" if failure
+         else "-"),
+        ("Message", status.get("message") or "-"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        print(f"{key:<{width}}  {value}")
+    return 0
+
+
+def cmd_checkpoints_list(ns: argparse.Namespace) -> int:
+    from job_runtime.store import StoreError, list_checkpoints
+
+    directory = _job_dir(ns.state_dir, ns.name)
+    if directory is None:
+        return _fail(f"no job {ns.name!r} in {ns.state_dir}", 1)
+    store = directory / "store"
+    try:
+        checkpoints = list_checkpoints(str(store), skip_corrupt=True) if store.exists() else []
+    except StoreError as exc:
+        return _fail(str(exc), 1)
+    if ns.output == "json":
+        print(json.dumps([json.loads(c.to_json()) for c in checkpoints], indent=2))
+        return 0
+    print(f"{'ID':>6}  {'COMPLETED':<20}  {'SIZE':>10}  {'ATTEMPT':>7}  PATH")
+    for c in checkpoints:
+        when = datetime.fromtimestamp(c.timestamp, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        print(f"{c.checkpoint_id:>6}  {when:<20}  {c.size_bytes:>10}  {c.attempt:>7}  "
+              f"{c.metadata_path}")
+    if not checkpoints:
+        print("(no retained checkpoints)")
+    return 0
+
+
+def cmd_validate(ns: argparse.Namespace) -> int:
+    try:
+        job = load_job_file(ns.file)
+    except CjobSpecError as exc:
+        return _fail(str(exc))
+    print(f"{ns.file}: CheckpointedJob {job.metadata.name} is valid")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = build_parser().parse_args(argv)
+    if ns.command == "run":
+        return cmd_run(ns)
+    if ns.command == "status":
+        return cmd_status(ns)
+    if ns.command == "checkpoints":
+        return cmd_checkpoints_list(ns)
+    return cmd_validate(ns)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""Builders of observations for the operator's plan and builder tests."""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from cjob_operator.observed import DriverPod, Observed, StoreView
+from cjob_operator.plan import Plan, PlanSettings, plan
+from cjob_spec import CheckpointedJob, CheckpointRef, JobStatus, Phase, parse_job, spec_hash
+
+T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
+SETTINGS = PlanSettings()
+
+BASE: dict[str, Any] = {
+    "apiVersion": "checkpointed.io/v1alpha1",
+    "kind": "CheckpointedJob",
+    "metadata": {"name": "clicks", "namespace": "team", "uid": "uid-1", "generation": 1},
+    "spec": {
+        "image": "example.org/clicks:1.0",
+        "job": {"entrypoint": "clicks.job:build", "args": {"output": "s3://out/clicks"}},
+        "parallelism": 2,
+        "spark": {"executor": {"instances": 2}},
+        "checkpoint": {
+            "storage": "s3://ckpt/jobs",
+            "s3": {"endpoint": "http://minio:9000", "credentialsSecret": "s3-creds"},
+        },
+    },
+}
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def document(**fields: Any) -> dict[str, Any]:
+    """The base document with dotted ``spec`` paths set: ``document(suspend=True)``,
+    ``document(**{"restartPolicy.type": "Never"})``."""
+    result = copy.deepcopy(BASE)
+    for path, value in fields.items():
+        node = result["spec"]
+        *parents, last = path.split(".")
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[last] = value
+    return result
+
+
+def make_job(**fields: Any) -> CheckpointedJob:
+    return parse_job(document(**fields))
+
+
+def checkpoint(checkpoint_id: int, completed: datetime) -> CheckpointRef:
+    return CheckpointRef(
+        id=checkpoint_id,
+        path=f"s3://ckpt/jobs/clicks-uid-1/chk-{checkpoint_id}/_metadata",
+        completed_at=completed,
+        size_bytes=1024,
+    )
+
+
+def driver(
+    attempt: int,
+    phase: str = "Running",
+    *,
+    job: CheckpointedJob | None = None,
+    created: datetime = T0,
+    started: datetime | None = None,
+    finished: datetime | None = None,
+    exit_code: int | None = None,
+    reason: str | None = None,
+    message: str | None = None,
+    deleting: datetime | None = None,
+    hash_of: CheckpointedJob | None = None,
+) -> DriverPod:
+    """A driver pod of ``attempt``; running pods start 5 s after creation by default."""
+    if started is None and phase in ("Running", "Succeeded", "Failed"):
+        started = created + timedelta(seconds=5)
+    if finished is None and phase in ("Succeeded", "Failed"):
+        finished = (started or created) + timedelta(seconds=60)
+    if exit_code is None and phase == "Succeeded":
+        exit_code = 0
+    return DriverPod(
+        name=f"clicks-attempt-{attempt}",
+        attempt=attempt,
+        phase=phase,
+        created_at=created,
+        started_at=started,
+        finished_at=finished,
+        exit_code=exit_code,
+        reason=reason,
+        message=message,
+        deletion_timestamp=deleting,
+        spec_hash=spec_hash(hash_of or job or make_job()),
+    )
+
+
+def status(
+    phase: Phase | None,
+    attempt: int = 1,
+    *,
+    job: CheckpointedJob | None = None,
+    **changes: Any,
+) -> JobStatus:
+    base = JobStatus()
+    if phase is not None:
+        base = JobStatus(
+            phase=phase,
+            attempt=attempt,
+            driver_pod=f"clicks-attempt-{attempt}",
+            spec_hash=spec_hash(job or make_job()),
+            started_at=T0,
+        )
+    return base.replace(**changes)
+
+
+def observe(
+    job: CheckpointedJob | None = None,
+    job_status: JobStatus | None = None,
+    *pods: DriverPod,
+    store: StoreView | None = None,
+    deleting: bool = False,
+) -> Observed:
+    return Observed(
+        job=job or make_job(),
+        status=job_status or JobStatus(),
+        pods=tuple(pods),
+        store=store or StoreView(exists=True, fence_attempt=max([0, *(p.attempt for p in pods)])),
+        deleting=deleting,
+    )
+
+
+def run(observed: Observed, now: datetime) -> Plan:
+    return plan(observed, now=now, settings=SETTINGS)
+
+
+def kinds(result: Plan) -> list[str]:
+    return [type(action).__name__ for action in result.actions]
+
+
+def reasons(result: Plan) -> list[str]:
+    from cjob_operator.actions import EmitEvent
+
+    return [action.reason for action in result.of_type(EmitEvent)]
