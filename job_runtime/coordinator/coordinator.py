@@ -27,6 +27,7 @@ from typing import Any
 from job_runtime.coordinator.rpc import ConnectionLost, RpcConnection, RpcServer
 from job_runtime.coordinator.stats import CheckpointStats, CheckpointStatsTracker
 from job_runtime.errors import CheckpointFailureBudgetExceeded, UserCodeError
+from job_runtime.faults import maybe_fail
 from job_runtime.storage.checkpoint_storage import CheckpointStorage
 from job_runtime.store.base import (
     CheckpointIdCounter,
@@ -337,7 +338,9 @@ class CheckpointCoordinator:
         assert stats is not None
         try:
             body = json.dumps(self._metadata(pending), separators=(",", ":")).encode()
+            maybe_fail("driver.before-metadata", checkpoint_id)
             path = self.storage.write_metadata(checkpoint_id, body)
+            maybe_fail("driver.before-pointer", checkpoint_id)
             completed = CompletedCheckpoint(
                 checkpoint_id=checkpoint_id, metadata_path=path, timestamp=self.clock(),
                 size_bytes=stats.size_bytes + len(body), attempt=self.attempt)
@@ -357,6 +360,7 @@ class CheckpointCoordinator:
         self._consecutive_failures = 0
         self._last_completed_mono = time.monotonic()
         self.latest = completed
+        maybe_fail("driver.before-notify", checkpoint_id)
         for older in [p for p in self._pending if p < checkpoint_id]:
             self._abort(older, reason=f"subsumed by checkpoint {checkpoint_id}", count=False)
         self._broadcast("complete", checkpoint_id=checkpoint_id, final=pending.final)

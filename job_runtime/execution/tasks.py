@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from job_runtime.barriers import BarrierHandler, build_barrier_handler
 from job_runtime.errors import UserCodeError
 from job_runtime.execution.stages import StagePlan
+from job_runtime.faults import maybe_fail
 from job_runtime.execution.uploader import UploadJob
 from job_runtime.network.channels import InputGate, OutputChannel
 from job_runtime.network.framing import Kind
@@ -96,6 +97,7 @@ class Task(threading.Thread):
                    "alignment_ms": alignment_seconds * 1000.0})
         self.broadcast(Kind.BARRIER, checkpoint_id)
         self.emitted_barriers.add(checkpoint_id)
+        maybe_fail("subtask.after-snapshot", checkpoint_id)
         if not defer_ack:
             self.runtime.uploader.submit(job)
         return job

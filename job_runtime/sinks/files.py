@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from job_runtime.errors import PipelineDefinitionError
+from job_runtime.faults import maybe_fail
 from job_runtime.records import Batch
 from job_runtime.sinks.base import Sink, SinkContext, SinkWriter
 from job_runtime.storage.filesystem import FileSystem, get_filesystem
@@ -113,6 +114,7 @@ class FilesSinkWriter(SinkWriter):
                 except Exception as exc:  # retried on the next completed checkpoint
                     log.warning("commit of %s failed, will retry: %s", transaction.final, exc)
                     return
+                maybe_fail("subtask.during-commit", checkpoint_id)
                 self._pending.remove(transaction)
 
     def restore(self, states: list[Any]) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 from cjob_operator.observed import DriverPod, Observed, StoreView
 from cjob_operator.plan import Plan, PlanSettings, plan
+
 from cjob_spec import CheckpointedJob, CheckpointRef, JobStatus, Phase, parse_job, spec_hash
 
 T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)

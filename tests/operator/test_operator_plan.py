@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 import pytest
+from cjob_operator.actions import (
+    AdvanceFence,
+    CreateDriver,
+    DeleteCheckpoints,
+    DeleteDriver,
+    EmitEvent,
+    RemoveFinalizer,
+    RequestCheckpoint,
+)
+from cjob_operator.observed import StoreView
+from cjob_operator.plan import plan_invalid_spec
 from operator_world import (
     T0,
     at,
@@ -18,17 +27,6 @@ from operator_world import (
     status,
 )
 
-from cjob_operator.actions import (
-    AdvanceFence,
-    CreateDriver,
-    DeleteCheckpoints,
-    DeleteDriver,
-    EmitEvent,
-    RemoveFinalizer,
-    RequestCheckpoint,
-)
-from cjob_operator.observed import StoreView
-from cjob_operator.plan import plan_invalid_spec
 from cjob_spec import ConditionStatus, JobStatus, Phase, RestoredFrom, SpecError
 
 # --- first start ---------------------------------------------------------------------
@@ -177,7 +175,7 @@ def test_a_steady_running_job_emits_no_events_and_keeps_condition_times() -> Non
     first = run(observe(make_job(), status(Phase.PENDING), driver(1)), at(10))
     second = run(observe(make_job(), first.status, driver(1)), at(70))
     assert reasons(second) == []
-    assert [a for a in second.actions if not type(a).__name__ == "RequeueAfter"] == []
+    assert [a for a in second.actions if type(a).__name__ != "RequeueAfter"] == []
     assert second.status.conditions == first.status.conditions
 
 

@@ -1,0 +1,53 @@
+# checkpointed-jobs: everything a newcomer or CI runs goes through these targets.
+# The virtualenv lives in .venv; slow-to-build tools are cached under ~/.cache.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: help install run lint test test-fast controlplane bench bench-throughput \
+	bench-overhead bench-barriers bench-state-size bench-recovery bench-operator clean
+
+help:
+	@echo "make run      install, then run the embedded demo with a driver kill and verify it"
+	@echo "make test     lint + every test (builds the local control plane on first use)"
+	@echo "make lint     ruff, mypy (strict) and import-linter"
+	@echo "make bench    every benchmark (see bench/README.md)"
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	@rm -rf .cjob/output/running-sum
+	$(BIN)/cjob run examples/running_sum/running-sum.yaml --fresh --kill-driver-after 8
+	$(BIN)/python examples/running_sum/verify.py --output .cjob/output/running-sum --count 200000
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+controlplane:
+	bash e2e/controlplane/build.sh
+
+test: lint controlplane
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not spark and not cluster and not slow" $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(BIN)/python -m bench all
+
+bench-throughput bench-overhead bench-barriers bench-state-size bench-recovery bench-operator: $(STAMP)
+	$(BIN)/python -m bench $(patsubst bench-%,%,$@)
+
+clean:
+	rm -rf .cjob .pytest_cache .mypy_cache .ruff_cache bench/work

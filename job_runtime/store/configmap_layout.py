@@ -1,0 +1,285 @@
+"""What the checkpoint ConfigMap holds, and how to read and change it (no API calls).
+
+``<job>-checkpoints`` (label ``checkpointed.io/job=<job>``)::
+
+    metadata.annotations:
+      checkpointed.io/fence-attempt: "3"          the only attempt allowed to write
+    data:
+      checkpointID-0000000000000000042: {...}     pointer: CompletedCheckpoint JSON
+      discarding-0000000000000000040: {...}       discard marker of checkpoint 40
+      counter: "43"                               the next checkpoint id
+
+Markers are separate keys rather than a change of the pointer, so a reader that
+only knows the ``checkpointID-`` keys still finds every pointer intact; readers
+of this module skip marked pointers. Everything here works on the plain JSON
+dict of the object, so the operator and tests can use it on what they read.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from cjob_spec.names import (
+    ANNOTATION_FENCE,
+    CONFIGMAP_CHECKPOINT_KEY_FORMAT,
+    CONFIGMAP_COUNTER_KEY,
+    LABEL_JOB,
+)
+from job_runtime.store.base import CompletedCheckpoint
+from job_runtime.store.configmap_errors import CorruptStoreDataError
+from job_runtime.store.file import CorruptPointerError
+
+__all__ = [
+    "ANNOTATION_FENCE",
+    "COUNTER_KEY",
+    "DEFAULT_BUDGET_BYTES",
+    "LABEL_JOB",
+    "StoreObject",
+    "StoreSnapshot",
+    "marker_key",
+    "pointer_key",
+]
+
+COUNTER_KEY = CONFIGMAP_COUNTER_KEY
+MARKER_KEY_FORMAT = "discarding-%019d"
+DEFAULT_BUDGET_BYTES = 256 * 1024
+"""A quarter of the 1 MiB a ConfigMap may hold: room for about a thousand pointers."""
+
+_POINTER = re.compile(r"^checkpointID-(\d{19})$")
+_MARKER = re.compile(r"^discarding-(\d{19})$")
+
+
+def pointer_key(checkpoint_id: int) -> str:
+    """``checkpointID-%019d``: the data key of a checkpoint's pointer."""
+    return CONFIGMAP_CHECKPOINT_KEY_FORMAT % checkpoint_id
+
+
+def marker_key(checkpoint_id: int) -> str:
+    """``discarding-%019d``: the data key that marks a pointer for discard."""
+    return MARKER_KEY_FORMAT % checkpoint_id
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StoreSnapshot:
+    """One consistent reading of the ConfigMap (one ``resourceVersion``)."""
+
+    namespace: str
+    name: str
+    resource_version: str
+    fence_attempt: int
+    counter: int | None
+    """The stored ``counter`` value, if the key exists."""
+    checkpoints: tuple[CompletedCheckpoint, ...]
+    """Live (unmarked, readable) pointers, oldest first."""
+    marked: tuple[int, ...]
+    """Ids whose pointer is marked for discard and still present."""
+    corrupt: tuple[CorruptPointerError, ...]
+    """Unmarked pointers that could not be parsed."""
+    size_bytes: int
+
+    @property
+    def latest(self) -> CompletedCheckpoint | None:
+        return self.checkpoints[-1] if self.checkpoints else None
+
+    def next_checkpoint_id(self, *, start: int = 1) -> int:
+        """What the counter hands out next: never below any pointer id + 1."""
+        ids = [c.checkpoint_id for c in self.checkpoints] + list(self.marked)
+        floor = max(ids) + 1 if ids else start
+        return max(start, floor, self.counter if self.counter is not None else start)
+
+
+class StoreObject:
+    """A ConfigMap read from the apiserver, decoded, and changed in memory.
+
+    The changes are written back as a whole with the ``resourceVersion`` it was
+    read at, which makes every change a compare-and-swap.
+    """
+
+    def __init__(self, obj: Mapping[str, Any]) -> None:
+        self.obj: dict[str, Any] = copy.deepcopy(dict(obj))
+        metadata = self.obj.setdefault("metadata", {})
+        self.namespace = str(metadata.get("namespace", ""))
+        self.name = str(metadata.get("name", ""))
+        if not isinstance(self.obj.get("data"), dict):
+            self.obj["data"] = {}
+        if not isinstance(metadata.get("annotations"), dict):
+            metadata["annotations"] = {}
+
+    # ------------------------------------------------------------------ raw parts
+
+    @property
+    def data(self) -> dict[str, str]:
+        data: dict[str, str] = self.obj["data"]
+        return data
+
+    @property
+    def annotations(self) -> dict[str, str]:
+        annotations: dict[str, str] = self.obj["metadata"]["annotations"]
+        return annotations
+
+    @property
+    def resource_version(self) -> str:
+        return str(self.obj["metadata"].get("resourceVersion", ""))
+
+    def _corrupt(self, *, key: str, value: str) -> CorruptStoreDataError:
+        return CorruptStoreDataError(namespace=self.namespace, name=self.name, key=key,
+                                     value=value)
+
+    def _number(self, value: str | None, *, key: str) -> int | None:
+        if value is None:
+            return None
+        try:
+            number = int(value.strip())
+        except ValueError:
+            raise self._corrupt(key=key, value=value) from None
+        if number < 0:
+            raise self._corrupt(key=key, value=value)
+        return number
+
+    # ------------------------------------------------------------------ fence, counter
+
+    @property
+    def fence_attempt(self) -> int:
+        """The attempt that owns the store; a missing annotation means 0."""
+        value = self._number(self.annotations.get(ANNOTATION_FENCE),
+                             key=f"annotation {ANNOTATION_FENCE}")
+        return 0 if value is None else value
+
+    def set_fence_attempt(self, attempt: int) -> None:
+        self.annotations[ANNOTATION_FENCE] = str(attempt)
+
+    @property
+    def counter(self) -> int | None:
+        return self._number(self.data.get(COUNTER_KEY), key=f"key {COUNTER_KEY}")
+
+    def set_counter(self, value: int) -> None:
+        self.data[COUNTER_KEY] = str(value)
+
+    # ------------------------------------------------------------------ pointers
+
+    def pointer_ids(self) -> list[int]:
+        return sorted(int(m.group(1)) for m in map(_POINTER.match, self.data) if m)
+
+    def marked_ids(self) -> set[int]:
+        """Ids with a marker key (whether or not the pointer still exists)."""
+        return {int(m.group(1)) for m in map(_MARKER.match, self.data) if m}
+
+    def live_ids(self) -> list[int]:
+        marked = self.marked_ids()
+        return [i for i in self.pointer_ids() if i not in marked]
+
+    def pointer_text(self, checkpoint_id: int) -> str | None:
+        return self.data.get(pointer_key(checkpoint_id))
+
+    def pointer(self, checkpoint_id: int) -> CompletedCheckpoint:
+        """Decode one pointer; raises :class:`CorruptPointerError` if it is damaged."""
+        key = pointer_key(checkpoint_id)
+        where = f"configmap:{self.namespace}/{self.name}#{key}"
+        text = self.data.get(key)
+        if text is None:
+            raise CorruptPointerError(checkpoint_id=checkpoint_id, path=where,
+                                      cause="the pointer key does not exist")
+        try:
+            checkpoint = CompletedCheckpoint.from_json(text)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            raise CorruptPointerError(
+                checkpoint_id=checkpoint_id, path=where,
+                cause=f"the value is not a valid checkpoint pointer ({detail})",
+            ) from None
+        if checkpoint.checkpoint_id != checkpoint_id:
+            raise CorruptPointerError(
+                checkpoint_id=checkpoint_id, path=where,
+                cause=f"the value names checkpoint {checkpoint.checkpoint_id}",
+            )
+        return checkpoint
+
+    def put_pointer(self, checkpoint: CompletedCheckpoint) -> None:
+        """Add or replace a pointer; a re-added id is no longer marked."""
+        self.data[pointer_key(checkpoint.checkpoint_id)] = checkpoint.to_json()
+        self.data.pop(marker_key(checkpoint.checkpoint_id), None)
+
+    def mark(self, checkpoint_id: int, *, attempt: int, at: float) -> None:
+        self.data[marker_key(checkpoint_id)] = json.dumps(
+            {"attempt": attempt, "markedAt": at}, sort_keys=True, separators=(",", ":"))
+
+    def unmark(self, checkpoint_id: int) -> None:
+        self.data.pop(marker_key(checkpoint_id), None)
+
+    def remove_pointer(self, checkpoint_id: int) -> None:
+        """Remove a pointer and its marker (the last phase of a discard)."""
+        self.data.pop(pointer_key(checkpoint_id), None)
+        self.data.pop(marker_key(checkpoint_id), None)
+
+    # ------------------------------------------------------------------ whole object
+
+    def body(self) -> dict[str, Any]:
+        """The object to send back: as read, without server-managed bookkeeping.
+
+        ``managedFields`` is left out (the apiserver keeps its own when an update
+        omits it) and so is ``status`` (ConfigMaps have none).
+        """
+        body = copy.deepcopy(self.obj)
+        body["metadata"].pop("managedFields", None)
+        body.pop("status", None)
+        return body
+
+    @property
+    def size_bytes(self) -> int:
+        """Bytes of the object as JSON (what etcd stores, give or take bookkeeping)."""
+        return len(json.dumps(self.body(), sort_keys=True, separators=(",", ":")).encode())
+
+    def snapshot(self) -> StoreSnapshot:
+        marked = self.marked_ids()
+        checkpoints: list[CompletedCheckpoint] = []
+        corrupt: list[CorruptPointerError] = []
+        pointer_ids = self.pointer_ids()
+        for checkpoint_id in pointer_ids:
+            if checkpoint_id in marked:
+                continue
+            try:
+                checkpoints.append(self.pointer(checkpoint_id))
+            except CorruptPointerError as exc:
+                corrupt.append(exc)
+        return StoreSnapshot(
+            namespace=self.namespace,
+            name=self.name,
+            resource_version=self.resource_version,
+            fence_attempt=self.fence_attempt,
+            counter=self.counter,
+            checkpoints=tuple(checkpoints),
+            marked=tuple(sorted(i for i in marked if i in pointer_ids)),
+            corrupt=tuple(corrupt),
+            size_bytes=self.size_bytes,
+        )
+
+
+def parse_store(obj: Mapping[str, Any]) -> StoreSnapshot:
+    """Decode a ConfigMap's JSON (as the apiserver returns it) into a snapshot."""
+    return StoreObject(obj).snapshot()
+
+
+def build_store_configmap(
+    *,
+    namespace: str,
+    name: str,
+    job_name: str,
+    owner_reference: Mapping[str, Any] | None,
+    attempt: int = 0,
+    labels: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The empty store: labelled with its job and owned by it (so deleted with it)."""
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": namespace,
+        "labels": {**dict(labels or {}), LABEL_JOB: job_name},
+        "annotations": {ANNOTATION_FENCE: str(attempt)},
+    }
+    if owner_reference is not None:
+        metadata["ownerReferences"] = [dict(owner_reference)]
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": metadata, "data": {}}
