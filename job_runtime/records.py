@@ -49,7 +49,7 @@ class Batch:
         if self._rows is not None:
             return len(self._rows)
         assert self._arrow is not None
-        return self._arrow.num_rows
+        return int(self._arrow.num_rows)
 
     @property
     def has_arrow(self) -> bool:
@@ -152,7 +152,7 @@ def key_group_range(subtask: int, *, parallelism: int, max_parallelism: int) -> 
 def extract_keys(batch: Batch, key: str | KeySelector) -> list[Any]:
     if isinstance(key, str):
         if batch.has_arrow:
-            return batch.arrow.column(key).to_pylist()
+            return list(batch.arrow.column(key).to_pylist())
         return [r[key] for r in batch.rows]
     return [key(r) for r in batch.rows]
 

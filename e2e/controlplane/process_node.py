@@ -147,8 +147,6 @@ class PodWorker(threading.Thread):
         self.containers = [ContainerRun(name=c["name"], spec=c) for c in spec["containers"]]
         self.start_time = now_rfc3339()
         self.phase = "Pending"
-        self.pod_message: str | None = None
-        self.pod_reason: str | None = None
         self.conditions: dict[str, tuple[str, str]] = {}
         self.lock = threading.Lock()
         self.wake = threading.Event()
@@ -236,7 +234,7 @@ class PodWorker(threading.Thread):
                 changed |= self._maybe_start(run)
             if run.done and not run.succeeded:
                 self.phase = "Failed"
-                self._mark_waiting_containers_failed()
+                self._hold_main_containers()
                 return True
             if all(c.succeeded for c in self.init_containers):
                 self._set_condition("Initialized", "True")
@@ -364,7 +362,8 @@ class PodWorker(threading.Thread):
         self._set_condition("Ready", "True" if ready else "False")
         return (self.phase, self.conditions) != before
 
-    def _mark_waiting_containers_failed(self) -> None:
+    def _hold_main_containers(self) -> None:
+        """After a failed init container the main containers never start."""
         for run in self.containers:
             if "waiting" in run.state:
                 run.state = {"waiting": {"reason": "PodInitializing"}}

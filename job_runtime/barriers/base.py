@@ -55,7 +55,7 @@ class BarrierHandler(abc.ABC):
         """A barrier that overtook ``ahead``; only unaligned handlers receive these."""
         raise NotImplementedError
 
-    def abort_pending(self, checkpoint_id: int, *, reason: str) -> None:
+    def abort_pending(self, checkpoint_id: int, *, reason: str) -> None:  # noqa: B027
         """The coordinator aborted ``checkpoint_id``: stop waiting for its barriers."""
 
     @staticmethod

@@ -67,7 +67,7 @@ class DriverSettings:
     master: str = "local[*]"
     spark_conf: dict[str, str] = dataclasses.field(default_factory=dict)
     checkpoint_storage: str = ""
-    checkpoint: CheckpointSettings = CheckpointSettings()
+    checkpoint: CheckpointSettings = dataclasses.field(default_factory=CheckpointSettings)
     mode: str = "exactly_once"
     unaligned: bool = False
     retained: int = 3
@@ -132,7 +132,13 @@ def resolve_restore(
     if request in ("", "none"):
         return None, None, notes
     candidates: list[CompletedCheckpoint]
-    retained = list(reversed(store.all()))
+    try:
+        retained = list(reversed(store.all()))
+    except UnreadableCheckpointError as exc:
+        if settings.on_unreadable != "fallback":
+            raise RestoreError(pointer=exc.path, problem=exc.cause) from None
+        notes.append(f"skipping a damaged pointer in the store: {exc}")
+        retained = list(reversed(_all_readable(store)))
     if request == "latest":
         candidates = retained
         if not candidates:
@@ -174,6 +180,14 @@ def resolve_restore(
     assert first_error is not None
     raise RestoreError(pointer=settings.restore,
                        problem=f"no readable checkpoint to fall back to ({first_error.cause})")
+
+
+def _all_readable(store: CompletedCheckpointStore) -> list[CompletedCheckpoint]:
+    """The store's pointers, leaving out damaged ones (where the store can)."""
+    try:
+        return list(store.all(skip_corrupt=True))  # type: ignore[call-arg]
+    except TypeError:
+        return []
 
 
 def _checkpoint_id_of(path: str) -> int:

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 from job_runtime.barriers import BarrierHandler, build_barrier_handler
 from job_runtime.errors import UserCodeError
 from job_runtime.execution.stages import StagePlan
-from job_runtime.faults import maybe_fail
 from job_runtime.execution.uploader import UploadJob
+from job_runtime.faults import maybe_fail
 from job_runtime.network.channels import InputGate, OutputChannel
 from job_runtime.network.framing import Kind
 from job_runtime.operators.chain import RecordChain
@@ -248,7 +248,7 @@ class KeyedTask(Task):
 
     def _overlaps(self, handle: dict[str, Any]) -> bool:
         lo, hi = handle.get("keyGroups", [0, self.runtime.config.max_parallelism])
-        return lo < self.key_groups.stop and self.key_groups.start < hi
+        return bool(lo < self.key_groups.stop and self.key_groups.start < hi)
 
     def _restore(self, restore: dict[str, Any]) -> None:
         storage = self.runtime.storage

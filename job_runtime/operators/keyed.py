@@ -230,7 +230,7 @@ class AggregateOperator(KeyedOperator):
                 partial = np.full(n_unique, -np.inf)
                 np.maximum.at(partial, codes, values)
                 acc[slots_u] = np.maximum(acc[slots_u], partial)
-        columns: dict[str, Any] = {self.key_column: self._keys[slots_u].tolist()}
+        columns: dict[str, Any] = {str(self.key_column): self._keys[slots_u].tolist()}
         for out, func, column in self.op.aggregates:
             if func == "count":
                 columns[out] = self._acc["count"][slots_u]

@@ -74,6 +74,8 @@ class StoreSnapshot:
     fence_attempt: int
     counter: int | None
     """The stored ``counter`` value, if the key exists."""
+    pointer_ids: tuple[int, ...]
+    """Every pointer key's id, marked and damaged ones included, ascending."""
     checkpoints: tuple[CompletedCheckpoint, ...]
     """Live (unmarked, readable) pointers, oldest first."""
     marked: tuple[int, ...]
@@ -88,8 +90,7 @@ class StoreSnapshot:
 
     def next_checkpoint_id(self, *, start: int = 1) -> int:
         """What the counter hands out next: never below any pointer id + 1."""
-        ids = [c.checkpoint_id for c in self.checkpoints] + list(self.marked)
-        floor = max(ids) + 1 if ids else start
+        floor = self.pointer_ids[-1] + 1 if self.pointer_ids else start
         return max(start, floor, self.counter if self.counter is not None else start)
 
 
@@ -252,6 +253,7 @@ class StoreObject:
             resource_version=self.resource_version,
             fence_attempt=self.fence_attempt,
             counter=self.counter,
+            pointer_ids=tuple(pointer_ids),
             checkpoints=tuple(checkpoints),
             marked=tuple(sorted(i for i in marked if i in pointer_ids)),
             corrupt=tuple(corrupt),

@@ -41,7 +41,7 @@ from cjob_spec.names import (
     role_name,
     service_account_name,
 )
-from cjob_spec.quantities import format_kubernetes_memory
+from cjob_spec.quantities import MIB, format_kubernetes_memory
 from cjob_spec.runtime_args import configmap_store_arg, to_runtime_args
 
 Manifest = dict[str, Any]
@@ -107,8 +107,8 @@ def driver_selector(job: CheckpointedJob) -> dict[str, str]:
 def driver_memory_request_bytes(job: CheckpointedJob, config: OperatorConfig) -> int:
     """Container memory: the JVM heap plus Spark's usual non-heap overhead."""
     heap = job.spec.spark.driver.memory.bytes
-    overhead = max(config.min_memory_overhead_bytes, int(heap * config.memory_overhead_factor))
-    return heap + overhead
+    proportional = -(-int(heap * config.memory_overhead_factor) // MIB) * MIB
+    return heap + max(config.min_memory_overhead_bytes, proportional)
 
 
 def driver_spark_conf(

@@ -1,0 +1,335 @@
+"""Manifests: names, labels, owner references, the driver's command line and rights."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from cjob_operator.builders import (
+    KUBERNETES_MASTER,
+    build_checkpoint_configmap,
+    build_driver_pod,
+    build_driver_service,
+    build_role,
+    build_role_binding,
+    build_service_account,
+)
+from cjob_operator.config import OperatorConfig
+from cjob_operator.observed import observe_driver_pod
+from operator_world import make_job
+
+from cjob_spec import SpecError, parse_job, spec_hash
+
+CONFIG = OperatorConfig()
+STANDARD_LABELS = {
+    "app.kubernetes.io/name": "checkpointed-job",
+    "app.kubernetes.io/instance": "clicks",
+    "app.kubernetes.io/managed-by": "checkpointed-jobs",
+    "checkpointed.io/job": "clicks",
+}
+
+
+def args_of(pod: dict[str, Any]) -> list[str]:
+    return list(pod["spec"]["containers"][0]["args"])
+
+
+def value(args: list[str], flag: str) -> str:
+    values = [args[i + 1] for i, item in enumerate(args) if item == flag]
+    assert len(values) == 1, flag
+    return values[0]
+
+
+def spark_conf(args: list[str]) -> dict[str, str]:
+    pairs = [args[i + 1] for i, item in enumerate(args) if item == "--spark-conf"]
+    return dict(pair.split("=", 1) for pair in pairs)
+
+
+def env_of(pod: dict[str, Any]) -> dict[str, Any]:
+    return {item["name"]: item for item in pod["spec"]["containers"][0]["env"]}
+
+
+def all_manifests() -> list[dict[str, Any]]:
+    job = make_job()
+    return [
+        build_driver_pod(job, attempt=1, restore_pointer="latest", operator_config=CONFIG),
+        build_driver_service(job, operator_config=CONFIG),
+        build_service_account(job),
+        build_role(job),
+        build_role_binding(job),
+        build_checkpoint_configmap(job),
+    ]
+
+
+# --- names, labels, owners -----------------------------------------------------------
+
+
+def test_objects_have_their_contract_names() -> None:
+    names = [(m["kind"], m["metadata"]["name"]) for m in all_manifests()]
+    assert names == [
+        ("Pod", "clicks-attempt-1"),
+        ("Service", "clicks-driver"),
+        ("ServiceAccount", "clicks-driver"),
+        ("Role", "clicks-driver"),
+        ("RoleBinding", "clicks-driver"),
+        ("ConfigMap", "clicks-checkpoints"),
+    ]
+
+
+@pytest.mark.parametrize("manifest", all_manifests(), ids=lambda m: m["kind"])
+def test_every_object_is_labelled_and_owned_by_its_job(manifest: dict[str, Any]) -> None:
+    metadata = manifest["metadata"]
+    assert metadata["namespace"] == "team"
+    assert STANDARD_LABELS.items() <= metadata["labels"].items()
+    assert metadata["ownerReferences"] == [
+        {
+            "apiVersion": "checkpointed.io/v1alpha1",
+            "kind": "CheckpointedJob",
+            "name": "clicks",
+            "uid": "uid-1",
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+
+
+def test_objects_cannot_be_built_for_a_job_without_uid() -> None:
+    document = {
+        "apiVersion": "checkpointed.io/v1alpha1",
+        "kind": "CheckpointedJob",
+        "metadata": {"name": "clicks"},
+        "spec": {
+            "image": "i",
+            "job": {"entrypoint": "a:b"},
+            "checkpoint": {"storage": "file:///c"},
+        },
+    }
+    with pytest.raises(SpecError, match="uid"):
+        build_service_account(parse_job(document))
+
+
+# --- the driver pod ------------------------------------------------------------------
+
+
+def test_the_driver_pod_runs_the_runtime_with_the_restore_pointer_and_fenced_attempt() -> None:
+    job = make_job()
+    pod = build_driver_pod(job, attempt=3, restore_pointer="latest", operator_config=CONFIG)
+    metadata = pod["metadata"]
+    assert metadata["labels"]["checkpointed.io/attempt"] == "3"
+    assert metadata["labels"]["checkpointed.io/role"] == "driver"
+    assert metadata["annotations"]["checkpointed.io/spec-hash"] == spec_hash(job)
+    assert metadata["annotations"]["checkpointed.io/restore-pointer"] == "latest"
+    spec = pod["spec"]
+    assert spec["restartPolicy"] == "Never"
+    assert spec["serviceAccountName"] == "clicks-driver"
+    container = spec["containers"][0]
+    assert container["name"] == "driver"
+    assert container["image"] == "example.org/clicks:1.0"
+    assert container["command"] == ["python", "-m", "job_runtime", "run"]
+    args = args_of(pod)
+    assert value(args, "--restore") == "latest"
+    assert value(args, "--attempt") == "3"
+    assert value(args, "--store") == "configmap:team/clicks-checkpoints"
+    assert value(args, "--job-uid") == "uid-1"
+    assert value(args, "--metrics-port") == "9108"
+
+
+def test_every_checkpoint_setting_reaches_the_driver() -> None:
+    job = make_job(
+        checkpoint={
+            "storage": "file:///data/ckpt",
+            "interval": "30s",
+            "minPause": "2s",
+            "timeout": "1m",
+            "mode": "AtLeastOnce",
+            "retained": 4,
+            "tolerableFailures": 2,
+        },
+        restore={"from": 9, "onUnreadable": "FallbackToPrevious"},
+    )
+    args = args_of(build_driver_pod(job, attempt=1, restore_pointer="9", operator_config=CONFIG))
+    assert value(args, "--checkpoint-storage") == "file:///data/ckpt"
+    assert value(args, "--checkpoint-interval") == "30"
+    assert value(args, "--checkpoint-min-pause") == "2"
+    assert value(args, "--checkpoint-timeout") == "60"
+    assert value(args, "--checkpoint-mode") == "at_least_once"
+    assert "--unaligned" not in args
+    assert value(args, "--retained") == "4"
+    assert value(args, "--tolerable-failures") == "2"
+    assert value(args, "--restore") == "9"
+    assert value(args, "--on-unreadable") == "fallback"
+
+
+def test_a_kubernetes_master_driver_creates_executors_that_call_back_through_its_service() -> None:
+    job = make_job(spark={"executor": {"instances": 2, "cores": 2, "memory": "4Gi"}})
+    args = args_of(
+        build_driver_pod(job, attempt=2, restore_pointer="latest", operator_config=CONFIG)
+    )
+    assert value(args, "--master") == KUBERNETES_MASTER
+    assert (
+        KUBERNETES_MASTER == "k8s://https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"
+    )
+    conf = spark_conf(args)
+    assert conf["spark.submit.deployMode"] == "client"
+    assert conf["spark.kubernetes.namespace"] == "team"
+    assert conf["spark.kubernetes.driver.pod.name"] == "clicks-attempt-2"
+    assert conf["spark.driver.host"] == "clicks-driver.team.svc"
+    assert conf["spark.driver.port"] == "7078"
+    assert conf["spark.driver.blockManager.port"] == "7079"
+    assert conf["spark.kubernetes.container.image"] == "example.org/clicks:1.0"
+    assert conf["spark.executor.instances"] == "2"
+    assert conf["spark.executor.cores"] == "2"
+    assert conf["spark.executor.memory"] == "4096m"
+    assert conf["spark.kubernetes.executor.label.checkpointed.io/job"] == "clicks"
+    assert conf["spark.kubernetes.executor.label.checkpointed.io/role"] == "executor"
+    assert conf["spark.kubernetes.executor.podNamePrefix"] == "clicks-2"
+    assert conf["spark.kubernetes.authenticate.oauthTokenFile"].endswith("/token")
+
+
+def test_a_local_master_driver_runs_everything_in_its_pod() -> None:
+    job = make_job(spark={"master": "local[2,3]", "conf": {"spark.ui.enabled": "false"}})
+    pod = build_driver_pod(job, attempt=1, restore_pointer="latest", operator_config=CONFIG)
+    args = args_of(pod)
+    assert value(args, "--master") == "local[2,3]"
+    conf = spark_conf(args)
+    assert not any(key.startswith("spark.kubernetes.") for key in conf)
+    assert "spark.driver.host" not in conf and "spark.executor.instances" not in conf
+    assert conf["spark.ui.enabled"] == "false"
+    ports = {port["name"] for port in pod["spec"]["containers"][0]["ports"]}
+    assert "driver-rpc" not in ports
+
+
+@pytest.mark.parametrize(
+    ("memory", "heap", "container"),
+    [("1Gi", "1024m", "1408Mi"), ("2Gi", "2048m", "2432Mi"), ("8Gi", "8192m", "9012Mi")],
+)
+def test_the_driver_container_has_room_for_the_heap_and_its_overhead(
+    memory: str, heap: str, container: str
+) -> None:
+    job = make_job(spark={"driver": {"cores": 2, "memory": memory}, "executor": {"instances": 2}})
+    pod = build_driver_pod(job, attempt=1, restore_pointer="latest", operator_config=CONFIG)
+    assert spark_conf(args_of(pod))["spark.driver.memory"] == heap
+    resources = pod["spec"]["containers"][0]["resources"]
+    assert resources["requests"]["memory"] == resources["limits"]["memory"]
+    assert resources["requests"]["cpu"] == "2"
+    assert resources["limits"]["memory"] == container
+    assert "cpu" not in resources["limits"]
+
+
+def test_s3_credentials_come_from_the_secret_and_the_endpoint_from_the_spec() -> None:
+    job = make_job(
+        checkpoint={
+            "storage": "s3://ckpt/jobs",
+            "s3": {"endpoint": "http://minio:9000", "region": "eu-1", "credentialsSecret": "creds"},
+        }
+    )
+    env = env_of(build_driver_pod(job, attempt=1, restore_pointer="latest", operator_config=CONFIG))
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        assert env[key] == {
+            "name": key,
+            "valueFrom": {"secretKeyRef": {"name": "creds", "key": key}},
+        }
+    assert env["AWS_ENDPOINT_URL"]["value"] == "http://minio:9000"
+    assert env["AWS_REGION"]["value"] == "eu-1"
+    assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+
+
+def test_file_storage_puts_no_s3_settings_in_the_environment() -> None:
+    job = make_job(checkpoint={"storage": "file:///data/ckpt"})
+    env = env_of(build_driver_pod(job, attempt=1, restore_pointer="latest", operator_config=CONFIG))
+    assert not any(name.startswith("AWS_") for name in env)
+
+
+def test_the_operator_config_shapes_the_driver() -> None:
+    config = OperatorConfig(
+        runtime_command=("/venv/bin/python", "-m", "job_runtime", "run"),
+        image_pull_policy="Never",
+        metrics_port=9999,
+        extra_env={"HTTP_PROXY": "http://proxy:3128"},
+    )
+    pod = build_driver_pod(make_job(), attempt=1, restore_pointer="latest", operator_config=config)
+    container = pod["spec"]["containers"][0]
+    assert container["command"][0] == "/venv/bin/python"
+    assert container["imagePullPolicy"] == "Never"
+    assert value(args_of(pod), "--metrics-port") == "9999"
+    assert env_of(pod)["HTTP_PROXY"]["value"] == "http://proxy:3128"
+
+
+def test_an_observed_driver_pod_reads_back_the_attempt_and_spec_hash_it_was_built_with() -> None:
+    job = make_job()
+    pod = build_driver_pod(job, attempt=4, restore_pointer="latest", operator_config=CONFIG)
+    pod["metadata"]["creationTimestamp"] = "2024-05-01T12:00:00Z"
+    observed = observe_driver_pod(pod)
+    assert observed is not None
+    assert (observed.name, observed.attempt, observed.phase) == ("clicks-attempt-4", 4, "Pending")
+    assert observed.spec_hash == spec_hash(job)
+
+
+# --- service and rights --------------------------------------------------------------
+
+
+def test_the_driver_service_is_headless_and_selects_only_driver_pods() -> None:
+    service = build_driver_service(make_job(), operator_config=CONFIG)
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["selector"] == {
+        "checkpointed.io/job": "clicks",
+        "checkpointed.io/role": "driver",
+    }
+    ports = {port["name"]: port["port"] for port in service["spec"]["ports"]}
+    assert ports["driver-rpc"] == 7078 and ports["blockmanager"] == 7079
+
+
+def rules_for(role: dict[str, Any], resource: str) -> list[dict[str, Any]]:
+    return [rule for rule in role["rules"] if resource in rule["resources"]]
+
+
+def test_the_driver_role_is_least_privilege() -> None:
+    role = build_role(make_job())
+    assert role["kind"] == "Role"  # namespaced, never a ClusterRole
+    for rule in role["rules"]:
+        assert "*" not in rule["verbs"] and "*" not in rule["resources"]
+        assert "*" not in rule["apiGroups"]
+        assert not {"secrets", "roles", "rolebindings", "serviceaccounts"} & set(rule["resources"])
+    store_rules = [r for r in rules_for(role, "configmaps") if "resourceNames" in r]
+    assert store_rules == [
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": ["clicks-checkpoints"],
+            "verbs": ["get", "update", "patch"],
+        }
+    ]
+    other_configmap_verbs = {
+        verb
+        for rule in rules_for(role, "configmaps")
+        if "resourceNames" not in rule
+        for verb in rule["verbs"]
+    }
+    assert not {"update", "patch", "get"} & other_configmap_verbs
+    (pods,) = rules_for(role, "pods")
+    assert set(pods["verbs"]) == {"create", "get", "list", "watch", "delete", "deletecollection"}
+    assert all("create" in rule["verbs"] for rule in rules_for(role, "events"))
+
+
+def test_a_local_mode_driver_may_not_touch_pods() -> None:
+    role = build_role(make_job(spark={"master": "local[2]"}))
+    assert rules_for(role, "pods") == []
+    assert all("resourceNames" in rule for rule in rules_for(role, "configmaps"))
+
+
+def test_the_role_binding_grants_the_role_to_the_driver_account_only() -> None:
+    binding = build_role_binding(make_job())
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": "clicks-driver",
+    }
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "clicks-driver", "namespace": "team"}
+    ]
+
+
+def test_the_checkpoint_configmap_starts_empty_and_fenced() -> None:
+    configmap = build_checkpoint_configmap(make_job(), fence_attempt=2)
+    assert configmap["data"] == {}
+    assert configmap["metadata"]["annotations"] == {"checkpointed.io/fence-attempt": "2"}
+    assert configmap["metadata"]["labels"]["checkpointed.io/job"] == "clicks"

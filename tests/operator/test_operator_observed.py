@@ -1,0 +1,105 @@
+"""observe_driver_pod: reading a pod as the API server reports it."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from cjob_operator.observed import Observed, observe_driver_pod
+from operator_world import make_job
+
+from cjob_spec import JobStatus
+
+
+def pod(
+    *,
+    phase: str = "Running",
+    state: dict[str, Any] | None = None,
+    labels: dict[str, str] | None = None,
+    **status: Any,
+) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": "clicks-attempt-2",
+            "labels": {"checkpointed.io/attempt": "2"} if labels is None else labels,
+            "annotations": {"checkpointed.io/spec-hash": "h1"},
+            "creationTimestamp": "2024-05-01T12:00:00Z",
+        },
+        "status": {
+            "phase": phase,
+            "containerStatuses": [{"name": "driver", "state": state or {}}],
+            **status,
+        },
+    }
+
+
+def test_a_running_driver_is_read_with_its_start_time() -> None:
+    observed = observe_driver_pod(pod(state={"running": {"startedAt": "2024-05-01T12:00:07Z"}}))
+    assert observed is not None
+    assert observed.phase == "Running"
+    assert observed.started_at == datetime(2024, 5, 1, 12, 0, 7, tzinfo=UTC)
+    assert observed.created_at == datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
+    assert (observed.exit_code, observed.spec_hash, observed.attempt) == (None, "h1", 2)
+    assert observed.is_live and not observed.is_finished
+
+
+def test_a_terminated_driver_is_read_with_its_exit_code_and_reason() -> None:
+    terminated = {
+        "exitCode": 137,
+        "reason": "OOMKilled",
+        "startedAt": "2024-05-01T12:00:07Z",
+        "finishedAt": "2024-05-01T13:00:00Z",
+    }
+    observed = observe_driver_pod(pod(phase="Failed", state={"terminated": terminated}))
+    assert observed is not None
+    assert (observed.exit_code, observed.reason) == (137, "OOMKilled")
+    assert observed.finished_at == datetime(2024, 5, 1, 13, 0, 0, tzinfo=UTC)
+    assert observed.started_at == datetime(2024, 5, 1, 12, 0, 7, tzinfo=UTC)
+    assert observed.is_finished
+
+
+def test_an_evicted_driver_carries_the_pod_reason() -> None:
+    observed = observe_driver_pod(
+        pod(phase="Failed", reason="Evicted", message="The node was low on resource: memory.")
+    )
+    assert observed is not None
+    assert (observed.reason, observed.exit_code) == ("Evicted", None)
+    assert observed.message == "The node was low on resource: memory."
+
+
+def test_a_waiting_driver_says_why() -> None:
+    waiting = {"reason": "ImagePullBackOff", "message": "Back-off pulling image"}
+    observed = observe_driver_pod(pod(phase="Pending", state={"waiting": waiting}))
+    assert observed is not None
+    assert observed.reason == "ImagePullBackOff"
+    assert observed.started_at is None
+
+
+def test_a_deleted_driver_is_terminating() -> None:
+    manifest = pod()
+    manifest["metadata"]["deletionTimestamp"] = "2024-05-01T12:05:00Z"
+    observed = observe_driver_pod(manifest)
+    assert observed is not None and observed.is_terminating
+
+
+def test_pods_without_an_attempt_label_are_not_drivers() -> None:
+    assert observe_driver_pod(pod(labels={})) is None
+    assert observe_driver_pod(pod(labels={"checkpointed.io/attempt": "x"})) is None
+
+
+def test_an_unknown_or_missing_phase_is_read_safely() -> None:
+    assert observe_driver_pod(pod(phase="Weird")).phase == "Pending"  # type: ignore[union-attr]
+    manifest = pod()
+    del manifest["status"]
+    observed = observe_driver_pod(manifest)
+    assert observed is not None and observed.phase == "Pending"
+
+
+def test_the_observation_tells_pending_trigger_nonces_and_generations() -> None:
+    job = make_job(**{"checkpoint.triggerNonce": "n1"})
+    fresh = Observed(job=job, status=JobStatus())
+    assert fresh.pending_trigger_nonce == "n1"
+    assert not fresh.generation_observed
+    handled = Observed(job=job, status=JobStatus(last_trigger_nonce="n1", observed_generation=1))
+    assert handled.pending_trigger_nonce is None
+    assert handled.generation_observed
