@@ -36,6 +36,7 @@ from job_runtime.store.base import (
     FencedError,
     StoreError,
 )
+from job_runtime.store.triggers import TriggerSource
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +89,7 @@ class CheckpointCoordinator:
         on_complete: Callable[[CompletedCheckpoint, CheckpointStats], None] | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
+        triggers: TriggerSource | None = None,
     ) -> None:
         self.job_id = job_id
         self.attempt = attempt
@@ -120,6 +122,9 @@ class CheckpointCoordinator:
         self.latest: CompletedCheckpoint | None = store.latest()
         self.progress: dict[int, dict[str, Any]] = {}
         self.epochs_started = 0
+        self.triggers = triggers
+        self._manual: dict[int, str] = {}
+        self._last_trigger_poll = 0.0
         self._stop = threading.Event()
         self._server = RpcServer(host=host, port=port, handler=self._handle,
                                  on_disconnect=self._disconnected)
@@ -233,6 +238,9 @@ class CheckpointCoordinator:
             return
         if len(self._ready) < self.parallelism:
             return
+        if self.triggers is not None and now - self._last_trigger_poll >= 1.0:
+            self._last_trigger_poll = now
+            self._poll_manual_trigger()
         final = len(self._sources_finished) == self.parallelism
         if final:
             if any(p.final for p in self._pending.values()):
@@ -247,6 +255,20 @@ class CheckpointCoordinator:
             if now - self._last_completed_mono < self.settings.min_pause:
                 return
         self.trigger(final=final)
+
+    def _poll_manual_trigger(self) -> None:
+        assert self.triggers is not None
+        try:
+            nonce = self.triggers.pending()
+        except Exception as exc:
+            log.debug("cannot read manual checkpoint requests: %s", exc)
+            return
+        if not nonce or nonce in self._manual.values() or self._pending:
+            return
+        checkpoint_id = self.trigger()
+        if checkpoint_id is not None:
+            log.info("checkpoint %d triggered on request %s", checkpoint_id, nonce)
+            self._manual[checkpoint_id] = nonce
 
     def trigger(self, *, final: bool = False) -> int | None:
         """Start a checkpoint now; returns its id, or ``None`` when it could not start."""
@@ -366,6 +388,12 @@ class CheckpointCoordinator:
         self._broadcast("complete", checkpoint_id=checkpoint_id, final=pending.final)
         log.info("checkpoint %d completed (%d bytes, %.0f ms)", checkpoint_id,
                  completed.size_bytes, stats.duration_ms)
+        nonce = self._manual.pop(checkpoint_id, None)
+        if nonce is not None and self.triggers is not None:
+            try:
+                self.triggers.acknowledge(nonce=nonce, checkpoint_id=checkpoint_id)
+            except Exception as exc:
+                log.warning("cannot acknowledge checkpoint request %s: %s", nonce, exc)
         if self.on_complete is not None:
             self.on_complete(completed, stats)
 

@@ -49,6 +49,7 @@ from job_runtime.store.base import (
     StoreError,
     UnreadableCheckpointError,
 )
+from job_runtime.store.triggers import FileTriggerSource, TriggerSource
 
 log = logging.getLogger("job_runtime.driver")
 
@@ -98,6 +99,21 @@ def resolve_master(master: str, *, parallelism: int, task_attempts: int) -> str:
                     f"a barrier stage needs all subtasks at once (use local[{parallelism}])")
     attempts = int(match.group(2)) if match.group(2) else task_attempts
     return f"local[{threads},{attempts}]"
+
+
+def open_triggers(settings: DriverSettings) -> TriggerSource | None:
+    """Where manual checkpoint requests for this driver arrive, if anywhere."""
+    kind, _, where = settings.store.partition(":")
+    if kind == "file":
+        return FileTriggerSource(where)
+    if kind == "configmap":
+        try:
+            from job_runtime.store.configmap_triggers import open_configmap_triggers
+        except ImportError:
+            return None
+        namespace, _, name = where.partition("/")
+        return open_configmap_triggers(namespace=namespace, name=name)
+    return None
 
 
 def open_store(settings: DriverSettings) -> tuple[CompletedCheckpointStore, CheckpointIdCounter]:
@@ -328,7 +344,7 @@ def _run(settings: DriverSettings) -> int:
         max_parallelism=settings.max_parallelism, stages=len(stages), storage=storage,
         store=store, counter=counter, settings=settings.checkpoint,
         initial_restore=metadata, initial_restore_pointer=restored, on_complete=on_complete,
-        host=bind)
+        host=bind, triggers=open_triggers(settings))
     status = StatusWriter(path=settings.status_file or "", coordinator=coordinator,
                           metrics=metrics,
                           extra={"fallbackNotes": notes, "attempt": settings.attempt})

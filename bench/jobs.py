@@ -1,0 +1,62 @@
+"""The jobs the benchmarks run, as ``bench.jobs:<function>`` entrypoints.
+
+Every job reads the deterministic ``sequence`` source and keeps per-key state;
+``p.args`` carries the scale (``count``, ``keys``) so that one module serves
+every benchmark.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from job_runtime import Pipeline, sinks, sources
+
+
+def _with_key(keys: int) -> Any:
+    """A batch function that adds ``key = seq % keys`` and ``value = seq``."""
+
+    def add_key(batch: pa.RecordBatch) -> pa.RecordBatch:
+        seq = batch.column(0)
+        key = pc.remainder(seq, keys)
+        return pa.RecordBatch.from_arrays([key, seq], names=["key", "value"])
+
+    return add_key
+
+
+def keyed_aggregate(p: Pipeline) -> None:
+    """count and sum per key with the vectorised ``aggregate`` into a discarding sink."""
+    count = int(p.args.get("count", 2_000_000))
+    keys = int(p.args.get("keys", 100_000))
+    rate = p.args.get("rate")
+    (p.source(sources.sequence(count=count, rate=float(rate) if rate else None))
+      .map_batches(_with_key(keys))
+      .key_by("key")
+      .aggregate(n="count", total=("sum", "value"))
+      .sink(sinks.discard()))
+
+
+def slow_keyed(p: Pipeline) -> None:
+    """A keyed ``process`` that sleeps per batch: the keyed stage is the bottleneck.
+
+    The source produces faster than the keyed stage consumes, so credits run
+    out and the source blocks: this is the backpressure case of the barrier
+    benchmark. ``sleep_ms`` is the pause per batch of the keyed stage.
+    """
+    count = int(p.args.get("count", 400_000))
+    keys = int(p.args.get("keys", 100_000))
+    sleep_s = float(p.args.get("sleep_ms", 20)) / 1000.0
+
+    def slow(batch: pa.RecordBatch) -> pa.RecordBatch:
+        time.sleep(sleep_s)
+        return batch
+
+    (p.source(sources.sequence(count=count, batch_size=int(p.args.get("batch_size", 2048))))
+      .map_batches(_with_key(keys))
+      .key_by("key")
+      .aggregate(n="count", total=("sum", "value"))
+      .map_batches(slow)
+      .sink(sinks.discard()))
