@@ -325,6 +325,9 @@ class EmbeddedRunner:
                   f"{latest.id if latest else '-'}, restored from "
                   f"{restored.id if restored else '-'}")
         self._say(f"  status: {self.paths.status}")
+        if not succeeded:
+            sys.stderr.write(f"cjob: error: job {self.job.metadata.name} failed: "
+                             f"{decision.message}\n")
         return 0 if succeeded else 1
 
     def _with_runtime(self, status: JobStatus, runtime: dict[str, Any] | None) -> JobStatus:
