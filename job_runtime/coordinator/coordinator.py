@@ -121,6 +121,9 @@ class CheckpointCoordinator:
         self.stats = CheckpointStatsTracker()
         self.latest: CompletedCheckpoint | None = store.latest()
         self.progress: dict[int, dict[str, Any]] = {}
+        # Wall-clock times of the current epoch's milestones (registered, ready,
+        # first and last record, sources finished, done), shown in the status file.
+        self.timeline: dict[str, float] = {}
         self.epochs_started = 0
         self.triggers = triggers
         self._manual: dict[int, str] = {}
@@ -161,18 +164,23 @@ class CheckpointCoordinator:
             subtask = int(fields.get("subtask", -1))
             if kind == "ready":
                 self._ready.add(subtask)
+                if len(self._ready) == self.parallelism:
+                    self.timeline.setdefault("allReadyAt", time.time())
             elif kind == "ack":
                 self._ack(fields)
             elif kind == "decline":
                 self._decline(int(fields["checkpoint_id"]), str(fields["reason"]))
             elif kind == "sources_finished":
                 self._sources_finished.add(subtask)
+                if len(self._sources_finished) == self.parallelism:
+                    self.timeline.setdefault("sourcesFinishedAt", time.time())
             elif kind == "progress":
                 self.progress[subtask] = fields["metrics"]
             elif kind == "done":
                 self.progress[subtask] = fields["metrics"]
                 self._done.add(subtask)
                 if len(self._done) == self.parallelism:
+                    self.timeline.setdefault("doneAt", time.time())
                     self.finished.set()
             elif kind == "user_error":
                 self._fail_job(UserCodeError(operator=str(fields["operator"]), subtask=subtask,
@@ -187,6 +195,8 @@ class CheckpointCoordinator:
         if epoch > self._epoch:
             self._start_epoch(epoch)
         self._connections[subtask] = conn
+        if len(self._connections) == self.parallelism:
+            self.timeline.setdefault("allRegisteredAt", time.time())
         conn.send("registered", restore=self._epoch_restore)
 
     def _start_epoch(self, epoch: int) -> None:
@@ -210,6 +220,7 @@ class CheckpointCoordinator:
         self._sources_finished = set()
         self._done = set()
         self.progress = {}
+        self.timeline = {"epochStartedAt": time.time()}
 
     def _load(self, checkpoint: CompletedCheckpoint) -> dict[str, Any]:
         data: dict[str, Any] = json.loads(self.storage.read_metadata(checkpoint.metadata_path))
@@ -430,10 +441,20 @@ class CheckpointCoordinator:
         with self._lock:
             records_in = sum(int(m.get("records_in", 0)) for m in self.progress.values())
             records_out = sum(int(m.get("records_out", 0)) for m in self.progress.values())
+            timeline = dict(self.timeline)
+            firsts = [float(m["first_record_at"]) for m in self.progress.values()
+                      if "first_record_at" in m]
+            lasts = [float(m["last_record_at"]) for m in self.progress.values()
+                     if "last_record_at" in m]
+            if firsts:
+                timeline["firstRecordAt"] = min(firsts)
+            if lasts:
+                timeline["lastRecordAt"] = max(lasts)
             return {
                 "epoch": self._epoch,
                 "recordsIn": records_in,
                 "recordsOut": records_out,
                 "checkpoints": self.stats.summary(),
                 "pending": sorted(self._pending),
+                "timeline": timeline,
             }

@@ -43,6 +43,10 @@ class CheckpointStatsTracker:
         else:
             self.failed += 1
 
+    def history_dicts(self) -> list[dict[str, Any]]:
+        """Every remembered checkpoint (up to ``history``), oldest first."""
+        return [s.to_dict() for s in self.history]
+
     def summary(self) -> dict[str, Any]:
         done = [s for s in self.history if s.status == "COMPLETED"]
 

@@ -159,6 +159,12 @@ def resolve_restore(
         candidates = retained
         if not candidates:
             return None, None, notes
+    elif retained and _checkpoint_id_of_request(request) < retained[0].checkpoint_id:
+        # ``restore.from`` names where a job *starts*. Once the job has completed a
+        # newer checkpoint, every later attempt resumes from that one instead.
+        notes.append(f"the store holds checkpoint {retained[0].checkpoint_id}, newer than "
+                     f"the requested {request}; restoring the newest")
+        candidates = retained
     elif request.isdigit():
         wanted = int(request)
         found = [c for c in retained if c.checkpoint_id == wanted]
@@ -206,6 +212,10 @@ def _all_readable(store: CompletedCheckpointStore) -> list[CompletedCheckpoint]:
         return []
 
 
+def _checkpoint_id_of_request(request: str) -> int:
+    return int(request) if request.isdigit() else _checkpoint_id_of(request)
+
+
 def _checkpoint_id_of(path: str) -> int:
     match = re.search(r"/chk-(\d+)(?:/|$)", path)
     return int(match.group(1)) if match else -1
@@ -220,11 +230,14 @@ class StatusWriter:
         self.coordinator = coordinator
         self.metrics = metrics
         self.extra = extra
+        # Driver milestones (process start, Spark start and ready), merged with the
+        # coordinator's epoch milestones into ``timeline``.
+        self.timeline: dict[str, float] = {"driverStartedAt": process_started_at()}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name="status-writer")
         self._thread.start()
 
-    def write(self, *, state: str) -> None:
+    def write(self, *, state: str, history: bool = False) -> None:
         coordinator = self.coordinator
         progress = coordinator.snapshot_progress()
         latest = coordinator.latest
@@ -243,8 +256,11 @@ class StatusWriter:
             "restoredFrom": None if coordinator.restored_from is None else {
                 "id": coordinator.restored_from.checkpoint_id,
                 "path": coordinator.restored_from.metadata_path},
+            "timeline": {**self.timeline, **progress.get("timeline", {})},
             **self.extra,
         }
+        if history:
+            body["checkpointHistory"] = coordinator.stats.history_dicts()
         if self.metrics is not None:
             self.metrics.progress(records_in=progress["recordsIn"],
                                   records_out=progress["recordsOut"],
@@ -263,9 +279,22 @@ class StatusWriter:
     def stop(self, *, state: str) -> None:
         self._stop.set()
         try:
-            self.write(state=state)
+            self.write(state=state, history=True)
         except Exception as exc:
             log.warning("final status write failed: %s", exc)
+
+
+def process_started_at() -> float:
+    """When this process started (wall clock), from ``/proc``; now where that is unknown."""
+    try:
+        with open("/proc/self/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")
+        with open("/proc/uptime") as handle:
+            uptime = float(handle.read().split()[0])
+        return time.time() - (uptime - started)
+    except (OSError, ValueError, IndexError):
+        return time.time()
 
 
 def _driver_host(master: str, conf: dict[str, str]) -> tuple[str, str]:
@@ -358,7 +387,9 @@ def _run(settings: DriverSettings) -> int:
         unaligned=settings.unaligned, credits=settings.credits,
         s3=dataclasses.asdict(s3) if s3.to_env() else None)
 
+    status.timeline["sparkStartingAt"] = time.time()
     spark = _start_spark(settings=settings, master=master)
+    status.timeline["sparkReadyAt"] = time.time()
     try:
         assert pipeline.source_op is not None
         pipeline.source_op.prepare_on_driver(spark=spark, staging_uri=staging)

@@ -117,12 +117,23 @@ class SubtaskRuntime:
         for gate in self.gates.values():
             gate.fail(SubtaskFailed("another task of this subtask failed"))
 
+    def _record_times(self) -> dict[str, float]:
+        firsts = [t.first_record_at for t in self.tasks if t.first_record_at is not None]
+        lasts = [t.last_record_at for t in self.tasks if t.last_record_at is not None]
+        times: dict[str, float] = {}
+        if firsts:
+            times["first_record_at"] = min(firsts)
+        if lasts:
+            times["last_record_at"] = max(lasts)
+        return times
+
     def _report_progress(self) -> None:
         while not self.cancelled.wait(self.config.progress_interval):
             metrics = {
                 "records_in": sum(t.records_in for t in self.tasks if isinstance(t, SourceTask)),
                 "records_out": sum(t.records_out for t in self.tasks),
                 "blocked_seconds": sum(o.blocked_seconds for t in self.tasks for o in t.outputs),
+                **self._record_times(),
             }
             try:
                 self.send("progress", metrics=metrics)
@@ -218,7 +229,7 @@ class SubtaskRuntime:
         records = sum(t.records_out for t in self.tasks)
         self.send("done", metrics={
             "records_in": sum(t.records_in for t in self.tasks if isinstance(t, SourceTask)),
-            "records_out": records})
+            "records_out": records, **self._record_times()})
         time.sleep(0.05)
         self.cancelled.set()
         self.conn.close()

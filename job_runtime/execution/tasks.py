@@ -51,6 +51,10 @@ class Task(threading.Thread):
         self.finished = False
         self.records_in = 0
         self.records_out = 0
+        # Wall-clock times of the first and latest batch a keyed task processed
+        # (reported with progress; the benchmarks derive throughput and recovery time).
+        self.first_record_at: float | None = None
+        self.last_record_at: float | None = None
         self.emitted_barriers: set[int] = set()
         self._cancelled: Callable[[], bool] = lambda: runtime.cancelled.is_set()
 
@@ -304,8 +308,11 @@ class KeyedTask(Task):
     # -- processing
 
     def process(self, batch: Batch) -> None:
+        if self.first_record_at is None:
+            self.first_record_at = time.time()
         self.records_in += len(batch)
         self.emit(self.operator.process(batch))
+        self.last_record_at = time.time()
 
     def loop(self) -> None:
         for batch in self._replay:

@@ -91,7 +91,9 @@ def new_api_client(*, kubeconfig: str | None = None) -> Any:
     if kubeconfig is None and is_in_cluster():
         load_incluster(client_configuration=configuration)
     else:
-        load_kube(config_file=kubeconfig, client_configuration=configuration)
+        # Read $KUBECONFIG now: the client reads it once, when it is imported.
+        path = kubeconfig or os.environ.get("KUBECONFIG") or None
+        load_kube(config_file=path, client_configuration=configuration)
     configure_for_store(configuration)
     return k8s_client.ApiClient(configuration)
 

@@ -1,0 +1,68 @@
+"""``python -m bench all|throughput|overhead|barriers|state-size|recovery|operator``.
+
+Each benchmark prints a table, writes ``bench/results/<name>.json`` and a PNG
+plot, and rewrites its own entries of ``bench/results/summary.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import time
+from types import ModuleType
+
+BENCHMARKS = {
+    "throughput": "bench.throughput",
+    "overhead": "bench.overhead",
+    "barriers": "bench.barriers",
+    "state-size": "bench.state_size",
+    "recovery": "bench.recovery",
+    "operator": "bench.operator_bench",
+}
+ALL = ["throughput", "overhead", "barriers", "state-size", "recovery"]
+
+
+def _module(name: str) -> ModuleType:
+    return importlib.import_module(BENCHMARKS[name])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    sub = parser.add_subparsers(dest="benchmark", required=True)
+    every = sub.add_parser("all", help="benchmarks 1-5 at their default scale, one after another")
+    every.add_argument("--repeat", type=int, default=None,
+                       help="repetitions for every benchmark (default: each one's own)")
+    for name in BENCHMARKS:
+        doc = _module(name).__doc__ or ""
+        one = sub.add_parser(name, help=doc.splitlines()[0] if doc else name,
+                             description=doc)
+        _module(name).add_arguments(one)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    if ns.benchmark != "all":
+        _module(ns.benchmark).run(ns)
+        return 0
+    failures = []
+    for name in ALL:
+        started = time.monotonic()
+        print(f"==> {name}", flush=True)
+        args = [name] + (["--repeat", str(ns.repeat)] if ns.repeat else [])
+        try:
+            _module(name).run(parser.parse_args(args))
+        except Exception as exc:
+            failures.append(name)
+            print(f"==> {name} FAILED: {exc}", flush=True)
+        print(f"==> {name} took {time.monotonic() - started:.0f}s", flush=True)
+    if failures:
+        print(f"failed: {', '.join(failures)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,244 @@
+"""What every benchmark shares: running our driver, medians, tables, plots, results files.
+
+Timings on a small, shared machine are noisy, so every benchmark measures its
+baseline in the same run, alternating baseline and candidate repetitions, and
+reports medians and ratios rather than absolute numbers alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = Path(os.environ.get("BENCH_RESULTS", str(REPO / "bench" / "results")))
+WORK = Path(os.environ.get("BENCH_WORK", str(REPO / "bench" / "work")))
+
+
+class BenchmarkError(Exception):
+    """A benchmark run did not produce a measurement."""
+
+    def __init__(self, *, benchmark: str, problem: str) -> None:
+        super().__init__(f"{benchmark}: {problem}")
+        self.benchmark = benchmark
+        self.problem = problem
+
+
+def today() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def median(values: Iterable[float]) -> float:
+    data = [v for v in values if v is not None]
+    return float(statistics.median(data)) if data else float("nan")
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..1); what p50/p99 mean in the tables."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), int(-(-q * len(ordered) // 1))))
+    return float(ordered[rank - 1])
+
+
+def python_env() -> dict[str, str]:
+    """The environment for child processes: the repo importable, output unbuffered."""
+    env = dict(os.environ)
+    paths = [str(REPO), str(REPO / "operator")]
+    if env.get("PYTHONPATH"):
+        paths.append(env["PYTHONPATH"])
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    return env
+
+
+def fresh_dir(name: str) -> Path:
+    """An empty working directory under ``bench/work`` for one run."""
+    WORK.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f"{name}-", dir=WORK))
+
+
+def remove_dir(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DriverRun:
+    """The outcome of one run of our driver: its final status file and wall time."""
+
+    status: dict[str, Any]
+    wall_seconds: float
+    returncode: int
+    log: str
+
+    @property
+    def timeline(self) -> dict[str, float]:
+        timeline: dict[str, float] = self.status.get("timeline", {})
+        return timeline
+
+    @property
+    def records(self) -> int:
+        return int(self.status.get("recordsIn", 0))
+
+    def processing_seconds(self) -> float:
+        """From the first record the keyed stage processed to the last one."""
+        t = self.timeline
+        return float(t["lastRecordAt"]) - float(t["firstRecordAt"])
+
+    def records_per_second(self) -> float:
+        return self.records / self.processing_seconds()
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        history: list[dict[str, Any]] = self.status.get("checkpointHistory", [])
+        return history
+
+
+def run_driver(*, name: str, entrypoint: str, args: dict[str, Any], parallelism: int = 2,
+               checkpoint_interval: float = 1.0, storage: str | None = None,
+               extra: Sequence[str] = (), timeout: float = 900.0) -> DriverRun:
+    """Run ``python -m job_runtime run`` to its end and return its final status."""
+    work = fresh_dir(name)
+    status_file = work / "status.json"
+    log_file = work / "driver.log"
+    command = [
+        sys.executable, "-m", "job_runtime", "run",
+        "--job-name", name, "--job-uid", uuid.uuid4().hex[:8],
+        "--entrypoint", entrypoint, "--python-path", str(REPO),
+        "--args-json", json.dumps(args), "--parallelism", str(parallelism),
+        "--master", f"local[{parallelism}]",
+        "--checkpoint-storage", storage or (work / "checkpoints").as_uri(),
+        "--checkpoint-interval", str(checkpoint_interval),
+        "--store", f"file:{work / 'store'}", "--status-file", str(status_file),
+        "--spark-conf", "spark.driver.memory=2g",
+        *extra,
+    ]
+    started = time.monotonic()
+    with open(log_file, "wb") as log:
+        proc = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=python_env(),
+                              timeout=timeout, check=False)
+    wall = time.monotonic() - started
+    text = log_file.read_text(errors="replace")
+    try:
+        status = json.loads(status_file.read_text())
+    except (OSError, ValueError):
+        status = {}
+    remove_dir(work)
+    if proc.returncode != 0 or status.get("state") != "finished":
+        tail = "\n".join(text.splitlines()[-15:])
+        raise BenchmarkError(benchmark=name,
+                             problem=f"driver exited {proc.returncode}; log tail:\n{tail}")
+    return DriverRun(status=status, wall_seconds=wall, returncode=proc.returncode, log=text)
+
+
+# ---------------------------------------------------------------------- output
+
+
+def print_table(title: str, header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """Print a plain fixed-width table and return it as text."""
+    body = [[_cell(c) for c in row] for row in rows]
+    widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h)
+              for i, h in enumerate(header)]
+    lines = [title, "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)),
+             "  ".join("-" * w for w in widths)]
+    lines += ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in body]
+    text = "\n".join(lines)
+    print(text, flush=True)
+    return text
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        if value != value:
+            return "n/a"
+        if abs(value) >= 1000:
+            return f"{value:,.0f}"
+        if abs(value) >= 10:
+            return f"{value:.1f}"
+        return f"{value:.3g}"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if value is None:
+        return "-"
+    return str(value)
+
+
+def write_result(name: str, data: dict[str, Any]) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    body = {"benchmark": name, "measured_at": today(), **data}
+    path.write_text(json.dumps(body, indent=2, sort_keys=False, default=_json_default) + "\n")
+    return path
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, float) and value != value:
+        return None
+    return str(value)
+
+
+def update_summary(entries: dict[str, dict[str, Any]]) -> None:
+    """Rewrite only this benchmark's targets in ``summary.json``."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / "summary.json"
+    try:
+        summary: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, ValueError):
+        summary = {}
+    stamp = today()
+    for key, entry in entries.items():
+        summary[key] = {**entry, "measured_at": stamp}
+    path.write_text(json.dumps(dict(sorted(summary.items())), indent=2,
+                               default=_json_default) + "\n")
+
+
+def target_entry(*, value: float | None, target: float, unit: str, met: bool | None,
+                 baseline: Any = None, note: str | None = None) -> dict[str, Any]:
+    entry: dict[str, Any] = {"value": _rounded(value), "target": target, "unit": unit,
+                             "met": met, "baseline": _rounded(baseline)}
+    if note:
+        entry["note"] = note
+    return entry
+
+
+def _rounded(value: Any) -> Any:
+    if isinstance(value, float):
+        if value != value:
+            return None
+        return round(value, 4)
+    return value
+
+
+def plot_path(name: str) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    return RESULTS / f"{name}.png"
+
+
+def pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend (no display needed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    return int(value) if value else default

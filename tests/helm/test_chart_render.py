@@ -1,0 +1,392 @@
+"""The chart rendered by the pinned helm: lint, schema enforcement, and the objects each
+combination of values produces (labels, security, arguments, RBAC, monitoring)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from cjob_operator.builders import build_role
+
+from cjob_spec import parse_job
+from e2e.kind.chart import CHART_DIR, HelmCommandError, Manifest, lint_chart
+
+Render = Callable[..., list[Manifest]]
+FULL_VALUES = CHART_DIR / "ci" / "full-values.yaml"
+CHART = yaml.safe_load((CHART_DIR / "Chart.yaml").read_text())
+STANDARD_LABEL_KEYS = (
+    "app.kubernetes.io/name",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/version",
+    "app.kubernetes.io/managed-by",
+    "helm.sh/chart",
+)
+
+
+def of_kind(objects: list[Manifest], kind: str) -> list[Manifest]:
+    return [o for o in objects if o["kind"] == kind]
+
+
+def one(objects: list[Manifest], kind: str) -> Manifest:
+    found = of_kind(objects, kind)
+    assert len(found) == 1, f"{len(found)} objects of kind {kind}"
+    return found[0]
+
+
+def container(objects: list[Manifest]) -> dict[str, Any]:
+    result: dict[str, Any] = one(objects, "Deployment")["spec"]["template"]["spec"][
+        "containers"
+    ][0]
+    return result
+
+
+def rules_grant(rules: list[dict[str, Any]], *, group: str, resource: str, verb: str) -> bool:
+    return any(
+        group in r.get("apiGroups", [])
+        and resource in r.get("resources", [])
+        and verb in r.get("verbs", [])
+        and not r.get("resourceNames")
+        for r in rules
+    )
+
+
+# --- lint and schema -------------------------------------------------------------------
+
+
+def test_helm_lint_passes_with_the_default_values(helm_bin: Path, helm_home: Path) -> None:
+    report = lint_chart(helm=helm_bin, home=helm_home)
+    assert "0 chart(s) failed" in report
+
+
+def test_helm_lint_passes_with_every_feature_switched_on(
+    helm_bin: Path, helm_home: Path
+) -> None:
+    report = lint_chart(helm=helm_bin, home=helm_home, values_files=[FULL_VALUES])
+    assert "0 chart(s) failed" in report
+
+
+@pytest.mark.parametrize(
+    ("values", "complaint"),
+    [
+        ({"replicaCount": "two"}, "replicaCount"),
+        ({"replicas": 2}, "replicas"),
+        ({"image": {"repository": "x", "pullPolicy": "Sometimes"}}, "pullPolicy"),
+        ({"watchNamespaces": ["Not_A_Namespace"]}, "watchNamespaces"),
+    ],
+    ids=["replica-count-as-a-word", "unknown-top-level-key", "bad-pull-policy",
+         "invalid-namespace-name"],
+)  # fmt: skip
+def test_helm_refuses_values_the_schema_forbids(
+    render: Render, values: dict[str, Any], complaint: str
+) -> None:
+    with pytest.raises(HelmCommandError) as failure:
+        render(values)
+    assert "schema" in failure.value.stderr
+    assert complaint in failure.value.stderr
+
+
+def test_a_missing_service_account_name_is_refused_when_the_chart_does_not_create_it(
+    render: Render,
+) -> None:
+    with pytest.raises(HelmCommandError) as failure:
+        render({"serviceAccount": {"create": False}})
+    assert "serviceAccount.name is required" in failure.value.stderr
+
+
+# --- what gets rendered --------------------------------------------------------------
+
+
+def test_the_defaults_render_the_operator_its_account_cluster_rbac_and_metrics_service(
+    render: Render,
+) -> None:
+    kinds = sorted(o["kind"] for o in render())
+    assert kinds == sorted(
+        ["Deployment", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Service"]
+    )
+
+
+def test_every_feature_renders_monitors_dashboard_and_peering_but_no_rbac(
+    render: Render,
+) -> None:
+    objects = render(values_files=[FULL_VALUES])
+    kinds = sorted(o["kind"] for o in objects)
+    assert kinds == sorted(
+        ["Deployment", "ServiceAccount", "Service", "ServiceMonitor", "PodMonitor",
+         "ConfigMap", "KopfPeering", "KopfPeering"]
+    )  # fmt: skip
+    assert {p["metadata"]["namespace"] for p in of_kind(objects, "KopfPeering")} == {
+        "team-a",
+        "team-b",
+    }
+
+
+@pytest.mark.parametrize("values_file", [None, FULL_VALUES], ids=["defaults", "full"])
+def test_every_object_carries_the_standard_labels(
+    render: Render, values_file: Path | None
+) -> None:
+    objects = render(values_files=[values_file] if values_file else [], release="prod")
+    for obj in objects:
+        labels = obj["metadata"]["labels"]
+        where = f"{obj['kind']}/{obj['metadata']['name']}"
+        for key in STANDARD_LABEL_KEYS:
+            assert key in labels, f"{where} lacks {key}"
+        assert labels["app.kubernetes.io/name"] == "checkpointed-jobs", where
+        assert labels["app.kubernetes.io/instance"] == "prod", where
+        assert labels["app.kubernetes.io/version"] == CHART["appVersion"], where
+        assert labels["app.kubernetes.io/managed-by"] == "Helm", where
+        assert labels["helm.sh/chart"] == f"checkpointed-jobs-{CHART['version']}", where
+
+
+def test_the_pods_carry_the_standard_labels_and_match_the_selectors(render: Render) -> None:
+    objects = render(values_files=[FULL_VALUES])
+    deployment = one(objects, "Deployment")
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    for key in STANDARD_LABEL_KEYS:
+        assert key in pod_labels
+    assert pod_labels["team"] == "data"  # podLabels
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= pod_labels.items()
+    # The selector holds only labels that never change across upgrades.
+    assert set(selector) == {"app.kubernetes.io/name", "app.kubernetes.io/instance"}
+    service = one(objects, "Service")
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    monitor = one(objects, "ServiceMonitor")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"][
+        "labels"
+    ].items()
+
+
+def test_a_release_named_after_the_chart_does_not_repeat_the_name(render: Render) -> None:
+    names = {o["metadata"]["name"] for o in render(release="checkpointed-jobs")}
+    assert "checkpointed-jobs" in names
+    assert not any("checkpointed-jobs-checkpointed-jobs" in n for n in names)
+
+
+def test_the_operator_runs_locked_down(render: Render) -> None:
+    objects = render()
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] != 0
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    c = container(objects)
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert c["securityContext"]["allowPrivilegeEscalation"] is False
+    assert c["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    # The read-only root still gets a writable /tmp.
+    mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert "emptyDir" in volumes[mounts["/tmp"]]
+    assert c["resources"]["limits"]["memory"]
+
+
+def test_the_probes_ask_the_health_port_the_operator_listens_on(render: Render) -> None:
+    c = container(render({"health": {"port": 9999}}))
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert ports["health"] == 9999
+    assert "--health-port=9999" in c["args"]
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert c[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+
+
+def test_by_default_the_operator_watches_all_namespaces_standalone(render: Render) -> None:
+    objects = render()
+    c = container(objects)
+    assert c["command"] == ["python", "-m", "cjob_operator"]
+    assert c["args"] == [
+        "--all-namespaces",
+        "--standalone",
+        "--metrics-port=8080",
+        "--health-port=8081",
+    ]
+    # Without peering two operators must never overlap during an upgrade.
+    assert one(objects, "Deployment")["spec"]["strategy"] == {"type": "Recreate"}
+    env = {e["name"]: e for e in c["env"]}
+    assert env["CJOB_LOG_LEVEL"]["value"] == "INFO"
+    assert env["POD_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+
+
+def test_the_image_tag_defaults_to_the_app_version(render: Render) -> None:
+    assert container(render())["image"] == f"checkpointed-jobs/operator:{CHART['appVersion']}"
+    c = container(render({"image": {"repository": "r.example/op", "tag": "1.2.3",
+                                    "pullPolicy": "Always"}}))  # fmt: skip
+    assert (c["image"], c["imagePullPolicy"]) == ("r.example/op:1.2.3", "Always")
+
+
+def test_watched_namespaces_become_flags_and_one_role_per_namespace(render: Render) -> None:
+    objects = render({"watchNamespaces": ["team-a", "team-b"]}, namespace="ops")
+    args = container(objects)["args"]
+    assert "--namespace=team-a" in args and "--namespace=team-b" in args
+    assert "--all-namespaces" not in args
+    roles = of_kind(objects, "Role")
+    bindings = of_kind(objects, "RoleBinding")
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
+    account = one(objects, "ServiceAccount")["metadata"]
+    for binding in bindings:
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": account["name"], "namespace": "ops"}
+        ]
+        assert binding["roleRef"]["name"] == roles[0]["metadata"]["name"]
+    # Cluster scope keeps only what kopf needs there: reading CRDs.
+    cluster_rules = one(objects, "ClusterRole")["rules"]
+    assert [r["resources"] for r in cluster_rules] == [["customresourcedefinitions"]]
+    assert set(cluster_rules[0]["verbs"]) == {"get", "list", "watch"}
+
+
+def test_the_cluster_role_of_an_all_namespaces_operator_holds_the_namespaced_rules(
+    render: Render,
+) -> None:
+    rules = one(render(), "ClusterRole")["rules"]
+    for resource, verb in [("pods", "create"), ("configmaps", "update"),
+                           ("roles", "create"), ("rolebindings", "delete")]:  # fmt: skip
+        group = "rbac.authorization.k8s.io" if resource.startswith("role") else ""
+        assert rules_grant(rules, group=group, resource=resource, verb=verb)
+    assert rules_grant(rules, group="checkpointed.io", resource="checkpointedjobs/status",
+                       verb="patch")  # fmt: skip
+
+
+def test_the_operator_gets_no_broad_or_dangerous_rights(render: Render) -> None:
+    for values in ({}, {"watchNamespaces": ["team-a"], "replicaCount": 2}):
+        objects = render(values)
+        rules = [r for o in objects if o["kind"] in ("Role", "ClusterRole") for r in o["rules"]]
+        for rule in rules:
+            assert "*" not in rule["verbs"] and "*" not in rule["resources"], rule
+            assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
+        assert not rules_grant(rules, group="", resource="secrets", verb="list")
+        assert not rules_grant(rules, group="", resource="secrets", verb="watch")
+        assert not rules_grant(rules, group="", resource="nodes", verb="get")
+
+
+@pytest.mark.parametrize("master", ["k8s", "local[2]"])
+def test_the_operator_holds_every_right_it_grants_a_driver(render: Render, master: str) -> None:
+    """Kubernetes refuses a Role (and a binding to it) that grants more than its creator
+    holds; the chart avoids 'escalate' by holding the driver's rights itself."""
+    job = parse_job({
+        "apiVersion": "checkpointed.io/v1alpha1",
+        "kind": "CheckpointedJob",
+        "metadata": {"name": "clicks", "namespace": "team-a", "uid": "u-1"},
+        "spec": {
+            "image": "example.org/clicks:1.0",
+            "job": {"entrypoint": "clicks.job:build"},
+            "spark": {"master": master},
+            "checkpoint": {"storage": "s3://ckpt/jobs"},
+        },
+    })  # fmt: skip
+    driver_rules = build_role(job)["rules"]
+    for values in ({}, {"watchNamespaces": ["team-a"]}):
+        objects = render(values)
+        held = [r for o in objects if o["kind"] in ("Role", "ClusterRole") for r in o["rules"]]
+        for rule in driver_rules:
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    for verb in rule["verbs"]:
+                        assert rules_grant(held, group=group, resource=resource, verb=verb), (
+                            f"the operator cannot grant {verb} {resource}.{group} "
+                            f"(values {values})"
+                        )
+
+
+def test_several_replicas_switch_on_cluster_peering_and_rolling_updates(
+    render: Render,
+) -> None:
+    objects = render({"replicaCount": 2}, release="cjob")
+    args = container(objects)["args"]
+    assert "--peering=cjob-checkpointed-jobs" in args and "--standalone" not in args
+    peering = one(objects, "ClusterKopfPeering")
+    assert peering["metadata"]["name"] == "cjob-checkpointed-jobs"
+    strategy = one(objects, "Deployment")["spec"]["strategy"]
+    assert strategy["type"] == "RollingUpdate"
+    assert strategy["rollingUpdate"]["maxUnavailable"] == 0
+    rules = one(objects, "ClusterRole")["rules"]
+    assert rules_grant(rules, group="kopf.dev", resource="clusterkopfpeerings", verb="patch")
+    assert not rules_grant(rules, group="kopf.dev", resource="kopfpeerings", verb="patch")
+
+
+def test_peering_can_be_switched_on_for_one_replica_with_a_chosen_name(
+    render: Render,
+) -> None:
+    objects = render({"peering": {"enabled": True, "name": "ops-peering"},
+                      "watchNamespaces": ["team-a"]})  # fmt: skip
+    assert "--peering=ops-peering" in container(objects)["args"]
+    peering = one(objects, "KopfPeering")
+    assert (peering["metadata"]["name"], peering["metadata"]["namespace"]) == (
+        "ops-peering",
+        "team-a",
+    )
+    assert not of_kind(objects, "ClusterKopfPeering")
+    role = one(objects, "Role")
+    assert rules_grant(role["rules"], group="kopf.dev", resource="kopfpeerings", verb="patch")
+
+
+def test_without_rbac_create_no_rbac_objects_are_rendered(render: Render) -> None:
+    objects = render({"rbac": {"create": False}, "watchNamespaces": ["team-a"]})
+    assert not [o for o in objects if o["kind"] in
+                ("Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")]  # fmt: skip
+
+
+def test_an_existing_service_account_is_used_and_not_created(render: Render) -> None:
+    objects = render({"serviceAccount": {"create": False, "name": "platform-operator"}})
+    assert not of_kind(objects, "ServiceAccount")
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "platform-operator"
+    binding = one(objects, "ClusterRoleBinding")
+    assert binding["subjects"][0]["name"] == "platform-operator"
+
+
+def test_the_metrics_service_exposes_the_operators_metrics_port(render: Render) -> None:
+    objects = render({"metrics": {"port": 9100, "service": {"type": "ClusterIP", "port": 80},
+                                  "serviceMonitor": {"enabled": True},
+                                  "podMonitor": {"enabled": False}}})  # fmt: skip
+    c = container(objects)
+    assert "--metrics-port=9100" in c["args"]
+    assert {"name": "metrics", "containerPort": 9100, "protocol": "TCP"} in c["ports"]
+    port = one(objects, "Service")["spec"]["ports"][0]
+    assert (port["port"], port["targetPort"]) == (80, "metrics")
+    endpoint = one(objects, "ServiceMonitor")["spec"]["endpoints"][0]
+    assert (endpoint["port"], endpoint["path"]) == ("metrics", "/metrics")
+
+
+def test_the_pod_monitor_scrapes_the_driver_pods_of_the_managed_namespaces(
+    render: Render,
+) -> None:
+    enabled = {"podMonitor": {"enabled": True}}
+    everywhere = one(render({"metrics": enabled}), "PodMonitor")["spec"]
+    assert everywhere["namespaceSelector"] == {"any": True}
+    assert everywhere["selector"]["matchLabels"]["checkpointed.io/role"] == "driver"
+    assert everywhere["podMetricsEndpoints"][0]["port"] == "metrics"
+    some = one(render({"metrics": enabled, "watchNamespaces": ["team-a"]}), "PodMonitor")
+    assert some["spec"]["namespaceSelector"] == {"matchNames": ["team-a"]}
+
+
+def test_the_dashboard_config_map_holds_the_dashboard_for_the_grafana_sidecar(
+    render: Render,
+) -> None:
+    objects = render({"grafana": {"dashboard": {"enabled": True, "namespace": "monitoring"}}})
+    config_map = one(objects, "ConfigMap")
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert config_map["metadata"]["namespace"] == "monitoring"
+    (content,) = config_map["data"].values()
+    expected = json.loads((CHART_DIR / "dashboards" / "checkpointed-jobs.json").read_text())
+    assert json.loads(content) == expected
+
+
+def test_extra_arguments_and_environment_are_passed_through(render: Render) -> None:
+    c = container(render({"extraArgs": ["--dev"], "logLevel": "DEBUG",
+                          "extraEnv": [{"name": "HTTPS_PROXY", "value": "http://p:3128"}]}))  # fmt: skip
+    assert c["args"][-1] == "--dev"
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["HTTPS_PROXY"] == "http://p:3128"
+    assert env["CJOB_LOG_LEVEL"] == "DEBUG"
+
+
+def test_the_chart_crds_are_included_for_install(render: Render) -> None:
+    crds = of_kind(render(include_crds=True), "CustomResourceDefinition")
+    assert sorted(c["metadata"]["name"] for c in crds) == [
+        "checkpointedjobs.checkpointed.io",
+        "clusterkopfpeerings.kopf.dev",
+        "kopfpeerings.kopf.dev",
+    ]

@@ -1,0 +1,65 @@
+"""A driver that cannot do its job says why in one place and exits with the right code.
+
+The exit code is all a supervisor sees after the process is gone, so it carries
+the class of failure (``cjob_spec.exit_codes``). Mistakes found before Spark
+starts cost no Spark start-up; user code failing inside Spark must end the driver
+in bounded time, not hang it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from cjob_spec.exit_codes import ExitCode
+from conftest import JobHarness
+
+
+def error_lines(output: str) -> list[str]:
+    return [line for line in output.splitlines() if " ERROR " in line]
+
+
+def test_a_missing_entrypoint_module_exits_2_with_one_line(harness: JobHarness) -> None:
+    run = harness.run(entrypoint="no_such_job_module:build", args={}, timeout=120)
+    assert run.returncode == ExitCode.BAD_CONFIG, run.explain()
+    assert "Traceback" not in run.output
+    [line] = error_lines(run.output)
+    assert "entrypoint 'no_such_job_module:build': module 'no_such_job_module' not found" in line
+
+
+def test_a_missing_build_function_exits_2(harness: JobHarness) -> None:
+    run = harness.run(entrypoint="crashing_jobs:no_such_function", args={}, timeout=120)
+    assert run.returncode == ExitCode.BAD_CONFIG, run.explain()
+    assert "has no function 'no_such_function'" in run.output
+    assert "Traceback" not in run.output
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--parallelism", "3"], "local[2] offers 2 task slots but parallelism is 3"),
+    (["--parallelism", "0"], "--parallelism: must be within 1..128"),
+    (["--checkpoint-mode", "sometimes"], "invalid choice: 'sometimes'"),
+])
+def test_invalid_settings_exit_2_before_spark_starts(harness: JobHarness, extra: list[str],
+                                                    message: str) -> None:
+    run = harness.run(entrypoint="crashing_jobs:running_sum",
+                      args={"count": 10, "output": str(harness.output)},
+                      extra=extra, timeout=120)
+    assert run.returncode == ExitCode.BAD_CONFIG, run.explain()
+    assert message in run.output
+    assert "Traceback" not in run.output
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_an_exception_in_map_exits_3_with_the_users_traceback(harness: JobHarness) -> None:
+    run = harness.run(entrypoint="failing_jobs:build",
+                      args={"count": 4000, "rate": 2000, "output": str(harness.output)},
+                      timeout=240)
+    assert run.returncode == ExitCode.USER_CODE_ERROR, run.explain()
+    assert "BadRecordError: cannot parse record 1234" in run.output
+    assert "failing_jobs.py" in run.output, "the traceback should point into the user's file"
+    assert any("user code in operator" in line for line in error_lines(run.output))
+    assert run.status is not None and run.status["state"] == "failed"
+    # The job failed: nothing it wrote after its last checkpoint became visible,
+    # and nothing it committed is a partial record.
+    for record in harness.output_records() if harness.output.exists() else []:
+        assert set(record) == {"key", "value"}

@@ -1,0 +1,67 @@
+"""The examples' verifiers must catch a lost and a duplicated record, or they prove nothing."""
+
+from __future__ import annotations
+
+import collections
+from pathlib import Path
+from typing import Any
+
+from conftest import REPO, load_example
+
+running_sum = load_example("examples/running_sum/verify.py")
+word_count = load_example("examples/word_count/verify.py")
+
+
+def running_sums(count: int, keys: int = 97) -> list[dict[str, int]]:
+    totals: dict[int, int] = collections.defaultdict(int)
+    out = []
+    for seq in range(count):
+        totals[seq % keys] += seq
+        out.append({"key": seq % keys, "value": totals[seq % keys]})
+    return out
+
+
+def test_the_running_sum_verifier_accepts_exactly_once_output() -> None:
+    assert running_sum.verify(running_sums(1000), count=1000) == []
+
+
+def test_the_running_sum_verifier_finds_a_lost_record() -> None:
+    records = running_sums(1000)
+    del records[500]
+    assert running_sum.verify(records, count=1000) != []
+
+
+def test_the_running_sum_verifier_finds_a_replayed_record() -> None:
+    # A replay after a bad restore: the state counted record 600 twice.
+    records = running_sums(1000)
+    key = records[600]["key"]
+    later = [r for r in records[600:] if r["key"] == key]
+    replayed = [dict(r, value=r["value"] + 600) for r in later[1:]]
+    records = [r for r in records if r not in later[1:]] + replayed
+    assert running_sum.verify(records, count=1000) != []
+
+
+def word_counts(text: str) -> list[dict[str, Any]]:
+    seen: collections.Counter[str] = collections.Counter()
+    out = []
+    for word in text.split():
+        seen[word] += 1
+        out.append({"word": word, "count": seen[word]})
+    return out
+
+
+def test_the_word_count_verifier_recounts_the_bundled_text() -> None:
+    expected = word_count.count_words(REPO / "examples" / "word_count" / "data")
+    assert expected["the"] > 50
+    assert expected["keeper's"] == 2
+    assert sum(expected.values()) > 700
+
+
+def test_the_word_count_verifier_finds_lost_and_duplicated_words(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("a b a\nc a\n")
+    expected = word_count.count_words(tmp_path)
+    good = word_counts("a b a c a")
+    assert word_count.verify(good, expected) == []
+    assert word_count.verify(good[:-1], expected) != []                  # lost
+    assert word_count.verify([*good, good[0]], expected) != []           # duplicated
+    assert word_count.verify([*good, {"word": "z", "count": 1}], expected) != []

@@ -1,0 +1,85 @@
+"""Exactly-once output across crashes, on real Spark in local mode.
+
+The job is the running-sum example's: every key's running sum after each
+record. Sorted, a key's sums must step by exactly its inputs, each once, so a
+lost or a duplicated record shows in the output (see examples/running_sum/verify.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import JOBS, EmbeddedRun, JobHarness
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+COUNT = 8000
+RATE = 1000  # records per second overall: the job runs for about 8 s
+
+
+def test_a_killed_subtask_process_is_relaunched_and_the_output_stays_exactly_once(
+        harness: JobHarness) -> None:
+    marker = harness.base / "crashed"
+    run = harness.run(entrypoint="crashing_jobs:running_sum", args={
+        "count": COUNT, "rate": RATE, "output": str(harness.output),
+        "crash_at": 2500, "crash_marker": str(marker)})
+
+    assert run.returncode == 0, run.explain()
+    assert marker.exists(), "the subtask never reached the record that kills it"
+    assert run.status is not None
+    assert run.status["state"] == "finished"
+    assert run.status["subtaskRestarts"] >= 1, "Spark did not relaunch the barrier stage"
+    # The relaunched subtasks restored a checkpoint taken before the crash.
+    assert run.status["restoredFrom"] is not None
+    assert run.status["checkpoints"]["completed"] >= 2
+    assert harness.running_sum_problems(count=COUNT) == []
+
+
+def test_driver_kills_at_every_commit_step_keep_the_output_exactly_once(
+        tmp_path: Path, embedded: Callable[..., EmbeddedRun],
+        job_yaml: Callable[..., Path]) -> None:
+    """One run, three driver kills and one subtask kill, each at a named fault point.
+
+    * ``subtask.during-commit@2``: a sink dies after renaming part of its files;
+      Spark relaunches the stage, which commits the rest on restore.
+    * ``driver.before-pointer@4``: ``_metadata`` of 4 is written but the store
+      never recorded it, so the next attempt must restore 3, not 4.
+    * ``driver.before-notify@6``: 6 is recorded but no sink was told to commit;
+      the next attempt restores 6 and commits its pending files.
+    """
+    output = tmp_path / "output"
+    job = job_yaml(tmp_path / "job.yaml", name="faults", entrypoint="crashing_jobs:running_sum",
+                   python_path=[str(JOBS)],
+                   args={"count": COUNT, "rate": RATE, "output": str(output)})
+    faults = "subtask.during-commit@2,driver.before-pointer@4,driver.before-notify@6"
+    run = embedded(job, state_dir=tmp_path / "state", name="faults",
+                   env={"CJOB_FAULTS": faults, "CJOB_FAULTS_DIR": str(tmp_path)})
+
+    assert run.returncode == 0, run.explain()
+    status = run.status
+    assert status["phase"] == "Succeeded", status
+    assert status["attempt"] == 3
+    assert status["restarts"] == 2
+    assert status["lastFailure"]["exitCode"] == 137
+    assert status["restoredFrom"]["id"] == 6
+    assert status["restoredFrom"]["path"].endswith("/chk-6/_metadata")
+
+    first = run.attempt_progress(1)
+    assert first["subtaskRestarts"] >= 1
+    assert first["restoredFrom"]["id"] == 2
+    assert run.attempt_progress(2)["restoredFrom"]["id"] == 3
+    assert run.attempt_progress(3)["restoredFrom"]["id"] == 6
+
+    verify = _running_sum_verify()
+    harness = JobHarness(tmp_path / "unused")
+    assert verify.verify(harness.output_records(output), count=COUNT) == []
+
+
+def _running_sum_verify() -> Any:
+    from conftest import load_example
+
+    return load_example("examples/running_sum/verify.py")

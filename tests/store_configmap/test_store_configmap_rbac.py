@@ -1,0 +1,123 @@
+"""A driver's service account can use its own job's store and nobody else's.
+
+The Role, RoleBinding and ServiceAccount are the operator's own (from
+``cjob_operator.builders``), so this checks the contract between the operator's
+least-privilege Role and what the store needs: get and update of one ConfigMap.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+import pytest
+from cjob_operator.builders import build_role, build_role_binding, build_service_account
+from kubernetes import client as k8s_client
+
+from cjob_spec import parse_job
+from e2e.controlplane.waiting import wait_for
+from job_runtime.store.base import CompletedCheckpoint
+from job_runtime.store.configmap import (
+    ConfigMapCheckpointIdCounter,
+    ConfigMapCheckpointStore,
+    StoreAccessDeniedError,
+    advance_attempt,
+    configure_for_store,
+    ensure_configmap,
+)
+
+pytestmark = pytest.mark.cluster
+
+
+def job_document(*, name: str, namespace: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "checkpointed.io/v1alpha1",
+        "kind": "CheckpointedJob",
+        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}",
+                     "generation": 1},
+        "spec": {
+            "image": "example.org/clicks:1.0",
+            "job": {"entrypoint": "clicks.job:build"},
+            "parallelism": 2,
+            "spark": {"master": "k8s", "executor": {"instances": 2}},
+            "checkpoint": {"storage": "file:///data/ckpt"},
+        },
+    }
+
+
+def without_owner(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The test has no CheckpointedJob to own these; an owner that does not exist
+    would make the garbage collector delete them."""
+    manifest["metadata"].pop("ownerReferences", None)
+    return manifest
+
+
+def driver_api(*, control_plane: Any, kube_rest: Any, namespace: str, job_name: str) -> Any:
+    """A ``CoreV1Api`` authenticated as the job's driver service account."""
+    job = parse_job(job_document(name=job_name, namespace=namespace))
+    account = without_owner(build_service_account(job))
+    role = without_owner(build_role(job))
+    binding = without_owner(build_role_binding(job))
+    kube_rest.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts", body=account)
+    rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}"
+    kube_rest.request("POST", f"{rbac}/roles", body=role)
+    kube_rest.request("POST", f"{rbac}/rolebindings", body=binding)
+    answer = kube_rest.request(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/serviceaccounts/{account['metadata']['name']}/token",
+        body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+              "spec": {"expirationSeconds": 600}})
+    configuration = k8s_client.Configuration()
+    configuration.host = control_plane.server
+    configuration.ssl_ca_cert = str(control_plane.ca_file)
+    configuration.api_key = {"authorization": answer["status"]["token"]}
+    configuration.api_key_prefix = {"authorization": "Bearer"}
+    configure_for_store(configuration)
+    return k8s_client.CoreV1Api(k8s_client.ApiClient(configuration))
+
+
+def test_a_driver_uses_its_own_jobs_store_and_is_refused_another_jobs_store(
+    control_plane: Any, kube_rest: Any, core_api: Any, store_namespace: str
+) -> None:
+    mine, theirs = f"mine-{secrets.token_hex(3)}", f"theirs-{secrets.token_hex(3)}"
+    for job_name in (mine, theirs):
+        name = f"{job_name}-checkpoints"
+        ensure_configmap(api=core_api, namespace=store_namespace, name=name, job_name=job_name,
+                         owner_reference=None)
+        advance_attempt(api=core_api, namespace=store_namespace, name=name, attempt=1)
+    api = driver_api(control_plane=control_plane, kube_rest=kube_rest,
+                     namespace=store_namespace, job_name=mine)
+    own = ConfigMapCheckpointStore(api=api, namespace=store_namespace, name=f"{mine}-checkpoints",
+                                   retained=1, attempt=1)
+
+    def role_is_effective() -> bool:
+        try:
+            own.latest()
+        except StoreAccessDeniedError:
+            return False
+        return True
+
+    wait_for(role_is_effective, what="the driver's Role to take effect", timeout=30)
+    counter = ConfigMapCheckpointIdCounter(api=api, namespace=store_namespace,
+                                           name=f"{mine}-checkpoints", attempt=1)
+    discarded: list[int] = []
+    for _ in range(2):
+        checkpoint_id = counter.get_and_increment()
+        own.add_checkpoint_and_subsume_oldest(
+            CompletedCheckpoint(checkpoint_id=checkpoint_id, timestamp=1.0,
+                                metadata_path=f"file:///data/ckpt/{mine}-uid/chk-{checkpoint_id}"
+                                              f"/_metadata"),
+            discard=lambda c: discarded.append(c.checkpoint_id))
+    assert [c.checkpoint_id for c in own.all()] == [2] and discarded == [1]
+
+    other = ConfigMapCheckpointStore(api=api, namespace=store_namespace,
+                                     name=f"{theirs}-checkpoints", retained=1, attempt=1)
+    with pytest.raises(StoreAccessDeniedError, match="HTTP 403") as denied:
+        other.latest()
+    assert "check the driver's service account and Role" in str(denied.value)
+    with pytest.raises(StoreAccessDeniedError, match="HTTP 403"):
+        ConfigMapCheckpointIdCounter(api=api, namespace=store_namespace,
+                                     name=f"{theirs}-checkpoints", attempt=1).get_and_increment()
+    with pytest.raises(StoreAccessDeniedError, match="HTTP 403"):
+        advance_attempt(api=api, namespace=store_namespace, name=f"{theirs}-checkpoints",
+                        attempt=2)
