@@ -28,6 +28,7 @@ Use them from a ``conftest.py`` (or list this module in the root ``pytest_plugin
 
 from __future__ import annotations
 
+import functools
 import secrets
 import socket
 from collections.abc import Callable, Iterator, Mapping
@@ -141,8 +142,8 @@ def extra_namespaces(kube_rest: RestClient) -> Iterator[Callable[[int], list[str
             created.append(name)
         for name in names:
             wait_for(
-                lambda name=name: _exists(
-                    kube_rest, f"/api/v1/namespaces/{name}/serviceaccounts/default"
+                functools.partial(
+                    _exists, kube_rest, f"/api/v1/namespaces/{name}/serviceaccounts/default"
                 ),
                 what=f"service account default in {name}",
                 timeout=60,

@@ -30,6 +30,7 @@ from job_runtime.errors import CheckpointFailureBudgetExceeded, UserCodeError
 from job_runtime.faults import maybe_fail
 from job_runtime.storage.checkpoint_storage import CheckpointStorage
 from job_runtime.store.base import (
+    AmbiguousWriteError,
     CheckpointIdCounter,
     CompletedCheckpoint,
     CompletedCheckpointStore,
@@ -111,6 +112,10 @@ class CheckpointCoordinator:
         self._pending: dict[int, PendingCheckpoint] = {}
         self._restore_metadata = initial_restore
         self.restored_from = initial_restore_pointer
+        # What a relaunch of the subtasks restores: the checkpoint this driver
+        # started from, then each one it completes. Not ``store.latest()``: after
+        # a fallback past a damaged checkpoint, the store's newest is unreadable.
+        self._restorable = initial_restore_pointer
         self._epoch_restore: dict[str, Any] | None = None
         self._last_completed_mono = 0.0
         self._last_trigger_mono = 0.0
@@ -164,6 +169,7 @@ class CheckpointCoordinator:
             subtask = int(fields.get("subtask", -1))
             if kind == "ready":
                 self._ready.add(subtask)
+                self.timeline.setdefault("firstReadyAt", time.time())
                 if len(self._ready) == self.parallelism:
                     self.timeline.setdefault("allReadyAt", time.time())
             elif kind == "ack":
@@ -193,7 +199,12 @@ class CheckpointCoordinator:
             conn.send("rejected", reason=f"epoch {epoch} is over")
             return
         if epoch > self._epoch:
-            self._start_epoch(epoch)
+            try:
+                self._start_epoch(epoch)
+            except Exception as exc:  # e.g. storage down: fail, never leave subtasks waiting
+                conn.send("rejected", reason=f"cannot load the checkpoint to restore: {exc}")
+                self._fail_job(exc)
+                return
         self._connections[subtask] = conn
         if len(self._connections) == self.parallelism:
             self.timeline.setdefault("allRegisteredAt", time.time())
@@ -205,7 +216,7 @@ class CheckpointCoordinator:
                         "restoring the latest completed checkpoint", epoch)
             for checkpoint_id in list(self._pending):
                 self._abort(checkpoint_id, reason="subtasks restarted", count=False)
-            latest = self.store.latest()
+            latest = self._restorable
             if latest is not None:
                 self._epoch_restore = self._load(latest)
                 self.restored_from = latest
@@ -382,6 +393,14 @@ class CheckpointCoordinator:
             del self._pending[checkpoint_id]
             self._fail_job(exc)
             return
+        except AmbiguousWriteError as exc:
+            # The pointer may have landed: its data must stay, and the sinks must not
+            # commit (a restore might still pick the previous checkpoint). The next
+            # completed checkpoint settles it.
+            log.warning("checkpoint %d: outcome of the store write unknown: %s",
+                        checkpoint_id, exc)
+            self._abort(checkpoint_id, reason=f"store write ambiguous: {exc}", keep_data=True)
+            return
         except Exception as exc:
             log.warning("checkpoint %d could not be committed: %s", checkpoint_id, exc)
             self._abort(checkpoint_id, reason=f"commit failed: {exc}")
@@ -393,6 +412,7 @@ class CheckpointCoordinator:
         self._consecutive_failures = 0
         self._last_completed_mono = time.monotonic()
         self.latest = completed
+        self._restorable = completed
         maybe_fail("driver.before-notify", checkpoint_id)
         for older in [p for p in self._pending if p < checkpoint_id]:
             self._abort(older, reason=f"subsumed by checkpoint {checkpoint_id}", count=False)
@@ -414,7 +434,8 @@ class CheckpointCoordinator:
         if checkpoint_id in self._pending:
             self._abort(checkpoint_id, reason=f"declined: {reason}")
 
-    def _abort(self, checkpoint_id: int, *, reason: str, count: bool = True) -> None:
+    def _abort(self, checkpoint_id: int, *, reason: str, count: bool = True,
+               keep_data: bool = False) -> None:
         pending = self._pending.pop(checkpoint_id, None)
         if pending is None:
             return
@@ -423,11 +444,12 @@ class CheckpointCoordinator:
             self.stats.finished(pending.stats, ok=False)
         log.warning("checkpoint %d aborted: %s", checkpoint_id, reason)
         self._broadcast("abort", checkpoint_id=checkpoint_id, reason=reason)
-        try:
-            self.storage.discard_pending(checkpoint_id)
-        except Exception as exc:
-            log.warning("could not delete the data of aborted checkpoint %d: %s",
-                        checkpoint_id, exc)
+        if not keep_data:
+            try:
+                self.storage.discard_pending(checkpoint_id)
+            except Exception as exc:
+                log.warning("could not delete the data of aborted checkpoint %d: %s",
+                            checkpoint_id, exc)
         if count:
             self._consecutive_failures += 1
             if self._consecutive_failures > self.settings.tolerable_failures:
@@ -450,6 +472,10 @@ class CheckpointCoordinator:
                 timeline["firstRecordAt"] = min(firsts)
             if lasts:
                 timeline["lastRecordAt"] = max(lasts)
+            restores = [float(m["restore_seconds"]) for m in self.progress.values()
+                        if "restore_seconds" in m]
+            if restores:
+                timeline["restoreSecondsMax"] = max(restores)
             return {
                 "epoch": self._epoch,
                 "recordsIn": records_in,

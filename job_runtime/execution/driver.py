@@ -355,6 +355,8 @@ def _run(settings: DriverSettings) -> int:
             raise RestoreError(pointer=restored.metadata_path,
                                problem="maxParallelism differs from the checkpoint's "
                                        f"{metadata.get('maxParallelism')}; it cannot change")
+        assert pipeline.sink_op is not None
+        pipeline.sink_op.prepare_restore(checkpoint_id=restored.checkpoint_id, s3=s3)
 
     metrics = DriverMetrics(job=settings.job_name)
     if settings.metrics_port:

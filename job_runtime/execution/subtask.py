@@ -125,6 +125,9 @@ class SubtaskRuntime:
             times["first_record_at"] = min(firsts)
         if lasts:
             times["last_record_at"] = max(lasts)
+        restores = [t.restore_seconds for t in self.tasks if t.restore_seconds is not None]
+        if restores:
+            times["restore_seconds"] = sum(restores)
         return times
 
     def _report_progress(self) -> None:

@@ -55,6 +55,7 @@ class Task(threading.Thread):
         # (reported with progress; the benchmarks derive throughput and recovery time).
         self.first_record_at: float | None = None
         self.last_record_at: float | None = None
+        self.restore_seconds: float | None = None
         self.emitted_barriers: set[int] = set()
         self._cancelled: Callable[[], bool] = lambda: runtime.cancelled.is_set()
 
@@ -246,7 +247,9 @@ class KeyedTask(Task):
         self._replay: list[Batch] = []
         self._deferred: dict[int, UploadJob] = {}
         if restore:
+            started = time.perf_counter()
             self._restore(restore)
+            self.restore_seconds = time.perf_counter() - started
 
     # -- restore
 

@@ -61,3 +61,12 @@ class Sink(abc.ABC):
 
     def finish_job(self, *, s3: Any = None) -> None:  # noqa: B027 - optional hook
         """Runs once on the driver after the job finished."""
+
+    def prepare_restore(self, *, checkpoint_id: int, s3: Any = None) -> None:  # noqa: B027
+        """Runs once on the driver before the job resumes from ``checkpoint_id``.
+
+        Output that checkpoints newer than ``checkpoint_id`` committed (possible
+        only when a restore falls back past a damaged checkpoint or goes back to
+        an older one on purpose) will be produced again from the restored state,
+        so an exactly-once sink withdraws it here.
+        """

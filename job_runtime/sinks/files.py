@@ -16,6 +16,7 @@ import dataclasses
 import io
 import json
 import logging
+import re
 import threading
 from typing import Any
 
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 
 FORMATS = {"jsonl": "jsonl", "parquet": "parquet"}
 PENDING_DIR = "_pending"
+_PART = re.compile(r"^part-(\d{10})-\d{5}\.[a-z]+$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,6 +143,19 @@ class FilesSink(Sink):
 
     def open(self, *, context: SinkContext) -> SinkWriter:
         return FilesSinkWriter(path=self.path, fmt=self.fmt, context=context)
+
+    def prepare_restore(self, *, checkpoint_id: int, s3: Any = None) -> None:
+        """Withdraw the part files of checkpoints newer than the restored one."""
+        base = self.path.rstrip("/")
+        fs = get_filesystem(base, s3=s3)
+        for uri in fs.list(base):
+            name = uri[len(base) + 1:]
+            match = _PART.match(name)
+            if match and int(match.group(1)) > checkpoint_id:
+                log.warning("withdrawing %s: committed by a checkpoint newer than the restored "
+                            "checkpoint %d, whose state produces these records again",
+                            uri, checkpoint_id)
+                fs.delete(uri)
 
     def finish_job(self, *, s3: Any = None) -> None:
         """The job finished and everything is committed: staging leftovers are garbage."""

@@ -1,7 +1,7 @@
-"""Completed-checkpoint stores and checkpoint id counters (in-memory and file).
+"""Completed-checkpoint stores and checkpoint id counters: in-memory, file and ConfigMap.
 
-The ConfigMap store lives in the operator package; it implements the same
-interface from :mod:`job_runtime.store.base`.
+The ConfigMap store (:mod:`job_runtime.store.configmap`) needs the ``kubernetes``
+client and is imported only by the driver on Kubernetes and by the operator.
 """
 
 from job_runtime.store.base import (

@@ -5,6 +5,7 @@ operator does and no more."""
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 from collections.abc import Callable, Iterator
@@ -242,7 +243,7 @@ def test_install_creates_the_operator_objects_and_uninstall_leaves_only_the_crds
     release.uninstall()
 
     for obj in objects:
-        wait_for(lambda obj=obj: is_gone(kube_rest, object_path(obj)),
+        wait_for(functools.partial(is_gone, kube_rest, object_path(obj)),
                  what=f"{obj['kind']} {obj['metadata']['name']} deleted", timeout=60)  # fmt: skip
     namespaces = [kube_namespace, *release.values.get("watchNamespaces", [])]
     wait_for(lambda: not leftovers(kube_rest, instance=release.name, namespaces=namespaces),

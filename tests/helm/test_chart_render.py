@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import yaml
 from cjob_operator.builders import build_role
+from cjob_operator.options import parse_options
 
 from cjob_spec import parse_job
 from e2e.kind.chart import CHART_DIR, HelmCommandError, Manifest, lint_chart
@@ -206,7 +207,30 @@ def test_by_default_the_operator_watches_all_namespaces_standalone(render: Rende
     assert one(objects, "Deployment")["spec"]["strategy"] == {"type": "Recreate"}
     env = {e["name"]: e for e in c["env"]}
     assert env["CJOB_LOG_LEVEL"]["value"] == "INFO"
-    assert env["POD_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    for name in ("POD_ID", "POD_NAME"):  # kopf's peering identity, the operator's own
+        assert env[name]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+
+
+@pytest.mark.parametrize(
+    "values",
+    [{}, {"watchNamespaces": ["team-a", "team-b"], "replicaCount": 2},
+     {"peering": {"enabled": True}, "logLevel": "DEBUG", "metrics": {"port": 9100}}],
+    ids=["defaults", "namespaced-peering", "cluster-peering-debug"],
+)  # fmt: skip
+def test_the_operator_accepts_the_arguments_the_chart_gives_it(
+    render: Render, values: dict[str, Any]
+) -> None:
+    c = container(render(values, release="cjob"))
+    assert c["command"] == ["python", "-m", "cjob_operator"]
+    options = parse_options(c["args"])
+    assert options.namespaces == tuple(values.get("watchNamespaces", ()))
+    assert options.all_namespaces is not bool(values.get("watchNamespaces"))
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert (options.metrics_port, options.health_port) == (ports["metrics"], ports["health"])
+    peering = bool(values.get("replicaCount", 1) > 1 or values.get("peering", {}).get("enabled"))
+    assert options.peering == ("cjob-checkpointed-jobs" if peering else None)
+    assert options.standalone is (not peering)
+    assert options.verbose is (values.get("logLevel") == "DEBUG")
 
 
 def test_the_image_tag_defaults_to_the_app_version(render: Render) -> None:
@@ -377,7 +401,7 @@ def test_the_dashboard_config_map_holds_the_dashboard_for_the_grafana_sidecar(
 def test_extra_arguments_and_environment_are_passed_through(render: Render) -> None:
     c = container(render({"extraArgs": ["--dev"], "logLevel": "DEBUG",
                           "extraEnv": [{"name": "HTTPS_PROXY", "value": "http://p:3128"}]}))  # fmt: skip
-    assert c["args"][-1] == "--dev"
+    assert c["args"][-2:] == ["--verbose", "--dev"]  # DEBUG turns on verbose logging
     env = {e["name"]: e.get("value") for e in c["env"]}
     assert env["HTTPS_PROXY"] == "http://p:3128"
     assert env["CJOB_LOG_LEVEL"] == "DEBUG"

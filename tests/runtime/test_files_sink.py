@@ -148,6 +148,37 @@ def test_a_restore_of_an_older_checkpoint_never_shows_newer_uncommitted_data(
     assert staged and all(name.endswith(".inprogress") for name in staged)
 
 
+def test_restoring_an_older_checkpoint_withdraws_output_committed_after_it(
+        tmp_path: Path) -> None:
+    """A fallback past a damaged checkpoint replays its records: their files must go."""
+    out = tmp_path / "out"
+    sink = files(str(out))
+    writers = [open_writer(out, subtask=i) for i in range(2)]
+    states = {}
+    for checkpoint_id in (1, 2, 3):
+        for i, writer in enumerate(writers):
+            writer.write(rows(checkpoint_id * 10 + i))
+            states[checkpoint_id, i] = writer.snapshot(checkpoint_id)
+            writer.notify_complete(checkpoint_id)
+    (out / "_pending" / "part-0000000004-00000-a1e1.jsonl.inprogress").write_text("{}\n")
+    (out / "notes.txt").write_text('{"note": "not ours"}\n')
+
+    sink.prepare_restore(checkpoint_id=2)
+    remaining = sorted(p.name for p in out.iterdir() if p.is_file())
+    assert remaining == ["notes.txt", "part-0000000001-00000.jsonl",
+                         "part-0000000001-00001.jsonl", "part-0000000002-00000.jsonl",
+                         "part-0000000002-00001.jsonl"]
+    assert (out / "_pending" / "part-0000000004-00000-a1e1.jsonl.inprogress").exists()
+
+    # The restored subtask produces checkpoint 3's records again, once.
+    restored = open_writer(out, attempt="a2e1")
+    restored.restore([states[2, 0], states[2, 1]])
+    restored.write(rows(30, 31))
+    restored.snapshot(5)
+    restored.notify_complete(5)
+    assert sorted(r["n"] for r in visible_records(out) if "n" in r) == [10, 11, 20, 21, 30, 31]
+
+
 def test_subtasks_write_separate_files(tmp_path: Path) -> None:
     out = tmp_path / "out"
     writers = [open_writer(out, subtask=i) for i in range(2)]

@@ -1,0 +1,313 @@
+"""Benchmark 5: recovery time after the driver is killed (embedded mode).
+
+``cjob run`` supervises a rate-limited keyed aggregation (parallelism 2,
+checkpoints every second, 100k keys). Once attempt 1 completed
+``--kill-after-checkpoints`` checkpoints, the benchmark SIGKILLs the driver's
+process group (driver, its JVM and Python workers: what the embedded runner's
+``--kill-driver-after`` does, with the moment chosen by checkpoint count rather
+than by time). The runner restarts the job from the latest checkpoint; the
+time until attempt 2's keyed stage processes its first record is split into:
+
+* **detection** - kill until the runner saw attempt 1 end;
+* **restart delay** - the restart policy's backoff (``--backoff``, default 0s);
+* **driver start** - new process, imports, restore point resolution;
+* **Spark start** - ``SparkSession`` creation (JVM, local scheduler);
+* **subtasks scheduled** - barrier stage launched, Python workers started,
+  addresses exchanged, the first subtask registered with the coordinator;
+* **state load** - that subtask built the pipeline, read and restored its
+  keyed state and started its tasks (``state_read_s`` in the JSON is the
+  reading and restoring alone, the largest over subtasks);
+* **replay** - from restored to the first record processed (sources reopen
+  their splits at the checkpointed positions).
+
+The times come from the runner's output (timestamped as it arrives) and the
+driver's status file ``timeline`` (wall clock, same machine). Operator mode
+(driver pod killed, new pod) is not measured here: its entry in
+``summary.json`` says "not measured" until the operator benchmark exists.
+
+Baseline, in the same run: a cold start of the same job (``cjob run`` to the
+first record processed, no restore), which is what a restart without
+checkpoints would also have to pay before reprocessing everything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import (
+    REPO,
+    BenchmarkError,
+    env_int,
+    fresh_dir,
+    median,
+    plot_path,
+    print_table,
+    pyplot,
+    python_env,
+    remove_dir,
+    target_entry,
+    update_summary,
+    write_result,
+)
+
+TARGET_SECONDS = 15.0
+PHASES = ["detection", "restart delay", "driver start", "Spark start", "subtasks scheduled",
+          "state load", "replay"]
+
+JOB_YAML = """\
+apiVersion: checkpointed.io/v1alpha1
+kind: CheckpointedJob
+metadata:
+  name: {name}
+spec:
+  image: checkpointed-jobs/runtime:bench
+  job:
+    entrypoint: bench.jobs:keyed_aggregate
+    pythonPath: [{repo}]
+    args: {{count: {count}, keys: {keys}, rate: {rate}}}
+  parallelism: 2
+  spark:
+    master: local[2]
+  checkpoint:
+    storage: file:///unused
+    interval: 1s
+    retained: 3
+  restartPolicy:
+    type: OnFailure
+    maxRestarts: 3
+    backoff: {{initial: {backoff}, max: 10s}}
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--keys", type=int, default=env_int("BENCH_KEYS", 100_000))
+    parser.add_argument("--rate", type=int, default=200_000, help="source records/s")
+    parser.add_argument("--kill-after-checkpoints", type=int, default=3)
+    parser.add_argument("--backoff", default="0s", help="restart backoff of the job spec")
+    parser.add_argument("--repeat", type=int, default=env_int("BENCH_REPEAT", 3))
+    parser.add_argument("--timeout", type=float, default=600.0,
+                        help="give up on one repetition after this many seconds")
+
+
+class _Runner:
+    """``cjob run`` in its own session, with every output line timestamped on arrival."""
+
+    def __init__(self, *, job_file: Path, state_dir: Path) -> None:
+        self.lines: list[tuple[float, str]] = []
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "cjob", "run", str(job_file), "--state-dir", str(state_dir),
+             "--fresh"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env=python_env(), start_new_session=True)
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append((time.time(), line.rstrip()))
+
+    def first_line(self, text: str) -> float | None:
+        return next((t for t, line in self.lines if text in line), None)
+
+    def stop(self, driver_pids: list[int]) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=30)
+        for pid in driver_pids:  # drivers run in their own process groups
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        self._reader.join(timeout=5)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data: dict[str, Any] = json.loads(path.read_text())
+        return data
+    except (OSError, ValueError):
+        return None
+
+
+def _wait_for(predicate: Any, *, timeout: float, what: str, runner: _Runner) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        if runner.proc.poll() is not None:
+            tail = "\n".join(line for _, line in runner.lines[-10:])
+            raise BenchmarkError(benchmark="recovery",
+                                 problem=f"the runner ended while waiting for {what}:\n{tail}")
+        time.sleep(0.05)
+    raise BenchmarkError(benchmark="recovery", problem=f"timed out waiting for {what}")
+
+
+def _job_file(work: Path, *, name: str, ns: argparse.Namespace) -> Path:
+    path = work / f"{name}.yaml"
+    count = int(ns.rate * ns.timeout * 2)
+    path.write_text(JOB_YAML.format(name=name, repo=json.dumps(str(REPO)), count=count,
+                                    keys=ns.keys, rate=ns.rate, backoff=ns.backoff))
+    return path
+
+
+def measure_recovery(ns: argparse.Namespace) -> dict[str, Any]:
+    work = fresh_dir("recovery")
+    name = "bench-recovery"
+    runner = _Runner(job_file=_job_file(work, name=name, ns=ns), state_dir=work / "state")
+    job_dir = work / "state" / name
+    pids: list[int] = []
+    try:
+        def attempt_one_ready() -> dict[str, Any] | None:
+            status = _read_json(job_dir / "attempt-1.progress.json")
+            if status and status["checkpoints"]["completed"] >= ns.kill_after_checkpoints:
+                return status
+            return None
+
+        before = _wait_for(attempt_one_ready, timeout=ns.timeout, runner=runner,
+                           what=f"{ns.kill_after_checkpoints} checkpoints of attempt 1")
+        pids.append(int(before["pid"]))
+        killed_at = time.time()
+        os.killpg(int(before["pid"]), signal.SIGKILL)
+        latest_before = (before.get("latestCheckpoint") or {}).get("id")
+
+        def attempt_two_running() -> dict[str, Any] | None:
+            status = _read_json(job_dir / "attempt-2.progress.json")
+            if status and "firstRecordAt" in status.get("timeline", {}) \
+                    and status["checkpoints"]["completed"] >= 1:
+                return status
+            return None
+
+        after = _wait_for(attempt_two_running, timeout=ns.timeout, runner=runner,
+                          what="attempt 2 processing and checkpointing")
+        pids.append(int(after["pid"]))
+    finally:
+        runner.stop(pids)
+    detected_at = runner.first_line("attempt 1 failed")
+    restart_at = runner.first_line("starting attempt 2")
+    if detected_at is None or restart_at is None:
+        raise BenchmarkError(benchmark="recovery", problem="runner output lacks the restart")
+    t = after["timeline"]
+    first = float(t["firstRecordAt"])
+    registered = float(t["epochStartedAt"])
+    restored = min(float(t["firstReadyAt"]), first)
+    phases = {
+        "detection": detected_at - killed_at,
+        "restart delay": restart_at - detected_at,
+        "driver start": float(t["sparkStartingAt"]) - restart_at,
+        "Spark start": float(t["sparkReadyAt"]) - float(t["sparkStartingAt"]),
+        "subtasks scheduled": registered - float(t["sparkReadyAt"]),
+        "state load": restored - registered,
+        "replay": first - restored,
+    }
+    restored_from = (after.get("restoredFrom") or {}).get("id")
+    remove_dir(work)
+    return {"total_s": first - killed_at, "phases_s": phases, "killed_at": killed_at,
+            "latest_checkpoint_before_kill": latest_before, "restored_from": restored_from,
+            "checkpoint_bytes": (before.get("latestCheckpoint") or {}).get("sizeBytes"),
+            "state_read_s": t.get("restoreSecondsMax")}
+
+
+def measure_cold_start(ns: argparse.Namespace) -> dict[str, Any]:
+    """The baseline: ``cjob run`` of the same job until its first record, no restore."""
+    work = fresh_dir("recovery-cold")
+    name = "bench-cold-start"
+    started = time.time()
+    runner = _Runner(job_file=_job_file(work, name=name, ns=ns), state_dir=work / "state")
+    pids: list[int] = []
+    try:
+        def running() -> dict[str, Any] | None:
+            status = _read_json(work / "state" / name / "attempt-1.progress.json")
+            if status and "firstRecordAt" in status.get("timeline", {}):
+                return status
+            return None
+
+        status = _wait_for(running, timeout=ns.timeout, runner=runner, what="a cold start")
+        pids.append(int(status["pid"]))
+    finally:
+        runner.stop(pids)
+    remove_dir(work)
+    t = status["timeline"]
+    return {"total_s": float(t["firstRecordAt"]) - started,
+            "spark_start_s": float(t["sparkReadyAt"]) - float(t["sparkStartingAt"])}
+
+
+def run(ns: argparse.Namespace) -> dict[str, Any]:
+    recoveries: list[dict[str, Any]] = []
+    cold: list[dict[str, Any]] = []
+    for i in range(ns.repeat):
+        print(f"[recovery] repetition {i + 1}/{ns.repeat}: kill and recover", flush=True)
+        recoveries.append(measure_recovery(ns))
+        r = recoveries[-1]
+        print(f"[recovery]   {r['total_s']:.1f}s to the first record after restoring "
+              f"checkpoint {r['restored_from']}", flush=True)
+        print(f"[recovery] repetition {i + 1}/{ns.repeat}: cold start", flush=True)
+        cold.append(measure_cold_start(ns))
+        print(f"[recovery]   {cold[-1]['total_s']:.1f}s to the first record", flush=True)
+    phase_medians = {p: median(r["phases_s"][p] for r in recoveries) for p in PHASES}
+    total = median(r["total_s"] for r in recoveries)
+    cold_total = median(c["total_s"] for c in cold)
+    rows = [[p, *[r["phases_s"][p] for r in recoveries], phase_medians[p]] for p in PHASES]
+    rows.append(["total (kill -> first record)", *[r["total_s"] for r in recoveries], total])
+    rows.append(["baseline: cold start -> first record", *[c["total_s"] for c in cold],
+                 cold_total])
+    print_table("recovery (embedded mode, seconds)",
+                ["phase", *[f"#{i + 1}" for i in range(len(recoveries))], "median"], rows)
+    met = total <= TARGET_SECONDS
+    _plot(phase_medians, cold_total)
+    data = {
+        "scale": {"keys": ns.keys, "rate": ns.rate, "parallelism": 2,
+                  "kill_after_checkpoints": ns.kill_after_checkpoints, "backoff": ns.backoff,
+                  "repeat": ns.repeat, "checkpoint_interval_s": 1.0},
+        "embedded": recoveries, "cold_start": cold,
+        "median": {"total_s": total, "phases_s": phase_medians, "cold_start_s": cold_total},
+        "operator": {"met": None, "value": None,
+                     "note": "not measured: needs the operator benchmark (python -m bench "
+                             "operator)"},
+        "target": {"seconds": TARGET_SECONDS, "met": met},
+    }
+    write_result("recovery", data)
+    update_summary({
+        "recovery_embedded_seconds": target_entry(
+            value=total, target=TARGET_SECONDS,
+            unit="s from driver SIGKILL to first record processed after restore (embedded)",
+            met=met, baseline=cold_total,
+            note="baseline: cold start of the same job to its first record; phases in "
+                 "recovery.json"),
+        "recovery_operator_seconds": target_entry(
+            value=None, target=TARGET_SECONDS,
+            unit="s from driver pod killed to first record after restore (operator mode)",
+            met=None, note="not measured here: see python -m bench operator"),
+    })
+    return data
+
+
+def _plot(phases: dict[str, float], cold_total: float) -> None:
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(8, 3))
+    left = 0.0
+    for name in PHASES:
+        width = max(0.0, phases[name])
+        ax.barh(["recovery"], [width], left=left, label=name)
+        left += width
+    ax.barh(["cold start"], [cold_total], color="grey", label="cold start (baseline)")
+    ax.axvline(TARGET_SECONDS, color="red", linestyle="--", label="target")
+    ax.set_xlabel("seconds (medians)")
+    ax.set_title("Driver kill -> first record after restore (embedded mode)")
+    ax.legend(fontsize=7, ncol=3, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(plot_path("recovery"))
+    plt.close(fig)

@@ -1,0 +1,362 @@
+"""The operator's only conversation with the Kubernetes API (and, for cleanup, storage).
+
+:class:`KubeCluster` implements :class:`cjob_operator.cluster.Cluster` with the
+official client. The checkpoint ConfigMap is read and fenced through the runtime's
+store module (``job_runtime.store.configmap``), so the operator and the drivers agree
+on its layout and on the compare-and-swap rules by sharing the code.
+
+Every call has a bounded timeout (a hung API server becomes an error, not a stuck
+reconciler) and every client error is translated into :class:`ClusterError`.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import logging
+import os
+import socket
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any, TypeVar, cast
+
+import urllib3
+from kubernetes import client as k8s_client
+from kubernetes.client.exceptions import ApiException
+
+from cjob_operator.cluster import (
+    ClusterError,
+    JobRef,
+    Manifest,
+    StatusConflictError,
+    StoreReading,
+)
+from cjob_spec.model import S3Settings
+from cjob_spec.names import API_GROUP, API_VERSION, KIND, PLURAL
+from cjob_spec.status import CheckpointRef
+from cjob_spec.times import format_time
+from job_runtime.storage.errors import StorageError, StorageUnavailableError
+from job_runtime.storage.filesystem import S3Config, get_filesystem
+from job_runtime.store.base import StoreError
+from job_runtime.store.configmap import (
+    advance_attempt,
+    ensure_configmap,
+    new_api_client,
+    read_snapshot,
+)
+from job_runtime.store.configmap_errors import StoreNotFoundError
+from job_runtime.store.configmap_triggers import REQUEST_ANNOTATION
+
+_log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+
+VERSION = API_VERSION.split("/", 1)[1]
+REQUEST_TIMEOUT = (5.0, 30.0)
+"""(connect, read) seconds for every call."""
+EVENT_COMPONENT = "checkpointed-jobs-operator"
+MAX_EVENT_MESSAGE = 1024
+STATUS_WRITE_TRIES = 3
+FINAL_STATUSES = frozenset({400, 401, 403, 404, 405, 410, 415, 422})
+
+
+def _api_message(exc: ApiException) -> str:
+    body = exc.body
+    if isinstance(body, bytes):
+        body = body.decode("utf-8", "replace")
+    if isinstance(body, str) and body:
+        try:
+            decoded = json.loads(body)
+        except ValueError:
+            return body[:500]
+        if isinstance(decoded, dict) and decoded.get("message"):
+            return str(decoded["message"])
+    return str(exc.reason or exc.status)
+
+
+def _cluster_error(operation: str, exc: Exception) -> ClusterError:
+    if isinstance(exc, ApiException):
+        return ClusterError(
+            operation=operation,
+            cause=f"HTTP {exc.status}: {_api_message(exc)}",
+            retryable=exc.status not in FINAL_STATUSES,
+        )
+    return ClusterError(operation=operation, cause=f"{type(exc).__name__}: {exc}")
+
+
+def _call(operation: str, call: Callable[[], _T], *, ok: frozenset[int] = frozenset()) -> _T | None:
+    """Run one client call; HTTP statuses in ``ok`` (409, 404) count as success (None)."""
+    try:
+        return call()
+    except ApiException as exc:
+        if exc.status in ok:
+            return None
+        raise _cluster_error(operation, exc) from None
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        raise _cluster_error(operation, exc) from None
+
+
+def connect(*, kubeconfig: str | None = None) -> KubeCluster:
+    """A :class:`KubeCluster` with in-cluster credentials in a pod, else the kubeconfig."""
+    return KubeCluster(api_client=new_api_client(kubeconfig=kubeconfig))
+
+
+class KubeCluster:
+    """The :class:`~cjob_operator.cluster.Cluster` of a real API server."""
+
+    def __init__(self, *, api_client: Any, instance: str | None = None) -> None:
+        self.api_client = api_client
+        self.core: Any = k8s_client.CoreV1Api(api_client)
+        self.rbac: Any = k8s_client.RbacAuthorizationV1Api(api_client)
+        self.custom: Any = k8s_client.CustomObjectsApi(api_client)
+        self.instance = instance or os.environ.get("POD_NAME") or socket.gethostname()
+
+    # --- the CheckpointedJob ---------------------------------------------------------
+
+    def read_job(self, *, namespace: str, name: str) -> Mapping[str, Any] | None:
+        body = _call(
+            f"read CheckpointedJob {namespace}/{name}",
+            lambda: self.custom.get_namespaced_custom_object(
+                API_GROUP, VERSION, namespace, PLURAL, name, _request_timeout=REQUEST_TIMEOUT
+            ),
+            ok=frozenset({404}),
+        )
+        return cast(Mapping[str, Any], body) if body is not None else None
+
+    def write_status(self, *, job: Mapping[str, Any], status: Mapping[str, Any]) -> None:
+        metadata = job.get("metadata") or {}
+        namespace = str(metadata.get("namespace"))
+        name = str(metadata.get("name"))
+        planned_from = job.get("status") or {}
+        body = copy.deepcopy(dict(job))
+        operation = f"write the status of {namespace}/{name}"
+        for _ in range(STATUS_WRITE_TRIES):
+            body["status"] = dict(status)
+            try:
+                self.custom.replace_namespaced_custom_object_status(
+                    API_GROUP, VERSION, namespace, PLURAL, name, body,
+                    _request_timeout=REQUEST_TIMEOUT,
+                )
+                return
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise _cluster_error(operation, exc) from None
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
+                raise _cluster_error(operation, exc) from None
+            # Conflict: fine if only spec or metadata moved (a user edit, kopf's own
+            # annotations); the plan was made from this status, so it still holds.
+            fresh = self.read_job(namespace=namespace, name=name)
+            if fresh is None:
+                raise ClusterError(operation=operation, cause="the job was deleted")
+            if (fresh.get("status") or {}) != planned_from:
+                raise StatusConflictError(namespace=namespace, name=name)
+            body = copy.deepcopy(dict(fresh))
+        raise StatusConflictError(namespace=namespace, name=name)
+
+    # --- the checkpoint store ----------------------------------------------------------
+
+    def read_store(self, *, namespace: str, name: str) -> StoreReading | None:
+        try:
+            snapshot = read_snapshot(api=self.core, namespace=namespace, name=name)
+        except StoreNotFoundError:
+            return None
+        except StoreError as exc:
+            raise ClusterError(
+                operation=f"read the checkpoint store {namespace}/{name}", cause=str(exc)
+            ) from None
+        latest = snapshot.latest
+        ref = None
+        if latest is not None:
+            ref = CheckpointRef(
+                id=latest.checkpoint_id,
+                path=latest.metadata_path,
+                completed_at=datetime.fromtimestamp(latest.timestamp, UTC).replace(microsecond=0),
+                size_bytes=latest.size_bytes or None,
+            )
+        return StoreReading(
+            fence_attempt=snapshot.fence_attempt, latest=ref, size_bytes=snapshot.size_bytes
+        )
+
+    def ensure_checkpoint_configmap(
+        self,
+        *,
+        namespace: str,
+        name: str,
+        job_name: str,
+        owner_reference: Mapping[str, Any],
+        labels: Mapping[str, str],
+    ) -> None:
+        try:
+            ensure_configmap(
+                api=self.core,
+                namespace=namespace,
+                name=name,
+                job_name=job_name,
+                owner_reference=owner_reference,
+                labels=labels,
+            )
+        except StoreError as exc:
+            raise ClusterError(
+                operation=f"create the checkpoint store {namespace}/{name}", cause=str(exc)
+            ) from None
+
+    def advance_fence(self, *, namespace: str, name: str, attempt: int) -> None:
+        try:
+            advance_attempt(api=self.core, namespace=namespace, name=name, attempt=attempt)
+        except StoreError as exc:
+            raise ClusterError(
+                operation=f"advance the fence of {namespace}/{name} to attempt {attempt}",
+                cause=str(exc),
+                retryable=not isinstance(exc, StoreNotFoundError),
+            ) from None
+
+    def request_checkpoint(self, *, namespace: str, name: str, nonce: str) -> None:
+        patch = {"metadata": {"annotations": {REQUEST_ANNOTATION: nonce}}}
+        _call(
+            f"request checkpoint {nonce!r} through {namespace}/{name}",
+            lambda: self.core.patch_namespaced_config_map(
+                name, namespace, patch, _request_timeout=REQUEST_TIMEOUT
+            ),
+        )
+
+    def delete_configmap(self, *, namespace: str, name: str) -> None:
+        _call(
+            f"delete ConfigMap {namespace}/{name}",
+            lambda: self.core.delete_namespaced_config_map(
+                name, namespace, _request_timeout=REQUEST_TIMEOUT
+            ),
+            ok=frozenset({404}),
+        )
+
+    def delete_checkpoint_data(
+        self, *, namespace: str, uri: str, s3: S3Settings | None
+    ) -> None:
+        config = self._s3_config(namespace=namespace, s3=s3) if s3 is not None else None
+        operation = f"delete the checkpoints under {uri}"
+        try:
+            get_filesystem(uri, s3=config).delete_prefix(uri)
+        except StorageUnavailableError as exc:
+            raise ClusterError(operation=operation, cause=str(exc)) from None
+        except StorageError as exc:
+            raise ClusterError(operation=operation, cause=str(exc), retryable=False) from None
+
+    def _s3_config(self, *, namespace: str, s3: S3Settings) -> S3Config:
+        """S3 access like the driver's: the job's endpoint, region and credentials Secret."""
+        access_key = secret_key = None
+        if s3.credentials_secret:
+            secret = _call(
+                f"read Secret {namespace}/{s3.credentials_secret}",
+                lambda: self.core.read_namespaced_secret(
+                    s3.credentials_secret, namespace, _request_timeout=REQUEST_TIMEOUT
+                ),
+            )
+            data = dict(getattr(secret, "data", None) or {})
+            access_key = _decode(data.get("AWS_ACCESS_KEY_ID"))
+            secret_key = _decode(data.get("AWS_SECRET_ACCESS_KEY"))
+        return S3Config(
+            endpoint_url=s3.endpoint,
+            region=s3.region,
+            access_key_id=access_key,
+            secret_access_key=secret_key,
+        )
+
+    # --- pods and the driver's companions ---------------------------------------------------
+
+    def create_pod(self, *, manifest: Manifest) -> None:
+        namespace, name = _where(manifest)
+        _call(
+            f"create pod {namespace}/{name}",
+            lambda: self.core.create_namespaced_pod(
+                namespace, manifest, _request_timeout=REQUEST_TIMEOUT
+            ),
+            ok=frozenset({409}),
+        )
+
+    def delete_pod(self, *, namespace: str, name: str, force: bool) -> None:
+        options: dict[str, Any] = {"propagationPolicy": "Background"}
+        if force:
+            options["gracePeriodSeconds"] = 0
+        _call(
+            f"delete pod {namespace}/{name}",
+            lambda: self.core.delete_namespaced_pod(
+                name, namespace, body=options, _request_timeout=REQUEST_TIMEOUT
+            ),
+            ok=frozenset({404}),
+        )
+
+    def ensure_object(self, *, manifest: Manifest) -> None:
+        """Create the object; if it exists, patch the parts the operator owns."""
+        kind = manifest.get("kind")
+        namespace, name = _where(manifest)
+        operation = f"create {kind} {namespace}/{name}"
+        if kind == "ServiceAccount":
+            _call(operation, lambda: self.core.create_namespaced_service_account(
+                namespace, manifest, _request_timeout=REQUEST_TIMEOUT), ok=frozenset({409}))
+        elif kind == "Service":
+            _call(operation, lambda: self.core.create_namespaced_service(
+                namespace, manifest, _request_timeout=REQUEST_TIMEOUT), ok=frozenset({409}))
+        elif kind == "Role":
+            created = _call(operation, lambda: self.rbac.create_namespaced_role(
+                namespace, manifest, _request_timeout=REQUEST_TIMEOUT), ok=frozenset({409}))
+            if created is None:
+                _call(f"update Role {namespace}/{name}", lambda: self.rbac.patch_namespaced_role(
+                    name, namespace, {"rules": manifest["rules"]},
+                    _request_timeout=REQUEST_TIMEOUT))
+        elif kind == "RoleBinding":
+            created = _call(operation, lambda: self.rbac.create_namespaced_role_binding(
+                namespace, manifest, _request_timeout=REQUEST_TIMEOUT), ok=frozenset({409}))
+            if created is None:
+                _call(
+                    f"update RoleBinding {namespace}/{name}",
+                    lambda: self.rbac.patch_namespaced_role_binding(
+                        name, namespace, {"subjects": manifest["subjects"]},
+                        _request_timeout=REQUEST_TIMEOUT),
+                )
+        else:
+            raise ClusterError(operation=operation, cause=f"unsupported kind {kind!r}",
+                               retryable=False)
+
+    # --- events ----------------------------------------------------------------------
+
+    def post_event(self, *, job: JobRef, type: str, reason: str, message: str) -> None:
+        now = format_time(datetime.now(UTC))
+        involved: dict[str, Any] = {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "name": job.name,
+            "namespace": job.namespace,
+        }
+        if job.uid:
+            involved["uid"] = job.uid
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{job.name}.", "namespace": job.namespace},
+            "involvedObject": involved,
+            "type": type,
+            "reason": reason,
+            "message": message[:MAX_EVENT_MESSAGE],
+            "source": {"component": EVENT_COMPONENT},
+            "reportingComponent": EVENT_COMPONENT,
+            "reportingInstance": self.instance,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        _call(
+            f"post event {reason} for {job.namespace}/{job.name}",
+            lambda: self.core.create_namespaced_event(
+                job.namespace, body, _request_timeout=REQUEST_TIMEOUT
+            ),
+        )
+
+
+def _where(manifest: Mapping[str, Any]) -> tuple[str, str]:
+    metadata = manifest.get("metadata") or {}
+    return str(metadata.get("namespace")), str(metadata.get("name"))
+
+
+def _decode(value: object) -> str | None:
+    if not isinstance(value, str) or not value:
+        return None
+    return base64.b64decode(value).decode()

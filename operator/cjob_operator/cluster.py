@@ -1,0 +1,129 @@
+"""What the reconciliation glue needs from the Kubernetes API, as a protocol.
+
+``cjob_operator.api.KubeCluster`` implements it against a real API server; tests use
+a recording fake. Keeping the protocol free of the Kubernetes client keeps every
+module but ``api`` importable (and testable) without it, and the import-linter
+contract in ``pyproject.toml`` holds the line.
+
+Every method is idempotent: creating what exists or deleting what is gone succeeds.
+Failures raise :class:`ClusterError` (or :class:`StatusConflictError`), never the
+client's own exception types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from cjob_spec.model import S3Settings
+from cjob_spec.status import CheckpointRef
+
+Manifest = dict[str, Any]
+
+
+class ClusterError(Exception):
+    """An API call (or a storage call on the operator's behalf) failed.
+
+    ``retryable`` is False when trying again cannot help (the request was refused as
+    invalid or forbidden); the reconciler still retries, but more slowly.
+    """
+
+    def __init__(self, *, operation: str, cause: str, retryable: bool = True) -> None:
+        super().__init__(operation, cause, retryable)
+        self.operation = operation
+        self.cause = cause
+        self.retryable = retryable
+
+    def __str__(self) -> str:
+        return f"could not {self.operation}: {self.cause}"
+
+
+class StatusConflictError(ClusterError):
+    """The job's status changed under us (another writer); plan again from a fresh read."""
+
+    def __init__(self, *, namespace: str, name: str) -> None:
+        super().__init__(
+            operation=f"write the status of {namespace}/{name}",
+            cause="the status was changed by someone else since it was read",
+        )
+        self.namespace = namespace
+        self.name = name
+
+
+@dataclass(frozen=True)
+class JobRef:
+    """The CheckpointedJob an Event is about."""
+
+    namespace: str
+    name: str
+    uid: str | None = None
+    resource_version: str | None = None
+
+
+@dataclass(frozen=True)
+class StoreReading:
+    """What the operator reads from a job's checkpoint ConfigMap."""
+
+    fence_attempt: int
+    latest: CheckpointRef | None
+    size_bytes: int
+
+
+class Cluster(Protocol):
+    def read_job(self, *, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """The CheckpointedJob as the API server has it now, or None if it is gone."""
+
+    def write_status(
+        self,
+        *,
+        job: Mapping[str, Any],
+        status: Mapping[str, Any],
+    ) -> None:
+        """Replace ``job``'s status with ``status``.
+
+        ``job`` is the object as read; the write is a compare-and-swap on its
+        ``resourceVersion``. A conflict caused by others changing only spec or
+        metadata is retried; a conflict on the status raises
+        :class:`StatusConflictError`.
+        """
+
+    def read_store(self, *, namespace: str, name: str) -> StoreReading | None:
+        """The checkpoint ConfigMap ``name``, or None if it does not exist."""
+
+    def ensure_checkpoint_configmap(
+        self,
+        *,
+        namespace: str,
+        name: str,
+        job_name: str,
+        owner_reference: Mapping[str, Any],
+        labels: Mapping[str, str],
+    ) -> None:
+        """Create the empty store if it is missing (an existing one is never changed)."""
+
+    def ensure_object(self, *, manifest: Manifest) -> None:
+        """Create a ServiceAccount, Role, RoleBinding or Service, or bring it up to date."""
+
+    def advance_fence(self, *, namespace: str, name: str, attempt: int) -> None:
+        """Make ``attempt`` the only attempt allowed to write to the store ``name``."""
+
+    def create_pod(self, *, manifest: Manifest) -> None:
+        """Create a pod; AlreadyExists is success."""
+
+    def delete_pod(self, *, namespace: str, name: str, force: bool) -> None:
+        """Delete a pod (grace period 0 when ``force``); NotFound is success."""
+
+    def request_checkpoint(self, *, namespace: str, name: str, nonce: str) -> None:
+        """Ask the driver using the store ``name`` for one checkpoint tagged ``nonce``."""
+
+    def post_event(self, *, job: JobRef, type: str, reason: str, message: str) -> None:
+        """Record a Kubernetes Event about ``job``."""
+
+    def delete_checkpoint_data(
+        self, *, namespace: str, uri: str, s3: S3Settings | None
+    ) -> None:
+        """Delete everything under ``uri`` (a job's checkpoint directory)."""
+
+    def delete_configmap(self, *, namespace: str, name: str) -> None:
+        """Delete a ConfigMap; NotFound is success."""

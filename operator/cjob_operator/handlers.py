@@ -1,0 +1,90 @@
+"""kopf handlers: thin wiring from kopf's events to the reconciliation loop.
+
+* One daemon per CheckpointedJob runs :func:`cjob_operator.loops.run_job_loop`, which
+  reconciles from the observed state whenever the job, its driver pods or its
+  checkpoint ConfigMap change, and when the plan's requeue delay expires.
+* The pod index gives each pass the job's driver pods without an API call.
+* Event handlers only wake the job's loop; they never decide anything.
+* The delete handler runs the finalizer path until the plan says it is done; kopf
+  removes the ``checkpointed.io/finalizer`` finalizer when it returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+
+from cjob_operator import startup
+from cjob_operator.loops import finalize_job, run_job_loop
+from cjob_spec.names import API_GROUP, API_VERSION, LABEL_JOB, LABEL_ROLE, PLURAL
+
+VERSION = API_VERSION.split("/", 1)[1]
+DRIVER_LABELS: dict[str, Any] = {
+    LABEL_JOB: kopf.PRESENT,
+    LABEL_ROLE: "driver",
+}
+STORE_LABELS: dict[str, Any] = {LABEL_JOB: kopf.PRESENT}
+FINALIZE_RETRY_SECONDS = 5.0
+
+__all__ = ["startup"]
+
+PodIndex = kopf.Index[tuple[str, str], dict[str, Any]]
+
+
+def _runtime(memo: Any) -> startup.OperatorRuntime:
+    runtime: startup.OperatorRuntime = memo.runtime
+    return runtime
+
+
+def _pods(kwargs: Mapping[str, Any], namespace: str | None, name: str) -> list[dict[str, Any]]:
+    index: PodIndex = kwargs["driver_pods"]
+    return list(index.get((namespace or "", name), []))
+
+
+@kopf.index("v1", "pods", labels=DRIVER_LABELS)
+def driver_pods(
+    *, namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_: Any
+) -> dict[tuple[str, str | None], dict[str, Any]]:
+    return {(namespace or "", labels.get(LABEL_JOB)): dict(body.items())}
+
+
+@kopf.daemon(API_GROUP, VERSION, PLURAL, cancellation_timeout=30.0)
+async def job_loop(
+    *, namespace: str | None, name: str, stopped: kopf.DaemonStopped, memo: Any, **kwargs: Any
+) -> None:
+    runtime = _runtime(memo)
+    await run_job_loop(
+        reconciler=runtime.reconciler, wakeups=runtime.wakeups, namespace=namespace or "",
+        name=name, pods=lambda: _pods(kwargs, namespace, name), stopped=stopped,
+        settings=runtime.loop_settings,
+    )
+
+
+@kopf.on.delete(API_GROUP, VERSION, PLURAL)
+async def job_deleted(*, namespace: str | None, name: str, memo: Any, **kwargs: Any) -> None:
+    outcome = await finalize_job(reconciler=_runtime(memo).reconciler, namespace=namespace or "",
+                                 name=name, pods=_pods(kwargs, namespace, name))
+    if not (outcome.finalized or outcome.gone):
+        raise kopf.TemporaryError(outcome.error or "waiting for the driver to stop",
+                                  delay=outcome.requeue_after or FINALIZE_RETRY_SECONDS)
+
+
+@kopf.on.event(API_GROUP, VERSION, PLURAL)
+async def job_changed(*, body: kopf.Body, memo: Any, **_: Any) -> None:
+    _runtime(memo).wakeups.wake_on_job_change(body)
+
+
+@kopf.on.event("v1", "pods", labels=DRIVER_LABELS)
+async def driver_pod_changed(
+    *, namespace: str | None, labels: Mapping[str, str], memo: Any, **_: Any
+) -> None:
+    _runtime(memo).wakeups.wake(namespace, labels.get(LABEL_JOB))
+
+
+@kopf.on.event("v1", "configmaps", labels=STORE_LABELS)
+async def store_changed(
+    *, namespace: str | None, labels: Mapping[str, str], memo: Any, **_: Any
+) -> None:
+    _runtime(memo).wakeups.wake(namespace, labels.get(LABEL_JOB))

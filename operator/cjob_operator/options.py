@@ -1,0 +1,104 @@
+"""Command-line options of ``python -m cjob_operator`` (the Helm chart relies on them)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+DEFAULT_METRICS_PORT = 8080
+DEFAULT_HEALTH_PORT = 8081
+
+
+@dataclass(frozen=True)
+class OperatorOptions:
+    namespaces: tuple[str, ...] = ()
+    all_namespaces: bool = False
+    metrics_port: int | None = DEFAULT_METRICS_PORT
+    """0 disables the metrics server."""
+    health_port: int | None = DEFAULT_HEALTH_PORT
+    """0 disables the liveness endpoint."""
+    peering: str | None = None
+    standalone: bool = False
+    verbose: bool = False
+    kubeconfig: str | None = None
+
+    @property
+    def liveness_endpoint(self) -> str | None:
+        if not self.health_port:
+            return None
+        return f"http://0.0.0.0:{self.health_port}/healthz"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m cjob_operator",
+        description="The CheckpointedJob operator: runs PySpark jobs that restart from "
+        "their latest checkpoint.",
+    )
+    scope = parser.add_mutually_exclusive_group()
+    scope.add_argument(
+        "--namespace",
+        dest="namespaces",
+        action="append",
+        default=[],
+        metavar="NS",
+        help="watch this namespace (repeatable; glob patterns like 'team-*' work)",
+    )
+    scope.add_argument(
+        "--all-namespaces", action="store_true", help="watch CheckpointedJobs in every namespace"
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=_port,
+        default=DEFAULT_METRICS_PORT,
+        help=f"Prometheus metrics port, 0 to disable (default {DEFAULT_METRICS_PORT})",
+    )
+    parser.add_argument(
+        "--health-port",
+        type=_port,
+        default=DEFAULT_HEALTH_PORT,
+        help=f"liveness endpoint /healthz port, 0 to disable (default {DEFAULT_HEALTH_PORT})",
+    )
+    peering = parser.add_mutually_exclusive_group()
+    peering.add_argument(
+        "--peering",
+        metavar="NAME",
+        help="coordinate with other replicas through the KopfPeering object NAME "
+        "(one replica is active at a time)",
+    )
+    peering.add_argument(
+        "--standalone", action="store_true", help="run without peering (a single replica)"
+    )
+    parser.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster or $KUBECONFIG)")
+    parser.add_argument("--verbose", "-v", action="store_true", help="debug logging")
+    return parser
+
+
+def parse_options(argv: Sequence[str] | None = None) -> OperatorOptions:
+    """Parse the command line; exits with usage on bad flags like any CLI."""
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    if not ns.namespaces and not ns.all_namespaces:
+        parser.error("say which namespaces to watch: --namespace NS (repeatable) "
+                     "or --all-namespaces")
+    return OperatorOptions(
+        namespaces=tuple(ns.namespaces),
+        all_namespaces=bool(ns.all_namespaces),
+        metrics_port=ns.metrics_port or None,
+        health_port=ns.health_port or None,
+        peering=ns.peering,
+        standalone=bool(ns.standalone),
+        verbose=bool(ns.verbose),
+        kubeconfig=ns.kubeconfig,
+    )
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"port out of range 0-65535: {value}")
+    return value

@@ -1,0 +1,433 @@
+"""One reconciliation pass over one CheckpointedJob: observe, plan, execute, record.
+
+Each pass starts from what the API server has *now* (the job is read fresh, its
+driver pods come from the operator's pod index, its checkpoint store is read), never
+from the event that woke it up. ``plan`` decides; the actions are executed in order
+and the pass stops at the first failing one (every action is idempotent, so the next
+pass simply redoes what is still needed). The status ``plan`` returns is written only
+when all actions succeeded, so the status never claims something that did not happen.
+
+Events are the exception to "stop at the first error": an Event that cannot be posted
+is logged and skipped, because losing a message must never stop a job's recovery.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from cjob_operator.actions import (
+    Action,
+    AdvanceFence,
+    CreateDriver,
+    DeleteCheckpoints,
+    DeleteDriver,
+    EmitEvent,
+    EnsureCheckpointConfigMap,
+    EnsureRole,
+    EnsureRoleBinding,
+    EnsureService,
+    EnsureServiceAccount,
+    RemoveFinalizer,
+    RequestCheckpoint,
+    RequeueAfter,
+)
+from cjob_operator.builders import (
+    build_driver_pod,
+    build_driver_service,
+    build_role,
+    build_role_binding,
+    build_service_account,
+    owner_reference,
+    standard_labels,
+)
+from cjob_operator.cluster import Cluster, ClusterError, JobRef, StatusConflictError, StoreReading
+from cjob_operator.config import OperatorConfig
+from cjob_operator.metrics import OperatorMetrics
+from cjob_operator.observed import DriverPod, Observed, StoreView, observe_driver_pod
+from cjob_operator.plan import Plan, PlanSettings, plan, plan_invalid_spec
+from cjob_spec.errors import SpecError
+from cjob_spec.model import CheckpointedJob
+from cjob_spec.names import LABEL_JOB, checkpoint_configmap_name
+from cjob_spec.parse import parse_job
+from cjob_spec.status import JobStatus, Phase
+
+_log = logging.getLogger(__name__)
+
+Clock = Callable[[], datetime]
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class RetrySettings:
+    """How soon a pass that stopped on an error is retried."""
+
+    first_delay: float = 1.0
+    max_delay: float = 60.0
+    final_error_delay: float = 30.0
+    """Delay after an error that retrying cannot fix by itself (refused request)."""
+    conflict_delay: float = 0.2
+    """Delay after the status changed under us: plan again at once, from a fresh read."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a pass achieved and when the job wants to be looked at again."""
+
+    requeue_after: float | None = None
+    """Seconds until the next pass is due even without news; None: only on news."""
+    finalized: bool = False
+    """The job is being deleted and everything the finalizer guards is done."""
+    gone: bool = False
+    """The job no longer exists."""
+    error: str | None = None
+    phase: Phase | None = None
+
+
+@dataclass(frozen=True)
+class ExecutionReport:
+    executed: tuple[Action, ...]
+    error: ClusterError | None = None
+    failed_action: Action | None = None
+
+    @property
+    def finalized(self) -> bool:
+        return self.error is None and any(isinstance(a, RemoveFinalizer) for a in self.executed)
+
+
+def observe_store(reading: StoreReading | None) -> StoreView:
+    if reading is None:
+        return StoreView(exists=False)
+    return StoreView(exists=True, latest=reading.latest, fence_attempt=reading.fence_attempt)
+
+
+def observe_pods(
+    manifests: Iterable[Mapping[str, Any]], *, job_name: str, job_uid: str | None
+) -> tuple[DriverPod, ...]:
+    """The job's driver pods among ``manifests`` (the pod index's entries for the job).
+
+    Pods owned by another object of the same name (a deleted and re-created job whose
+    old pods are still terminating) are left out: they belong to a different job.
+    """
+    pods: list[DriverPod] = []
+    for manifest in manifests:
+        metadata = manifest.get("metadata") or {}
+        labels = metadata.get("labels") or {}
+        if labels.get(LABEL_JOB) != job_name:
+            continue
+        owners = metadata.get("ownerReferences") or []
+        owner_uids = {owner.get("uid") for owner in owners if isinstance(owner, Mapping)}
+        if job_uid and owner_uids and job_uid not in owner_uids:
+            continue
+        pod = observe_driver_pod(manifest)
+        if pod is not None:
+            pods.append(pod)
+    pods.sort(key=lambda pod: (pod.attempt, pod.name))
+    return tuple(pods)
+
+
+class ActionExecutor:
+    """Carries out a plan's actions against a :class:`Cluster`, in order."""
+
+    def __init__(self, *, cluster: Cluster, operator_config: OperatorConfig) -> None:
+        self.cluster = cluster
+        self.operator_config = operator_config
+
+    def execute(self, actions: Iterable[Action], *, job: CheckpointedJob) -> ExecutionReport:
+        executed: list[Action] = []
+        for action in actions:
+            try:
+                self.execute_one(action, job=job)
+            except ClusterError as exc:
+                return ExecutionReport(executed=tuple(executed), error=exc, failed_action=action)
+            executed.append(action)
+        return ExecutionReport(executed=tuple(executed))
+
+    def execute_one(self, action: Action, *, job: CheckpointedJob) -> None:
+        cluster = self.cluster
+        namespace = job.metadata.namespace
+        name = job.metadata.name
+        config = self.operator_config
+        if isinstance(action, EnsureCheckpointConfigMap):
+            cluster.ensure_checkpoint_configmap(
+                namespace=namespace,
+                name=action.name,
+                job_name=name,
+                owner_reference=owner_reference(job),
+                labels=standard_labels(job, component="checkpoint-store"),
+            )
+        elif isinstance(action, EnsureServiceAccount):
+            cluster.ensure_object(manifest=build_service_account(job))
+        elif isinstance(action, EnsureRole):
+            cluster.ensure_object(manifest=build_role(job))
+        elif isinstance(action, EnsureRoleBinding):
+            cluster.ensure_object(manifest=build_role_binding(job))
+        elif isinstance(action, EnsureService):
+            cluster.ensure_object(manifest=build_driver_service(job, operator_config=config))
+        elif isinstance(action, AdvanceFence):
+            cluster.advance_fence(
+                namespace=namespace, name=checkpoint_configmap_name(name), attempt=action.attempt
+            )
+        elif isinstance(action, CreateDriver):
+            manifest = build_driver_pod(
+                job,
+                attempt=action.attempt,
+                restore_pointer=action.restore_pointer,
+                operator_config=config,
+            )
+            cluster.create_pod(manifest=manifest)
+        elif isinstance(action, DeleteDriver):
+            cluster.delete_pod(namespace=namespace, name=action.name, force=action.force)
+        elif isinstance(action, RequestCheckpoint):
+            cluster.request_checkpoint(
+                namespace=namespace, name=checkpoint_configmap_name(name), nonce=action.nonce
+            )
+        elif isinstance(action, EmitEvent):
+            self._post_event(job, action)
+        elif isinstance(action, DeleteCheckpoints):
+            # The data first: once the ConfigMap is gone nothing points at it anyway,
+            # but a failure in between must leave the pointers for the next try.
+            cluster.delete_checkpoint_data(
+                namespace=namespace, uri=action.uri, s3=job.spec.checkpoint.s3
+            )
+            cluster.delete_configmap(namespace=namespace, name=checkpoint_configmap_name(name))
+        elif isinstance(action, RemoveFinalizer | RequeueAfter):
+            pass  # carried out by the caller (kopf removes its finalizer, the loop waits)
+        else:  # pragma: no cover - the Action union is exhaustive
+            raise TypeError(f"unknown action {action!r}")
+
+    def _post_event(self, job: CheckpointedJob, action: EmitEvent) -> None:
+        ref = JobRef(namespace=job.metadata.namespace, name=job.metadata.name, uid=job.metadata.uid)
+        try:
+            self.cluster.post_event(
+                job=ref, type=action.type, reason=action.reason, message=action.message
+            )
+        except ClusterError as exc:
+            _log.warning("%s/%s: event %s not posted: %s", ref.namespace, ref.name,
+                         action.reason, exc)
+
+
+class Reconciler:
+    """Runs passes over jobs; safe to call from several threads (one pass per job at a time)."""
+
+    def __init__(
+        self,
+        *,
+        cluster: Cluster,
+        operator_config: OperatorConfig | None = None,
+        plan_settings: PlanSettings | None = None,
+        retry: RetrySettings | None = None,
+        metrics: OperatorMetrics | None = None,
+        clock: Clock = utc_now,
+    ) -> None:
+        self.cluster = cluster
+        self.operator_config = operator_config or OperatorConfig()
+        self.plan_settings = plan_settings or PlanSettings()
+        self.retry = retry or RetrySettings()
+        self.metrics = metrics
+        self.clock = clock
+        self.executor = ActionExecutor(cluster=cluster, operator_config=self.operator_config)
+        self._locks: dict[tuple[str, str], threading.Lock] = {}
+        self._locks_guard = threading.Lock()
+        self._failures: dict[tuple[str, str], int] = {}
+        self._last_error: dict[tuple[str, str], str] = {}
+
+    # --- entry point -----------------------------------------------------------------
+
+    def reconcile(
+        self, *, namespace: str, name: str, pods: Iterable[Mapping[str, Any]]
+    ) -> Outcome:
+        """One pass over ``namespace/name``; ``pods`` are the job's pods from the index."""
+        started = time.monotonic()
+        key = (namespace, name)
+        with self._lock_for(key):
+            try:
+                outcome = self._pass(namespace=namespace, name=name, pods=list(pods))
+            finally:
+                if self.metrics is not None:
+                    self.metrics.reconcile_seconds.observe(time.monotonic() - started)
+        if outcome.gone:
+            self._forget(key)
+        return outcome
+
+    def _lock_for(self, key: tuple[str, str]) -> threading.Lock:
+        with self._locks_guard:
+            return self._locks.setdefault(key, threading.Lock())
+
+    def _forget(self, key: tuple[str, str]) -> None:
+        with self._locks_guard:
+            self._locks.pop(key, None)
+        self._failures.pop(key, None)
+        self._last_error.pop(key, None)
+        if self.metrics is not None:
+            self.metrics.forget_job(namespace=key[0], name=key[1])
+
+    # --- the pass ----------------------------------------------------------------------
+
+    def _pass(
+        self, *, namespace: str, name: str, pods: list[Mapping[str, Any]]
+    ) -> Outcome:
+        key = (namespace, name)
+        try:
+            body = self.cluster.read_job(namespace=namespace, name=name)
+        except ClusterError as exc:
+            return self._failed(key, step="read-job", error=exc, job=None)
+        if body is None:
+            return Outcome(gone=True)
+        metadata = body.get("metadata") or {}
+        deleting = bool(metadata.get("deletionTimestamp"))
+        status = JobStatus.from_dict(body.get("status"))
+        now = self.clock()
+        try:
+            job = parse_job(body)
+        except SpecError as exc:
+            return self._invalid_spec(body, status=status, error=exc, now=now, deleting=deleting)
+        try:
+            reading = self.cluster.read_store(
+                namespace=namespace, name=checkpoint_configmap_name(name)
+            )
+        except ClusterError as exc:
+            return self._failed(key, step="read-store", error=exc, job=job)
+        observed = Observed(
+            job=job,
+            status=status,
+            pods=observe_pods(pods, job_name=name, job_uid=job.metadata.uid),
+            store=observe_store(reading),
+            deleting=deleting,
+        )
+        result = plan(observed, now=now, settings=self.plan_settings)
+        report = self.executor.execute(result.actions, job=job)
+        if report.error is not None:
+            step = type(report.failed_action).__name__ if report.failed_action else "execute"
+            return self._failed(key, step=step, error=report.error, job=job)
+        if report.finalized:
+            self._record(job, status=result.status, reading=reading, pending=None)
+            return Outcome(finalized=True, phase=result.status.phase)
+        try:
+            self._write_status(body, result)
+        except StatusConflictError as exc:
+            _log.info("%s/%s: %s; planning again", namespace, name, exc)
+            return Outcome(requeue_after=self.retry.conflict_delay, error=str(exc))
+        except ClusterError as exc:
+            return self._failed(key, step="write-status", error=exc, job=job)
+        self._record(job, status=result.status, reading=reading, pending=report)
+        self._failures.pop(key, None)
+        self._last_error.pop(key, None)
+        return Outcome(requeue_after=result.requeue_after, phase=result.status.phase)
+
+    def _write_status(self, body: Mapping[str, Any], result: Plan) -> None:
+        new = result.status.to_dict()
+        if new != (body.get("status") or {}):
+            self.cluster.write_status(job=body, status=new)
+
+    def _invalid_spec(
+        self,
+        body: Mapping[str, Any],
+        *,
+        status: JobStatus,
+        error: SpecError,
+        now: datetime,
+        deleting: bool,
+    ) -> Outcome:
+        """A spec the API server accepted but we cannot run (an older CRD, a bug)."""
+        metadata = body.get("metadata") or {}
+        namespace = str(metadata.get("namespace", ""))
+        name = str(metadata.get("name", ""))
+        ref = JobRef(namespace=namespace, name=name, uid=metadata.get("uid"))
+        if deleting:
+            # Without a readable spec the cleanup policy is unknown: keep the data.
+            self._post(ref, "Warning", "CheckpointsRetained",
+                       f"the spec is invalid ({error}); checkpoint data is kept")
+            return Outcome(finalized=True)
+        generation = metadata.get("generation")
+        result = plan_invalid_spec(
+            status=status,
+            error=error,
+            generation=generation if isinstance(generation, int) else 0,
+            now=now,
+        )
+        for action in result.actions:
+            if isinstance(action, EmitEvent):
+                self._post(ref, action.type, action.reason, action.message)
+        try:
+            self._write_status(body, result)
+        except ClusterError as exc:
+            return self._failed((namespace, name), step="write-status", error=exc, job=None)
+        if self.metrics is not None:
+            self.metrics.record_job(namespace=namespace, name=name, phase=result.status.phase,
+                                    latest_completed_at=None, store_bytes=None)
+        return Outcome(phase=result.status.phase)
+
+    def _post(self, ref: JobRef, kind: str, reason: str, message: str) -> None:
+        try:
+            self.cluster.post_event(job=ref, type=kind, reason=reason, message=message)
+        except ClusterError as exc:
+            _log.warning("%s/%s: event %s not posted: %s", ref.namespace, ref.name, reason, exc)
+
+    def _failed(
+        self,
+        key: tuple[str, str],
+        *,
+        step: str,
+        error: ClusterError,
+        job: CheckpointedJob | None,
+    ) -> Outcome:
+        """Report an error once per distinct message and retry with backoff."""
+        failures = self._failures.get(key, 0) + 1
+        self._failures[key] = failures
+        if error.retryable:
+            delay = min(self.retry.max_delay, self.retry.first_delay * 2 ** (failures - 1))
+        else:
+            delay = self.retry.final_error_delay
+        message = str(error)
+        _log.warning("%s/%s: %s failed (try %d, next in %.1fs): %s",
+                     key[0], key[1], step, failures, delay, message)
+        if self.metrics is not None:
+            self.metrics.count_error(step=step)
+        if self._last_error.get(key) != message:
+            self._last_error[key] = message
+            ref = JobRef(namespace=key[0], name=key[1], uid=job.metadata.uid if job else None)
+            self._post(ref, "Warning", "ReconcileError", message)
+        return Outcome(requeue_after=delay, error=message)
+
+    # --- metrics -----------------------------------------------------------------------
+
+    def _record(
+        self,
+        job: CheckpointedJob,
+        *,
+        status: JobStatus,
+        reading: StoreReading | None,
+        pending: ExecutionReport | None,
+    ) -> None:
+        metrics = self.metrics
+        if metrics is None:
+            return
+        latest = status.latest_checkpoint
+        completed = latest.completed_at if latest is not None else None
+        metrics.record_job(
+            namespace=job.metadata.namespace,
+            name=job.metadata.name,
+            phase=status.phase,
+            latest_completed_at=completed.timestamp() if completed is not None else None,
+            store_bytes=reading.size_bytes if reading is not None else None,
+        )
+        if pending is None:
+            return
+        created = [a for a in pending.executed if isinstance(a, CreateDriver)]
+        if not created:
+            return
+        if status.reason in ("Restarted", "Upgraded", "Retrying"):
+            failure = status.last_failure
+            reason = failure.reason if status.reason == "Restarted" and failure else status.reason
+            metrics.count_restart(reason=reason)
+        if status.restored_from is not None:
+            metrics.count_restore()

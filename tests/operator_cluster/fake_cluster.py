@@ -1,0 +1,205 @@
+"""An in-memory stand-in for the API server, for the reconciliation glue's tests.
+
+It keeps the objects the operator creates, applies the fence rule of the real store
+(never backwards), records every call in order, and can be told to fail a call.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from cjob_operator.cluster import ClusterError, JobRef, Manifest, StatusConflictError, StoreReading
+from cjob_spec.model import S3Settings
+from cjob_spec.status import CheckpointRef
+
+BASE_JOB: dict[str, Any] = {
+    "apiVersion": "checkpointed.io/v1alpha1",
+    "kind": "CheckpointedJob",
+    "metadata": {
+        "name": "sums",
+        "namespace": "team",
+        "uid": "uid-1",
+        "generation": 1,
+        "resourceVersion": "1",
+    },
+    "spec": {
+        "image": "example.org/sums:1.0",
+        "job": {"entrypoint": "job:build", "args": {"output": "file:///out"}},
+        "parallelism": 2,
+        "spark": {"master": "local[2]"},
+        "checkpoint": {"storage": "file:///ckpt", "interval": "1s"},
+        "restartPolicy": {"type": "OnFailure", "backoff": {"initial": "1s", "max": "10s"}},
+    },
+}
+
+
+def job_document(**spec: Any) -> dict[str, Any]:
+    """The base job with top-level ``spec`` fields replaced."""
+    document = copy.deepcopy(BASE_JOB)
+    document["spec"].update(spec)
+    return document
+
+
+@dataclass
+class Event:
+    type: str
+    reason: str
+    message: str
+
+
+@dataclass
+class FakeCluster:
+    job: dict[str, Any] | None = field(default_factory=job_document)
+    pods: dict[str, Manifest] = field(default_factory=dict)
+    objects: dict[tuple[str, str], Manifest] = field(default_factory=dict)
+    store: StoreReading | None = None
+    store_annotations: dict[str, str] = field(default_factory=dict)
+    events: list[Event] = field(default_factory=list)
+    calls: list[str] = field(default_factory=list)
+    deleted_data: list[str] = field(default_factory=list)
+    fail: dict[str, ClusterError] = field(default_factory=dict)
+    """Method name -> the error it raises (every time)."""
+    conflict_status_once: bool = False
+
+    def _enter(self, method: str, detail: str = "") -> None:
+        self.calls.append(f"{method}({detail})" if detail else method)
+        error = self.fail.get(method)
+        if error is not None:
+            raise error
+
+    # --- the job ------------------------------------------------------------------
+
+    def read_job(self, *, namespace: str, name: str) -> Mapping[str, Any] | None:
+        self._enter("read_job")
+        return copy.deepcopy(self.job) if self.job is not None else None
+
+    def write_status(self, *, job: Mapping[str, Any], status: Mapping[str, Any]) -> None:
+        self._enter("write_status")
+        assert self.job is not None
+        if self.conflict_status_once:
+            self.conflict_status_once = False
+            raise StatusConflictError(namespace="team", name="sums")
+        self.job["status"] = copy.deepcopy(dict(status))
+
+    @property
+    def status(self) -> dict[str, Any]:
+        assert self.job is not None
+        status: dict[str, Any] = self.job.get("status") or {}
+        return status
+
+    # --- the store ----------------------------------------------------------------
+
+    def read_store(self, *, namespace: str, name: str) -> StoreReading | None:
+        self._enter("read_store")
+        return self.store
+
+    def ensure_checkpoint_configmap(
+        self,
+        *,
+        namespace: str,
+        name: str,
+        job_name: str,
+        owner_reference: Mapping[str, Any],
+        labels: Mapping[str, str],
+    ) -> None:
+        self._enter("ensure_checkpoint_configmap", name)
+        if self.store is None:
+            self.store = StoreReading(fence_attempt=0, latest=None, size_bytes=200)
+
+    def advance_fence(self, *, namespace: str, name: str, attempt: int) -> None:
+        self._enter("advance_fence", str(attempt))
+        assert self.store is not None, "the fence needs the ConfigMap"
+        assert attempt >= self.store.fence_attempt, "the fence never moves backwards"
+        self.store = StoreReading(
+            fence_attempt=attempt, latest=self.store.latest, size_bytes=self.store.size_bytes
+        )
+
+    def complete_checkpoint(self, checkpoint_id: int, *, at: datetime) -> None:
+        assert self.store is not None
+        latest = CheckpointRef(
+            id=checkpoint_id,
+            path=f"file:///ckpt/sums-uid-1/chk-{checkpoint_id}/_metadata",
+            completed_at=at.astimezone(UTC).replace(microsecond=0),
+            size_bytes=512,
+        )
+        self.store = StoreReading(
+            fence_attempt=self.store.fence_attempt, latest=latest, size_bytes=300
+        )
+
+    def request_checkpoint(self, *, namespace: str, name: str, nonce: str) -> None:
+        self._enter("request_checkpoint", f"{name}, {nonce}")
+        self.store_annotations["checkpointed.io/checkpoint-request"] = nonce
+
+    def delete_configmap(self, *, namespace: str, name: str) -> None:
+        self._enter("delete_configmap", name)
+        self.store = None
+
+    def delete_checkpoint_data(
+        self, *, namespace: str, uri: str, s3: S3Settings | None
+    ) -> None:
+        self._enter("delete_checkpoint_data", uri)
+        self.deleted_data.append(uri)
+
+    # --- pods and companions ------------------------------------------------------------
+
+    def create_pod(self, *, manifest: Manifest) -> None:
+        name = manifest["metadata"]["name"]
+        self._enter("create_pod", name)
+        self.pods.setdefault(name, copy.deepcopy(manifest))
+
+    def delete_pod(self, *, namespace: str, name: str, force: bool) -> None:
+        self._enter("delete_pod", name)
+        pod = self.pods.get(name)
+        if pod is not None:
+            pod["metadata"]["deletionTimestamp"] = "2024-05-01T12:00:00Z"
+
+    def ensure_object(self, *, manifest: Manifest) -> None:
+        kind = manifest["kind"]
+        self._enter("ensure_object", kind)
+        self.objects[(kind, manifest["metadata"]["name"])] = copy.deepcopy(manifest)
+
+    def post_event(self, *, job: JobRef, type: str, reason: str, message: str) -> None:
+        self._enter("post_event", reason)
+        self.events.append(Event(type=type, reason=reason, message=message))
+
+    # --- helpers for tests ------------------------------------------------------------------
+
+    def set_pod_state(
+        self,
+        name: str,
+        phase: str,
+        *,
+        started: str = "2024-05-01T12:00:05Z",
+        exit_code: int | None = None,
+    ) -> None:
+        """Report a pod's status the way the kubelet would."""
+        pod = self.pods[name]
+        state: dict[str, Any]
+        if phase == "Running":
+            state = {"running": {"startedAt": started}}
+        elif phase in ("Succeeded", "Failed"):
+            state = {
+                "terminated": {
+                    "exitCode": exit_code if exit_code is not None else 0,
+                    "startedAt": started,
+                    "finishedAt": "2024-05-01T12:00:30Z",
+                    "reason": "Completed" if exit_code in (0, None) else "Error",
+                }
+            }
+        else:
+            state = {"waiting": {"reason": "ContainerCreating"}}
+        pod["status"] = {
+            "phase": phase,
+            "containerStatuses": [{"name": "driver", "state": state}],
+        }
+        pod["metadata"].setdefault("creationTimestamp", "2024-05-01T12:00:00Z")
+
+    def pod_list(self) -> list[Manifest]:
+        return [copy.deepcopy(pod) for pod in self.pods.values()]
+
+    def reasons(self) -> list[str]:
+        return [event.reason for event in self.events]

@@ -1,0 +1,257 @@
+"""Helpers for running the operator against the local control plane.
+
+The operator runs as a real subprocess (``python -m cjob_operator``) with the admin
+kubeconfig; jobs are applied with ``kubectl`` like a user would; driver pods run on
+the process node as local processes sharing this machine's file system.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+from e2e.controlplane.rest import ApiError, RestClient, quote
+from e2e.controlplane.waiting import wait_for
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CRD_FILE = REPO_ROOT / "crds" / "checkpointedjob.yaml"
+RUNNING_SUM_DIR = REPO_ROOT / "examples" / "running_sum"
+CRD_NAME = "checkpointedjobs.checkpointed.io"
+JOBS_PATH = "/apis/checkpointed.io/v1alpha1/namespaces/{namespace}/checkpointedjobs"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def install_crd(rest: RestClient) -> None:
+    """Create or update the CheckpointedJob CRD and wait until it is served."""
+    crd = yaml.safe_load(CRD_FILE.read_text())
+    path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+    try:
+        rest.request("POST", path, body=crd)
+    except ApiError as exc:
+        if exc.status != 409:
+            raise
+        current = rest.get(f"{path}/{CRD_NAME}")
+        crd["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+        rest.request("PUT", f"{path}/{CRD_NAME}", body=crd)
+
+    def established() -> bool:
+        conditions = rest.get(f"{path}/{CRD_NAME}").get("status", {}).get("conditions", [])
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+    wait_for(established, what="the CheckpointedJob CRD to be established", timeout=60)
+
+
+class Kubectl:
+    def __init__(self, *, binary: Path, kubeconfig: Path) -> None:
+        self.binary = binary
+        self.kubeconfig = kubeconfig
+
+    def run(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(self.binary), "--kubeconfig", str(self.kubeconfig), *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    def apply(self, manifest: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+        return self.run("apply", "-f", "-", stdin=yaml.safe_dump(manifest))
+
+    def patch_job(self, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        done = self.run("-n", namespace, "patch", "checkpointedjob", name, "--type", "merge",
+                        "-p", json.dumps(patch))
+        assert done.returncode == 0, done.stderr
+
+
+class OperatorProcess:
+    """``python -m cjob_operator --namespace NS --standalone`` with its log in a file."""
+
+    def __init__(self, *, namespace: str, kubeconfig: Path, log_file: Path) -> None:
+        self.namespace = namespace
+        self.kubeconfig = kubeconfig
+        self.log_file = log_file
+        self.metrics_port = free_port()
+        self.health_port = free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
+        env.pop("KUBERNETES_SERVICE_HOST", None)
+        with self.log_file.open("wb") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "cjob_operator", "--namespace", self.namespace,
+                 "--standalone", "--metrics-port", str(self.metrics_port),
+                 "--health-port", str(self.health_port), "--verbose"],
+                stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT,
+                start_new_session=True,
+            )
+        wait_for(self._healthy, what="the operator's liveness endpoint", timeout=90,
+                 interval=0.5)
+
+    def _healthy(self) -> bool:
+        assert self.process is not None
+        if self.process.poll() is not None:
+            raise AssertionError(f"the operator exited with {self.process.returncode}:\n"
+                                 f"{self.log_tail()}")
+        try:
+            with urllib.request.urlopen(self.url(self.health_port, "/healthz"), timeout=2) as r:
+                return bool(r.status == 200)
+        except OSError:
+            return False
+
+    @staticmethod
+    def url(port: int, path: str) -> str:
+        return f"http://127.0.0.1:{port}{path}"
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(self.url(self.metrics_port, "/metrics"), timeout=5) as r:
+            return str(r.read().decode())
+
+    def log_tail(self, lines: int = 60) -> str:
+        try:
+            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return ""
+
+    def stop(self) -> None:
+        process = self.process
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+def running_sum_job(
+    *,
+    name: str,
+    namespace: str,
+    work_dir: Path,
+    count: int,
+    rate: int,
+    cleanup: str = "Delete",
+    entrypoint: str = "job:build",
+    storage: str | None = None,
+    s3: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The running-sum example as a CheckpointedJob for the process node."""
+    checkpoint: dict[str, Any] = {
+        "storage": storage or f"file://{work_dir}/checkpoints",
+        "interval": "1s",
+        "retained": 3,
+    }
+    if s3 is not None:
+        checkpoint["s3"] = s3
+    return {
+        "apiVersion": "checkpointed.io/v1alpha1",
+        "kind": "CheckpointedJob",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "image": "checkpointed-jobs/runtime:0.1.0",
+            "job": {
+                "entrypoint": entrypoint,
+                "pythonPath": [str(RUNNING_SUM_DIR)],
+                "args": {"output": str(work_dir / "output"), "count": count, "rate": rate},
+            },
+            "parallelism": 2,
+            "spark": {"master": "local[2]", "driver": {"cores": 1, "memory": "1Gi"}},
+            "checkpoint": checkpoint,
+            "restartPolicy": {
+                "type": "OnFailure",
+                "maxRestarts": 3,
+                "backoff": {"initial": "1s", "max": "5s"},
+            },
+            "cleanupPolicy": {"checkpoints": cleanup},
+        },
+    }
+
+
+class JobWatcher:
+    """Reads a CheckpointedJob and its Events; waits for conditions on them."""
+
+    def __init__(
+        self, *, rest: RestClient, namespace: str, name: str, operator: OperatorProcess
+    ) -> None:
+        self.rest = rest
+        self.namespace = namespace
+        self.name = name
+        self.operator = operator
+
+    def get(self) -> dict[str, Any] | None:
+        try:
+            job: dict[str, Any] = self.rest.get(
+                f"{JOBS_PATH.format(namespace=quote(self.namespace))}/{quote(self.name)}")
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return job
+
+    def status(self) -> dict[str, Any]:
+        job = self.get()
+        return dict((job or {}).get("status") or {})
+
+    def until(
+        self, check: Callable[[dict[str, Any]], bool], *, what: str, timeout: float = 120.0
+    ) -> dict[str, Any]:
+        """Wait until ``check(status)`` holds; fail with the status and the operator log."""
+        deadline = time.monotonic() + timeout
+        status: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            status = self.status()
+            if check(status):
+                return status
+            time.sleep(0.5)
+        raise AssertionError(
+            f"timed out after {timeout:.0f}s waiting for {what}\n"
+            f"status: {json.dumps(status, indent=1)}\n"
+            f"events: {self.event_reasons()}\n"
+            f"operator log:\n{self.operator.log_tail()}"
+        )
+
+    def events(self) -> list[dict[str, Any]]:
+        items = self.rest.get(f"/api/v1/namespaces/{quote(self.namespace)}/events")["items"]
+        mine = [e for e in items if e.get("involvedObject", {}).get("name") == self.name
+                and e.get("involvedObject", {}).get("kind") == "CheckpointedJob"]
+        mine.sort(key=lambda e: (e.get("firstTimestamp") or "", e["metadata"]["name"]))
+        return mine
+
+    def event_reasons(self) -> list[str]:
+        return [str(event.get("reason")) for event in self.events()]
+
+    def pod_names(self) -> list[str]:
+        pods = self.rest.get(
+            f"/api/v1/namespaces/{quote(self.namespace)}/pods"
+            f"?labelSelector=checkpointed.io/job%3D{quote(self.name)}")["items"]
+        return sorted(p["metadata"]["name"] for p in pods)
+
+    def configmap(self) -> dict[str, Any] | None:
+        try:
+            cm: dict[str, Any] = self.rest.get(
+                f"/api/v1/namespaces/{quote(self.namespace)}/configmaps/"
+                f"{quote(self.name)}-checkpoints")
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return cm

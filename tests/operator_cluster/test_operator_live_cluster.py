@@ -1,0 +1,235 @@
+"""The operator against a real API server, with driver pods running on the process node.
+
+These tests run the operator as a subprocess exactly as the Helm chart does (minus the
+container), apply CheckpointedJobs with kubectl, and check what a user relies on:
+schema errors at apply time, a killed driver restarted from its latest checkpoint
+with exactly-once output, suspend and resume, manual checkpoints, permanent failures
+that stop, and deletion that cleans up when asked to.
+"""
+
+from __future__ import annotations
+
+import base64
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from e2e.controlplane.rest import ApiError, quote
+from e2e.controlplane.waiting import wait_for
+from operator_live import (
+    RUNNING_SUM_DIR,
+    JobWatcher,
+    Kubectl,
+    OperatorProcess,
+    running_sum_job,
+)
+
+sys.path.insert(0, str(RUNNING_SUM_DIR))
+from verify import read_output, verify  # noqa: E402
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+
+def watcher(kube_rest: Any, namespace: str, name: str, operator: OperatorProcess) -> JobWatcher:
+    return JobWatcher(rest=kube_rest, namespace=namespace, name=name, operator=operator)
+
+
+# --- the API server refuses bad specs --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"checkpoint": {"storage": "file:///ckpt", "retained": 0}}, "retained must be >= 1"),
+        ({"spark": {"master": "yarn"}}, "must be 'k8s', 'local[N]'"),
+        ({"checkpoint": {"storage": "hdfs://nn/ckpt"}}, "file:///absolute/path or s3://"),
+        ({"parallelism": 0}, "spec.parallelism"),
+    ],
+    ids=["retained-0", "bad-master", "bad-storage", "parallelism-0"],
+)
+def test_the_api_server_refuses_a_bad_spec_with_a_clear_message(
+    kubectl: Kubectl, kube_namespace: str, cjob_crd: None, tmp_path: Path,
+    change: dict[str, Any], expected: str,
+) -> None:
+    job = running_sum_job(name="bad", namespace=kube_namespace, work_dir=tmp_path,
+                          count=10, rate=10)
+    job["spec"].update(change)
+    result = kubectl.apply(job)
+    assert result.returncode != 0
+    assert "is invalid" in result.stderr
+    assert expected in result.stderr
+
+
+def test_a_job_name_too_long_for_pod_names_is_refused(
+    kubectl: Kubectl, kube_namespace: str, cjob_crd: None, tmp_path: Path
+) -> None:
+    job = running_sum_job(name="a" * 41, namespace=kube_namespace, work_dir=tmp_path,
+                          count=10, rate=10)
+    result = kubectl.apply(job)
+    assert result.returncode != 0
+    assert "at most 40" in result.stderr
+
+
+# --- the life of a job ---------------------------------------------------------------------
+
+
+def test_a_killed_driver_restarts_from_its_checkpoint_suspends_resumes_and_finishes_exactly_once(
+    kubectl: Kubectl, kube_rest: Any, kube_namespace: str, process_node: Any,
+    cjob_operator: OperatorProcess, tmp_path: Path,
+) -> None:
+    count = 16_000
+    job = running_sum_job(name="sums", namespace=kube_namespace, work_dir=tmp_path,
+                          count=count, rate=500)
+    applied = kubectl.apply(job)
+    assert applied.returncode == 0, applied.stderr
+    sums = watcher(kube_rest, kube_namespace, "sums", cjob_operator)
+
+    # Attempt 1 runs and checkpoints.
+    first = sums.until(lambda s: s.get("phase") == "Running"
+                       and s.get("latestCheckpoint", {}).get("id", 0) >= 2,
+                       what="attempt 1 to run and complete two checkpoints", timeout=180)
+    assert first["attempt"] == 1 and first["driverPod"] == "sums-attempt-1"
+    uid = sums.get()["metadata"]["uid"]  # type: ignore[index]
+
+    # A manual checkpoint through spec.checkpoint.triggerNonce is served and acknowledged.
+    kubectl.patch_job(kube_namespace, "sums", {"spec": {"checkpoint": {"triggerNonce": "m-1"}}})
+    sums.until(lambda s: s.get("lastTriggerNonce") == "m-1", what="the nonce to be handled")
+    acked = wait_for(
+        lambda: (sums.configmap() or {}).get("metadata", {}).get("annotations", {})
+        .get("checkpointed.io/checkpoint-request-ack", "").startswith("m-1:"),
+        what="the driver to acknowledge checkpoint request m-1", timeout=60)
+    assert acked
+    assert sums.configmap()["metadata"]["annotations"][  # type: ignore[index]
+        "checkpointed.io/checkpoint-request"] == "m-1"
+
+    # Kill the driver: attempt 2 restores from the latest checkpoint.
+    killed_at = sums.status()["latestCheckpoint"]["id"]
+    assert process_node.kill_pod_process(namespace=kube_namespace, name="sums-attempt-1") > 0
+    second = sums.until(lambda s: s.get("attempt") == 2 and s.get("phase") == "Running",
+                        what="attempt 2 to run", timeout=120)
+    assert second["restarts"] == 1
+    assert second["driverPod"] == "sums-attempt-2"
+    assert second["restoredFrom"]["id"] >= killed_at
+    assert second["lastFailure"]["reason"] == "Killed"
+    assert second["lastFailure"]["exitCode"] == 137
+    reasons = sums.event_reasons()
+    assert "Killed" in reasons and "Restarted" in reasons
+    restored = second["restoredFrom"]["id"]
+    args = kube_rest.get(f"/api/v1/namespaces/{kube_namespace}/pods/sums-attempt-2")[
+        "spec"]["containers"][0]["args"]
+    assert args[args.index("--restore") + 1] == "latest"
+    assert args[args.index("--attempt") + 1] == "2"
+    fence = sums.configmap()["metadata"]["annotations"]["checkpointed.io/fence-attempt"]  # type: ignore[index]
+    assert fence == "2"
+
+    # Suspend after attempt 2 has checkpointed: a final checkpoint, then the driver goes.
+    sums.until(lambda s: s.get("latestCheckpoint", {}).get("id", 0) > restored,
+               what="attempt 2 to complete a checkpoint", timeout=120)
+    kubectl.patch_job(kube_namespace, "sums", {"spec": {"suspend": True}})
+    suspended = sums.until(lambda s: s.get("phase") == "Suspended", what="Suspended",
+                           timeout=120)
+    assert "final checkpoint" in suspended["message"], suspended["message"]
+    wait_for(lambda: "sums-attempt-2" not in sums.pod_names(), what="the driver pod to go",
+             timeout=90)
+    final_checkpoint = suspended["latestCheckpoint"]["id"]
+
+    # Resume: attempt 3 starts from the final checkpoint and the job finishes.
+    kubectl.patch_job(kube_namespace, "sums", {"spec": {"suspend": False}})
+    third = sums.until(lambda s: s.get("attempt") == 3, what="attempt 3", timeout=60)
+    assert third["restoredFrom"]["id"] == final_checkpoint
+    done = sums.until(lambda s: s.get("phase") in ("Succeeded", "Failed"),
+                      what="the job to finish", timeout=240)
+    assert done["phase"] == "Succeeded", done
+    assert done["attempt"] == 3
+
+    problems = verify(read_output(tmp_path / "output"), count=count)
+    assert problems == [], problems[:5]
+
+    metrics = cjob_operator.metrics()
+    assert 'cjob_operator_restarts_total{reason="Killed"} 1.0' in metrics
+    assert 'cjob_operator_jobs{phase="Succeeded"} 1.0' in metrics
+    assert "cjob_operator_restore_total 2.0" in metrics
+
+    # Deleting with cleanupPolicy Delete removes the checkpoints and their ConfigMap.
+    checkpoint_dir = tmp_path / "checkpoints" / f"sums-{uid}"
+    assert checkpoint_dir.is_dir()
+    assert kubectl.run("-n", kube_namespace, "delete", "checkpointedjob", "sums",
+                       "--wait=true", "--timeout=90s").returncode == 0
+    assert sums.get() is None
+    assert not checkpoint_dir.exists()
+    wait_for(lambda: sums.configmap() is None, what="the checkpoint ConfigMap to go", timeout=60)
+
+
+def test_a_missing_entrypoint_fails_the_job_once_with_its_reason(
+    kubectl: Kubectl, kube_rest: Any, kube_namespace: str, process_node: Any,
+    cjob_operator: OperatorProcess, tmp_path: Path,
+) -> None:
+    job = running_sum_job(name="broken", namespace=kube_namespace, work_dir=tmp_path,
+                          count=100, rate=100, entrypoint="no_such_module:build")
+    assert kubectl.apply(job).returncode == 0
+    broken = watcher(kube_rest, kube_namespace, "broken", cjob_operator)
+    failed = broken.until(lambda s: s.get("phase") == "Failed", what="Failed", timeout=180)
+    assert failed["reason"] in ("UserCodeError", "InvalidConfiguration"), failed
+    assert failed["lastFailure"]["exitCode"] in (2, 3)
+    assert failed["restarts"] == 0 and failed["attempt"] == 1
+    conditions = {c["type"]: c for c in failed["conditions"]}
+    assert conditions["Failed"]["status"] == "True"
+    assert conditions["Ready"]["status"] == "False"
+    assert broken.pod_names() == ["broken-attempt-1"], "no restart loop"
+    assert failed["reason"] in broken.event_reasons()
+
+
+def test_deleting_a_job_with_cleanup_delete_removes_its_s3_checkpoints(
+    kubectl: Kubectl, kube_rest: Any, kube_namespace: str, cjob_operator: OperatorProcess,
+    s3_bucket: Any, tmp_path: Path,
+) -> None:
+    kube_rest.request("POST", f"/api/v1/namespaces/{quote(kube_namespace)}/secrets", body={
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s3-creds"},
+        "data": {key: base64.b64encode(value.encode()).decode() for key, value in (
+            ("AWS_ACCESS_KEY_ID", s3_bucket.s3_config.access_key_id),
+            ("AWS_SECRET_ACCESS_KEY", s3_bucket.s3_config.secret_access_key))},
+    })
+    job = running_sum_job(
+        name="s3job", namespace=kube_namespace, work_dir=tmp_path, count=100, rate=100,
+        storage=f"s3://{s3_bucket.bucket}/ckpt",
+        s3={"endpoint": s3_bucket.endpoint_url, "region": "us-east-1",
+            "credentialsSecret": "s3-creds"},
+    )
+    job["spec"]["suspend"] = True  # created suspended: no driver, only the cleanup path
+    assert kubectl.apply(job).returncode == 0
+    s3job = watcher(kube_rest, kube_namespace, "s3job", cjob_operator)
+    s3job.until(lambda s: s.get("phase") == "Suspended", what="Suspended", timeout=60)
+    uid = s3job.get()["metadata"]["uid"]  # type: ignore[index]
+    keys = [f"ckpt/s3job-{uid}/chk-1/_metadata", f"ckpt/s3job-{uid}/chk-1/op/0",
+            "ckpt/other-job/chk-1/_metadata"]
+    for key in keys:
+        s3_bucket.client.put_object(Bucket=s3_bucket.bucket, Key=key, Body=b"x")
+    assert kubectl.run("-n", kube_namespace, "delete", "checkpointedjob", "s3job",
+                       "--wait=true", "--timeout=60s").returncode == 0
+    listed = s3_bucket.client.list_objects_v2(Bucket=s3_bucket.bucket).get("Contents", [])
+    assert sorted(item["Key"] for item in listed) == ["ckpt/other-job/chk-1/_metadata"]
+
+
+def test_a_driver_pod_the_namespace_quota_refuses_is_reported_as_a_warning(
+    kube_rest: Any, kube_namespace: str, cjob_operator: OperatorProcess
+) -> None:
+    """A pod the operator cannot create (a quota) is reported as a Warning, not a crash loop."""
+    kube_rest.request("POST", f"/api/v1/namespaces/{quote(kube_namespace)}/resourcequotas",
+                      body={"apiVersion": "v1", "kind": "ResourceQuota",
+                            "metadata": {"name": "no-pods"}, "spec": {"hard": {"pods": "0"}}})
+    path = f"/apis/checkpointed.io/v1alpha1/namespaces/{quote(kube_namespace)}/checkpointedjobs"
+    job = running_sum_job(name="quota", namespace=kube_namespace, work_dir=Path("/nonexistent"),
+                          count=10, rate=10)
+    try:
+        kube_rest.request("POST", path, body=job)
+    except ApiError as exc:  # pragma: no cover - the CRD accepts this job
+        raise AssertionError(exc.message) from None
+    quota = watcher(kube_rest, kube_namespace, "quota", cjob_operator)
+    wait_for(lambda: "ReconcileError" in quota.event_reasons(),
+             what="a ReconcileError event", timeout=60)
+    warning = next(e for e in quota.events() if e["reason"] == "ReconcileError")
+    assert "forbidden" in warning["message"].lower() or "quota" in warning["message"].lower()
+    assert warning["type"] == "Warning"
+    assert quota.pod_names() == []
+    assert "phase" not in quota.status() or quota.status()["phase"] != "Running"

@@ -1,0 +1,205 @@
+"""The checkpoint coordinator, driven over its real RPC endpoint by stand-in subtasks.
+
+Each stand-in speaks the subtask side of the protocol (register, ready, ack,
+decline) over a loopback socket, so the tests see what a subtask would see:
+which checkpoint to restore, triggers, completions and aborts.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from job_runtime.coordinator.coordinator import CheckpointCoordinator, CheckpointSettings
+from job_runtime.coordinator.rpc import RpcConnection, connect
+from job_runtime.errors import CheckpointFailureBudgetExceeded
+from job_runtime.storage.checkpoint_storage import CheckpointStorage
+from job_runtime.store.base import CompletedCheckpoint
+from job_runtime.store.memory import InMemoryCheckpointIdCounter, InMemoryCheckpointStore
+
+JOB = "job-uid1"
+WAIT = 30.0
+
+
+class StandIn:
+    """One subtask's connection to the coordinator."""
+
+    def __init__(self, coordinator: CheckpointCoordinator, *, subtask: int, epoch: int) -> None:
+        self.conn: RpcConnection = connect("127.0.0.1", coordinator.port)
+        self.conn.sock.settimeout(WAIT)  # an unanswered message fails the test, not hangs it
+        self.subtask = subtask
+        self.epoch = epoch
+
+    def send(self, kind: str, **fields: Any) -> None:
+        self.conn.send(kind, epoch=self.epoch, subtask=self.subtask, **fields)
+
+    def register(self) -> tuple[str, dict[str, Any]]:
+        self.send("register", host="localhost", pid=0)
+        return self.conn.receive()
+
+    def expect(self, kind: str) -> dict[str, Any]:
+        while True:
+            got, fields = self.conn.receive()
+            if got == kind:
+                return fields
+            assert got in ("trigger", "complete", "abort"), (got, fields)
+
+    def ack(self, checkpoint_id: int, *, position: int) -> None:
+        self.send("ack", checkpoint_id=checkpoint_id, stage=0,
+                  state={"sources": {str(self.subtask): position}, "operators": {}},
+                  stats={"bytes": 10})
+
+
+@pytest.fixture
+def storage(tmp_path: Path) -> CheckpointStorage:
+    return CheckpointStorage((tmp_path / "ckpt").as_uri(), JOB)
+
+
+def make_coordinator(storage: CheckpointStorage, store: InMemoryCheckpointStore, *,
+                     restore: CompletedCheckpoint | None = None, tolerable: int = 0,
+                     interval: float = 0.0) -> CheckpointCoordinator:
+    """``interval=0``: no periodic checkpoints, the tests trigger them."""
+    metadata = json.loads(storage.read_metadata(restore.metadata_path)) if restore else None
+    counter = InMemoryCheckpointIdCounter()
+    if restore:
+        counter.set_count(restore.checkpoint_id + 1)
+    return CheckpointCoordinator(
+        job_id=JOB, attempt=1, parallelism=2, max_parallelism=128, stages=1, storage=storage,
+        store=store, counter=counter,
+        settings=CheckpointSettings(interval=interval, tolerable_failures=tolerable),
+        initial_restore=metadata, initial_restore_pointer=restore)
+
+
+@pytest.fixture
+def running(storage: CheckpointStorage) -> Iterator[tuple[CheckpointCoordinator,
+                                                          InMemoryCheckpointStore,
+                                                          list[StandIn]]]:
+    store = InMemoryCheckpointStore(retained=3)
+    coordinator = make_coordinator(storage, store, tolerable=1)
+    subtasks = [StandIn(coordinator, subtask=i, epoch=1) for i in range(2)]
+    for s in subtasks:
+        assert s.register() == ("registered", {"restore": None})
+        s.send("ready")
+    wait_until(lambda: coordinator.trigger() is not None, what="both subtasks are ready")
+    try:
+        yield coordinator, store, subtasks
+    finally:
+        coordinator.stop()
+
+
+def wait_until(condition: Any, *, what: str) -> None:
+    deadline = time.monotonic() + WAIT
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.01)
+
+
+def write_checkpoint(storage: CheckpointStorage, checkpoint_id: int) -> CompletedCheckpoint:
+    body = {"version": 1, "job": JOB, "checkpointId": checkpoint_id, "parallelism": 2,
+            "maxParallelism": 128, "sources": {"0": checkpoint_id * 100}, "operators": {},
+            "channels": {}, "sinks": {}}
+    path = storage.write_metadata(checkpoint_id, json.dumps(body).encode())
+    return CompletedCheckpoint(checkpoint_id=checkpoint_id, metadata_path=path,
+                               timestamp=time.time())
+
+
+def test_a_checkpoint_completes_when_every_task_acknowledged(
+        running: tuple[CheckpointCoordinator, InMemoryCheckpointStore, list[StandIn]],
+        storage: CheckpointStorage) -> None:
+    _, store, subtasks = running
+    trigger = subtasks[0].expect("trigger")
+    checkpoint_id = int(trigger["checkpoint_id"])
+    subtasks[1].expect("trigger")
+    subtasks[0].ack(checkpoint_id, position=11)
+    assert store.latest() is None, "completed before every task acknowledged"
+    subtasks[1].ack(checkpoint_id, position=22)
+
+    for s in subtasks:
+        assert int(s.expect("complete")["checkpoint_id"]) == checkpoint_id
+    latest = store.latest()
+    assert latest is not None and latest.checkpoint_id == checkpoint_id
+    metadata = json.loads(storage.read_metadata(latest.metadata_path))
+    assert metadata["sources"] == {"0": 11, "1": 22}
+    assert metadata["job"] == JOB and metadata["parallelism"] == 2
+
+
+def test_declines_beyond_the_tolerable_failures_fail_the_job(
+        running: tuple[CheckpointCoordinator, InMemoryCheckpointStore, list[StandIn]]) -> None:
+    coordinator, store, subtasks = running
+    first = int(subtasks[0].expect("trigger")["checkpoint_id"])
+    subtasks[1].send("decline", checkpoint_id=first, reason="upload failed: disk full")
+    for s in subtasks:
+        assert int(s.expect("abort")["checkpoint_id"]) == first
+    assert coordinator.failure is None, "one failure is tolerable"
+
+    second = coordinator.trigger()
+    assert second is not None and second > first
+    subtasks[0].send("decline", checkpoint_id=second, reason="upload failed: disk full")
+    assert coordinator.failed_event.wait(WAIT)
+    assert isinstance(coordinator.failure, CheckpointFailureBudgetExceeded)
+    assert "disk full" in str(coordinator.failure)
+    assert store.latest() is None
+
+
+def test_a_zombie_of_an_older_epoch_is_ignored_and_refused(
+        running: tuple[CheckpointCoordinator, InMemoryCheckpointStore, list[StandIn]]) -> None:
+    coordinator, store, subtasks = running
+    checkpoint_id = int(subtasks[0].expect("trigger")["checkpoint_id"])
+    # Spark relaunched the stage: epoch 2 registers and aborts what was pending.
+    fresh = [StandIn(coordinator, subtask=i, epoch=2) for i in range(2)]
+    assert fresh[0].register()[0] == "registered"
+    for s in subtasks:
+        s.ack(checkpoint_id, position=1)
+    time.sleep(0.2)
+    assert store.latest() is None, "acks of a dead epoch completed a checkpoint"
+    late = StandIn(coordinator, subtask=1, epoch=1)
+    assert late.register()[0] == "rejected"
+
+
+def test_a_relaunch_after_a_fallback_restores_the_checkpoint_the_driver_started_from(
+        storage: CheckpointStorage) -> None:
+    store = InMemoryCheckpointStore(retained=3)
+    for checkpoint_id in (1, 2, 3):
+        store.add_checkpoint_and_subsume_oldest(write_checkpoint(storage, checkpoint_id),
+                                                discard=storage.discard)
+    damaged = Path(storage.metadata_uri(3).removeprefix("file://"))
+    damaged.write_bytes(damaged.read_bytes()[:-3])
+    fallback = store.all()[1]
+    assert fallback.checkpoint_id == 2
+
+    coordinator = make_coordinator(storage, store, restore=fallback)
+    try:
+        first = StandIn(coordinator, subtask=0, epoch=1)
+        kind, fields = first.register()
+        assert (kind, fields["restore"]["checkpointId"]) == ("registered", 2)
+        # A subtask dies before any new checkpoint: the relaunch must not pick
+        # the store's newest (damaged) checkpoint, nor hang on it.
+        relaunched = StandIn(coordinator, subtask=0, epoch=2)
+        kind, fields = relaunched.register()
+        assert kind == "registered", fields
+        assert fields["restore"]["checkpointId"] == 2
+        assert coordinator.failure is None
+    finally:
+        coordinator.stop()
+
+
+def test_a_relaunch_that_cannot_read_its_checkpoint_fails_the_job_instead_of_hanging(
+        storage: CheckpointStorage) -> None:
+    store = InMemoryCheckpointStore(retained=3)
+    checkpoint = write_checkpoint(storage, 1)
+    store.add_checkpoint_and_subsume_oldest(checkpoint, discard=storage.discard)
+    coordinator = make_coordinator(storage, store, restore=checkpoint)
+    try:
+        assert StandIn(coordinator, subtask=0, epoch=1).register()[0] == "registered"
+        Path(checkpoint.metadata_path.removeprefix("file://")).unlink()
+        kind, fields = StandIn(coordinator, subtask=0, epoch=2).register()
+        assert kind == "rejected"
+        assert "cannot load the checkpoint to restore" in fields["reason"]
+        assert coordinator.failed_event.wait(WAIT)
+    finally:
+        coordinator.stop()
