@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help install run lint test test-fast controlplane bench bench-throughput \
+.PHONY: help install run lint test test-fast controlplane e2e-kind bench bench-throughput \
 	bench-overhead bench-barriers bench-state-size bench-recovery bench-operator clean
 
 help:
@@ -36,6 +36,9 @@ lint: $(STAMP)
 
 controlplane:
 	bash e2e/controlplane/build.sh
+
+e2e-kind: $(STAMP)
+	bash e2e/kind/run.sh
 
 test: lint controlplane
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

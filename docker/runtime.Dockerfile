@@ -29,8 +29,10 @@ LABEL org.opencontainers.image.title="checkpointed-jobs runtime" \
       org.opencontainers.image.description="PySpark with barrier snapshots: driver and executor image of CheckpointedJobs" \
       org.opencontainers.image.licenses="Apache-2.0"
 # Java 17 for Spark 4, tini as PID 1 (forwards signals, reaps Spark's Python workers),
-# procps because Spark's scripts call ps.
-RUN apt-get update \
+# procps because Spark's scripts call ps. The JDK's packaging links its man pages, a
+# folder the slim image drops.
+RUN mkdir -p /usr/share/man/man1 \
+    && apt-get update \
     && apt-get install -y --no-install-recommends openjdk-17-jre-headless tini procps \
     && rm -rf /var/lib/apt/lists/* \
     && ln -s "$(dirname "$(dirname "$(readlink -f "$(command -v java)")")")" /opt/java

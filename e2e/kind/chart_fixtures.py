@@ -137,7 +137,11 @@ def extra_namespaces(kube_rest: RestClient) -> Iterator[Callable[[int], list[str
             kube_rest.request(
                 "POST",
                 "/api/v1/namespaces",
-                body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}},
+                body={
+                    "apiVersion": "v1",
+                    "kind": "Namespace",
+                    "metadata": {"name": name, "labels": {"checkpointed.io/test": "true"}},
+                },
             )
             created.append(name)
         for name in names:

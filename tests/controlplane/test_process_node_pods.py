@@ -113,8 +113,9 @@ class TestEnvironment:
                   "data": {"mode": "fast"}},
         )  # fmt: skip
         env: list[dict[str, Any]] = [
-            {"name": "PLAIN", "value": "x-$(POD_NAME)"},
+            {"name": "EARLY", "value": "x-$(POD_NAME)"},
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "LATE", "value": "y-$(POD_NAME)"},
             {"name": "POD_NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
             {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
             {"name": "PASSWORD",
@@ -124,7 +125,7 @@ class TestEnvironment:
         code = textwrap.dedent(
             """
             import json, os
-            keys = ["PLAIN", "POD_NAME", "POD_NS", "POD_IP", "PASSWORD", "MODE",
+            keys = ["EARLY", "LATE", "POD_NAME", "POD_NS", "POD_IP", "PASSWORD", "MODE",
                     "KUBERNETES_SERVICE_HOST", "KUBECONFIG", "CJOB_SERVICEACCOUNT_DIR"]
             print(json.dumps({k: os.environ.get(k) for k in keys}))
             """
@@ -135,7 +136,9 @@ class TestEnvironment:
 
         seen = json.loads(process_node.read_pod_log(namespace=ns, name="env"))
         assert seen["POD_NAME"] == "env"
-        assert seen["PLAIN"] == "x-env"  # env var references are expanded in order
+        # $(VAR) expands only variables defined earlier in the list, as in Kubernetes.
+        assert seen["EARLY"] == "x-$(POD_NAME)"
+        assert seen["LATE"] == "y-env"
         assert seen["POD_NS"] == ns
         assert seen["POD_IP"] == "127.0.0.1"
         assert seen["PASSWORD"] == "s3cr3t"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import json
 import subprocess
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -330,6 +331,7 @@ def test_the_operator_account_is_confined_to_what_it_needs(
         ("create", "events", watched),
         ("get", "secrets", watched),
         ("list", "customresourcedefinitions.apiextensions.k8s.io", None),
+        ("watch", "namespaces", None),
     ]
     for verb, resource, namespace in allowed:
         assert kubectl.can_i(verb, resource, as_user=operator, namespace=namespace), (
@@ -360,3 +362,52 @@ def test_a_second_release_with_its_own_name_installs_side_by_side(
     for release in (first, second):
         assert kube_rest.get(f"{roles}/{release.fullname}")["rules"]
     assert json.dumps(first.status()["info"]["status"]) == '"deployed"'
+
+
+# --- the operator the chart installs, running ----------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("peering", [False, True], ids=["standalone", "peering"])
+def test_the_installed_operator_runs_and_serves_health_and_metrics(
+    peering: bool,
+    installed_chart: InstallChart,
+    process_node: Any,
+    kube_rest: RestClient,
+    kube_namespace: str,
+) -> None:
+    """The chart's pod spec as the process node runs it: command, arguments, service
+    account, RBAC and ports are enough for the operator to start and become healthy.
+    (Only namespaced: an operator watching every namespace would act on other tests'
+    jobs. One replica: the process node shares the host's ports between pods.)"""
+    release = installed_chart(
+        {"watchNamespaces": [kube_namespace], "peering": {"enabled": peering}}
+    )
+    health = release.values["health"]["port"]
+    metrics = release.values["metrics"]["port"]
+
+    def answers(port: int, path: str) -> str | None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as resp:
+                return str(resp.read().decode()) if resp.status == 200 else None
+        except OSError:
+            return None
+
+    wait_for(lambda: answers(health, "/healthz"), what="the operator's /healthz", timeout=120)
+    exposition = wait_for(lambda: answers(metrics, "/metrics"), what="/metrics", timeout=60)
+    assert "cjob_operator_" in exposition
+    pods = kube_rest.get(
+        f"/api/v1/namespaces/{kube_namespace}/pods",
+        query={"labelSelector": f"app.kubernetes.io/instance={release.name}"},
+    )["items"]
+    assert [p["status"]["phase"] for p in pods] == ["Running"]
+    assert pods[0]["spec"]["nodeName"] == "process-node"
+    # Least privilege, but enough: the operator met no refusal while starting.
+    log = process_node.read_pod_log(namespace=kube_namespace, name=pods[0]["metadata"]["name"])
+    refusals = [line for line in log.splitlines() if "forbidden" in line.lower()
+                or "Not enough permissions" in line]  # fmt: skip
+    assert refusals == [], "\n".join(refusals)
+    if peering:
+        peerings = f"/apis/kopf.dev/v1/namespaces/{kube_namespace}/kopfpeerings"
+        wait_for(lambda: kube_rest.get(f"{peerings}/{release.fullname}").get("status"),
+                 what="the operator's entry in its KopfPeering", timeout=60)  # fmt: skip

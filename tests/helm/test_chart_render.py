@@ -4,6 +4,7 @@ combination of values produces (labels, security, arguments, RBAC, monitoring)."
 from __future__ import annotations
 
 import json
+import tarfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,14 @@ from cjob_operator.builders import build_role
 from cjob_operator.options import parse_options
 
 from cjob_spec import parse_job
-from e2e.kind.chart import CHART_DIR, HelmCommandError, Manifest, lint_chart
+from e2e.kind.chart import (
+    CHART_DIR,
+    HelmCommandError,
+    Manifest,
+    helm_environment,
+    lint_chart,
+    run_command,
+)
 
 Render = Callable[..., list[Manifest]]
 FULL_VALUES = CHART_DIR / "ci" / "full-values.yaml"
@@ -255,10 +263,14 @@ def test_watched_namespaces_become_flags_and_one_role_per_namespace(render: Rend
             {"kind": "ServiceAccount", "name": account["name"], "namespace": "ops"}
         ]
         assert binding["roleRef"]["name"] == roles[0]["metadata"]["name"]
-    # Cluster scope keeps only what kopf needs there: reading CRDs.
+    # Cluster scope keeps only what kopf needs there: reading CRDs and namespaces.
     cluster_rules = one(objects, "ClusterRole")["rules"]
-    assert [r["resources"] for r in cluster_rules] == [["customresourcedefinitions"]]
+    assert [r["resources"] for r in cluster_rules] == [
+        ["customresourcedefinitions"],
+        ["namespaces"],
+    ]
     assert set(cluster_rules[0]["verbs"]) == {"get", "list", "watch"}
+    assert set(cluster_rules[1]["verbs"]) == {"list", "watch"}
 
 
 def test_the_cluster_role_of_an_all_namespaces_operator_holds_the_namespaced_rules(
@@ -414,3 +426,19 @@ def test_the_chart_crds_are_included_for_install(render: Render) -> None:
         "clusterkopfpeerings.kopf.dev",
         "kopfpeerings.kopf.dev",
     ]
+
+
+def test_the_packaged_chart_holds_the_dashboard_and_crds_but_not_the_test_inputs(
+    helm_bin: Path, helm_home: Path, tmp_path: Path
+) -> None:
+    run_command([str(helm_bin), "package", str(CHART_DIR), "--destination", str(tmp_path)],
+                env=helm_environment(home=helm_home))  # fmt: skip
+    (archive,) = tmp_path.glob("checkpointed-jobs-*.tgz")
+    assert archive.name == f"checkpointed-jobs-{CHART['version']}.tgz"
+    with tarfile.open(archive) as tar:
+        names = {name.split("/", 1)[1] for name in tar.getnames()}
+    for wanted in ("Chart.yaml", "values.yaml", "values.schema.json", "README.md",
+                   "crds/checkpointedjob.yaml", "crds/kopf-peerings.yaml",
+                   "dashboards/checkpointed-jobs.json", "templates/NOTES.txt"):  # fmt: skip
+        assert wanted in names, wanted
+    assert not [n for n in names if n.startswith("ci/")]

@@ -7,11 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from operator_live import JOBS_PATH, Kubectl, OperatorProcess, install_crd
+
 from e2e.controlplane.binaries import find_bin_dir
 from e2e.controlplane.pytest_plugin import require_binaries
-from e2e.controlplane.rest import ApiError, quote
+from e2e.controlplane.rest import quote
 from e2e.controlplane.waiting import wait_for
-from operator_live import JOBS_PATH, Kubectl, OperatorProcess, install_crd
 
 
 @pytest.fixture(scope="session")

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from cjob_operator.cluster import ClusterError, JobRef, Manifest, StatusConflictError, StoreReading
+
 from cjob_spec.model import S3Settings
 from cjob_spec.status import CheckpointRef
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
 from e2e.controlplane.rest import ApiError, RestClient, quote
 from e2e.controlplane.waiting import wait_for
 
@@ -50,7 +51,7 @@ def install_crd(rest: RestClient) -> None:
         rest.request("PUT", f"{path}/{CRD_NAME}", body=crd)
 
     def established() -> bool:
-        conditions = rest.get(f"{path}/{CRD_NAME}").get("status", {}).get("conditions", [])
+        conditions = (rest.get(f"{path}/{CRD_NAME}").get("status") or {}).get("conditions") or []
         return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
     wait_for(established, what="the CheckpointedJob CRD to be established", timeout=60)
@@ -215,11 +216,13 @@ class JobWatcher:
         self, check: Callable[[dict[str, Any]], bool], *, what: str, timeout: float = 120.0
     ) -> dict[str, Any]:
         """Wait until ``check(status)`` holds; fail with the status and the operator log."""
-        deadline = time.monotonic() + timeout
+        started = time.monotonic()
+        deadline = started + timeout
         status: dict[str, Any] = {}
         while time.monotonic() < deadline:
             status = self.status()
             if check(status):
+                print(f"{self.name}: {what} after {time.monotonic() - started:.1f}s")
                 return status
             time.sleep(0.5)
         raise AssertionError(

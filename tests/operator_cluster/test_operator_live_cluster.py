@@ -15,8 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from e2e.controlplane.rest import ApiError, quote
-from e2e.controlplane.waiting import wait_for
 from operator_live import (
     RUNNING_SUM_DIR,
     JobWatcher,
@@ -25,8 +23,11 @@ from operator_live import (
     running_sum_job,
 )
 
+from e2e.controlplane.rest import ApiError, quote
+from e2e.controlplane.waiting import wait_for
+
 sys.path.insert(0, str(RUNNING_SUM_DIR))
-from verify import read_output, verify  # noqa: E402
+from verify import read_output, verify
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 

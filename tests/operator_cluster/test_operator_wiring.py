@@ -13,8 +13,9 @@ from cjob_operator.metrics import OperatorMetrics
 from cjob_operator.options import parse_options
 from cjob_operator.reconcile import Outcome
 from cjob_operator.startup import FINALIZER, apply_settings
-from cjob_spec.status import Phase
 from prometheus_client import generate_latest
+
+from cjob_spec.status import Phase
 
 # --- metrics ---------------------------------------------------------------------------
 

@@ -156,6 +156,13 @@ Rules the operator needs at cluster scope whatever it watches.
 - apiGroups: ["apiextensions.k8s.io"]
   resources: ["customresourcedefinitions"]
   verbs: ["get", "list", "watch"]
+{{- if not (include "cjob.clusterWide" .) }}
+# kopf lists and watches namespaces to match watchNamespaces; without this it retries
+# the refused list for about a minute before it falls back to the names as given.
+- apiGroups: [""]
+  resources: ["namespaces"]
+  verbs: ["list", "watch"]
+{{- end }}
 {{- if and (include "cjob.peeringEnabled" .) (include "cjob.clusterWide" .) }}
 # kopf peering in cluster-wide mode: one ClusterKopfPeering.
 - apiGroups: ["kopf.dev"]
