@@ -45,7 +45,7 @@ def run(ns: argparse.Namespace) -> dict[str, Any]:
     for i in range(ns.repeat):
         order = [True, False] if i % 2 == 0 else [False, True]
         for checkpointing in order:
-            label = "checkpoints every %gs" % ns.interval if checkpointing else "no checkpoints"
+            label = f"checkpoints every {ns.interval:g}s" if checkpointing else "no checkpoints"
             print(f"[overhead] repetition {i + 1}/{ns.repeat}: {label}", flush=True)
             result = run_ours(records=ns.records, keys=ns.keys,
                               checkpoint_interval=ns.interval if checkpointing else 0.0,

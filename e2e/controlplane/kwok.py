@@ -18,6 +18,7 @@ from e2e.controlplane.controlplane import ControlPlane
 from e2e.controlplane.procs import Component, free_port
 from e2e.controlplane.rest import ApiError, RestClient, quote
 
+STAGES_FILE = Path(__file__).resolve().parent / "kwok-stages.yaml"
 KWOK_LABEL = {"type": "kwok"}
 KWOK_TAINT = {"key": "kwok.x-k8s.io/node", "value": "fake", "effect": "NoSchedule"}
 KWOK_TOLERATION = {
@@ -60,6 +61,8 @@ class KwokNodes:
             argv=[
                 str(self.bin_dir / "kwok"),
                 f"--kubeconfig={kubeconfig}",
+                f"--config={STAGES_FILE}",
+                "--node-lease-duration-seconds=40",
                 "--manage-all-nodes=false",
                 "--manage-nodes-with-label-selector=type=kwok",
                 "--node-ip=127.0.0.1",

@@ -11,6 +11,8 @@ import pyarrow as pa
 from job_runtime.records import Batch
 from job_runtime.sources.base import Source, SourceContext, Split, SplitReader
 
+_PAUSE_SLICE = 0.005
+
 
 class _SequenceReader(SplitReader):
     def __init__(self, *, start: int, end: int, position: int | None, batch_size: int,
@@ -30,8 +32,10 @@ class _SequenceReader(SplitReader):
             due = self._started + self._emitted / self._rate
             delay = due - time.monotonic()
             if delay > 0:
-                time.sleep(min(delay, 0.2))
-                if delay > 0.2:
+                # Pause in short slices: the source task handles checkpoint triggers
+                # between reads, so a long pause would hold back its barriers.
+                time.sleep(min(delay, _PAUSE_SLICE))
+                if delay > _PAUSE_SLICE:
                     return Batch(rows=[])
         values = np.arange(self._next, self._next + size, dtype=np.int64)
         self._next += size

@@ -18,7 +18,7 @@ from e2e.controlplane import (
     read_versions,
 )
 from e2e.controlplane.pytest_plugin import REPO_ROOT, require_binaries
-from e2e.controlplane.waiting import wait_for_pod_phase
+from e2e.controlplane.waiting import wait_for_pod_gone, wait_for_pod_phase
 
 pytestmark = pytest.mark.cluster
 
@@ -88,6 +88,8 @@ def test_pods_on_kwok_nodes_run_without_a_process(
 
     assert running["spec"]["nodeName"] == "kwok-0"
     assert not process_node.has_run(namespace=kube_namespace, name="fake")
+    kube_rest.request("DELETE", f"/api/v1/namespaces/{kube_namespace}/pods/fake")
+    wait_for_pod_gone(kube_rest, namespace=kube_namespace, name="fake")
 
 
 @pytest.mark.slow
