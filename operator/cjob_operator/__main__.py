@@ -1,7 +1,7 @@
 """``python -m cjob_operator``: run the operator.
 
     python -m cjob_operator [--namespace NS]... [--all-namespaces] [--metrics-port 8080]
-        [--health-port 8081] [--peering NAME | --standalone] [--verbose]
+        [--health-port 8081] [--peering NAME [--priority N] | --standalone] [--verbose]
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ def run(options: OperatorOptions) -> None:
         namespaces=list(options.namespaces),
         standalone=True if options.standalone else None,
         peering_name=options.peering,
+        priority=options.priority if options.peering else None,
         liveness_endpoint=options.liveness_endpoint,
         memo=kopf.Memo(options=options),
     )

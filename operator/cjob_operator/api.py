@@ -57,6 +57,7 @@ REQUEST_TIMEOUT = (5.0, 30.0)
 EVENT_COMPONENT = "checkpointed-jobs-operator"
 MAX_EVENT_MESSAGE = 1024
 STATUS_WRITE_TRIES = 3
+MERGE_PATCH = "application/merge-patch+json"
 FINAL_STATUSES = frozenset({400, 401, 403, 404, 405, 410, 415, 422})
 
 
@@ -124,18 +125,27 @@ class KubeCluster:
         return cast(Mapping[str, Any], body) if body is not None else None
 
     def write_status(self, *, job: Mapping[str, Any], status: Mapping[str, Any]) -> None:
+        """A JSON merge patch of the status subresource, guarded by ``resourceVersion``.
+
+        The patch sets every field of ``status`` and nulls the ones that went away, so
+        the result is exactly ``status``; the ``resourceVersion`` in the patch turns it
+        into a compare-and-swap (409 when the object changed since it was read).
+        """
         metadata = job.get("metadata") or {}
         namespace = str(metadata.get("namespace"))
         name = str(metadata.get("name"))
-        planned_from = job.get("status") or {}
-        body = copy.deepcopy(dict(job))
+        planned_from = dict(job.get("status") or {})
+        resource_version = metadata.get("resourceVersion")
         operation = f"write the status of {namespace}/{name}"
         for _ in range(STATUS_WRITE_TRIES):
-            body["status"] = dict(status)
+            patch = {
+                "metadata": {"resourceVersion": resource_version},
+                "status": merge_patch(planned_from, status),
+            }
             try:
-                self.custom.replace_namespaced_custom_object_status(
-                    API_GROUP, VERSION, namespace, PLURAL, name, body,
-                    _request_timeout=REQUEST_TIMEOUT,
+                self.custom.patch_namespaced_custom_object_status(
+                    API_GROUP, VERSION, namespace, PLURAL, name, patch,
+                    _content_type=MERGE_PATCH, _request_timeout=REQUEST_TIMEOUT,
                 )
                 return
             except ApiException as exc:
@@ -150,7 +160,7 @@ class KubeCluster:
                 raise ClusterError(operation=operation, cause="the job was deleted")
             if (fresh.get("status") or {}) != planned_from:
                 raise StatusConflictError(namespace=namespace, name=name)
-            body = copy.deepcopy(dict(fresh))
+            resource_version = (fresh.get("metadata") or {}).get("resourceVersion")
         raise StatusConflictError(namespace=namespace, name=name)
 
     # --- the checkpoint store ----------------------------------------------------------
@@ -215,7 +225,8 @@ class KubeCluster:
         _call(
             f"request checkpoint {nonce!r} through {namespace}/{name}",
             lambda: self.core.patch_namespaced_config_map(
-                name, namespace, patch, _request_timeout=REQUEST_TIMEOUT
+                name, namespace, patch, _content_type=MERGE_PATCH,
+                _request_timeout=REQUEST_TIMEOUT,
             ),
         )
 
@@ -233,6 +244,11 @@ class KubeCluster:
     ) -> None:
         config = self._s3_config(namespace=namespace, s3=s3) if s3 is not None else None
         operation = f"delete the checkpoints under {uri}"
+        if uri.startswith("file://") and not os.path.exists(uri[len("file://"):]):
+            # file:// storage usually lives on the drivers' volume, which the operator
+            # does not mount: nothing to delete from here (or nothing left).
+            _log.warning("%s: not visible to the operator, nothing deleted", uri)
+            return
         try:
             get_filesystem(uri, s3=config).delete_prefix(uri)
         except StorageUnavailableError as exc:
@@ -301,7 +317,7 @@ class KubeCluster:
             if created is None:
                 _call(f"update Role {namespace}/{name}", lambda: self.rbac.patch_namespaced_role(
                     name, namespace, {"rules": manifest["rules"]},
-                    _request_timeout=REQUEST_TIMEOUT))
+                    _content_type=MERGE_PATCH, _request_timeout=REQUEST_TIMEOUT))
         elif kind == "RoleBinding":
             created = _call(operation, lambda: self.rbac.create_namespaced_role_binding(
                 namespace, manifest, _request_timeout=REQUEST_TIMEOUT), ok=frozenset({409}))
@@ -310,7 +326,7 @@ class KubeCluster:
                     f"update RoleBinding {namespace}/{name}",
                     lambda: self.rbac.patch_namespaced_role_binding(
                         name, namespace, {"subjects": manifest["subjects"]},
-                        _request_timeout=REQUEST_TIMEOUT),
+                        _content_type=MERGE_PATCH, _request_timeout=REQUEST_TIMEOUT),
                 )
         else:
             raise ClusterError(operation=operation, cause=f"unsupported kind {kind!r}",
@@ -349,6 +365,25 @@ class KubeCluster:
                 job.namespace, body, _request_timeout=REQUEST_TIMEOUT
             ),
         )
+
+
+def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON merge patch (RFC 7386) turning ``old`` into ``new``.
+
+    Objects are patched key by key (removed keys become null); anything else,
+    lists included, is replaced whole.
+    """
+    patch: dict[str, Any] = {}
+    for key, value in new.items():
+        before = old.get(key)
+        if isinstance(value, Mapping) and isinstance(before, Mapping):
+            patch[key] = merge_patch(before, value)
+        else:
+            patch[key] = copy.deepcopy(value)
+    for key in old:
+        if key not in new:
+            patch[key] = None
+    return patch
 
 
 def _where(manifest: Mapping[str, Any]) -> tuple[str, str]:

@@ -50,7 +50,7 @@ def driver_pods(
     return {(namespace or "", labels.get(LABEL_JOB)): dict(body.items())}
 
 
-@kopf.daemon(API_GROUP, VERSION, PLURAL, cancellation_timeout=30.0)
+@kopf.daemon(API_GROUP, VERSION, PLURAL, cancellation_backoff=5.0, cancellation_timeout=30.0)
 async def job_loop(
     *, namespace: str | None, name: str, stopped: kopf.DaemonStopped, memo: Any, **kwargs: Any
 ) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -19,6 +20,9 @@ class OperatorOptions:
     health_port: int | None = DEFAULT_HEALTH_PORT
     """0 disables the liveness endpoint."""
     peering: str | None = None
+    priority: int = 0
+    """Peering priority: the live replica with the highest one is active. Replicas with
+    equal priorities would all pause, so without ``--priority`` a random one is drawn."""
     standalone: bool = False
     verbose: bool = False
     kubeconfig: str | None = None
@@ -70,6 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
     peering.add_argument(
         "--standalone", action="store_true", help="run without peering (a single replica)"
     )
+    parser.add_argument(
+        "--priority",
+        type=int,
+        default=None,
+        help="peering priority (default: random, so that exactly one replica is active)",
+    )
     parser.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster or $KUBECONFIG)")
     parser.add_argument("--verbose", "-v", action="store_true", help="debug logging")
     return parser
@@ -82,12 +92,16 @@ def parse_options(argv: Sequence[str] | None = None) -> OperatorOptions:
     if not ns.namespaces and not ns.all_namespaces:
         parser.error("say which namespaces to watch: --namespace NS (repeatable) "
                      "or --all-namespaces")
+    priority = ns.priority
+    if priority is None:
+        priority = secrets.randbelow(1_000_000) + 1 if ns.peering else 0
     return OperatorOptions(
         namespaces=tuple(ns.namespaces),
         all_namespaces=bool(ns.all_namespaces),
         metrics_port=ns.metrics_port or None,
         health_port=ns.health_port or None,
         peering=ns.peering,
+        priority=priority,
         standalone=bool(ns.standalone),
         verbose=bool(ns.verbose),
         kubeconfig=ns.kubeconfig,

@@ -254,7 +254,7 @@ class Reconciler:
             finally:
                 if self.metrics is not None:
                     self.metrics.reconcile_seconds.observe(time.monotonic() - started)
-        if outcome.gone:
+        if outcome.gone or outcome.finalized:
             self._forget(key)
         return outcome
 
@@ -307,6 +307,8 @@ class Reconciler:
         report = self.executor.execute(result.actions, job=job)
         if report.error is not None:
             step = type(report.failed_action).__name__ if report.failed_action else "execute"
+            if isinstance(report.failed_action, CreateDriver) and not report.error.retryable:
+                self._record_refused_driver(body, result, report.error)
             return self._failed(key, step=step, error=report.error, job=job)
         if report.finalized:
             self._record(job, status=result.status, reading=reading, pending=None)
@@ -322,6 +324,21 @@ class Reconciler:
         self._failures.pop(key, None)
         self._last_error.pop(key, None)
         return Outcome(requeue_after=result.requeue_after, phase=result.status.phase)
+
+    def _record_refused_driver(
+        self, body: Mapping[str, Any], result: Plan, error: ClusterError
+    ) -> None:
+        """The API server refused the driver pod for good (a quota, an admission policy).
+
+        The attempt is recorded as started anyway: the plan then sees its pod missing
+        after the grace period and applies the restart policy, so a job whose pods are
+        refused ends Failed after ``maxRestarts`` instead of retrying forever.
+        """
+        status = result.status.replace(reason="DriverCreateFailed", message=str(error))
+        try:
+            self._write_status(body, Plan(actions=result.actions, status=status))
+        except ClusterError as exc:
+            _log.warning("could not record the refused driver pod: %s", exc)
 
     def _write_status(self, body: Mapping[str, Any], result: Plan) -> None:
         new = result.status.to_dict()

@@ -61,6 +61,7 @@ def apply_settings(settings: kopf.OperatorSettings, *, options: OperatorOptions)
         settings.peering.standalone = False
         settings.peering.mandatory = True
         settings.peering.name = options.peering
+        settings.peering.priority = options.priority
     # A watch that silently stops delivering is re-opened instead of trusted forever.
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330

@@ -51,7 +51,4 @@ def cjob_operator(
         except Exception as exc:  # never hide the test's own result
             print(f"cleanup of {kube_namespace} incomplete: {exc}")
         finally:
-            import time
-            t = time.monotonic()
             operator.stop()
-            print(f"operator stopped in {time.monotonic() - t:.1f}s")

@@ -84,8 +84,16 @@ class Kubectl:
 class OperatorProcess:
     """``python -m cjob_operator --namespace NS --standalone`` with its log in a file."""
 
-    def __init__(self, *, namespace: str, kubeconfig: Path, log_file: Path) -> None:
+    def __init__(
+        self,
+        *,
+        namespace: str,
+        kubeconfig: Path,
+        log_file: Path,
+        mode: tuple[str, ...] = ("--standalone",),
+    ) -> None:
         self.namespace = namespace
+        self.mode = mode
         self.kubeconfig = kubeconfig
         self.log_file = log_file
         self.metrics_port = free_port()
@@ -98,7 +106,7 @@ class OperatorProcess:
         with self.log_file.open("wb") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "cjob_operator", "--namespace", self.namespace,
-                 "--standalone", "--metrics-port", str(self.metrics_port),
+                 *self.mode, "--metrics-port", str(self.metrics_port),
                  "--health-port", str(self.health_port), "--verbose"],
                 stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT,
                 start_new_session=True,
@@ -141,6 +149,35 @@ class OperatorProcess:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(timeout=10)
+
+
+KOPF_PEERING_CRDS = REPO_ROOT / "charts" / "checkpointed-jobs" / "crds" / "kopf-peerings.yaml"
+
+
+def install_kopf_peering(rest: RestClient, *, namespace: str, name: str) -> None:
+    """kopf's peering CRDs (as the chart ships them) and one KopfPeering object."""
+    path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+    for crd in yaml.safe_load_all(KOPF_PEERING_CRDS.read_text()):
+        if not crd:
+            continue
+        try:
+            rest.request("POST", path, body=crd)
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+    wait_for(lambda: _served(rest, f"/apis/kopf.dev/v1/namespaces/{quote(namespace)}/kopfpeerings"),
+             what="the KopfPeering CRD to be served", timeout=60)
+    rest.request("POST", f"/apis/kopf.dev/v1/namespaces/{quote(namespace)}/kopfpeerings",
+                 body={"apiVersion": "kopf.dev/v1", "kind": "KopfPeering",
+                       "metadata": {"name": name}})
+
+
+def _served(rest: RestClient, path: str) -> bool:
+    try:
+        rest.get(path)
+        return True
+    except ApiError:
+        return False
 
 
 def running_sum_job(

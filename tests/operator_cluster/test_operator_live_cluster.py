@@ -20,6 +20,7 @@ from operator_live import (
     JobWatcher,
     Kubectl,
     OperatorProcess,
+    install_kopf_peering,
     running_sum_job,
 )
 
@@ -233,4 +234,55 @@ def test_a_driver_pod_the_namespace_quota_refuses_is_reported_as_a_warning(
     assert "forbidden" in warning["message"].lower() or "quota" in warning["message"].lower()
     assert warning["type"] == "Warning"
     assert quota.pod_names() == []
-    assert "phase" not in quota.status() or quota.status()["phase"] != "Running"
+    status = quota.until(lambda s: s.get("reason") == "DriverCreateFailed",
+                         what="the refusal in the status", timeout=30)
+    assert "quota" in status["message"].lower() or "forbidden" in status["message"].lower()
+    assert status["phase"] == "Pending"
+
+
+def test_two_peering_replicas_run_one_at_a_time_and_the_standby_takes_over(
+    control_plane: Any, kubectl: Kubectl, kube_rest: Any, kube_namespace: str,
+    cjob_crd: None, tmp_path: Path,
+) -> None:
+    install_kopf_peering(kube_rest, namespace=kube_namespace, name="cjob")
+    replicas = [
+        OperatorProcess(namespace=kube_namespace, kubeconfig=control_plane.kubeconfig,
+                        log_file=tmp_path / f"operator-{priority}.log",
+                        mode=("--peering", "cjob", "--priority", str(priority)))
+        for priority in (200, 100)
+    ]
+    active, standby = replicas
+    try:
+        active.start()
+        wait_for(lambda: "Resuming operations" in active.log_tail(400),
+                 what="the first replica to become active", timeout=60)
+        standby.start()
+        wait_for(lambda: "Keep-alive in 'cjob'" in standby.log_tail(400),
+                 what="the second replica to join the peering", timeout=60)
+
+        first = running_sum_job(name="first", namespace=kube_namespace, work_dir=tmp_path,
+                                count=10, rate=10)
+        first["spec"]["suspend"] = True
+        assert kubectl.apply(first).returncode == 0
+        watcher(kube_rest, kube_namespace, "first", active).until(
+            lambda s: s.get("phase") == "Suspended", what="Suspended", timeout=60)
+        standby_log = standby.log_tail(2000)
+        assert "Resuming operations" not in standby_log, "both replicas were active"
+        assert "Handler 'job_changed'" not in standby_log, "the standby handled a job"
+
+        active.stop()
+        wait_for(lambda: "Resuming operations" in standby.log_tail(400),
+                 what="the standby to take over", timeout=90)
+        second = running_sum_job(name="second", namespace=kube_namespace, work_dir=tmp_path,
+                                 count=10, rate=10)
+        second["spec"]["suspend"] = True
+        assert kubectl.apply(second).returncode == 0
+        watcher(kube_rest, kube_namespace, "second", standby).until(
+            lambda s: s.get("phase") == "Suspended", what="Suspended by the standby",
+            timeout=60)
+        for name in ("first", "second"):
+            assert kubectl.run("-n", kube_namespace, "delete", "checkpointedjob", name,
+                               "--wait=true", "--timeout=60s").returncode == 0
+    finally:
+        for replica in replicas:
+            replica.stop()

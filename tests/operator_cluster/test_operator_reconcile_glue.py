@@ -168,6 +168,24 @@ def test_a_failing_api_call_stops_the_pass_keeps_the_old_status_and_backs_off(
     assert 'cjob_operator_reconcile_errors_total{step="CreateDriver"} 2.0' in metric_text(metrics)
 
 
+def test_a_driver_pod_refused_for_good_counts_as_a_failed_start_under_the_restart_policy(
+    clock: Clock,
+) -> None:
+    cluster = FakeCluster()
+    cluster.fail["create_pod"] = ClusterError(
+        operation="create pod", cause="HTTP 403: exceeded quota", retryable=False
+    )
+    subject = reconciler(cluster, clock)
+    run_pass(subject, cluster)
+    assert cluster.status["phase"] == "Pending"
+    assert cluster.status["reason"] == "DriverCreateFailed"
+    assert "exceeded quota" in cluster.status["message"]
+    clock.advance(31)  # past the grace period for a pod to appear
+    run_pass(subject, cluster)
+    assert cluster.status["restarts"] == 1
+    assert cluster.status["lastFailure"]["reason"] == "DriverPodMissing"
+
+
 def test_the_attempt_after_a_failed_creation_is_fenced_again_and_created(clock: Clock) -> None:
     cluster = FakeCluster()
     cluster.fail["create_pod"] = ClusterError(operation="create pod", cause="HTTP 500: boom")

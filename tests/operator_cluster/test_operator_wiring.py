@@ -8,6 +8,7 @@ from typing import Any
 
 import kopf
 import pytest
+from cjob_operator.api import merge_patch
 from cjob_operator.loops import LoopSettings, Wakeups, run_job_loop
 from cjob_operator.metrics import OperatorMetrics
 from cjob_operator.options import parse_options
@@ -74,6 +75,25 @@ def test_port_zero_disables_metrics_and_health() -> None:
                              "--standalone"])
     assert options.all_namespaces and options.standalone
     assert options.metrics_port is None and options.liveness_endpoint is None
+
+
+def test_peering_replicas_draw_different_priorities_unless_told() -> None:
+    drawn = {parse_options(["--namespace", "a", "--peering", "p"]).priority for _ in range(20)}
+    assert len(drawn) > 1 and min(drawn) > 0
+    assert parse_options(["--namespace", "a", "--peering", "p", "--priority", "7"]).priority == 7
+
+
+def test_a_status_patch_turns_the_old_status_into_exactly_the_new_one() -> None:
+    old = {"phase": "Running", "lastFailure": {"reason": "Killed", "exitCode": 137},
+           "conditions": [{"type": "Ready"}], "message": "x"}
+    new = {"phase": "Pending", "lastFailure": {"reason": "DriverPodMissing"},
+           "conditions": [{"type": "Failed"}]}
+    assert merge_patch(old, new) == {
+        "phase": "Pending",
+        "lastFailure": {"reason": "DriverPodMissing", "exitCode": None},
+        "conditions": [{"type": "Failed"}],
+        "message": None,
+    }
 
 
 @pytest.mark.parametrize(
