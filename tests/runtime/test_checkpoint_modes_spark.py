@@ -5,8 +5,7 @@ from __future__ import annotations
 import collections
 
 import pytest
-
-from conftest import JobHarness
+from runtime_harness import JobHarness
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -6,7 +6,7 @@ import collections
 from pathlib import Path
 from typing import Any
 
-from conftest import REPO, load_example
+from runtime_harness import REPO, load_example
 
 running_sum = load_example("examples/running_sum/verify.py")
 word_count = load_example("examples/word_count/verify.py")

@@ -10,11 +10,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
-
-from conftest import JOBS, EmbeddedRun, JobHarness
+from runtime_harness import JOBS, EmbeddedRun, JobHarness, load_example, read_output
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -69,9 +67,10 @@ def test_driver_kills_at_every_commit_step_keep_the_output_exactly_once(
     assert status["restoredFrom"]["id"] == 6
     assert status["restoredFrom"]["path"].endswith("/chk-6/_metadata")
 
-    first = run.attempt_progress(1)
-    assert first["subtaskRestarts"] >= 1, "the subtask kill did not relaunch the stage"
-    assert first["restoredFrom"]["id"] == 2
+    assert len(list(tmp_path.glob(".cjob-fault-*"))) == 3, "not every fault point fired"
+    # The subtask kill made Spark relaunch the stage within attempt 1. (Its
+    # progress file, written once a second, may predate the relaunch: use the log.)
+    assert "subtasks restarted (stage attempt" in run.attempt_log(1)
     # Attempt 2 restores the newest checkpoint attempt 1 completed (ids depend on
     # which triggers the relaunch aborted), never 4, whose pointer was not committed.
     completed_in_first = completed_ids(run.attempt_log(1))
@@ -80,16 +79,10 @@ def test_driver_kills_at_every_commit_step_keep_the_output_exactly_once(
     # Attempt 3 restores 6: its pointer was committed before the driver died.
     assert run.attempt_progress(3)["restoredFrom"]["id"] == 6
 
-    verify = _running_sum_verify()
-    harness = JobHarness(tmp_path / "unused")
-    assert verify.verify(harness.output_records(output), count=COUNT) == []
+    verify = load_example("examples/running_sum/verify.py")
+    assert verify.verify(read_output(output), count=COUNT) == []
 
 
 def completed_ids(log: str) -> list[int]:
     return [int(m) for m in re.findall(r"checkpoint (\d+) completed", log)]
 
-
-def _running_sum_verify() -> Any:
-    from conftest import load_example
-
-    return load_example("examples/running_sum/verify.py")

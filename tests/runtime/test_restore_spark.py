@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from runtime_harness import Finished, JobHarness
 
 from cjob_spec.exit_codes import ExitCode
-from conftest import Finished, JobHarness
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from runtime_harness import JobHarness
 
 from cjob_spec.exit_codes import ExitCode
-from conftest import JobHarness
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.s3]
 

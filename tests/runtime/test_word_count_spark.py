@@ -8,8 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-from conftest import REPO, EmbeddedRun, runtime_env
+from runtime_harness import REPO, EmbeddedRun, runtime_env
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
