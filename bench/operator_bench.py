@@ -1,33 +1,796 @@
-"""Benchmark 6 (placeholder): recovery and scheduling through the operator.
+"""Benchmark 6: how fast the operator reacts to a failed driver, and what 200 jobs cost it.
 
-Measuring the operator path (driver pod killed -> operator notices -> new
-driver pod from the latest checkpoint -> first record) needs the operator and
-the local kwok/kube-apiserver control plane; it is not implemented here yet.
-This command records that it was not measured instead of a number.
+Both parts run against the local control plane (a real kube-apiserver, etcd, scheduler
+and controller-manager built from Go modules; ``e2e/controlplane``) and the operator as
+a real process (``python -m cjob_operator``), exactly as the Helm chart starts it.
+
+**Reaction.** One CheckpointedJob with restart backoff 0 runs its driver pods on the
+process node. As soon as an attempt's pod is Running its process is SIGKILLed; the
+operator must notice the Failed pod and create the next attempt's pod. A watch (the
+official client) records when each pod was first seen and when it was first seen
+Failed, on this machine's monotonic clock, so the reaction is measured in
+milliseconds: *pod seen Failed -> next attempt's pod seen created*. The node's own
+part (kill -> pod reported Failed) is reported separately, as the baseline.
+
+**Scale.** 200 CheckpointedJobs handled by one fresh operator process; their driver
+pods are scheduled on kwok's fake nodes, where nothing runs but the pods go Running.
+The operator builds driver pods without tolerations or node selectors, so the fake
+nodes are created without kwok's usual taint and the process node is removed first:
+the scheduler then has only fake nodes to choose from (no change to the product).
+Measured: the operator's reconcile-pass latency (its ``cjob_operator_reconcile_seconds``
+histogram, p50/p99 interpolated like PromQL's ``histogram_quantile``) and its resident
+memory (``VmRSS``) once every job is Running, against the same operator idle.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from bench.common import target_entry, update_summary, write_result
+import yaml
 
-NOTE = ("not measured: needs the operator and the kwok control plane "
-        "(e2e/controlplane); to be implemented with the operator scenarios")
+from bench.common import (
+    REPO,
+    BenchmarkError,
+    fresh_dir,
+    percentile,
+    plot_path,
+    print_table,
+    pyplot,
+    python_env,
+    remove_dir,
+    target_entry,
+    update_summary,
+    write_result,
+)
+
+NAME = "operator"
+CRD_FILE = REPO / "crds" / "checkpointedjob.yaml"
+CRD_NAME = "checkpointedjobs.checkpointed.io"
+JOBS_PATH = "/apis/checkpointed.io/v1alpha1/namespaces/{namespace}/checkpointedjobs"
+RUNNING_SUM_DIR = REPO / "examples" / "running_sum"
+REACTION_JOB = "react"
+REACTION_TARGET_SECONDS = 1.0
+RSS_TARGET_MB = 250.0
+RECONCILE_SECONDS = "cjob_operator_reconcile_seconds"
+KWOK_CAPACITY = {"cpu": "128", "memory": "1Ti", "pods": "110"}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--repeat", type=int, default=20,
+                        help="driver failures measured for the reaction time (default 20)")
+    parser.add_argument("--jobs", type=int, default=200,
+                        help="CheckpointedJobs for the scale part (default 200)")
+    parser.add_argument("--kwok-nodes", type=int, default=2,
+                        help="fake nodes the scale part's driver pods go to (default 2)")
+    parser.add_argument("--timeout", type=float, default=420.0,
+                        help="seconds the scale part may take to get every job Running")
+    parser.add_argument("--skip-scale", action="store_true", help="measure the reaction only")
+    parser.add_argument("--keep-work", action="store_true",
+                        help="keep the operator logs under bench/work (kept anyway on failure)")
+
+
+# --------------------------------------------------------------------- cluster pieces
+
+
+def start_control_plane() -> Any:
+    from e2e.controlplane.binaries import CONTROL_PLANE_BINARIES, ensure_binaries
+    from e2e.controlplane.controlplane import ControlPlane
+
+    bin_dir = ensure_binaries(names=(*CONTROL_PLANE_BINARIES, "kwok"), build=True)
+    plane = ControlPlane(bin_dir=bin_dir)
+    plane.start()
+    return plane
+
+
+def install_crd(rest: Any) -> None:
+    """Create the CheckpointedJob CRD and wait until the apiserver serves it."""
+    crd = yaml.safe_load(CRD_FILE.read_text())
+    path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+    rest.request("POST", path, body=crd)
+
+    def established() -> bool:
+        conditions = (rest.get(f"{path}/{CRD_NAME}").get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+    wait_until(established, what="the CheckpointedJob CRD to be established", timeout=60)
+
+
+def create_namespace(rest: Any, name: str) -> None:
+    rest.request("POST", "/api/v1/namespaces",
+                 body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    wait_until(lambda: _exists(rest, f"/api/v1/namespaces/{name}/serviceaccounts/default"),
+               what=f"service account default in {name}", timeout=60)
+
+
+def _exists(rest: Any, path: str) -> bool:
+    from e2e.controlplane.rest import ApiError
+
+    try:
+        rest.get(path)
+        return True
+    except ApiError as exc:
+        if exc.status == 404:
+            return False
+        raise
+
+
+def wait_until(check: Callable[[], Any], *, what: str, timeout: float,
+               interval: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise BenchmarkError(benchmark=NAME, problem=f"timed out after {timeout:.0f}s "
+                                 f"waiting for {what}")
+        time.sleep(interval)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class OperatorRun:
+    """``python -m cjob_operator --namespace NS --standalone`` as its own process."""
+
+    def __init__(self, *, namespace: str, kubeconfig: Path, log_file: Path) -> None:
+        self.namespace = namespace
+        self.kubeconfig = kubeconfig
+        self.log_file = log_file
+        self.metrics_port = free_port()
+        self.health_port = free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        env = {**python_env(), "KUBECONFIG": str(self.kubeconfig)}
+        env.pop("KUBERNETES_SERVICE_HOST", None)
+        with self.log_file.open("wb") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "cjob_operator", "--namespace", self.namespace,
+                 "--standalone", "--metrics-port", str(self.metrics_port),
+                 "--health-port", str(self.health_port)],
+                stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO,
+                start_new_session=True,
+            )  # fmt: skip
+        wait_until(self._healthy, what="the operator's /healthz", timeout=120, interval=0.5)
+
+    def _healthy(self) -> bool:
+        import urllib.request
+
+        assert self.process is not None
+        if self.process.poll() is not None:
+            raise BenchmarkError(benchmark=NAME, problem=f"the operator exited with "
+                                 f"{self.process.returncode}:\n{self.log_tail()}")
+        try:
+            url = f"http://127.0.0.1:{self.health_port}/healthz"
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                return bool(resp.status == 200)
+        except OSError:
+            return False
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def metrics(self) -> str:
+        import urllib.request
+
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return str(resp.read().decode())
+
+    def memory_mb(self) -> dict[str, float]:
+        """``VmRSS`` (now) and ``VmHWM`` (peak) of the operator process, in MiB."""
+        found: dict[str, float] = {}
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                found[key] = int(value.split()[0]) / 1024.0
+        return found
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return ""
+
+    def stop(self) -> None:
+        process = self.process
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+# --------------------------------------------------------------------- pod timeline
+
+
+@dataclass
+class PodTimes:
+    added: float | None = None
+    running: float | None = None
+    failed: float | None = None
+    created_at: str | None = None
+    finished_at: str | None = None
+
+
+@dataclass
+class PodTimeline:
+    """When this process saw each pod of a namespace appear, run and fail.
+
+    Fed by a watch on its own thread (the official client); times are this machine's
+    ``time.monotonic()`` at the moment each event arrived.
+    """
+
+    api_client: Any
+    namespace: str
+    pods: dict[str, PodTimes] = field(default_factory=dict)
+    changed: threading.Condition = field(default_factory=threading.Condition)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+    error: BaseException | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="pod-timeline", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        from kubernetes import client, watch
+
+        core = client.CoreV1Api(self.api_client)
+        version = ""
+        while not self._stop.is_set():
+            stream = watch.Watch()  # type: ignore[no-untyped-call]
+            try:
+                events = stream.stream(  # type: ignore[no-untyped-call]
+                    core.list_namespaced_pod, namespace=self.namespace,
+                    resource_version=version, timeout_seconds=30, allow_watch_bookmarks=True,
+                )  # fmt: skip
+                for event in events:
+                    seen = time.monotonic()
+                    pod = event["raw_object"]
+                    version = pod["metadata"].get("resourceVersion", version)
+                    if event["type"] in ("ADDED", "MODIFIED"):
+                        self._record(pod, seen)
+                    if self._stop.is_set():
+                        stream.stop()  # type: ignore[no-untyped-call]
+            except Exception as exc:  # re-list after an expired version or a dropped stream
+                version = ""
+                if self._stop.is_set():
+                    return
+                self.error = exc
+                time.sleep(0.2)
+
+    def _record(self, pod: dict[str, Any], seen: float) -> None:
+        name = pod["metadata"]["name"]
+        phase = (pod.get("status") or {}).get("phase")
+        with self.changed:
+            times = self.pods.setdefault(name, PodTimes())
+            if times.added is None:
+                times.added = seen
+                times.created_at = pod["metadata"].get("creationTimestamp")
+            if phase == "Running" and times.running is None:
+                times.running = seen
+            if phase == "Failed" and times.failed is None:
+                times.failed = seen
+                for status in (pod.get("status") or {}).get("containerStatuses") or []:
+                    terminated = (status.get("state") or {}).get("terminated") or {}
+                    times.finished_at = terminated.get("finishedAt")
+            self.changed.notify_all()
+
+    def wait(self, name: str, what: str, *, timeout: float) -> float:
+        """The time ``what`` (added/running/failed) was seen for pod ``name``."""
+        deadline = time.monotonic() + timeout
+        with self.changed:
+            while True:
+                value = getattr(self.pods.get(name) or PodTimes(), what)
+                if value is not None:
+                    return float(value)
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise BenchmarkError(benchmark=NAME, problem=f"pod {name} not {what} "
+                                         f"after {timeout:.0f}s (watch error: {self.error!r})")
+                self.changed.wait(timeout=min(remaining, 1.0))
+
+
+# --------------------------------------------------------------------- reaction
+
+
+def reaction_job(*, namespace: str, work_dir: Path, max_restarts: int) -> dict[str, Any]:
+    """A job whose driver pods run on the process node and restart with no backoff."""
+    return {
+        "apiVersion": "checkpointed.io/v1alpha1",
+        "kind": "CheckpointedJob",
+        "metadata": {"name": REACTION_JOB, "namespace": namespace},
+        "spec": {
+            "image": "checkpointed-jobs/runtime:0.1.0",
+            "job": {"entrypoint": "job:build", "pythonPath": [str(RUNNING_SUM_DIR)],
+                    "args": {"output": str(work_dir / "output"), "count": 1_000_000,
+                             "rate": 100}},
+            "parallelism": 1,
+            "spark": {"master": "local[1]"},
+            "checkpoint": {"storage": (work_dir / "checkpoints").as_uri(), "interval": "1s"},
+            "restartPolicy": {"type": "OnFailure", "maxRestarts": max_restarts,
+                              "backoff": {"initial": "0s", "max": "0s"}},
+        },
+    }
+
+
+def kill_when_possible(node: Any, *, namespace: str, name: str, timeout: float = 10.0) -> float:
+    """SIGKILL the pod's process (retrying until the node has started it); the kill time."""
+    deadline = time.monotonic() + timeout
+    while True:
+        killed_at = time.monotonic()
+        with contextlib.suppress(KeyError, LookupError):
+            if node.kill_pod_process(namespace=namespace, name=name) > 0:
+                return killed_at
+        if time.monotonic() > deadline:
+            raise BenchmarkError(benchmark=NAME, problem=f"no process of {name} to kill")
+        time.sleep(0.02)
+
+
+def measure_reaction(*, plane: Any, node: Any, work: Path, repeat: int) -> dict[str, Any]:
+    namespace = "bench-reaction"
+    rest = plane.admin_rest()
+    create_namespace(rest, namespace)
+    api_client = plane.new_api_client()
+    timeline = PodTimeline(api_client=api_client, namespace=namespace)
+    timeline.start()
+    operator = OperatorRun(namespace=namespace, kubeconfig=plane.kubeconfig,
+                           log_file=work / "operator-reaction.log")  # fmt: skip
+    operator.start()
+    kills: dict[int, float] = {}
+    try:
+        rest.request("POST", JOBS_PATH.format(namespace=namespace),
+                     body=reaction_job(namespace=namespace, work_dir=work / "reaction",
+                                       max_restarts=repeat + 10))  # fmt: skip
+        for attempt in range(1, repeat + 2):
+            pod = f"{REACTION_JOB}-attempt-{attempt}"
+            timeline.wait(pod, "running", timeout=120)
+            if attempt == repeat + 1:
+                break
+            kills[attempt] = kill_when_possible(node, namespace=namespace, name=pod)
+            timeline.wait(pod, "failed", timeout=60)
+            timeline.wait(f"{REACTION_JOB}-attempt-{attempt + 1}", "added", timeout=60)
+            print(f"  reaction {attempt}/{repeat}", flush=True)
+        histogram = parse_histogram(operator.metrics(), RECONCILE_SECONDS)
+    finally:
+        operator.stop()
+        timeline.stop()
+        api_client.close()
+    samples: list[dict[str, Any]] = []
+    reaction: list[float] = []
+    node_part: list[float] = []
+    total: list[float] = []
+    for attempt in range(1, repeat + 1):
+        failed = timeline.pods[f"{REACTION_JOB}-attempt-{attempt}"]
+        following = timeline.pods[f"{REACTION_JOB}-attempt-{attempt + 1}"]
+        assert failed.failed is not None and following.added is not None
+        reaction.append(following.added - failed.failed)
+        node_part.append(failed.failed - kills[attempt])
+        total.append(following.added - kills[attempt])
+        samples.append({
+            "attempt": attempt,
+            "failed_to_created_s": reaction[-1],
+            "kill_to_failed_s": node_part[-1],
+            "kill_to_created_s": total[-1],
+            "finished_at": failed.finished_at,
+            "next_created_at": following.created_at,
+        })  # fmt: skip
+    return {
+        "repeat": repeat,
+        "backoff": "0s",
+        "reaction_p50_s": percentile(reaction, 0.5),
+        "reaction_p99_s": percentile(reaction, 0.99),
+        "reaction_max_s": max(reaction),
+        "kill_to_failed_p50_s": percentile(node_part, 0.5),
+        "kill_to_created_p50_s": percentile(total, 0.5),
+        "kill_to_created_p99_s": percentile(total, 0.99),
+        "reconcile_p50_s": histogram_quantile(0.5, histogram),
+        "reconcile_p99_s": histogram_quantile(0.99, histogram),
+        "reconcile_passes": histogram["count"],
+        "samples": samples,
+    }
+
+
+# --------------------------------------------------------------------- scale
+
+
+def scale_job(*, name: str, namespace: str, storage: str) -> dict[str, Any]:
+    """A small job whose driver pod lands on a fake node and never runs a process."""
+    return {
+        "apiVersion": "checkpointed.io/v1alpha1",
+        "kind": "CheckpointedJob",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "image": "checkpointed-jobs/runtime:0.1.0",
+            "job": {"entrypoint": "job:build", "args": {"output": f"/nonexistent/{name}"}},
+            "parallelism": 1,
+            "spark": {"master": "local[1]", "driver": {"cores": 1, "memory": "512m"}},
+            "checkpoint": {"storage": storage, "interval": "10s"},
+        },
+    }
+
+
+def add_untainted_fake_nodes(kwok: Any, *, count: int) -> list[str]:
+    """Fake nodes without kwok's NoSchedule taint, so untolerating pods may land there."""
+    names = [f"kwok-node-{i}" for i in range(count)]
+    for name in names:
+        kwok.add_node(name=name, capacity=dict(KWOK_CAPACITY), wait=True)
+        kwok.client.request("PATCH", f"/api/v1/nodes/{name}",
+                            body={"spec": {"taints": None}},
+                            content_type="application/merge-patch+json")  # fmt: skip
+    return names
+
+
+def remove_node(rest: Any, *, name: str) -> None:
+    """Delete a Node and wait until it is gone, so the scheduler can no longer pick it."""
+    from e2e.controlplane.rest import ApiError
+
+    try:
+        rest.request("DELETE", f"/api/v1/nodes/{name}")
+    except ApiError as exc:
+        if exc.status != 404:
+            raise
+    wait_until(lambda: not _exists(rest, f"/api/v1/nodes/{name}"),
+               what=f"node {name} to be deleted", timeout=60)  # fmt: skip
+
+
+def count_phases(rest: Any, namespace: str) -> dict[str, int]:
+    """Jobs by phase, plus ``restarted``: jobs past their first attempt."""
+    counts: dict[str, int] = {}
+    for job in rest.get(JOBS_PATH.format(namespace=namespace))["items"]:
+        status = job.get("status") or {}
+        phase = status.get("phase") or "New"
+        counts[phase] = counts.get(phase, 0) + 1
+        if int(status.get("attempt") or 0) > 1:
+            counts["restarted"] = counts.get("restarted", 0) + 1
+    return counts
+
+
+def failure_reasons(rest: Any, namespace: str) -> dict[str, int]:
+    """How many jobs ended an attempt, by the reason of their last failure."""
+    reasons: dict[str, int] = {}
+    for job in rest.get(JOBS_PATH.format(namespace=namespace))["items"]:
+        failure = (job.get("status") or {}).get("lastFailure") or {}
+        if failure:
+            reason = str(failure.get("reason"))
+            reasons[reason] = reasons.get(reason, 0) + 1
+    return reasons
+
+
+@dataclass
+class JobCreation:
+    """Creates the scale part's jobs one after another on a thread of its own, as a
+    user's script would, while the main thread samples the operator."""
+
+    rest: Any
+    namespace: str
+    jobs: int
+    storage: str
+    created: int = 0
+    seconds: float = float("nan")
+    error: BaseException | None = None
+
+    def start(self) -> None:
+        threading.Thread(target=self._run, name="create-jobs", daemon=True).start()
+
+    def _run(self) -> None:
+        began = time.monotonic()
+        try:
+            for i in range(self.jobs):
+                self.rest.request("POST", JOBS_PATH.format(namespace=self.namespace),
+                                  body=scale_job(name=f"job-{i:03d}", namespace=self.namespace,
+                                                 storage=self.storage))  # fmt: skip
+                self.created += 1
+        except BaseException as exc:
+            self.error = exc
+        self.seconds = time.monotonic() - began
+
+    def check(self) -> None:
+        if self.error is not None:
+            raise BenchmarkError(benchmark=NAME, problem=f"creating jobs failed: {self.error}")
+
+
+def measure_scale(*, plane: Any, work: Path, jobs: int, kwok_nodes: int,
+                  timeout: float) -> dict[str, Any]:  # fmt: skip
+    from e2e.controlplane.kwok import KwokNodes
+
+    namespace = "bench-scale"
+    rest = plane.admin_rest()
+    kwok = KwokNodes(control_plane=plane)
+    kwok.start()
+    operator = OperatorRun(namespace=namespace, kubeconfig=plane.kubeconfig,
+                           log_file=work / "operator-scale.log")  # fmt: skip
+    try:
+        nodes = add_untainted_fake_nodes(kwok, count=kwok_nodes)
+        create_namespace(rest, namespace)
+        operator.start()
+        time.sleep(3.0)
+        idle = operator.memory_mb()
+        storage = (work / "scale-checkpoints").as_uri()
+        started = time.monotonic()
+        creation = JobCreation(rest=rest, namespace=namespace, jobs=jobs, storage=storage)
+        creation.start()
+        series: list[dict[str, float]] = []
+        deadline = started + timeout
+        while True:
+            creation.check()
+            phases = count_phases(rest, namespace)
+            memory = operator.memory_mb()
+            elapsed = time.monotonic() - started
+            series.append({"t": elapsed, "created": creation.created,
+                           "running": phases.get("Running", 0),
+                           "rss_mb": memory["VmRSS"]})  # fmt: skip
+            if phases.get("Running", 0) == jobs:
+                break
+            if time.monotonic() > deadline:
+                reasons = failure_reasons(rest, namespace)
+                raise BenchmarkError(benchmark=NAME, problem=f"only {phases} of {jobs} jobs "
+                                     f"Running after {timeout:.0f}s; attempts ended by "
+                                     f"{reasons}; operator log: {operator.log_file}")
+            time.sleep(1.0)
+        created_s = creation.seconds
+        print(f"  created {jobs} jobs in {created_s:.1f}s", flush=True)
+        all_running_s = time.monotonic() - started
+        print(f"  all {jobs} jobs Running after {all_running_s:.1f}s", flush=True)
+        at_running = operator.memory_mb()
+        histogram_ramp = parse_histogram(operator.metrics(), RECONCILE_SECONDS)
+        time.sleep(10.0)  # steady state: the operator only resyncs
+        steady = operator.memory_mb()
+        text = operator.metrics()
+        histogram = parse_histogram(text, RECONCILE_SECONDS)
+        errors = sum_samples(text, "cjob_operator_reconcile_errors_total")
+        pods = rest.get(f"/api/v1/namespaces/{namespace}/pods",
+                        query={"labelSelector": "checkpointed.io/job"})["items"]  # fmt: skip
+        on_fake = sum(1 for p in pods if p["spec"].get("nodeName") in nodes)
+        restarted = count_phases(rest, namespace).get("restarted", 0)
+        reasons = failure_reasons(rest, namespace)
+    finally:
+        operator.stop()
+        kwok.stop()
+    return {
+        "jobs": jobs,
+        "kwok_nodes": kwok_nodes,
+        "driver_pods_on_fake_nodes": on_fake,
+        "jobs_restarted": restarted,
+        "attempt_end_reasons": reasons,
+        "create_seconds": created_s,
+        "all_running_seconds": all_running_s,
+        "rss_idle_mb": idle["VmRSS"],
+        "rss_all_running_mb": at_running["VmRSS"],
+        "rss_steady_mb": steady["VmRSS"],
+        "rss_peak_mb": steady["VmHWM"],
+        "reconcile_p50_s": histogram_quantile(0.5, histogram),
+        "reconcile_p99_s": histogram_quantile(0.99, histogram),
+        "reconcile_p99_ramp_s": histogram_quantile(0.99, histogram_ramp),
+        "reconcile_passes": histogram["count"],
+        "reconcile_mean_s": histogram["sum"] / histogram["count"] if histogram["count"] else None,
+        "reconcile_errors": errors,
+        "reconcile_buckets": histogram["buckets"],
+        "series": series,
+    }
+
+
+# --------------------------------------------------------------------- Prometheus text
+
+
+_SAMPLE = re.compile(r'^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)')
+
+
+def _samples(text: str) -> Iterator[tuple[str, dict[str, str], float]]:
+    for line in text.splitlines():
+        match = _SAMPLE.match(line)
+        if match is None:
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', match.group("labels") or ""))
+        yield match.group("name"), labels, float(match.group("value"))
+
+
+def sum_samples(text: str, name: str) -> float:
+    return sum(value for sample, _, value in _samples(text) if sample == name)
+
+
+def parse_histogram(text: str, name: str) -> dict[str, Any]:
+    """A Prometheus histogram from exposition text: cumulative buckets, sum and count."""
+    buckets: list[tuple[float, float]] = []
+    total = count = 0.0
+    for sample, labels, value in _samples(text):
+        if sample == f"{name}_bucket":
+            buckets.append((float(labels["le"]), value))
+        elif sample == f"{name}_sum":
+            total = value
+        elif sample == f"{name}_count":
+            count = value
+    buckets.sort()
+    return {"buckets": buckets, "sum": total, "count": count}
+
+
+def histogram_quantile(q: float, histogram: dict[str, Any]) -> float:
+    """PromQL's ``histogram_quantile``: linear interpolation inside the bucket."""
+    buckets: list[tuple[float, float]] = histogram["buckets"]
+    if not buckets or buckets[-1][1] == 0:
+        return float("nan")
+    rank = q * buckets[-1][1]
+    lower_bound, lower_count = 0.0, 0.0
+    for bound, cumulative in buckets:
+        if cumulative >= rank:
+            if math.isinf(bound):
+                return lower_bound
+            if cumulative == lower_count:
+                return bound
+            return lower_bound + (bound - lower_bound) * (rank - lower_count) / (
+                cumulative - lower_count)
+        lower_bound, lower_count = bound, cumulative
+    return buckets[-1][0]
+
+
+# --------------------------------------------------------------------- output
+
+
+def plot(reaction: dict[str, Any], scale: dict[str, Any] | None) -> Path:
+    plt = pyplot()
+    panels = 2 if scale else 1
+    fig, axes = plt.subplots(1, panels, figsize=(6 * panels, 4), squeeze=False)
+    left = axes[0][0]
+    samples = reaction["samples"]
+    left.bar([s["attempt"] for s in samples], [s["failed_to_created_s"] * 1000 for s in samples],
+             color="#4477aa", label="pod Failed -> next pod created")
+    left.plot([s["attempt"] for s in samples], [s["kill_to_created_s"] * 1000 for s in samples],
+              "o", color="#cc6677", label="kill -> next pod created")
+    left.axhline(REACTION_TARGET_SECONDS * 1000, color="#999933", linestyle="--",
+                 label="target (p99)")
+    left.set_xlabel("failed attempt")
+    left.set_ylabel("ms")
+    left.set_title("Operator reaction, restart backoff 0")
+    left.legend(fontsize=8)
+    if scale:
+        right = axes[0][1]
+        series = scale["series"]
+        right.plot([p["t"] for p in series], [p["rss_mb"] for p in series], color="#4477aa",
+                   label="operator RSS (MiB)")
+        right.axhline(RSS_TARGET_MB, color="#999933", linestyle="--", label="RSS target")
+        right.set_ylim(0, max(RSS_TARGET_MB, *(p["rss_mb"] for p in series)) * 1.15)
+        right.set_xlabel("s since the first job was created")
+        right.set_ylabel("MiB")
+        twin = right.twinx()
+        twin.plot([p["t"] for p in series], [p["created"] for p in series], color="#bbbbbb",
+                  label="jobs created")
+        twin.plot([p["t"] for p in series], [p["running"] for p in series], color="#cc6677",
+                  label="jobs Running")
+        twin.set_ylabel("jobs Running")
+        right.set_title(f"{scale['jobs']} jobs, one operator, kwok nodes")
+        right.legend(loc="upper left", fontsize=8)
+        twin.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    path = plot_path(NAME)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def report(reaction: dict[str, Any], scale: dict[str, Any] | None) -> None:
+    rows: list[list[Any]] = [
+        ["reaction p50 (Failed -> created)", reaction["reaction_p50_s"] * 1000, "ms", None, None],
+        ["reaction p99 (Failed -> created)", reaction["reaction_p99_s"] * 1000, "ms",
+         REACTION_TARGET_SECONDS * 1000, reaction["reaction_p99_s"] <= REACTION_TARGET_SECONDS],
+        ["kill -> pod Failed p50 (node)", reaction["kill_to_failed_p50_s"] * 1000, "ms", None,
+         None],
+        ["kill -> next pod created p99", reaction["kill_to_created_p99_s"] * 1000, "ms", None,
+         None],
+        ["reconcile p99, 1 job", reaction["reconcile_p99_s"] * 1000, "ms", None, None],
+    ]  # fmt: skip
+    if scale:
+        rows += [
+            [f"reconcile p50, {scale['jobs']} jobs", scale["reconcile_p50_s"] * 1000, "ms",
+             None, None],
+            [f"reconcile p99, {scale['jobs']} jobs", scale["reconcile_p99_s"] * 1000, "ms",
+             None, None],
+            ["operator RSS idle", scale["rss_idle_mb"], "MiB", None, None],
+            [f"operator RSS, {scale['jobs']} Running", scale["rss_all_running_mb"], "MiB",
+             RSS_TARGET_MB, scale["rss_all_running_mb"] <= RSS_TARGET_MB],
+            ["operator RSS peak", scale["rss_peak_mb"], "MiB", None, None],
+            [f"time to {scale['jobs']} Running", scale["all_running_seconds"], "s", None, None],
+        ]  # fmt: skip
+    print_table("Benchmark 6: the operator", ["measure", "value", "unit", "target", "met"], rows)
+
+
+def summary_entries(reaction: dict[str, Any], scale: dict[str, Any] | None) -> dict[str, Any]:
+    p99 = reaction["reaction_p99_s"]
+    entries: dict[str, Any] = {
+        "operator_reaction_p99_seconds": target_entry(
+            value=p99, target=REACTION_TARGET_SECONDS,
+            unit="s from driver pod Failed to the next attempt's pod created (backoff 0)",
+            met=p99 <= REACTION_TARGET_SECONDS, baseline=reaction["kill_to_failed_p50_s"],
+            note=f"p50 {reaction['reaction_p50_s'] * 1000:.0f} ms over {reaction['repeat']} "
+            "restarts; baseline: the node's own kill -> pod Failed (p50)"),
+    }  # fmt: skip
+    if scale:
+        rss = scale["rss_all_running_mb"]
+        entries["operator_scale_rss_mb"] = target_entry(
+            value=rss, target=RSS_TARGET_MB,
+            unit=f"MiB resident memory of one operator with {scale['jobs']} jobs Running",
+            met=rss <= RSS_TARGET_MB, baseline=scale["rss_idle_mb"],
+            note=f"baseline: the same operator idle; peak {scale['rss_peak_mb']:.0f} MiB")
+        entries["operator_scale_reconcile_p99_seconds"] = {
+            **target_entry(
+                value=scale["reconcile_p99_s"], target=0.0,
+                unit=f"s per reconcile pass, p99 with {scale['jobs']} jobs (histogram_quantile)",
+                met=None, baseline=reaction["reconcile_p99_s"],
+                note=f"no target (measured); baseline: p99 with one job; p50 "
+                f"{scale['reconcile_p50_s']:.2f}s over {int(scale['reconcile_passes'])} passes "
+                f"while {scale['jobs']} jobs were created and started "
+                f"({scale['all_running_seconds']:.0f}s)"),
+            "target": None,
+        }  # fmt: skip
+    return entries
 
 
 def run(ns: argparse.Namespace) -> dict[str, Any]:
-    print(f"operator benchmark: {NOTE}", flush=True)
-    data = {"met": None, "value": None, "note": NOTE}
-    write_result("operator", data)
-    update_summary({
-        "operator_recovery_seconds": target_entry(
-            value=None, target=15.0, unit="s from driver pod killed to first record after "
-            "restore (operator mode)", met=None, note=NOTE),
-    })
+    from e2e.controlplane.process_node import ProcessNode
+
+    began = time.monotonic()
+    work = fresh_dir(NAME)
+    plane = start_control_plane()
+    scale: dict[str, Any] | None = None
+    keep = bool(ns.keep_work)
+    try:
+        install_crd(plane.admin_rest())
+        print(f"control plane up after {time.monotonic() - began:.0f}s", flush=True)
+        node = ProcessNode(control_plane=plane)
+        node.start()
+        try:
+            node.wait_until_ready(timeout=120)
+            reaction = measure_reaction(plane=plane, node=node, work=work, repeat=ns.repeat)
+        finally:
+            node.stop()
+            node.cleanup_work_dir()
+        remove_node(plane.admin_rest(), name=node.name)
+        print(f"reaction measured after {time.monotonic() - began:.0f}s", flush=True)
+        if not ns.skip_scale:
+            scale = measure_scale(plane=plane, work=work, jobs=ns.jobs,
+                                  kwok_nodes=ns.kwok_nodes, timeout=ns.timeout)  # fmt: skip
+    except BaseException:
+        keep = True
+        raise
+    finally:
+        plane.stop()
+        if keep:
+            print(f"operator logs kept in {work}", flush=True)
+        else:
+            remove_dir(work)
+    duration = time.monotonic() - began
+    report(reaction, scale)
+    data = {"reaction": reaction, "scale": scale, "duration_seconds": duration,
+            "cpus": os.cpu_count(), "load_average": os.getloadavg()}  # fmt: skip
+    path = write_result(NAME, data)
+    png = plot(reaction, scale)
+    update_summary(summary_entries(reaction, scale))
+    print(f"wrote {path} and {png} ({duration:.0f}s)", flush=True)
     return data
