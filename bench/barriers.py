@@ -50,18 +50,19 @@ SYNC_TARGET_MS = 10.0
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keys", type=int, default=env_int("BENCH_KEYS", 100_000))
-    parser.add_argument("--seconds", type=float, default=40.0,
-                        help="approximate length of each run (default 40)")
+    parser.add_argument("--seconds", type=float, default=25.0,
+                        help="approximate length of each run (default 25)")
     parser.add_argument("--interval", type=float, default=0.5,
-                        help="checkpoint interval, seconds (default 0.5: ~80 checkpoints)")
+                        help="checkpoint interval, seconds (default 0.5: ~50 checkpoints)")
     parser.add_argument("--rate", type=int, default=200_000,
                         help="source rate of the no-backpressure runs, records/s")
     parser.add_argument("--sleep-ms", type=float, default=20.0,
                         help="pause of the slow keyed stage per batch (backpressure runs)")
     parser.add_argument("--barrier-calls", type=int, default=20,
                         help="BarrierTaskContext.barrier() calls of the baseline")
-    parser.add_argument("--repeat", type=int, default=1,
-                        help="runs per configuration; percentiles pool all checkpoints")
+    parser.add_argument("--repeat", type=int, default=2,
+                        help="runs per configuration (default 2); percentiles pool the "
+                             "checkpoints of all runs, so p99 is not just the maximum")
 
 
 def _configurations(ns: argparse.Namespace) -> list[dict[str, Any]]:

@@ -77,6 +77,7 @@ spec:
   parallelism: 2
   spark:
     master: local[2]
+    conf: {spark_conf}
   checkpoint:
     storage: file:///unused
     interval: 1s
@@ -94,6 +95,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kill-after-checkpoints", type=int, default=3)
     parser.add_argument("--backoff", default="0s", help="restart backoff of the job spec")
     parser.add_argument("--repeat", type=int, default=env_int("BENCH_REPEAT", 3))
+    parser.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
+                        help="Spark setting of the job (repeatable), e.g. "
+                             "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1")
     parser.add_argument("--timeout", type=float, default=600.0,
                         help="give up on one repetition after this many seconds")
 
@@ -159,8 +163,10 @@ def _wait_for(predicate: Any, *, timeout: float, what: str, runner: _Runner) -> 
 def _job_file(work: Path, *, name: str, ns: argparse.Namespace) -> Path:
     path = work / f"{name}.yaml"
     count = int(ns.rate * ns.timeout * 2)
+    conf = dict(item.split("=", 1) for item in ns.spark_conf)
     path.write_text(JOB_YAML.format(name=name, repo=json.dumps(str(REPO)), count=count,
-                                    keys=ns.keys, rate=ns.rate, backoff=ns.backoff))
+                                    keys=ns.keys, rate=ns.rate, backoff=ns.backoff,
+                                    spark_conf=json.dumps(conf)))
     return path
 
 
@@ -271,7 +277,8 @@ def run(ns: argparse.Namespace) -> dict[str, Any]:
     data = {
         "scale": {"keys": ns.keys, "rate": ns.rate, "parallelism": 2,
                   "kill_after_checkpoints": ns.kill_after_checkpoints, "backoff": ns.backoff,
-                  "repeat": ns.repeat, "checkpoint_interval_s": 1.0},
+                  "repeat": ns.repeat, "checkpoint_interval_s": 1.0,
+                  "spark_conf": ns.spark_conf},
         "embedded": recoveries, "cold_start": cold,
         "median": {"total_s": total, "phases_s": phase_medians, "cold_start_s": cold_total},
         "operator": {"met": None, "value": None,

@@ -56,8 +56,8 @@ TARGET_SECONDS = 10.0
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sizes-mb", default=os.environ.get("BENCH_STATE_SIZES_MB",
-                                                            "10,100,1024"),
-                        help="state sizes in MiB, comma separated (default 10,100,1024)")
+                                                            "10,100,256,1024"),
+                        help="state sizes in MiB, comma separated (default 10,100,256,1024)")
     parser.add_argument("--s3-max-mb", type=int, default=env_int("BENCH_S3_MAX_MB", 256),
                         help="largest state written to the S3 API (default 256)")
     parser.add_argument("--aggregate-max-mb", type=int, default=100,

@@ -374,7 +374,9 @@ class EmbeddedRunner:
                         progress = Progress(
                             records=int(runtime.get("recordsIn", 0)),
                             checkpoints=int(runtime["checkpoints"]["completed"]),
-                            latest_id=latest.get("id"), state="running")
+                            latest_id=latest.get("id"),
+                            state="running" if int(runtime.get("epoch", -1)) >= 0
+                            else "starting Spark")
                         if progress.latest_id != written_id:
                             written_id = progress.latest_id
                             write_status(self.paths, self._with_runtime(status, runtime))
