@@ -31,8 +31,9 @@ TARGET_PERCENT = 5.0
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--records", type=int, default=env_int("BENCH_OVERHEAD_RECORDS",
-                                                                 10_000_000),
-                        help="records per run (default 10,000,000: several checkpoints)")
+                                                                 50_000_000),
+                        help="records per run (default 50,000,000: 10-20 s of processing "
+                             "and as many checkpoints; shorter runs are dominated by noise)")
     parser.add_argument("--keys", type=int, default=env_int("BENCH_KEYS", 100_000))
     parser.add_argument("--repeat", type=int, default=env_int("BENCH_REPEAT", 3))
     parser.add_argument("--interval", type=float, default=1.0,
