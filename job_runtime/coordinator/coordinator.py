@@ -131,6 +131,7 @@ class CheckpointCoordinator:
         self.timeline: dict[str, float] = {}
         self.epochs_started = 0
         self.triggers = triggers
+        self._final_completed = False
         self._manual: dict[int, str] = {}
         self._last_trigger_poll = 0.0
         self._stop = threading.Event()
@@ -230,6 +231,7 @@ class CheckpointCoordinator:
         self._ready = set()
         self._sources_finished = set()
         self._done = set()
+        self._final_completed = False
         self.progress = {}
         self.timeline = {"epochStartedAt": time.time()}
 
@@ -265,7 +267,7 @@ class CheckpointCoordinator:
             self._poll_manual_trigger()
         final = len(self._sources_finished) == self.parallelism
         if final:
-            if any(p.final for p in self._pending.values()):
+            if self._final_completed or any(p.final for p in self._pending.values()):
                 return
         else:
             if self.settings.interval <= 0:
@@ -416,6 +418,8 @@ class CheckpointCoordinator:
         maybe_fail("driver.before-notify", checkpoint_id)
         for older in [p for p in self._pending if p < checkpoint_id]:
             self._abort(older, reason=f"subsumed by checkpoint {checkpoint_id}", count=False)
+        if pending.final:
+            self._final_completed = True
         self._broadcast("complete", checkpoint_id=checkpoint_id, final=pending.final)
         log.info("checkpoint %d completed (%d bytes, %.0f ms)", checkpoint_id,
                  completed.size_bytes, stats.duration_ms)
