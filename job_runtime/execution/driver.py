@@ -449,12 +449,6 @@ def _start_spark(*, settings: DriverSettings, master: str) -> Any:
     if master.startswith("local"):
         builder = builder.config("spark.driver.host", "127.0.0.1").config(
             "spark.driver.bindAddress", "127.0.0.1")
-        if "spark.driver.extraJavaOptions" not in settings.spark_conf:
-            # In local mode the JVM only schedules the one barrier stage: records never
-            # pass through it, so a fast-starting JVM (client compiler, serial GC)
-            # shortens every start and every recovery by seconds.
-            builder = builder.config("spark.driver.extraJavaOptions",
-                                     "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
     for key, value in settings.spark_conf.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
