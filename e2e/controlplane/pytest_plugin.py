@@ -37,9 +37,13 @@ from e2e.controlplane.binaries import (
 )
 from e2e.controlplane.controlplane import ControlPlane
 from e2e.controlplane.kwok import KwokNodes
+from e2e.controlplane.namespaces import (
+    create_test_namespace,
+    delete_namespace,
+    wait_for_default_service_account,
+)
 from e2e.controlplane.process_node import ProcessNode
 from e2e.controlplane.rest import ApiError, RestClient, quote
-from e2e.controlplane.waiting import wait_for
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LOGS_ROOT = REPO_ROOT / "e2e" / "logs"
@@ -129,40 +133,13 @@ def namespace_name_for(test_name: str) -> str:
 @pytest.fixture
 def kube_namespace(request: pytest.FixtureRequest, kube_rest: RestClient) -> Iterator[str]:
     name = namespace_name_for(request.node.name)
-    kube_rest.request(
-        "POST",
-        "/api/v1/namespaces",
-        body={
-            "apiVersion": "v1",
-            "kind": "Namespace",
-            "metadata": {"name": name, "labels": {"checkpointed.io/test": "true"}},
-        },
-    )
+    create_test_namespace(kube_rest, name)
     request.node.stash[_NAMESPACE_KEY] = name
-    # Pods are refused until the service account controller made "default".
-    wait_for(
-        lambda: _exists(kube_rest, f"/api/v1/namespaces/{name}/serviceaccounts/default"),
-        what=f"service account default in {name}",
-        timeout=60,
-    )
+    wait_for_default_service_account(kube_rest, name)
     try:
         yield name
     finally:
-        try:
-            kube_rest.request("DELETE", f"/api/v1/namespaces/{quote(name)}")
-        except ApiError as exc:
-            if exc.status != 404:
-                raise
-
-
-def _exists(client: RestClient, path: str) -> bool:
-    try:
-        client.get(path)
-        return True
-    except ApiError as exc:
-        if exc.status == 404:
-            return False
-        raise
+        delete_namespace(kube_rest, name)
 
 
 @pytest.hookimpl(wrapper=True)

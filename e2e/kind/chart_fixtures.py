@@ -28,7 +28,6 @@ Use them from a ``conftest.py`` (or list this module in the root ``pytest_plugin
 
 from __future__ import annotations
 
-import functools
 import secrets
 import socket
 from collections.abc import Callable, Iterator, Mapping
@@ -37,9 +36,13 @@ from typing import Any, Protocol
 
 import pytest
 
+from e2e.controlplane.namespaces import (
+    create_test_namespace,
+    delete_namespace,
+    wait_for_default_service_account,
+)
 from e2e.controlplane.pytest_plugin import require_binaries
-from e2e.controlplane.rest import ApiError, RestClient
-from e2e.controlplane.waiting import wait_for
+from e2e.controlplane.rest import RestClient
 from e2e.kind.chart import ChartRelease, Manifest, render_chart
 
 
@@ -134,40 +137,12 @@ def extra_namespaces(kube_rest: RestClient) -> Iterator[Callable[[int], list[str
     def make(count: int) -> list[str]:
         names = [f"t-chart-{secrets.token_hex(4)}" for _ in range(count)]
         for name in names:
-            kube_rest.request(
-                "POST",
-                "/api/v1/namespaces",
-                body={
-                    "apiVersion": "v1",
-                    "kind": "Namespace",
-                    "metadata": {"name": name, "labels": {"checkpointed.io/test": "true"}},
-                },
-            )
+            create_test_namespace(kube_rest, name)
             created.append(name)
         for name in names:
-            wait_for(
-                functools.partial(
-                    _exists, kube_rest, f"/api/v1/namespaces/{name}/serviceaccounts/default"
-                ),
-                what=f"service account default in {name}",
-                timeout=60,
-            )
+            wait_for_default_service_account(kube_rest, name)
         return names
 
     yield make
     for name in created:
-        try:
-            kube_rest.request("DELETE", f"/api/v1/namespaces/{name}")
-        except ApiError as exc:
-            if exc.status != 404:
-                raise
-
-
-def _exists(client: RestClient, path: str) -> bool:
-    try:
-        client.get(path)
-        return True
-    except ApiError as exc:
-        if exc.status == 404:
-            return False
-        raise
+        delete_namespace(kube_rest, name)
