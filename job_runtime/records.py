@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -74,9 +74,6 @@ class Batch:
             return Batch(arrow=self._arrow.take(pa.array(indices)))
         rows = self.rows
         return Batch(rows=[rows[i] for i in indices.tolist()])
-
-    def iter_rows(self) -> Iterator[Record]:
-        return iter(self.rows)
 
 
 def _mix64(value: int) -> int:
@@ -186,9 +183,3 @@ def split_by_target(
         out.append((int(targets[chunk[0]]), batch.take(chunk)))
     return out
 
-
-def concat_rows(batches: Sequence[Batch]) -> list[Record]:
-    rows: list[Record] = []
-    for b in batches:
-        rows.extend(b.rows)
-    return rows

@@ -16,7 +16,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from job_runtime.barriers import BarrierHandler, build_barrier_handler
-from job_runtime.errors import UserCodeError
 from job_runtime.execution.stages import StagePlan
 from job_runtime.execution.uploader import UploadJob
 from job_runtime.faults import maybe_fail
@@ -348,6 +347,3 @@ class KeyedTask(Task):
             elif kind == Kind.END:
                 handler.on_end_of_partition(channel)
 
-
-def is_user_error(exc: BaseException) -> bool:
-    return isinstance(exc, UserCodeError)
