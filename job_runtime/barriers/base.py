@@ -48,6 +48,14 @@ class BarrierHandler(abc.ABC):
     @abc.abstractmethod
     def on_end_of_partition(self, channel: int) -> None: ...
 
+    def on_final_barrier(self, channel: int, checkpoint_id: int) -> None:
+        """The barrier of the final checkpoint, which follows the last record of ``channel``.
+
+        Aligned and at-least-once handling already snapshot only after every
+        channel's barrier, so it is an ordinary barrier for them.
+        """
+        self.on_barrier(channel, checkpoint_id)
+
     def on_data(self, channel: int, batch: Batch) -> None:  # noqa: B027 - unaligned only
         """A data buffer of ``channel`` is about to be processed."""
 

@@ -176,7 +176,8 @@ class CheckpointCoordinator:
             elif kind == "ack":
                 self._ack(fields)
             elif kind == "decline":
-                self._decline(int(fields["checkpoint_id"]), str(fields["reason"]))
+                self._decline(int(fields["checkpoint_id"]), str(fields["reason"]),
+                              subsumed=bool(fields.get("subsumed", False)))
             elif kind == "sources_finished":
                 self._sources_finished.add(subtask)
                 if len(self._sources_finished) == self.parallelism:
@@ -434,9 +435,9 @@ class CheckpointCoordinator:
 
     # ------------------------------------------------------------------ failures
 
-    def _decline(self, checkpoint_id: int, reason: str) -> None:
+    def _decline(self, checkpoint_id: int, reason: str, *, subsumed: bool = False) -> None:
         if checkpoint_id in self._pending:
-            self._abort(checkpoint_id, reason=f"declined: {reason}")
+            self._abort(checkpoint_id, reason=f"declined: {reason}", count=not subsumed)
 
     def _abort(self, checkpoint_id: int, *, reason: str, count: bool = True,
                keep_data: bool = False) -> None:

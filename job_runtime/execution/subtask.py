@@ -71,9 +71,9 @@ class SubtaskRuntime:
     def send(self, kind: str, **fields: Any) -> None:
         self.conn.send(kind, epoch=self.epoch, subtask=self.subtask, **fields)
 
-    def decline(self, checkpoint_id: int, reason: str) -> None:
+    def decline(self, checkpoint_id: int, reason: str, *, subsumed: bool = False) -> None:
         try:
-            self.send("decline", checkpoint_id=checkpoint_id, reason=reason)
+            self.send("decline", checkpoint_id=checkpoint_id, reason=reason, subsumed=subsumed)
         except ConnectionLost:
             pass
 

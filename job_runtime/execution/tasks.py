@@ -56,6 +56,9 @@ class Task(threading.Thread):
         self.last_record_at: float | None = None
         self.restore_seconds: float | None = None
         self.emitted_barriers: set[int] = set()
+        # Ids of final checkpoints seen here: their barriers travel as FINAL_BARRIER,
+        # which downstream unaligned tasks align instead of letting it overtake data.
+        self.final_checkpoints: set[int] = set()
         self._cancelled: Callable[[], bool] = lambda: runtime.cancelled.is_set()
 
     # ------------------------------------------------------------------ output
@@ -99,7 +102,8 @@ class Task(threading.Thread):
             channel_state=None, channel_uid=f"{self.plan.uid}-channels",
             stats={"sync_ms": (time.perf_counter() - started) * 1000.0,
                    "alignment_ms": alignment_seconds * 1000.0})
-        self.broadcast(Kind.BARRIER, checkpoint_id)
+        final = checkpoint_id in self.final_checkpoints
+        self.broadcast(Kind.FINAL_BARRIER if final else Kind.BARRIER, checkpoint_id)
         self.emitted_barriers.add(checkpoint_id)
         maybe_fail("subtask.after-snapshot", checkpoint_id)
         if not defer_ack:
@@ -181,7 +185,10 @@ class SourceTask(Task):
     def handle_control(self, message: Control) -> None:
         kind, fields = message
         if kind == "trigger":
-            self.snapshot(int(fields["checkpoint_id"]), alignment_seconds=0.0)
+            checkpoint_id = int(fields["checkpoint_id"])
+            if fields.get("final"):
+                self.final_checkpoints.add(checkpoint_id)
+            self.snapshot(checkpoint_id, alignment_seconds=0.0)
         elif kind == "abort":
             checkpoint_id = int(fields["checkpoint_id"])
             if checkpoint_id in self.emitted_barriers:
@@ -282,7 +289,9 @@ class KeyedTask(Task):
                                     [self.key_groups.start, self.key_groups.stop])}
 
     def on_snapshot(self, checkpoint_id: int, *, alignment_seconds: float) -> None:
-        unaligned = self.runtime.config.unaligned and self.runtime.config.mode == "exactly_once"
+        config = self.runtime.config
+        unaligned = (config.unaligned and config.mode == "exactly_once"
+                     and checkpoint_id not in self.final_checkpoints)
         job = self.snapshot(checkpoint_id, alignment_seconds=alignment_seconds,
                             defer_ack=unaligned)
         if unaligned:
@@ -298,7 +307,9 @@ class KeyedTask(Task):
         self._deferred.pop(checkpoint_id, None)
         if forward_cancel:
             self.broadcast(Kind.CANCEL, checkpoint_id)
-        self.runtime.decline(checkpoint_id, reason)
+        # Without a cancel to forward, a newer barrier subsumed the checkpoint: a
+        # newer one is under way, so this is no failure of the job's checkpointing.
+        self.runtime.decline(checkpoint_id, reason, subsumed=not forward_cancel)
 
     def handle_control(self, message: Control) -> None:
         kind, fields = message
@@ -342,6 +353,9 @@ class KeyedTask(Task):
                 self.process(payload)
             elif kind == Kind.BARRIER:
                 handler.on_barrier(channel, arg)
+            elif kind == Kind.FINAL_BARRIER:
+                self.final_checkpoints.add(arg)
+                handler.on_final_barrier(channel, arg)
             elif kind == Kind.CANCEL:
                 handler.on_cancel(channel, arg)
             elif kind == Kind.END:

@@ -29,9 +29,12 @@ class Kind(enum.IntEnum):
     END = 5
     CREDIT = 6
     HELLO = 7
+    FINAL_BARRIER = 8
+    """The barrier of the job's final checkpoint: never overtakes data (see barriers)."""
 
 
 DATA_KINDS = (Kind.ARROW, Kind.ROWS)
+BARRIER_KINDS = (Kind.BARRIER, Kind.FINAL_BARRIER)
 
 
 class ChannelClosed(Exception):

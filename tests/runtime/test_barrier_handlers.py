@@ -292,6 +292,63 @@ class TestUnaligned:
         assert listener.channel_states == []
 
 
+class TestUnalignedFinalCheckpoint:
+    """The final barrier is aligned: what it overtook would never be committed."""
+
+    def test_the_final_barrier_blocks_its_channel_until_every_channel_delivered_it(
+            self) -> None:
+        listener = RecordingListener()
+        handler = UnalignedBarrierHandler(channels=3, listener=listener)
+        handler.on_final_barrier(0, 9)
+        assert handler.blocked == frozenset({0})
+        assert listener.snapshots == []
+        handler.on_final_barrier(2, 9)
+        assert handler.blocked == frozenset({0, 2})
+        handler.on_data(1, rows(1))   # processed before the snapshot, so in its state
+        handler.on_final_barrier(1, 9)
+
+        assert listener.snapshots == [9]
+        assert handler.blocked == frozenset()
+        assert listener.channel_states == []
+
+    def test_a_channel_that_ended_counts_as_aligned(self) -> None:
+        listener = RecordingListener()
+        handler = UnalignedBarrierHandler(channels=2, listener=listener)
+        handler.on_final_barrier(0, 3)
+        handler.on_end_of_partition(1)
+        assert listener.snapshots == [3]
+        assert handler.blocked == frozenset()
+
+    def test_the_final_barrier_subsumes_an_unfinished_unaligned_checkpoint(self) -> None:
+        listener = RecordingListener()
+        handler = UnalignedBarrierHandler(channels=2, listener=listener)
+        handler.on_priority_barrier(0, 4, [rows(1)])
+        handler.on_final_barrier(0, 5)
+        assert listener.aborts == [(4, False)]
+        handler.on_priority_barrier(1, 4, [])   # late: ignored
+        handler.on_final_barrier(1, 5)
+        assert listener.snapshots == [4, 5]
+        assert listener.channel_states == []
+
+    def test_a_cancel_of_the_final_checkpoint_releases_the_blocked_channels(self) -> None:
+        listener = RecordingListener()
+        handler = UnalignedBarrierHandler(channels=2, listener=listener)
+        handler.on_final_barrier(0, 6)
+        handler.abort_pending(6, reason="expired")
+        assert handler.blocked == frozenset()
+        assert listener.aborts == [(6, True)]
+        handler.on_final_barrier(1, 6)
+        assert listener.snapshots == []
+
+    @pytest.mark.parametrize("handler_type", [AlignedBarrierHandler, AtLeastOnceBarrierHandler])
+    def test_other_handlers_treat_it_as_an_ordinary_barrier(self, handler_type: type) -> None:
+        listener = RecordingListener()
+        handler = handler_type(channels=2, listener=listener)
+        handler.on_final_barrier(0, 2)
+        handler.on_final_barrier(1, 2)
+        assert listener.snapshots == [2]
+
+
 @pytest.mark.parametrize(("mode", "unaligned", "expected"), [
     ("exactly_once", False, AlignedBarrierHandler),
     ("exactly_once", True, UnalignedBarrierHandler),

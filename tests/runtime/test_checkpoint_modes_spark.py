@@ -44,3 +44,17 @@ def test_unaligned_checkpoints_stay_exactly_once_when_a_subtask_crashes(
     assert run.status is not None and run.status["subtaskRestarts"] >= 1
     assert run.status["restoredFrom"] is not None
     assert harness.running_sum_problems(count=COUNT) == []
+
+
+def test_unaligned_final_checkpoint_keeps_the_records_still_in_flight(
+        harness: JobHarness) -> None:
+    # No rate limit and a slow reduce: the sources finish while their last buffers
+    # still wait in the reduce's input queues, so the final barrier has data to
+    # overtake. Every one of those records must reach the committed output.
+    count = 3000
+    run = harness.run(entrypoint="crashing_jobs:running_sum", args={
+        "count": count, "output": str(harness.output), "reduce_delay": 0.002},
+        extra=["--unaligned", "--credits", "2"])
+
+    assert run.returncode == 0, run.explain()
+    assert harness.running_sum_problems(count=count) == []

@@ -146,6 +146,19 @@ def test_declines_beyond_the_tolerable_failures_fail_the_job(
     assert store.latest() is None
 
 
+def test_a_checkpoint_subsumed_by_a_newer_barrier_is_no_failure(
+        running: tuple[CheckpointCoordinator, InMemoryCheckpointStore, list[StandIn]]) -> None:
+    coordinator, _, subtasks = running
+    for _ in range(3):   # one failure is tolerable: three subsumed ones must not count
+        checkpoint_id = coordinator.trigger()
+        assert checkpoint_id is not None
+        subtasks[0].send("decline", checkpoint_id=checkpoint_id, subsumed=True,
+                         reason=f"subsumed by barrier {checkpoint_id + 1}")
+        for s in subtasks:
+            assert int(s.expect("abort")["checkpoint_id"]) == checkpoint_id
+    assert coordinator.failure is None
+
+
 def test_a_zombie_of_an_older_epoch_is_ignored_and_refused(
         running: tuple[CheckpointCoordinator, InMemoryCheckpointStore, list[StandIn]]) -> None:
     coordinator, store, subtasks = running
