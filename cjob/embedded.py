@@ -355,6 +355,10 @@ class EmbeddedRunner:
     def _watch(self, *, attempt: int, args: list[str], status: JobStatus
                ) -> tuple[int, dict[str, Any] | None]:
         log_path = self.paths.log(attempt)
+        # An earlier run of a job of this name may have left this attempt's progress
+        # file: read before the new driver writes its own, it would show that run's
+        # records and checkpoints, and could trigger --kill-driver-after.
+        self.paths.runtime_status(attempt).unlink(missing_ok=True)
         env = dict(os.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
         with open(log_path, "wb") as log:

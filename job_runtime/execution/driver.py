@@ -390,12 +390,12 @@ def _run(settings: DriverSettings) -> int:
         s3=dataclasses.asdict(s3) if s3.to_env() else None)
 
     status.timeline["sparkStartingAt"] = time.time()
-    spark = _start_spark(settings=settings, master=master)
+    sc = _start_spark(settings=settings, master=master)
     status.timeline["sparkReadyAt"] = time.time()
     try:
         assert pipeline.source_op is not None
-        pipeline.source_op.prepare_on_driver(spark=spark, staging_uri=staging)
-        outcome = _run_stage(spark=spark, settings=settings, config=config,
+        pipeline.source_op.prepare_on_driver(spark_context=sc, staging_uri=staging)
+        outcome = _run_stage(sc=sc, settings=settings, config=config,
                              coordinator=coordinator)
     finally:
         coordinator.stop()
@@ -404,13 +404,13 @@ def _run(settings: DriverSettings) -> int:
         pipeline.sink_op.finish_job(s3=s3)
         store.shutdown(JobStatus.FINISHED, discard=storage.discard)
         status.stop(state="finished")
-        spark.stop()
+        sc.stop()
         log.info("job finished: %d records written, %d checkpoints completed",
                  coordinator.snapshot_progress()["recordsOut"], coordinator.stats.completed)
         return ExitCode.FINISHED
     status.stop(state="failed")
     try:
-        spark.stop()
+        sc.stop()
     except Exception:
         pass
     return _exit_code_for(outcome)
@@ -433,33 +433,34 @@ def _exit_code_for(failure: BaseException) -> int:
 
 
 def _start_spark(*, settings: DriverSettings, master: str) -> Any:
-    from pyspark.sql import SparkSession
+    """A ``SparkContext``, not a ``SparkSession``: the session's start costs about as
+    much again and the barrier stage never needs it (see ``prepare_on_driver``)."""
+    from pyspark import SparkConf, SparkContext
 
     # Python workers must run the driver's interpreter (the one with job_runtime).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    builder = (SparkSession.builder.appName(f"cjob-{settings.job_name}").master(master)
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.python.worker.reuse", "false")
-               .config("spark.stage.maxConsecutiveAttempts", str(max(4, settings.task_attempts)))
-               .config("spark.task.maxFailures", str(settings.task_attempts))
-               .config("spark.sql.shuffle.partitions", "1"))
+    conf = (SparkConf().setAppName(f"cjob-{settings.job_name}").setMaster(master)
+            .set("spark.ui.enabled", "false")
+            .set("spark.ui.showConsoleProgress", "false")
+            .set("spark.python.worker.reuse", "false")
+            .set("spark.stage.maxConsecutiveAttempts", str(max(4, settings.task_attempts)))
+            .set("spark.task.maxFailures", str(settings.task_attempts))
+            .set("spark.sql.shuffle.partitions", "1"))
     if master.startswith("local"):
-        builder = builder.config("spark.driver.host", "127.0.0.1").config(
-            "spark.driver.bindAddress", "127.0.0.1")
+        conf = conf.set("spark.driver.host", "127.0.0.1").set("spark.driver.bindAddress",
+                                                               "127.0.0.1")
     for key, value in settings.spark_conf.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+        conf = conf.set(key, value)
+    sc = SparkContext.getOrCreate(conf=conf)
+    sc.setLogLevel("ERROR")
+    return sc
 
 
-def _run_stage(*, spark: Any, settings: DriverSettings, config: SubtaskConfig,
+def _run_stage(*, sc: Any, settings: DriverSettings, config: SubtaskConfig,
                coordinator: CheckpointCoordinator) -> BaseException | None:
     """Run the barrier stage; ``None`` on success, else why the job failed."""
-    sc = spark.sparkContext
     result: dict[str, Any] = {}
 
     def job() -> None:

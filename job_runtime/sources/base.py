@@ -58,5 +58,10 @@ class Source(abc.ABC):
     def open(self, split: Split, position: Any, *, context: SourceContext) -> SplitReader:
         """A reader of ``split`` starting at ``position`` (``None`` for the beginning)."""
 
-    def prepare_on_driver(self, *, spark: Any, staging_uri: str) -> None:  # noqa: B027
-        """Runs once in the driver before the job starts (e.g. to stage a DataFrame)."""
+    def prepare_on_driver(self, *, spark_context: Any, staging_uri: str) -> None:  # noqa: B027
+        """Runs once in the driver before the job starts (e.g. to stage a DataFrame).
+
+        The driver runs a plain ``SparkContext``: a ``SparkSession`` costs about as
+        much startup again, which every restart would pay, so only a source that
+        needs one creates it.
+        """

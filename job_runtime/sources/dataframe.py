@@ -28,11 +28,14 @@ class DataFrameSource(Source):
     def _staged(self, staging_uri: str) -> str:
         return staging_uri.rstrip("/") + f"/{self.source_name}"
 
-    def prepare_on_driver(self, *, spark: Any, staging_uri: str) -> None:
+    def prepare_on_driver(self, *, spark_context: Any, staging_uri: str) -> None:
         target = self._staged(staging_uri)
         fs = get_filesystem(target)
         if fs.exists(target + "/_SUCCESS"):
             return
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession(spark_context)
         df = self.build(spark)
         spark_target = target if "://" in target and not target.startswith("file://") else (
             "file://" + target.removeprefix("file://"))

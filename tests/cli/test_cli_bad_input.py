@@ -127,6 +127,22 @@ class TestFailingAttempts:
         assert status["restarts"] == 0
         assert status["lastFailure"]["exitCode"] == 2
 
+    def test_progress_left_by_an_earlier_run_is_never_reported_as_this_runs(
+            self, tmp_path: Path) -> None:
+        stale = tmp_path / "s" / "demo" / "attempt-1.progress.json"
+        stale.parent.mkdir(parents=True)
+        stale.write_text(json.dumps({
+            "epoch": 0, "recordsIn": 12345, "checkpoints": {"completed": 5},
+            "latestCheckpoint": {"id": 7, "path": "file:///old/chk-7/_metadata",
+                                 "completedAt": 1.0e9, "sizeBytes": 10}}))
+        path = good_job(tmp_path, entrypoint="nosuchmodule:build")
+        result = run_cjob("run", str(path), "--state-dir", str(tmp_path / "s"), "--fresh",
+                          cwd=tmp_path)
+        assert result.returncode == 1
+        assert "12,345" not in result.stdout
+        status = json.loads((tmp_path / "s" / "demo" / "status.json").read_text())
+        assert status.get("latestCheckpoint") is None
+
     def test_a_checkpoint_path_of_another_job_is_refused(self, tmp_path: Path) -> None:
         (tmp_path / "job.py").write_text(
             "from job_runtime import sources, sinks\n"

@@ -43,6 +43,19 @@ def _crash_once(p: Pipeline) -> Callable[[dict[str, Any]], dict[str, Any]]:
 
 def running_sum(p: Pipeline) -> None:
     """Emits every key's running sum of ``seq`` after each record (what verify() checks)."""
+    _running_sum(p, _source(p))
+
+
+def dataframe_running_sum(p: Pipeline) -> None:
+    """The running sum over a Spark DataFrame of ``seq`` (the ``dataframe`` source)."""
+    count = int(p.args["count"])
+    source = sources.dataframe(
+        lambda spark: spark.range(count, numPartitions=3).withColumnRenamed("id", "seq"),
+        name="numbers", batch_size=50)
+    _running_sum(p, p.source(source))
+
+
+def _running_sum(p: Pipeline, stream: Stream) -> None:
     delay = float(p.args.get("reduce_delay", 0.0))
 
     def add(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
@@ -50,7 +63,7 @@ def running_sum(p: Pipeline) -> None:
             time.sleep(delay)
         return {"key": a["key"], "value": a["value"] + b["value"]}
 
-    (_source(p)
+    (stream
      .map(_crash_once(p))
      .map(lambda r: {"key": r["seq"] % KEYS, "value": r["seq"]})
      .key_by("key")
