@@ -8,7 +8,8 @@ STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
 .PHONY: help install run lint test test-fast controlplane e2e-kind bench bench-throughput \
-	bench-overhead bench-barriers bench-state-size bench-recovery bench-operator clean
+	bench-overhead bench-barriers bench-state-size bench-recovery bench-operator \
+	bench-recovery-operator clean
 
 help:
 	@echo "make run      install, then run the embedded demo with a driver kill and verify it"
@@ -49,7 +50,8 @@ test-fast: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench all
 
-bench-throughput bench-overhead bench-barriers bench-state-size bench-recovery bench-operator: $(STAMP)
+bench-throughput bench-overhead bench-barriers bench-state-size bench-recovery bench-operator \
+	bench-recovery-operator: $(STAMP)
 	$(BIN)/python -m bench $(patsubst bench-%,%,$@)
 
 clean:

@@ -1,4 +1,5 @@
-"""``python -m bench all|throughput|overhead|barriers|state-size|recovery|operator``.
+"""``python -m bench all`` or one benchmark: ``throughput``, ``overhead``, ``barriers``,
+``state-size``, ``recovery``, ``operator``, ``recovery-operator``.
 
 Each benchmark prints a table, writes ``bench/results/<name>.json`` and a PNG
 plot, and rewrites its own entries of ``bench/results/summary.json``.
@@ -12,6 +13,8 @@ import sys
 import time
 from types import ModuleType
 
+from bench.common import BenchmarkError
+
 BENCHMARKS = {
     "throughput": "bench.throughput",
     "overhead": "bench.overhead",
@@ -19,6 +22,7 @@ BENCHMARKS = {
     "state-size": "bench.state_size",
     "recovery": "bench.recovery",
     "operator": "bench.operator_bench",
+    "recovery-operator": "bench.operator_recovery",
 }
 ALL = ["throughput", "overhead", "barriers", "state-size", "recovery"]
 
@@ -41,12 +45,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _run_one(ns: argparse.Namespace) -> int:
+    """One benchmark; a run that could not measure ends with its reason, not a traceback."""
+    try:
+        _module(ns.benchmark).run(ns)
+    except BenchmarkError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     ns = parser.parse_args(argv)
     if ns.benchmark != "all":
-        _module(ns.benchmark).run(ns)
-        return 0
+        return _run_one(ns)
     failures = []
     for name in ALL:
         started = time.monotonic()
