@@ -186,6 +186,89 @@ class CleanupPolicy:
     checkpoints: CheckpointCleanup = CheckpointCleanup.RETAIN
 
 
+PERSISTENT_VOLUME_KINDS = ("persistentVolumeClaim", "hostPath", "nfs")
+"""Volume sources whose files outlive the pod (and that Spark can mount into executors)."""
+
+
+@dataclass(frozen=True)
+class PodSettings:
+    """Where the driver pod runs and what it mounts, passed to the pod as given.
+
+    Volumes, tolerations and affinity are Kubernetes objects: the parser checks their
+    shape (names, paths, known keys) and the API server validates the rest when the
+    operator creates the pod, so they stay documents here.
+    """
+
+    volumes: tuple[Mapping[str, Any], ...] = ()
+    volume_mounts: tuple[Mapping[str, Any], ...] = ()
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    affinity: Mapping[str, Any] | None = None
+    priority_class_name: str | None = None
+
+    @property
+    def is_default(self) -> bool:
+        return self == PodSettings()
+
+    def document(self) -> dict[str, Any]:
+        """The settings in the CR's camelCase form, without the unset ones."""
+        document: dict[str, Any] = {
+            "volumes": [dict(v) for v in self.volumes],
+            "volumeMounts": [dict(m) for m in self.volume_mounts],
+            "nodeSelector": dict(self.node_selector),
+            "tolerations": [dict(t) for t in self.tolerations],
+            "affinity": dict(self.affinity) if self.affinity is not None else None,
+            "priorityClassName": self.priority_class_name,
+        }
+        return {key: value for key, value in document.items() if value}
+
+    def volume(self, name: str) -> Mapping[str, Any] | None:
+        return next((v for v in self.volumes if v.get("name") == name), None)
+
+    def mount_holding(self, path: str) -> Mapping[str, Any] | None:
+        """The volume mount whose directory contains ``path`` (the deepest one)."""
+        best: Mapping[str, Any] | None = None
+        for mount in self.volume_mounts:
+            root = str(mount["mountPath"]).rstrip("/") or "/"
+            inside = path == root or path.startswith(root if root == "/" else root + "/")
+            if inside and (best is None or len(root) > len(str(best["mountPath"]))):
+                best = mount
+        return best
+
+
+def volume_kind(volume: Mapping[str, Any]) -> str | None:
+    """The volume source's key (``persistentVolumeClaim``, ``emptyDir``...), if any."""
+    return next((key for key in volume if key != "name"), None)
+
+
+def ephemeral_storage_problem(spec: JobSpec) -> str | None:
+    """Why ``file://`` checkpoints of this spec would not survive the driver pod, if so.
+
+    A driver pod writes ``file://`` checkpoints into its own filesystem unless a
+    persistent volume is mounted there; the next attempt's pod would then find the
+    checkpoint the store points to gone. ``cjob run`` keeps them on the local disk and
+    does not need this check; the operator reports it as a Warning.
+    """
+    storage = spec.checkpoint.storage
+    if not storage.startswith("file://"):
+        return None
+    path = storage[len("file://"):] or "/"
+    advice = ("mount a persistent volume there (spec.pod.volumes and spec.pod.volumeMounts) "
+              "or use s3:// storage")
+    mount = spec.pod.mount_holding(path)
+    if mount is None:
+        return (f"checkpoint storage {storage} is inside the driver container: a restarted "
+                f"driver cannot read it; {advice}")
+    volume = spec.pod.volume(str(mount["name"])) or {}
+    kind = volume_kind(volume)
+    if kind not in PERSISTENT_VOLUME_KINDS:
+        return (f"checkpoint storage {storage} is on volume {mount['name']!r} of kind "
+                f"{kind or 'unknown'}, which is deleted with the pod; {advice}")
+    if mount.get("readOnly"):
+        return f"checkpoint storage {storage} is on a read-only mount of {mount['name']!r}"
+    return None
+
+
 @dataclass(frozen=True)
 class JobSpec:
     image: str
@@ -198,6 +281,7 @@ class JobSpec:
     restore: RestoreSpec = field(default_factory=RestoreSpec)
     suspend: bool = False
     cleanup_policy: CleanupPolicy = field(default_factory=CleanupPolicy)
+    pod: PodSettings = field(default_factory=PodSettings)
 
 
 @dataclass(frozen=True)
@@ -254,5 +338,7 @@ def spec_hash(job: CheckpointedJob) -> str:
         "tolerableFailures": checkpoint.tolerable_failures,
         "onUnreadable": spec.restore.on_unreadable.value,
     }
+    if not spec.pod.is_default:   # only then: the hash of every older spec stays the same
+        document["pod"] = spec.pod.document()
     encoded = json.dumps(document, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(encoded.encode()).hexdigest()[:16]

@@ -45,6 +45,7 @@ from cjob_spec.model import (
     JobSpec,
     Metadata,
     OnUnreadable,
+    PodSettings,
     RestartPolicy,
     RestartPolicyType,
     RestoreSource,
@@ -315,6 +316,7 @@ def parse_job(document: Mapping[str, Any]) -> CheckpointedJob:
             "restore",
             "suspend",
             "cleanupPolicy",
+            "pod",
         ),
     )
     return CheckpointedJob(metadata=metadata, spec=_read_spec(spec_node))
@@ -418,7 +420,9 @@ def _read_spec(node: _Node) -> JobSpec:
         ),
         default=CleanupPolicy,
     )
+    pod = node.child("pod", POD_FIELDS, _read_pod, default=PodSettings)
     return JobSpec(
+        pod=pod,
         image=image,
         job=job,
         checkpoint=checkpoint,
@@ -472,6 +476,77 @@ def _read_job_code(node: _Node) -> JobCode:
             _check_json_value(item, f"spec.job.args.{key}")
             args[key] = item
     return JobCode(entrypoint=entrypoint, python_path=tuple(python_path), args=args)
+
+
+POD_FIELDS = ("volumes", "volumeMounts", "nodeSelector", "tolerations", "affinity",
+              "priorityClassName")
+VOLUME_MOUNT_FIELDS = ("name", "mountPath", "readOnly", "subPath", "subPathExpr",
+                       "mountPropagation", "recursiveReadOnly")
+TOLERATION_FIELDS = ("key", "operator", "value", "effect", "tolerationSeconds")
+AFFINITY_FIELDS = ("nodeAffinity", "podAffinity", "podAntiAffinity")
+
+
+def _documents(value: object, path: str) -> list[tuple[str, Mapping[str, Any]]]:
+    """A list of JSON mappings, each with its path (``spec.pod.volumes[0]``...)."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise SpecError(field=path, problem=f"must be a list, got {_describe(value)}")
+    items: list[tuple[str, Mapping[str, Any]]] = []
+    for index, item in enumerate(value):
+        at = f"{path}[{index}]"
+        if not isinstance(item, Mapping):
+            raise SpecError(field=at, problem=f"must be a mapping, got {_describe(item)}")
+        _check_json_value(item, at)
+        items.append((at, item))
+    return items
+
+
+def _read_pod(node: _Node) -> PodSettings:
+    volumes: list[Mapping[str, Any]] = []
+    for at, volume in _documents(node.get("volumes"), node.at("volumes")):
+        name = _Node(volume, at, (), lenient=True).required_string("name")
+        if len(name) > 63 or not DNS_LABEL_PATTERN.match(name):
+            raise SpecError(field=f"{at}.name", problem=f"must be a DNS label, got {name!r}")
+        if any(v["name"] == name for v in volumes):
+            raise SpecError(field=f"{at}.name", problem=f"volume {name!r} is declared twice")
+        if len(volume) != 2:
+            raise SpecError(field=at, problem="must have a name and exactly one volume source "
+                            "(for example persistentVolumeClaim, hostPath, nfs)")
+        volumes.append(volume)
+    mounts: list[Mapping[str, Any]] = []
+    for at, mount in _documents(node.get("volumeMounts"), node.at("volumeMounts")):
+        fields = _Node(mount, at, VOLUME_MOUNT_FIELDS)
+        name = fields.required_string("name")
+        if not any(v["name"] == name for v in volumes):
+            raise SpecError(field=f"{at}.name", problem=f"no volume named {name!r} in "
+                            "spec.pod.volumes",
+                            hint=_suggest(name, [str(v["name"]) for v in volumes]))
+        mount_path = fields.required_string("mountPath")
+        if not mount_path.startswith("/"):
+            raise SpecError(field=f"{at}.mountPath",
+                            problem=f"must be an absolute path, got {mount_path!r}")
+        if any(m["mountPath"] == mount_path for m in mounts):
+            raise SpecError(field=f"{at}.mountPath",
+                            problem=f"{mount_path!r} is mounted twice")
+        fields.boolean("readOnly", default=False)
+        mounts.append(mount)
+    tolerations = [item for at, item in _documents(node.get("tolerations"),
+                                                   node.at("tolerations"))
+                   if _Node(item, at, TOLERATION_FIELDS)]
+    affinity: Mapping[str, Any] | None = None
+    if node.get("affinity") is not None:
+        affinity_node = _Node(node.get("affinity"), node.at("affinity"), AFFINITY_FIELDS)
+        _check_json_value(dict(affinity_node.values), node.at("affinity"))
+        affinity = dict(affinity_node.values)
+    return PodSettings(
+        volumes=tuple(volumes),
+        volume_mounts=tuple(mounts),
+        node_selector=_string_map(node.get("nodeSelector"), node.at("nodeSelector")),
+        tolerations=tuple(tolerations),
+        affinity=affinity,
+        priority_class_name=node.string("priorityClassName"),
+    )
 
 
 def _check_json_value(value: object, path: str) -> None:

@@ -13,11 +13,17 @@ needed.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from cjob_operator.config import OperatorConfig
 from cjob_spec.errors import SpecError
-from cjob_spec.model import CheckpointedJob, spec_hash
+from cjob_spec.model import (
+    PERSISTENT_VOLUME_KINDS,
+    CheckpointedJob,
+    spec_hash,
+    volume_kind,
+)
 from cjob_spec.names import (
     ANNOTATION_FENCE,
     ANNOTATION_RESTORE,
@@ -149,6 +155,40 @@ def driver_spark_conf(
             "spark.executor.memory": spark.executor.memory.to_spark(),
         }
     )
+    conf.update(executor_volume_conf(job))
+    for key, value in job.spec.pod.node_selector.items():
+        conf[f"spark.kubernetes.node.selector.{key}"] = value
+    return conf
+
+
+def executor_volume_conf(job: CheckpointedJob) -> dict[str, str]:
+    """Spark settings that mount the driver's persistent volumes into executors too.
+
+    With Spark on Kubernetes the subtasks run in executor pods and write ``file://``
+    checkpoints from there, so they need the same volumes at the same paths. Spark
+    mounts only what its ``spark.kubernetes.executor.volumes.*`` settings name, and
+    only some volume kinds; others (an ``emptyDir`` holds nothing worth sharing) are
+    left to the user's ``spark.conf``.
+    """
+    pod = job.spec.pod
+    conf: dict[str, str] = {}
+    for mount in pod.volume_mounts:
+        name = str(mount["name"])
+        volume = pod.volume(name) or {}
+        kind = volume_kind(volume)
+        if kind not in PERSISTENT_VOLUME_KINDS:
+            continue
+        source = volume[kind] if isinstance(volume.get(kind), Mapping) else {}
+        prefix = f"spark.kubernetes.executor.volumes.{kind}.{name}"
+        conf[f"{prefix}.mount.path"] = str(mount["mountPath"])
+        conf[f"{prefix}.mount.readOnly"] = "true" if mount.get("readOnly") else "false"
+        if mount.get("subPath"):
+            conf[f"{prefix}.mount.subPath"] = str(mount["subPath"])
+        options = {"persistentVolumeClaim": ("claimName",), "hostPath": ("path", "type"),
+                   "nfs": ("server", "path")}[kind]
+        for option in options:
+            if source.get(option) is not None:
+                conf[f"{prefix}.options.{option}"] = str(source[option])
     return conf
 
 
@@ -218,6 +258,8 @@ def build_driver_pod(
             "limits": {"memory": memory},
         },
     }
+    if job.spec.pod.volume_mounts:
+        container["volumeMounts"] = [dict(m) for m in job.spec.pod.volume_mounts]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -239,8 +281,26 @@ def build_driver_pod(
             "automountServiceAccountToken": True,
             "terminationGracePeriodSeconds": config.termination_grace_seconds,
             "containers": [container],
+            **driver_pod_placement(job),
         },
     }
+
+
+def driver_pod_placement(job: CheckpointedJob) -> dict[str, Any]:
+    """The pod fields ``spec.pod`` sets: volumes, node selection, tolerations, priority."""
+    pod = job.spec.pod
+    fields: dict[str, Any] = {}
+    if pod.volumes:
+        fields["volumes"] = [dict(v) for v in pod.volumes]
+    if pod.node_selector:
+        fields["nodeSelector"] = dict(pod.node_selector)
+    if pod.tolerations:
+        fields["tolerations"] = [dict(t) for t in pod.tolerations]
+    if pod.affinity is not None:
+        fields["affinity"] = dict(pod.affinity)
+    if pod.priority_class_name:
+        fields["priorityClassName"] = pod.priority_class_name
+    return fields
 
 
 def build_driver_service(job: CheckpointedJob, *, operator_config: OperatorConfig) -> Manifest:

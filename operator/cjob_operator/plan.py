@@ -48,7 +48,12 @@ from cjob_operator.actions import (
 from cjob_operator.observed import DriverPod, Observed
 from cjob_spec.errors import SpecError
 from cjob_spec.exit_codes import describe_exit, reason_for_exit
-from cjob_spec.model import CheckpointCleanup, CheckpointedJob, spec_hash
+from cjob_spec.model import (
+    CheckpointCleanup,
+    CheckpointedJob,
+    ephemeral_storage_problem,
+    spec_hash,
+)
 from cjob_spec.names import (
     checkpoint_configmap_name,
     driver_pod_name,
@@ -349,6 +354,9 @@ def _start_attempt(draft: _Draft, *, reason: str, reset_restarts: bool) -> None:
     draft.act(CreateDriver(name=pod_name, attempt=attempt, restore_pointer=pointer))
     message = f"started attempt {attempt} (pod {pod_name}) from {origin}"
     draft.event("Normal", reason, message)
+    problem = ephemeral_storage_problem(job.spec)
+    if problem is not None:
+        draft.event("Warning", "CheckpointsNotPersistent", problem)
     draft.set(
         phase=Phase.PENDING,
         reason=reason,

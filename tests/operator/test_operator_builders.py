@@ -333,3 +333,57 @@ def test_the_checkpoint_configmap_starts_empty_and_fenced() -> None:
     assert configmap["data"] == {}
     assert configmap["metadata"]["annotations"] == {"checkpointed.io/fence-attempt": "2"}
     assert configmap["metadata"]["labels"]["checkpointed.io/job"] == "clicks"
+
+
+# --- spec.pod: placement and volumes -------------------------------------------------------
+
+CHECKPOINT_VOLUMES = {
+    "volumes": [{"name": "ckpt", "persistentVolumeClaim": {"claimName": "checkpoints"}},
+                {"name": "scratch", "emptyDir": {}}],
+    "volumeMounts": [{"name": "ckpt", "mountPath": "/ckpt", "subPath": "jobs"},
+                     {"name": "scratch", "mountPath": "/scratch"}],
+}
+
+
+def test_pod_settings_reach_the_driver_pod() -> None:
+    toleration = {"key": "spark", "operator": "Exists", "effect": "NoSchedule"}
+    job = make_job(pod={**CHECKPOINT_VOLUMES, "nodeSelector": {"pool": "spark"},
+                        "tolerations": [toleration],
+                        "affinity": {"nodeAffinity": {"x": 1}}, "priorityClassName": "batch"})
+    spec = build_driver_pod(job, attempt=1, restore_pointer="latest",
+                            operator_config=CONFIG)["spec"]
+    assert spec["volumes"] == CHECKPOINT_VOLUMES["volumes"]
+    assert spec["containers"][0]["volumeMounts"] == CHECKPOINT_VOLUMES["volumeMounts"]
+    assert spec["nodeSelector"] == {"pool": "spark"}
+    assert spec["tolerations"] == [toleration]
+    assert spec["affinity"] == {"nodeAffinity": {"x": 1}}
+    assert spec["priorityClassName"] == "batch"
+
+
+def test_a_driver_pod_without_pod_settings_has_no_placement_fields() -> None:
+    spec = build_driver_pod(make_job(), attempt=1, restore_pointer="latest",
+                            operator_config=CONFIG)["spec"]
+    assert not {"volumes", "nodeSelector", "tolerations", "affinity",
+                "priorityClassName"} & set(spec)
+    assert "volumeMounts" not in spec["containers"][0]
+
+
+def test_executors_on_kubernetes_mount_the_persistent_volumes_and_follow_the_node_selector(
+) -> None:
+    job = make_job(pod={**CHECKPOINT_VOLUMES, "nodeSelector": {"pool": "spark"}})
+    conf = spark_conf(args_of(build_driver_pod(job, attempt=1, restore_pointer="latest",
+                                               operator_config=CONFIG)))
+    prefix = "spark.kubernetes.executor.volumes.persistentVolumeClaim.ckpt"
+    assert conf[f"{prefix}.mount.path"] == "/ckpt"
+    assert conf[f"{prefix}.mount.readOnly"] == "false"
+    assert conf[f"{prefix}.mount.subPath"] == "jobs"
+    assert conf[f"{prefix}.options.claimName"] == "checkpoints"
+    assert not [key for key in conf if ".emptyDir." in key], "scratch space is not shared"
+    assert conf["spark.kubernetes.node.selector.pool"] == "spark"
+
+
+def test_a_local_mode_driver_gets_no_executor_volume_settings() -> None:
+    job = make_job(pod=CHECKPOINT_VOLUMES, **{"spark.master": "local[2]"})
+    conf = spark_conf(args_of(build_driver_pod(job, attempt=1, restore_pointer="latest",
+                                               operator_config=CONFIG)))
+    assert not [key for key in conf if key.startswith("spark.kubernetes.")]

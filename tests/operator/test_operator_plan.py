@@ -65,6 +65,24 @@ def test_a_local_mode_job_needs_no_driver_service() -> None:
     assert "CreateDriver" in kinds(result)
 
 
+def test_file_checkpoints_the_next_pod_cannot_read_are_reported_at_each_start() -> None:
+    job = make_job(checkpoint={"storage": "file:///ckpt"})
+    result = run(observe(job, JobStatus()), T0)
+    assert "CreateDriver" in kinds(result)
+    warnings = [e for e in result.of_type(EmitEvent) if e.reason == "CheckpointsNotPersistent"]
+    assert len(warnings) == 1 and warnings[0].type == "Warning"
+    assert "file:///ckpt" in warnings[0].message
+
+
+def test_file_checkpoints_on_a_persistent_volume_raise_no_warning() -> None:
+    job = make_job(checkpoint={"storage": "file:///ckpt/jobs"}, pod={
+        "volumes": [{"name": "ckpt", "persistentVolumeClaim": {"claimName": "c"}}],
+        "volumeMounts": [{"name": "ckpt", "mountPath": "/ckpt"}]})
+    result = run(observe(job, JobStatus()), T0)
+    assert "CreateDriver" in kinds(result)
+    assert "CheckpointsNotPersistent" not in reasons(result)
+
+
 def test_an_existing_store_is_not_recreated() -> None:
     result = run(observe(make_job(), JobStatus(), store=StoreView(exists=True)), T0)
     assert "EnsureCheckpointConfigMap" not in kinds(result)

@@ -47,8 +47,9 @@ def watcher(kube_rest: Any, namespace: str, name: str, operator: OperatorProcess
         ({"spark": {"master": "yarn"}}, "must be 'k8s', 'local[N]'"),
         ({"checkpoint": {"storage": "hdfs://nn/ckpt"}}, "file:///absolute/path or s3://"),
         ({"parallelism": 0}, "spec.parallelism"),
+        ({"pod": {"volumeMounts": [{"name": "data"}]}}, "spec.pod.volumeMounts[0].mountPath"),
     ],
-    ids=["retained-0", "bad-master", "bad-storage", "parallelism-0"],
+    ids=["retained-0", "bad-master", "bad-storage", "parallelism-0", "mount-without-path"],
 )
 def test_the_api_server_refuses_a_bad_spec_with_a_clear_message(
     kubectl: Kubectl, kube_namespace: str, cjob_crd: None, tmp_path: Path,
@@ -180,6 +181,42 @@ def test_a_missing_entrypoint_fails_the_job_once_with_its_reason(
     assert conditions["Ready"]["status"] == "False"
     assert broken.pod_names() == ["broken-attempt-1"], "no restart loop"
     assert failed["reason"] in broken.event_reasons()
+    # file:// checkpoints with no volume mounted: lost with the pod, and said so.
+    assert "CheckpointsNotPersistent" in broken.event_reasons()
+
+
+def test_pod_settings_reach_the_driver_pod_and_checkpoints_on_a_volume_raise_no_warning(
+    kubectl: Kubectl, kube_rest: Any, kube_namespace: str, process_node: Any,
+    cjob_operator: OperatorProcess, tmp_path: Path,
+) -> None:
+    checkpoints = tmp_path / "checkpoints"
+    job = running_sum_job(name="placed", namespace=kube_namespace, work_dir=tmp_path,
+                          count=400, rate=100, storage=checkpoints.as_uri())
+    toleration = {"key": "dedicated", "operator": "Equal", "value": "spark",
+                  "effect": "NoSchedule"}
+    job["spec"]["pod"] = {
+        "volumes": [{"name": "checkpoints",
+                     "hostPath": {"path": str(checkpoints), "type": "DirectoryOrCreate"}}],
+        "volumeMounts": [{"name": "checkpoints", "mountPath": str(checkpoints)}],
+        "nodeSelector": {"kubernetes.io/hostname": process_node.name},
+        "tolerations": [toleration],
+    }
+    assert kubectl.apply(job).returncode == 0
+    placed = watcher(kube_rest, kube_namespace, "placed", cjob_operator)
+    placed.until(lambda s: s.get("phase") == "Running", what="Running", timeout=120)
+    pod = kube_rest.request(
+        "GET", f"/api/v1/namespaces/{quote(kube_namespace)}/pods/placed-attempt-1")
+    spec = pod["spec"]
+    assert spec["nodeName"] == process_node.name
+    assert spec["nodeSelector"] == {"kubernetes.io/hostname": process_node.name}
+    assert toleration in spec["tolerations"]
+    volume = next(v for v in spec["volumes"] if v["name"] == "checkpoints")
+    assert volume["hostPath"]["path"] == str(checkpoints)
+    mounts = spec["containers"][0]["volumeMounts"]
+    assert {"name": "checkpoints", "mountPath": str(checkpoints)}.items() <= next(
+        m for m in mounts if m["name"] == "checkpoints").items()
+    placed.until(lambda s: s.get("phase") == "Succeeded", what="Succeeded", timeout=240)
+    assert "CheckpointsNotPersistent" not in placed.event_reasons()
 
 
 def test_deleting_a_job_with_cleanup_delete_removes_its_s3_checkpoints(

@@ -79,6 +79,15 @@ FULL: dict[str, Any] = {
         "restore": {"from": "s3://old/chk-7/_metadata", "onUnreadable": "FallbackToPrevious"},
         "suspend": True,
         "cleanupPolicy": {"checkpoints": "Delete"},
+        "pod": {
+            "volumes": [{"name": "scratch", "persistentVolumeClaim": {"claimName": "scratch"}}],
+            "volumeMounts": [{"name": "scratch", "mountPath": "/scratch", "readOnly": False}],
+            "nodeSelector": {"disktype": "ssd"},
+            "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "spark",
+                             "effect": "NoSchedule"}],
+            "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}},
+            "priorityClassName": "batch-high",
+        },
     },
 }
 

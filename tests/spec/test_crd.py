@@ -149,7 +149,8 @@ def test_every_validation_rule_has_a_message() -> None:
 def test_the_spec_schema_has_exactly_the_fields_the_parser_reads() -> None:
     document = full()
     parse_job(document)
-    opaque = {".spec.job.args", ".spec.spark.conf"}
+    opaque = {".spec.job.args", ".spec.spark.conf", ".spec.pod.nodeSelector",
+              ".spec.pod.affinity"}
     assert leaf_paths(document["spec"], ".spec", opaque) == schema_leaf_paths(SPEC_SCHEMA, ".spec")
 
 
