@@ -17,7 +17,6 @@ import logging
 import os
 import re
 import socket
-import sys
 import threading
 import time
 from typing import Any
@@ -34,6 +33,7 @@ from job_runtime.errors import (
 )
 from job_runtime.execution.config import SubtaskConfig
 from job_runtime.execution.entrypoint import add_python_path, build_pipeline
+from job_runtime.execution.spark_start import SparkStarter
 from job_runtime.execution.stages import plan_stages
 from job_runtime.execution.subtask import run_subtask
 from job_runtime.metrics import DriverMetrics
@@ -339,6 +339,7 @@ def _run(settings: DriverSettings) -> int:
     stages = plan_stages(pipeline)
     master = resolve_master(settings.master, parallelism=settings.parallelism,
                             task_attempts=settings.task_attempts)
+    spark = SparkStarter(settings=settings, master=master)
     s3 = S3Config.from_env()
     storage = CheckpointStorage(settings.checkpoint_storage, settings.job_id,
                                 fs=get_filesystem(settings.checkpoint_storage, s3=s3))
@@ -389,9 +390,9 @@ def _run(settings: DriverSettings) -> int:
         unaligned=settings.unaligned, credits=settings.credits,
         s3=dataclasses.asdict(s3) if s3.to_env() else None)
 
-    status.timeline["sparkStartingAt"] = time.time()
-    sc = _start_spark(settings=settings, master=master)
-    status.timeline["sparkReadyAt"] = time.time()
+    sc = spark.context()
+    status.timeline["sparkStartingAt"] = spark.started_at
+    status.timeline["sparkReadyAt"] = spark.ready_at or time.time()
     try:
         assert pipeline.source_op is not None
         pipeline.source_op.prepare_on_driver(spark_context=sc, staging_uri=staging)
@@ -430,32 +431,6 @@ def _exit_code_for(failure: BaseException) -> int:
         return 1
     log.error("job failed: %s", failure)
     return 1
-
-
-def _start_spark(*, settings: DriverSettings, master: str) -> Any:
-    """A ``SparkContext``, not a ``SparkSession``: the session's start costs about as
-    much again and the barrier stage never needs it (see ``prepare_on_driver``)."""
-    from pyspark import SparkConf, SparkContext
-
-    # Python workers must run the driver's interpreter (the one with job_runtime).
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    if master.startswith("local"):
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    conf = (SparkConf().setAppName(f"cjob-{settings.job_name}").setMaster(master)
-            .set("spark.ui.enabled", "false")
-            .set("spark.ui.showConsoleProgress", "false")
-            .set("spark.python.worker.reuse", "false")
-            .set("spark.stage.maxConsecutiveAttempts", str(max(4, settings.task_attempts)))
-            .set("spark.task.maxFailures", str(settings.task_attempts))
-            .set("spark.sql.shuffle.partitions", "1"))
-    if master.startswith("local"):
-        conf = conf.set("spark.driver.host", "127.0.0.1").set("spark.driver.bindAddress",
-                                                               "127.0.0.1")
-    for key, value in settings.spark_conf.items():
-        conf = conf.set(key, value)
-    sc = SparkContext.getOrCreate(conf=conf)
-    sc.setLogLevel("ERROR")
-    return sc
 
 
 def _run_stage(*, sc: Any, settings: DriverSettings, config: SubtaskConfig,

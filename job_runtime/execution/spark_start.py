@@ -1,0 +1,78 @@
+"""Starting Spark for the driver, in the background.
+
+Starting Spark (its JVM, the local scheduler or the Kubernetes backend) is the
+largest part of a restart. Nothing in it depends on the checkpoint store or the
+restore point, so the driver starts it first, on a thread, and opens the store,
+resolves and checks the checkpoint to restore and starts the coordinator while
+the JVM boots; it waits for Spark only when it launches the barrier stage.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from job_runtime.execution.driver import DriverSettings
+
+
+class SparkStarter:
+    """A ``SparkContext`` being created on a daemon thread.
+
+    If the driver gives up before it needs Spark (a bad restore point, an
+    unreachable store), it does not wait: the JVM ends with the driver process,
+    whose pipe to it closes.
+    """
+
+    def __init__(self, *, settings: DriverSettings, master: str) -> None:
+        self.started_at = time.time()
+        self.ready_at: float | None = None
+        self._settings = settings
+        self._master = master
+        self._context: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._start, daemon=True, name="spark-start")
+        self._thread.start()
+
+    def _start(self) -> None:
+        try:
+            self._context = start_spark_context(settings=self._settings, master=self._master)
+        except BaseException as exc:
+            self._error = exc
+        self.ready_at = time.time()
+
+    def context(self) -> Any:
+        """The started ``SparkContext``; raises what starting it raised."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._context
+
+
+def start_spark_context(*, settings: DriverSettings, master: str) -> Any:
+    """A ``SparkContext``, not a ``SparkSession``: the session's start costs about as
+    much again and the barrier stage never needs it (see ``prepare_on_driver``)."""
+    from pyspark import SparkConf, SparkContext
+
+    # Python workers must run the driver's interpreter (the one with job_runtime).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    conf = (SparkConf().setAppName(f"cjob-{settings.job_name}").setMaster(master)
+            .set("spark.ui.enabled", "false")
+            .set("spark.ui.showConsoleProgress", "false")
+            .set("spark.python.worker.reuse", "false")
+            .set("spark.stage.maxConsecutiveAttempts", str(max(4, settings.task_attempts)))
+            .set("spark.task.maxFailures", str(settings.task_attempts))
+            .set("spark.sql.shuffle.partitions", "1"))
+    if master.startswith("local"):
+        conf = conf.set("spark.driver.host", "127.0.0.1").set("spark.driver.bindAddress",
+                                                               "127.0.0.1")
+    for key, value in settings.spark_conf.items():
+        conf = conf.set(key, value)
+    sc = SparkContext.getOrCreate(conf=conf)
+    sc.setLogLevel("ERROR")
+    return sc
