@@ -242,3 +242,24 @@ def pyplot() -> Any:
 def env_int(name: str, default: int) -> int:
     value = os.environ.get(name)
     return int(value) if value else default
+
+
+def plot_phases(*, name: str, phases: dict[str, float], order: Sequence[str],
+                baseline: float, target: float, title: str) -> None:
+    """A recovery as one bar of its phases, stacked in ``order``, over the cold-start bar."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    left = 0.0
+    colors = plt.get_cmap("tab10").colors
+    for phase, color in zip(order, colors, strict=False):
+        width = max(0.0, phases[phase])
+        ax.barh(["recovery"], [width], left=left, label=phase, color=color)
+        left += width
+    ax.barh(["cold start"], [baseline], color="lightgrey", label="cold start (baseline)")
+    ax.axvline(target, color="red", linestyle="--", label="target")
+    ax.set_xlabel("seconds (medians)")
+    ax.set_title(title)
+    ax.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.25))
+    fig.tight_layout()
+    fig.savefig(plot_path(name))
+    plt.close(fig)

@@ -55,12 +55,12 @@ from bench.common import (
     update_summary,
     write_result,
 )
+from e2e.jobs import running_sum_job
 
 NAME = "operator"
 CRD_FILE = REPO / "crds" / "checkpointedjob.yaml"
 CRD_NAME = "checkpointedjobs.checkpointed.io"
 JOBS_PATH = "/apis/checkpointed.io/v1alpha1/namespaces/{namespace}/checkpointedjobs"
-RUNNING_SUM_DIR = REPO / "examples" / "running_sum"
 REACTION_JOB = "react"
 REACTION_TARGET_SECONDS = 1.0
 RSS_TARGET_MB = 250.0
@@ -322,26 +322,6 @@ class PodTimeline:
 # --------------------------------------------------------------------- reaction
 
 
-def reaction_job(*, namespace: str, work_dir: Path, max_restarts: int) -> dict[str, Any]:
-    """A job whose driver pods run on the process node and restart with no backoff."""
-    return {
-        "apiVersion": "checkpointed.io/v1alpha1",
-        "kind": "CheckpointedJob",
-        "metadata": {"name": REACTION_JOB, "namespace": namespace},
-        "spec": {
-            "image": "checkpointed-jobs/runtime:0.1.0",
-            "job": {"entrypoint": "job:build", "pythonPath": [str(RUNNING_SUM_DIR)],
-                    "args": {"output": str(work_dir / "output"), "count": 1_000_000,
-                             "rate": 100}},
-            "parallelism": 1,
-            "spark": {"master": "local[1]"},
-            "checkpoint": {"storage": (work_dir / "checkpoints").as_uri(), "interval": "1s"},
-            "restartPolicy": {"type": "OnFailure", "maxRestarts": max_restarts,
-                              "backoff": {"initial": "0s", "max": "0s"}},
-        },
-    }
-
-
 def kill_when_possible(node: Any, *, namespace: str, name: str, timeout: float = 10.0) -> float:
     """SIGKILL the pod's process (retrying until the node has started it); the kill time."""
     deadline = time.monotonic() + timeout
@@ -368,8 +348,10 @@ def measure_reaction(*, plane: Any, node: Any, work: Path, repeat: int) -> dict[
     kills: dict[int, float] = {}
     try:
         rest.request("POST", JOBS_PATH.format(namespace=namespace),
-                     body=reaction_job(namespace=namespace, work_dir=work / "reaction",
-                                       max_restarts=repeat + 10))  # fmt: skip
+                     body=running_sum_job(name=REACTION_JOB, namespace=namespace,
+                                          work_dir=work / "reaction", count=1_000_000,
+                                          rate=100, parallelism=1, max_restarts=repeat + 10,
+                                          backoff=("0s", "0s")))  # fmt: skip
         for attempt in range(1, repeat + 2):
             pod = f"{REACTION_JOB}-attempt-{attempt}"
             timeline.wait(pod, "running", timeout=120)

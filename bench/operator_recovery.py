@@ -67,8 +67,8 @@ from bench.common import (
     fresh_dir,
     median,
     plot_path,
+    plot_phases,
     print_table,
-    pyplot,
     remove_dir,
     target_entry,
     update_summary,
@@ -76,7 +76,6 @@ from bench.common import (
 )
 from bench.operator_bench import (
     JOBS_PATH,
-    RUNNING_SUM_DIR,
     OperatorRun,
     PodTimeline,
     create_namespace,
@@ -86,6 +85,7 @@ from bench.operator_bench import (
 )
 from bench.recovery import TARGET_SECONDS
 from e2e.controlplane.process_node import POD_DIR_ENV
+from e2e.jobs import running_sum_job
 
 NAME = "recovery-operator"
 NAMESPACE = "bench-recovery"
@@ -280,28 +280,6 @@ def running_cluster(*, work: Path) -> Iterator[Cluster]:
 # --------------------------------------------------------------------- one repetition
 
 
-def recovery_job(*, name: str, work_dir: Path, rate: int, count: int) -> dict[str, Any]:
-    """The running-sum example as the live-cluster tests build it, restarting at once."""
-    return {
-        "apiVersion": "checkpointed.io/v1alpha1",
-        "kind": "CheckpointedJob",
-        "metadata": {"name": name, "namespace": NAMESPACE},
-        "spec": {
-            "image": "checkpointed-jobs/runtime:0.1.0",
-            "job": {"entrypoint": "job:build", "pythonPath": [str(RUNNING_SUM_DIR)],
-                    "args": {"output": str(work_dir / "output"), "count": count,
-                             "rate": rate}},
-            "parallelism": 2,
-            "spark": {"master": "local[2]", "driver": {"cores": 1, "memory": "1Gi"}},
-            "checkpoint": {"storage": (work_dir / "checkpoints").as_uri(), "interval": "1s",
-                           "retained": 3},
-            "restartPolicy": {"type": "OnFailure", "maxRestarts": 3,
-                              "backoff": {"initial": "0s", "max": "0s"}},
-            "cleanupPolicy": {"checkpoints": "Delete"},
-        },
-    }
-
-
 def wait_for(check: Callable[[], Any], *, what: str, timeout: float,
              cluster: Cluster) -> Any:  # fmt: skip
     """Poll ``check`` every 50 ms; a timeout names what was awaited and the operator's log."""
@@ -334,8 +312,9 @@ def measure_once(cluster: Cluster, *, index: int, ns: argparse.Namespace) -> dic
     """Create a job, kill its first driver pod, and time the way to attempt 2's first record."""
     name = f"sums-{index}"
     first, second = f"{name}-attempt-1", f"{name}-attempt-2"
-    job = recovery_job(name=name, work_dir=cluster.work / name, rate=ns.rate,
-                       count=int(ns.rate * ns.timeout * 4))
+    job = running_sum_job(name=name, namespace=NAMESPACE, work_dir=cluster.work / name,
+                          rate=ns.rate, count=int(ns.rate * ns.timeout * 4),
+                          backoff=("0s", "0s"))
     created_at = time.monotonic()
     cluster.rest.request("POST", JOBS_PATH.format(namespace=NAMESPACE), body=job)
     before = driver_status(cluster, pod=first, checkpoints=ns.kill_after_checkpoints,
@@ -479,7 +458,8 @@ def report(ns: argparse.Namespace, samples: list[dict[str, Any]]) -> dict[str, A
         "load_average": os.getloadavg(),
     }
     path = write_result(NAME, data)
-    plot(phase_medians, cold)
+    plot_phases(name=NAME, phases=phase_medians, order=PHASES, baseline=cold,
+                target=TARGET_SECONDS, title="Driver pod kill -> first record after restore (operator mode)")
     update_summary({"recovery_operator_seconds": target_entry(
         value=total, target=TARGET_SECONDS,
         unit="s from driver pod SIGKILL to first record processed after restore (operator mode)",
@@ -492,22 +472,3 @@ def report(ns: argparse.Namespace, samples: list[dict[str, Any]]) -> dict[str, A
         raise BenchmarkError(benchmark=NAME, problem="a restart did not restore the newest "
                              f"checkpoint of the store (see {path})")
     return data
-
-
-def plot(phases: dict[str, float], cold_total: float) -> None:
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(8, 3.6))
-    left = 0.0
-    colors = plt.get_cmap("tab10").colors
-    for name, color in zip(PHASES, colors, strict=False):
-        width = max(0.0, phases[name])
-        ax.barh(["recovery"], [width], left=left, label=name, color=color)
-        left += width
-    ax.barh(["cold start"], [cold_total], color="lightgrey", label="cold start (baseline)")
-    ax.axvline(TARGET_SECONDS, color="red", linestyle="--", label="target")
-    ax.set_xlabel("seconds (medians)")
-    ax.set_title("Driver pod kill -> first record after restore (operator mode)")
-    ax.legend(fontsize=7, ncol=4, loc="upper center", bbox_to_anchor=(0.5, -0.25))
-    fig.tight_layout()
-    fig.savefig(plot_path(NAME))
-    plt.close(fig)

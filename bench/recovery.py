@@ -50,9 +50,8 @@ from bench.common import (
     env_int,
     fresh_dir,
     median,
-    plot_path,
+    plot_phases,
     print_table,
-    pyplot,
     python_env,
     remove_dir,
     target_entry,
@@ -274,7 +273,8 @@ def run(ns: argparse.Namespace) -> dict[str, Any]:
     print_table("recovery (embedded mode, seconds)",
                 ["phase", *[f"#{i + 1}" for i in range(len(recoveries))], "median"], rows)
     met = total <= TARGET_SECONDS
-    _plot(phase_medians, cold_total)
+    plot_phases(name="recovery", phases=phase_medians, order=PHASES, baseline=cold_total,
+                target=TARGET_SECONDS, title="Driver kill -> first record after restore (embedded mode)")
     data = {
         "scale": {"keys": ns.keys, "rate": ns.rate, "parallelism": 2,
                   "kill_after_checkpoints": ns.kill_after_checkpoints, "backoff": ns.backoff,
@@ -296,21 +296,3 @@ def run(ns: argparse.Namespace) -> dict[str, Any]:
                  "recovery.json"),
     })
     return data
-
-
-def _plot(phases: dict[str, float], cold_total: float) -> None:
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(8, 3))
-    left = 0.0
-    for name in PHASES:
-        width = max(0.0, phases[name])
-        ax.barh(["recovery"], [width], left=left, label=name)
-        left += width
-    ax.barh(["cold start"], [cold_total], color="grey", label="cold start (baseline)")
-    ax.axvline(TARGET_SECONDS, color="red", linestyle="--", label="target")
-    ax.set_xlabel("seconds (medians)")
-    ax.set_title("Driver kill -> first record after restore (embedded mode)")
-    ax.legend(fontsize=7, ncol=3, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(plot_path("recovery"))
-    plt.close(fig)

@@ -28,17 +28,16 @@ from chart_operator import (
 
 from e2e.controlplane.rest import RestClient, quote
 from e2e.controlplane.waiting import wait_for
+from e2e.jobs import RUNNING_SUM_DIR, running_sum_job
 from e2e.kind.chart import ChartRelease
 from e2e.kind.chart_fixtures import with_free_ports
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO_ROOT / "tests" / "operator_cluster"))
 from operator_live import (  # noqa: E402 - the operator tests' helpers, shared
-    RUNNING_SUM_DIR,
     JobWatcher,
     Kubectl,
     OperatorProcess,
-    running_sum_job,
 )
 
 sys.path.insert(0, str(RUNNING_SUM_DIR))

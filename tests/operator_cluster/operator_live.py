@@ -26,7 +26,6 @@ from e2e.controlplane.waiting import wait_for
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CRD_FILE = REPO_ROOT / "crds" / "checkpointedjob.yaml"
-RUNNING_SUM_DIR = REPO_ROOT / "examples" / "running_sum"
 CRD_NAME = "checkpointedjobs.checkpointed.io"
 JOBS_PATH = "/apis/checkpointed.io/v1alpha1/namespaces/{namespace}/checkpointedjobs"
 
@@ -178,50 +177,6 @@ def _served(rest: RestClient, path: str) -> bool:
         return True
     except ApiError:
         return False
-
-
-def running_sum_job(
-    *,
-    name: str,
-    namespace: str,
-    work_dir: Path,
-    count: int,
-    rate: int,
-    cleanup: str = "Delete",
-    entrypoint: str = "job:build",
-    storage: str | None = None,
-    s3: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The running-sum example as a CheckpointedJob for the process node."""
-    checkpoint: dict[str, Any] = {
-        "storage": storage or f"file://{work_dir}/checkpoints",
-        "interval": "1s",
-        "retained": 3,
-    }
-    if s3 is not None:
-        checkpoint["s3"] = s3
-    return {
-        "apiVersion": "checkpointed.io/v1alpha1",
-        "kind": "CheckpointedJob",
-        "metadata": {"name": name, "namespace": namespace},
-        "spec": {
-            "image": "checkpointed-jobs/runtime:0.1.0",
-            "job": {
-                "entrypoint": entrypoint,
-                "pythonPath": [str(RUNNING_SUM_DIR)],
-                "args": {"output": str(work_dir / "output"), "count": count, "rate": rate},
-            },
-            "parallelism": 2,
-            "spark": {"master": "local[2]", "driver": {"cores": 1, "memory": "1Gi"}},
-            "checkpoint": checkpoint,
-            "restartPolicy": {
-                "type": "OnFailure",
-                "maxRestarts": 3,
-                "backoff": {"initial": "1s", "max": "5s"},
-            },
-            "cleanupPolicy": {"checkpoints": cleanup},
-        },
-    }
 
 
 class JobWatcher:

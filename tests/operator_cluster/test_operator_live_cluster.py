@@ -16,16 +16,15 @@ from typing import Any
 
 import pytest
 from operator_live import (
-    RUNNING_SUM_DIR,
     JobWatcher,
     Kubectl,
     OperatorProcess,
     install_kopf_peering,
-    running_sum_job,
 )
 
 from e2e.controlplane.rest import ApiError, quote
 from e2e.controlplane.waiting import wait_for
+from e2e.jobs import RUNNING_SUM_DIR, running_sum_job
 
 sys.path.insert(0, str(RUNNING_SUM_DIR))
 from verify import read_output, verify

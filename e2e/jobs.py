@@ -1,0 +1,67 @@
+"""CheckpointedJobs for scenarios on the local control plane (tests and benchmarks).
+
+Driver pods of these jobs run on the process node, so paths in them (the example's
+code, output and ``file://`` checkpoints) are paths of this machine.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+RUNNING_SUM_DIR = REPO_ROOT / "examples" / "running_sum"
+RUNTIME_IMAGE = "checkpointed-jobs/runtime:0.1.0"
+
+
+def running_sum_job(
+    *,
+    name: str,
+    namespace: str,
+    work_dir: Path,
+    count: int,
+    rate: int,
+    parallelism: int = 2,
+    entrypoint: str = "job:build",
+    storage: str | None = None,
+    s3: dict[str, Any] | None = None,
+    max_restarts: int = 3,
+    backoff: tuple[str, str] = ("1s", "5s"),
+    cleanup: str = "Delete",
+) -> dict[str, Any]:
+    """The running-sum example as a CheckpointedJob, Spark in local mode in the driver pod.
+
+    It writes under ``work_dir`` (``output/``, and ``checkpoints/`` unless ``storage``
+    names other storage) and checkpoints every second.
+    """
+    checkpoint: dict[str, Any] = {
+        "storage": storage or (work_dir / "checkpoints").as_uri(),
+        "interval": "1s",
+        "retained": 3,
+    }
+    if s3 is not None:
+        checkpoint["s3"] = s3
+    initial, most = backoff
+    return {
+        "apiVersion": "checkpointed.io/v1alpha1",
+        "kind": "CheckpointedJob",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {
+            "image": RUNTIME_IMAGE,
+            "job": {
+                "entrypoint": entrypoint,
+                "pythonPath": [str(RUNNING_SUM_DIR)],
+                "args": {"output": str(work_dir / "output"), "count": count, "rate": rate},
+            },
+            "parallelism": parallelism,
+            "spark": {"master": f"local[{parallelism}]",
+                      "driver": {"cores": 1, "memory": "1Gi"}},
+            "checkpoint": checkpoint,
+            "restartPolicy": {
+                "type": "OnFailure",
+                "maxRestarts": max_restarts,
+                "backoff": {"initial": initial, "max": most},
+            },
+            "cleanupPolicy": {"checkpoints": cleanup},
+        },
+    }
