@@ -15,7 +15,6 @@ from collections.abc import Iterable
 from typing import Any, Protocol
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 
 from job_runtime.errors import UserCodeError
@@ -157,6 +156,10 @@ class AggregateOperator(KeyedOperator):
     """
 
     def __init__(self, **kwargs: Any) -> None:
+        # pandas is imported here, not with the module: it is half a second of every
+        # Python worker's start, and only this operator needs it.
+        import pandas as pd
+
         super().__init__(**kwargs)
         self.key_column = self.op.key.key
         assert isinstance(self.key_column, str)
@@ -184,6 +187,8 @@ class AggregateOperator(KeyedOperator):
         return np.full(n, -np.inf)
 
     def _grow(self, new_keys: np.ndarray) -> None:
+        import pandas as pd
+
         n_new = len(new_keys)
         self._index = self._index.append(pd.Index(new_keys))
         self._keys = np.concatenate([self._keys, new_keys.astype(object)])
@@ -203,6 +208,8 @@ class AggregateOperator(KeyedOperator):
             raise self._fail(exc) from exc
 
     def _process(self, batch: Batch) -> Batch:
+        import pandas as pd
+
         arrow = batch.arrow
         keys = arrow.column(self.key_column).to_numpy(zero_copy_only=False)
         codes, uniques = pd.factorize(keys)
