@@ -29,9 +29,6 @@ import contextlib
 import math
 import os
 import re
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -39,10 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from bench.common import (
-    REPO,
     BenchmarkError,
     fresh_dir,
     percentile,
@@ -56,11 +50,9 @@ from bench.common import (
     write_result,
 )
 from e2e.jobs import running_sum_job
+from e2e.operator_process import JOBS_PATH, OperatorExited, OperatorProcess
 
 NAME = "operator"
-CRD_FILE = REPO / "crds" / "checkpointedjob.yaml"
-CRD_NAME = "checkpointedjobs.checkpointed.io"
-JOBS_PATH = "/apis/checkpointed.io/v1alpha1/namespaces/{namespace}/checkpointedjobs"
 REACTION_JOB = "react"
 REACTION_TARGET_SECONDS = 1.0
 RSS_TARGET_MB = 250.0
@@ -96,16 +88,14 @@ def start_control_plane() -> Any:
 
 
 def install_crd(rest: Any) -> None:
-    """Create the CheckpointedJob CRD and wait until the apiserver serves it."""
-    crd = yaml.safe_load(CRD_FILE.read_text())
-    path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-    rest.request("POST", path, body=crd)
+    """The CheckpointedJob CRD, served (a timeout is this benchmark's error)."""
+    from e2e.controlplane.waiting import WaitTimeoutError
+    from e2e.operator_process import install_crd as install
 
-    def established() -> bool:
-        conditions = (rest.get(f"{path}/{CRD_NAME}").get("status") or {}).get("conditions") or []
-        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
-
-    wait_until(established, what="the CheckpointedJob CRD to be established", timeout=60)
+    try:
+        install(rest)
+    except WaitTimeoutError as exc:
+        raise BenchmarkError(benchmark=NAME, problem=str(exc)) from None
 
 
 def create_namespace(rest: Any, name: str) -> None:
@@ -140,89 +130,20 @@ def wait_until(check: Callable[[], Any], *, what: str, timeout: float,
         time.sleep(interval)
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class OperatorRun:
-    """``python -m cjob_operator --namespace NS --standalone`` as its own process."""
+class OperatorRun(OperatorProcess):
+    """The operator process of ``e2e``, whose failure to start is this benchmark's error."""
 
     def __init__(self, *, namespace: str, kubeconfig: Path, log_file: Path) -> None:
-        self.namespace = namespace
-        self.kubeconfig = kubeconfig
-        self.log_file = log_file
-        self.metrics_port = free_port()
-        self.health_port = free_port()
-        self.process: subprocess.Popen[bytes] | None = None
+        super().__init__(namespace=namespace, kubeconfig=kubeconfig, log_file=log_file,
+                         verbose=False, env=python_env())
 
-    def start(self) -> None:
-        env = {**python_env(), "KUBECONFIG": str(self.kubeconfig)}
-        env.pop("KUBERNETES_SERVICE_HOST", None)
-        with self.log_file.open("wb") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "cjob_operator", "--namespace", self.namespace,
-                 "--standalone", "--metrics-port", str(self.metrics_port),
-                 "--health-port", str(self.health_port)],
-                stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO,
-                start_new_session=True,
-            )  # fmt: skip
-        wait_until(self._healthy, what="the operator's /healthz", timeout=120, interval=0.5)
+    def start(self, *, timeout: float = 120.0) -> None:
+        from e2e.controlplane.waiting import WaitTimeoutError
 
-    def _healthy(self) -> bool:
-        import urllib.request
-
-        assert self.process is not None
-        if self.process.poll() is not None:
-            raise BenchmarkError(benchmark=NAME, problem=f"the operator exited with "
-                                 f"{self.process.returncode}:\n{self.log_tail()}")
         try:
-            url = f"http://127.0.0.1:{self.health_port}/healthz"
-            with urllib.request.urlopen(url, timeout=2) as resp:
-                return bool(resp.status == 200)
-        except OSError:
-            return False
-
-    @property
-    def pid(self) -> int:
-        assert self.process is not None
-        return self.process.pid
-
-    def metrics(self) -> str:
-        import urllib.request
-
-        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        with urllib.request.urlopen(url, timeout=10) as resp:
-            return str(resp.read().decode())
-
-    def memory_mb(self) -> dict[str, float]:
-        """``VmRSS`` (now) and ``VmHWM`` (peak) of the operator process, in MiB."""
-        found: dict[str, float] = {}
-        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                found[key] = int(value.split()[0]) / 1024.0
-        return found
-
-    def log_tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
-        except FileNotFoundError:
-            return ""
-
-    def stop(self) -> None:
-        process = self.process
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+            super().start(timeout=timeout)
+        except (OperatorExited, WaitTimeoutError) as exc:
+            raise BenchmarkError(benchmark=NAME, problem=str(exc)) from None
 
 
 # --------------------------------------------------------------------- pod timeline

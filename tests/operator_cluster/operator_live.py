@@ -8,13 +8,8 @@ the process node as local processes sharing this machine's file system.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import socket
 import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,37 +18,12 @@ import yaml
 
 from e2e.controlplane.rest import ApiError, RestClient, quote
 from e2e.controlplane.waiting import wait_for
+from e2e.operator_process import JOBS_PATH, OperatorProcess, install_crd
+
+__all__ = ["JOBS_PATH", "JobWatcher", "Kubectl", "OperatorProcess", "install_crd",
+           "install_kopf_peering"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-CRD_FILE = REPO_ROOT / "crds" / "checkpointedjob.yaml"
-CRD_NAME = "checkpointedjobs.checkpointed.io"
-JOBS_PATH = "/apis/checkpointed.io/v1alpha1/namespaces/{namespace}/checkpointedjobs"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def install_crd(rest: RestClient) -> None:
-    """Create or update the CheckpointedJob CRD and wait until it is served."""
-    crd = yaml.safe_load(CRD_FILE.read_text())
-    path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-    try:
-        rest.request("POST", path, body=crd)
-    except ApiError as exc:
-        if exc.status != 409:
-            raise
-        current = rest.get(f"{path}/{CRD_NAME}")
-        crd["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-        rest.request("PUT", f"{path}/{CRD_NAME}", body=crd)
-
-    def established() -> bool:
-        conditions = (rest.get(f"{path}/{CRD_NAME}").get("status") or {}).get("conditions") or []
-        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
-
-    wait_for(established, what="the CheckpointedJob CRD to be established", timeout=60)
 
 
 class Kubectl:
@@ -78,76 +48,6 @@ class Kubectl:
         done = self.run("-n", namespace, "patch", "checkpointedjob", name, "--type", "merge",
                         "-p", json.dumps(patch))
         assert done.returncode == 0, done.stderr
-
-
-class OperatorProcess:
-    """``python -m cjob_operator --namespace NS --standalone`` with its log in a file."""
-
-    def __init__(
-        self,
-        *,
-        namespace: str,
-        kubeconfig: Path,
-        log_file: Path,
-        mode: tuple[str, ...] = ("--standalone",),
-    ) -> None:
-        self.namespace = namespace
-        self.mode = mode
-        self.kubeconfig = kubeconfig
-        self.log_file = log_file
-        self.metrics_port = free_port()
-        self.health_port = free_port()
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
-        env.pop("KUBERNETES_SERVICE_HOST", None)
-        with self.log_file.open("wb") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "cjob_operator", "--namespace", self.namespace,
-                 *self.mode, "--metrics-port", str(self.metrics_port),
-                 "--health-port", str(self.health_port), "--verbose"],
-                stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT,
-                start_new_session=True,
-            )
-        wait_for(self._healthy, what="the operator's liveness endpoint", timeout=90,
-                 interval=0.5)
-
-    def _healthy(self) -> bool:
-        assert self.process is not None
-        if self.process.poll() is not None:
-            raise AssertionError(f"the operator exited with {self.process.returncode}:\n"
-                                 f"{self.log_tail()}")
-        try:
-            with urllib.request.urlopen(self.url(self.health_port, "/healthz"), timeout=2) as r:
-                return bool(r.status == 200)
-        except OSError:
-            return False
-
-    @staticmethod
-    def url(port: int, path: str) -> str:
-        return f"http://127.0.0.1:{port}{path}"
-
-    def metrics(self) -> str:
-        with urllib.request.urlopen(self.url(self.metrics_port, "/metrics"), timeout=5) as r:
-            return str(r.read().decode())
-
-    def log_tail(self, lines: int = 60) -> str:
-        try:
-            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
-        except FileNotFoundError:
-            return ""
-
-    def stop(self) -> None:
-        process = self.process
-        if process is None or process.poll() is not None:
-            return
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
 
 
 KOPF_PEERING_CRDS = REPO_ROOT / "charts" / "checkpointed-jobs" / "crds" / "kopf-peerings.yaml"
