@@ -11,7 +11,8 @@ time until attempt 2's keyed stage processes its first record is split into:
 * **detection** - kill until the runner saw attempt 1 end;
 * **restart delay** - the restart policy's backoff (``--backoff``, default 0s);
 * **driver start** - new process, imports, restore point resolution;
-* **Spark start** - ``SparkSession`` creation (JVM, local scheduler);
+* **Spark start** - ``SparkContext`` creation (JVM, local scheduler), which
+  overlaps the driver opening the store and resolving the restore;
 * **subtasks scheduled** - barrier stage launched, Python workers started,
   addresses exchanged, the first subtask registered with the coordinator;
 * **state load** - that subtask built the pipeline, read and restored its
