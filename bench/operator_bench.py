@@ -49,6 +49,7 @@ from bench.common import (
     update_summary,
     write_result,
 )
+from e2e.controlplane.namespaces import resource_exists
 from e2e.jobs import running_sum_job
 from e2e.operator_process import JOBS_PATH, OperatorExited, OperatorProcess
 
@@ -101,32 +102,24 @@ def install_crd(rest: Any) -> None:
 def create_namespace(rest: Any, name: str) -> None:
     rest.request("POST", "/api/v1/namespaces",
                  body={"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    wait_until(lambda: _exists(rest, f"/api/v1/namespaces/{name}/serviceaccounts/default"),
+    wait_until(lambda: resource_exists(rest, f"/api/v1/namespaces/{name}/serviceaccounts/default"),
                what=f"service account default in {name}", timeout=60)
 
 
-def _exists(rest: Any, path: str) -> bool:
-    from e2e.controlplane.rest import ApiError
-
-    try:
-        rest.get(path)
-        return True
-    except ApiError as exc:
-        if exc.status == 404:
-            return False
-        raise
-
-
 def wait_until(check: Callable[[], Any], *, what: str, timeout: float,
-               interval: float = 0.2) -> Any:
+               interval: float = 0.2, benchmark: str = NAME,
+               detail: Callable[[], str] | None = None) -> Any:
+    """Poll ``check`` until it is truthy; a timeout is ``benchmark``'s error, with
+    ``detail()`` (read only then, e.g. a log tail) appended to its message."""
     deadline = time.monotonic() + timeout
     while True:
         result = check()
         if result:
             return result
         if time.monotonic() > deadline:
-            raise BenchmarkError(benchmark=NAME, problem=f"timed out after {timeout:.0f}s "
-                                 f"waiting for {what}")
+            extra = f"; {detail()}" if detail is not None else ""
+            raise BenchmarkError(benchmark=benchmark, problem=f"timed out after "
+                                 f"{timeout:.0f}s waiting for {what}{extra}")
         time.sleep(interval)
 
 
@@ -361,7 +354,7 @@ def remove_node(rest: Any, *, name: str) -> None:
     except ApiError as exc:
         if exc.status != 404:
             raise
-    wait_until(lambda: not _exists(rest, f"/api/v1/nodes/{name}"),
+    wait_until(lambda: not resource_exists(rest, f"/api/v1/nodes/{name}"),
                what=f"node {name} to be deleted", timeout=60)  # fmt: skip
 
 

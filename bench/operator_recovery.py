@@ -82,6 +82,7 @@ from bench.operator_bench import (
     install_crd,
     kill_when_possible,
     start_control_plane,
+    wait_until,
 )
 from bench.recovery import TARGET_SECONDS
 from e2e.controlplane.process_node import POD_DIR_ENV
@@ -283,16 +284,8 @@ def running_cluster(*, work: Path) -> Iterator[Cluster]:
 def wait_for(check: Callable[[], Any], *, what: str, timeout: float,
              cluster: Cluster) -> Any:  # fmt: skip
     """Poll ``check`` every 50 ms; a timeout names what was awaited and the operator's log."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise BenchmarkError(benchmark=NAME, problem=f"timed out after {timeout:.0f}s "
-                                 f"waiting for {what}; operator log tail:\n"
-                                 f"{cluster.operator.log_tail(10)}")
-        time.sleep(0.05)
+    return wait_until(check, what=what, timeout=timeout, interval=0.05, benchmark=NAME,
+                      detail=lambda: f"operator log tail:\n{cluster.operator.log_tail(10)}")
 
 
 def driver_status(cluster: Cluster, *, pod: str, checkpoints: int, timeout: float) -> Any:

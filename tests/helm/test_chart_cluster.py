@@ -18,6 +18,7 @@ import yaml
 from cjob_operator.builders import build_role, build_role_binding, build_service_account
 
 from cjob_spec import parse_job
+from e2e.controlplane.namespaces import resource_exists
 from e2e.controlplane.rest import ApiError, RestClient, quote
 from e2e.controlplane.waiting import wait_for
 from e2e.kind.chart import CHART_DIR, HelmCommandError, Manifest, run_command
@@ -97,7 +98,7 @@ def kubectl(control_plane: Any, kubectl_bin: Path) -> Kubectl:
 @pytest.fixture(scope="session")
 def chart_crds(kubectl: Kubectl, kube_rest: RestClient) -> Iterator[None]:
     """The chart's CRDs and the monitoring stand-ins, established in the cluster."""
-    created_stand_ins = not _exists(
+    created_stand_ins = not resource_exists(
         kube_rest, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
         "servicemonitors.monitoring.coreos.com"
     )  # fmt: skip
@@ -110,16 +111,6 @@ def chart_crds(kubectl: Kubectl, kube_rest: RestClient) -> Iterator[None]:
     yield
     if created_stand_ins:
         kubectl("delete", "--ignore-not-found", "-f", "-", stdin=MONITORING_STAND_INS)
-
-
-def _exists(client: RestClient, path: str) -> bool:
-    try:
-        client.get(path)
-        return True
-    except ApiError as exc:
-        if exc.status == 404:
-            return False
-        raise
 
 
 def dry_run(kubectl: Kubectl, objects: list[Manifest]) -> str:
