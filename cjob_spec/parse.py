@@ -531,9 +531,10 @@ def _read_pod(node: _Node) -> PodSettings:
                             problem=f"{mount_path!r} is mounted twice")
         fields.boolean("readOnly", default=False)
         mounts.append(mount)
-    tolerations = [item for at, item in _documents(node.get("tolerations"),
-                                                   node.at("tolerations"))
-                   if _Node(item, at, TOLERATION_FIELDS)]
+    tolerations: list[Mapping[str, Any]] = []
+    for at, toleration in _documents(node.get("tolerations"), node.at("tolerations")):
+        _Node(toleration, at, TOLERATION_FIELDS)   # refuses unknown keys, with a hint
+        tolerations.append(toleration)
     affinity: Mapping[str, Any] | None = None
     if node.get("affinity") is not None:
         affinity_node = _Node(node.get("affinity"), node.at("affinity"), AFFINITY_FIELDS)
