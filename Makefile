@@ -7,13 +7,14 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help install run lint test test-fast controlplane e2e-kind bench bench-throughput \
+.PHONY: help install run lint test test-fast controlplane cluster cluster-down e2e-kind bench bench-throughput \
 	bench-overhead bench-barriers bench-state-size bench-recovery bench-operator \
 	bench-recovery-operator clean
 
 help:
 	@echo "make run      install, then run the embedded demo with a driver kill and verify it"
 	@echo "make test     lint + every test (builds the local control plane on first use)"
+	@echo "make cluster  a local cluster: control plane, real node, images, S3, the chart"
 	@echo "make lint     ruff, mypy (strict) and import-linter"
 	@echo "make bench    every benchmark (see bench/README.md)"
 
@@ -37,6 +38,12 @@ lint: $(STAMP)
 
 controlplane:
 	bash e2e/controlplane/build.sh
+
+cluster: $(STAMP) controlplane
+	$(BIN)/python -m e2e.realnode up
+
+cluster-down: $(STAMP)
+	$(BIN)/python -m e2e.realnode down
 
 e2e-kind: $(STAMP)
 	bash e2e/kind/run.sh

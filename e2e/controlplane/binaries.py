@@ -18,7 +18,17 @@ BUILD_SCRIPT = HERE / "build.sh"
 VERSIONS_FILE = HERE / "versions.env"
 
 CONTROL_PLANE_BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
-ALL_BINARIES = (*CONTROL_PLANE_BINARIES, "kubectl", "helm", "kwok")
+NODE_BINARIES = (
+    "kubelet",
+    "kube-proxy",
+    "containerd",
+    "containerd-shim-runc-v2",
+    "ctr",
+    "coredns",
+    "pause",
+    "versitygw",
+)
+ALL_BINARIES = (*CONTROL_PLANE_BINARIES, "kubectl", "helm", "kwok", *NODE_BINARIES)
 
 
 class MissingBinariesError(RuntimeError):
@@ -50,6 +60,10 @@ class Versions:
     etcd: str
     helm: str
     kwok: str
+    containerd: str
+    coredns: str
+    pause: str
+    versitygw: str
 
 
 def read_versions(*, path: Path = VERSIONS_FILE) -> Versions:
@@ -66,6 +80,10 @@ def read_versions(*, path: Path = VERSIONS_FILE) -> Versions:
         etcd=values["ETCD_VERSION"],
         helm=values["HELM_VERSION"],
         kwok=values["KWOK_VERSION"],
+        containerd=values["CONTAINERD_VERSION"],
+        coredns=values["COREDNS_VERSION"],
+        pause=values["PAUSE_VERSION"],
+        versitygw=values["VERSITYGW_VERSION"],
     )
 
 
@@ -80,7 +98,11 @@ def cache_dir() -> Path:
 def default_bin_dir(*, versions: Versions | None = None) -> Path:
     """The directory ``build.sh --print-bin-dir`` prints, computed without running it."""
     v = versions or read_versions()
-    name = f"set-k8s-{v.kubernetes}-etcd-{v.etcd}-helm-{v.helm}-kwok-{v.kwok}"
+    name = (
+        f"set-k8s-{v.kubernetes}-etcd-{v.etcd}-helm-{v.helm}-kwok-{v.kwok}"
+        f"-containerd-{v.containerd}-coredns-{v.coredns}-pause-{v.pause}"
+        f"-versitygw-{v.versitygw}"
+    )
     return cache_dir() / "bin" / name
 
 

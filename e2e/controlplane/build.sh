@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Build the local control plane toolset from Go modules: etcd, kube-apiserver,
-# kube-controller-manager, kube-scheduler, kubectl, helm and kwok, at the versions
-# pinned in versions.env. Binaries are cached per component and version under
+# Build the local cluster toolset from Go modules, at the versions pinned in
+# versions.env: the control plane (etcd, kube-apiserver, kube-controller-manager,
+# kube-scheduler), the tools (kubectl, helm, kwok) and the real node (kubelet,
+# kube-proxy, containerd with its runc shim and ctr, CoreDNS, and the sandbox's pause
+# program), and versitygw, the S3 server the cluster quick start and the real-node
+# scenarios run as a pod. Binaries are cached per component and version under
 #   ${CJOB_CACHE_DIR:-~/.cache/checkpointed-jobs}/bin/<component>-<version>/
 # and linked together in one "set" directory that --print-bin-dir prints.
 #
@@ -21,9 +24,10 @@ source "${here}/versions.env"
 
 cache_dir="${CJOB_CACHE_DIR:-${HOME}/.cache/checkpointed-jobs}"
 bin_root="${cache_dir}/bin"
-set_dir="${bin_root}/set-k8s-${KUBERNETES_VERSION}-etcd-${ETCD_VERSION}-helm-${HELM_VERSION}-kwok-${KWOK_VERSION}"
+set_dir="${bin_root}/set-k8s-${KUBERNETES_VERSION}-etcd-${ETCD_VERSION}-helm-${HELM_VERSION}-kwok-${KWOK_VERSION}-containerd-${CONTAINERD_VERSION}-coredns-${COREDNS_VERSION}-pause-${PAUSE_VERSION}-versitygw-${VERSITYGW_VERSION}"
 work_root="${cache_dir}/build"
-kube_components=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+kube_components=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
+containerd_components=(containerd containerd-shim-runc-v2 ctr)
 
 component_dir() { # component version
   echo "${bin_root}/$1-$2"
@@ -34,11 +38,15 @@ component_version() { # component
     etcd) echo "${ETCD_VERSION}" ;;
     helm) echo "${HELM_VERSION}" ;;
     kwok) echo "${KWOK_VERSION}" ;;
+    containerd | containerd-shim-runc-v2 | ctr) echo "${CONTAINERD_VERSION}" ;;
+    coredns) echo "${COREDNS_VERSION}" ;;
+    pause) echo "${PAUSE_VERSION}" ;;
+    versitygw) echo "${VERSITYGW_VERSION}" ;;
     *) echo "${KUBERNETES_VERSION}" ;;
   esac
 }
 
-all_components=(etcd "${kube_components[@]}" helm kwok)
+all_components=(etcd "${kube_components[@]}" helm kwok "${containerd_components[@]}" coredns pause versitygw)
 
 is_cached() { # component
   local c="$1"
@@ -198,12 +206,111 @@ build_kwok() {
   log "kwok ${KWOK_VERSION}: done in $(($(date +%s) - t0))s"
 }
 
+build_containerd() {
+  local dir t0 cv c pkgs=()
+  t0=$(date +%s)
+  cv="${CONTAINERD_VERSION}"
+  dir="$(new_wrapper "containerd-${cv}")"
+  cat >"${dir}/go.mod" <<MOD
+module checkpointed-jobs.local/containerdbuild
+
+go 1.26.0
+
+require github.com/containerd/containerd/v2 ${cv}
+MOD
+  for c in "${containerd_components[@]}"; do pkgs+=("github.com/containerd/containerd/v2/cmd/${c}"); done
+  log "containerd ${cv}: resolving modules"
+  (cd "${dir}" && go mod download github.com/containerd/containerd/v2 >/dev/null \
+    && go get "github.com/containerd/containerd/v2@${cv}" >/dev/null 2>&1)
+  log "containerd ${cv}: compiling ${containerd_components[*]}"
+  mkdir -p "${dir}/out"
+  local vpkg="github.com/containerd/containerd/v2/version"
+  # No btrfs, zfs or devmapper snapshotters: they need C headers and the node uses
+  # overlayfs.
+  (cd "${dir}" && go build -p "${jobs}" -trimpath -tags "no_btrfs no_zfs no_devmapper" \
+    -ldflags "${ldflags_common} -X ${vpkg}.Version=${cv} -X ${vpkg}.Revision=release" \
+    -o "${dir}/out/" "${pkgs[@]}")
+  for c in "${containerd_components[@]}"; do
+    install_into "${c}" "${cv}" "${dir}/out/${c}"
+  done
+  log "containerd ${cv}: done in $(($(date +%s) - t0))s"
+}
+
+build_coredns() {
+  local dir t0 cv
+  t0=$(date +%s)
+  cv="${COREDNS_VERSION}"
+  dir="$(new_wrapper "coredns-${cv}")"
+  cat >"${dir}/go.mod" <<MOD
+module checkpointed-jobs.local/corednsbuild
+
+go 1.26.0
+
+require github.com/coredns/coredns ${cv}
+MOD
+  # Only the plugins cluster DNS uses: the full set links every cloud provider's SDK
+  # and takes several times as long to build.
+  cat >"${dir}/main.go" <<'GO'
+package main
+
+import (
+	_ "github.com/coredns/coredns/plugin/cache"
+	_ "github.com/coredns/coredns/plugin/errors"
+	_ "github.com/coredns/coredns/plugin/health"
+	_ "github.com/coredns/coredns/plugin/kubernetes"
+	_ "github.com/coredns/coredns/plugin/loadbalance"
+	_ "github.com/coredns/coredns/plugin/log"
+	_ "github.com/coredns/coredns/plugin/ready"
+	_ "github.com/coredns/coredns/plugin/reload"
+
+	"github.com/coredns/coredns/coremain"
+)
+
+func main() { coremain.Run() }
+GO
+  log "coredns ${cv}: resolving modules"
+  (cd "${dir}" && go mod tidy >/dev/null 2>&1 || go mod download >/dev/null)
+  log "coredns ${cv}: compiling (cluster DNS plugins only)"
+  (cd "${dir}" && go build -p "${jobs}" -trimpath -ldflags "${ldflags_common}" -o "${dir}/coredns" .)
+  install_into coredns "${cv}" "${dir}/coredns"
+  log "coredns ${cv}: done in $(($(date +%s) - t0))s"
+}
+
+build_pause() {
+  local dir t0
+  t0=$(date +%s)
+  dir="$(new_wrapper "pause-${PAUSE_VERSION}")"
+  cp "${here}/pause/main.go" "${dir}/main.go"
+  printf 'module checkpointed-jobs.local/pause\n\ngo 1.26.0\n' >"${dir}/go.mod"
+  log "pause ${PAUSE_VERSION}: compiling"
+  (cd "${dir}" && go build -trimpath -ldflags "${ldflags_common}" -o "${dir}/pause" .)
+  install_into pause "${PAUSE_VERSION}" "${dir}/pause"
+  log "pause ${PAUSE_VERSION}: done in $(($(date +%s) - t0))s"
+}
+
+build_versitygw() {
+  local dir t0
+  t0=$(date +%s)
+  dir="$(new_wrapper "versitygw-${VERSITYGW_VERSION}")"
+  log "versitygw ${VERSITYGW_VERSION}: compiling"
+  GOBIN="${dir}" go install -p "${jobs}" -trimpath -ldflags "${ldflags_common}" \
+    "github.com/versity/versitygw/cmd/versitygw@${VERSITYGW_VERSION}"
+  install_into versitygw "${VERSITYGW_VERSION}" "${dir}/versitygw"
+  log "versitygw ${VERSITYGW_VERSION}: done in $(($(date +%s) - t0))s"
+}
+
 is_cached etcd || build_etcd
 need_kube=0
 for c in "${kube_components[@]}"; do is_cached "$c" || need_kube=1; done
 [[ "${need_kube}" == 1 ]] && build_kubernetes
 is_cached helm || build_helm
 is_cached kwok || build_kwok
+need_containerd=0
+for c in "${containerd_components[@]}"; do is_cached "$c" || need_containerd=1; done
+[[ "${need_containerd}" == 1 ]] && build_containerd
+is_cached coredns || build_coredns
+is_cached pause || build_pause
+is_cached versitygw || build_versitygw
 
 mkdir -p "${set_dir}"
 for c in "${all_components[@]}"; do

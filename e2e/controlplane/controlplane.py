@@ -28,6 +28,8 @@ from e2e.controlplane.rest import RestClient
 
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 SERVICE_CLUSTER_IP_RANGE = "10.96.0.0/16"
+#: The ``kubernetes`` Service's address: the first of the service range.
+KUBERNETES_SERVICE_IP = "10.96.0.1"
 
 
 class ControlPlaneNotReadyError(RuntimeError):
@@ -56,6 +58,7 @@ class ControlPlane:
         with_controllers: bool = True,
         keep_work_dir: bool = False,
         ready_timeout: float = 120.0,
+        node_ip: str | None = None,
     ) -> None:
         self._owns_work_dir = work_dir is None
         self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="cjob-controlplane-"))
@@ -63,6 +66,7 @@ class ControlPlane:
         self.with_controllers = with_controllers
         self.keep_work_dir = keep_work_dir
         self.ready_timeout = ready_timeout
+        self.node_ip = node_ip
         self.log_dir = self.work_dir / "logs"
         self.pki_dir = self.work_dir / "pki"
         self.components: list[Component] = []
@@ -116,7 +120,10 @@ class ControlPlane:
 
     def _start(self) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        self._pki = build_cluster_pki(directory=self.pki_dir)
+        self._pki = build_cluster_pki(
+            directory=self.pki_dir,
+            extra_ips=(self.node_ip, KUBERNETES_SERVICE_IP) if self.node_ip else (),
+        )
         self._admin = issue_cert(
             ca=self.pki.ca,
             directory=self.pki_dir,
@@ -143,8 +150,7 @@ class ControlPlane:
             "kube-apiserver",
             [
                 f"--etcd-servers=http://127.0.0.1:{etcd_port}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
+                *self._address_args(),
                 f"--secure-port={self.apiserver_port}",
                 f"--tls-cert-file={self.pki.serving.cert}",
                 f"--tls-private-key-file={self.pki.serving.key}",
@@ -154,9 +160,6 @@ class ControlPlane:
                 f"--service-account-signing-key-file={self.pki.service_account_key}",
                 "--authorization-mode=Node,RBAC",
                 f"--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}",
-                # The kubernetes Service cannot point at a loopback address; no
-                # client here uses the Service anyway.
-                "--endpoint-reconciler-type=none",
                 "--allow-privileged=true",
                 # Nodes are reached by IP for logs; their host names do not resolve.
                 "--kubelet-preferred-address-types=InternalIP",
@@ -174,6 +177,22 @@ class ControlPlane:
         )
         if self.with_controllers:
             self._start_controllers()
+
+    def _address_args(self) -> list[str]:
+        """Where the apiserver listens and what the ``kubernetes`` Service points at.
+
+        Without a real node only host processes talk to the apiserver, on loopback,
+        and the Service cannot point at a loopback address. Pods of a real node live
+        in their own network namespaces and reach the apiserver through the Service,
+        so it then listens on every address and advertises the node's.
+        """
+        if self.node_ip is None:
+            return [
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                "--endpoint-reconciler-type=none",
+            ]
+        return ["--bind-address=0.0.0.0", f"--advertise-address={self.node_ip}"]
 
     def _start_etcd(self) -> int:
         client_port, peer_port = free_port(), free_port()

@@ -121,7 +121,7 @@ def issue_cert(
     return pair
 
 
-def build_cluster_pki(*, directory: Path) -> ClusterPki:
+def build_cluster_pki(*, directory: Path, extra_ips: tuple[str, ...] = ()) -> ClusterPki:
     """Create the CA, the apiserver serving certificate and the service-account key."""
     ca = build_ca(directory=directory, common_name="checkpointed-jobs-test-ca")
     serving = issue_cert(
@@ -136,7 +136,7 @@ def build_cluster_pki(*, directory: Path) -> ClusterPki:
             "kubernetes.default.svc",
             "kubernetes.default.svc.cluster.local",
         ),
-        server_ips=("127.0.0.1",),
+        server_ips=("127.0.0.1", *extra_ips),
         client=False,
     )
     sa_key = directory / "sa.key"

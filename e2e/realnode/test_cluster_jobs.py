@@ -1,0 +1,315 @@
+"""CheckpointedJobs on a real node, as a user meets them: the chart's operator from
+its image, drivers and Spark executors as containers of the runtime image, job code
+from a ConfigMap, checkpoints and output on an S3 server in the cluster or on a
+PersistentVolumeClaim; pods killed mid-run; output checked exactly-once."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from e2e.controlplane.rest import quote
+from e2e.kind.chart import ChartRelease
+from e2e.realnode import scenario
+from e2e.realnode.pytest_plugin import RealCluster
+from e2e.realnode.s3 import ClusterS3, start_s3
+
+pytestmark = [pytest.mark.realnode, pytest.mark.cluster, pytest.mark.slow]
+
+sys.path.insert(0, str(scenario.RUNNING_SUM_DIR))
+from verify import verify  # noqa: E402
+
+COUNT = 120_000
+RATE = 3_000  # records per second: about 40 s of input, so kills land mid-run
+
+
+@pytest.fixture(scope="module")
+def kubectl(real_cluster: RealCluster) -> scenario.Kubectl:
+    return scenario.Kubectl(
+        binary=real_cluster.bin_dir / "kubectl", kubeconfig=real_cluster.kubeconfig
+    )
+
+
+@pytest.fixture(scope="module")
+def operator(
+    real_cluster: RealCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ChartRelease]:
+    release = scenario.install_operator(
+        helm=real_cluster.bin_dir / "helm",
+        home=tmp_path_factory.mktemp("helm"),
+        kubeconfig=real_cluster.kubeconfig,
+        operator_image=real_cluster.operator_image,
+        runtime_image=real_cluster.runtime_image,
+    )
+    yield release
+    release.uninstall(missing_ok=True)
+
+
+@pytest.fixture(scope="module")
+def cluster_s3(real_cluster: RealCluster) -> ClusterS3:
+    return start_s3(node=real_cluster.node, namespace="s3")
+
+
+def _job_code_configmap(kubectl: scenario.Kubectl, namespace: str) -> None:
+    kubectl(
+        "create", "configmap", "running-sum-code", "--namespace", namespace,
+        f"--from-file=job.py={scenario.RUNNING_SUM_DIR / 'job.py'}",
+    )  # fmt: skip
+
+
+def _running_sum(
+    *, name: str, storage: str, output: str, master: str, s3: dict[str, Any] | None,
+    pod: dict[str, Any], parallelism: int = 2, cleanup: str = "Retain",
+) -> dict[str, Any]:  # fmt: skip
+    checkpoint: dict[str, Any] = {"storage": storage, "interval": "1s", "retained": 3}
+    if s3 is not None:
+        checkpoint["s3"] = s3
+    spark: dict[str, Any] = {"master": master, "driver": {"cores": 1, "memory": "768Mi"}}
+    if master == "k8s":
+        spark["executor"] = {"instances": parallelism, "cores": 1, "memory": "640Mi"}
+        # Two CPUs for the whole node: executors ask for a fraction of one.
+        spark["conf"] = {"spark.kubernetes.executor.request.cores": "200m"}
+    return {
+        "apiVersion": "checkpointed.io/v1alpha1",
+        "kind": "CheckpointedJob",
+        "metadata": {"name": name},
+        "spec": {
+            "job": {
+                "entrypoint": "job:build",
+                "pythonPath": ["/opt/cjob/jobs/running-sum"],
+                "args": {"output": output, "count": COUNT, "rate": RATE},
+            },
+            "parallelism": parallelism,
+            "spark": spark,
+            "checkpoint": checkpoint,
+            "restartPolicy": {
+                "type": "OnFailure",
+                "maxRestarts": 3,
+                "backoff": {"initial": "1s", "max": "5s"},
+            },
+            "cleanupPolicy": {"checkpoints": cleanup},
+            "pod": pod,
+        },
+    }
+
+
+def finished(job: scenario.JobHandle, *, timeout: float = 400) -> dict[str, Any]:
+    """The job's status once it is Succeeded or Failed."""
+
+    def final() -> dict[str, Any] | None:
+        status = job.status()
+        return status if status.get("phase") in ("Succeeded", "Failed") else None
+
+    return scenario.wait_until(final, what="the job to finish", timeout=timeout,
+                               detail=job.describe)  # fmt: skip
+
+
+CODE_VOLUME = {"name": "code", "configMap": {"name": "running-sum-code"}}
+CODE_MOUNT = {"name": "code", "mountPath": "/opt/cjob/jobs/running-sum", "readOnly": True}
+
+
+def test_a_k8s_job_survives_an_executor_kill_and_a_driver_kill_with_exactly_once_output(
+    real_cluster: RealCluster,
+    real_namespace: str,
+    operator: ChartRelease,
+    cluster_s3: ClusterS3,
+    kubectl: scenario.Kubectl,
+    record_property: Any,
+) -> None:
+    rest = real_cluster.rest()
+    client = cluster_s3.client()
+    bucket = f"run-{real_namespace[-6:]}"
+    client.create_bucket(Bucket=bucket)
+    kubectl("apply", "--namespace", real_namespace, "-f", "-",
+            stdin=yaml.safe_dump(cluster_s3.credentials_secret()))  # fmt: skip
+    _job_code_configmap(kubectl, real_namespace)
+    manifest = _running_sum(
+        name="sum",
+        storage=f"s3://{bucket}/checkpoints",
+        output=f"s3://{bucket}/output",
+        master="k8s",
+        s3={"endpoint": cluster_s3.cluster_endpoint, "credentialsSecret": "s3-credentials"},
+        pod={"volumes": [CODE_VOLUME], "volumeMounts": [CODE_MOUNT]},
+    )
+    kubectl("apply", "--namespace", real_namespace, "-f", "-", stdin=yaml.safe_dump(manifest))
+    job = scenario.JobHandle(rest=rest, namespace=real_namespace, name="sum")
+
+    # Spark created the executors as pods of the runtime image, and a checkpoint completed.
+    def two_executors() -> list[dict[str, Any]] | None:
+        running = job.running_executors()
+        return running if len(running) == 2 else None
+
+    executors = scenario.wait_until(two_executors, what="two running executor pods",
+                                    timeout=240, detail=job.describe)  # fmt: skip
+    assert all(p["spec"]["containers"][0]["image"] == real_cluster.runtime_image for p in executors)
+    scenario.wait_until(lambda: job.latest_checkpoint_id() >= 2, what="checkpoint 2",
+                        timeout=180, detail=job.describe)  # fmt: skip
+    first_driver = job.status()["driverPod"]
+
+    # 1. Kill an executor: Spark relaunches the barrier stage in the same driver, from
+    #    the latest checkpoint.
+    driver = job.driver()
+    assert driver is not None
+    before = scenario.driver_metrics(driver)
+    victim = executors[0]
+    killed_at = time.monotonic()
+    scenario.kill_container(real_cluster.node.ctr, victim)
+    scenario.wait_until(
+        lambda: scenario.driver_metrics(driver).get("cjob_job_subtask_restarts", 0)
+        > before.get("cjob_job_subtask_restarts", 0),
+        what="the barrier stage relaunched", timeout=180, detail=job.describe,
+    )  # fmt: skip
+    scenario.wait_until(
+        lambda: scenario.driver_metrics(driver).get("cjob_job_records_in", 0) > 0,
+        what="records flowing again after the executor kill", timeout=180, detail=job.describe,
+    )  # fmt: skip
+    executor_recovery = time.monotonic() - killed_at
+    record_property("executor_kill_to_first_record_s", round(executor_recovery, 1))
+    assert job.status()["driverPod"] == first_driver, "an executor kill must not restart the driver"
+    assert job.status().get("restarts", 0) == 0
+
+    # 2. Kill the driver: the operator starts the next attempt from the latest checkpoint.
+    checkpoint_before_kill = scenario.wait_until(
+        lambda: job.latest_checkpoint_id() or None, what="a checkpoint", timeout=60
+    )
+    killed_at = time.monotonic()
+    scenario.kill_container(real_cluster.node.ctr, job.driver() or {})
+
+    def next_driver() -> str | None:
+        name = job.status().get("driverPod")
+        return str(name) if name and name != first_driver else None
+
+    second = scenario.wait_until(next_driver, what="a second attempt", timeout=120,
+                                 detail=job.describe)  # fmt: skip
+    scenario.wait_until(
+        lambda: (p := job.pod(second)) is not None
+        and p["status"].get("podIP")
+        and scenario.driver_metrics(p).get("cjob_job_records_in", 0) > 0,
+        what="records flowing in the second attempt", timeout=240, detail=job.describe,
+    )  # fmt: skip
+    driver_recovery = time.monotonic() - killed_at
+    record_property("driver_kill_to_first_record_s", round(driver_recovery, 1))
+
+    done = finished(job)
+    assert done["phase"] == "Succeeded", job.describe()
+    assert done["restarts"] == 1
+
+    restored = scenario.restored_id_from_logs(job.logs(second))
+    assert restored is not None and restored >= checkpoint_before_kill
+    assert done["restoredFrom"]["id"] == restored
+
+    records = scenario.read_jsonl_objects(client, bucket=bucket, prefix="output/")
+    assert verify(records, count=COUNT) == []
+    print(f"executor kill -> first record {executor_recovery:.1f}s; "
+          f"driver kill -> first record {driver_recovery:.1f}s")  # fmt: skip
+
+
+def test_file_checkpoints_on_a_claim_survive_a_driver_kill(
+    real_cluster: RealCluster,
+    real_namespace: str,
+    operator: ChartRelease,
+    kubectl: scenario.Kubectl,
+    tmp_path: Path,
+) -> None:
+    rest = real_cluster.rest()
+    data = tmp_path / "volume"
+    data.mkdir()
+    data.chmod(0o777)
+    pv = f"{real_namespace}-data"
+    rest.request("POST", "/api/v1/persistentvolumes", body={
+        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                 "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
+                 "hostPath": {"path": str(data)},
+                 "claimRef": {"namespace": real_namespace, "name": "data"}},
+    })  # fmt: skip
+    try:
+        kubectl("apply", "--namespace", real_namespace, "-f", "-", stdin=yaml.safe_dump({
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "", "volumeName": pv,
+                     "resources": {"requests": {"storage": "1Gi"}}},
+        }))  # fmt: skip
+        _job_code_configmap(kubectl, real_namespace)
+        manifest = _running_sum(
+            name="local-sum",
+            storage="file:///data/checkpoints",
+            output="/data/output",
+            master="local[2]",
+            s3=None,
+            pod={
+                "volumes": [
+                    CODE_VOLUME,
+                    {"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
+                ],
+                "volumeMounts": [CODE_MOUNT, {"name": "data", "mountPath": "/data"}],
+            },
+        )
+        kubectl("apply", "--namespace", real_namespace, "-f", "-", stdin=yaml.safe_dump(manifest))
+        job = scenario.JobHandle(rest=rest, namespace=real_namespace, name="local-sum")
+        scenario.wait_until(lambda: job.latest_checkpoint_id() >= 2, what="checkpoint 2",
+                            timeout=240, detail=job.describe)  # fmt: skip
+        first = job.status()["driverPod"]
+        scenario.kill_container(real_cluster.node.ctr, job.driver() or {})
+        done = finished(job)
+        assert done["phase"] == "Succeeded", job.describe()
+        assert done["restarts"] == 1 and done["driverPod"] != first
+        restored = scenario.restored_id_from_logs(job.logs(done["driverPod"]))
+        assert restored is not None and done["restoredFrom"]["id"] == restored
+        # Checkpoints and output were on the claim, not in a container's filesystem.
+        assert any((data / "checkpoints").rglob("_metadata"))
+        from verify import read_output
+
+        assert verify(read_output(data / "output"), count=COUNT) == []
+    finally:
+        rest.request("DELETE", f"/api/v1/persistentvolumes/{quote(pv)}")
+
+
+def test_deleting_a_job_with_cleanup_policy_delete_removes_its_s3_checkpoints_and_store(
+    real_cluster: RealCluster,
+    real_namespace: str,
+    operator: ChartRelease,
+    cluster_s3: ClusterS3,
+    kubectl: scenario.Kubectl,
+) -> None:
+    rest = real_cluster.rest()
+    client = cluster_s3.client()
+    bucket = f"del-{real_namespace[-6:]}"
+    client.create_bucket(Bucket=bucket)
+    kubectl("apply", "--namespace", real_namespace, "-f", "-",
+            stdin=yaml.safe_dump(cluster_s3.credentials_secret()))  # fmt: skip
+    _job_code_configmap(kubectl, real_namespace)
+    manifest = _running_sum(
+        name="doomed", storage=f"s3://{bucket}/checkpoints", output=f"s3://{bucket}/output",
+        master="local[2]",
+        s3={"endpoint": cluster_s3.cluster_endpoint, "credentialsSecret": "s3-credentials"},
+        pod={"volumes": [CODE_VOLUME], "volumeMounts": [CODE_MOUNT]}, cleanup="Delete",
+    )  # fmt: skip
+    kubectl("apply", "--namespace", real_namespace, "-f", "-", stdin=yaml.safe_dump(manifest))
+    job = scenario.JobHandle(rest=rest, namespace=real_namespace, name="doomed")
+    scenario.wait_until(lambda: job.latest_checkpoint_id() >= 1, what="a checkpoint",
+                        timeout=240, detail=job.describe)  # fmt: skip
+    assert scenario.list_keys(client, bucket=bucket, prefix="checkpoints/")
+    store = f"/api/v1/namespaces/{quote(real_namespace)}/configmaps/doomed-checkpoints"
+    assert rest.get(store)
+
+    kubectl("delete", "--namespace", real_namespace, "checkpointedjob", "doomed", "--wait=true",
+            timeout=180)  # fmt: skip
+
+    def store_gone() -> bool:
+        try:
+            rest.get(store)
+        except Exception:
+            return True
+        return False
+
+    scenario.wait_until(store_gone, what="the checkpoint ConfigMap deleted", timeout=120)
+    scenario.wait_until(
+        lambda: not scenario.list_keys(client, bucket=bucket, prefix="checkpoints/"),
+        what="the S3 checkpoints deleted", timeout=120,
+    )  # fmt: skip
