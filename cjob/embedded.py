@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -41,6 +41,7 @@ from cjob_spec import (
     to_runtime_args,
 )
 from cjob_spec.exit_codes import describe_exit, reason_for_exit
+from cjob_spec.model import is_s3_code
 from cjob_spec.status import ConditionStatus, ConditionType, FailureRecord, set_condition
 
 Clock = Callable[[], datetime]
@@ -202,8 +203,11 @@ class EmbeddedRunner:
     def _job_for_attempt(self) -> CheckpointedJob:
         spec = self.job.spec
         base = Path(self.options.base_dir)
+        # Relative directories are relative to the job file's folder (else the current
+        # one); s3:// archives are the driver's to fetch, as on a cluster.
         python_path = tuple(
-            p if os.path.isabs(p) else str((base / p).resolve()) if (base / p).exists()
+            p if is_s3_code(p) or os.path.isabs(p)
+            else str((base / p).resolve()) if (base / p).exists()
             else str(Path(p).resolve()) for p in spec.job.python_path)
         job_code = dataclasses.replace(spec.job, python_path=python_path)
         checkpoint = dataclasses.replace(spec.checkpoint, storage=self.checkpoint_storage())
@@ -359,8 +363,7 @@ class EmbeddedRunner:
         # file: read before the new driver writes its own, it would show that run's
         # records and checkpoints, and could trigger --kill-driver-after.
         self.paths.runtime_status(attempt).unlink(missing_ok=True)
-        env = dict(os.environ)
-        env.setdefault("PYTHONUNBUFFERED", "1")
+        env = driver_environment(self.job, os.environ)
         with open(log_path, "wb") as log:
             proc = subprocess.Popen([sys.executable, "-m", "job_runtime", "run", *args],
                                     stdout=log, stderr=subprocess.STDOUT, env=env,
@@ -407,6 +410,26 @@ class EmbeddedRunner:
         if after is None or self.killed_once:
             return False
         return time.monotonic() - started >= after and progress.checkpoints >= 1
+
+
+def driver_environment(job: CheckpointedJob, environ: Mapping[str, str]) -> dict[str, str]:
+    """The local driver's environment: this process's, plus the job's S3 endpoint and
+    region where the environment names none.
+
+    On a cluster the operator passes ``spec.checkpoint.s3`` to the driver pod; locally
+    the same settings reach S3 checkpoints and ``s3://`` code archives this way. The
+    environment wins (``AWS_ENDPOINT_URL`` for a local MinIO, say), and credentials
+    always come from it: ``credentialsSecret`` names a Secret, which only a cluster has.
+    """
+    env = dict(environ)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    s3 = job.spec.checkpoint.s3
+    if s3 is not None:
+        if s3.endpoint and not (env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")):
+            env["AWS_ENDPOINT_URL"] = s3.endpoint
+        if s3.region and not (env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")):
+            env["AWS_REGION"] = s3.region
+    return env
 
 
 def _reap_group(pgid: int) -> None:

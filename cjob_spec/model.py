@@ -65,13 +65,30 @@ class Metadata:
     labels: Mapping[str, str] = field(default_factory=dict)
 
 
+S3_CODE_PREFIX = "s3://"
+"""``spec.job.pythonPath`` entries starting with this name a zip archive of the job's
+modules on S3; every other entry is a directory (or archive) on the driver's disk."""
+
+
+def is_s3_code(entry: str) -> bool:
+    """Whether a ``pythonPath`` entry names a zip archive on S3 (fetched by the driver)."""
+    return entry.startswith(S3_CODE_PREFIX)
+
+
 @dataclass(frozen=True)
 class JobCode:
     """Where the user's ``build(p: Pipeline)`` function lives and what it is given."""
 
     entrypoint: str
     python_path: tuple[str, ...] = ()
+    """Directories on the driver (a baked image, a mounted ConfigMap or volume) and
+    ``s3://bucket/key.zip`` archives, in the order they go on ``sys.path``. The runtime
+    makes every entry importable on the executors too."""
     args: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def uses_s3(self) -> bool:
+        return any(is_s3_code(entry) for entry in self.python_path)
 
     @property
     def module(self) -> str:
@@ -110,6 +127,9 @@ class SparkSpec:
 
 @dataclass(frozen=True)
 class S3Settings:
+    """How the job reaches S3: its ``s3://`` checkpoint storage and ``s3://`` code
+    archives in ``spec.job.pythonPath`` both use these settings."""
+
     endpoint: str | None = None
     region: str | None = None
     credentials_secret: str | None = None
@@ -271,9 +291,11 @@ def ephemeral_storage_problem(spec: JobSpec) -> str | None:
 
 @dataclass(frozen=True)
 class JobSpec:
-    image: str
     job: JobCode
     checkpoint: CheckpointSpec
+    image: str | None = None
+    """The driver's (and executors') image; ``None``: the runtime image the operator
+    was installed with. ``cjob run`` runs no image at all."""
     parallelism: int = 1
     max_parallelism: int = DEFAULT_MAX_PARALLELISM
     spark: SparkSpec = field(default_factory=SparkSpec)

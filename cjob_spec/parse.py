@@ -75,6 +75,10 @@ DNS_SUBDOMAIN_PATTERN = re.compile(
 )
 FILE_STORAGE_PATTERN = re.compile(r"^file:///\S*$")
 S3_STORAGE_PATTERN = re.compile(r"^s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/\S*)?$")
+S3_CODE_PATTERN = re.compile(r"^s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]/\S+[.]zip$")
+"""An ``s3://`` entry of ``spec.job.pythonPath``: one zip archive, whose top level is
+what goes on ``sys.path`` (modules and packages)."""
+URL_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 ENDPOINT_PATTERN = re.compile(r"^https?://[^\s/]+(/\S*)?$")
 
 RESERVED_SPARK_CONF: dict[str, str] = {
@@ -366,8 +370,10 @@ def _string_map(value: object, path: str) -> dict[str, str]:
 
 
 def _read_spec(node: _Node) -> JobSpec:
-    image = node.required_string("image")
-    if any(character.isspace() for character in image):
+    # Absent: the operator runs the runtime image it was installed with (cjob run
+    # runs no image at all).
+    image = node.string("image")
+    if image is not None and any(character.isspace() for character in image):
         raise SpecError(field="spec.image", problem=f"must not contain spaces, got {image!r}")
     job = _read_job_code(
         _Node(node.require("job"), "spec.job", ("entrypoint", "pythonPath", "args"))
@@ -386,6 +392,7 @@ def _read_spec(node: _Node) -> JobSpec:
     )
     _check_task_slots(spark, parallelism)
     checkpoint = _read_checkpoint(
+        job,
         _Node(
             node.require("checkpoint"),
             "spec.checkpoint",
@@ -401,7 +408,7 @@ def _read_spec(node: _Node) -> JobSpec:
                 "tolerableFailures",
                 "triggerNonce",
             ),
-        )
+        ),
     )
     restart_policy = node.child(
         "restartPolicy",
@@ -460,6 +467,7 @@ def _read_job_code(node: _Node) -> JobCode:
                     field=f"spec.job.pythonPath[{index}]",
                     problem=f"must be a non-empty string, got {_describe(item)}",
                 )
+            _check_python_path_entry(item, f"spec.job.pythonPath[{index}]")
             python_path.append(item)
     raw_args = node.get("args")
     args: dict[str, Any] = {}
@@ -476,6 +484,35 @@ def _read_job_code(node: _Node) -> JobCode:
             _check_json_value(item, f"spec.job.args.{key}")
             args[key] = item
     return JobCode(entrypoint=entrypoint, python_path=tuple(python_path), args=args)
+
+
+def _check_python_path_entry(entry: str, path: str) -> None:
+    """A directory path (absolute, or relative to the driver's working directory; to
+    the job file's folder with ``cjob run``) or one ``s3://bucket/key.zip`` archive.
+
+    Other URLs are refused here rather than when the driver starts: ``sys.path``
+    would take them as a directory name that never exists, and the job would only
+    fail later with a puzzling "module not found".
+    """
+    if entry != entry.strip():
+        raise SpecError(field=path, problem=f"must not start or end with spaces, got {entry!r}")
+    if entry.startswith("s3://"):
+        if not S3_CODE_PATTERN.match(entry):
+            raise SpecError(
+                field=path,
+                problem=f"an s3:// entry must name a zip archive of the job's modules, "
+                f"s3://bucket/path/code.zip, got {entry!r}",
+                hint="zip the folder's contents (its modules and packages at the top level)",
+            )
+        return
+    if URL_PATTERN.match(entry):
+        scheme = entry.partition("://")[0]
+        raise SpecError(
+            field=path,
+            problem=f"must be a directory path or an s3://bucket/path/code.zip archive, "
+            f"got {entry!r}",
+            hint="write s3:// for S3" if scheme.lower() in ("s3a", "s3n") else None,
+        )
 
 
 POD_FIELDS = ("volumes", "volumeMounts", "nodeSelector", "tolerations", "affinity",
@@ -663,7 +700,7 @@ def _check_task_slots(spark: SparkSpec, parallelism: int) -> None:
             )
 
 
-def _read_checkpoint(node: _Node) -> CheckpointSpec:
+def _read_checkpoint(job: JobCode, node: _Node) -> CheckpointSpec:
     storage = node.required_string("storage")
     if not (FILE_STORAGE_PATTERN.match(storage) or S3_STORAGE_PATTERN.match(storage)):
         raise SpecError(
@@ -672,8 +709,13 @@ def _read_checkpoint(node: _Node) -> CheckpointSpec:
         )
     s3: S3Settings | None = None
     if node.get("s3") is not None:
-        if not storage.startswith("s3://"):
-            raise SpecError(field="spec.checkpoint.s3", problem="is only valid with s3:// storage")
+        # The job's S3 settings also serve its s3:// code archives, so a job with file
+        # checkpoints may still need them.
+        if not storage.startswith("s3://") and not job.uses_s3:
+            raise SpecError(
+                field="spec.checkpoint.s3",
+                problem="is only valid with s3:// storage or s3:// entries in spec.job.pythonPath",
+            )
         s3 = _read_s3(
             _Node(node.get("s3"), node.at("s3"), ("endpoint", "region", "credentialsSecret"))
         )

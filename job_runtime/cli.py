@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import signal
 import sys
 
 from cjob_spec.exit_codes import ExitCode
@@ -85,7 +87,20 @@ def settings_from_args(ns: argparse.Namespace) -> DriverSettings:
         task_attempts=ns.task_attempts, credits=ns.credits)
 
 
+def exit_on_sigterm() -> None:
+    """Die of SIGTERM as any process would, also as a container's PID 1.
+
+    The kernel drops a signal whose action is the default for the first process of a
+    PID namespace. A driver started as a pod's command is that process, so without
+    a handler a deleted driver pod waits its whole grace period and is then killed.
+    The exit is immediate, like the default action: the checkpoints in the store,
+    not a shutdown path, are what the next attempt relies on.
+    """
+    signal.signal(signal.SIGTERM, lambda signum, _frame: os._exit(128 + signum))
+
+
 def main(argv: list[str] | None = None) -> int:
+    exit_on_sigterm()
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)

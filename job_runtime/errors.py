@@ -68,3 +68,13 @@ class ConfigurationError(RuntimeJobError):
         super().__init__(f"{setting}: {problem}")
         self.setting = setting
         self.problem = problem
+
+
+class JobCodeError(RuntimeJobError):
+    """An entry of the job's ``pythonPath`` cannot be used: a missing or forbidden S3
+    object, or an archive that is not a readable zip."""
+
+    def __init__(self, *, source: str, problem: str) -> None:
+        super().__init__(f"job code {source}: {problem}")
+        self.source = source
+        self.problem = problem

@@ -20,7 +20,13 @@ from e2e.realnode import scenario
 from e2e.realnode.pytest_plugin import RealCluster
 from e2e.realnode.s3 import ClusterS3, start_s3
 
-pytestmark = [pytest.mark.realnode, pytest.mark.cluster, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.realnode,
+    pytest.mark.cluster,
+    pytest.mark.slow,
+    # The session fixture may import images and start the node inside the first test.
+    pytest.mark.timeout(1800),
+]
 
 sys.path.insert(0, str(scenario.RUNNING_SUM_DIR))
 from verify import verify  # noqa: E402

@@ -10,13 +10,16 @@ attempts, which the driver sets when the master does not say.
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import functools
 import json
 import logging
 import os
 import re
+import shutil
 import socket
+import tempfile
 import threading
 import time
 from typing import Any
@@ -27,10 +30,12 @@ from job_runtime.errors import (
     CheckpointFailureBudgetExceeded,
     ConfigurationError,
     EntrypointError,
+    JobCodeError,
     PipelineDefinitionError,
     RestoreError,
     UserCodeError,
 )
+from job_runtime.execution.code import prepare_job_code, ship_job_code
 from job_runtime.execution.config import SubtaskConfig
 from job_runtime.execution.entrypoint import add_python_path, build_pipeline
 from job_runtime.execution.spark_start import SparkStarter
@@ -54,6 +59,7 @@ from job_runtime.store.triggers import FileTriggerSource, TriggerSource
 log = logging.getLogger("job_runtime.driver")
 
 _LOCAL = re.compile(r"^local\[(\*|\d+)(?:,(\d+))?\]$")
+_EXECUTOR_ENTRYPOINT_ERROR = re.compile(r"EntrypointError: entrypoint '([^']*)': ([^\n]*)")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -309,7 +315,7 @@ def run_driver(settings: DriverSettings) -> int:
     """Run the job to its end; returns the process exit code."""
     try:
         return _run(settings)
-    except (EntrypointError, PipelineDefinitionError, ConfigurationError) as exc:
+    except (EntrypointError, PipelineDefinitionError, ConfigurationError, JobCodeError) as exc:
         log.error("%s", exc)
         return ExitCode.BAD_CONFIG
     except UserCodeError as exc:
@@ -319,7 +325,8 @@ def run_driver(settings: DriverSettings) -> int:
         log.error("%s", exc)
         return ExitCode.RESTORE_FAILED
     except StorageUnavailableError as exc:
-        log.error("checkpoint storage unreachable: %s", exc)
+        # Checkpoint storage, or an S3 archive of the job's code: the error names which.
+        log.error("storage unreachable: %s", exc)
         return ExitCode.STORAGE_UNREACHABLE
     except FencedError as exc:
         log.error("%s", exc)
@@ -333,14 +340,18 @@ def _run(settings: DriverSettings) -> int:
     if settings.parallelism < 1 or settings.parallelism > settings.max_parallelism:
         raise ConfigurationError(setting="--parallelism",
                                  problem=f"must be within 1..{settings.max_parallelism}")
-    add_python_path(settings.python_path)
+    s3 = S3Config.from_env()
+    code_dir = tempfile.mkdtemp(prefix="cjob-code-")
+    atexit.register(shutil.rmtree, code_dir, ignore_errors=True)
+    code = prepare_job_code(settings.python_path, master=settings.master, s3=s3,
+                            work_dir=code_dir)
+    add_python_path(code.driver_path)
     pipeline = build_pipeline(entrypoint=settings.entrypoint, args=settings.args,
                               name=settings.job_name)
     stages = plan_stages(pipeline)
     master = resolve_master(settings.master, parallelism=settings.parallelism,
                             task_attempts=settings.task_attempts)
     spark = SparkStarter(settings=settings, master=master)
-    s3 = S3Config.from_env()
     storage = CheckpointStorage(settings.checkpoint_storage, settings.job_id,
                                 fs=get_filesystem(settings.checkpoint_storage, s3=s3))
     store, counter = open_store(settings)
@@ -383,7 +394,7 @@ def _run(settings: DriverSettings) -> int:
     staging = join_uri(storage.job_dir, "staging")
     config = SubtaskConfig(
         job_id=settings.job_id, job_name=settings.job_name, attempt=settings.attempt,
-        entrypoint=settings.entrypoint, python_path=settings.python_path, args=settings.args,
+        entrypoint=settings.entrypoint, python_path=code.executor_path, args=settings.args,
         parallelism=settings.parallelism, max_parallelism=settings.max_parallelism,
         coordinator_host=advertised, coordinator_port=coordinator.port,
         checkpoint_root=settings.checkpoint_storage, staging_uri=staging, mode=settings.mode,
@@ -394,6 +405,8 @@ def _run(settings: DriverSettings) -> int:
     status.timeline["sparkStartingAt"] = spark.started_at
     status.timeline["sparkReadyAt"] = spark.ready_at or time.time()
     try:
+        # Before any Spark job: the source's preparation may already run the job's code.
+        ship_job_code(sc, code)
         assert pipeline.source_op is not None
         pipeline.source_op.prepare_on_driver(spark_context=sc, staging_uri=staging)
         outcome = _run_stage(sc=sc, settings=settings, config=config,
@@ -421,6 +434,9 @@ def _exit_code_for(failure: BaseException) -> int:
     if isinstance(failure, UserCodeError):
         log.error("%s", failure)
         return ExitCode.USER_CODE_ERROR
+    if isinstance(failure, EntrypointError):
+        log.error("%s", failure)
+        return ExitCode.BAD_CONFIG
     if isinstance(failure, CheckpointFailureBudgetExceeded):
         log.error("%s", failure)
         if "unavailable" in failure.last_reason or "unreachable" in failure.last_reason:
@@ -465,6 +481,13 @@ def _run_stage(*, sc: Any, settings: DriverSettings, config: SubtaskConfig,
 
 def _spark_failure(exc: BaseException) -> BaseException:
     text = str(exc)
+    missing = _EXECUTOR_ENTRYPOINT_ERROR.search(text)
+    if missing is not None:
+        # The executors cannot import the job (its code is not in their image and
+        # was not shipped): as permanent as on the driver, and far clearer than
+        # Spark's own summary.
+        return EntrypointError(entrypoint=missing.group(1),
+                               problem=f"{missing.group(2).strip()} on an executor")
     marker = "UserCodeError"
     if marker in text:
         return UserCodeError(operator="?", subtask=-1, details=text[-4000:])

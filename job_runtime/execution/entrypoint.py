@@ -13,9 +13,10 @@ from job_runtime.pipeline import Pipeline
 
 
 def add_python_path(paths: Iterable[str]) -> None:
-    for path in paths:
-        if path and path not in sys.path:
-            sys.path.insert(0, path)
+    """Put ``paths`` in front of ``sys.path``, in order: the first entry wins, as in
+    ``PYTHONPATH``. Entries already on ``sys.path`` stay where they are."""
+    new = [path for path in dict.fromkeys(paths) if path and path not in sys.path]
+    sys.path[0:0] = new
 
 
 def load_build_function(entrypoint: str) -> Any:

@@ -2,6 +2,7 @@
 
     python -m cjob_operator [--namespace NS]... [--all-namespaces] [--metrics-port 8080]
         [--health-port 8081] [--peering NAME [--priority N] | --standalone] [--verbose]
+        [--runtime-image IMAGE]
 """
 
 from __future__ import annotations

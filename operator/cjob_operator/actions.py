@@ -62,12 +62,15 @@ class AdvanceFence:
 class CreateDriver:
     """Create driver pod ``name`` for ``attempt``, restoring from ``restore_pointer``.
 
-    An AlreadyExists answer is success (the name is deterministic).
+    ``image`` runs the driver (and, with Spark on Kubernetes, the executors): the
+    job's ``spec.image``, or the operator's runtime image. An AlreadyExists answer is
+    success (the name is deterministic).
     """
 
     name: str
     attempt: int
     restore_pointer: str
+    image: str
 
 
 @dataclass(frozen=True)

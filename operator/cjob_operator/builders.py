@@ -118,9 +118,12 @@ def driver_memory_request_bytes(job: CheckpointedJob, config: OperatorConfig) ->
 
 
 def driver_spark_conf(
-    job: CheckpointedJob, *, attempt: int, config: OperatorConfig
+    job: CheckpointedJob, *, attempt: int, image: str, config: OperatorConfig
 ) -> dict[str, str]:
-    """Spark settings the operator owns (users cannot override them in ``spark.conf``)."""
+    """Spark settings the operator owns (users cannot override them in ``spark.conf``).
+
+    Executors run ``image``, the driver's own: Spark's Python workers must unpickle
+    what the driver's runtime pickles."""
     spark = job.spec.spark
     conf = {
         "spark.driver.memory": spark.driver.memory.to_spark(),
@@ -137,7 +140,7 @@ def driver_spark_conf(
             "spark.submit.deployMode": "client",
             "spark.kubernetes.namespace": namespace,
             "spark.kubernetes.driver.pod.name": driver_pod_name(name, attempt),
-            "spark.kubernetes.container.image": job.spec.image,
+            "spark.kubernetes.container.image": image,
             "spark.kubernetes.container.image.pullPolicy": config.image_pull_policy,
             "spark.kubernetes.authenticate.caCertFile": f"{account_dir}/ca.crt",
             "spark.kubernetes.authenticate.oauthTokenFile": f"{account_dir}/token",
@@ -149,7 +152,10 @@ def driver_spark_conf(
             "spark.driver.host": f"{driver_service_name(name)}.{namespace}.svc",
             "spark.driver.port": str(config.driver_port),
             "spark.driver.blockManager.port": str(config.block_manager_port),
-            "spark.driver.bindAddress": "0.0.0.0",
+            # Spark 4.1+ hands executors the driver's bind address, not spark.driver.host
+            # (spark.kubernetes.executor.useDriverPodIP): it must be the pod's own IP,
+            # which the kubelet substitutes from the POD_IP variable of driver_env.
+            "spark.driver.bindAddress": "$(POD_IP)",
             "spark.executor.instances": str(spark.executor.instances),
             "spark.executor.cores": str(spark.executor.cores),
             "spark.executor.memory": spark.executor.memory.to_spark(),
@@ -220,9 +226,17 @@ def driver_env(job: CheckpointedJob, config: OperatorConfig) -> list[dict[str, A
 
 
 def build_driver_pod(
-    job: CheckpointedJob, *, attempt: int, restore_pointer: str, operator_config: OperatorConfig
+    job: CheckpointedJob,
+    *,
+    attempt: int,
+    restore_pointer: str,
+    image: str,
+    operator_config: OperatorConfig,
 ) -> Manifest:
-    """The driver pod of ``attempt``: ``python -m job_runtime run`` with the job's flags."""
+    """The driver pod of ``attempt``: ``python -m job_runtime run`` with the job's flags.
+
+    ``image`` is what ``plan`` chose: ``spec.image`` or the operator's runtime image.
+    """
     config = operator_config
     name = job.metadata.name
     namespace = job.metadata.namespace
@@ -234,7 +248,7 @@ def build_driver_pod(
         attempt=attempt,
         store=configmap_store_arg(namespace=namespace, name=checkpoint_configmap_name(name)),
         master=master,
-        extra_spark_conf=driver_spark_conf(job, attempt=attempt, config=config),
+        extra_spark_conf=driver_spark_conf(job, attempt=attempt, image=image, config=config),
         metrics_port=config.metrics_port,
     )
     memory = format_kubernetes_memory(driver_memory_request_bytes(job, config))
@@ -247,7 +261,7 @@ def build_driver_pod(
     ports.append({"name": "spark-ui", "containerPort": config.ui_port, "protocol": "TCP"})
     container: dict[str, Any] = {
         "name": DRIVER_CONTAINER,
-        "image": job.spec.image,
+        "image": image,
         "imagePullPolicy": config.image_pull_policy,
         "command": list(config.runtime_command),
         "args": args,

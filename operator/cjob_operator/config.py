@@ -30,3 +30,7 @@ class OperatorConfig:
     """Where the driver finds its service account token and CA (Spark client mode)."""
     extra_env: Mapping[str, str] = field(default_factory=dict)
     """Extra environment of the driver container (for example proxy settings)."""
+    default_image: str | None = None
+    """The runtime image (Spark, Python and job_runtime) of jobs without ``spec.image``:
+    the image the operator was installed with (``--runtime-image``). ``None``: such
+    jobs fail with reason ``NoImage``."""

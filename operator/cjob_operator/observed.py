@@ -78,6 +78,13 @@ class Observed:
     store: StoreView = StoreView()
     deleting: bool = False
     """The CR has a deletion timestamp: run the finalizer path."""
+    default_image: str | None = None
+    """The operator's runtime image, for a job without ``spec.image``."""
+
+    @property
+    def image(self) -> str | None:
+        """The image the job's next driver runs; ``None`` when there is none to run."""
+        return self.job.spec.image or self.default_image
 
     @property
     def generation(self) -> int:

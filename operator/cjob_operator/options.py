@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import os
 import secrets
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 DEFAULT_METRICS_PORT = 8080
 DEFAULT_HEALTH_PORT = 8081
+RUNTIME_IMAGE_ENV = "CJOB_RUNTIME_IMAGE"
+"""Environment variable read when ``--runtime-image`` is not given."""
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,8 @@ class OperatorOptions:
     standalone: bool = False
     verbose: bool = False
     kubeconfig: str | None = None
+    runtime_image: str | None = None
+    """The image of jobs without ``spec.image`` (the chart's ``runtimeImage``)."""
 
     @property
     def liveness_endpoint(self) -> str | None:
@@ -81,14 +86,34 @@ def build_parser() -> argparse.ArgumentParser:
         help="peering priority (default: random, so that exactly one replica is active)",
     )
     parser.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster or $KUBECONFIG)")
+    parser.add_argument(
+        "--runtime-image",
+        type=_image,
+        metavar="IMAGE",
+        help="image (Spark, Python and job_runtime) of jobs that set no spec.image "
+        f"(default: ${RUNTIME_IMAGE_ENV}; without either such jobs fail with reason NoImage)",
+    )
     parser.add_argument("--verbose", "-v", action="store_true", help="debug logging")
     return parser
 
 
-def parse_options(argv: Sequence[str] | None = None) -> OperatorOptions:
-    """Parse the command line; exits with usage on bad flags like any CLI."""
+def parse_options(
+    argv: Sequence[str] | None = None, *, environ: Mapping[str, str] | None = None
+) -> OperatorOptions:
+    """Parse the command line; exits with usage on bad flags like any CLI.
+
+    ``environ`` (default ``os.environ``) supplies settings that may come from the
+    environment instead of a flag.
+    """
     parser = build_parser()
     ns = parser.parse_args(argv)
+    env = os.environ if environ is None else environ
+    runtime_image = ns.runtime_image
+    if runtime_image is None and env.get(RUNTIME_IMAGE_ENV, "").strip():
+        try:
+            runtime_image = _image(env[RUNTIME_IMAGE_ENV])
+        except argparse.ArgumentTypeError as exc:
+            parser.error(f"{RUNTIME_IMAGE_ENV}: {exc}")
     if not ns.namespaces and not ns.all_namespaces:
         parser.error("say which namespaces to watch: --namespace NS (repeatable) "
                      "or --all-namespaces")
@@ -105,7 +130,15 @@ def parse_options(argv: Sequence[str] | None = None) -> OperatorOptions:
         standalone=bool(ns.standalone),
         verbose=bool(ns.verbose),
         kubeconfig=ns.kubeconfig,
+        runtime_image=runtime_image,
     )
+
+
+def _image(text: str) -> str:
+    image = text.strip()
+    if not image or any(character.isspace() for character in image):
+        raise argparse.ArgumentTypeError(f"not an image reference: {text!r}")
+    return image
 
 
 def _port(text: str) -> int:

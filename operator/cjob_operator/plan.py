@@ -19,7 +19,9 @@ Lifecycle of a job (``status.phase``)::
 Each attempt n runs in pod ``<job>-attempt-<n>``. Before creating it, the checkpoint
 store's fence is advanced to n, so older attempts (a zombie on a lost node) can no
 longer write. A new attempt restores from ``latest`` when the store holds a
-checkpoint, otherwise from ``spec.restore.from``.
+checkpoint, otherwise from ``spec.restore.from``. It runs ``spec.image``, or the
+operator's runtime image when the spec names none; with neither, the job is Failed
+(reason ``NoImage``) until the spec or the operator provides one.
 """
 
 from __future__ import annotations
@@ -79,6 +81,12 @@ _A = TypeVar("_A")
 
 POD_FAILURE_REASONS = frozenset({"OOMKilled", "Evicted", "DeadlineExceeded", "ContainerCannotRun"})
 """Pod or container reasons more telling than the exit code's."""
+NO_IMAGE_REASON = "NoImage"
+NO_IMAGE_MESSAGE = (
+    "spec.image is not set and the operator has no default runtime image: set spec.image, "
+    "or install the operator with one (chart value runtimeImage.repository, "
+    "flag --runtime-image)"
+)
 
 
 @dataclass(frozen=True)
@@ -320,6 +328,10 @@ def _start_attempt(draft: _Draft, *, reason: str, reset_restarts: bool) -> None:
         return
     observed = draft.observed
     job = draft.job
+    image = observed.image
+    if image is None:
+        _fail_without_image(draft)
+        return
     attempt = 1 + max(
         [draft.status.attempt, observed.store.fence_attempt or 0]
         + [pod.attempt for pod in observed.pods]
@@ -351,7 +363,7 @@ def _start_attempt(draft: _Draft, *, reason: str, reset_restarts: bool) -> None:
     if job.spec.spark.is_kubernetes:
         draft.act(EnsureService(name=driver_service_name(draft.name)))
     draft.act(AdvanceFence(attempt=attempt))
-    draft.act(CreateDriver(name=pod_name, attempt=attempt, restore_pointer=pointer))
+    draft.act(CreateDriver(name=pod_name, attempt=attempt, restore_pointer=pointer, image=image))
     message = f"started attempt {attempt} (pod {pod_name}) from {origin}"
     draft.event("Normal", reason, message)
     problem = ephemeral_storage_problem(job.spec)
@@ -373,6 +385,25 @@ def _start_attempt(draft: _Draft, *, reason: str, reset_restarts: bool) -> None:
         suspend_requested_at=None,
     )
     draft.requeue_in(draft.settings.pod_appear_grace_seconds)
+
+
+def _fail_without_image(draft: _Draft) -> None:
+    """No image to run the driver in: a permanent failure until the spec names one or
+    the operator gets a default (``_on_failed`` then starts the job)."""
+    draft.set(
+        phase=Phase.FAILED,
+        reason=NO_IMAGE_REASON,
+        message=NO_IMAGE_MESSAGE,
+        spec_hash=spec_hash(draft.job),
+        next_restart_at=None,
+        last_failure=FailureRecord(
+            reason=NO_IMAGE_REASON,
+            message=NO_IMAGE_MESSAGE,
+            at=truncate_to_seconds(draft.now),
+            attempt=draft.status.attempt or None,
+        ),
+    )
+    draft.event("Warning", NO_IMAGE_REASON, f"the job failed: {NO_IMAGE_MESSAGE}")
 
 
 def _on_active(draft: _Draft) -> bool:
@@ -605,7 +636,9 @@ def _on_suspended(draft: _Draft) -> bool:
 def _on_failed(draft: _Draft) -> bool:
     if draft.job.spec.suspend:
         return _suspend_now(draft, "suspended after failing; resume to retry")
-    if draft.status.spec_hash != spec_hash(draft.job):
+    status = draft.status
+    image_arrived = status.reason == NO_IMAGE_REASON and draft.observed.image is not None
+    if status.spec_hash != spec_hash(draft.job) or image_arrived:
         _start_attempt(draft, reason="Retrying", reset_restarts=True)
     return False
 

@@ -181,6 +181,7 @@ class ActionExecutor:
                 job,
                 attempt=action.attempt,
                 restore_pointer=action.restore_pointer,
+                image=action.image,
                 operator_config=config,
             )
             cluster.create_pod(manifest=manifest)
@@ -302,6 +303,7 @@ class Reconciler:
             pods=observe_pods(pods, job_name=name, job_uid=job.metadata.uid),
             store=observe_store(reading),
             deleting=deleting,
+            default_image=self.operator_config.default_image,
         )
         result = plan(observed, now=now, settings=self.plan_settings)
         report = self.executor.execute(result.actions, job=job)

@@ -74,7 +74,12 @@ def apply_settings(settings: kopf.OperatorSettings, *, options: OperatorOptions)
 def build_runtime(*, options: OperatorOptions) -> OperatorRuntime:
     metrics = OperatorMetrics(with_process_metrics=True)
     cluster = connect(kubeconfig=options.kubeconfig)
-    reconciler = Reconciler(cluster=cluster, operator_config=OperatorConfig(), metrics=metrics)
+    config = OperatorConfig(default_image=options.runtime_image)
+    reconciler = Reconciler(cluster=cluster, operator_config=config, metrics=metrics)
+    if options.runtime_image is None:
+        _log.warning("no --runtime-image: jobs without spec.image will fail (reason NoImage)")
+    else:
+        _log.info("jobs without spec.image run %s", options.runtime_image)
     runtime = OperatorRuntime(reconciler=reconciler, wakeups=Wakeups(), metrics=metrics)
     if options.metrics_port:
         runtime.metrics_server = start_http_server(options.metrics_port, registry=metrics.registry)

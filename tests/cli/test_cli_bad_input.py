@@ -15,8 +15,10 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 
-def run_cjob(*args: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
+def run_cjob(*args: str, cwd: Path, timeout: float = 120,
+             env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``python -m cjob ARGS``; ``env`` is the whole environment (default: this one's)."""
+    env = dict(os.environ if env is None else env)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "operator"),
                                          env.get("PYTHONPATH", "")])
     return subprocess.run([sys.executable, "-m", "cjob", *args], cwd=cwd, env=env,

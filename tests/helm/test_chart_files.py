@@ -145,6 +145,8 @@ def test_the_schema_is_draft_07_and_closed_at_the_top_level() -> None:
         ),
         ({"rbac": {"create": True, "createAll": True}}, "'createAll' was unexpected"),
         ({"peering": {"enabled": True, "name": "Not A Name"}}, "does not match"),
+        ({"runtimeImage": {"repository": "team/runtime", "tag": "2 0"}}, "does not match"),
+        ({"runtimeImage": {"repository": "team/runtime", "digest": "x"}}, "'digest' was unexpected"),
     ],
 )
 def test_the_schema_rejects_bad_values(change: dict[str, Any], complaint: str) -> None:

@@ -210,6 +210,7 @@ def test_by_default_the_operator_watches_all_namespaces_standalone(render: Rende
         "--standalone",
         "--metrics-port=8080",
         "--health-port=8081",
+        f"--runtime-image=checkpointed-jobs/runtime:{CHART['appVersion']}",
     ]
     # Without peering two operators must never overlap during an upgrade.
     assert one(objects, "Deployment")["spec"]["strategy"] == {"type": "Recreate"}
@@ -239,6 +240,25 @@ def test_the_operator_accepts_the_arguments_the_chart_gives_it(
     assert options.peering == ("cjob-checkpointed-jobs" if peering else None)
     assert options.standalone is (not peering)
     assert options.verbose is (values.get("logLevel") == "DEBUG")
+
+
+def test_the_runtime_image_reaches_the_operator_with_the_app_version_as_its_tag(
+    render: Render,
+) -> None:
+    default = f"checkpointed-jobs/runtime:{CHART['appVersion']}"
+    args = container(render())["args"]
+    assert f"--runtime-image={default}" in args
+    assert parse_options(args, environ={}).runtime_image == default
+    tagged = container(render({"runtimeImage": {"repository": "team/runtime", "tag": "2.0"}}))
+    assert parse_options(tagged["args"], environ={}).runtime_image == "team/runtime:2.0"
+
+
+def test_an_empty_runtime_image_repository_leaves_the_operator_without_a_default(
+    render: Render,
+) -> None:
+    args = container(render({"runtimeImage": {"repository": ""}}))["args"]
+    assert not any(arg.startswith("--runtime-image") for arg in args)
+    assert parse_options(args, environ={}).runtime_image is None
 
 
 def test_the_image_tag_defaults_to_the_app_version(render: Render) -> None:

@@ -13,13 +13,17 @@ from cjob_spec import CheckpointedJob, CheckpointRef, JobStatus, Phase, parse_jo
 
 T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 SETTINGS = PlanSettings()
+IMAGE = "example.org/clicks:1.0"
+"""The base job's ``spec.image``."""
+RUNTIME_IMAGE = "checkpointed-jobs/runtime:0.1.0"
+"""An operator's runtime image (the image of jobs without ``spec.image``)."""
 
 BASE: dict[str, Any] = {
     "apiVersion": "checkpointed.io/v1alpha1",
     "kind": "CheckpointedJob",
     "metadata": {"name": "clicks", "namespace": "team", "uid": "uid-1", "generation": 1},
     "spec": {
-        "image": "example.org/clicks:1.0",
+        "image": IMAGE,
         "job": {"entrypoint": "clicks.job:build", "args": {"output": "s3://out/clicks"}},
         "parallelism": 2,
         "spark": {"executor": {"instances": 2}},
@@ -122,6 +126,7 @@ def observe(
     *pods: DriverPod,
     store: StoreView | None = None,
     deleting: bool = False,
+    default_image: str | None = None,
 ) -> Observed:
     return Observed(
         job=job or make_job(),
@@ -129,6 +134,7 @@ def observe(
         pods=tuple(pods),
         store=store or StoreView(exists=True, fence_attempt=max([0, *(p.attempt for p in pods)])),
         deleting=deleting,
+        default_image=default_image,
     )
 
 

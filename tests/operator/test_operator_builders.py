@@ -18,7 +18,7 @@ from cjob_operator.config import OperatorConfig
 from cjob_operator.observed import observe_driver_pod
 from operator_world import make_job
 
-from cjob_spec import SpecError, parse_job, spec_hash
+from cjob_spec import CheckpointedJob, SpecError, parse_job, spec_hash
 
 CONFIG = OperatorConfig()
 STANDARD_LABELS = {
@@ -48,10 +48,16 @@ def env_of(pod: dict[str, Any]) -> dict[str, Any]:
     return {item["name"]: item for item in pod["spec"]["containers"][0]["env"]}
 
 
+def driver_pod(job: CheckpointedJob, **kwargs: Any) -> dict[str, Any]:
+    """The driver pod in the job's own image, as ``plan`` chooses when the spec names one."""
+    assert job.spec.image is not None
+    return build_driver_pod(job, image=job.spec.image, **kwargs)
+
+
 def all_manifests() -> list[dict[str, Any]]:
     job = make_job()
     return [
-        build_driver_pod(job, attempt=1, restore_pointer="latest", operator_config=CONFIG),
+        driver_pod(job, attempt=1, restore_pointer="latest", operator_config=CONFIG),
         build_driver_service(job, operator_config=CONFIG),
         build_service_account(job),
         build_role(job),
@@ -112,7 +118,7 @@ def test_objects_cannot_be_built_for_a_job_without_uid() -> None:
 
 def test_the_driver_pod_runs_the_runtime_with_the_restore_pointer_and_fenced_attempt() -> None:
     job = make_job()
-    pod = build_driver_pod(job, attempt=3, restore_pointer="latest", operator_config=CONFIG)
+    pod = driver_pod(job, attempt=3, restore_pointer="latest", operator_config=CONFIG)
     metadata = pod["metadata"]
     assert metadata["labels"]["checkpointed.io/attempt"] == "3"
     assert metadata["labels"]["checkpointed.io/role"] == "driver"
@@ -146,7 +152,7 @@ def test_every_checkpoint_setting_reaches_the_driver() -> None:
         },
         restore={"from": 9, "onUnreadable": "FallbackToPrevious"},
     )
-    args = args_of(build_driver_pod(job, attempt=1, restore_pointer="9", operator_config=CONFIG))
+    args = args_of(driver_pod(job, attempt=1, restore_pointer="9", operator_config=CONFIG))
     assert value(args, "--checkpoint-storage") == "file:///data/ckpt"
     assert value(args, "--checkpoint-interval") == "30"
     assert value(args, "--checkpoint-min-pause") == "2"
@@ -162,7 +168,7 @@ def test_every_checkpoint_setting_reaches_the_driver() -> None:
 def test_a_kubernetes_master_driver_creates_executors_that_call_back_through_its_service() -> None:
     job = make_job(spark={"executor": {"instances": 2, "cores": 2, "memory": "4Gi"}})
     args = args_of(
-        build_driver_pod(job, attempt=2, restore_pointer="latest", operator_config=CONFIG)
+        driver_pod(job, attempt=2, restore_pointer="latest", operator_config=CONFIG)
     )
     assert value(args, "--master") == KUBERNETES_MASTER
     assert (
@@ -185,9 +191,23 @@ def test_a_kubernetes_master_driver_creates_executors_that_call_back_through_its
     assert conf["spark.kubernetes.authenticate.oauthTokenFile"].endswith("/token")
 
 
+def test_executors_dial_the_driver_at_its_pod_ip_because_spark_hands_them_the_bind_address() -> (
+    None
+):
+    job = make_job(spark={"executor": {"instances": 2, "cores": 1, "memory": "1Gi"}})
+    pod = driver_pod(job, attempt=1, restore_pointer="latest", operator_config=CONFIG)
+    conf = spark_conf(args_of(pod))
+    # Spark 4.1+ (spark.kubernetes.executor.useDriverPodIP, on by default) builds the
+    # executors' driver URL from the bind address: 0.0.0.0 there sent every executor
+    # to its own loopback. The kubelet expands $(POD_IP) from the container's env.
+    assert conf["spark.driver.bindAddress"] == "$(POD_IP)"
+    env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+    assert env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+
+
 def test_a_local_master_driver_runs_everything_in_its_pod() -> None:
     job = make_job(spark={"master": "local[2,3]", "conf": {"spark.ui.enabled": "false"}})
-    pod = build_driver_pod(job, attempt=1, restore_pointer="latest", operator_config=CONFIG)
+    pod = driver_pod(job, attempt=1, restore_pointer="latest", operator_config=CONFIG)
     args = args_of(pod)
     assert value(args, "--master") == "local[2,3]"
     conf = spark_conf(args)
@@ -206,7 +226,7 @@ def test_the_driver_container_has_room_for_the_heap_and_its_overhead(
     memory: str, heap: str, container: str
 ) -> None:
     job = make_job(spark={"driver": {"cores": 2, "memory": memory}, "executor": {"instances": 2}})
-    pod = build_driver_pod(job, attempt=1, restore_pointer="latest", operator_config=CONFIG)
+    pod = driver_pod(job, attempt=1, restore_pointer="latest", operator_config=CONFIG)
     assert spark_conf(args_of(pod))["spark.driver.memory"] == heap
     resources = pod["spec"]["containers"][0]["resources"]
     assert resources["requests"]["memory"] == resources["limits"]["memory"]
@@ -222,7 +242,7 @@ def test_s3_credentials_come_from_the_secret_and_the_endpoint_from_the_spec() ->
             "s3": {"endpoint": "http://minio:9000", "region": "eu-1", "credentialsSecret": "creds"},
         }
     )
-    env = env_of(build_driver_pod(job, attempt=1, restore_pointer="latest", operator_config=CONFIG))
+    env = env_of(driver_pod(job, attempt=1, restore_pointer="latest", operator_config=CONFIG))
     for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
         assert env[key] == {
             "name": key,
@@ -235,7 +255,7 @@ def test_s3_credentials_come_from_the_secret_and_the_endpoint_from_the_spec() ->
 
 def test_file_storage_puts_no_s3_settings_in_the_environment() -> None:
     job = make_job(checkpoint={"storage": "file:///data/ckpt"})
-    env = env_of(build_driver_pod(job, attempt=1, restore_pointer="latest", operator_config=CONFIG))
+    env = env_of(driver_pod(job, attempt=1, restore_pointer="latest", operator_config=CONFIG))
     assert not any(name.startswith("AWS_") for name in env)
 
 
@@ -246,7 +266,7 @@ def test_the_operator_config_shapes_the_driver() -> None:
         metrics_port=9999,
         extra_env={"HTTP_PROXY": "http://proxy:3128"},
     )
-    pod = build_driver_pod(make_job(), attempt=1, restore_pointer="latest", operator_config=config)
+    pod = driver_pod(make_job(), attempt=1, restore_pointer="latest", operator_config=config)
     container = pod["spec"]["containers"][0]
     assert container["command"][0] == "/venv/bin/python"
     assert container["imagePullPolicy"] == "Never"
@@ -256,7 +276,7 @@ def test_the_operator_config_shapes_the_driver() -> None:
 
 def test_an_observed_driver_pod_reads_back_the_attempt_and_spec_hash_it_was_built_with() -> None:
     job = make_job()
-    pod = build_driver_pod(job, attempt=4, restore_pointer="latest", operator_config=CONFIG)
+    pod = driver_pod(job, attempt=4, restore_pointer="latest", operator_config=CONFIG)
     pod["metadata"]["creationTimestamp"] = "2024-05-01T12:00:00Z"
     observed = observe_driver_pod(pod)
     assert observed is not None
@@ -350,7 +370,7 @@ def test_pod_settings_reach_the_driver_pod() -> None:
     job = make_job(pod={**CHECKPOINT_VOLUMES, "nodeSelector": {"pool": "spark"},
                         "tolerations": [toleration],
                         "affinity": {"nodeAffinity": {"x": 1}}, "priorityClassName": "batch"})
-    spec = build_driver_pod(job, attempt=1, restore_pointer="latest",
+    spec = driver_pod(job, attempt=1, restore_pointer="latest",
                             operator_config=CONFIG)["spec"]
     assert spec["volumes"] == CHECKPOINT_VOLUMES["volumes"]
     assert spec["containers"][0]["volumeMounts"] == CHECKPOINT_VOLUMES["volumeMounts"]
@@ -361,7 +381,7 @@ def test_pod_settings_reach_the_driver_pod() -> None:
 
 
 def test_a_driver_pod_without_pod_settings_has_no_placement_fields() -> None:
-    spec = build_driver_pod(make_job(), attempt=1, restore_pointer="latest",
+    spec = driver_pod(make_job(), attempt=1, restore_pointer="latest",
                             operator_config=CONFIG)["spec"]
     assert not {"volumes", "nodeSelector", "tolerations", "affinity",
                 "priorityClassName"} & set(spec)
@@ -371,7 +391,7 @@ def test_a_driver_pod_without_pod_settings_has_no_placement_fields() -> None:
 def test_executors_on_kubernetes_mount_the_persistent_volumes_and_follow_the_node_selector(
 ) -> None:
     job = make_job(pod={**CHECKPOINT_VOLUMES, "nodeSelector": {"pool": "spark"}})
-    conf = spark_conf(args_of(build_driver_pod(job, attempt=1, restore_pointer="latest",
+    conf = spark_conf(args_of(driver_pod(job, attempt=1, restore_pointer="latest",
                                                operator_config=CONFIG)))
     prefix = "spark.kubernetes.executor.volumes.persistentVolumeClaim.ckpt"
     assert conf[f"{prefix}.mount.path"] == "/ckpt"
@@ -384,6 +404,6 @@ def test_executors_on_kubernetes_mount_the_persistent_volumes_and_follow_the_nod
 
 def test_a_local_mode_driver_gets_no_executor_volume_settings() -> None:
     job = make_job(pod=CHECKPOINT_VOLUMES, **{"spark.master": "local[2]"})
-    conf = spark_conf(args_of(build_driver_pod(job, attempt=1, restore_pointer="latest",
+    conf = spark_conf(args_of(driver_pod(job, attempt=1, restore_pointer="latest",
                                                operator_config=CONFIG)))
     assert not [key for key in conf if key.startswith("spark.kubernetes.")]

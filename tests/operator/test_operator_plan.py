@@ -15,6 +15,7 @@ from cjob_operator.actions import (
 from cjob_operator.observed import StoreView
 from cjob_operator.plan import plan_invalid_spec
 from operator_world import (
+    IMAGE,
     T0,
     at,
     checkpoint,
@@ -47,7 +48,9 @@ def test_a_new_job_gets_its_store_rbac_service_fence_and_first_driver_in_that_or
     ]
     assert result.of_type(AdvanceFence) == [AdvanceFence(attempt=1)]
     assert result.of_type(CreateDriver) == [
-        CreateDriver(name="clicks-attempt-1", attempt=1, restore_pointer="latest")
+        CreateDriver(
+            name="clicks-attempt-1", attempt=1, restore_pointer="latest", image=IMAGE
+        )
     ]
     new = result.status
     assert (new.phase, new.attempt, new.restarts) == (Phase.PENDING, 1, 0)
@@ -282,7 +285,9 @@ def test_a_failed_driver_is_restarted_after_backoff_from_the_latest_checkpoint()
     restarted = run(observe(make_job(), new, pod, store=store), at(75))
     assert restarted.of_type(AdvanceFence) == [AdvanceFence(attempt=2)]
     assert restarted.of_type(CreateDriver) == [
-        CreateDriver(name="clicks-attempt-2", attempt=2, restore_pointer="latest")
+        CreateDriver(
+            name="clicks-attempt-2", attempt=2, restore_pointer="latest", image=IMAGE
+        )
     ]
     assert kinds(restarted).index("AdvanceFence") < kinds(restarted).index("CreateDriver")
     after = restarted.status
@@ -459,7 +464,10 @@ def test_a_spec_change_stops_the_attempt_and_restarts_from_the_latest_checkpoint
 
     started = run(observe(new, stopping.status, store=store), at(70))
     assert started.of_type(CreateDriver) == [
-        CreateDriver(name="clicks-attempt-4", attempt=4, restore_pointer="latest")
+        CreateDriver(
+            name="clicks-attempt-4", attempt=4, restore_pointer="latest",
+            image="example.org/clicks:2.0",
+        )
     ]
     assert started.status.restarts == 1
     assert reasons(started) == ["Upgraded"]
@@ -584,7 +592,9 @@ def test_a_suspended_job_resumes_from_its_latest_checkpoint_with_a_fresh_budget(
         observe(job, suspended, driver(2, "Failed", exit_code=143, job=job), store=store), at(200)
     )
     assert result.of_type(CreateDriver) == [
-        CreateDriver(name="clicks-attempt-3", attempt=3, restore_pointer="latest")
+        CreateDriver(
+            name="clicks-attempt-3", attempt=3, restore_pointer="latest", image=IMAGE
+        )
     ]
     assert result.status.restarts == 0
     assert reasons(result) == ["Resumed"]

@@ -185,7 +185,6 @@ def test_defaulting_fills_every_optional_section() -> None:
 M = minimal()
 
 SCHEMA_REFUSALS: list[tuple[str, dict[str, Any]]] = [
-    ("missing image", {**M, "spec": {k: v for k, v in M["spec"].items() if k != "image"}}),
     ("missing storage", with_field(M, "spec.checkpoint", {})),
     ("bad entrypoint", with_field(M, "spec.job.entrypoint", "clicks.job")),
     ("parallelism zero", with_field(M, "spec.parallelism", 0)),
@@ -277,6 +276,58 @@ def test_the_crd_storage_rule_matches_the_parser(storage: str) -> None:
     crd_accepts = bool(re.search(file_regex, storage) or re.search(s3_regex, storage))
     parser_accepts = bool(storage.startswith("file:///") or S3_STORAGE_PATTERN.match(storage))
     assert crd_accepts == parser_accepts
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "jobs/",
+        "/opt/cjob/jobs/my-job",
+        "my jobs",
+        "s3://code/jobs/clicks.zip",
+        "s3://code/clicks",
+        "s3://code/jobs/",
+        "s3://code.zip",
+        "s3://Code/clicks.zip",
+        "s3a://code/clicks.zip",
+        "gs://code/clicks.zip",
+        "file:///opt/jobs",
+        " jobs",
+        "jobs ",
+    ],
+)
+def test_the_crd_python_path_rules_match_the_parser(entry: str) -> None:
+    items = SPEC_SCHEMA["properties"]["job"]["properties"]["pythonPath"]["items"]
+    url_rule, space_rule = (str(rule["rule"]) for rule in items["x-kubernetes-validations"])
+    url_regex, s3_regex = cel_regexes(url_rule)
+    leading, trailing = cel_regexes(space_rule)
+    crd_accepts = (not re.search(url_regex, entry) or bool(re.search(s3_regex, entry))) and not (
+        re.search(leading, entry) or re.search(trailing, entry)
+    )
+    try:
+        parse_job(with_field(minimal(), "spec.job.pythonPath", [entry]))
+        parser_accepts = True
+    except SpecError:
+        parser_accepts = False
+    assert crd_accepts == parser_accepts
+
+
+def test_a_job_without_an_image_is_valid_for_the_schema_and_the_parser() -> None:
+    document = minimal()
+    del document["spec"]["image"]
+    assert "image" not in SPEC_SCHEMA["required"]
+    assert validate(apply_defaults(SCHEMA, document)) == []
+    assert parse_job(document).spec.image is None
+
+
+def test_the_crd_allows_s3_settings_for_s3_code_as_the_parser_does() -> None:
+    (rule,) = [
+        str(r["rule"]) for r in SPEC_SCHEMA["x-kubernetes-validations"] if "self.checkpoint.s3" in r["rule"]
+    ]
+    assert "self.checkpoint.storage.startsWith('s3://')" in rule
+    assert "self.job.pythonPath.exists(p, p.startsWith('s3://'))" in rule
+    checkpoint = SPEC_SCHEMA["properties"]["checkpoint"]
+    assert not any("self.s3" in r["rule"] for r in checkpoint.get("x-kubernetes-validations", []))
 
 
 # --- examples ------------------------------------------------------------------------

@@ -109,6 +109,36 @@ def test_objects_read_from_the_api_server_are_accepted() -> None:
 # --- accepted forms ------------------------------------------------------------------
 
 
+def test_a_job_without_an_image_is_accepted_and_left_to_the_operators_default() -> None:
+    job = parse_job(without_field(minimal(), "spec.image"))
+    assert job.spec.image is None
+
+
+@pytest.mark.parametrize(
+    "entries",
+    [
+        ["jobs/"],
+        ["."],
+        ["/opt/cjob/jobs/my-job"],
+        ["s3://code/jobs/clicks.zip", "/opt/cjob/jobs/shared"],
+        ["/opt/jobs/clicks.zip"],
+    ],
+)
+def test_python_path_takes_directories_and_s3_zip_archives(entries: list[str]) -> None:
+    job = parse_job(with_field(minimal(), "spec.job.pythonPath", entries))
+    assert job.spec.job.python_path == tuple(entries)
+    assert job.spec.job.uses_s3 == any(e.startswith("s3://") for e in entries)
+
+
+def test_s3_settings_serve_s3_code_even_with_file_checkpoints() -> None:
+    document = with_field(minimal(), "spec.job.pythonPath", ["s3://code/clicks.zip"])
+    document = with_field(document, "spec.checkpoint.s3", {"endpoint": "http://minio:9000",
+                                                           "credentialsSecret": "s3-creds"})
+    s3 = parse_job(document).spec.checkpoint.s3
+    assert s3 is not None and s3.endpoint == "http://minio:9000"
+
+
+
 @pytest.mark.parametrize(
     ("value", "pointer"),
     [
@@ -206,7 +236,6 @@ ERRORS: list[tuple[str, dict[str, Any], str]] = [
     ("unknown field without suggestion", with_field(M, "spec.zzz", 1), "spec.zzz: unknown field"),
     ("missing spec", without_field(M, "spec"), "spec: required field is missing"),
     ("spec not a mapping", with_field(M, "spec", [1]), "spec: must be a mapping, got a list"),
-    ("missing image", without_field(M, "spec.image"), "spec.image: required field is missing"),
     ("empty image", with_field(M, "spec.image", " "), "spec.image: must not be empty"),
     (
         "image with spaces",
@@ -241,6 +270,50 @@ ERRORS: list[tuple[str, dict[str, Any], str]] = [
         "empty python path entry",
         with_field(M, "spec.job.pythonPath", ["ok", ""]),
         "spec.job.pythonPath[1]: must be a non-empty string, got a string ('')",
+    ),
+    (
+        "s3 python path naming a folder",
+        with_field(M, "spec.job.pythonPath", ["s3://code/jobs/clicks/"]),
+        "spec.job.pythonPath[0]: an s3:// entry must name a zip archive of the job's modules, "
+        "s3://bucket/path/code.zip, got 's3://code/jobs/clicks/' (zip the folder's contents "
+        "(its modules and packages at the top level))",
+    ),
+    (
+        "s3 python path naming a wheel",
+        with_field(M, "spec.job.pythonPath", ["/opt/jobs", "s3://code/clicks-1.0-py3-none-any.whl"]),
+        "spec.job.pythonPath[1]: an s3:// entry must name a zip archive of the job's modules, "
+        "s3://bucket/path/code.zip, got 's3://code/clicks-1.0-py3-none-any.whl' (zip the "
+        "folder's contents (its modules and packages at the top level))",
+    ),
+    (
+        "s3 python path without a key",
+        with_field(M, "spec.job.pythonPath", ["s3://code.zip"]),
+        "spec.job.pythonPath[0]: an s3:// entry must name a zip archive of the job's modules, "
+        "s3://bucket/path/code.zip, got 's3://code.zip' (zip the folder's contents "
+        "(its modules and packages at the top level))",
+    ),
+    (
+        "s3a python path",
+        with_field(M, "spec.job.pythonPath", ["s3a://code/clicks.zip"]),
+        "spec.job.pythonPath[0]: must be a directory path or an s3://bucket/path/code.zip "
+        "archive, got 's3a://code/clicks.zip' (write s3:// for S3)",
+    ),
+    (
+        "python path on another store",
+        with_field(M, "spec.job.pythonPath", ["gs://code/clicks.zip"]),
+        "spec.job.pythonPath[0]: must be a directory path or an s3://bucket/path/code.zip "
+        "archive, got 'gs://code/clicks.zip'",
+    ),
+    (
+        "python path as a file URI",
+        with_field(M, "spec.job.pythonPath", ["file:///opt/jobs"]),
+        "spec.job.pythonPath[0]: must be a directory path or an s3://bucket/path/code.zip "
+        "archive, got 'file:///opt/jobs'",
+    ),
+    (
+        "python path with a trailing space",
+        with_field(M, "spec.job.pythonPath", ["/opt/jobs "]),
+        "spec.job.pythonPath[0]: must not start or end with spaces, got '/opt/jobs '",
     ),
     (
         "args not a mapping",
@@ -381,7 +454,8 @@ ERRORS: list[tuple[str, dict[str, Any], str]] = [
     (
         "s3 settings with file storage",
         with_field(M, "spec.checkpoint.s3", {"endpoint": "http://minio:9000"}),
-        "spec.checkpoint.s3: is only valid with s3:// storage",
+        "spec.checkpoint.s3: is only valid with s3:// storage or s3:// entries in "
+        "spec.job.pythonPath",
     ),
     (
         "s3 endpoint without scheme",
@@ -555,6 +629,8 @@ def test_the_spec_hash_is_stable_for_the_same_document() -> None:
     ("path", "value"),
     [
         ("spec.image", "example.org/clicks:2.0"),
+        ("spec.image", None),
+        ("spec.job.pythonPath", ["s3://code/clicks.zip"]),
         ("spec.parallelism", 2),
         ("spec.job.args", {"input": "other"}),
         ("spec.spark.executor.memory", "8Gi"),

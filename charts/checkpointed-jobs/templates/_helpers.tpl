@@ -68,6 +68,16 @@ Operator image reference; the tag defaults to the chart's appVersion.
 {{- end }}
 
 {{/*
+Image of jobs without spec.image (--runtime-image); the tag defaults to the chart's
+appVersion. Empty when runtimeImage.repository is empty.
+*/}}
+{{- define "cjob.runtimeImage" -}}
+{{- if .Values.runtimeImage.repository }}
+{{- printf "%s:%s" .Values.runtimeImage.repository (default .Chart.AppVersion .Values.runtimeImage.tag) }}
+{{- end }}
+{{- end }}
+
+{{/*
 "true" when kopf peering is on: asked for, or needed because several replicas run.
 */}}
 {{- define "cjob.peeringEnabled" -}}

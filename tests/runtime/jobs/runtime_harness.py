@@ -90,11 +90,14 @@ class JobHarness:
 
     def driver_args(self, *, entrypoint: str, args: dict[str, Any], attempt: int,
                     parallelism: int = 2, storage: str | None = None,
+                    master: str = "local[2]", python_path: list[str] | None = None,
                     extra: list[str] | None = None) -> list[str]:
+        paths = [str(JOBS)] if python_path is None else python_path
         return [
             "--job-name", self.name, "--job-uid", self.uid, "--entrypoint", entrypoint,
-            "--python-path", str(JOBS), "--args-json", json.dumps(args),
-            "--parallelism", str(parallelism), "--master", "local[2]",
+            *[arg for path in paths for arg in ("--python-path", path)],
+            "--args-json", json.dumps(args),
+            "--parallelism", str(parallelism), "--master", master,
             "--checkpoint-storage", storage or self.checkpoints.as_uri(),
             "--checkpoint-interval", "0.5", "--store", f"file:{self.store}",
             "--attempt", str(attempt), "--status-file", str(self.status_path(attempt)),
@@ -108,8 +111,11 @@ class JobHarness:
         return self.base / f"driver-{attempt}.log"
 
     def start(self, *, entrypoint: str, args: dict[str, Any], attempt: int = 1,
-              env: dict[str, str] | None = None, **kwargs: Any) -> subprocess.Popen[bytes]:
-        command = [sys.executable, "-m", "job_runtime", "run",
+              env: dict[str, str] | None = None, launcher: list[str] | None = None,
+              **kwargs: Any) -> subprocess.Popen[bytes]:
+        """Start a driver; ``launcher`` replaces ``python -m job_runtime`` (a test
+        that changes the runtime in the driver process)."""
+        command = [*(launcher or [sys.executable, "-m", "job_runtime"]), "run",
                    *self.driver_args(entrypoint=entrypoint, args=args, attempt=attempt,
                                      **kwargs)]
         full_env = runtime_env({"CJOB_FAULTS_DIR": str(self.faults_dir), **(env or {})})
@@ -129,7 +135,8 @@ class JobHarness:
     def run(self, *, entrypoint: str, args: dict[str, Any], attempt: int = 1,
             env: dict[str, str] | None = None, timeout: float = RUN_TIMEOUT,
             **kwargs: Any) -> Finished:
-        proc = self.start(entrypoint=entrypoint, args=args, attempt=attempt, env=env, **kwargs)
+        proc = self.start(entrypoint=entrypoint, args=args, attempt=attempt, env=env,
+                          **kwargs)
         return self.finish(proc, attempt=attempt, timeout=timeout)
 
     def read_status(self, attempt: int) -> dict[str, Any] | None:
@@ -218,13 +225,15 @@ class EmbeddedRun:
 
 def write_job_yaml(path: Path, *, name: str, entrypoint: str, python_path: list[str],
                    args: dict[str, Any], parallelism: int = 2, max_restarts: int = 5,
-                   checkpoint: dict[str, Any] | None = None) -> Path:
-    document = {
+                   checkpoint: dict[str, Any] | None = None,
+                   image: str | None = "checkpointed-jobs/runtime:test") -> Path:
+    """A CheckpointedJob for ``cjob run``; ``image=None`` leaves ``spec.image`` out."""
+    document: dict[str, Any] = {
         "apiVersion": "checkpointed.io/v1alpha1",
         "kind": "CheckpointedJob",
         "metadata": {"name": name},
         "spec": {
-            "image": "checkpointed-jobs/runtime:test",
+            **({"image": image} if image is not None else {}),
             "job": {"entrypoint": entrypoint, "pythonPath": python_path, "args": args},
             "parallelism": parallelism,
             "spark": {"master": f"local[{parallelism}]"},

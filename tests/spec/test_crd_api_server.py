@@ -1,0 +1,88 @@
+"""The CRD's rules about images and job code, enforced by a real API server.
+
+The schema tests next door check the CEL regular expressions against the parser's;
+these apply documents to the local control plane's kube-apiserver, which compiles and
+runs every rule, so a rule that does not compile or means something else fails here.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from spec_documents import minimal, with_field
+
+from cjob_spec import SpecError, parse_job
+from e2e.controlplane.rest import ApiError, RestClient, quote
+from e2e.operator_process import JOBS_PATH, install_crd
+
+pytestmark = [pytest.mark.cluster]
+
+
+@pytest.fixture(scope="module")
+def crd(kube_rest: RestClient) -> None:
+    install_crd(kube_rest)
+
+
+def create(rest: RestClient, namespace: str, document: dict[str, Any]) -> str | None:
+    """Create the job with a server-side dry run; the API server's complaint, if any."""
+    body = copy.deepcopy(document)
+    body["metadata"]["namespace"] = namespace
+    path = JOBS_PATH.format(namespace=quote(namespace)) + "?dryRun=All"
+    try:
+        rest.request("POST", path, body=body)
+    except ApiError as exc:
+        if exc.status != 422:
+            raise
+        return exc.message
+    return None
+
+
+def parser_complaint(document: dict[str, Any]) -> str | None:
+    try:
+        parse_job(document)
+    except SpecError as exc:
+        return str(exc)
+    return None
+
+
+S3_CODE = "s3://code/jobs/clicks.zip"
+WITH_S3_SETTINGS = with_field(minimal(), "spec.checkpoint.s3", {"endpoint": "http://minio:9000"})
+
+ACCEPTED: list[tuple[str, dict[str, Any]]] = [
+    ("no image", {**minimal(), "spec": {k: v for k, v in minimal()["spec"].items()
+                                        if k != "image"}}),
+    ("configmap folder", with_field(minimal(), "spec.job.pythonPath", ["/opt/cjob/jobs/x"])),
+    ("relative folder", with_field(minimal(), "spec.job.pythonPath", ["jobs/"])),
+    ("s3 zip", with_field(minimal(), "spec.job.pythonPath", [S3_CODE])),
+    ("s3 settings for s3 code", with_field(WITH_S3_SETTINGS, "spec.job.pythonPath", [S3_CODE])),
+]
+
+REFUSED: list[tuple[str, dict[str, Any], str]] = [
+    ("s3 folder", with_field(minimal(), "spec.job.pythonPath", ["s3://code/jobs/"]),
+     "s3://bucket/path/code.zip"),
+    ("gs zip", with_field(minimal(), "spec.job.pythonPath", ["gs://code/x.zip"]),
+     "s3://bucket/path/code.zip"),
+    ("trailing space", with_field(minimal(), "spec.job.pythonPath", ["/opt/jobs "]),
+     "must not start or end with spaces"),
+    ("s3 settings without any s3", WITH_S3_SETTINGS,
+     "only valid with s3:// storage or s3:// entries in job.pythonPath"),
+]
+
+
+@pytest.mark.parametrize("document", [pytest.param(d, id=name) for name, d in ACCEPTED])
+def test_the_api_server_accepts_what_the_parser_accepts(
+        kube_rest: RestClient, kube_namespace: str, crd: None, document: dict[str, Any]) -> None:
+    assert parser_complaint(document) is None
+    assert create(kube_rest, kube_namespace, document) is None
+
+
+@pytest.mark.parametrize(
+    ("document", "message"), [pytest.param(d, m, id=name) for name, d, m in REFUSED])
+def test_the_api_server_refuses_what_the_parser_refuses(
+        kube_rest: RestClient, kube_namespace: str, crd: None, document: dict[str, Any],
+        message: str) -> None:
+    assert parser_complaint(document) is not None
+    complaint = create(kube_rest, kube_namespace, document)
+    assert complaint is not None and message in complaint, complaint
