@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help install run lint test test-fast controlplane cluster cluster-down e2e-kind bench bench-throughput \
+.PHONY: help install run lint test test-fast controlplane images cluster cluster-down e2e-kind bench bench-throughput \
 	bench-overhead bench-barriers bench-state-size bench-recovery bench-operator \
 	bench-recovery-operator clean
 
@@ -39,7 +39,12 @@ lint: $(STAMP)
 controlplane:
 	bash e2e/controlplane/build.sh
 
-cluster: $(STAMP) controlplane
+# The runtime and operator images (docker/*.Dockerfile on a Debian base), cached by a
+# hash of their inputs; the real-node scenarios import them into the node.
+images: $(STAMP)
+	$(BIN)/python -m e2e.images build
+
+cluster: $(STAMP) controlplane images
 	$(BIN)/python -m e2e.realnode up
 
 cluster-down: $(STAMP)
@@ -48,7 +53,7 @@ cluster-down: $(STAMP)
 e2e-kind: $(STAMP)
 	bash e2e/kind/run.sh
 
-test: lint controlplane
+test: lint controlplane images
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 test-fast: $(STAMP)

@@ -28,7 +28,6 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_STATE_DIR = REPO_ROOT / ".cjob" / "cluster"
 S3_NAMESPACE = "s3"
-CREDENTIALS_SECRET = "s3-credentials"
 
 
 def _say(line: str) -> None:
@@ -60,7 +59,7 @@ def serve(*, state_dir: Path) -> int:
     from e2e.images import build_images
     from e2e.realnode.node import NODE_IP, ImageArchive, RealNode
     from e2e.realnode.s3 import start_s3
-    from e2e.realnode.scenario import install_operator
+    from e2e.realnode.scenario import install_operator, prepare_quick_start
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -91,9 +90,6 @@ def serve(*, state_dir: Path) -> int:
         node.start()
         _say("starting the S3 server")
         s3 = start_s3(node=node, namespace=S3_NAMESPACE, data_path=state_dir / "s3-data")
-        secret = s3.credentials_secret(name=CREDENTIALS_SECRET)
-        secret["metadata"]["namespace"] = "default"
-        node.rest().request("POST", "/api/v1/namespaces/default/secrets", body=secret)
         kubeconfig = state_dir / "kubeconfig"
         shutil.copyfile(plane.kubeconfig, kubeconfig)
         _say("installing the chart (operator from its image)")
@@ -104,13 +100,7 @@ def serve(*, state_dir: Path) -> int:
             operator_image=built.operator.tag,
             runtime_image=built.runtime.tag,
         )
-        (state_dir / "s3.env").write_text(
-            f"S3_ENDPOINT={s3.host_endpoint}\n"
-            f"S3_ENDPOINT_IN_CLUSTER={s3.cluster_endpoint}\n"
-            f"AWS_ACCESS_KEY_ID={s3.access_key_id}\n"
-            f"AWS_SECRET_ACCESS_KEY={s3.secret_access_key}\n"
-            f"S3_CREDENTIALS_SECRET={CREDENTIALS_SECRET}\n"
-        )
+        prepare_quick_start(rest=node.rest(), s3=s3, state_dir=state_dir, kubeconfig=kubeconfig)
         state = {"pid": os.getpid(), "kubeconfig": str(kubeconfig), "server": plane.server,
                  "bin_dir": str(bin_dir), "work": str(work)}  # fmt: skip
         (state_dir / "state.json").write_text(json.dumps(state, indent=2))

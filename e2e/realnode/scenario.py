@@ -22,11 +22,16 @@ import yaml
 
 from e2e.controlplane.rest import ApiError, RestClient, quote
 from e2e.kind.chart import CHART_DIR, ChartRelease, run_command
+from e2e.realnode.s3 import ClusterS3
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 RUNNING_SUM_DIR = REPO_ROOT / "examples" / "running_sum"
 JOBS_API = "/apis/checkpointed.io/v1alpha1"
 OPERATOR_NAMESPACE = "cjob-system"
+#: What the README's cluster quick start expects: the example's bucket and the
+#: credentials Secret in namespace ``default``.
+EXAMPLE_BUCKET = "running-sum"
+CREDENTIALS_SECRET = "s3-credentials"
 
 T = TypeVar("T")
 
@@ -106,6 +111,33 @@ def install_operator(
         timeout=240,
     )  # fmt: skip
     return chart
+
+
+def prepare_quick_start(
+    *, rest: RestClient, s3: ClusterS3, state_dir: Path, kubeconfig: Path
+) -> None:
+    """What ``make cluster`` leaves for a user: the example's bucket, the credentials
+    Secret in ``default``, and ``kubeconfig`` and ``s3.env`` in ``state_dir``."""
+    client = s3.client()
+    if EXAMPLE_BUCKET not in {b["Name"] for b in client.list_buckets().get("Buckets", [])}:
+        client.create_bucket(Bucket=EXAMPLE_BUCKET)
+    secret = s3.credentials_secret(name=CREDENTIALS_SECRET)
+    try:
+        rest.request("POST", "/api/v1/namespaces/default/secrets", body=secret)
+    except ApiError as err:
+        if err.status != 409:
+            raise
+    state_dir.mkdir(parents=True, exist_ok=True)
+    target = state_dir / "kubeconfig"
+    if target.resolve() != kubeconfig.resolve():
+        target.write_bytes(kubeconfig.read_bytes())
+    (state_dir / "s3.env").write_text(
+        f"S3_ENDPOINT={s3.host_endpoint}\n"
+        f"S3_ENDPOINT_IN_CLUSTER={s3.cluster_endpoint}\n"
+        f"AWS_ACCESS_KEY_ID={s3.access_key_id}\n"
+        f"AWS_SECRET_ACCESS_KEY={s3.secret_access_key}\n"
+        f"S3_CREDENTIALS_SECRET={CREDENTIALS_SECRET}\n"
+    )
 
 
 def _values_file(folder: Path, values: dict[str, Any]) -> Path:

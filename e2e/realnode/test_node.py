@@ -137,9 +137,7 @@ def test_a_pod_has_its_own_network_dns_services_token_and_volumes(
                     real_cluster.runtime_image,
                     SERVER,
                     labels={"app": "web"},
-                    container={
-                        "readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1}
-                    },
+                    container={"readinessProbe": {"tcpSocket": {"port": 8080}, "periodSeconds": 1}},
                 ),
                 {
                     "apiVersion": "v1",

@@ -25,6 +25,33 @@ def read_output(directory: Path) -> list[dict[str, int]]:
     return records
 
 
+def read_s3_output(url: str) -> list[dict[str, int]]:
+    """The committed records under ``s3://bucket/prefix``: the endpoint comes from
+    ``S3_ENDPOINT`` (the cluster quick start's s3.env) or ``AWS_ENDPOINT_URL``."""
+    import os
+
+    import boto3
+    from botocore.config import Config
+
+    bucket, _, prefix = url.removeprefix("s3://").partition("/")
+    prefix = prefix.rstrip("/") + "/" if prefix else ""
+    client = boto3.client(
+        "s3",
+        endpoint_url=os.environ.get("S3_ENDPOINT") or os.environ.get("AWS_ENDPOINT_URL"),
+        region_name=os.environ.get("AWS_REGION", "us-east-1"),
+        config=Config(s3={"addressing_style": "path"}),
+    )
+    records = []
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        for obj in page.get("Contents", []):
+            relative = obj["Key"][len(prefix):]
+            if any(part.startswith((".", "_")) for part in relative.split("/")):
+                continue
+            body = client.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read().decode()
+            records.extend(json.loads(line) for line in body.splitlines() if line.strip())
+    return records
+
+
 def verify(records: list[dict[str, int]], *, count: int, keys: int = 97) -> list[str]:
     problems: list[str] = []
     emitted: dict[int, list[int]] = collections.defaultdict(list)
@@ -53,13 +80,19 @@ def verify(records: list[dict[str, int]], *, count: int, keys: int = 97) -> list
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", default=".cjob/output/running-sum")
+    parser.add_argument("--s3", metavar="S3_URL",
+                        help="read the output from s3://bucket/prefix instead of a folder")
     parser.add_argument("--count", type=int, default=200_000)
     ns = parser.parse_args()
-    directory = Path(ns.output)
-    if not directory.is_dir():
-        print(f"verify: no output at {directory}", file=sys.stderr)
-        return 1
-    problems = verify(read_output(directory), count=ns.count)
+    if ns.s3:
+        records = read_s3_output(ns.s3)
+    else:
+        directory = Path(ns.output)
+        if not directory.is_dir():
+            print(f"verify: no output at {directory}", file=sys.stderr)
+            return 1
+        records = read_output(directory)
+    problems = verify(records, count=ns.count)
     if problems:
         for problem in problems[:20]:
             print(f"verify: {problem}")
