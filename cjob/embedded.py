@@ -40,6 +40,7 @@ from cjob_spec import (
     file_store_arg,
     to_runtime_args,
 )
+from cjob_spec.driver_env import driver_env as spec_driver_env
 from cjob_spec.exit_codes import describe_exit, reason_for_exit
 from cjob_spec.model import is_s3_code
 from cjob_spec.status import ConditionStatus, ConditionType, FailureRecord, set_condition
@@ -413,22 +414,24 @@ class EmbeddedRunner:
 
 
 def driver_environment(job: CheckpointedJob, environ: Mapping[str, str]) -> dict[str, str]:
-    """The local driver's environment: this process's, plus the job's S3 endpoint and
-    region where the environment names none.
+    """The local driver's environment: this process's, plus what the spec gives every
+    driver (:func:`cjob_spec.driver_env.driver_env`, the operator's driver pod gets the
+    same) where the environment has nothing of its own for it.
 
-    On a cluster the operator passes ``spec.checkpoint.s3`` to the driver pod; locally
-    the same settings reach S3 checkpoints and ``s3://`` code archives this way. The
-    environment wins (``AWS_ENDPOINT_URL`` for a local MinIO, say), and credentials
-    always come from it: ``credentialsSecret`` names a Secret, which only a cluster has.
+    The environment wins (``AWS_ENDPOINT_URL`` for a local MinIO, say; an
+    ``AWS_ENDPOINT_URL_S3`` or ``AWS_DEFAULT_REGION`` counts as naming the endpoint or
+    region). Credentials always come from the environment: ``credentialsSecret`` names
+    a Secret, which only a cluster has.
     """
     env = dict(environ)
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    s3 = job.spec.checkpoint.s3
-    if s3 is not None:
-        if s3.endpoint and not (env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")):
-            env["AWS_ENDPOINT_URL"] = s3.endpoint
-        if s3.region and not (env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION")):
-            env["AWS_REGION"] = s3.region
+    aliases = {"AWS_ENDPOINT_URL": ("AWS_ENDPOINT_URL_S3",), "AWS_REGION": ("AWS_DEFAULT_REGION",),
+               "AWS_DEFAULT_REGION": ("AWS_REGION",)}
+    for var in spec_driver_env(job):
+        if var.value is None:
+            continue
+        if env.get(var.name) or any(environ.get(alias) for alias in aliases.get(var.name, ())):
+            continue
+        env[var.name] = var.value
     return env
 
 

@@ -77,3 +77,13 @@ class Duration:
 
     def __str__(self) -> str:
         return self.text
+
+
+MAX_DURATION = Duration.parse("8760h")
+"""The longest duration any setting accepts: one year.
+
+Longer values mean nothing for a checkpoint interval, a timeout or a restart backoff,
+and unbounded ones broke far from the document: date arithmetic overflows beyond the
+year 9999 and the API server's CEL ``duration()`` beyond about 292 years. The CRD
+carries the same bound as a CEL rule on every duration field.
+"""

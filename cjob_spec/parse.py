@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from cjob_spec.durations import Duration
+from cjob_spec.durations import MAX_DURATION, Duration
 from cjob_spec.errors import (
     DurationFormatError,
     JobFileError,
@@ -80,6 +80,15 @@ S3_CODE_PATTERN = re.compile(r"^s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]/\S+[.]zip
 what goes on ``sys.path`` (modules and packages)."""
 URL_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 ENDPOINT_PATTERN = re.compile(r"^https?://[^\s/]+(/\S*)?$")
+"""An S3 endpoint: http(s), a host, an optional path (credentials are refused apart)."""
+
+MAX_RESTARTS = 10000
+"""``restartPolicy.maxRestarts`` at most (the CRD says the same): more restarts than
+this are no policy, and the backoff computation walks them one by one."""
+MAX_TOLERABLE_FAILURES = 10000
+"""``checkpoint.tolerableFailures`` at most (the CRD says the same)."""
+MAX_BACKOFF_MULTIPLIER = 100.0
+"""``restartPolicy.backoff.multiplier`` at most (the CRD says the same)."""
 
 RESERVED_SPARK_CONF: dict[str, str] = {
     "spark.master": "use spec.spark.master",
@@ -105,6 +114,11 @@ RESERVED_SPARK_CONF_PREFIXES: dict[str, str] = {
 
 _E = TypeVar("_E", bound=StrEnum)
 _T = TypeVar("_T")
+
+
+def _shorten(text: str) -> str:
+    """At most 40 characters of a user's value, so a message stays one readable line."""
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _describe(value: object) -> str:
@@ -201,17 +215,21 @@ class _Node:
         if minimum is not None and value < minimum:
             raise SpecError(field=self.at(key), problem=f"must be >= {minimum}, got {value}")
         if maximum is not None and value > maximum:
-            raise SpecError(field=self.at(key), problem=f"must be <= {maximum}, got {value}")
+            raise SpecError(
+                field=self.at(key), problem=f"must be <= {maximum}, got {_shorten(str(value))}"
+            )
         return value
 
-    def number(self, key: str, *, default: float, minimum: float) -> float:
+    def number(self, key: str, *, default: float, minimum: float, maximum: float) -> float:
         value = self.get(key)
         if value is None:
             return default
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise SpecError(field=self.at(key), problem=f"must be a number, got {_describe(value)}")
         if not math.isfinite(value) or value < minimum:
-            raise SpecError(field=self.at(key), problem=f"must be >= {minimum:g}, got {value}")
+            raise SpecError(field=self.at(key), problem=f"must be >= {minimum:g}, got {value:g}")
+        if value > maximum:
+            raise SpecError(field=self.at(key), problem=f"must be <= {maximum:g}, got {value:g}")
         return float(value)
 
     def boolean(self, key: str, *, default: bool) -> bool:
@@ -259,6 +277,11 @@ class _Node:
         if minimum is not None and duration.seconds < minimum:
             raise SpecError(
                 field=self.at(key), problem=f"must be at least {minimum:g}s, got {value!r}"
+            )
+        if not duration.seconds <= MAX_DURATION.seconds:
+            raise SpecError(
+                field=self.at(key),
+                problem=f"must be at most {MAX_DURATION.text}, got {_shorten(value)!r}",
             )
         return duration
 
@@ -744,13 +767,22 @@ def _read_checkpoint(job: JobCode, node: _Node) -> CheckpointSpec:
         mode=mode,
         unaligned=unaligned,
         retained=node.integer("retained", default=3, minimum=1, maximum=MAX_RETAINED),
-        tolerable_failures=node.integer("tolerableFailures", default=0, minimum=0),
+        tolerable_failures=node.integer(
+            "tolerableFailures", default=0, minimum=0, maximum=MAX_TOLERABLE_FAILURES
+        ),
         trigger_nonce=trigger or None,
     )
 
 
 def _read_s3(node: _Node) -> S3Settings:
     endpoint = node.string("endpoint")
+    if endpoint is not None and "@" in endpoint.partition("://")[2].partition("/")[0]:
+        # Never echo the value: it holds a secret that would end up in events and logs.
+        raise SpecError(
+            field="spec.checkpoint.s3.endpoint",
+            problem="must not contain credentials (user:password@)",
+            hint="put them in the Secret named by credentialsSecret",
+        )
     if endpoint is not None and not ENDPOINT_PATTERN.match(endpoint):
         raise SpecError(
             field="spec.checkpoint.s3.endpoint",
@@ -771,7 +803,7 @@ def _read_restart_policy(node: _Node) -> RestartPolicy:
     )
     return RestartPolicy(
         type=node.enum("type", RestartPolicyType, default=RestartPolicyType.ON_FAILURE),
-        max_restarts=node.integer("maxRestarts", default=5, minimum=0),
+        max_restarts=node.integer("maxRestarts", default=5, minimum=0, maximum=MAX_RESTARTS),
         backoff=backoff,
         reset_after=node.duration("resetAfter", default="10m", positive=True),
         start_timeout=node.duration("startTimeout", default="5m", positive=True),
@@ -787,7 +819,9 @@ def _read_backoff(node: _Node) -> Backoff:
             problem=f"must be >= initial ({initial.text}), got {maximum.text!r}",
         )
     return Backoff(
-        initial=initial, max=maximum, multiplier=node.number("multiplier", default=2.0, minimum=1.0)
+        initial=initial, max=maximum, multiplier=node.number(
+            "multiplier", default=2.0, minimum=1.0, maximum=MAX_BACKOFF_MULTIPLIER
+        )
     )
 
 

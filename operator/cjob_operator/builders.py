@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cjob_operator.config import OperatorConfig
+from cjob_spec.driver_env import driver_env as spec_driver_env
 from cjob_spec.errors import SpecError
 from cjob_spec.model import (
     PERSISTENT_VOLUME_KINDS,
@@ -199,27 +200,22 @@ def executor_volume_conf(job: CheckpointedJob) -> dict[str, str]:
 
 
 def driver_env(job: CheckpointedJob, config: OperatorConfig) -> list[dict[str, Any]]:
+    """The driver container's ``env``: the pod's identity, then what the spec gives every
+    driver (:func:`cjob_spec.driver_env.driver_env`, shared with ``cjob run`` so both
+    supervisors pass the same settings), then the operator's extra variables."""
     env: list[dict[str, Any]] = [
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
         {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-        {"name": "PYTHONUNBUFFERED", "value": "1"},
     ]
-    s3 = job.spec.checkpoint.s3
-    if s3 is not None:
-        if s3.credentials_secret:
-            for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-                env.append(
-                    {
-                        "name": key,
-                        "valueFrom": {"secretKeyRef": {"name": s3.credentials_secret, "key": key}},
-                    }
-                )
-        if s3.endpoint:
-            env.append({"name": "AWS_ENDPOINT_URL", "value": s3.endpoint})
-        if s3.region:
-            env.append({"name": "AWS_REGION", "value": s3.region})
-            env.append({"name": "AWS_DEFAULT_REGION", "value": s3.region})
+    for var in spec_driver_env(job):
+        if var.secret is not None:
+            env.append({
+                "name": var.name,
+                "valueFrom": {"secretKeyRef": {"name": var.secret.secret, "key": var.secret.key}},
+            })
+        else:
+            env.append({"name": var.name, "value": var.value})
     for key in sorted(config.extra_env):
         env.append({"name": key, "value": config.extra_env[key]})
     return env

@@ -252,6 +252,8 @@ class Reconciler:
         with self._lock_for(key):
             try:
                 outcome = self._pass(namespace=namespace, name=name, pods=list(pods))
+            except Exception as exc:  # any bug must surface on the job, not end its loop
+                outcome = self._unexpected(key, error=exc)
             finally:
                 if self.metrics is not None:
                     self.metrics.reconcile_seconds.observe(time.monotonic() - started)
@@ -400,21 +402,40 @@ class Reconciler:
         job: CheckpointedJob | None,
     ) -> Outcome:
         """Report an error once per distinct message and retry with backoff."""
+        return self._back_off(key, step=step, message=str(error), retryable=error.retryable,
+                              uid=job.metadata.uid if job else None)
+
+    def _unexpected(self, key: tuple[str, str], *, error: Exception) -> Outcome:
+        """A pass raised what no step expected (a bug, input no validation foresaw).
+
+        It is treated like a retryable API error: a ``ReconcileError`` Warning Event on
+        the job (once per distinct message) and a retry with backoff from the job's own
+        loop. Letting it escape would end the loop and leave the job to kopf's fixed
+        one-minute daemon restart, with nothing for the user to see on the job.
+        """
+        _log.exception("%s/%s: unexpected error in a reconcile pass", key[0], key[1])
+        first_line = (str(error).strip().splitlines() or [""])[0]
+        message = f"unexpected {type(error).__name__}: {first_line}".rstrip(": ")
+        return self._back_off(key, step="unexpected", message=message, retryable=True, uid=None)
+
+    def _back_off(
+        self, key: tuple[str, str], *, step: str, message: str, retryable: bool, uid: str | None
+    ) -> Outcome:
         failures = self._failures.get(key, 0) + 1
         self._failures[key] = failures
-        if error.retryable:
-            delay = min(self.retry.max_delay, self.retry.first_delay * 2 ** (failures - 1))
+        if retryable:
+            exponent = min(failures - 1, 62)  # the delay is capped long before this
+            delay = min(self.retry.max_delay, self.retry.first_delay * 2**exponent)
         else:
             delay = self.retry.final_error_delay
-        message = str(error)
         _log.warning("%s/%s: %s failed (try %d, next in %.1fs): %s",
                      key[0], key[1], step, failures, delay, message)
         if self.metrics is not None:
             self.metrics.count_error(step=step)
         if self._last_error.get(key) != message:
             self._last_error[key] = message
-            ref = JobRef(namespace=key[0], name=key[1], uid=job.metadata.uid if job else None)
-            self._post(ref, "Warning", "ReconcileError", message)
+            self._post(JobRef(namespace=key[0], name=key[1], uid=uid), "Warning",
+                       "ReconcileError", message)
         return Outcome(requeue_after=delay, error=message)
 
     # --- metrics -----------------------------------------------------------------------

@@ -86,3 +86,62 @@ def test_the_api_server_refuses_what_the_parser_refuses(
     assert parser_complaint(document) is not None
     complaint = create(kube_rest, kube_namespace, document)
     assert complaint is not None and message in complaint, complaint
+
+
+S3_JOB = with_field(minimal(), "spec.checkpoint.storage", "s3://ckpt/jobs")
+
+OUT_OF_BOUNDS: list[tuple[str, dict[str, Any], str]] = [
+    ("huge interval", with_field(minimal(), "spec.checkpoint.interval", "99999999999h"),
+     "spec.checkpoint.interval"),
+    ("huge min pause", with_field(minimal(), "spec.checkpoint.minPause", "8761h"),
+     "must be at most 8760h"),
+    ("huge backoff", with_field(minimal(), "spec.restartPolicy.backoff",
+                                {"initial": "1s", "max": "99999999999h"}),
+     "spec.restartPolicy.backoff.max"),
+    ("huge start timeout", with_field(minimal(), "spec.restartPolicy.startTimeout", "9000h"),
+     "must be at most 8760h"),
+    ("maxRestarts above the bound", with_field(minimal(), "spec.restartPolicy.maxRestarts",
+                                               10001),
+     "spec.restartPolicy.maxRestarts"),
+    ("maxRestarts 10^30", with_field(minimal(), "spec.restartPolicy.maxRestarts", 10**30),
+     "spec.restartPolicy.maxRestarts"),
+    ("tolerableFailures above the bound",
+     with_field(minimal(), "spec.checkpoint.tolerableFailures", 10001),
+     "spec.checkpoint.tolerableFailures"),
+    ("multiplier above the bound",
+     with_field(minimal(), "spec.restartPolicy.backoff.multiplier", 1000),
+     "spec.restartPolicy.backoff.multiplier"),
+    ("credentials in the endpoint",
+     with_field(S3_JOB, "spec.checkpoint.s3", {"endpoint": "https://AKIA:s3cr3t@minio:9000"}),
+     "must not contain credentials"),
+]
+
+
+@pytest.mark.parametrize(
+    ("document", "message"), [pytest.param(d, m, id=name) for name, d, m in OUT_OF_BOUNDS])
+def test_the_api_server_and_the_parser_refuse_out_of_bounds_values(
+        kube_rest: RestClient, kube_namespace: str, crd: None, document: dict[str, Any],
+        message: str) -> None:
+    assert parser_complaint(document) is not None
+    complaint = create(kube_rest, kube_namespace, document)
+    assert complaint is not None and message in complaint, complaint
+
+
+def test_the_api_server_does_not_repeat_credentials_found_in_the_endpoint(
+        kube_rest: RestClient, kube_namespace: str, crd: None) -> None:
+    document = with_field(S3_JOB, "spec.checkpoint.s3",
+                          {"endpoint": "https://AKIA:s3cr3t@minio:9000"})
+    complaint = create(kube_rest, kube_namespace, document)
+    assert complaint is not None and "s3cr3t" not in complaint, complaint
+
+
+@pytest.mark.parametrize(("path", "value"), [
+    ("spec.checkpoint.interval", "8760h"),
+    ("spec.restartPolicy.maxRestarts", 10000),
+    ("spec.restartPolicy.backoff", {"initial": "1s", "max": "8760h", "multiplier": 100}),
+])
+def test_the_api_server_and_the_parser_accept_values_at_the_bounds(
+        kube_rest: RestClient, kube_namespace: str, crd: None, path: str, value: Any) -> None:
+    document = with_field(minimal(), path, value)
+    assert parser_complaint(document) is None
+    assert create(kube_rest, kube_namespace, document) is None
