@@ -67,6 +67,7 @@ from cjob_spec.names import (
 )
 from cjob_spec.restart import AttemptEnd, Finish, GiveUp, Restart, decide_restart
 from cjob_spec.status import (
+    CheckpointRef,
     ConditionStatus,
     ConditionType,
     FailureRecord,
@@ -82,6 +83,7 @@ _A = TypeVar("_A")
 POD_FAILURE_REASONS = frozenset({"OOMKilled", "Evicted", "DeadlineExceeded", "ContainerCannotRun"})
 """Pod or container reasons more telling than the exit code's."""
 NO_IMAGE_REASON = "NoImage"
+STORE_LOST_REASON = "StoreLost"
 NO_IMAGE_MESSAGE = (
     "spec.image is not set and the operator has no default runtime image: set spec.image, "
     "or install the operator with one (chart value runtimeImage.repository, "
@@ -338,8 +340,12 @@ def _start_attempt(draft: _Draft, *, reason: str, reset_restarts: bool) -> None:
     )
     latest = draft.status.latest_checkpoint
     source = job.spec.restore.source
+    lost = _lost_checkpoint(draft)
+    if lost is not None and source.kind != "path":
+        _fail_store_lost(draft, lost)
+        return
     restored_from: RestoredFrom | None
-    if latest is not None:
+    if latest is not None and lost is None:
         pointer = "latest"
         restored_from = RestoredFrom(id=latest.id, path=latest.path)
         origin = f"checkpoint {latest.id}"
@@ -385,6 +391,47 @@ def _start_attempt(draft: _Draft, *, reason: str, reset_restarts: bool) -> None:
         suspend_requested_at=None,
     )
     draft.requeue_in(draft.settings.pod_appear_grace_seconds)
+
+
+def _lost_checkpoint(draft: _Draft) -> CheckpointRef | None:
+    """The completed checkpoint the job's status records but its store no longer does.
+
+    The store (the ``<job>-checkpoints`` ConfigMap) only ever moves forward, so a
+    missing or emptied store, or one whose newest checkpoint is older than the one the
+    status recorded, was lost: deleted by hand, by a garbage collector or by another
+    job's driver. Restarting with ``--restore latest`` would then start from nothing,
+    count checkpoint ids from 1 again and replay the whole input into the output.
+    """
+    recorded = draft.observed.status.latest_checkpoint
+    if recorded is None:
+        return None
+    store = draft.observed.store
+    if store.exists and store.latest is not None and store.latest.id >= recorded.id:
+        return None
+    return recorded
+
+
+def _fail_store_lost(draft: _Draft, lost: CheckpointRef) -> None:
+    """Refuse to start from an empty state; say how to resume from the checkpoint."""
+    message = (
+        f"the checkpoint store {checkpoint_configmap_name(draft.name)} no longer records "
+        f"checkpoint {lost.id}, which this job completed; not starting from an empty state. "
+        f"To resume from it, set spec.restore.from to {lost.path}"
+    )
+    draft.set(
+        phase=Phase.FAILED,
+        reason=STORE_LOST_REASON,
+        message=message,
+        spec_hash=spec_hash(draft.job),
+        next_restart_at=None,
+        last_failure=FailureRecord(
+            reason=STORE_LOST_REASON,
+            message=message,
+            at=truncate_to_seconds(draft.now),
+            attempt=draft.status.attempt or None,
+        ),
+    )
+    draft.event("Warning", STORE_LOST_REASON, f"the job failed: {message}")
 
 
 def _fail_without_image(draft: _Draft) -> None:
@@ -638,7 +685,12 @@ def _on_failed(draft: _Draft) -> bool:
         return _suspend_now(draft, "suspended after failing; resume to retry")
     status = draft.status
     image_arrived = status.reason == NO_IMAGE_REASON and draft.observed.image is not None
-    if status.spec_hash != spec_hash(draft.job) or image_arrived:
+    # spec.restore is not part of the spec hash (it only shapes a fresh start), so a
+    # path named after a StoreLost failure is what resumes the job.
+    restore_named = (
+        status.reason == STORE_LOST_REASON and draft.job.spec.restore.source.kind == "path"
+    )
+    if status.spec_hash != spec_hash(draft.job) or image_arrived or restore_named:
         _start_attempt(draft, reason="Retrying", reset_restarts=True)
     return False
 
