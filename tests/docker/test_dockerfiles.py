@@ -1,16 +1,23 @@
 """The Dockerfiles and .dockerignore, checked without Docker: what they copy exists and
 reaches the build context, what they run exists, and they follow the usual hygiene
-rules (pinned bases, non-root user, no remote ADD, lean apt layers)."""
+rules (a pinned local base made from Debian packages, non-root user, no remote ADD,
+lean apt layers). The parser and the ignore rules are the image builder's own
+(``e2e.images``), so the checks read the files exactly as the build does."""
 
 from __future__ import annotations
 
+import os
 import re
-import shlex
-from dataclasses import dataclass
+import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
 import yaml
+
+from e2e.images.context import DockerIgnore
+from e2e.images.dockerfile import Instruction, arg_defaults, copy_sources, parse_dockerfile
+from e2e.images.plan import BASE_TAG_PREFIX, NAMESPACE, PYTHON_VERSION, make_plan
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKER = REPO / "docker"
@@ -20,93 +27,14 @@ DOCKERFILES = {
 }
 
 
-@dataclass(frozen=True)
-class Instruction:
-    keyword: str
-    arguments: str
-    line: int
-
-
-def parse_dockerfile(path: Path) -> list[Instruction]:
-    """Instructions with their continuation lines joined, comments dropped."""
-    instructions: list[Instruction] = []
-    pending = ""
-    start = 0
-    for number, raw in enumerate(path.read_text().splitlines(), start=1):
-        stripped = raw.strip()
-        if not pending and (not stripped or stripped.startswith("#")):
-            continue
-        if pending and stripped.startswith("#"):
-            continue
-        if not pending:
-            start = number
-        if stripped.endswith("\\"):
-            pending += stripped[:-1] + " "
-            continue
-        text = pending + stripped
-        pending = ""
-        keyword, _, arguments = text.partition(" ")
-        instructions.append(Instruction(keyword.upper(), arguments.strip(), start))
-    return instructions
-
-
 def build_args(instructions: list[Instruction]) -> dict[str, str]:
-    args: dict[str, str] = {}
-    for ins in instructions:
-        if ins.keyword == "ARG" and "=" in ins.arguments:
-            name, _, default = ins.arguments.partition("=")
-            args[name.strip()] = default.strip()
-    return args
-
-
-def copy_sources(ins: Instruction) -> list[str]:
-    """Source paths of a COPY (not those copied from another stage)."""
-    words = shlex.split(ins.arguments)
-    if any(w.startswith("--from=") for w in words):
-        return []
-    paths = [w for w in words if not w.startswith("--")]
-    return paths[:-1]
-
-
-def docker_ignore_regex(pattern: str) -> re.Pattern[str]:
-    out = ""
-    i = 0
-    while i < len(pattern):
-        if pattern.startswith("**/", i):
-            out += "(.*/)?"
-            i += 3
-        elif pattern.startswith("**", i):
-            out += ".*"
-            i += 2
-        elif pattern[i] == "*":
-            out += "[^/]*"
-            i += 1
-        elif pattern[i] == "?":
-            out += "[^/]"
-            i += 1
-        else:
-            out += re.escape(pattern[i])
-            i += 1
-    return re.compile(f"^{out}$")
+    return arg_defaults(instructions)
 
 
 def is_in_build_context(relative: str) -> bool:
     """Docker's rule: the last .dockerignore pattern matching the path or one of its
     parent folders decides; ``!`` patterns re-include."""
-    patterns = [
-        line.strip()
-        for line in (REPO / ".dockerignore").read_text().splitlines()
-        if line.strip() and not line.strip().startswith("#")
-    ]
-    parts = relative.strip("/").split("/")
-    candidates = ["/".join(parts[: i + 1]) for i in range(len(parts))]
-    included = True
-    for pattern in patterns:
-        negated = pattern.startswith("!")
-        regex = docker_ignore_regex(pattern.lstrip("!").strip("/"))
-        if any(regex.match(c) for c in candidates):
-            included = negated
-    return included
+    return DockerIgnore.load(REPO).includes(relative)
 
 
 @pytest.fixture(params=sorted(DOCKERFILES), ids=lambda name: f"{name}.Dockerfile")
@@ -179,9 +107,11 @@ def test_each_image_installs_only_its_own_extra(image: str, extra: str, absent: 
     runs = " ".join(
         i.arguments for i in parse_dockerfile(DOCKERFILES[image]) if i.keyword == "RUN"
     )
-    assert f'".[{extra}]"' in runs
-    assert f"[{absent}]" not in runs and "[dev]" not in runs
-    assert "--constraint constraints.txt" in runs
+    assert f'".[{extra}]"' in runs  # the project's wheel
+    assert f'"checkpointed-jobs[{extra}]"' in runs  # installed with its extra
+    assert f"/tmp/deps/pyproject.toml {extra} >" in runs  # the extra's dependencies
+    assert absent not in runs and "[dev]" not in runs
+    assert "--constraint /tmp/deps/constraints.txt" in runs
 
 
 def test_the_operator_image_user_matches_the_charts_pod_security_context() -> None:
@@ -196,12 +126,15 @@ def test_the_operator_image_user_matches_the_charts_pod_security_context() -> No
 # --- hygiene (what hadolint would flag) --------------------------------------------------
 
 
-def test_base_images_are_pinned_to_a_version(
+def test_every_stage_starts_from_the_pinned_local_base(
     dockerfile: tuple[str, list[Instruction]],
 ) -> None:
+    """No image is pulled from anywhere: every external FROM is the base made from
+    Debian packages by docker/base/, under the tag whose hash matches its inputs."""
     _, instructions = dockerfile
     args = build_args(instructions)
     stages: set[str] = set()
+    expected = make_plan().base_reference
     for ins in instructions:
         if ins.keyword != "FROM":
             continue
@@ -212,10 +145,99 @@ def test_base_images_are_pinned_to_a_version(
             stages.add(words[2])
         if image in stages:
             continue
-        name, _, tag = image.rpartition(":")
-        assert name and tag, f"line {ins.line}: {image} has no tag"
-        assert tag != "latest", f"line {ins.line}: {image} uses latest"
-        assert re.match(r"^\d+\.\d+\.\d+", tag), f"line {ins.line}: {image} is not pinned"
+        assert image == expected, (
+            f"line {ins.line}: FROM {image}; docker/base/ now makes {expected} "
+            f"(`docker/build.sh base-tag`): set ARG BASE_IMAGE to it in both Dockerfiles"
+        )
+
+
+def test_the_base_tag_names_the_suite_python_and_a_hash_of_its_inputs() -> None:
+    reference = make_plan().base_reference
+    name, _, tag = reference.partition(":")
+    assert name == f"{NAMESPACE}/base"
+    assert re.fullmatch(re.escape(BASE_TAG_PREFIX) + r"[0-9a-f]{12}", tag)
+    # a local name: its first component is no host (no dot, no port, not localhost)
+    first = name.split("/")[0]
+    assert "." not in first and ":" not in first and first != "localhost"
+
+
+def test_the_base_holds_what_both_images_need_from_debian() -> None:
+    lines = (DOCKER / "base" / "packages.txt").read_text().splitlines()
+    packages = {line.strip() for line in lines if line.strip() and not line.startswith("#")}
+    assert {"python3", "python3-venv", "python-is-python3", "ca-certificates"} <= packages
+    script = (DOCKER / "base" / "mkrootfs.sh").read_text()
+    assert "--variant=minbase" in script and "bookworm" in script
+
+
+def test_the_runtime_packages_come_from_the_debian_archive_only() -> None:
+    text = DOCKERFILES["runtime"].read_text()
+    installs = re.findall(r"apt-get install[^&]*", text)
+    assert installs and all(
+        {"openjdk-17-jre-headless", "tini", "procps"} <= set(i.split()) for i in installs
+    )
+    for forbidden in ("sources.list", "add-apt-repository", "apt-key", "signed-by"):
+        assert forbidden not in text.lower(), f"an extra package source: {forbidden}"
+
+
+@pytest.mark.parametrize("script", ["base/mkrootfs.sh", "build.sh", "spark-entrypoint.sh"])
+def test_the_scripts_are_valid_bash_and_executable(script: str) -> None:
+    path = DOCKER / script
+    subprocess.run(["bash", "-n", str(path)], check=True)
+    assert os.access(path, os.X_OK)
+
+
+def test_pip_installs_offline_only_when_a_wheelhouse_is_given(
+    dockerfile: tuple[str, list[Instruction]],
+) -> None:
+    """``docker build`` without build arguments uses the package index; the builder
+    passes WHEELHOUSE (and mounts it) to install offline. The final stage only adds
+    the project's own wheel, offline, to the dependencies copied from the build stage."""
+    _, instructions = dockerfile
+    assert build_args(instructions).get("WHEELHOUSE") == ""
+    last_from = max(i for i, ins in enumerate(instructions) if ins.keyword == "FROM")
+    pips = [(n, ins.arguments) for n, ins in enumerate(instructions)
+            if ins.keyword == "RUN" and "/opt/venv/bin/pip " in ins.arguments]  # fmt: skip
+    build = [args for n, args in pips if n < last_from]
+    final = [args for n, args in pips if n > last_from]
+    assert len(build) == 2 and len(final) == 1
+    for install in build:
+        assert '${WHEELHOUSE:+--no-index --find-links "$WHEELHOUSE"}' in install
+    # an ARG is scoped to its stage: every stage that runs pip declares WHEELHOUSE
+    stage_starts = [n for n, ins in enumerate(instructions) if ins.keyword == "FROM"]
+    for n, _ in pips:
+        start = max(s for s in stage_starts if s < n)
+        declared = [i.arguments for i in instructions[start:n] if i.keyword == "ARG"]
+        assert "WHEELHOUSE=" in declared or n > last_from, f"stage at {start}"
+    assert "--no-index" in final[0] and "--find-links /tmp/dist" in final[0]
+
+
+def test_the_dependency_layer_comes_before_the_code(
+    dockerfile: tuple[str, list[Instruction]],
+) -> None:
+    """The big pip layer must not depend on the code, or every change reinstalls Spark."""
+    _, instructions = dockerfile
+    deps = next(n for n, i in enumerate(instructions) if "--requirement " in i.arguments)
+    copied_before = [s for i in instructions[:deps] for s in copy_sources(i)]
+    assert sorted(copied_before) == ["constraints.txt", "pyproject.toml"]  # not README.md
+
+
+@pytest.mark.parametrize("extra", ["runtime", "operator"])
+def test_the_image_extras_name_requirements_only(extra: str) -> None:
+    """The build stage installs an extra's requirements from pyproject.toml directly,
+    so an extra may not refer to the project itself (as ``dev`` does)."""
+    with (REPO / "pyproject.toml").open("rb") as f:
+        requirements = tomllib.load(f)["project"]["optional-dependencies"][extra]
+    assert not [r for r in requirements if r.startswith("checkpointed-jobs")]
+
+
+def test_the_operator_extra_has_the_s3_client() -> None:
+    """Deleting a job prunes its checkpoints; on s3:// storage the operator needs boto3
+    (cjob_operator.api -> job_runtime.storage.filesystem)."""
+    with (REPO / "pyproject.toml").open("rb") as f:
+        extras = tomllib.load(f)["project"]["optional-dependencies"]
+    assert any(re.match(r"boto3\b", req) for req in extras["operator"])
+    api = (REPO / "operator" / "cjob_operator" / "api.py").read_text()
+    assert "job_runtime.storage.filesystem" in api
 
 
 def test_the_final_stage_runs_as_a_non_root_user(
@@ -262,4 +284,5 @@ def test_the_runtime_image_has_java_17_and_spark_settings() -> None:
     assert "openjdk-17-jre-headless" in text
     assert "JAVA_HOME=" in text and "SPARK_HOME=" in text
     assert "SPARK_CONF_DIR=/opt/spark/conf" in text  # where Spark mounts executor conf
-    assert "python:3.11" in text
+    # the base's Python (Debian bookworm) is the one the venv paths name
+    assert f"SPARK_HOME=/opt/venv/lib/python{PYTHON_VERSION}/site-packages/pyspark" in text
