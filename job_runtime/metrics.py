@@ -40,6 +40,13 @@ class DriverMetrics:
                                  labels, registry=r)
         self.restored = Gauge("cjob_job_restored_checkpoint_id",
                               "Checkpoint the job restored (-1 for none)", labels, registry=r)
+        # Label ``cjob_job``, not ``job``: Prometheus' scrape config owns ``job`` and
+        # would rename ours to ``exported_job``.
+        self.prune_failures = Counter(
+            "cjob_checkpoint_prune_failures",
+            "Failed prunes of retained checkpoints (the store retries on the next add)",
+            ["cjob_job"], registry=r)
+        self.prune_failures.labels(job)
         self.in_run_restarts = Gauge("cjob_job_subtask_restarts",
                                      "Relaunches of the barrier stage in this driver", labels,
                                      registry=r)
@@ -58,6 +65,9 @@ class DriverMetrics:
         self.size.labels(job).set(size)
         self.last_id.labels(job).set(checkpoint_id)
         self.last_ts.labels(job).set(timestamp)
+        failures = int(getattr(stats, "prune_failures", 0))
+        if failures > 0:
+            self.prune_failures.labels(job).inc(failures)
 
     def progress(self, *, records_in: int, records_out: int, failed: int,
                  restarts: int) -> None:

@@ -36,6 +36,7 @@ from job_runtime.store.base import (
     CompletedCheckpointStore,
     FencedError,
     StoreError,
+    StoreFullError,
 )
 from job_runtime.store.triggers import TriggerSource
 
@@ -391,11 +392,32 @@ class CheckpointCoordinator:
             completed = CompletedCheckpoint(
                 checkpoint_id=checkpoint_id, metadata_path=path, timestamp=self.clock(),
                 size_bytes=stats.size_bytes + len(body), attempt=self.attempt)
+        except Exception as exc:
+            log.warning("checkpoint %d could not be committed: %s", checkpoint_id, exc)
+            self._abort(checkpoint_id, reason=f"commit failed: {exc}")
+            return
+        if not self._commit_pointer(pending, completed):
+            return
+        self._completed(pending, completed)
+
+    def _commit_pointer(self, pending: PendingCheckpoint, completed: CompletedCheckpoint) -> bool:
+        """Hand the pointer to the store; ``False`` when the checkpoint did not complete.
+
+        Only errors that prove the pointer was *not* committed let the abort delete
+        the checkpoint's data. Any other error may come after the commit (a store
+        whose pruning raised): then the data is what the committed pointer names,
+        and deleting it would leave the job's newest restorable checkpoint empty.
+        """
+        checkpoint_id = pending.checkpoint_id
+        stats = pending.stats
+        assert stats is not None
+        failures_before = self.store.prune_failures
+        try:
             self.store.add_checkpoint_and_subsume_oldest(completed, discard=self.storage.discard)
         except FencedError as exc:
             del self._pending[checkpoint_id]
             self._fail_job(exc)
-            return
+            return False
         except AmbiguousWriteError as exc:
             # The pointer may have landed: its data must stay, and the sinks must not
             # commit (a restore might still pick the previous checkpoint). The next
@@ -403,11 +425,23 @@ class CheckpointCoordinator:
             log.warning("checkpoint %d: outcome of the store write unknown: %s",
                         checkpoint_id, exc)
             self._abort(checkpoint_id, reason=f"store write ambiguous: {exc}", keep_data=True)
-            return
-        except Exception as exc:
+            return False
+        except StoreFullError as exc:
             log.warning("checkpoint %d could not be committed: %s", checkpoint_id, exc)
             self._abort(checkpoint_id, reason=f"commit failed: {exc}")
-            return
+            return False
+        except Exception as exc:
+            log.warning("checkpoint %d: the store failed, possibly after committing the pointer; "
+                        "its data stays: %s", checkpoint_id, exc)
+            self._abort(checkpoint_id, reason=f"store failed: {exc}", keep_data=True)
+            return False
+        stats.prune_failures = self.store.prune_failures - failures_before
+        return True
+
+    def _completed(self, pending: PendingCheckpoint, completed: CompletedCheckpoint) -> None:
+        checkpoint_id = pending.checkpoint_id
+        stats = pending.stats
+        assert stats is not None
         del self._pending[checkpoint_id]
         stats.duration_ms = (time.monotonic() - pending.triggered_mono) * 1000.0
         stats.size_bytes = completed.size_bytes

@@ -20,6 +20,9 @@ class CheckpointStats:
     async_ms_max: float = 0.0
     failure: str | None = None
     acks: int = 0
+    # Pruning steps of older checkpoints that failed while this one was added
+    # (the checkpoint itself completed; the store retries on the next add).
+    prune_failures: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

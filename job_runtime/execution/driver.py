@@ -368,7 +368,8 @@ def _run(settings: DriverSettings) -> int:
                                problem="maxParallelism differs from the checkpoint's "
                                        f"{metadata.get('maxParallelism')}; it cannot change")
         assert pipeline.sink_op is not None
-        pipeline.sink_op.prepare_restore(checkpoint_id=restored.checkpoint_id, s3=s3)
+        pipeline.sink_op.prepare_restore(checkpoint_id=restored.checkpoint_id,
+                                         job_id=settings.job_id, s3=s3)
 
     metrics = DriverMetrics(job=settings.job_name)
     if settings.metrics_port:
@@ -415,7 +416,7 @@ def _run(settings: DriverSettings) -> int:
         coordinator.stop()
     if outcome is None:
         assert pipeline.sink_op is not None
-        pipeline.sink_op.finish_job(s3=s3)
+        pipeline.sink_op.finish_job(job_id=settings.job_id, s3=s3)
         store.shutdown(JobStatus.FINISHED, discard=storage.discard)
         status.stop(state="finished")
         sc.stop()

@@ -194,7 +194,8 @@ class SubtaskRuntime:
         assert pipeline.sink_op is not None
         sink_writer = pipeline.sink_op.open(context=SinkContext(
             subtask=self.subtask, parallelism=config.parallelism,
-            attempt_tag=f"a{config.attempt}e{self.epoch}", s3=self.s3_config))
+            attempt_tag=f"a{config.attempt}e{self.epoch}", s3=self.s3_config,
+            job_id=config.job_id))
         if restore:
             old_parallelism = int(restore.get("parallelism", config.parallelism))
             states = [restore.get("sinks", {}).get(str(j)) for j in range(old_parallelism)

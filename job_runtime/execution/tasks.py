@@ -114,7 +114,9 @@ class Task(threading.Thread):
 
     def on_complete(self, checkpoint_id: int, final: bool) -> None:
         if self.sink is not None:
-            self.sink.notify_complete(checkpoint_id)
+            # Raises when the final commit fails for good: the task fails, and with
+            # it the attempt, so the job never ends with uncommitted output.
+            self.sink.notify_complete(checkpoint_id, final=final)
         if final:
             self.finish()
 

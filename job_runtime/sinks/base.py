@@ -7,7 +7,10 @@ reduced to what a files sink needs:
 * ``snapshot(n)`` closes the open transaction, remembers it as pending for
   checkpoint ``n`` and returns the pending list as the sink's checkpoint state;
 * ``notify_complete(n)`` commits every pending transaction up to ``n``; a commit
-  that fails stays pending and is retried on the next completed checkpoint;
+  that fails stays pending and is retried on the next completed checkpoint,
+  except after the final checkpoint, which has no next one: then the commit is
+  retried with backoff and finally raises, failing the attempt (see
+  :mod:`job_runtime.sinks.commit`);
 * ``restore(states)`` commits the transactions a restored checkpoint recorded as
   pending (commits are idempotent), before any new output is written.
 """
@@ -27,6 +30,9 @@ class SinkContext:
     parallelism: int
     attempt_tag: str
     s3: Any = None
+    job_id: str = ""
+    """The job's identity (``<name>-<uid>``): output names carry it, so two jobs
+    writing one path, or a job created again, never touch each other's files."""
 
 
 class SinkWriter(abc.ABC):
@@ -38,8 +44,13 @@ class SinkWriter(abc.ABC):
         """Pre-commit and return picklable state (the pending transactions)."""
 
     @abc.abstractmethod
-    def notify_complete(self, checkpoint_id: int) -> None:
-        """Commit everything pending up to ``checkpoint_id``; may be called from any thread."""
+    def notify_complete(self, checkpoint_id: int, *, final: bool = False) -> None:
+        """Commit everything pending up to ``checkpoint_id``; may be called from any thread.
+
+        With ``final`` (the job's last checkpoint) nothing may stay pending: raise
+        :class:`job_runtime.sinks.commit.SinkCommitError` rather than return with
+        uncommitted transactions.
+        """
 
     @abc.abstractmethod
     def restore(self, states: list[Any]) -> None:
@@ -59,10 +70,11 @@ class Sink(abc.ABC):
     @abc.abstractmethod
     def open(self, *, context: SinkContext) -> SinkWriter: ...
 
-    def finish_job(self, *, s3: Any = None) -> None:  # noqa: B027 - optional hook
+    def finish_job(self, *, job_id: str = "", s3: Any = None) -> None:  # noqa: B027 - optional hook
         """Runs once on the driver after the job finished."""
 
-    def prepare_restore(self, *, checkpoint_id: int, s3: Any = None) -> None:  # noqa: B027
+    def prepare_restore(self, *, checkpoint_id: int, job_id: str = "",  # noqa: B027
+                        s3: Any = None) -> None:
         """Runs once on the driver before the job resumes from ``checkpoint_id``.
 
         Output that checkpoints newer than ``checkpoint_id`` committed (possible

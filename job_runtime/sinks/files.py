@@ -13,6 +13,8 @@ into a file a newer attempt commits.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
 import io
 import json
 import logging
@@ -27,13 +29,42 @@ from job_runtime.errors import PipelineDefinitionError
 from job_runtime.faults import maybe_fail
 from job_runtime.records import Batch
 from job_runtime.sinks.base import Sink, SinkContext, SinkWriter
+from job_runtime.sinks.commit import (
+    CommitRetry,
+    LostTransactionError,
+    SinkCommitError,
+    commit_with_retry,
+)
 from job_runtime.storage.filesystem import FileSystem, get_filesystem
 
 log = logging.getLogger(__name__)
 
+__all__ = ["CommitRetry", "FilesSink", "FilesSinkWriter", "LostTransactionError",
+           "SinkCommitError", "Transaction", "files", "output_tag"]
+
 FORMATS = {"jsonl": "jsonl", "parquet": "parquet"}
 PENDING_DIR = "_pending"
-_PART = re.compile(r"^part-(\d{10})-\d{5}\.[a-z]+$")
+TAG_LENGTH = 12
+
+
+def output_tag(job_id: str) -> str:
+    """The short identity of a job in its file names.
+
+    ``job_id`` is ``<name>-<uid>``, so a job deleted and created again under the same
+    name gets another tag and cannot withdraw or overwrite its predecessor's files.
+    """
+    return hashlib.sha256(job_id.encode()).hexdigest()[:TAG_LENGTH]
+
+
+def _part_pattern(tag: str) -> re.Pattern[str]:
+    """Committed part files of the job with ``tag`` (group 1: the checkpoint id).
+
+    Without a tag (a sink used outside a job) only untagged names match, so an
+    untagged writer never touches a job's files either.
+    """
+    if tag:
+        return re.compile(rf"^part-{re.escape(tag)}-(\d{{10}})-\d{{5}}\.[a-z]+$")
+    return re.compile(r"^part-(\d{10})-\d{5}\.[a-z]+$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,10 +76,12 @@ class Transaction:
 
 
 class FilesSinkWriter(SinkWriter):
-    def __init__(self, *, path: str, fmt: str, context: SinkContext) -> None:
+    def __init__(self, *, path: str, fmt: str, context: SinkContext,
+                 commit_retry: CommitRetry) -> None:
         self._path = path.rstrip("/")
         self._fmt = fmt
         self._context = context
+        self._commit_retry = commit_retry
         self._fs: FileSystem = get_filesystem(self._path, s3=context.s3)
         self._lock = threading.Lock()
         self._pending: list[Transaction] = []
@@ -57,13 +90,18 @@ class FilesSinkWriter(SinkWriter):
         self._records = 0
         self._transaction_seq = 0
 
+    def _prefix(self) -> str:
+        tag = output_tag(self._context.job_id) if self._context.job_id else ""
+        return f"part-{tag}-" if tag else "part-"
+
     def _staging_uri(self, checkpoint_id: int) -> str:
         ctx = self._context
-        return (f"{self._path}/{PENDING_DIR}/part-{checkpoint_id:010d}-{ctx.subtask:05d}-"
-                f"{ctx.attempt_tag}.{self._fmt}.inprogress")
+        return (f"{self._path}/{PENDING_DIR}/{self._prefix()}{checkpoint_id:010d}-"
+                f"{ctx.subtask:05d}-{ctx.attempt_tag}.{self._fmt}.inprogress")
 
     def _final_uri(self, checkpoint_id: int) -> str:
-        return f"{self._path}/part-{checkpoint_id:010d}-{self._context.subtask:05d}.{self._fmt}"
+        return (f"{self._path}/{self._prefix()}{checkpoint_id:010d}-"
+                f"{self._context.subtask:05d}.{self._fmt}")
 
     def write(self, batch: Batch) -> None:
         if not len(batch):
@@ -104,67 +142,91 @@ class FilesSinkWriter(SinkWriter):
         if self._fs.exists(transaction.staging):
             self._fs.rename(transaction.staging, transaction.final)
         elif not self._fs.exists(transaction.final):
-            raise FileNotFoundError(
-                f"neither staging {transaction.staging} nor final {transaction.final} exists")
+            raise LostTransactionError(checkpoint_id=transaction.checkpoint_id,
+                                       staging=transaction.staging, final=transaction.final)
 
-    def notify_complete(self, checkpoint_id: int) -> None:
+    def notify_complete(self, checkpoint_id: int, *, final: bool = False) -> None:
         with self._lock:
             due = [t for t in self._pending if t.checkpoint_id <= checkpoint_id]
             for transaction in due:
-                try:
-                    self._commit(transaction)
-                except Exception as exc:  # retried on the next completed checkpoint
-                    log.warning("commit of %s failed, will retry: %s", transaction.final, exc)
-                    return
+                if final:
+                    # No later checkpoint retries this one: succeed or fail the attempt.
+                    commit_with_retry(functools.partial(self._commit, transaction),
+                                      retry=self._commit_retry, checkpoint_id=checkpoint_id,
+                                      target=transaction.final)
+                else:
+                    try:
+                        self._commit(transaction)
+                    except Exception as exc:  # retried on the next completed checkpoint
+                        log.warning("commit of %s failed, will retry: %s", transaction.final,
+                                    exc)
+                        return
                 maybe_fail("subtask.during-commit", checkpoint_id)
                 self._pending.remove(transaction)
 
     def restore(self, states: list[Any]) -> None:
+        """Commit the restored pending transactions; one whose data is gone fails the restore."""
         for state in states:
             for fields in state or []:
                 transaction = Transaction(*fields)
-                try:
-                    self._commit(transaction)
-                except FileNotFoundError:
-                    log.warning("pending transaction %s of the restored checkpoint was lost",
-                                transaction.final)
+                commit_with_retry(functools.partial(self._commit, transaction),
+                                  retry=self._commit_retry,
+                                  checkpoint_id=transaction.checkpoint_id,
+                                  target=transaction.final)
 
 
 class FilesSink(Sink):
     name = "files"
     exactly_once = True
 
-    def __init__(self, *, path: str, fmt: str) -> None:
+    def __init__(self, *, path: str, fmt: str, commit_retry: CommitRetry | None = None) -> None:
         if fmt not in FORMATS:
             raise PipelineDefinitionError(
                 problem=f"files sink format must be one of {', '.join(FORMATS)}, got {fmt!r}")
         self.path = path
         self.fmt = fmt
+        self.commit_retry = commit_retry or CommitRetry()
 
     def open(self, *, context: SinkContext) -> SinkWriter:
-        return FilesSinkWriter(path=self.path, fmt=self.fmt, context=context)
+        return FilesSinkWriter(path=self.path, fmt=self.fmt, context=context,
+                               commit_retry=self.commit_retry)
 
-    def prepare_restore(self, *, checkpoint_id: int, s3: Any = None) -> None:
-        """Withdraw the part files of checkpoints newer than the restored one."""
+    def prepare_restore(self, *, checkpoint_id: int, job_id: str = "", s3: Any = None) -> None:
+        """Withdraw this job's part files of checkpoints newer than the restored one."""
         base = self.path.rstrip("/")
         fs = get_filesystem(base, s3=s3)
+        pattern = _part_pattern(output_tag(job_id) if job_id else "")
         for uri in fs.list(base):
             name = uri[len(base) + 1:]
-            match = _PART.match(name)
+            match = pattern.match(name)
             if match and int(match.group(1)) > checkpoint_id:
                 log.warning("withdrawing %s: committed by a checkpoint newer than the restored "
                             "checkpoint %d, whose state produces these records again",
                             uri, checkpoint_id)
                 fs.delete(uri)
 
-    def finish_job(self, *, s3: Any = None) -> None:
-        """The job finished and everything is committed: staging leftovers are garbage."""
+    def finish_job(self, *, job_id: str = "", s3: Any = None) -> None:
+        """The job finished and everything is committed: its staging leftovers are
+        garbage. Another job's staged data under the same path is not."""
         pending = self.path.rstrip("/") + "/" + PENDING_DIR
-        get_filesystem(pending, s3=s3).delete_prefix(pending)
+        fs = get_filesystem(pending, s3=s3)
+        tag = output_tag(job_id) if job_id else ""
+        if not tag:
+            fs.delete_prefix(pending)
+            return
+        own = f"part-{tag}-"
+        for uri in fs.list(pending):
+            if uri[len(pending) + 1:].startswith(own):
+                fs.delete(uri)
 
 
-def files(path: str, format: str = "jsonl") -> FilesSink:
-    """Exactly-once files under ``path`` (local, ``file://`` or ``s3://``)."""
+def files(path: str, format: str = "jsonl", *,
+          commit_retry: CommitRetry | None = None) -> FilesSink:
+    """Exactly-once files under ``path`` (local, ``file://`` or ``s3://``).
+
+    ``commit_retry`` bounds the retries of commits that cannot wait for a later
+    checkpoint (the final one, and those of a restore).
+    """
     if not isinstance(path, str) or not path:
         raise PipelineDefinitionError(problem="files sink needs a path")
-    return FilesSink(path=path, fmt=format)
+    return FilesSink(path=path, fmt=format, commit_retry=commit_retry)

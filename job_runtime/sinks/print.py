@@ -23,7 +23,7 @@ class _PrintWriter(SinkWriter):
     def snapshot(self, checkpoint_id: int) -> Any:
         return None
 
-    def notify_complete(self, checkpoint_id: int) -> None:
+    def notify_complete(self, checkpoint_id: int, *, final: bool = False) -> None:
         return None
 
     def restore(self, states: list[Any]) -> None:
@@ -56,7 +56,7 @@ class _DiscardWriter(SinkWriter):
     def snapshot(self, checkpoint_id: int) -> Any:
         return None
 
-    def notify_complete(self, checkpoint_id: int) -> None:
+    def notify_complete(self, checkpoint_id: int, *, final: bool = False) -> None:
         return None
 
     def restore(self, states: list[Any]) -> None:

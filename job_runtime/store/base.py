@@ -137,7 +137,19 @@ def _rebuild_error(cls: type[StoreError], fields: dict[str, Any]) -> StoreError:
 
 
 class CompletedCheckpointStore(abc.ABC):
-    """Keeps the pointers of the ``retained`` most recent completed checkpoints."""
+    """Keeps the pointers of the ``retained`` most recent completed checkpoints.
+
+    ``prune_failures`` counts failed pruning steps (a refused marker write, data
+    that could not be deleted). Once the new pointer is committed, a pruning
+    failure never escapes :meth:`add_checkpoint_and_subsume_oldest`: the caller
+    would take the add for failed and discard the data the pointer names. It is
+    logged and counted instead, and the next add retries.
+    """
+
+    prune_failures: int = 0
+
+    def _pruning_failed(self) -> None:
+        self.prune_failures += 1
 
     @abc.abstractmethod
     def add_checkpoint_and_subsume_oldest(
@@ -148,7 +160,9 @@ class CompletedCheckpointStore(abc.ABC):
         Returns the checkpoints that were discarded. Raises :class:`FencedError`
         when the caller's attempt no longer owns the store, and
         :class:`AmbiguousWriteError` when the outcome of the commit is unknown (in
-        which case nothing is discarded).
+        which case nothing is discarded). After the commit nothing but
+        :class:`FencedError` is raised: pruning failures are counted in
+        ``prune_failures`` and retried by the next add.
         """
 
     @abc.abstractmethod

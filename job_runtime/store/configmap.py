@@ -309,9 +309,11 @@ class ConfigMapCheckpointStore(CompletedCheckpointStore):
         Raises :class:`FencedError` for an older attempt, :class:`StoreFullError`
         over the budget, and :class:`AmbiguousWriteError` when the commit's answer
         was lost (nothing is discarded then). Once the pointer is committed, a
-        pruning step that fails transiently is only logged: the committed
-        checkpoint stands and the next add prunes. Returns the checkpoints whose
-        data this call deleted.
+        pruning step that fails for any reason (unavailable, 403 after an RBAC
+        change, 404, 422 from admission) is logged and counted in
+        ``prune_failures``: the committed checkpoint stands and the next add
+        prunes; only :class:`FencedError` is raised, and it deletes nothing.
+        Returns the checkpoints whose data this call deleted.
         """
         self._ensure_open()
         if checkpoint.checkpoint_id < 0:
@@ -319,10 +321,12 @@ class ConfigMapCheckpointStore(CompletedCheckpointStore):
         self._commit(checkpoint)
         try:
             return self.prune(discard=discard)
-        except (AmbiguousConfigMapWriteError, StoreUnavailableError,
-                StoreConflictError) as exc:
+        except FencedError:
+            raise
+        except Exception as exc:
             _log.warning("checkpoint %d is committed but pruning stopped (%s); the next add "
                          "retries", checkpoint.checkpoint_id, exc)
+            self._pruning_failed()
             return []
 
     def _commit(self, checkpoint: CompletedCheckpoint) -> None:
@@ -398,6 +402,7 @@ class ConfigMapCheckpointStore(CompletedCheckpointStore):
                     "could not delete the data of checkpoint %d (%s); it stays marked and is "
                     "retried on the next add: %s",
                     checkpoint_id, checkpoint.metadata_path, exc)
+                self._pruning_failed()
                 continue
             removable.append(checkpoint_id)
             discarded.append(checkpoint)

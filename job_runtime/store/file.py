@@ -319,14 +319,27 @@ class FileCheckpointStore(CompletedCheckpointStore):
                     f"could not commit the pointer of checkpoint {checkpoint_id} in "
                     f"{self.directory}: {exc.strerror or exc}"
                 ) from None
-            # A re-added id is authoritative again: a pending discard must not
-            # delete the data it points to.
-            _remove(self._marker_path(checkpoint_id))
-            scan = _scan(self.directory)
-            live = [i for i in scan.pointers if i not in scan.marked]
-            for old_id in ids_to_prune(live, retained=self.retained):
-                self._mark(old_id)
-            return self._discard_marked(discard)
+            try:
+                return self._prune_after_commit(checkpoint_id, discard=discard)
+            except OSError as exc:
+                # The pointer is committed: the checkpoint stands, whatever pruning met
+                # (a full disk, a read-only remount). Raising would make the caller
+                # discard the data the new pointer names.
+                _log.warning("checkpoint %d is committed but pruning in %s stopped; the next "
+                             "add retries: %s", checkpoint_id, self.directory, exc)
+                self._pruning_failed()
+                return []
+
+    def _prune_after_commit(self, checkpoint_id: int, *,
+                            discard: Discarder) -> list[CompletedCheckpoint]:
+        # A re-added id is authoritative again: a pending discard must not
+        # delete the data it points to.
+        _remove(self._marker_path(checkpoint_id))
+        scan = _scan(self.directory)
+        live = [i for i in scan.pointers if i not in scan.marked]
+        for old_id in ids_to_prune(live, retained=self.retained):
+            self._mark(old_id)
+        return self._discard_marked(discard)
 
     def latest(self, *, skip_corrupt: bool = False) -> CompletedCheckpoint | None:
         """The newest retained checkpoint; see :func:`list_checkpoints` for ``skip_corrupt``."""
@@ -407,6 +420,7 @@ class FileCheckpointStore(CompletedCheckpointStore):
                     "retried on the next add: %s",
                     checkpoint_id, checkpoint.metadata_path, exc,
                 )
+                self._pruning_failed()
                 continue
             _remove(self._pointer_path(checkpoint_id))
             _remove(self._marker_path(checkpoint_id))

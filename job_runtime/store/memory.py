@@ -54,6 +54,7 @@ class InMemoryCheckpointStore(CompletedCheckpointStore):
             except Exception as exc:
                 _log.warning("could not discard checkpoint %d (%s); will retry on the next add: %s",
                              old_id, old.metadata_path, exc)
+                self._pruning_failed()
                 continue
             del self._marked[old_id]
             discarded.append(old)

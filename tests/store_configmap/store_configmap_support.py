@@ -55,6 +55,7 @@ class LossyApiProxy:
         self._lock = threading.Lock()
         self._lose: dict[str, int] = {}
         self._refuse: dict[str, tuple[int, int]] = {}
+        self._refuse_after: dict[str, int] = {}
         self._server: http.server.ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._connections: set[Any] = set()
@@ -70,9 +71,16 @@ class LossyApiProxy:
         with self._lock:
             self._lose[method] = count
 
-    def refuse_answers(self, *, method: str, status: int = 503, count: int = 1) -> None:
+    def refuse_answers(self, *, method: str, status: int = 503, count: int = 1,
+                       after: int = 0) -> None:
+        """Refuse ``count`` requests of ``method`` after letting ``after`` of them through.
+
+        ``after`` reaches the second write of a two-step change (commit, then
+        prune), as an apiserver whose admission or RBAC changed in between would.
+        """
         with self._lock:
             self._refuse[method] = (status, count)
+            self._refuse_after[method] = after
 
     def start(self) -> None:
         proxy = self
@@ -133,11 +141,19 @@ class LossyApiProxy:
                 table[method] = entry - 1 if isinstance(entry, int) else (entry[0], count - 1)
             return entry
 
+    def _let_through(self, method: str) -> bool:
+        with self._lock:
+            waiting = self._refuse_after.get(method, 0)
+            if waiting <= 0 or method not in self._refuse:
+                return False
+            self._refuse_after[method] = waiting - 1
+            return True
+
     def _handle(self, handler: http.server.BaseHTTPRequestHandler) -> None:
         method = handler.command
         length = int(handler.headers.get("Content-Length") or 0)
         body = handler.rfile.read(length) if length else None
-        refused = self._take(self._refuse, method)
+        refused = None if self._let_through(method) else self._take(self._refuse, method)
         if refused is not None:
             payload = b'{"kind":"Status","status":"Failure","message":"apiserver is shutting down"}'
             handler.send_response(refused[0])
