@@ -307,3 +307,52 @@ def test_deleting_a_job_with_cleanup_policy_delete_removes_its_s3_checkpoints_an
         lambda: not scenario.list_keys(client, bucket=bucket, prefix="checkpoints/"),
         what="the S3 checkpoints deleted", timeout=120,
     )  # fmt: skip
+
+
+def test_a_job_whose_checkpoint_store_was_deleted_refuses_to_start_empty_until_told_where_to_resume(
+    real_cluster: RealCluster,
+    real_namespace: str,
+    operator: ChartRelease,
+    cluster_s3: ClusterS3,
+    kubectl: scenario.Kubectl,
+) -> None:
+    rest = real_cluster.rest()
+    client = cluster_s3.client()
+    bucket = f"lost-{real_namespace[-6:]}"
+    client.create_bucket(Bucket=bucket)
+    kubectl("apply", "--namespace", real_namespace, "-f", "-",
+            stdin=yaml.safe_dump(cluster_s3.credentials_secret()))  # fmt: skip
+    _job_code_configmap(kubectl, real_namespace)
+    manifest = _running_sum(
+        name="orphan", storage=f"s3://{bucket}/checkpoints", output=f"s3://{bucket}/output",
+        master="local[2]",
+        s3={"endpoint": cluster_s3.cluster_endpoint, "credentialsSecret": "s3-credentials"},
+        pod={"volumes": [CODE_VOLUME], "volumeMounts": [CODE_MOUNT]},
+    )  # fmt: skip
+    kubectl("apply", "--namespace", real_namespace, "-f", "-", stdin=yaml.safe_dump(manifest))
+    job = scenario.JobHandle(rest=rest, namespace=real_namespace, name="orphan")
+    scenario.wait_until(lambda: job.latest_checkpoint_id() >= 2, what="checkpoint 2",
+                        timeout=240, detail=job.describe)  # fmt: skip
+
+    # The store goes (as if deleted by hand), then the driver dies.
+    kubectl("delete", "--namespace", real_namespace, "configmap", "orphan-checkpoints")
+    scenario.kill_container(real_cluster.node.ctr, job.driver() or {})
+    refused = finished(job, timeout=180)
+    assert (refused["phase"], refused["reason"]) == ("Failed", "StoreLost"), job.describe()
+    lost = refused["latestCheckpoint"]
+    assert any(f"checkpoint {lost['id']}" in e for e in job.events() if "StoreLost" in e)
+
+    # Naming the recorded checkpoint resumes the job from it, exactly once.
+    kubectl("patch", "--namespace", real_namespace, "checkpointedjob", "orphan", "--type=merge",
+            "-p", f'{{"spec": {{"restore": {{"from": "{lost["path"]}"}}}}}}')  # fmt: skip
+
+    def succeeded() -> dict[str, Any] | None:
+        status = job.status()
+        return status if status.get("phase") == "Succeeded" else None
+
+    done = scenario.wait_until(succeeded, what="the resumed job to succeed", timeout=400,
+                               detail=job.describe)  # fmt: skip
+    restored = scenario.restored_id_from_logs(job.logs(done["driverPod"]))
+    assert restored == lost["id"]
+    records = scenario.read_jsonl_objects(client, bucket=bucket, prefix="output/")
+    assert verify(records, count=COUNT) == []

@@ -4,7 +4,8 @@ Records of one checkpoint interval go to a staging file under ``<path>/_pending/
 (hidden: names starting with ``_`` or ``.`` are not part of the output). At the
 checkpoint barrier the staging file is closed and becomes a pending transaction
 of that checkpoint. When the checkpoint completes, the staging file is renamed
-to its final name ``part-<checkpoint>-<subtask>.<ext>``. A commit is idempotent:
+to its final name ``part-<job tag>-<checkpoint>-<subtask>.<ext>`` (the tag is a hash of the
+job's name and uid, see ``output_tag``). A commit is idempotent:
 when the staging file is gone and the final file exists, it already happened.
 Staging names carry the attempt, so a zombie of an older attempt never writes
 into a file a newer attempt commits.
