@@ -54,6 +54,7 @@ from job_runtime.store.base import (
     StoreError,
     UnreadableCheckpointError,
 )
+from job_runtime.store.restore_report import RestoredCheckpoint, RestoreReport
 from job_runtime.store.triggers import FileTriggerSource, TriggerSource
 
 log = logging.getLogger("job_runtime.driver")
@@ -145,14 +146,54 @@ def open_store(settings: DriverSettings) -> tuple[CompletedCheckpointStore, Chec
                                      f"got {settings.store!r}")
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RestoreResolution:
+    """Where the driver starts: the checkpoint (``None``: empty state) and its metadata.
+
+    ``notes`` describe fallbacks for the log and the embedded status; ``skipped`` are
+    the checkpoints passed over as unreadable, which the restore report names.
+    """
+
+    checkpoint: CompletedCheckpoint | None
+    metadata: dict[str, Any] | None
+    notes: list[str]
+    skipped: tuple[RestoredCheckpoint, ...] = ()
+
+    @property
+    def fallback_from(self) -> RestoredCheckpoint | None:
+        """The newest skipped checkpoint newer than the one restored: what a fallback
+        left behind (a damaged older pointer is no fallback)."""
+        floor = -1 if self.checkpoint is None else self.checkpoint.checkpoint_id
+        newer = [c for c in self.skipped if c.id > floor]
+        return max(newer, key=lambda c: c.id) if newer else None
+
+    def report(self, *, attempt: int) -> RestoreReport:
+        restored = None if self.checkpoint is None else RestoredCheckpoint(
+            id=self.checkpoint.checkpoint_id, path=self.checkpoint.metadata_path)
+        return RestoreReport(attempt=attempt, checkpoint=restored,
+                             fallback_from=self.fallback_from)
+
+
+def record_restore(*, store: CompletedCheckpointStore, attempt: int,
+                   resolution: RestoreResolution) -> bool:
+    """Record what this attempt restores, for the operator's ``status.restoredFrom``.
+
+    Done once, right after resolving and before the first checkpoint, so it never
+    competes with a commit. A failure to record is logged by the store and does not
+    fail the job; a fenced attempt raises :class:`FencedError`, because it must stop.
+    """
+    return store.record_restore(resolution.report(attempt=attempt))
+
+
 def resolve_restore(
     *, settings: DriverSettings, storage: CheckpointStorage, store: CompletedCheckpointStore
-) -> tuple[CompletedCheckpoint | None, dict[str, Any] | None, list[str]]:
-    """The checkpoint to start from, its metadata, and notes about fallbacks taken."""
+) -> RestoreResolution:
+    """The checkpoint to start from, its metadata, and what fallbacks were taken."""
     notes: list[str] = []
+    skipped: list[RestoredCheckpoint] = []
     request = settings.restore.strip()
     if request in ("", "none"):
-        return None, None, notes
+        return RestoreResolution(checkpoint=None, metadata=None, notes=notes)
     candidates: list[CompletedCheckpoint]
     try:
         retained = list(reversed(store.all()))
@@ -160,11 +201,13 @@ def resolve_restore(
         if settings.on_unreadable != "fallback":
             raise RestoreError(pointer=exc.path, problem=exc.cause) from None
         notes.append(f"skipping a damaged pointer in the store: {exc}")
+        skipped.append(RestoredCheckpoint(id=exc.checkpoint_id, path=exc.path))
         retained = list(reversed(_all_readable(store)))
     if request == "latest":
         candidates = retained
         if not candidates:
-            return None, None, notes
+            return RestoreResolution(checkpoint=None, metadata=None, notes=notes,
+                                     skipped=tuple(skipped))
     elif retained and _checkpoint_id_of_request(request) < retained[0].checkpoint_id:
         # ``restore.from`` names where a job *starts*. Once the job has completed a
         # newer checkpoint, every later attempt resumes from that one instead.
@@ -197,6 +240,8 @@ def resolve_restore(
                 raise RestoreError(pointer=candidate.metadata_path, problem=exc.cause) from None
             notes.append(f"checkpoint {candidate.checkpoint_id} is unreadable ({exc.cause}); "
                          f"falling back to an older one")
+            skipped.append(RestoredCheckpoint(id=candidate.checkpoint_id,
+                                              path=candidate.metadata_path))
             continue
         except ValueError as exc:
             raise RestoreError(pointer=candidate.metadata_path,
@@ -204,7 +249,8 @@ def resolve_restore(
         if metadata.get("job") != settings.job_id:
             raise RestoreError(pointer=candidate.metadata_path,
                                problem=f"it belongs to job {metadata.get('job')!r}")
-        return candidate, metadata, notes
+        return RestoreResolution(checkpoint=candidate, metadata=metadata, notes=notes,
+                                 skipped=tuple(skipped))
     assert first_error is not None
     raise RestoreError(pointer=settings.restore,
                        problem=f"no readable checkpoint to fall back to ({first_error.cause})")
@@ -355,7 +401,8 @@ def _run(settings: DriverSettings) -> int:
     storage = CheckpointStorage(settings.checkpoint_storage, settings.job_id,
                                 fs=get_filesystem(settings.checkpoint_storage, s3=s3))
     store, counter = open_store(settings)
-    restored, metadata, notes = resolve_restore(settings=settings, storage=storage, store=store)
+    resolution = resolve_restore(settings=settings, storage=storage, store=store)
+    restored, metadata, notes = resolution.checkpoint, resolution.metadata, resolution.notes
     for note in notes:
         log.warning("%s", note)
     if restored is not None:
@@ -370,6 +417,8 @@ def _run(settings: DriverSettings) -> int:
         assert pipeline.sink_op is not None
         pipeline.sink_op.prepare_restore(checkpoint_id=restored.checkpoint_id,
                                          job_id=settings.job_id, s3=s3)
+    # Only once the checkpoint is accepted: a refused restore must not be reported.
+    record_restore(store=store, attempt=settings.attempt, resolution=resolution)
 
     metrics = DriverMetrics(job=settings.job_name)
     if settings.metrics_port:

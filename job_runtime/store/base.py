@@ -22,8 +22,17 @@ import abc
 import dataclasses
 import enum
 import json
+import logging
 from collections.abc import Callable
 from typing import Any
+
+from job_runtime.store.restore_report import (
+    MAX_REPORT_BYTES,
+    RestoreReport,
+    UnreadableRestoreReportError,
+)
+
+_log = logging.getLogger(__name__)
 
 
 class JobStatus(enum.Enum):
@@ -147,9 +156,58 @@ class CompletedCheckpointStore(abc.ABC):
     """
 
     prune_failures: int = 0
+    _restore_report_text: str | None = None
 
     def _pruning_failed(self) -> None:
         self.prune_failures += 1
+
+    def record_restore(self, report: RestoreReport) -> bool:
+        """Record what ``report.attempt`` restored; returns whether it was recorded.
+
+        The operator reads it to state ``status.restoredFrom`` as a fact rather than as
+        its own prediction. The report is written under the store's fence: an older
+        attempt raises :class:`FencedError` (a zombie must not overwrite the current
+        attempt's report, and should stop). Any other failure is logged and ``False``
+        returned: a missing report only leaves ``restoredFrom`` unset, which must not
+        fail a job or hold up its checkpoints. A report over ``MAX_REPORT_BYTES`` is
+        not written either, so the store's size budget stays for pointers.
+        """
+        text = report.to_json()
+        if len(text.encode()) > MAX_REPORT_BYTES:
+            _log.warning("not recording the restore of attempt %d: the report has %d bytes, "
+                         "over %d", report.attempt, len(text.encode()), MAX_REPORT_BYTES)
+            return False
+        try:
+            self._write_restore_report(text, attempt=report.attempt)
+        except FencedError:
+            raise
+        except (StoreError, OSError) as exc:
+            _log.warning("could not record the restore of attempt %d: %s", report.attempt, exc)
+            return False
+        return True
+
+    def restore_report(self) -> RestoreReport | None:
+        """The last recorded restore report, if any (see :meth:`record_restore`).
+
+        A report this version cannot decode reads as ``None``: guessing what a driver
+        restored would defeat the purpose of the report.
+        """
+        text = self._read_restore_report()
+        if text is None:
+            return None
+        try:
+            return RestoreReport.from_json(text)
+        except UnreadableRestoreReportError as exc:
+            _log.warning("ignoring an unreadable restore report: %s", exc)
+            return None
+
+    def _write_restore_report(self, text: str, *, attempt: int) -> None:
+        """Store the encoded report; durable stores override this with a fenced write."""
+        self._restore_report_text = text
+
+    def _read_restore_report(self) -> str | None:
+        """The encoded report as stored, if any."""
+        return self._restore_report_text
 
     @abc.abstractmethod
     def add_checkpoint_and_subsume_oldest(

@@ -442,6 +442,36 @@ class ConfigMapCheckpointStore(CompletedCheckpointStore):
             self._prune(discard=discard, keep=0)
         self._closed = True
 
+    def _write_restore_report(self, text: str, *, attempt: int) -> None:
+        """Set the ``checkpointed.io/restored`` annotation: fenced compare-and-swap.
+
+        The change is decided again on every fresh read (fence, then equal-or-replace),
+        so a lost answer is simply retried; a conflict with a concurrent commit costs
+        one more round trip and never undoes that commit.
+        """
+        if attempt != self.attempt:
+            raise ValueError(f"a store of attempt {self.attempt} records only its own "
+                             f"restore, not attempt {attempt}'s")
+
+        def change(obj: StoreObject) -> bool:
+            moved = _check_fence(obj, self.attempt)
+            if obj.restore_report_text == text:
+                return moved
+            obj.set_restore_report_text(text)
+            size = obj.size_bytes
+            if size > self.budget_bytes:
+                raise ConfigMapStoreFullError(
+                    namespace=self.namespace, name=self.name, size_bytes=size,
+                    budget_bytes=self.budget_bytes, pointers=len(obj.pointer_ids()))
+            return True
+
+        written, _ = self._access.update(change, operation="record the restored checkpoint",
+                                         retry_ambiguous=True)
+        self._remember_size(written.size_bytes)
+
+    def _read_restore_report(self) -> str | None:
+        return self._access.read().restore_report_text
+
     # ------------------------------------------------------------------ internals
 
     def _ensure_open(self) -> None:

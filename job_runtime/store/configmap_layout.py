@@ -4,6 +4,7 @@
 
     metadata.annotations:
       checkpointed.io/fence-attempt: "3"          the only attempt allowed to write
+      checkpointed.io/restored: {...}             what that attempt restored (RestoreReport)
     data:
       checkpointID-0000000000000000042: {...}     pointer: CompletedCheckpoint JSON
       discarding-0000000000000000040: {...}       discard marker of checkpoint 40
@@ -33,9 +34,11 @@ from cjob_spec.names import (
 from job_runtime.store.base import CompletedCheckpoint
 from job_runtime.store.configmap_errors import CorruptStoreDataError
 from job_runtime.store.file import CorruptPointerError
+from job_runtime.store.restore_report import RestoreReport, UnreadableRestoreReportError
 
 __all__ = [
     "ANNOTATION_FENCE",
+    "ANNOTATION_RESTORED",
     "COUNTER_KEY",
     "DEFAULT_BUDGET_BYTES",
     "LABEL_JOB",
@@ -46,6 +49,9 @@ __all__ = [
 ]
 
 COUNTER_KEY = CONFIGMAP_COUNTER_KEY
+ANNOTATION_RESTORED = "checkpointed.io/restored"
+"""The driver's :class:`RestoreReport` for its attempt: an annotation, not a data key,
+so readers that iterate the data (pointers, markers, counter) never meet it."""
 MARKER_KEY_FORMAT = "discarding-%019d"
 DEFAULT_BUDGET_BYTES = 256 * 1024
 """A quarter of the 1 MiB a ConfigMap may hold: room for about a thousand pointers."""
@@ -83,6 +89,10 @@ class StoreSnapshot:
     corrupt: tuple[CorruptPointerError, ...]
     """Unmarked pointers that could not be parsed."""
     size_bytes: int
+    restore_report: RestoreReport | None = None
+    """What the attempt that wrote it restored; ``None`` if absent or unreadable."""
+    restore_report_problem: str | None = None
+    """Why a recorded report could not be read, if it could not."""
 
     @property
     def latest(self) -> CompletedCheckpoint | None:
@@ -153,6 +163,24 @@ class StoreObject:
 
     def set_fence_attempt(self, attempt: int) -> None:
         self.annotations[ANNOTATION_FENCE] = str(attempt)
+
+    # ------------------------------------------------------------------ restore report
+
+    @property
+    def restore_report_text(self) -> str | None:
+        return self.annotations.get(ANNOTATION_RESTORED)
+
+    def set_restore_report_text(self, text: str) -> None:
+        self.annotations[ANNOTATION_RESTORED] = text
+
+    def _restore_report(self) -> tuple[RestoreReport | None, str | None]:
+        text = self.restore_report_text
+        if text is None:
+            return None, None
+        try:
+            return RestoreReport.from_json(text), None
+        except UnreadableRestoreReportError as exc:
+            return None, f"annotation {ANNOTATION_RESTORED}: {exc}"
 
     @property
     def counter(self) -> int | None:
@@ -247,6 +275,7 @@ class StoreObject:
                 checkpoints.append(self.pointer(checkpoint_id))
             except CorruptPointerError as exc:
                 corrupt.append(exc)
+        report, report_problem = self._restore_report()
         return StoreSnapshot(
             namespace=self.namespace,
             name=self.name,
@@ -258,6 +287,8 @@ class StoreObject:
             marked=tuple(sorted(i for i in marked if i in pointer_ids)),
             corrupt=tuple(corrupt),
             size_bytes=self.size_bytes,
+            restore_report=report,
+            restore_report_problem=report_problem,
         )
 
 

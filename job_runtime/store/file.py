@@ -7,6 +7,7 @@ holds, with the same names as the ConfigMap store's keys::
     checkpointID-0000000000000000041.discarding  discard marker (two-phase prune)
     counter                                      next checkpoint id
     attempt                                      fence: the attempt that owns the store
+    restored                                     what the current attempt restored
     .lock                                        flock(2) target
 
 Every change happens while holding an exclusive ``flock`` on ``.lock`` and every
@@ -60,6 +61,7 @@ _log = logging.getLogger(__name__)
 LOCK_NAME = ".lock"
 ATTEMPT_NAME = "attempt"
 COUNTER_NAME = "counter"
+RESTORED_NAME = "restored"
 POINTER_PREFIX = "checkpointID-"
 MARKER_SUFFIX = ".discarding"
 _POINTER = re.compile(r"^checkpointID-(\d{19})$")
@@ -369,6 +371,23 @@ class FileCheckpointStore(CompletedCheckpointStore):
                     self._mark(checkpoint_id)
                 self._discard_marked(discard, keep_newest=False)
         self._closed = True
+
+    def _write_restore_report(self, text: str, *, attempt: int) -> None:
+        """Replace the ``restored`` file under the lock, after the fence check."""
+        if attempt != self.attempt:
+            raise ValueError(f"a store of attempt {self.attempt} records only its own "
+                             f"restore, not attempt {attempt}'s")
+        with _locked(self.directory, exclusive=True):
+            _check_fence(self.directory, self.attempt)
+            _write_text(os.path.join(self.directory, RESTORED_NAME), text)
+
+    def _read_restore_report(self) -> str | None:
+        with _locked(self.directory, exclusive=False):
+            try:
+                with open(os.path.join(self.directory, RESTORED_NAME), encoding="utf-8") as f:
+                    return f.read()
+            except FileNotFoundError:
+                return None
 
     # ------------------------------------------------------------------ internals
 

@@ -183,8 +183,13 @@ class KubeCluster:
                 completed_at=datetime.fromtimestamp(latest.timestamp, UTC).replace(microsecond=0),
                 size_bytes=latest.size_bytes or None,
             )
+        if snapshot.restore_report_problem is not None:
+            _log.warning("%s/%s: %s", namespace, name, snapshot.restore_report_problem)
         return StoreReading(
-            fence_attempt=snapshot.fence_attempt, latest=ref, size_bytes=snapshot.size_bytes
+            fence_attempt=snapshot.fence_attempt,
+            latest=ref,
+            size_bytes=snapshot.size_bytes,
+            restore_report=snapshot.restore_report,
         )
 
     def ensure_checkpoint_configmap(

@@ -16,6 +16,7 @@ from cjob_spec.model import CheckpointedJob
 from cjob_spec.names import ANNOTATION_SPEC_HASH, LABEL_ATTEMPT
 from cjob_spec.status import CheckpointRef, JobStatus
 from cjob_spec.times import parse_time
+from job_runtime.store.restore_report import RestoreReport
 
 POD_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 DRIVER_CONTAINER = "driver"
@@ -66,6 +67,9 @@ class StoreView:
     """The newest completed checkpoint recorded in the store."""
     fence_attempt: int | None = None
     """The attempt currently allowed to write (``checkpointed.io/fence-attempt``)."""
+    restore_report: RestoreReport | None = None
+    """What a driver reported it restored (``checkpointed.io/restored``); it is about
+    ``restore_report.attempt``, which may be an earlier attempt than the current one."""
 
 
 @dataclass(frozen=True)

@@ -84,6 +84,7 @@ POD_FAILURE_REASONS = frozenset({"OOMKilled", "Evicted", "DeadlineExceeded", "Co
 """Pod or container reasons more telling than the exit code's."""
 NO_IMAGE_REASON = "NoImage"
 STORE_LOST_REASON = "StoreLost"
+RESTORED_FROM_FALLBACK_REASON = "RestoredFromFallback"
 NO_IMAGE_MESSAGE = (
     "spec.image is not set and the operator has no default runtime image: set spec.image, "
     "or install the operator with one (chart value runtimeImage.repository, "
@@ -178,6 +179,7 @@ def plan(observed: Observed, *, now: datetime, settings: PlanSettings | None = N
     else:
         _clean_up_other_attempts(draft)
         _run_state_machine(draft)
+        _take_restore_report(draft)
         _set_conditions(draft)
         if draft.status.phase is not None and not draft.status.phase.is_terminal:
             draft.requeue_in(draft.settings.resync_seconds)
@@ -221,6 +223,38 @@ def plan_invalid_spec(
             observed_generation=generation,
         )
     return Plan(actions=tuple(actions), status=new.replace(conditions=conditions))
+
+
+# --- what the driver restored -----------------------------------------------------
+
+
+def _take_restore_report(draft: _Draft) -> None:
+    """Set ``restoredFrom`` from the current attempt's report; warn once on a fallback.
+
+    Only the driver knows what it restored (it may fall back to an older checkpoint
+    when ``spec.restore.onUnreadable`` allows it), so ``restoredFrom`` stays unset
+    from the start of an attempt until its driver's report is in the store. A report
+    of another attempt is about an earlier driver and is ignored. The Event goes with
+    the change of ``restoredFrom``, which the status records, so it is posted once.
+    """
+    report = draft.observed.store.restore_report
+    if report is None or report.attempt < 1 or report.attempt != draft.status.attempt:
+        return
+    restored = report.checkpoint
+    reported = None if restored is None else RestoredFrom(id=restored.id, path=restored.path)
+    if reported == draft.status.restored_from:
+        return
+    draft.set(restored_from=reported)
+    skipped = report.fallback_from
+    if restored is not None and skipped is not None:
+        draft.event(
+            "Warning",
+            RESTORED_FROM_FALLBACK_REASON,
+            f"attempt {report.attempt} restored checkpoint {restored.id} ({restored.path}) "
+            f"because the newer checkpoint {skipped.id} ({skipped.path}) is unreadable "
+            f"(spec.restore.onUnreadable: FallbackToPrevious); the records processed after "
+            f"checkpoint {restored.id} are processed again",
+        )
 
 
 # --- helpers over pods -------------------------------------------------------------
@@ -344,21 +378,18 @@ def _start_attempt(draft: _Draft, *, reason: str, reset_restarts: bool) -> None:
     if lost is not None and source.kind != "path":
         _fail_store_lost(draft, lost)
         return
-    restored_from: RestoredFrom | None
+    # ``origin`` is what the driver is asked for; what it restored (it may fall back)
+    # becomes ``restoredFrom`` only when it reports (``_take_restore_report``).
     if latest is not None and lost is None:
         pointer = "latest"
-        restored_from = RestoredFrom(id=latest.id, path=latest.path)
         origin = f"checkpoint {latest.id}"
     else:
         pointer = source.pointer
         if source.kind == "id":
-            restored_from = RestoredFrom(id=source.checkpoint_id)
             origin = f"checkpoint {source.checkpoint_id}"
         elif source.kind == "path":
-            restored_from = RestoredFrom(path=source.path)
             origin = str(source.path)
         else:
-            restored_from = None
             origin = "an empty state"
     pod_name = driver_pod_name(draft.name, attempt)
     if not observed.store.exists:
@@ -387,7 +418,7 @@ def _start_attempt(draft: _Draft, *, reason: str, reset_restarts: bool) -> None:
         running_since=None,
         last_restart_at=truncate_to_seconds(draft.now) if attempt > 1 else None,
         next_restart_at=None,
-        restored_from=restored_from,
+        restored_from=None,
         suspend_requested_at=None,
     )
     draft.requeue_in(draft.settings.pod_appear_grace_seconds)
@@ -413,44 +444,40 @@ def _lost_checkpoint(draft: _Draft) -> CheckpointRef | None:
 
 def _fail_store_lost(draft: _Draft, lost: CheckpointRef) -> None:
     """Refuse to start from an empty state; say how to resume from the checkpoint."""
-    message = (
-        f"the checkpoint store {checkpoint_configmap_name(draft.name)} no longer records "
-        f"checkpoint {lost.id}, which this job completed; not starting from an empty state. "
-        f"To resume from it, set spec.restore.from to {lost.path}"
-    )
-    draft.set(
-        phase=Phase.FAILED,
+    _fail_before_start(
+        draft,
         reason=STORE_LOST_REASON,
-        message=message,
-        spec_hash=spec_hash(draft.job),
-        next_restart_at=None,
-        last_failure=FailureRecord(
-            reason=STORE_LOST_REASON,
-            message=message,
-            at=truncate_to_seconds(draft.now),
-            attempt=draft.status.attempt or None,
+        message=(
+            f"the checkpoint store {checkpoint_configmap_name(draft.name)} no longer records "
+            f"checkpoint {lost.id}, which this job completed; not starting from an empty "
+            f"state. To resume from it, set spec.restore.from to {lost.path}"
         ),
     )
-    draft.event("Warning", STORE_LOST_REASON, f"the job failed: {message}")
 
 
 def _fail_without_image(draft: _Draft) -> None:
     """No image to run the driver in: a permanent failure until the spec names one or
     the operator gets a default (``_on_failed`` then starts the job)."""
+    _fail_before_start(draft, reason=NO_IMAGE_REASON, message=NO_IMAGE_MESSAGE)
+
+
+def _fail_before_start(draft: _Draft, *, reason: str, message: str) -> None:
+    """A permanent failure found before an attempt could start: no restart budget is
+    spent, and ``_on_failed`` starts the job once what was missing arrives."""
     draft.set(
         phase=Phase.FAILED,
-        reason=NO_IMAGE_REASON,
-        message=NO_IMAGE_MESSAGE,
+        reason=reason,
+        message=message,
         spec_hash=spec_hash(draft.job),
         next_restart_at=None,
         last_failure=FailureRecord(
-            reason=NO_IMAGE_REASON,
-            message=NO_IMAGE_MESSAGE,
+            reason=reason,
+            message=message,
             at=truncate_to_seconds(draft.now),
             attempt=draft.status.attempt or None,
         ),
     )
-    draft.event("Warning", NO_IMAGE_REASON, f"the job failed: {NO_IMAGE_MESSAGE}")
+    draft.event("Warning", reason, f"the job failed: {message}")
 
 
 def _on_active(draft: _Draft) -> bool:

@@ -106,7 +106,21 @@ class ExecutionReport:
 def observe_store(reading: StoreReading | None) -> StoreView:
     if reading is None:
         return StoreView(exists=False)
-    return StoreView(exists=True, latest=reading.latest, fence_attempt=reading.fence_attempt)
+    return StoreView(
+        exists=True,
+        latest=reading.latest,
+        fence_attempt=reading.fence_attempt,
+        restore_report=reading.restore_report,
+    )
+
+
+def _restores_a_checkpoint(job: CheckpointedJob, status: JobStatus) -> bool:
+    """Whether a driver just created was asked to restore a checkpoint.
+
+    ``status.restoredFrom`` only says so once the driver reports, so the count of
+    restoring drivers goes by the request: the latest checkpoint, or one the spec names.
+    """
+    return status.latest_checkpoint is not None or job.spec.restore.source.kind in ("id", "path")
 
 
 def observe_pods(
@@ -469,5 +483,5 @@ class Reconciler:
             failure = status.last_failure
             reason = failure.reason if status.reason == "Restarted" and failure else status.reason
             metrics.count_restart(reason=reason)
-        if status.restored_from is not None:
+        if _restores_a_checkpoint(job, status):
             metrics.count_restore()

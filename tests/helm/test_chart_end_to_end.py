@@ -151,8 +151,9 @@ def test_a_chart_installed_operator_restarts_a_killed_driver_from_its_checkpoint
 
     assert process_node.kill_pod_process(namespace=kube_namespace, name="sums-attempt-1") > 0
 
-    second = sums.until(lambda s: s.get("attempt") == 2 and s.get("phase") == "Running",
-                        what="attempt 2 to run", timeout=180)  # fmt: skip
+    second = sums.until(lambda s: s.get("attempt") == 2 and s.get("phase") == "Running"
+                        and "restoredFrom" in s,
+                        what="attempt 2 to run and report its restore", timeout=180)  # fmt: skip
     assert second["restarts"] == 1
     assert second["driverPod"] == "sums-attempt-2"
     assert second["lastFailure"]["exitCode"] == 137

@@ -28,7 +28,7 @@ from operator_world import (
     status,
 )
 
-from cjob_spec import ConditionStatus, JobStatus, Phase, RestoredFrom, SpecError
+from cjob_spec import ConditionStatus, JobStatus, Phase, SpecError
 
 # --- first start ---------------------------------------------------------------------
 
@@ -92,23 +92,24 @@ def test_an_existing_store_is_not_recreated() -> None:
 
 
 @pytest.mark.parametrize(
-    ("restore_from", "pointer", "restored"),
+    ("restore_from", "pointer", "origin"),
     [
-        (12, "12", RestoredFrom(id=12)),
+        (12, "12", "checkpoint 12"),
         (
             "s3://old/j-u/chk-9/_metadata",
             "s3://old/j-u/chk-9/_metadata",
-            RestoredFrom(path="s3://old/j-u/chk-9/_metadata"),
+            "s3://old/j-u/chk-9/_metadata",
         ),
     ],
 )
-def test_a_fresh_start_restores_from_what_the_spec_names(
-    restore_from: object, pointer: str, restored: RestoredFrom
+def test_a_fresh_start_asks_the_driver_for_what_the_spec_names(
+    restore_from: object, pointer: str, origin: str
 ) -> None:
     job = make_job(**{"restore.from": restore_from})
     result = run(observe(job, JobStatus()), T0)
     assert result.of_type(CreateDriver)[0].restore_pointer == pointer
-    assert result.status.restored_from == restored
+    assert result.status.message is not None and result.status.message.endswith(origin)
+    assert result.status.restored_from is None, "set only once the driver reports"
 
 
 def test_a_store_that_already_holds_checkpoints_wins_over_the_spec() -> None:
@@ -116,9 +117,8 @@ def test_a_store_that_already_holds_checkpoints_wins_over_the_spec() -> None:
     store = StoreView(exists=True, latest=checkpoint(40, at(-60)), fence_attempt=0)
     result = run(observe(job, JobStatus(), store=store), T0)
     assert result.of_type(CreateDriver)[0].restore_pointer == "latest"
-    assert result.status.restored_from == RestoredFrom(
-        id=40, path="s3://ckpt/jobs/clicks-uid-1/chk-40/_metadata"
-    )
+    assert result.status.message is not None and result.status.message.endswith("checkpoint 40")
+    assert result.status.restored_from is None, "set only once the driver reports"
 
 
 def test_a_job_created_suspended_does_not_start() -> None:
@@ -292,9 +292,8 @@ def test_a_failed_driver_is_restarted_after_backoff_from_the_latest_checkpoint()
     assert kinds(restarted).index("AdvanceFence") < kinds(restarted).index("CreateDriver")
     after = restarted.status
     assert (after.phase, after.attempt, after.restarts) == (Phase.PENDING, 2, 1)
-    assert after.restored_from == RestoredFrom(
-        id=7, path="s3://ckpt/jobs/clicks-uid-1/chk-7/_metadata"
-    )
+    assert after.message is not None and after.message.endswith("from checkpoint 7")
+    assert after.restored_from is None, "set only once the driver of attempt 2 reports"
     assert after.last_restart_at == at(75)
     assert after.last_failure == new.last_failure
     assert reasons(restarted) == ["Restarted"]

@@ -108,8 +108,10 @@ def test_a_killed_driver_restarts_from_its_checkpoint_suspends_resumes_and_finis
     # Kill the driver: attempt 2 restores from the latest checkpoint.
     killed_at = sums.status()["latestCheckpoint"]["id"]
     assert process_node.kill_pod_process(namespace=kube_namespace, name="sums-attempt-1") > 0
-    second = sums.until(lambda s: s.get("attempt") == 2 and s.get("phase") == "Running",
-                        what="attempt 2 to run", timeout=120)
+    # restoredFrom is what the driver reports it restored, once it has.
+    second = sums.until(lambda s: s.get("attempt") == 2 and s.get("phase") == "Running"
+                        and "restoredFrom" in s,
+                        what="attempt 2 to run and report its restore", timeout=120)
     assert second["restarts"] == 1
     assert second["driverPod"] == "sums-attempt-2"
     assert second["restoredFrom"]["id"] >= killed_at
@@ -138,7 +140,8 @@ def test_a_killed_driver_restarts_from_its_checkpoint_suspends_resumes_and_finis
 
     # Resume: attempt 3 starts from the final checkpoint and the job finishes.
     kubectl.patch_job(kube_namespace, "sums", {"spec": {"suspend": False}})
-    third = sums.until(lambda s: s.get("attempt") == 3, what="attempt 3", timeout=60)
+    third = sums.until(lambda s: s.get("attempt") == 3 and "restoredFrom" in s,
+                       what="attempt 3 to report its restore", timeout=120)
     assert third["restoredFrom"]["id"] == final_checkpoint
     done = sums.until(lambda s: s.get("phase") in ("Succeeded", "Failed"),
                       what="the job to finish", timeout=240)
