@@ -158,13 +158,7 @@ def pytest_runtest_makereport(
 
 def save_failure_logs(*, item: pytest.Item) -> Path:
     """Copy what explains a failure to ``e2e/logs/<test>/`` (a git-ignored folder)."""
-    LOGS_ROOT.mkdir(parents=True, exist_ok=True)
-    ignore = LOGS_ROOT / ".gitignore"
-    if not ignore.exists():
-        ignore.write_text("*\n")
-    target = LOGS_ROOT / re.sub(r"[^A-Za-z0-9_.-]+", "_", item.nodeid)[:150]
-    shutil.rmtree(target, ignore_errors=True)
-    target.mkdir(parents=True)
+    target = logs_folder(item)
     plane: ControlPlane = _state["control_plane"]
     shutil.copytree(plane.log_dir, target / "components", dirs_exist_ok=True)
     node: ProcessNode | None = _state.get("process_node")
@@ -180,18 +174,39 @@ def save_failure_logs(*, item: pytest.Item) -> Path:
             )
     namespace = item.stash.get(_NAMESPACE_KEY, None)
     if namespace is not None:
-        rest = plane.admin_rest()
-        dump: dict[str, Any] = {}
-        for kind, path in (
-            ("pods", "/api/v1/namespaces/{ns}/pods"),
-            ("events", "/api/v1/namespaces/{ns}/events"),
-            ("configmaps", "/api/v1/namespaces/{ns}/configmaps"),
-            ("deployments", "/apis/apps/v1/namespaces/{ns}/deployments"),
-            ("jobs", "/apis/batch/v1/namespaces/{ns}/jobs"),
-        ):
-            try:
-                dump[kind] = rest.get(path.format(ns=quote(namespace)))["items"]
-            except (ApiError, OSError) as exc:
-                dump[kind] = repr(exc)
-        (target / "namespace.json").write_text(json.dumps(dump, indent=2))
+        write_namespace_dump(plane.admin_rest(), namespace=namespace, target=target)
+    return target
+
+
+NAMESPACE_DUMP = (
+    ("pods", "/api/v1/namespaces/{ns}/pods"),
+    ("events", "/api/v1/namespaces/{ns}/events"),
+    ("configmaps", "/api/v1/namespaces/{ns}/configmaps"),
+    ("services", "/api/v1/namespaces/{ns}/services"),
+    ("deployments", "/apis/apps/v1/namespaces/{ns}/deployments"),
+    ("jobs", "/apis/batch/v1/namespaces/{ns}/jobs"),
+    ("checkpointedjobs", "/apis/checkpointed.io/v1alpha1/namespaces/{ns}/checkpointedjobs"),
+)
+
+
+def write_namespace_dump(rest: RestClient, *, namespace: str, target: Path) -> None:
+    """What a failed test's namespace held, as ``namespace.json`` in ``target``."""
+    dump: dict[str, Any] = {}
+    for kind, path in NAMESPACE_DUMP:
+        try:
+            dump[kind] = rest.get(path.format(ns=quote(namespace)))["items"]
+        except (ApiError, OSError) as exc:
+            dump[kind] = repr(exc)
+    (target / "namespace.json").write_text(json.dumps(dump, indent=2))
+
+
+def logs_folder(item: pytest.Item) -> Path:
+    """A fresh ``e2e/logs/<test>/`` folder (the logs root is git-ignored)."""
+    LOGS_ROOT.mkdir(parents=True, exist_ok=True)
+    ignore = LOGS_ROOT / ".gitignore"
+    if not ignore.exists():
+        ignore.write_text("*\n")
+    target = LOGS_ROOT / re.sub(r"[^A-Za-z0-9_.-]+", "_", item.nodeid)[:150]
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir(parents=True)
     return target

@@ -25,6 +25,8 @@ import threading
 import time
 from pathlib import Path
 
+from e2e.controlplane.__main__ import is_alive, read_state
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_STATE_DIR = REPO_ROOT / ".cjob" / "cluster"
 S3_NAMESPACE = "s3"
@@ -32,24 +34,6 @@ S3_NAMESPACE = "s3"
 
 def _say(line: str) -> None:
     print(f"[cluster {time.strftime('%H:%M:%S')}] {line}", file=sys.stderr, flush=True)
-
-
-def _read_state(state_dir: Path) -> dict[str, object] | None:
-    try:
-        state: dict[str, object] = json.loads((state_dir / "state.json").read_text())
-        return state
-    except (OSError, ValueError):
-        return None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def serve(*, state_dir: Path) -> int:
@@ -120,8 +104,8 @@ def serve(*, state_dir: Path) -> int:
 
 
 def up(*, state_dir: Path, timeout: float) -> int:
-    state = _read_state(state_dir)
-    if state and _alive(int(str(state["pid"]))):
+    state = read_state(state_dir)
+    if state and is_alive(int(str(state["pid"]))):
         _print_usage(state_dir)
         return 0
     if os.geteuid() != 0:
@@ -151,7 +135,7 @@ def up(*, state_dir: Path, timeout: float) -> int:
             ):
                 print(line, file=sys.stderr, flush=True)
         shown = len(lines)
-        state = _read_state(state_dir)
+        state = read_state(state_dir)
         if state and state.get("pid") == proc.pid:
             _print_usage(state_dir)
             return 0
@@ -180,16 +164,16 @@ Stop it with: make cluster-down
 
 
 def down(*, state_dir: Path, timeout: float = 120.0) -> int:
-    state = _read_state(state_dir)
-    if not state or not _alive(int(str(state["pid"]))):
+    state = read_state(state_dir)
+    if not state or not is_alive(int(str(state["pid"]))):
         print("no cluster running", file=sys.stderr)
         return 0
     pid = int(str(state["pid"]))
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while _alive(pid) and time.monotonic() < deadline:
+    while is_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.3)
-    if _alive(pid):
+    if is_alive(pid):
         os.killpg(pid, signal.SIGKILL)
         print("the cluster did not stop in time; killed", file=sys.stderr)
         return 1
@@ -198,8 +182,8 @@ def down(*, state_dir: Path, timeout: float = 120.0) -> int:
 
 
 def status(*, state_dir: Path) -> int:
-    state = _read_state(state_dir)
-    if not state or not _alive(int(str(state["pid"]))):
+    state = read_state(state_dir)
+    if not state or not is_alive(int(str(state["pid"]))):
         print("stopped")
         return 1
     print(f"running: {state['server']} (kubeconfig {state['kubeconfig']})")

@@ -13,9 +13,7 @@ logs and a dump of the namespace are saved under ``e2e/logs/<test>/``.
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import shutil
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
@@ -31,12 +29,15 @@ from e2e.controlplane.namespaces import (
     delete_namespace,
     wait_for_default_service_account,
 )
-from e2e.controlplane.pytest_plugin import is_ci, namespace_name_for, require_binaries
-from e2e.controlplane.rest import ApiError, RestClient, quote
+from e2e.controlplane.pytest_plugin import (
+    is_ci,
+    logs_folder,
+    namespace_name_for,
+    require_binaries,
+    write_namespace_dump,
+)
+from e2e.controlplane.rest import RestClient
 from e2e.realnode.node import NODE_IP, ImageArchive, RealNode, missing_host_tools
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-LOGS_ROOT = REPO_ROOT / "e2e" / "logs"
 
 _NAMESPACE_KEY = pytest.StashKey[str]()
 _state: dict[str, Any] = {}
@@ -135,11 +136,9 @@ def pytest_runtest_makereport(
 
 
 def save_failure_logs(*, item: pytest.Item) -> Path:
-    """Copy what explains a failure to ``e2e/logs/<test>/`` (a git-ignored folder)."""
-    LOGS_ROOT.mkdir(parents=True, exist_ok=True)
-    target = LOGS_ROOT / re.sub(r"[^A-Za-z0-9_.-]+", "_", item.nodeid)[:150]
-    shutil.rmtree(target, ignore_errors=True)
-    target.mkdir(parents=True)
+    """Copy what explains a failure to ``e2e/logs/<test>/``: the control plane's and
+    the node's logs, every container's log, and a dump of the test's namespace."""
+    target = logs_folder(item)
     plane: ControlPlane = _state["plane"]
     node: RealNode = _state["node"]
     shutil.copytree(plane.log_dir, target / "components", dirs_exist_ok=True)
@@ -148,18 +147,5 @@ def save_failure_logs(*, item: pytest.Item) -> Path:
         shutil.copytree(node.pod_logs_dir, target / "pods", dirs_exist_ok=True, symlinks=False)
     namespace = item.stash.get(_NAMESPACE_KEY, None)
     if namespace is not None:
-        rest = plane.admin_rest()
-        dump: dict[str, Any] = {}
-        for kind, path in (
-            ("pods", "/api/v1/namespaces/{ns}/pods"),
-            ("events", "/api/v1/namespaces/{ns}/events"),
-            ("configmaps", "/api/v1/namespaces/{ns}/configmaps"),
-            ("services", "/api/v1/namespaces/{ns}/services"),
-            ("checkpointedjobs", "/apis/checkpointed.io/v1alpha1/namespaces/{ns}/checkpointedjobs"),
-        ):
-            try:
-                dump[kind] = rest.get(path.format(ns=quote(namespace)))["items"]
-            except (ApiError, OSError) as exc:
-                dump[kind] = repr(exc)
-        (target / "namespace.json").write_text(json.dumps(dump, indent=2))
+        write_namespace_dump(plane.admin_rest(), namespace=namespace, target=target)
     return target

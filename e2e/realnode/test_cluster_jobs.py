@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from e2e.controlplane.rest import quote
+from e2e.controlplane.rest import RestClient, quote
 from e2e.kind.chart import ChartRelease
 from e2e.realnode import scenario
 from e2e.realnode.pytest_plugin import RealCluster
@@ -92,6 +92,26 @@ CODE_VOLUME = {"name": "code", "configMap": {"name": "running-sum-code"}}
 CODE_MOUNT = {"name": "code", "mountPath": "/opt/cjob/jobs/running-sum", "readOnly": True}
 
 
+def _apply_s3_job(
+    *, rest: RestClient, kubectl: scenario.Kubectl, s3: ClusterS3, namespace: str, name: str,
+    master: str, cleanup: str = "Retain",
+) -> tuple[scenario.JobHandle, str]:  # fmt: skip
+    """The running sum with its code from a ConfigMap and its checkpoints and output in
+    an S3 bucket of its own, applied with kubectl; returns the job and the bucket."""
+    bucket = f"{name}-{namespace[-6:]}"
+    s3.client().create_bucket(Bucket=bucket)
+    kubectl("apply", "--namespace", namespace, "-f", "-",
+            stdin=yaml.safe_dump(s3.credentials_secret()))  # fmt: skip
+    _job_code_configmap(kubectl, namespace)
+    manifest = _running_sum(
+        name=name, storage=f"s3://{bucket}/checkpoints", output=f"s3://{bucket}/output",
+        master=master, s3={"endpoint": s3.cluster_endpoint, "credentialsSecret": "s3-credentials"},
+        pod={"volumes": [CODE_VOLUME], "volumeMounts": [CODE_MOUNT]}, cleanup=cleanup,
+    )  # fmt: skip
+    kubectl("apply", "--namespace", namespace, "-f", "-", stdin=yaml.safe_dump(manifest))
+    return scenario.JobHandle(rest=rest, namespace=namespace, name=name), bucket
+
+
 def test_a_k8s_job_survives_an_executor_kill_and_a_driver_kill_with_exactly_once_output(
     real_cluster: RealCluster,
     real_namespace: str,
@@ -102,22 +122,9 @@ def test_a_k8s_job_survives_an_executor_kill_and_a_driver_kill_with_exactly_once
 ) -> None:
     rest = real_cluster.rest()
     client = cluster_s3.client()
-    bucket = f"run-{real_namespace[-6:]}"
-    client.create_bucket(Bucket=bucket)
-    kubectl("apply", "--namespace", real_namespace, "-f", "-",
-            stdin=yaml.safe_dump(cluster_s3.credentials_secret()))  # fmt: skip
-    _job_code_configmap(kubectl, real_namespace)
-    manifest = _running_sum(
-        name="sum",
-        storage=f"s3://{bucket}/checkpoints",
-        output=f"s3://{bucket}/output",
-        master="k8s",
-        s3={"endpoint": cluster_s3.cluster_endpoint, "credentialsSecret": "s3-credentials"},
-        pod={"volumes": [CODE_VOLUME], "volumeMounts": [CODE_MOUNT]},
-    )
     created_at = time.monotonic()
-    kubectl("apply", "--namespace", real_namespace, "-f", "-", stdin=yaml.safe_dump(manifest))
-    job = scenario.JobHandle(rest=rest, namespace=real_namespace, name="sum")
+    job, bucket = _apply_s3_job(rest=rest, kubectl=kubectl, s3=cluster_s3,
+                                namespace=real_namespace, name="sum", master="k8s")  # fmt: skip
 
     # The baseline of the recovery times below, in the same run: a cold start.
     def first_records() -> bool:
@@ -273,19 +280,9 @@ def test_deleting_a_job_with_cleanup_policy_delete_removes_its_s3_checkpoints_an
 ) -> None:
     rest = real_cluster.rest()
     client = cluster_s3.client()
-    bucket = f"del-{real_namespace[-6:]}"
-    client.create_bucket(Bucket=bucket)
-    kubectl("apply", "--namespace", real_namespace, "-f", "-",
-            stdin=yaml.safe_dump(cluster_s3.credentials_secret()))  # fmt: skip
-    _job_code_configmap(kubectl, real_namespace)
-    manifest = _running_sum(
-        name="doomed", storage=f"s3://{bucket}/checkpoints", output=f"s3://{bucket}/output",
-        master="local[2]",
-        s3={"endpoint": cluster_s3.cluster_endpoint, "credentialsSecret": "s3-credentials"},
-        pod={"volumes": [CODE_VOLUME], "volumeMounts": [CODE_MOUNT]}, cleanup="Delete",
-    )  # fmt: skip
-    kubectl("apply", "--namespace", real_namespace, "-f", "-", stdin=yaml.safe_dump(manifest))
-    job = scenario.JobHandle(rest=rest, namespace=real_namespace, name="doomed")
+    job, bucket = _apply_s3_job(rest=rest, kubectl=kubectl, s3=cluster_s3,
+                                namespace=real_namespace, name="doomed", master="local[2]",
+                                cleanup="Delete")  # fmt: skip
     scenario.wait_until(lambda: job.latest_checkpoint_id() >= 1, what="a checkpoint",
                         timeout=240, detail=job.describe)  # fmt: skip
     assert scenario.list_keys(client, bucket=bucket, prefix="checkpoints/")
@@ -318,19 +315,8 @@ def test_a_job_whose_checkpoint_store_was_deleted_refuses_to_start_empty_until_t
 ) -> None:
     rest = real_cluster.rest()
     client = cluster_s3.client()
-    bucket = f"lost-{real_namespace[-6:]}"
-    client.create_bucket(Bucket=bucket)
-    kubectl("apply", "--namespace", real_namespace, "-f", "-",
-            stdin=yaml.safe_dump(cluster_s3.credentials_secret()))  # fmt: skip
-    _job_code_configmap(kubectl, real_namespace)
-    manifest = _running_sum(
-        name="orphan", storage=f"s3://{bucket}/checkpoints", output=f"s3://{bucket}/output",
-        master="local[2]",
-        s3={"endpoint": cluster_s3.cluster_endpoint, "credentialsSecret": "s3-credentials"},
-        pod={"volumes": [CODE_VOLUME], "volumeMounts": [CODE_MOUNT]},
-    )  # fmt: skip
-    kubectl("apply", "--namespace", real_namespace, "-f", "-", stdin=yaml.safe_dump(manifest))
-    job = scenario.JobHandle(rest=rest, namespace=real_namespace, name="orphan")
+    job, bucket = _apply_s3_job(rest=rest, kubectl=kubectl, s3=cluster_s3,
+                                namespace=real_namespace, name="orphan", master="local[2]")  # fmt: skip
     scenario.wait_until(lambda: job.latest_checkpoint_id() >= 2, what="checkpoint 2",
                         timeout=240, detail=job.describe)  # fmt: skip
 

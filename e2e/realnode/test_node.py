@@ -19,12 +19,27 @@ pytestmark = [pytest.mark.realnode, pytest.mark.cluster]
 
 PROBE = textwrap.dedent(
     """
-    import json, os, socket, ssl, urllib.request
+    import json, os, socket, ssl, time, urllib.request
+
+    def patiently(call):
+        # A Service answers once kube-proxy and CoreDNS saw its endpoints, a moment
+        # after the backing pod turned Ready: retry as any client would.
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                return call()
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+
     report = {}
     report["ip"] = socket.gethostbyname(socket.gethostname())
     report["kubernetes"] = socket.gethostbyname("kubernetes.default.svc.cluster.local")
-    report["headless"] = socket.gethostbyname("web-headless")
-    report["service_body"] = urllib.request.urlopen("http://web:8080/token", timeout=10).read().decode()
+    report["headless"] = patiently(lambda: socket.gethostbyname("web-headless"))
+    report["service_body"] = patiently(
+        lambda: urllib.request.urlopen("http://web:8080/token", timeout=10).read().decode()
+    )
     sa = "/var/run/secrets/kubernetes.io/serviceaccount"
     ctx = ssl.create_default_context(cafile=f"{sa}/ca.crt")
     req = urllib.request.Request(
