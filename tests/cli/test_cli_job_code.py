@@ -85,3 +85,49 @@ def test_a_missing_s3_archive_fails_the_job_at_once_with_one_line(
     assert status["lastFailure"]["exitCode"] == 2
     assert status["lastFailure"]["reason"] == "InvalidConfiguration"
     assert "Traceback" not in (tmp_path / "s" / "demo" / "attempt-1.log").read_text()
+
+
+RUNNING_SUM = """\
+    apiVersion: checkpointed.io/v1alpha1
+    kind: CheckpointedJob
+    metadata:
+      name: s3-sum
+    spec:
+      job:
+        entrypoint: job:build
+        pythonPath: [{code}]
+        args: {{output: "{output}", count: 3000}}
+      parallelism: 1
+      spark: {{master: "local[1]"}}
+      checkpoint:
+        storage: {storage}
+        s3: {{endpoint: "{endpoint}", region: us-east-1}}
+        interval: 1s
+      restartPolicy: {{type: Never}}
+"""
+
+
+@pytest.mark.s3
+@pytest.mark.spark
+@pytest.mark.slow
+def test_a_local_job_checkpoints_and_writes_to_the_s3_endpoint_its_spec_names(
+        tmp_path: Path, s3_bucket: S3Bucket) -> None:
+    """With only credentials in the environment, ``cjob run`` reaches the endpoint of
+    ``spec.checkpoint.s3`` for its checkpoints and for the job's own S3 output, as the
+    operator's driver pod does."""
+    examples = Path(__file__).resolve().parents[2] / "examples" / "running_sum"
+    path = write_job(tmp_path / "job.yaml", RUNNING_SUM.format(
+        code=examples, output=f"{s3_bucket.uri}/output", storage=f"{s3_bucket.uri}/ckpt",
+        endpoint=s3_bucket.endpoint_url))  # fmt: skip
+
+    result = run_cjob("run", str(path), "--state-dir", str(tmp_path / "s"), cwd=tmp_path,
+                      env=environment_without_s3_endpoint(s3_bucket))
+
+    assert result.returncode == 0, result.stderr
+    keys = [o["Key"] for page in s3_bucket.client.get_paginator("list_objects_v2").paginate(
+        Bucket=s3_bucket.bucket) for o in page.get("Contents", [])]  # fmt: skip
+    assert any(k.startswith("ckpt/") and k.endswith("/_metadata") for k in keys), keys
+    outputs = [k for k in keys if k.startswith("output/part-")]
+    records = [json.loads(line) for k in outputs for line in s3_bucket.client.get_object(
+        Bucket=s3_bucket.bucket, Key=k)["Body"].read().decode().splitlines() if line]  # fmt: skip
+    assert len(records) == 3000
