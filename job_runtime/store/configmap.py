@@ -340,11 +340,7 @@ class ConfigMapCheckpointStore(CompletedCheckpointStore):
                 # Already there: our earlier write landed although its answer was lost.
                 return moved
             obj.put_pointer(checkpoint)
-            size = obj.size_bytes
-            if size > self.budget_bytes:
-                raise ConfigMapStoreFullError(
-                    namespace=self.namespace, name=self.name, size_bytes=size,
-                    budget_bytes=self.budget_bytes, pointers=len(obj.pointer_ids()))
+            self._check_budget(obj)
             return True
 
         written, _ = self._access.update(
@@ -442,6 +438,15 @@ class ConfigMapCheckpointStore(CompletedCheckpointStore):
             self._prune(discard=discard, keep=0)
         self._closed = True
 
+    def _check_budget(self, obj: StoreObject) -> None:
+        """Refuse a change that would take the ConfigMap past its size budget, far
+        below the apiserver's 1 MiB limit; nothing is written then."""
+        size = obj.size_bytes
+        if size > self.budget_bytes:
+            raise ConfigMapStoreFullError(
+                namespace=self.namespace, name=self.name, size_bytes=size,
+                budget_bytes=self.budget_bytes, pointers=len(obj.pointer_ids()))
+
     def _write_restore_report(self, text: str, *, attempt: int) -> None:
         """Set the ``checkpointed.io/restored`` annotation: fenced compare-and-swap.
 
@@ -458,11 +463,7 @@ class ConfigMapCheckpointStore(CompletedCheckpointStore):
             if obj.restore_report_text == text:
                 return moved
             obj.set_restore_report_text(text)
-            size = obj.size_bytes
-            if size > self.budget_bytes:
-                raise ConfigMapStoreFullError(
-                    namespace=self.namespace, name=self.name, size_bytes=size,
-                    budget_bytes=self.budget_bytes, pointers=len(obj.pointer_ids()))
+            self._check_budget(obj)
             return True
 
         written, _ = self._access.update(change, operation="record the restored checkpoint",
