@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from cjob_operator.cluster import JobRef, StoreReading
 from cjob_operator.observed import DriverPod, Observed, StoreView
 from cjob_operator.plan import Plan, PlanSettings, plan
 
@@ -150,3 +152,43 @@ def reasons(result: Plan) -> list[str]:
     from cjob_operator.actions import EmitEvent
 
     return [action.reason for action in result.of_type(EmitEvent)]
+
+
+class RecordingCluster:
+    """Just enough of a cluster for reconcile passes over one new job: it holds the
+    job and its status and records the pods it is asked to create and the Events."""
+
+    def __init__(self, job: Mapping[str, Any]) -> None:
+        self.job = {**copy.deepcopy(dict(job)), "status": {}}
+        self.pods: list[Mapping[str, Any]] = []
+        self.events: list[tuple[str, str, str]] = []
+
+    def read_job(self, *, namespace: str, name: str) -> Mapping[str, Any] | None:
+        return self.job
+
+    def write_status(self, *, job: Mapping[str, Any], status: Mapping[str, Any]) -> None:
+        self.job["status"] = dict(status)
+
+    def read_store(self, *, namespace: str, name: str) -> StoreReading | None:
+        return None
+
+    def ensure_checkpoint_configmap(self, **_: Any) -> None:
+        pass
+
+    def ensure_object(self, **_: Any) -> None:
+        pass
+
+    def advance_fence(self, **_: Any) -> None:
+        pass
+
+    def create_pod(self, *, manifest: Mapping[str, Any]) -> None:
+        self.pods.append(manifest)
+
+    def delete_pod(self, **_: Any) -> None:
+        pass
+
+    def request_checkpoint(self, **_: Any) -> None:
+        pass
+
+    def post_event(self, *, job: JobRef, type: str, reason: str, message: str) -> None:
+        self.events.append((type, reason, message))

@@ -4,7 +4,6 @@ else a permanent ``NoImage`` failure (a condition and an Event, never a crash)."
 from __future__ import annotations
 
 import argparse
-import copy
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -12,14 +11,22 @@ from typing import Any
 import pytest
 from cjob_operator.actions import CreateDriver, EmitEvent
 from cjob_operator.builders import build_driver_pod
-from cjob_operator.cluster import JobRef, StoreReading
 from cjob_operator.config import OperatorConfig
 from cjob_operator.options import build_parser, parse_options
 from cjob_operator.reconcile import Reconciler
-from operator_world import IMAGE, RUNTIME_IMAGE, T0, at, document, make_job, observe, run
+from operator_world import (
+    IMAGE,
+    RUNTIME_IMAGE,
+    T0,
+    RecordingCluster,
+    at,
+    document,
+    make_job,
+    observe,
+    run,
+)
 
 from cjob_spec import JobStatus, Phase
-from cjob_spec.model import S3Settings
 
 NO_IMAGE = {"image": None}
 
@@ -132,51 +139,6 @@ def test_the_runtime_image_flag_is_documented() -> None:
 # --- the reconciler --------------------------------------------------------------------
 
 
-class RecordingCluster:
-    """Just enough of a cluster for one pass over a new job: it records what it is asked."""
-
-    def __init__(self, job: Mapping[str, Any]) -> None:
-        self.job = {**copy.deepcopy(dict(job)), "status": {}}
-        self.pods: list[Mapping[str, Any]] = []
-        self.events: list[tuple[str, str]] = []
-
-    def read_job(self, *, namespace: str, name: str) -> Mapping[str, Any] | None:
-        return self.job
-
-    def write_status(self, *, job: Mapping[str, Any], status: Mapping[str, Any]) -> None:
-        self.job["status"] = dict(status)
-
-    def read_store(self, *, namespace: str, name: str) -> StoreReading | None:
-        return None
-
-    def ensure_checkpoint_configmap(self, **_: Any) -> None:
-        pass
-
-    def ensure_object(self, **_: Any) -> None:
-        pass
-
-    def advance_fence(self, **_: Any) -> None:
-        pass
-
-    def create_pod(self, *, manifest: Mapping[str, Any]) -> None:
-        self.pods.append(manifest)
-
-    def delete_pod(self, **_: Any) -> None:
-        pass
-
-    def request_checkpoint(self, **_: Any) -> None:
-        pass
-
-    def post_event(self, *, job: JobRef, type: str, reason: str, message: str) -> None:
-        self.events.append((type, reason))
-
-    def delete_checkpoint_data(self, *, namespace: str, uri: str, s3: S3Settings | None) -> None:
-        pass
-
-    def delete_configmap(self, **_: Any) -> None:
-        pass
-
-
 def reconcile_new_job(default_image: str | None) -> RecordingCluster:
     cluster = RecordingCluster(document(**NO_IMAGE))
     reconciler = Reconciler(cluster=cluster,
@@ -196,7 +158,7 @@ def test_the_reconciler_creates_the_driver_in_the_operators_runtime_image() -> N
 def test_without_any_image_the_reconciler_records_the_failure_and_creates_nothing() -> None:
     cluster = reconcile_new_job(None)
     assert cluster.pods == []
-    assert cluster.events == [("Warning", "NoImage")]
+    assert [(kind, reason) for kind, reason, _ in cluster.events] == [("Warning", "NoImage")]
     status = cluster.job["status"]
     assert (status["phase"], status["reason"]) == ("Failed", "NoImage")
     failed = [c for c in status["conditions"] if c["type"] == "Failed"]

@@ -9,66 +9,28 @@ off by itself, as it does for API errors.
 from __future__ import annotations
 
 import asyncio
-import copy
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from cjob_operator.cluster import JobRef, StoreReading
+from cjob_operator.cluster import StoreReading
 from cjob_operator.loops import LoopSettings, Wakeups, run_job_loop
 from cjob_operator.reconcile import Reconciler, RetrySettings
-from operator_world import document
-
-from cjob_spec.model import S3Settings
+from operator_world import RecordingCluster, document
 
 
-class BrokenStoreCluster:
+class BrokenStoreCluster(RecordingCluster):
     """A cluster whose checkpoint store read fails with an error nobody expected."""
 
     def __init__(self, job: Mapping[str, Any], *, failures: int) -> None:
-        self.job = {**copy.deepcopy(dict(job)), "status": {}}
+        super().__init__(job)
         self.failures_left = failures
-        self.events: list[tuple[str, str, str]] = []
-        self.pods: list[Mapping[str, Any]] = []
-
-    def read_job(self, *, namespace: str, name: str) -> Mapping[str, Any] | None:
-        return self.job
-
-    def write_status(self, *, job: Mapping[str, Any], status: Mapping[str, Any]) -> None:
-        self.job["status"] = dict(status)
 
     def read_store(self, *, namespace: str, name: str) -> StoreReading | None:
         if self.failures_left > 0:
             self.failures_left -= 1
             raise OverflowError("date value out of range")
         return None
-
-    def ensure_checkpoint_configmap(self, **_: Any) -> None:
-        pass
-
-    def ensure_object(self, **_: Any) -> None:
-        pass
-
-    def advance_fence(self, **_: Any) -> None:
-        pass
-
-    def create_pod(self, *, manifest: Mapping[str, Any]) -> None:
-        self.pods.append(manifest)
-
-    def delete_pod(self, **_: Any) -> None:
-        pass
-
-    def request_checkpoint(self, **_: Any) -> None:
-        pass
-
-    def post_event(self, *, job: JobRef, type: str, reason: str, message: str) -> None:
-        self.events.append((type, reason, message))
-
-    def delete_checkpoint_data(self, *, namespace: str, uri: str, s3: S3Settings | None) -> None:
-        pass
-
-    def delete_configmap(self, **_: Any) -> None:
-        pass
 
 
 def reconciler_for(cluster: BrokenStoreCluster) -> Reconciler:
