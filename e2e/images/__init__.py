@@ -19,7 +19,7 @@ from e2e.images.builder import (
     build_images,
     build_with_docker,
 )
-from e2e.images.containerd import ImageImportError, import_images
+from e2e.images.containerd import ImageImportError, import_archive, import_images
 from e2e.images.plan import BuildPlan, make_plan
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "build_base",
     "build_images",
     "build_with_docker",
+    "import_archive",
     "import_images",
     "make_plan",
 ]

@@ -39,6 +39,45 @@ def import_command(
     return argv
 
 
+def import_archive(
+    *,
+    ctr: Path,
+    address: Path,
+    archive: Path,
+    tag: str,
+    namespace: str = "k8s.io",
+    snapshotter: str | None = None,
+    log: Callable[[str], None] | None = None,
+    timeout: float = 900.0,
+) -> None:
+    """Import one docker-archive into containerd at socket ``address``.
+
+    ``snapshotter`` must name the CRI plugin's snapshotter when it is not containerd's
+    default (overlayfs), or the kubelet would find the image but unpack it again.
+    ``timeout`` bounds the import (the runtime archive is over a gigabyte).
+    """
+    argv = import_command(
+        ctr=ctr, address=address, archive=archive, namespace=namespace, snapshotter=snapshotter,
+    )  # fmt: skip
+    start = time.monotonic()
+    try:
+        proc = subprocess.run(
+            argv, capture_output=True, text=True, timeout=timeout, check=False,
+            stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired as exc:
+        raise ImageImportError(f"`{shlex.join(argv)}` took longer than {timeout:.0f}s") from exc
+    except OSError as exc:
+        raise ImageImportError(f"cannot run {ctr}: {exc}") from exc
+    if proc.returncode != 0:
+        raise ImageImportError(
+            f"`{shlex.join(argv)}` failed with exit code {proc.returncode}:\n"
+            f"{(proc.stderr or proc.stdout).strip()}"
+        )
+    if log is not None:
+        log(f"[images] imported {tag} into {namespace} in {time.monotonic() - start:.1f}s")
+
+
 def import_images(
     *,
     ctr: Path,
@@ -49,32 +88,9 @@ def import_images(
     log: Callable[[str], None] | None = None,
     timeout: float = 900.0,
 ) -> None:
-    """Import the operator and runtime archives into containerd at socket ``address``.
-
-    ``snapshotter`` must name the CRI plugin's snapshotter when it is not containerd's
-    default (overlayfs), or the kubelet would find the image but unpack it again.
-    ``timeout`` bounds each import (the runtime archive is over a gigabyte).
-    """
+    """Import the operator and runtime archives (see :func:`import_archive`)."""
     for image in images.all():
-        argv = import_command(
-            ctr=ctr, address=address, archive=image.archive,
-            namespace=namespace, snapshotter=snapshotter,
+        import_archive(
+            ctr=ctr, address=address, archive=image.archive, tag=image.tag,
+            namespace=namespace, snapshotter=snapshotter, log=log, timeout=timeout,
         )  # fmt: skip
-        start = time.monotonic()
-        try:
-            proc = subprocess.run(
-                argv, capture_output=True, text=True, timeout=timeout, check=False,
-                stdin=subprocess.DEVNULL,
-            )  # fmt: skip
-        except subprocess.TimeoutExpired as exc:
-            raise ImageImportError(f"`{shlex.join(argv)}` took longer than {timeout:.0f}s") from exc
-        except OSError as exc:
-            raise ImageImportError(f"cannot run {ctr}: {exc}") from exc
-        if proc.returncode != 0:
-            raise ImageImportError(
-                f"`{shlex.join(argv)}` failed with exit code {proc.returncode}:\n"
-                f"{(proc.stderr or proc.stdout).strip()}"
-            )
-        if log is not None:
-            log(f"[images] imported {image.tag} into {namespace} "
-                f"in {time.monotonic() - start:.1f}s")  # fmt: skip

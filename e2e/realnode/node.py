@@ -32,6 +32,7 @@ import yaml
 from e2e.controlplane.controlplane import ControlPlane
 from e2e.controlplane.procs import Component, ProcessExitedError, free_port, tail_file
 from e2e.controlplane.rest import ApiError, RestClient
+from e2e.images.containerd import import_archive
 from e2e.realnode import dns
 from e2e.realnode.archive import write_archive
 from e2e.realnode.host import (
@@ -307,15 +308,13 @@ state = "{base / "state"}"
 
     def import_image(self, archive: ImageArchive) -> None:
         """Import an image archive so pods can use it without pulling."""
-        t0 = time.monotonic()
-        proc = self.ctr("images", "import", "--no-unpack=false", str(archive.path))
-        if proc.returncode != 0:
-            proc = self.ctr("images", "import", str(archive.path))
-        if proc.returncode != 0:
-            raise NodeNotReadyError(
-                f"importing {archive.tag} from {archive.path} failed: {proc.stderr.strip()}"
-            )
-        self.log(f"imported {archive.tag} in {time.monotonic() - t0:.1f}s")
+        import_archive(
+            ctr=self.bin_dir / "ctr",
+            address=self.containerd_socket,
+            archive=archive.path,
+            tag=archive.tag,
+            log=self.log,
+        )
 
     # -- kubelet and kube-proxy ----------------------------------------------------
 
