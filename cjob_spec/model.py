@@ -199,6 +199,10 @@ class RestoreSource:
 class RestoreSpec:
     source: RestoreSource = field(default_factory=RestoreSource)
     on_unreadable: OnUnreadable = OnUnreadable.FAIL
+    allow_foreign_job: bool = False
+    """Whether ``source`` may be a checkpoint another job wrote (a deleted job's
+    retained checkpoints, say). Off by default, so a mistyped path never continues a
+    stranger's state and output."""
 
 
 @dataclass(frozen=True)

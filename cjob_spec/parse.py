@@ -439,7 +439,7 @@ def _read_spec(node: _Node) -> JobSpec:
         _read_restart_policy,
         default=RestartPolicy,
     )
-    restore = node.child("restore", ("from", "onUnreadable"), _read_restore, default=RestoreSpec)
+    restore = node.child("restore", ("from", "onUnreadable", "allowForeignJob"), _read_restore, default=RestoreSpec)
     cleanup = node.child(
         "cleanupPolicy",
         ("checkpoints",),
@@ -830,9 +830,17 @@ def _read_restore(node: _Node) -> RestoreSpec:
     source = RestoreSource()
     if raw is not None:
         source = _read_restore_source(raw)
+    allow_foreign_job = node.boolean("allowForeignJob", default=False)
+    if allow_foreign_job and source.kind != "path":
+        raise SpecError(
+            field="spec.restore.allowForeignJob",
+            problem="applies only to a checkpoint path in spec.restore.from "
+            "(a file:// or s3:// path to another job's _metadata)",
+        )
     return RestoreSpec(
         source=source,
         on_unreadable=node.enum("onUnreadable", OnUnreadable, default=OnUnreadable.FAIL),
+        allow_foreign_job=allow_foreign_job,
     )
 
 

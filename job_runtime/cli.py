@@ -56,6 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--tolerable-failures", type=int, default=0)
     run.add_argument("--restore", default="latest")
     run.add_argument("--on-unreadable", choices=["fail", "fallback"], default="fail")
+    run.add_argument("--allow-foreign-restore", action="store_true")
     run.add_argument("--attempt", type=int, default=1)
     run.add_argument("--store", default="memory:")
     run.add_argument("--metrics-port", type=int, default=None)
@@ -82,7 +83,8 @@ def settings_from_args(ns: argparse.Namespace) -> DriverSettings:
                                       timeout=ns.checkpoint_timeout,
                                       tolerable_failures=ns.tolerable_failures),
         mode=ns.checkpoint_mode, unaligned=ns.unaligned, retained=ns.retained,
-        restore=ns.restore, on_unreadable=ns.on_unreadable, attempt=ns.attempt, store=ns.store,
+        restore=ns.restore, on_unreadable=ns.on_unreadable,
+        allow_foreign_restore=ns.allow_foreign_restore, attempt=ns.attempt, store=ns.store,
         metrics_port=ns.metrics_port, status_file=ns.status_file,
         task_attempts=ns.task_attempts, credits=ns.credits)
 

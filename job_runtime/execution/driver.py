@@ -81,6 +81,8 @@ class DriverSettings:
     retained: int = 3
     restore: str = "latest"
     on_unreadable: str = "fail"
+    allow_foreign_restore: bool = False
+    """``restore`` may be another job's checkpoint path (``spec.restore.allowForeignJob``)."""
     attempt: int = 1
     store: str = "memory:"
     metrics_port: int | None = None
@@ -158,6 +160,9 @@ class RestoreResolution:
     metadata: dict[str, Any] | None
     notes: list[str]
     skipped: tuple[RestoredCheckpoint, ...] = ()
+    origin_job: str | None = None
+    """The job that wrote ``checkpoint``, when it is not this job (an allowed foreign
+    restore): its output newer than the checkpoint is withdrawn like this job's own."""
 
     @property
     def fallback_from(self) -> RestoredCheckpoint | None:
@@ -222,10 +227,17 @@ def resolve_restore(
             found = [CompletedCheckpoint(checkpoint_id=wanted, metadata_path=path, timestamp=0.0)]
         candidates = found + [c for c in retained if c.checkpoint_id < wanted]
     else:
-        if not storage.is_own_checkpoint(request):
+        foreign = not storage.is_own_checkpoint(request)
+        if foreign and not settings.allow_foreign_restore:
             raise RestoreError(pointer=request,
                                problem=f"it is not a checkpoint of job {settings.job_id} "
-                                       f"(expected a path below {storage.job_dir}/)")
+                                       f"(expected a path below {storage.job_dir}/); to "
+                                       f"continue another job's checkpoint, set "
+                                       f"spec.restore.allowForeignJob: true")
+        if foreign:
+            # Only the named checkpoint: this job's own store holds nothing older of it.
+            return _restore_foreign(request, storage=storage, settings=settings,
+                                    notes=notes)
         found_id = _checkpoint_id_of(request)
         candidates = [CompletedCheckpoint(checkpoint_id=found_id, metadata_path=request,
                                           timestamp=0.0)]
@@ -254,6 +266,39 @@ def resolve_restore(
     assert first_error is not None
     raise RestoreError(pointer=settings.restore,
                        problem=f"no readable checkpoint to fall back to ({first_error.cause})")
+
+
+def _restore_foreign(request: str, *, storage: CheckpointStorage, settings: DriverSettings,
+                     notes: list[str]) -> RestoreResolution:
+    """Another job's checkpoint, allowed by ``spec.restore.allowForeignJob``.
+
+    No fallback: an older checkpoint of a stranger is not what anyone asked for, so an
+    unreadable one fails the restore whatever ``onUnreadable`` says.
+    """
+    checkpoint_id = _checkpoint_id_of(request)
+    if checkpoint_id < 0:
+        raise RestoreError(pointer=request,
+                           problem="it is not a checkpoint path (expected "
+                                   "<storage>/<job>-<uid>/chk-<id>/_metadata)")
+    try:
+        metadata = json.loads(storage.read_metadata(request))
+    except UnreadableCheckpointError as exc:
+        raise RestoreError(pointer=request, problem=exc.cause) from None
+    except ValueError as exc:
+        raise RestoreError(pointer=request, problem=f"metadata is not valid JSON: {exc}") from None
+    origin = metadata.get("job") if isinstance(metadata, dict) else None
+    if not isinstance(origin, str) or not origin:
+        raise RestoreError(pointer=request, problem="its metadata names no job")
+    if origin == settings.job_id:
+        raise RestoreError(pointer=request,
+                           problem=f"its metadata says it belongs to this job, but its path is "
+                                   f"not below {storage.job_dir}/")
+    notes.append(f"restoring checkpoint {checkpoint_id} of job {origin} "
+                 f"(spec.restore.allowForeignJob)")
+    checkpoint = CompletedCheckpoint(checkpoint_id=checkpoint_id, metadata_path=request,
+                                     timestamp=0.0)
+    return RestoreResolution(checkpoint=checkpoint, metadata=metadata, notes=notes,
+                             origin_job=origin)
 
 
 def _all_readable(store: CompletedCheckpointStore) -> list[CompletedCheckpoint]:
@@ -417,6 +462,9 @@ def _run(settings: DriverSettings) -> int:
         assert pipeline.sink_op is not None
         pipeline.sink_op.prepare_restore(checkpoint_id=restored.checkpoint_id,
                                          job_id=settings.job_id, s3=s3)
+        if resolution.origin_job is not None:
+            pipeline.sink_op.prepare_restore(checkpoint_id=restored.checkpoint_id,
+                                             job_id=resolution.origin_job, s3=s3)
     # Only once the checkpoint is accepted: a refused restore must not be reported.
     record_restore(store=store, attempt=settings.attempt, resolution=resolution)
 

@@ -189,6 +189,7 @@ class KubeCluster:
             fence_attempt=snapshot.fence_attempt,
             latest=ref,
             size_bytes=snapshot.size_bytes,
+            owners=snapshot.owners,
             restore_report=snapshot.restore_report,
         )
 

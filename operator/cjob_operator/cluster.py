@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from cjob_spec.model import S3Settings
 from cjob_spec.status import CheckpointRef
+from job_runtime.store.configmap_layout import StoreOwner
 from job_runtime.store.restore_report import RestoreReport
 
 Manifest = dict[str, Any]
@@ -69,6 +70,8 @@ class StoreReading:
     fence_attempt: int
     latest: CheckpointRef | None
     size_bytes: int
+    owners: tuple[StoreOwner, ...]
+    """The CheckpointedJobs that own the ConfigMap (its ``ownerReferences``)."""
     restore_report: RestoreReport | None = None
     """What the driver of ``restore_report.attempt`` says it restored."""
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import Enum
 from typing import Any
 
 from cjob_spec.model import CheckpointedJob
@@ -58,11 +59,25 @@ class DriverPod:
         return self.deletion_timestamp is not None
 
 
+class StoreOwnership(Enum):
+    """Whose the checkpoint ConfigMap is, by its ``ownerReferences``."""
+
+    THIS_JOB = "ThisJob"
+    DELETED_JOB = "DeletedJob"
+    """An earlier job of the same name: deleted, and the garbage collector has yet to
+    delete its store. Waiting is enough."""
+    OTHER = "Other"
+    """No CheckpointedJob, or one of another name: left by an orphaning delete, made by
+    hand, or copied. Its checkpoints are not this job's."""
+
+
 @dataclass(frozen=True)
 class StoreView:
     """What the operator sees of the checkpoint ConfigMap ``<job>-checkpoints``."""
 
     exists: bool = False
+    ownership: StoreOwnership = StoreOwnership.THIS_JOB
+    """Meaningful only when ``exists``."""
     latest: CheckpointRef | None = None
     """The newest completed checkpoint recorded in the store."""
     fence_attempt: int | None = None
@@ -70,6 +85,11 @@ class StoreView:
     restore_report: RestoreReport | None = None
     """What a driver reported it restored (``checkpointed.io/restored``); it is about
     ``restore_report.attempt``, which may be an earlier attempt than the current one."""
+
+    @property
+    def is_own(self) -> bool:
+        """The store exists and is this job's: only then do its records describe the job."""
+        return self.exists and self.ownership is StoreOwnership.THIS_JOB
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,7 @@ from cjob_operator.actions import (
     RequestCheckpoint,
     RequeueAfter,
 )
-from cjob_operator.observed import DriverPod, Observed
+from cjob_operator.observed import DriverPod, Observed, StoreOwnership
 from cjob_spec.errors import SpecError
 from cjob_spec.exit_codes import describe_exit, reason_for_exit
 from cjob_spec.model import (
@@ -84,6 +84,12 @@ POD_FAILURE_REASONS = frozenset({"OOMKilled", "Evicted", "DeadlineExceeded", "Co
 """Pod or container reasons more telling than the exit code's."""
 NO_IMAGE_REASON = "NoImage"
 STORE_LOST_REASON = "StoreLost"
+STORE_CONFLICT_REASON = "StoreConflict"
+WAITING_FOR_PREVIOUS_STORE_REASON = "WaitingForPreviousStore"
+STORE_GC_RECHECK_SECONDS = 5.0
+STORE_CONFLICT_RECHECK_SECONDS = 30.0
+"""How often a job blocked by a store that is not its own looks again: the operator
+does not watch ConfigMaps, and the garbage collector (soon) or the user frees it."""
 RESTORED_FROM_FALLBACK_REASON = "RestoredFromFallback"
 NO_IMAGE_MESSAGE = (
     "spec.image is not set and the operator has no default runtime image: set spec.image, "
@@ -172,7 +178,9 @@ class _Draft:
 def plan(observed: Observed, *, now: datetime, settings: PlanSettings | None = None) -> Plan:
     """Decide what to do about one CheckpointedJob (see the module docstring)."""
     draft = _Draft(observed, now, settings or PlanSettings())
-    latest = observed.store.latest or observed.status.latest_checkpoint
+    # A store that is not the job's own says nothing about the job.
+    own = observed.store.latest if observed.store.is_own else None
+    latest = own or observed.status.latest_checkpoint
     draft.set(observed_generation=observed.generation, latest_checkpoint=latest)
     if observed.deleting:
         _plan_deletion(draft)
@@ -237,7 +245,7 @@ def _take_restore_report(draft: _Draft) -> None:
     of another attempt is about an earlier driver and is ignored. The Event goes with
     the change of ``restoredFrom``, which the status records, so it is posted once.
     """
-    report = draft.observed.store.restore_report
+    report = draft.observed.store.restore_report if draft.observed.store.is_own else None
     if report is None or report.attempt < 1 or report.attempt != draft.status.attempt:
         return
     restored = report.checkpoint
@@ -372,6 +380,9 @@ def _start_attempt(draft: _Draft, *, reason: str, reset_restarts: bool) -> None:
         [draft.status.attempt, observed.store.fence_attempt or 0]
         + [pod.attempt for pod in observed.pods]
     )
+    if observed.store.exists and observed.store.ownership is not StoreOwnership.THIS_JOB:
+        _refuse_foreign_store(draft)
+        return
     latest = draft.status.latest_checkpoint
     source = job.spec.restore.source
     lost = _lost_checkpoint(draft)
@@ -451,6 +462,39 @@ def _fail_store_lost(draft: _Draft, lost: CheckpointRef) -> None:
             f"the checkpoint store {checkpoint_configmap_name(draft.name)} no longer records "
             f"checkpoint {lost.id}, which this job completed; not starting from an empty "
             f"state. To resume from it, set spec.restore.from to {lost.path}"
+        ),
+    )
+
+
+def _refuse_foreign_store(draft: _Draft) -> None:
+    """The job's store name is taken by a ConfigMap that is not the job's: never adopt it.
+
+    Adopting it would restore another job's checkpoints (refused by the driver) or,
+    worse, let the garbage collector delete the store under the running job, since it
+    still names its deleted owner. A deleted job's store goes away by itself: wait. Any
+    other owner needs the user: fail with what to do, and look again now and then.
+    """
+    name = checkpoint_configmap_name(draft.name)
+    if draft.observed.store.ownership is StoreOwnership.DELETED_JOB:
+        draft.requeue_in(STORE_GC_RECHECK_SECONDS)
+        if draft.status.phase is None:
+            draft.set(reason=WAITING_FOR_PREVIOUS_STORE_REASON)
+        draft.set(message=f"waiting for the garbage collector to delete the checkpoint store "
+                          f"{name} of a deleted job of the same name")
+        return
+    draft.requeue_in(STORE_CONFLICT_RECHECK_SECONDS)
+    latest = draft.observed.store.latest
+    resume = (
+        f"; to continue from its latest checkpoint, delete it and set spec.restore.from to "
+        f"{latest.path} and spec.restore.allowForeignJob to true"
+        if latest is not None else ""
+    )
+    _fail_before_start(
+        draft,
+        reason=STORE_CONFLICT_REASON,
+        message=(
+            f"the ConfigMap {name} exists but is not this job's checkpoint store (it is not "
+            f"owned by this CheckpointedJob); delete it to start the job{resume}"
         ),
     )
 
@@ -717,8 +761,15 @@ def _on_failed(draft: _Draft) -> bool:
     restore_named = (
         status.reason == STORE_LOST_REASON and draft.job.spec.restore.source.kind == "path"
     )
-    if status.spec_hash != spec_hash(draft.job) or image_arrived or restore_named:
+    store_conflict = status.reason == STORE_CONFLICT_REASON
+    store_freed = store_conflict and (
+        not draft.observed.store.exists
+        or draft.observed.store.ownership is StoreOwnership.THIS_JOB
+    )
+    if status.spec_hash != spec_hash(draft.job) or image_arrived or restore_named or store_freed:
         _start_attempt(draft, reason="Retrying", reset_restarts=True)
+    elif store_conflict:
+        draft.requeue_in(STORE_CONFLICT_RECHECK_SECONDS)
     return False
 
 

@@ -49,7 +49,13 @@ from cjob_operator.builders import (
 from cjob_operator.cluster import Cluster, ClusterError, JobRef, StatusConflictError, StoreReading
 from cjob_operator.config import OperatorConfig
 from cjob_operator.metrics import OperatorMetrics
-from cjob_operator.observed import DriverPod, Observed, StoreView, observe_driver_pod
+from cjob_operator.observed import (
+    DriverPod,
+    Observed,
+    StoreOwnership,
+    StoreView,
+    observe_driver_pod,
+)
 from cjob_operator.plan import Plan, PlanSettings, plan, plan_invalid_spec
 from cjob_spec.errors import SpecError
 from cjob_spec.model import CheckpointedJob
@@ -103,15 +109,28 @@ class ExecutionReport:
         return self.error is None and any(isinstance(a, RemoveFinalizer) for a in self.executed)
 
 
-def observe_store(reading: StoreReading | None) -> StoreView:
+def observe_store(reading: StoreReading | None, *, job_name: str,
+                  job_uid: str | None) -> StoreView:
     if reading is None:
         return StoreView(exists=False)
     return StoreView(
         exists=True,
+        ownership=store_ownership(reading, job_name=job_name, job_uid=job_uid),
         latest=reading.latest,
         fence_attempt=reading.fence_attempt,
         restore_report=reading.restore_report,
     )
+
+
+def store_ownership(reading: StoreReading, *, job_name: str,
+                    job_uid: str | None) -> StoreOwnership:
+    """Whose the store is: this job's only when the job is among its owners."""
+    uids = {owner.uid for owner in reading.owners}
+    if job_uid is None or job_uid in uids:
+        return StoreOwnership.THIS_JOB
+    if any(owner.name == job_name for owner in reading.owners):
+        return StoreOwnership.DELETED_JOB
+    return StoreOwnership.OTHER
 
 
 def _restores_a_checkpoint(job: CheckpointedJob, status: JobStatus) -> bool:
@@ -317,7 +336,7 @@ class Reconciler:
             job=job,
             status=status,
             pods=observe_pods(pods, job_name=name, job_uid=job.metadata.uid),
-            store=observe_store(reading),
+            store=observe_store(reading, job_name=name, job_uid=job.metadata.uid),
             deleting=deleting,
             default_image=self.operator_config.default_image,
         )

@@ -7,6 +7,7 @@ It keeps the objects the operator creates, applies the fence rule of the real st
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -16,6 +17,7 @@ from cjob_operator.cluster import ClusterError, JobRef, Manifest, StatusConflict
 
 from cjob_spec.model import S3Settings
 from cjob_spec.status import CheckpointRef
+from job_runtime.store.configmap_layout import StoreOwner
 
 BASE_JOB: dict[str, Any] = {
     "apiVersion": "checkpointed.io/v1alpha1",
@@ -109,15 +111,15 @@ class FakeCluster:
     ) -> None:
         self._enter("ensure_checkpoint_configmap", name)
         if self.store is None:
-            self.store = StoreReading(fence_attempt=0, latest=None, size_bytes=200)
+            owner = StoreOwner(name=str(owner_reference["name"]), uid=str(owner_reference["uid"]))
+            self.store = StoreReading(fence_attempt=0, latest=None, size_bytes=200,
+                                      owners=(owner,))
 
     def advance_fence(self, *, namespace: str, name: str, attempt: int) -> None:
         self._enter("advance_fence", str(attempt))
         assert self.store is not None, "the fence needs the ConfigMap"
         assert attempt >= self.store.fence_attempt, "the fence never moves backwards"
-        self.store = StoreReading(
-            fence_attempt=attempt, latest=self.store.latest, size_bytes=self.store.size_bytes
-        )
+        self.store = dataclasses.replace(self.store, fence_attempt=attempt)
 
     def complete_checkpoint(self, checkpoint_id: int, *, at: datetime) -> None:
         assert self.store is not None
@@ -127,9 +129,7 @@ class FakeCluster:
             completed_at=at.astimezone(UTC).replace(microsecond=0),
             size_bytes=512,
         )
-        self.store = StoreReading(
-            fence_attempt=self.store.fence_attempt, latest=latest, size_bytes=300
-        )
+        self.store = dataclasses.replace(self.store, latest=latest, size_bytes=300)
 
     def request_checkpoint(self, *, namespace: str, name: str, nonce: str) -> None:
         self._enter("request_checkpoint", f"{name}, {nonce}")

@@ -10,6 +10,7 @@ that stop, and deletion that cleans up when asked to.
 from __future__ import annotations
 
 import base64
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -164,6 +165,60 @@ def test_a_killed_driver_restarts_from_its_checkpoint_suspends_resumes_and_finis
     assert sums.get() is None
     assert not checkpoint_dir.exists()
     wait_for(lambda: sums.configmap() is None, what="the checkpoint ConfigMap to go", timeout=60)
+
+
+def test_a_recreated_job_never_adopts_its_orphaned_store_and_continues_it_only_when_told(
+    kubectl: Kubectl, kube_rest: Any, kube_namespace: str, process_node: Any,
+    cjob_operator: OperatorProcess, tmp_path: Path,
+) -> None:
+    count = 6_000
+    job = running_sum_job(name="again", namespace=kube_namespace, work_dir=tmp_path,
+                          count=count, rate=400, cleanup="Retain")
+    assert kubectl.apply(job).returncode == 0
+    again = watcher(kube_rest, kube_namespace, "again", cjob_operator)
+    again.until(lambda s: s.get("latestCheckpoint", {}).get("id", 0) >= 2,
+                what="the first job to complete two checkpoints", timeout=180)
+    first_uid = again.get()["metadata"]["uid"]  # type: ignore[index]
+
+    # An orphaning delete leaves the store, without its owner, holding the pointers.
+    assert kubectl.run("-n", kube_namespace, "delete", "checkpointedjob", "again",
+                       "--cascade=orphan", "--wait=true", "--timeout=90s").returncode == 0
+    orphaned = wait_for(
+        lambda: (lambda cm: cm if cm and not cm["metadata"].get("ownerReferences") else None)(
+            again.configmap()),
+        what="the garbage collector to orphan the store", timeout=60)
+    fence = orphaned["metadata"]["annotations"]["checkpointed.io/fence-attempt"]
+    pointers = sorted(k for k in orphaned["data"] if k.startswith("checkpointID-"))
+    assert pointers, orphaned
+    latest_path = json.loads(orphaned["data"][pointers[-1]])["path"]
+    assert f"again-{first_uid}/" in latest_path
+
+    # The same name again: the store is not adopted, fenced or restored from.
+    assert kubectl.apply(job).returncode == 0
+    conflict = again.until(lambda s: s.get("reason") == "StoreConflict",
+                           what="StoreConflict", timeout=60)
+    assert conflict["phase"] == "Failed"
+    assert "latestCheckpoint" not in conflict, "another job's checkpoint is not this job's"
+    assert latest_path in conflict["message"]
+    assert "StoreConflict" in again.event_reasons()
+    assert "again-attempt-1" not in again.pod_names()
+    kept = again.configmap()
+    assert kept is not None
+    assert kept["metadata"]["annotations"]["checkpointed.io/fence-attempt"] == fence
+
+    # Deleting it and naming the checkpoint with the opt-in continues the first job.
+    kube_rest.request(
+        "DELETE", f"/api/v1/namespaces/{quote(kube_namespace)}/configmaps/again-checkpoints")
+    kubectl.patch_job(kube_namespace, "again", {"spec": {"restore": {
+        "from": latest_path, "allowForeignJob": True}}})
+    done = again.until(lambda s: s.get("phase") in ("Succeeded", "Failed")
+                       and s.get("reason") != "StoreConflict",
+                       what="the recreated job to finish", timeout=300)
+    assert done["phase"] == "Succeeded", done
+    assert done["restoredFrom"]["path"] == latest_path
+    assert done["latestCheckpoint"]["id"] > done["restoredFrom"]["id"]
+    problems = verify(read_output(tmp_path / "output"), count=count)
+    assert problems == [], problems[:5]
 
 
 def test_a_missing_entrypoint_fails_the_job_once_with_its_reason(

@@ -76,7 +76,8 @@ FULL: dict[str, Any] = {
             "resetAfter": "1h",
             "startTimeout": "90s",
         },
-        "restore": {"from": "s3://old/chk-7/_metadata", "onUnreadable": "FallbackToPrevious"},
+        "restore": {"from": "s3://old/chk-7/_metadata", "onUnreadable": "FallbackToPrevious",
+                    "allowForeignJob": True},
         "suspend": True,
         "cleanupPolicy": {"checkpoints": "Delete"},
         "pod": {
