@@ -71,11 +71,12 @@ class FrameMac:
         self._sequence = 0
 
     def _digest(self, parts: tuple[bytes, ...]) -> bytes:
-        mac = hmac.new(self._key, self._sequence.to_bytes(8, "big"), hashlib.sha256)
-        for part in parts:
-            mac.update(part)
+        # One-shot ``hmac.digest`` runs in OpenSSL without a Python HMAC object: for
+        # a channel's frames it is about half the cost of ``hmac.new`` + updates,
+        # far more than the copy the join makes.
+        message = b"".join((self._sequence.to_bytes(8, "big"), *parts))
         self._sequence += 1
-        return mac.digest()
+        return hmac.digest(self._key, message, "sha256")
 
     def tag(self, *parts: bytes) -> bytes:
         return self._digest(parts)

@@ -22,7 +22,12 @@ from job_runtime.coordinator.messages import Ready, Register, Registered
 from job_runtime.coordinator.rpc import ConnectionLost, SubtaskConnection, connect
 from job_runtime.execution.driver import _driver_host
 from job_runtime.execution.subtask import channel_addresses
-from job_runtime.network.channels import ChannelListener, InputGate, serve_input_channel
+from job_runtime.network.channels import (
+    ChannelListener,
+    InputGate,
+    TcpOutputChannel,
+    serve_input_channel,
+)
 from job_runtime.network.framing import HEADER, ChannelHello, Kind
 from job_runtime.network.handshake import (
     HandshakeFailed,
@@ -288,11 +293,10 @@ class TestAStrangerAtAChannelListener:
         with socket.create_connection(address) as sock:
             sock.sendall(HEADER.pack(int(Kind.ROWS), 0xFFFFFFFF, 0) + b"x" * 64)
             assert closed_by_peer(sock)
+        wait_until(lambda: channels.rejected == 1, what="it is counted")
 
     def test_a_peer_with_the_key_still_opens_its_channel(
             self, listener: tuple[ChannelListener, list[ChannelHello], tuple[str, int]]) -> None:
-        from job_runtime.network.channels import TcpOutputChannel
-
         channels, opened, address = listener
         with socket.create_connection(address) as stranger:
             stranger.sendall(b"GET / HTTP/1.1\r\n\r\n")
