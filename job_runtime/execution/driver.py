@@ -13,6 +13,7 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import functools
+import ipaddress
 import json
 import logging
 import os
@@ -42,6 +43,7 @@ from job_runtime.execution.spark_start import SparkStarter
 from job_runtime.execution.stages import plan_stages
 from job_runtime.execution.subtask import run_subtask
 from job_runtime.metrics import DriverMetrics
+from job_runtime.network.handshake import new_key
 from job_runtime.storage.checkpoint_storage import CheckpointStorage
 from job_runtime.storage.errors import StorageError, StorageUnavailableError
 from job_runtime.storage.filesystem import S3Config, get_filesystem, join_uri, write_file_atomically
@@ -354,6 +356,7 @@ class StatusWriter:
                 "id": coordinator.restored_from.checkpoint_id,
                 "path": coordinator.restored_from.metadata_path},
             "timeline": {**self.timeline, **progress.get("timeline", {})},
+            "rejectedConnections": progress["rejectedConnections"],
             **self.extra,
         }
         if history:
@@ -394,12 +397,38 @@ def process_started_at() -> float:
         return time.time()
 
 
-def _driver_host(master: str, conf: dict[str, str]) -> tuple[str, str]:
-    """(bind address, advertised address) of the coordinator's endpoint."""
-    if master.startswith("local"):
+def is_local_master(master: str) -> bool:
+    return master.startswith("local")
+
+
+def _driver_host(master: str, conf: dict[str, str],
+                 environ: dict[str, str] | None = None) -> tuple[str, str]:
+    """(bind address, advertised address) of the coordinator's endpoint.
+
+    Local mode binds loopback: every subtask runs on this machine. Elsewhere the
+    endpoint binds the pod's own address (the bind address the operator gives
+    Spark, else ``POD_IP``, else what the host name resolves to), never every
+    interface, and advertises ``spark.driver.host`` (the headless service).
+    """
+    if is_local_master(master):
         return "127.0.0.1", "127.0.0.1"
-    advertised = conf.get("spark.driver.host") or socket.gethostbyname(socket.gethostname())
-    return "0.0.0.0", advertised
+    env = os.environ if environ is None else environ
+    for candidate in (conf.get("spark.driver.bindAddress"), env.get("POD_IP")):
+        if candidate and _is_ip(candidate):
+            bind = candidate
+            break
+    else:
+        bind = socket.gethostbyname(socket.gethostname())
+    advertised = conf.get("spark.driver.host") or bind
+    return bind, advertised
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def run_driver(settings: DriverSettings) -> int:
@@ -480,12 +509,15 @@ def _run(settings: DriverSettings) -> int:
                                      stats=stats)
 
     bind, advertised = _driver_host(master, settings.spark_conf)
+    # One key per driver attempt: a relaunched driver's subtasks get a new one, and
+    # anything left of an earlier attempt can no longer talk to this one.
+    key = new_key()
     coordinator = CheckpointCoordinator(
         job_id=settings.job_id, attempt=settings.attempt, parallelism=settings.parallelism,
         max_parallelism=settings.max_parallelism, stages=len(stages), storage=storage,
         store=store, counter=counter, settings=settings.checkpoint,
         initial_restore=metadata, initial_restore_pointer=restored, on_complete=on_complete,
-        host=bind, triggers=open_triggers(settings))
+        host=bind, key=key, triggers=open_triggers(settings))
     status = StatusWriter(path=settings.status_file or "", coordinator=coordinator,
                           metrics=metrics,
                           extra={"fallbackNotes": notes, "attempt": settings.attempt})
@@ -497,7 +529,8 @@ def _run(settings: DriverSettings) -> int:
         coordinator_host=advertised, coordinator_port=coordinator.port,
         checkpoint_root=settings.checkpoint_storage, staging_uri=staging, mode=settings.mode,
         unaligned=settings.unaligned, credits=settings.credits,
-        s3=dataclasses.asdict(s3) if s3.to_env() else None)
+        s3=dataclasses.asdict(s3) if s3.to_env() else None, key=key,
+        loopback=is_local_master(master))
 
     sc = spark.context()
     status.timeline["sparkStartingAt"] = spark.started_at
