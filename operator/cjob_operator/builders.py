@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import yaml
+
 from cjob_operator.config import OperatorConfig
 from cjob_spec.driver_env import driver_env as spec_driver_env
 from cjob_spec.errors import SpecError
@@ -26,6 +28,7 @@ from cjob_spec.model import (
     volume_kind,
 )
 from cjob_spec.names import (
+    ANNOTATION_EXECUTOR_POD_TEMPLATE,
     ANNOTATION_FENCE,
     ANNOTATION_RESTORE,
     ANNOTATION_SPEC_HASH,
@@ -50,6 +53,7 @@ from cjob_spec.names import (
 )
 from cjob_spec.quantities import MIB, format_kubernetes_memory
 from cjob_spec.runtime_args import configmap_store_arg, to_runtime_args
+from cjob_spec.security import container_security_context, pod_security_context
 
 Manifest = dict[str, Any]
 
@@ -59,6 +63,11 @@ ROLE_EXECUTOR = "executor"
 KUBERNETES_MASTER = "k8s://https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"
 """Kubernetes expands ``$(VAR)`` in container args from the container's environment,
 which includes the API server address every pod gets."""
+EXECUTOR_CONTAINER = "spark-kubernetes-executor"
+"""Spark's own name for the executor container, kept in the pod template."""
+POD_TEMPLATE_VOLUME = "executor-pod-template"
+POD_TEMPLATE_DIR = "/etc/checkpointed-jobs/executor-pod-template"
+POD_TEMPLATE_FILE = f"{POD_TEMPLATE_DIR}/pod.yaml"
 
 
 def standard_labels(job: CheckpointedJob, *, component: str) -> dict[str, str]:
@@ -160,6 +169,14 @@ def driver_spark_conf(
             "spark.executor.instances": str(spark.executor.instances),
             "spark.executor.cores": str(spark.executor.cores),
             "spark.executor.memory": spark.executor.memory.to_spark(),
+            # Executors get their security contexts from this template, a file the
+            # driver pod mounts from its own annotation (see executor_pod_template).
+            "spark.kubernetes.executor.podTemplateFile": POD_TEMPLATE_FILE,
+            "spark.kubernetes.executor.podTemplateContainerName": EXECUTOR_CONTAINER,
+            # No per-application executor ConfigMap: the executors get their settings
+            # from the environment Spark sets, and the driver needs no rights to
+            # create or delete ConfigMaps (see build_role).
+            "spark.kubernetes.executor.disableConfigMap": "true",
         }
     )
     conf.update(executor_volume_conf(job))
@@ -197,6 +214,34 @@ def executor_volume_conf(job: CheckpointedJob) -> dict[str, str]:
             if source.get(option) is not None:
                 conf[f"{prefix}.options.{option}"] = str(source[option])
     return conf
+
+
+def executor_pod_template(job: CheckpointedJob) -> Manifest:
+    """The pod template Spark starts every executor pod from.
+
+    Spark keeps a template's security contexts and fills in what it owns (name,
+    namespace, labels, image, command, resources, env, the volumes of its
+    ``spark.kubernetes.executor.volumes.*`` settings). The template travels with the
+    driver pod as an annotation, mounted as a file through the downward API: it
+    always matches the attempt, and needs no object of its own and no rights.
+    """
+    pod = job.spec.pod
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"labels": {LABEL_JOB: job.metadata.name, LABEL_ROLE: ROLE_EXECUTOR}},
+        "spec": {
+            "securityContext": pod_security_context(pod.security_context),
+            "containers": [
+                {
+                    "name": EXECUTOR_CONTAINER,
+                    "securityContext": container_security_context(
+                        pod.container_security_context
+                    ),
+                }
+            ],
+        },
+    }
 
 
 def driver_env(job: CheckpointedJob, config: OperatorConfig) -> list[dict[str, Any]]:
@@ -267,9 +312,36 @@ def build_driver_pod(
             "requests": {"cpu": str(spark.driver.cores), "memory": memory},
             "limits": {"memory": memory},
         },
+        "securityContext": container_security_context(job.spec.pod.container_security_context),
     }
-    if job.spec.pod.volume_mounts:
-        container["volumeMounts"] = [dict(m) for m in job.spec.pod.volume_mounts]
+    mounts = [dict(m) for m in job.spec.pod.volume_mounts]
+    volumes = [dict(v) for v in job.spec.pod.volumes]
+    annotations = {
+        ANNOTATION_SPEC_HASH: spec_hash(job),
+        ANNOTATION_RESTORE: restore_pointer,
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(config.metrics_port),
+    }
+    if spark.is_kubernetes:
+        annotations[ANNOTATION_EXECUTOR_POD_TEMPLATE] = yaml.safe_dump(
+            executor_pod_template(job), sort_keys=True
+        )
+        mounts.append({"name": POD_TEMPLATE_VOLUME, "mountPath": POD_TEMPLATE_DIR,
+                       "readOnly": True})
+        volumes.append({
+            "name": POD_TEMPLATE_VOLUME,
+            "downwardAPI": {"items": [{
+                "path": POD_TEMPLATE_FILE.rsplit("/", 1)[1],
+                "fieldRef": {
+                    "fieldPath": f"metadata.annotations['{ANNOTATION_EXECUTOR_POD_TEMPLATE}']"
+                },
+            }]},
+        })
+    if mounts:
+        container["volumeMounts"] = mounts
+    placement = driver_pod_placement(job)
+    if volumes:
+        placement["volumes"] = volumes
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -278,20 +350,16 @@ def build_driver_pod(
             name=driver_pod_name(name, attempt),
             component=ROLE_DRIVER,
             extra_labels={LABEL_ROLE: ROLE_DRIVER, LABEL_ATTEMPT: str(attempt)},
-            annotations={
-                ANNOTATION_SPEC_HASH: spec_hash(job),
-                ANNOTATION_RESTORE: restore_pointer,
-                "prometheus.io/scrape": "true",
-                "prometheus.io/port": str(config.metrics_port),
-            },
+            annotations=annotations,
         ),
         "spec": {
             "restartPolicy": "Never",
             "serviceAccountName": service_account_name(name),
             "automountServiceAccountToken": True,
             "terminationGracePeriodSeconds": config.termination_grace_seconds,
+            "securityContext": pod_security_context(job.spec.pod.security_context),
             "containers": [container],
-            **driver_pod_placement(job),
+            **placement,
         },
     }
 
