@@ -109,6 +109,7 @@ class KubeCluster:
         self.api_client = api_client
         self.core: Any = k8s_client.CoreV1Api(api_client)
         self.rbac: Any = k8s_client.RbacAuthorizationV1Api(api_client)
+        self.networking: Any = k8s_client.NetworkingV1Api(api_client)
         self.custom: Any = k8s_client.CustomObjectsApi(api_client)
         self.instance = instance or os.environ.get("POD_NAME") or socket.gethostname()
 
@@ -331,6 +332,16 @@ class KubeCluster:
                     f"update RoleBinding {namespace}/{name}",
                     lambda: self.rbac.patch_namespaced_role_binding(
                         name, namespace, {"subjects": manifest["subjects"]},
+                        _content_type=MERGE_PATCH, _request_timeout=REQUEST_TIMEOUT),
+                )
+        elif kind == "NetworkPolicy":
+            created = _call(operation, lambda: self.networking.create_namespaced_network_policy(
+                namespace, manifest, _request_timeout=REQUEST_TIMEOUT), ok=frozenset({409}))
+            if created is None:
+                _call(
+                    f"update NetworkPolicy {namespace}/{name}",
+                    lambda: self.networking.patch_namespaced_network_policy(
+                        name, namespace, {"spec": manifest["spec"]},
                         _content_type=MERGE_PATCH, _request_timeout=REQUEST_TIMEOUT),
                 )
         else:

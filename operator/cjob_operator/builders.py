@@ -47,6 +47,7 @@ from cjob_spec.names import (
     driver_pod_name,
     driver_service_name,
     executor_pod_name_prefix,
+    network_policy_name,
     role_binding_name,
     role_name,
     service_account_name,
@@ -426,10 +427,18 @@ def build_role(job: CheckpointedJob) -> Manifest:
     """The driver's rights, and nothing more.
 
     Every driver may read and update only its own checkpoint ConfigMap (the store's
-    compare-and-swap) and create events (for example a restore fallback). With Spark
-    on Kubernetes it may also manage executor pods and the executor ConfigMap Spark
-    creates per application; it gets no access to Secrets and no access outside its
-    namespace.
+    compare-and-swap; checkpoint requests arrive as an annotation on it) and create
+    events. With Spark on Kubernetes it also manages its executor pods, as Spark's
+    scheduler backend does in client mode: create them, list and watch them (by
+    label), get the driver pod (the executors' owner), delete them one by one and by
+    label. Kubernetes cannot narrow create, list, watch or deletecollection by name,
+    and executor names are chosen by Spark at run time, so the pod rule covers the
+    namespace: that is why a job is best run in a namespace of its own (see the
+    chart README). Spark's executor ConfigMap is switched off
+    (``spark.kubernetes.executor.disableConfigMap``), so there is no other ConfigMap
+    right; in client mode Spark creates no Service, and without on-demand claims no
+    PersistentVolumeClaim (it only lists them, and tolerates being refused). No
+    Secrets, no access outside the namespace.
     """
     name = job.metadata.name
     rules: list[dict[str, Any]] = [
@@ -443,19 +452,13 @@ def build_role(job: CheckpointedJob) -> Manifest:
         {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
     ]
     if job.spec.spark.is_kubernetes:
-        rules += [
+        rules.append(
             {
                 "apiGroups": [""],
                 "resources": ["pods"],
                 "verbs": ["create", "get", "list", "watch", "delete", "deletecollection"],
-            },
-            {
-                # Spark writes its executors' configuration to a ConfigMap of its own.
-                "apiGroups": [""],
-                "resources": ["configmaps"],
-                "verbs": ["create", "list", "delete", "deletecollection"],
-            },
-        ]
+            }
+        )
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
@@ -482,6 +485,33 @@ def build_role_binding(job: CheckpointedJob) -> Manifest:
                 "namespace": job.metadata.namespace,
             }
         ],
+    }
+
+
+def build_network_policy(job: CheckpointedJob, *, operator_config: OperatorConfig) -> Manifest:
+    """Only the job's own pods may reach its pods; its metrics port, anyone.
+
+    It selects the driver and the executors by the job label both carry, and admits
+    traffic from pods with the same label (Spark's RPC, block transfers, the
+    subtasks' channels) plus the metrics port from anywhere, for Prometheus. Egress
+    is left open: drivers talk to the API server, S3 and DNS. A NetworkPolicy only
+    takes effect with a network plugin that enforces it.
+    """
+    labels = {LABEL_JOB: job.metadata.name}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _metadata(
+            job, name=network_policy_name(job.metadata.name), component="network-policy"
+        ),
+        "spec": {
+            "podSelector": {"matchLabels": dict(labels)},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {"from": [{"podSelector": {"matchLabels": dict(labels)}}]},
+                {"ports": [{"protocol": "TCP", "port": operator_config.metrics_port}]},
+            ],
+        },
     }
 
 

@@ -106,7 +106,8 @@ class Cluster(Protocol):
         """Create the empty store if it is missing (an existing one is never changed)."""
 
     def ensure_object(self, *, manifest: Manifest) -> None:
-        """Create a ServiceAccount, Role, RoleBinding or Service, or bring it up to date."""
+        """Create a ServiceAccount, Role, RoleBinding, Service or NetworkPolicy, or bring
+        it up to date."""
 
     def advance_fence(self, *, namespace: str, name: str, attempt: int) -> None:
         """Make ``attempt`` the only attempt allowed to write to the store ``name``."""

@@ -29,6 +29,7 @@ from cjob_operator.actions import (
     DeleteDriver,
     EmitEvent,
     EnsureCheckpointConfigMap,
+    EnsureNetworkPolicy,
     EnsureRole,
     EnsureRoleBinding,
     EnsureService,
@@ -40,6 +41,7 @@ from cjob_operator.actions import (
 from cjob_operator.builders import (
     build_driver_pod,
     build_driver_service,
+    build_network_policy,
     build_role,
     build_role_binding,
     build_service_account,
@@ -186,6 +188,8 @@ class ActionExecutor:
             cluster.ensure_object(manifest=build_role_binding(job))
         elif isinstance(action, EnsureService):
             cluster.ensure_object(manifest=build_driver_service(job, operator_config=config))
+        elif isinstance(action, EnsureNetworkPolicy):
+            cluster.ensure_object(manifest=build_network_policy(job, operator_config=config))
         elif isinstance(action, AdvanceFence):
             cluster.advance_fence(
                 namespace=namespace, name=checkpoint_configmap_name(name), attempt=action.attempt
