@@ -29,6 +29,7 @@ from cjob_operator.cluster import (
     ClusterError,
     JobRef,
     Manifest,
+    SecretAccessDeniedError,
     StatusConflictError,
     StoreReading,
 )
@@ -266,12 +267,19 @@ class KubeCluster:
         """S3 access like the driver's: the job's endpoint, region and credentials Secret."""
         access_key = secret_key = None
         if s3.credentials_secret:
-            secret = _call(
-                f"read Secret {namespace}/{s3.credentials_secret}",
-                lambda: self.core.read_namespaced_secret(
-                    s3.credentials_secret, namespace, _request_timeout=REQUEST_TIMEOUT
-                ),
-            )
+            try:
+                secret = _call(
+                    f"read Secret {namespace}/{s3.credentials_secret}",
+                    lambda: self.core.read_namespaced_secret(
+                        s3.credentials_secret, namespace, _request_timeout=REQUEST_TIMEOUT
+                    ),
+                )
+            except ClusterError as exc:
+                if "HTTP 403" not in exc.cause:
+                    raise
+                raise SecretAccessDeniedError(
+                    namespace=namespace, secret=s3.credentials_secret, cause=exc.cause
+                ) from None
             data = dict(getattr(secret, "data", None) or {})
             access_key = _decode(data.get("AWS_ACCESS_KEY_ID"))
             secret_key = _decode(data.get("AWS_SECRET_ACCESS_KEY"))

@@ -40,6 +40,21 @@ class ClusterError(Exception):
         return f"could not {self.operation}: {self.cause}"
 
 
+class SecretAccessDeniedError(ClusterError):
+    """The operator may not read the job's S3 credentials Secret.
+
+    The chart grants Secret reads only when asked to (``rbac.readSecrets``): without
+    them the operator cannot delete S3 checkpoint data on the job's behalf, so it
+    keeps the data and says where it is, instead of holding the deletion forever.
+    """
+
+    def __init__(self, *, namespace: str, secret: str, cause: str) -> None:
+        super().__init__(operation=f"read Secret {namespace}/{secret}", cause=cause,
+                         retryable=False)
+        self.namespace = namespace
+        self.secret = secret
+
+
 class StatusConflictError(ClusterError):
     """The job's status changed under us (another writer); plan again from a fresh read."""
 

@@ -48,7 +48,14 @@ from cjob_operator.builders import (
     owner_reference,
     standard_labels,
 )
-from cjob_operator.cluster import Cluster, ClusterError, JobRef, StatusConflictError, StoreReading
+from cjob_operator.cluster import (
+    Cluster,
+    ClusterError,
+    JobRef,
+    SecretAccessDeniedError,
+    StatusConflictError,
+    StoreReading,
+)
 from cjob_operator.config import OperatorConfig
 from cjob_operator.metrics import OperatorMetrics
 from cjob_operator.observed import DriverPod, Observed, StoreView, observe_driver_pod
@@ -214,9 +221,20 @@ class ActionExecutor:
         elif isinstance(action, DeleteCheckpoints):
             # The data first: once the ConfigMap is gone nothing points at it anyway,
             # but a failure in between must leave the pointers for the next try.
-            cluster.delete_checkpoint_data(
-                namespace=namespace, uri=action.uri, s3=job.spec.checkpoint.s3
-            )
+            try:
+                cluster.delete_checkpoint_data(
+                    namespace=namespace, uri=action.uri, s3=job.spec.checkpoint.s3
+                )
+            except SecretAccessDeniedError as exc:
+                # Waiting cannot help (the operator lacks the right), and holding the
+                # deletion forever helps nobody: keep the data and say where it is.
+                self._post_event(job, EmitEvent(
+                    type="Warning",
+                    reason="CheckpointsRetained",
+                    message=f"checkpoint data under {action.uri} kept: the operator may not "
+                    f"read Secret {exc.namespace}/{exc.secret} (chart value "
+                    f"rbac.readSecrets); delete it with the job's credentials",
+                ))
             cluster.delete_configmap(namespace=namespace, name=checkpoint_configmap_name(name))
         elif isinstance(action, RemoveFinalizer | RequeueAfter):
             pass  # carried out by the caller (kopf removes its finalizer, the loop waits)
