@@ -229,6 +229,11 @@ class PodSettings:
     tolerations: tuple[Mapping[str, Any], ...] = ()
     affinity: Mapping[str, Any] | None = None
     priority_class_name: str | None = None
+    security_context: Mapping[str, Any] = field(default_factory=dict)
+    """``spec.pod.securityContext`` as given: it adjusts the restricted defaults of the
+    driver's and executors' pod security context (``cjob_spec.security``)."""
+    container_security_context: Mapping[str, Any] = field(default_factory=dict)
+    """``spec.pod.containerSecurityContext`` as given, for their containers."""
 
     @property
     def is_default(self) -> bool:
@@ -243,6 +248,8 @@ class PodSettings:
             "tolerations": [dict(t) for t in self.tolerations],
             "affinity": dict(self.affinity) if self.affinity is not None else None,
             "priorityClassName": self.priority_class_name,
+            "securityContext": dict(self.security_context),
+            "containerSecurityContext": dict(self.container_security_context),
         }
         return {key: value for key, value in document.items() if value}
 

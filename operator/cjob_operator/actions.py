@@ -48,6 +48,14 @@ class EnsureService:
 
 
 @dataclass(frozen=True)
+class EnsureNetworkPolicy:
+    """Create or update the NetworkPolicy admitting only the job's own pods (see
+    ``builders.build_network_policy``); skipped when the operator runs without them."""
+
+    name: str
+
+
+@dataclass(frozen=True)
 class AdvanceFence:
     """Set the checkpoint ConfigMap's fence to ``attempt`` (never lower it).
 
@@ -122,6 +130,7 @@ Action = (
     | EnsureRole
     | EnsureRoleBinding
     | EnsureService
+    | EnsureNetworkPolicy
     | AdvanceFence
     | CreateDriver
     | DeleteDriver

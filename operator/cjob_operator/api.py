@@ -29,6 +29,7 @@ from cjob_operator.cluster import (
     ClusterError,
     JobRef,
     Manifest,
+    SecretAccessDeniedError,
     StatusConflictError,
     StoreReading,
 )
@@ -109,6 +110,7 @@ class KubeCluster:
         self.api_client = api_client
         self.core: Any = k8s_client.CoreV1Api(api_client)
         self.rbac: Any = k8s_client.RbacAuthorizationV1Api(api_client)
+        self.networking: Any = k8s_client.NetworkingV1Api(api_client)
         self.custom: Any = k8s_client.CustomObjectsApi(api_client)
         self.instance = instance or os.environ.get("POD_NAME") or socket.gethostname()
 
@@ -266,12 +268,19 @@ class KubeCluster:
         """S3 access like the driver's: the job's endpoint, region and credentials Secret."""
         access_key = secret_key = None
         if s3.credentials_secret:
-            secret = _call(
-                f"read Secret {namespace}/{s3.credentials_secret}",
-                lambda: self.core.read_namespaced_secret(
-                    s3.credentials_secret, namespace, _request_timeout=REQUEST_TIMEOUT
-                ),
-            )
+            try:
+                secret = _call(
+                    f"read Secret {namespace}/{s3.credentials_secret}",
+                    lambda: self.core.read_namespaced_secret(
+                        s3.credentials_secret, namespace, _request_timeout=REQUEST_TIMEOUT
+                    ),
+                )
+            except ClusterError as exc:
+                if "HTTP 403" not in exc.cause:
+                    raise
+                raise SecretAccessDeniedError(
+                    namespace=namespace, secret=s3.credentials_secret, cause=exc.cause
+                ) from None
             data = dict(getattr(secret, "data", None) or {})
             access_key = _decode(data.get("AWS_ACCESS_KEY_ID"))
             secret_key = _decode(data.get("AWS_SECRET_ACCESS_KEY"))
@@ -332,6 +341,16 @@ class KubeCluster:
                     f"update RoleBinding {namespace}/{name}",
                     lambda: self.rbac.patch_namespaced_role_binding(
                         name, namespace, {"subjects": manifest["subjects"]},
+                        _content_type=MERGE_PATCH, _request_timeout=REQUEST_TIMEOUT),
+                )
+        elif kind == "NetworkPolicy":
+            created = _call(operation, lambda: self.networking.create_namespaced_network_policy(
+                namespace, manifest, _request_timeout=REQUEST_TIMEOUT), ok=frozenset({409}))
+            if created is None:
+                _call(
+                    f"update NetworkPolicy {namespace}/{name}",
+                    lambda: self.networking.patch_namespaced_network_policy(
+                        name, namespace, {"spec": manifest["spec"]},
                         _content_type=MERGE_PATCH, _request_timeout=REQUEST_TIMEOUT),
                 )
         else:

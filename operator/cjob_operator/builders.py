@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import yaml
+
 from cjob_operator.config import OperatorConfig
 from cjob_spec.driver_env import driver_env as spec_driver_env
 from cjob_spec.errors import SpecError
@@ -26,6 +28,7 @@ from cjob_spec.model import (
     volume_kind,
 )
 from cjob_spec.names import (
+    ANNOTATION_EXECUTOR_POD_TEMPLATE,
     ANNOTATION_FENCE,
     ANNOTATION_RESTORE,
     ANNOTATION_SPEC_HASH,
@@ -44,12 +47,14 @@ from cjob_spec.names import (
     driver_pod_name,
     driver_service_name,
     executor_pod_name_prefix,
+    network_policy_name,
     role_binding_name,
     role_name,
     service_account_name,
 )
 from cjob_spec.quantities import MIB, format_kubernetes_memory
 from cjob_spec.runtime_args import configmap_store_arg, to_runtime_args
+from cjob_spec.security import container_security_context, pod_security_context
 
 Manifest = dict[str, Any]
 
@@ -59,6 +64,11 @@ ROLE_EXECUTOR = "executor"
 KUBERNETES_MASTER = "k8s://https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"
 """Kubernetes expands ``$(VAR)`` in container args from the container's environment,
 which includes the API server address every pod gets."""
+EXECUTOR_CONTAINER = "spark-kubernetes-executor"
+"""Spark's own name for the executor container, kept in the pod template."""
+POD_TEMPLATE_VOLUME = "executor-pod-template"
+POD_TEMPLATE_DIR = "/etc/checkpointed-jobs/executor-pod-template"
+POD_TEMPLATE_FILE = f"{POD_TEMPLATE_DIR}/pod.yaml"
 
 
 def standard_labels(job: CheckpointedJob, *, component: str) -> dict[str, str]:
@@ -160,6 +170,14 @@ def driver_spark_conf(
             "spark.executor.instances": str(spark.executor.instances),
             "spark.executor.cores": str(spark.executor.cores),
             "spark.executor.memory": spark.executor.memory.to_spark(),
+            # Executors get their security contexts from this template, a file the
+            # driver pod mounts from its own annotation (see executor_pod_template).
+            "spark.kubernetes.executor.podTemplateFile": POD_TEMPLATE_FILE,
+            "spark.kubernetes.executor.podTemplateContainerName": EXECUTOR_CONTAINER,
+            # No per-application executor ConfigMap: the executors get their settings
+            # from the environment Spark sets, and the driver needs no rights to
+            # create or delete ConfigMaps (see build_role).
+            "spark.kubernetes.executor.disableConfigMap": "true",
         }
     )
     conf.update(executor_volume_conf(job))
@@ -197,6 +215,34 @@ def executor_volume_conf(job: CheckpointedJob) -> dict[str, str]:
             if source.get(option) is not None:
                 conf[f"{prefix}.options.{option}"] = str(source[option])
     return conf
+
+
+def executor_pod_template(job: CheckpointedJob) -> Manifest:
+    """The pod template Spark starts every executor pod from.
+
+    Spark keeps a template's security contexts and fills in what it owns (name,
+    namespace, labels, image, command, resources, env, the volumes of its
+    ``spark.kubernetes.executor.volumes.*`` settings). The template travels with the
+    driver pod as an annotation, mounted as a file through the downward API: it
+    always matches the attempt, and needs no object of its own and no rights.
+    """
+    pod = job.spec.pod
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"labels": {LABEL_JOB: job.metadata.name, LABEL_ROLE: ROLE_EXECUTOR}},
+        "spec": {
+            "securityContext": pod_security_context(pod.security_context),
+            "containers": [
+                {
+                    "name": EXECUTOR_CONTAINER,
+                    "securityContext": container_security_context(
+                        pod.container_security_context
+                    ),
+                }
+            ],
+        },
+    }
 
 
 def driver_env(job: CheckpointedJob, config: OperatorConfig) -> list[dict[str, Any]]:
@@ -267,9 +313,36 @@ def build_driver_pod(
             "requests": {"cpu": str(spark.driver.cores), "memory": memory},
             "limits": {"memory": memory},
         },
+        "securityContext": container_security_context(job.spec.pod.container_security_context),
     }
-    if job.spec.pod.volume_mounts:
-        container["volumeMounts"] = [dict(m) for m in job.spec.pod.volume_mounts]
+    mounts = [dict(m) for m in job.spec.pod.volume_mounts]
+    volumes = [dict(v) for v in job.spec.pod.volumes]
+    annotations = {
+        ANNOTATION_SPEC_HASH: spec_hash(job),
+        ANNOTATION_RESTORE: restore_pointer,
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(config.metrics_port),
+    }
+    if spark.is_kubernetes:
+        annotations[ANNOTATION_EXECUTOR_POD_TEMPLATE] = yaml.safe_dump(
+            executor_pod_template(job), sort_keys=True
+        )
+        mounts.append({"name": POD_TEMPLATE_VOLUME, "mountPath": POD_TEMPLATE_DIR,
+                       "readOnly": True})
+        volumes.append({
+            "name": POD_TEMPLATE_VOLUME,
+            "downwardAPI": {"items": [{
+                "path": POD_TEMPLATE_FILE.rsplit("/", 1)[1],
+                "fieldRef": {
+                    "fieldPath": f"metadata.annotations['{ANNOTATION_EXECUTOR_POD_TEMPLATE}']"
+                },
+            }]},
+        })
+    if mounts:
+        container["volumeMounts"] = mounts
+    placement = driver_pod_placement(job)
+    if volumes:
+        placement["volumes"] = volumes
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -278,20 +351,16 @@ def build_driver_pod(
             name=driver_pod_name(name, attempt),
             component=ROLE_DRIVER,
             extra_labels={LABEL_ROLE: ROLE_DRIVER, LABEL_ATTEMPT: str(attempt)},
-            annotations={
-                ANNOTATION_SPEC_HASH: spec_hash(job),
-                ANNOTATION_RESTORE: restore_pointer,
-                "prometheus.io/scrape": "true",
-                "prometheus.io/port": str(config.metrics_port),
-            },
+            annotations=annotations,
         ),
         "spec": {
             "restartPolicy": "Never",
             "serviceAccountName": service_account_name(name),
             "automountServiceAccountToken": True,
             "terminationGracePeriodSeconds": config.termination_grace_seconds,
+            "securityContext": pod_security_context(job.spec.pod.security_context),
             "containers": [container],
-            **driver_pod_placement(job),
+            **placement,
         },
     }
 
@@ -358,10 +427,18 @@ def build_role(job: CheckpointedJob) -> Manifest:
     """The driver's rights, and nothing more.
 
     Every driver may read and update only its own checkpoint ConfigMap (the store's
-    compare-and-swap) and create events (for example a restore fallback). With Spark
-    on Kubernetes it may also manage executor pods and the executor ConfigMap Spark
-    creates per application; it gets no access to Secrets and no access outside its
-    namespace.
+    compare-and-swap; checkpoint requests arrive as an annotation on it) and create
+    events. With Spark on Kubernetes it also manages its executor pods, as Spark's
+    scheduler backend does in client mode: create them, list and watch them (by
+    label), get the driver pod (the executors' owner), delete them one by one and by
+    label. Kubernetes cannot narrow create, list, watch or deletecollection by name,
+    and executor names are chosen by Spark at run time, so the pod rule covers the
+    namespace: that is why a job is best run in a namespace of its own (see the
+    chart README). Spark's executor ConfigMap is switched off
+    (``spark.kubernetes.executor.disableConfigMap``), so there is no other ConfigMap
+    right; in client mode Spark creates no Service, and without on-demand claims no
+    PersistentVolumeClaim (it only lists them, and tolerates being refused). No
+    Secrets, no access outside the namespace.
     """
     name = job.metadata.name
     rules: list[dict[str, Any]] = [
@@ -375,19 +452,13 @@ def build_role(job: CheckpointedJob) -> Manifest:
         {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
     ]
     if job.spec.spark.is_kubernetes:
-        rules += [
+        rules.append(
             {
                 "apiGroups": [""],
                 "resources": ["pods"],
                 "verbs": ["create", "get", "list", "watch", "delete", "deletecollection"],
-            },
-            {
-                # Spark writes its executors' configuration to a ConfigMap of its own.
-                "apiGroups": [""],
-                "resources": ["configmaps"],
-                "verbs": ["create", "list", "delete", "deletecollection"],
-            },
-        ]
+            }
+        )
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
@@ -414,6 +485,33 @@ def build_role_binding(job: CheckpointedJob) -> Manifest:
                 "namespace": job.metadata.namespace,
             }
         ],
+    }
+
+
+def build_network_policy(job: CheckpointedJob, *, operator_config: OperatorConfig) -> Manifest:
+    """Only the job's own pods may reach its pods; its metrics port, anyone.
+
+    It selects the driver and the executors by the job label both carry, and admits
+    traffic from pods with the same label (Spark's RPC, block transfers, the
+    subtasks' channels) plus the metrics port from anywhere, for Prometheus. Egress
+    is left open: drivers talk to the API server, S3 and DNS. A NetworkPolicy only
+    takes effect with a network plugin that enforces it.
+    """
+    labels = {LABEL_JOB: job.metadata.name}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _metadata(
+            job, name=network_policy_name(job.metadata.name), component="network-policy"
+        ),
+        "spec": {
+            "podSelector": {"matchLabels": dict(labels)},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {"from": [{"podSelector": {"matchLabels": dict(labels)}}]},
+                {"ports": [{"protocol": "TCP", "port": operator_config.metrics_port}]},
+            ],
+        },
     }
 
 

@@ -41,6 +41,21 @@ class ClusterError(Exception):
         return f"could not {self.operation}: {self.cause}"
 
 
+class SecretAccessDeniedError(ClusterError):
+    """The operator may not read the job's S3 credentials Secret.
+
+    The chart grants Secret reads only when asked to (``rbac.readSecrets``): without
+    them the operator cannot delete S3 checkpoint data on the job's behalf, so it
+    keeps the data and says where it is, instead of holding the deletion forever.
+    """
+
+    def __init__(self, *, namespace: str, secret: str, cause: str) -> None:
+        super().__init__(operation=f"read Secret {namespace}/{secret}", cause=cause,
+                         retryable=False)
+        self.namespace = namespace
+        self.secret = secret
+
+
 class StatusConflictError(ClusterError):
     """The job's status changed under us (another writer); plan again from a fresh read."""
 
@@ -109,7 +124,8 @@ class Cluster(Protocol):
         """Create the empty store if it is missing (an existing one is never changed)."""
 
     def ensure_object(self, *, manifest: Manifest) -> None:
-        """Create a ServiceAccount, Role, RoleBinding or Service, or bring it up to date."""
+        """Create a ServiceAccount, Role, RoleBinding, Service or NetworkPolicy, or bring
+        it up to date."""
 
     def advance_fence(self, *, namespace: str, name: str, attempt: int) -> None:
         """Make ``attempt`` the only attempt allowed to write to the store ``name``."""

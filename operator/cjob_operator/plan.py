@@ -38,6 +38,7 @@ from cjob_operator.actions import (
     DeleteDriver,
     EmitEvent,
     EnsureCheckpointConfigMap,
+    EnsureNetworkPolicy,
     EnsureRole,
     EnsureRoleBinding,
     EnsureService,
@@ -61,6 +62,7 @@ from cjob_spec.names import (
     driver_pod_name,
     driver_service_name,
     job_checkpoint_dir,
+    network_policy_name,
     role_binding_name,
     role_name,
     service_account_name,
@@ -114,6 +116,9 @@ class PlanSettings:
     """Longest time between two passes over a job that is not finished."""
     keep_finished_attempts: int = 3
     """Finished driver pods kept for their logs (older ones are deleted)."""
+    network_policies: bool = True
+    """Give each job a NetworkPolicy admitting only its own pods (``--no-network-policies``
+    turns it off, for clusters that manage policies themselves)."""
 
 
 @dataclass(frozen=True)
@@ -410,6 +415,8 @@ def _start_attempt(draft: _Draft, *, reason: str, reset_restarts: bool) -> None:
     draft.act(EnsureRoleBinding(name=role_binding_name(draft.name)))
     if job.spec.spark.is_kubernetes:
         draft.act(EnsureService(name=driver_service_name(draft.name)))
+    if draft.settings.network_policies:
+        draft.act(EnsureNetworkPolicy(name=network_policy_name(draft.name)))
     draft.act(AdvanceFence(attempt=attempt))
     draft.act(CreateDriver(name=pod_name, attempt=attempt, restore_pointer=pointer, image=image))
     message = f"started attempt {attempt} (pod {pod_name}) from {origin}"

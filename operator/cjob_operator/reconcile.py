@@ -29,6 +29,7 @@ from cjob_operator.actions import (
     DeleteDriver,
     EmitEvent,
     EnsureCheckpointConfigMap,
+    EnsureNetworkPolicy,
     EnsureRole,
     EnsureRoleBinding,
     EnsureService,
@@ -40,13 +41,21 @@ from cjob_operator.actions import (
 from cjob_operator.builders import (
     build_driver_pod,
     build_driver_service,
+    build_network_policy,
     build_role,
     build_role_binding,
     build_service_account,
     owner_reference,
     standard_labels,
 )
-from cjob_operator.cluster import Cluster, ClusterError, JobRef, StatusConflictError, StoreReading
+from cjob_operator.cluster import (
+    Cluster,
+    ClusterError,
+    JobRef,
+    SecretAccessDeniedError,
+    StatusConflictError,
+    StoreReading,
+)
 from cjob_operator.config import OperatorConfig
 from cjob_operator.metrics import OperatorMetrics
 from cjob_operator.observed import (
@@ -205,6 +214,8 @@ class ActionExecutor:
             cluster.ensure_object(manifest=build_role_binding(job))
         elif isinstance(action, EnsureService):
             cluster.ensure_object(manifest=build_driver_service(job, operator_config=config))
+        elif isinstance(action, EnsureNetworkPolicy):
+            cluster.ensure_object(manifest=build_network_policy(job, operator_config=config))
         elif isinstance(action, AdvanceFence):
             cluster.advance_fence(
                 namespace=namespace, name=checkpoint_configmap_name(name), attempt=action.attempt
@@ -229,9 +240,20 @@ class ActionExecutor:
         elif isinstance(action, DeleteCheckpoints):
             # The data first: once the ConfigMap is gone nothing points at it anyway,
             # but a failure in between must leave the pointers for the next try.
-            cluster.delete_checkpoint_data(
-                namespace=namespace, uri=action.uri, s3=job.spec.checkpoint.s3
-            )
+            try:
+                cluster.delete_checkpoint_data(
+                    namespace=namespace, uri=action.uri, s3=job.spec.checkpoint.s3
+                )
+            except SecretAccessDeniedError as exc:
+                # Waiting cannot help (the operator lacks the right), and holding the
+                # deletion forever helps nobody: keep the data and say where it is.
+                self._post_event(job, EmitEvent(
+                    type="Warning",
+                    reason="CheckpointsRetained",
+                    message=f"checkpoint data under {action.uri} kept: the operator may not "
+                    f"read Secret {exc.namespace}/{exc.secret} (chart value "
+                    f"rbac.readSecrets); delete it with the job's credentials",
+                ))
             cluster.delete_configmap(namespace=namespace, name=checkpoint_configmap_name(name))
         elif isinstance(action, RemoveFinalizer | RequeueAfter):
             pass  # carried out by the caller (kopf removes its finalizer, the loop waits)

@@ -223,8 +223,9 @@ def test_by_default_the_operator_watches_all_namespaces_standalone(render: Rende
 @pytest.mark.parametrize(
     "values",
     [{}, {"watchNamespaces": ["team-a", "team-b"], "replicaCount": 2},
-     {"peering": {"enabled": True}, "logLevel": "DEBUG", "metrics": {"port": 9100}}],
-    ids=["defaults", "namespaced-peering", "cluster-peering-debug"],
+     {"peering": {"enabled": True}, "logLevel": "DEBUG", "metrics": {"port": 9100}},
+     {"networkPolicy": {"enabled": False}}],
+    ids=["defaults", "namespaced-peering", "cluster-peering-debug", "no-network-policies"],
 )  # fmt: skip
 def test_the_operator_accepts_the_arguments_the_chart_gives_it(
     render: Render, values: dict[str, Any]
@@ -240,6 +241,7 @@ def test_the_operator_accepts_the_arguments_the_chart_gives_it(
     assert options.peering == ("cjob-checkpointed-jobs" if peering else None)
     assert options.standalone is (not peering)
     assert options.verbose is (values.get("logLevel") == "DEBUG")
+    assert options.network_policies is values.get("networkPolicy", {}).get("enabled", True)
 
 
 def test_the_runtime_image_reaches_the_operator_with_the_app_version_as_its_tag(

@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import yaml
 from cjob_operator.builders import (
     KUBERNETES_MASTER,
+    POD_TEMPLATE_VOLUME,
     build_checkpoint_configmap,
     build_driver_pod,
     build_driver_service,
@@ -19,6 +21,7 @@ from cjob_operator.observed import observe_driver_pod
 from operator_world import make_job
 
 from cjob_spec import CheckpointedJob, SpecError, parse_job, spec_hash
+from cjob_spec.names import ANNOTATION_EXECUTOR_POD_TEMPLATE
 
 CONFIG = OperatorConfig()
 STANDARD_LABELS = {
@@ -324,7 +327,7 @@ def test_the_driver_role_is_least_privilege() -> None:
         if "resourceNames" not in rule
         for verb in rule["verbs"]
     }
-    assert not {"update", "patch", "get"} & other_configmap_verbs
+    assert other_configmap_verbs == set()   # Spark's executor ConfigMap is switched off
     (pods,) = rules_for(role, "pods")
     assert set(pods["verbs"]) == {"create", "get", "list", "watch", "delete", "deletecollection"}
     assert all("create" in rule["verbs"] for rule in rules_for(role, "events"))
@@ -372,8 +375,11 @@ def test_pod_settings_reach_the_driver_pod() -> None:
                         "affinity": {"nodeAffinity": {"x": 1}}, "priorityClassName": "batch"})
     spec = driver_pod(job, attempt=1, restore_pointer="latest",
                             operator_config=CONFIG)["spec"]
-    assert spec["volumes"] == CHECKPOINT_VOLUMES["volumes"]
-    assert spec["containers"][0]["volumeMounts"] == CHECKPOINT_VOLUMES["volumeMounts"]
+    user_volumes = [v for v in spec["volumes"] if v["name"] != POD_TEMPLATE_VOLUME]
+    user_mounts = [m for m in spec["containers"][0]["volumeMounts"]
+                   if m["name"] != POD_TEMPLATE_VOLUME]
+    assert user_volumes == CHECKPOINT_VOLUMES["volumes"]
+    assert user_mounts == CHECKPOINT_VOLUMES["volumeMounts"]
     assert spec["nodeSelector"] == {"pool": "spark"}
     assert spec["tolerations"] == [toleration]
     assert spec["affinity"] == {"nodeAffinity": {"x": 1}}
@@ -383,8 +389,11 @@ def test_pod_settings_reach_the_driver_pod() -> None:
 def test_a_driver_pod_without_pod_settings_has_no_placement_fields() -> None:
     spec = driver_pod(make_job(), attempt=1, restore_pointer="latest",
                             operator_config=CONFIG)["spec"]
-    assert not {"volumes", "nodeSelector", "tolerations", "affinity",
-                "priorityClassName"} & set(spec)
+    assert not {"nodeSelector", "tolerations", "affinity", "priorityClassName"} & set(spec)
+    assert [v["name"] for v in spec["volumes"]] == [POD_TEMPLATE_VOLUME]
+    local = make_job(spark={"master": "local[2]"})
+    spec = driver_pod(local, attempt=1, restore_pointer="latest", operator_config=CONFIG)["spec"]
+    assert "volumes" not in spec
     assert "volumeMounts" not in spec["containers"][0]
 
 
@@ -407,3 +416,48 @@ def test_a_local_mode_driver_gets_no_executor_volume_settings() -> None:
     conf = spark_conf(args_of(driver_pod(job, attempt=1, restore_pointer="latest",
                                                operator_config=CONFIG)))
     assert not [key for key in conf if key.startswith("spark.kubernetes.")]
+
+
+# --- pod security ----------------------------------------------------------------------
+
+
+def test_the_driver_pod_and_container_carry_the_restricted_security_contexts() -> None:
+    pod = driver_pod(make_job(), attempt=1, restore_pointer="latest", operator_config=CONFIG)
+    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+    assert pod["spec"]["securityContext"]["runAsUser"] == 185
+    container = pod["spec"]["containers"][0]["securityContext"]
+    assert container["allowPrivilegeEscalation"] is False
+    assert container["capabilities"] == {"drop": ["ALL"]}
+
+
+def test_executors_start_from_a_template_the_driver_pod_mounts_from_its_annotation() -> None:
+    job = make_job(pod={"securityContext": {"runAsUser": 1000}})
+    pod = driver_pod(job, attempt=1, restore_pointer="latest", operator_config=CONFIG)
+    conf = spark_conf(args_of(pod))
+    template = yaml.safe_load(pod["metadata"]["annotations"][ANNOTATION_EXECUTOR_POD_TEMPLATE])
+    assert template["spec"]["securityContext"] == pod["spec"]["securityContext"]
+    assert template["spec"]["securityContext"]["runAsUser"] == 1000
+    assert (template["spec"]["containers"][0]["securityContext"]
+            == pod["spec"]["containers"][0]["securityContext"])
+    mount = next(m for m in pod["spec"]["containers"][0]["volumeMounts"]
+                 if m["name"] == POD_TEMPLATE_VOLUME)
+    volume = next(v for v in pod["spec"]["volumes"] if v["name"] == POD_TEMPLATE_VOLUME)
+    item = volume["downwardAPI"]["items"][0]
+    assert f"{mount['mountPath']}/{item['path']}" == conf[
+        "spark.kubernetes.executor.podTemplateFile"]
+    assert ANNOTATION_EXECUTOR_POD_TEMPLATE in item["fieldRef"]["fieldPath"]
+    assert conf["spark.kubernetes.executor.disableConfigMap"] == "true"
+
+
+def test_a_local_driver_has_no_executor_template() -> None:
+    job = make_job(spark={"master": "local[2]"})
+    pod = driver_pod(job, attempt=1, restore_pointer="latest", operator_config=CONFIG)
+    assert ANNOTATION_EXECUTOR_POD_TEMPLATE not in pod["metadata"]["annotations"]
+    assert "spark.kubernetes.executor.podTemplateFile" not in spark_conf(args_of(pod))
+
+
+@pytest.mark.parametrize("key", ["spark.kubernetes.executor.podTemplateFile",
+                                 "spark.kubernetes.executor.disableConfigMap"])
+def test_the_template_and_configmap_settings_are_the_operators(key: str) -> None:
+    with pytest.raises(SpecError, match="is managed by the operator"):
+        make_job(spark={"conf": {key: "x"}})

@@ -41,6 +41,7 @@ def test_a_new_job_gets_its_store_rbac_service_fence_and_first_driver_in_that_or
         "EnsureRole",
         "EnsureRoleBinding",
         "EnsureService",
+        "EnsureNetworkPolicy",
         "AdvanceFence",
         "CreateDriver",
         "EmitEvent",
@@ -746,3 +747,12 @@ def test_events_are_the_only_way_decisions_are_announced() -> None:
     events = result.of_type(EmitEvent)
     assert [(e.type, e.reason) for e in events] == [("Warning", "CheckpointFailuresExceeded")]
     assert "restart 1 of at most 5 in 10s" in events[0].message
+
+
+def test_an_operator_without_network_policies_gives_the_job_none() -> None:
+    from cjob_operator.plan import PlanSettings, plan
+
+    observed = observe(make_job(), JobStatus(), store=StoreView(exists=False))
+    result = plan(observed, now=T0, settings=PlanSettings(network_policies=False))
+    assert "EnsureNetworkPolicy" not in kinds(result)
+    assert "CreateDriver" in kinds(result)

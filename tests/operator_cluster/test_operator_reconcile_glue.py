@@ -59,6 +59,7 @@ def test_a_new_job_gets_its_store_rights_fence_and_first_driver_in_that_order(cl
         "ensure_object(ServiceAccount)",
         "ensure_object(Role)",
         "ensure_object(RoleBinding)",
+        "ensure_object(NetworkPolicy)",
         "advance_fence(1)",
         "create_pod(sums-attempt-1)",
         "write_status",
@@ -295,3 +296,25 @@ def test_pods_of_an_earlier_job_with_the_same_name_are_not_this_jobs_pods(clock:
     assert observe_pods([stranger], job_name="sums", job_uid="uid-1") == ()
     assert len(observe_pods([pod], job_name="sums", job_uid="uid-1")) == 1
     assert observe_pods([pod], job_name="other", job_uid="uid-1") == ()
+
+
+def test_deleting_when_the_credentials_secret_may_not_be_read_keeps_the_data_and_says_so(
+    clock: Clock,
+) -> None:
+    """The chart's default RBAC reads no Secrets: the deletion must still finish."""
+    from cjob_operator.cluster import SecretAccessDeniedError
+
+    cluster = FakeCluster(job=job_document(cleanupPolicy={"checkpoints": "Delete"}))
+    subject = reconciler(cluster, clock)
+    run_pass(subject, cluster)
+    cluster.set_pod_state("sums-attempt-1", "Succeeded", exit_code=0)
+    cluster.fail["delete_checkpoint_data"] = SecretAccessDeniedError(
+        namespace="team", secret="s3-creds", cause="HTTP 403: forbidden")
+    assert cluster.job is not None
+    cluster.job["metadata"]["deletionTimestamp"] = "2024-05-01T12:01:00Z"
+    assert run_pass(subject, cluster).finalized
+    (retained,) = [e for e in cluster.events if e.reason == "CheckpointsRetained"]
+    assert retained.type == "Warning"
+    assert "file:///ckpt/sums-uid-1" in retained.message
+    assert "Secret team/s3-creds" in retained.message
+    assert "rbac.readSecrets" in retained.message

@@ -61,6 +61,12 @@ ACCEPTED: list[tuple[str, dict[str, Any]]] = [
     ("another job's checkpoint, allowed",
      with_field(with_field(minimal(), "spec.restore.from", FOREIGN), "spec.restore.allowForeignJob",
                 True)),
+    ("adjusted security contexts", with_field(
+        with_field(minimal(), "spec.pod.securityContext",
+                   {"runAsUser": 1000, "seccompProfile": {"type": "Localhost",
+                                                          "localhostProfile": "spark.json"}}),
+        "spec.pod.containerSecurityContext",
+        {"privileged": True, "allowPrivilegeEscalation": True})),
 ]
 
 REFUSED: list[tuple[str, dict[str, Any], str]] = [
@@ -79,6 +85,23 @@ REFUSED: list[tuple[str, dict[str, Any], str]] = [
      with_field(with_field(minimal(), "spec.restore.from", 7), "spec.restore.allowForeignJob",
                 True),
      "allowForeignJob applies only to a checkpoint path"),
+    ("localhost seccomp without a profile",
+     with_field(minimal(), "spec.pod.securityContext", {"seccompProfile": {"type": "Localhost"}}),
+     "localhostProfile is required with type Localhost"),
+    ("a profile with runtime default",
+     with_field(minimal(), "spec.pod.containerSecurityContext",
+                {"appArmorProfile": {"type": "RuntimeDefault", "localhostProfile": "x"}}),
+     "localhostProfile is required with type Localhost"),
+    ("privileged without privilege escalation",
+     with_field(minimal(), "spec.pod.containerSecurityContext", {"privileged": True}),
+     "privileged needs allowPrivilegeEscalation true"),
+    ("lower-case capability",
+     with_field(minimal(), "spec.pod.containerSecurityContext",
+                {"capabilities": {"drop": ["all"]}}),
+     "spec.pod.containerSecurityContext.capabilities.drop[0]"),
+    ("negative user",
+     with_field(minimal(), "spec.pod.securityContext", {"runAsUser": -1}),
+     "spec.pod.securityContext.runAsUser"),
 ]
 
 

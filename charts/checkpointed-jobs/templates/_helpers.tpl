@@ -121,10 +121,11 @@ driver's; this avoids the much broader "escalate" and "bind" verbs.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "list", "watch", "create", "delete", "deletecollection"]
-# Checkpoint metadata ConfigMaps (<job>-checkpoints) and Spark's executor ConfigMaps.
+# Checkpoint metadata ConfigMaps (<job>-checkpoints): created, fenced and annotated by
+# the operator, deleted with cleanupPolicy Delete.
 - apiGroups: [""]
   resources: ["configmaps"]
-  verbs: ["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"]
+  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
 # The headless Service giving each driver a stable name for its executors.
 - apiGroups: [""]
   resources: ["services"]
@@ -143,10 +144,19 @@ driver's; this avoids the much broader "escalate" and "bind" verbs.
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
-# S3 credentials named by spec.checkpoint.s3.credentialsSecret (read only, by name).
+{{- if .Values.networkPolicy.enabled }}
+# Each job's NetworkPolicy, admitting only the job's own pods.
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["get", "create", "patch", "delete"]
+{{- end }}
+{{- if .Values.rbac.readSecrets }}
+# S3 credentials named by spec.checkpoint.s3.credentialsSecret, read (one by one, by
+# name) only to delete the checkpoint data of jobs with cleanupPolicy Delete.
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["get"]
+{{- end }}
 {{- if include "cjob.peeringEnabled" . }}
 {{- if not (include "cjob.clusterWide" .) }}
 # kopf peering in namespaced mode: one KopfPeering per watched namespace.
