@@ -15,7 +15,6 @@ from typing import Any
 
 from cjob_operator.cluster import ClusterError, JobRef, Manifest, StatusConflictError, StoreReading
 
-from cjob_spec.model import S3Settings
 from cjob_spec.status import CheckpointRef
 from job_runtime.store.configmap_layout import StoreOwner
 
@@ -63,7 +62,6 @@ class FakeCluster:
     store_annotations: dict[str, str] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
     calls: list[str] = field(default_factory=list)
-    deleted_data: list[str] = field(default_factory=list)
     fail: dict[str, ClusterError] = field(default_factory=dict)
     """Method name -> the error it raises (every time)."""
     conflict_status_once: bool = False
@@ -139,12 +137,6 @@ class FakeCluster:
         self._enter("delete_configmap", name)
         self.store = None
 
-    def delete_checkpoint_data(
-        self, *, namespace: str, uri: str, s3: S3Settings | None
-    ) -> None:
-        self._enter("delete_checkpoint_data", uri)
-        self.deleted_data.append(uri)
-
     # --- pods and companions ------------------------------------------------------------
 
     def create_pod(self, *, manifest: Manifest) -> None:
@@ -176,8 +168,10 @@ class FakeCluster:
         *,
         started: str = "2024-05-01T12:00:05Z",
         exit_code: int | None = None,
+        message: str | None = None,
     ) -> None:
-        """Report a pod's status the way the kubelet would."""
+        """Report a pod's status the way the kubelet would (``message``: the
+        container's termination message)."""
         pod = self.pods[name]
         state: dict[str, Any]
         if phase == "Running":
@@ -189,13 +183,16 @@ class FakeCluster:
                     "startedAt": started,
                     "finishedAt": "2024-05-01T12:00:30Z",
                     "reason": "Completed" if exit_code in (0, None) else "Error",
+                    **({"message": message} if message else {}),
                 }
             }
         else:
             state = {"waiting": {"reason": "ContainerCreating"}}
         pod["status"] = {
             "phase": phase,
-            "containerStatuses": [{"name": "driver", "state": state}],
+            "containerStatuses": [
+                {"name": pod["spec"]["containers"][0]["name"], "state": state}
+            ],
         }
         pod["metadata"].setdefault("creationTimestamp", "2024-05-01T12:00:00Z")
 
