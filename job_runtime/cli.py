@@ -112,13 +112,14 @@ def exit_on_sigterm() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     exit_on_sigterm()
+    ns = build_parser().parse_args(argv)
+    if ns.command == "cleanup":
+        # No INFO logging: the command's outcome is its one last line.
+        return run_cleanup(uri=ns.uri, job_name=ns.job_name, job_uid=ns.job_uid,
+                           termination_log=ns.termination_log)
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
-    ns = build_parser().parse_args(argv)
-    if ns.command == "cleanup":
-        return run_cleanup(uri=ns.uri, job_name=ns.job_name, job_uid=ns.job_uid,
-                           termination_log=ns.termination_log)
     try:
         settings = settings_from_args(ns)
     except SystemExit as exc:

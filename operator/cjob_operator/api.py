@@ -258,6 +258,17 @@ class KubeCluster:
             ok=frozenset({409}),
         )
 
+    def read_pod(self, *, namespace: str, name: str) -> Mapping[str, Any] | None:
+        pod = _call(
+            f"read pod {namespace}/{name}",
+            lambda: self.core.read_namespaced_pod(name, namespace,
+                                                  _request_timeout=REQUEST_TIMEOUT),
+            ok=frozenset({404}),
+        )
+        if pod is None:
+            return None
+        return cast(Mapping[str, Any], self.api_client.sanitize_for_serialization(pod))
+
     def delete_pod(self, *, namespace: str, name: str, force: bool) -> None:
         options: dict[str, Any] = {"propagationPolicy": "Background"}
         if force:

@@ -117,6 +117,9 @@ class Cluster(Protocol):
     def create_pod(self, *, manifest: Manifest) -> None:
         """Create a pod; AlreadyExists is success."""
 
+    def read_pod(self, *, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """The pod as the API server has it now, or None if there is none."""
+
     def delete_pod(self, *, namespace: str, name: str, force: bool) -> None:
         """Delete a pod (grace period 0 when ``force``); NotFound is success."""
 

@@ -3,8 +3,7 @@
 * One daemon per CheckpointedJob runs :func:`cjob_operator.loops.run_job_loop`, which
   reconciles from the observed state whenever the job, its driver pods or its
   checkpoint ConfigMap change, and when the plan's requeue delay expires.
-* The pod indexes give each pass the job's driver pods and its cleanup pod without
-  an API call.
+* The pod index gives each pass the job's driver pods without an API call.
 * Event handlers only wake the job's loop; they never decide anything.
 * The delete handler runs the finalizer path until the plan says it is done; kopf
   removes the ``checkpointed.io/finalizer`` finalizer when it returns.
@@ -26,10 +25,6 @@ DRIVER_LABELS: dict[str, Any] = {
     LABEL_JOB: kopf.PRESENT,
     LABEL_ROLE: "driver",
 }
-CLEANUP_LABELS: dict[str, Any] = {
-    LABEL_JOB: kopf.PRESENT,
-    LABEL_ROLE: "cleanup",
-}
 STORE_LABELS: dict[str, Any] = {LABEL_JOB: kopf.PRESENT}
 FINALIZE_RETRY_SECONDS = 5.0
 
@@ -44,21 +39,12 @@ def _runtime(memo: Any) -> startup.OperatorRuntime:
 
 
 def _pods(kwargs: Mapping[str, Any], namespace: str | None, name: str) -> list[dict[str, Any]]:
-    key = (namespace or "", name)
-    drivers: PodIndex = kwargs["driver_pods"]
-    cleanup: PodIndex = kwargs["cleanup_pods"]
-    return [*drivers.get(key, []), *cleanup.get(key, [])]
+    index: PodIndex = kwargs["driver_pods"]
+    return list(index.get((namespace or "", name), []))
 
 
 @kopf.index("v1", "pods", labels=DRIVER_LABELS)
 def driver_pods(
-    *, namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_: Any
-) -> dict[tuple[str, str | None], dict[str, Any]]:
-    return {(namespace or "", labels.get(LABEL_JOB)): dict(body.items())}
-
-
-@kopf.index("v1", "pods", labels=CLEANUP_LABELS)
-def cleanup_pods(
     *, namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_: Any
 ) -> dict[tuple[str, str | None], dict[str, Any]]:
     return {(namespace or "", labels.get(LABEL_JOB)): dict(body.items())}

@@ -250,13 +250,16 @@ def observe_cleanup_pod(pod: Mapping[str, Any]) -> CleanupPod | None:
     state = _pod_state(pod, container_name=CLEANUP_CONTAINER)
     if state is None:
         return None
+    # The cleanup command's outcome is its last line; a message taken from the log
+    # (terminationMessagePolicy FallbackToLogsOnError) may hold more.
+    lines = [line.strip() for line in (state.message or "").splitlines() if line.strip()]
     return CleanupPod(
         name=state.name,
         phase=state.phase,
         created_at=state.created_at,
         exit_code=state.exit_code,
         reason=state.reason,
-        message=state.message,
+        message=lines[-1] if lines else None,
         deletion_timestamp=state.deletion_timestamp,
     )
 

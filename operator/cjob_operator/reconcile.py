@@ -1,7 +1,7 @@
 """One reconciliation pass over one CheckpointedJob: observe, plan, execute, record.
 
 Each pass starts from what the API server has *now* (the job is read fresh, its
-driver and cleanup pods come from the operator's pod index, its checkpoint store is read), never
+driver pods come from the operator's pod index, a deleted job's cleanup pod is read, its checkpoint store is read), never
 from the event that woke it up. ``plan`` decides; the actions are executed in order
 and the pass stops at the first failing one (every action is idempotent, so the next
 pass simply redoes what is still needed). The status ``plan`` returns is written only
@@ -71,8 +71,8 @@ from cjob_operator.observed import (
 )
 from cjob_operator.plan import Plan, PlanSettings, plan, plan_invalid_spec
 from cjob_spec.errors import SpecError
-from cjob_spec.model import CheckpointedJob
-from cjob_spec.names import LABEL_JOB, checkpoint_configmap_name
+from cjob_spec.model import CheckpointCleanup, CheckpointedJob
+from cjob_spec.names import LABEL_JOB, checkpoint_configmap_name, cleanup_pod_name
 from cjob_spec.parse import parse_job
 from cjob_spec.status import JobStatus, Phase
 
@@ -368,11 +368,19 @@ class Reconciler:
             )
         except ClusterError as exc:
             return self._failed(key, step="read-store", error=exc, job=job)
+        cleanup: list[Mapping[str, Any]] = []
+        if deleting and job.spec.cleanup_policy.checkpoints is CheckpointCleanup.DELETE:
+            # Read, not indexed: only a job being deleted has one, for a few seconds.
+            try:
+                found = self.cluster.read_pod(namespace=namespace, name=cleanup_pod_name(name))
+            except ClusterError as exc:
+                return self._failed(key, step="read-cleanup-pod", error=exc, job=job)
+            cleanup = [found] if found is not None else []
         observed = Observed(
             job=job,
             status=status,
             pods=observe_pods(pods, job_name=name, job_uid=job.metadata.uid),
-            cleanup_pod=observe_cleanup(pods, job_name=name, job_uid=job.metadata.uid),
+            cleanup_pod=observe_cleanup(cleanup, job_name=name, job_uid=job.metadata.uid),
             store=observe_store(reading, job_name=name, job_uid=job.metadata.uid),
             deleting=deleting,
             default_image=self.operator_config.default_image,

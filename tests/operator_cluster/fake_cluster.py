@@ -144,6 +144,11 @@ class FakeCluster:
         self._enter("create_pod", name)
         self.pods.setdefault(name, copy.deepcopy(manifest))
 
+    def read_pod(self, *, namespace: str, name: str) -> Manifest | None:
+        self._enter("read_pod", name)
+        pod = self.pods.get(name)
+        return copy.deepcopy(pod) if pod is not None else None
+
     def delete_pod(self, *, namespace: str, name: str, force: bool) -> None:
         self._enter("delete_pod", name)
         pod = self.pods.get(name)
