@@ -69,7 +69,13 @@ from cjob_operator.observed import (
     observe_cleanup_pod,
     observe_driver_pod,
 )
-from cjob_operator.plan import Plan, PlanSettings, plan, plan_invalid_spec
+from cjob_operator.plan import (
+    CHECKPOINTS_RETAINED_REASON,
+    Plan,
+    PlanSettings,
+    plan,
+    plan_invalid_spec,
+)
 from cjob_spec.errors import SpecError
 from cjob_spec.model import CheckpointCleanup, CheckpointedJob
 from cjob_spec.names import LABEL_JOB, checkpoint_configmap_name, cleanup_pod_name
@@ -391,6 +397,9 @@ class Reconciler:
             step = type(report.failed_action).__name__ if report.failed_action else "execute"
             if isinstance(report.failed_action, CreateDriver) and not report.error.retryable:
                 self._record_refused_driver(body, result, report.error)
+            failed = report.failed_action
+            if isinstance(failed, CreateCleanupPod) and not report.error.retryable:
+                return self._cleanup_refused(job, failed, report.error)
             return self._failed(key, step=step, error=report.error, job=job)
         if report.finalized:
             self._record(job, status=result.status, reading=reading, pending=None)
@@ -406,6 +415,21 @@ class Reconciler:
         self._failures.pop(key, None)
         self._last_error.pop(key, None)
         return Outcome(requeue_after=result.requeue_after, phase=result.status.phase)
+
+    def _cleanup_refused(
+        self, job: CheckpointedJob, action: CreateCleanupPod, error: ClusterError
+    ) -> Outcome:
+        """The API server refused the cleanup pod for good (a quota, an admission policy).
+
+        Retrying cannot help and a deletion must never be held forever: the data is
+        kept, the Warning says where and why, and the job goes.
+        """
+        ref = JobRef(namespace=job.metadata.namespace, name=job.metadata.name,
+                     uid=job.metadata.uid)
+        self._post(ref, "Warning", CHECKPOINTS_RETAINED_REASON,
+                   f"checkpoint data under {action.uri} kept: {error}; delete it with the "
+                   f"job's credentials")
+        return Outcome(finalized=True)
 
     def _record_refused_driver(
         self, body: Mapping[str, Any], result: Plan, error: ClusterError

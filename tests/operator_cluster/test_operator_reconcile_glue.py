@@ -329,3 +329,21 @@ def test_a_failing_cleanup_pod_keeps_the_data_says_why_and_lets_the_job_go(
     assert "exit code 7" in retained.message
     assert "access denied" in retained.message
     assert "CheckpointsDeleted" not in cluster.reasons()
+
+
+def test_a_cleanup_pod_the_api_server_refuses_keeps_the_data_and_lets_the_job_go(
+    clock: Clock,
+) -> None:
+    cluster = FakeCluster(job=job_document(cleanupPolicy={"checkpoints": "Delete"}))
+    subject = reconciler(cluster, clock)
+    run_pass(subject, cluster)
+    cluster.set_pod_state("sums-attempt-1", "Succeeded", exit_code=0)
+    assert cluster.job is not None
+    cluster.job["metadata"]["deletionTimestamp"] = "2024-05-01T12:01:00Z"
+    cluster.fail["create_pod"] = ClusterError(
+        operation="create pod team/sums-cleanup", cause="HTTP 403: exceeded quota",
+        retryable=False)
+    assert run_pass(subject, cluster).finalized
+    (retained,) = [e for e in cluster.events if e.reason == "CheckpointsRetained"]
+    assert "file:///ckpt/sums-uid-1" in retained.message
+    assert "exceeded quota" in retained.message
