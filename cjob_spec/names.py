@@ -60,6 +60,11 @@ def network_policy_name(job_name: str) -> str:
     return f"{job_name}-pods"
 
 
+def cleanup_pod_name(job_name: str) -> str:
+    """The pod that deletes a deleted job's checkpoint data (``cleanupPolicy`` Delete)."""
+    return f"{job_name}-cleanup"
+
+
 def checkpoint_configmap_name(job_name: str) -> str:
     return f"{job_name}-checkpoints"
 

@@ -100,9 +100,6 @@ def install_operator(
             "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
             "runtimeImage": {"repository": runtime_repository, "tag": runtime_tag},
             "logLevel": "DEBUG",
-            # The scenarios delete jobs with cleanupPolicy Delete and S3 credentials in
-            # a Secret: the operator must read it to delete their checkpoint data.
-            "rbac": {"readSecrets": True},
         },
         chart_dir=CHART_DIR,
     )

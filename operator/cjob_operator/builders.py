@@ -44,6 +44,7 @@ from cjob_spec.names import (
     LABEL_ROLE,
     MANAGED_BY,
     checkpoint_configmap_name,
+    cleanup_pod_name,
     driver_pod_name,
     driver_service_name,
     executor_pod_name_prefix,
@@ -61,6 +62,12 @@ Manifest = dict[str, Any]
 DRIVER_CONTAINER = "driver"
 ROLE_DRIVER = "driver"
 ROLE_EXECUTOR = "executor"
+ROLE_CLEANUP = "cleanup"
+CLEANUP_CONTAINER = "cleanup"
+CLEANUP_MEMORY = "256Mi"
+"""Python with boto3 listing and deleting objects in batches of 1000."""
+CLEANUP_CPU = "100m"
+TERMINATION_LOG = "/dev/termination-log"
 KUBERNETES_MASTER = "k8s://https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"
 """Kubernetes expands ``$(VAR)`` in container args from the container's environment,
 which includes the API server address every pod gets."""
@@ -254,6 +261,16 @@ def driver_env(job: CheckpointedJob, config: OperatorConfig) -> list[dict[str, A
         {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
         {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
     ]
+    return env + storage_env(job, config)
+
+
+def storage_env(job: CheckpointedJob, config: OperatorConfig) -> list[dict[str, Any]]:
+    """What the spec gives every driver, then the operator's extra variables.
+
+    Credentials stay references (``secretKeyRef``): the kubelet reads the Secret when
+    it starts the container, the operator never does.
+    """
+    env: list[dict[str, Any]] = []
     for var in spec_driver_env(job):
         if var.secret is not None:
             env.append({
@@ -265,6 +282,67 @@ def driver_env(job: CheckpointedJob, config: OperatorConfig) -> list[dict[str, A
     for key in sorted(config.extra_env):
         env.append({"name": key, "value": config.extra_env[key]})
     return env
+
+
+def build_cleanup_pod(
+    job: CheckpointedJob,
+    *,
+    uri: str,
+    image: str,
+    deadline_seconds: int,
+    operator_config: OperatorConfig,
+) -> Manifest:
+    """The pod that deletes a deleted job's checkpoint directory ``uri``.
+
+    It reaches the storage as the job's driver does, so the operator needs neither
+    Secret reads nor the job's volumes: the same image, security contexts, volumes
+    and placement (``spec.pod``), and the same S3 environment with the credentials
+    as ``secretKeyRef``. It needs no API access, so it runs without a service
+    account token. The kubelet stops it after ``deadline_seconds``; its one-line
+    outcome is the container's termination message (or, should it die without
+    writing one, the end of its log).
+    """
+    config = operator_config
+    name = job.metadata.name
+    uid = job.metadata.uid
+    if not uid:
+        raise SpecError(field="metadata.uid", problem="is required to delete checkpoint data")
+    container: dict[str, Any] = {
+        "name": CLEANUP_CONTAINER,
+        "image": image,
+        "imagePullPolicy": config.image_pull_policy,
+        "command": list(config.cleanup_command),
+        "args": ["--uri", uri, "--job-name", name, "--job-uid", uid,
+                 "--termination-log", TERMINATION_LOG],
+        "env": storage_env(job, config),
+        "resources": {
+            "requests": {"cpu": CLEANUP_CPU, "memory": CLEANUP_MEMORY},
+            "limits": {"memory": CLEANUP_MEMORY},
+        },
+        "securityContext": container_security_context(job.spec.pod.container_security_context),
+        "terminationMessagePath": TERMINATION_LOG,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    if job.spec.pod.volume_mounts:
+        container["volumeMounts"] = [dict(m) for m in job.spec.pod.volume_mounts]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": _metadata(
+            job,
+            name=cleanup_pod_name(name),
+            component=ROLE_CLEANUP,
+            extra_labels={LABEL_ROLE: ROLE_CLEANUP},
+        ),
+        "spec": {
+            "restartPolicy": "Never",
+            "activeDeadlineSeconds": deadline_seconds,
+            "automountServiceAccountToken": False,
+            "securityContext": pod_security_context(job.spec.pod.security_context),
+            "containers": [container],
+            **driver_pod_placement(job),
+        },
+    }
 
 
 def build_driver_pod(

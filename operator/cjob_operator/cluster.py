@@ -16,7 +16,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from cjob_spec.model import S3Settings
 from cjob_spec.status import CheckpointRef
 from job_runtime.store.configmap_layout import StoreOwner
 from job_runtime.store.restore_report import RestoreReport
@@ -25,7 +24,7 @@ Manifest = dict[str, Any]
 
 
 class ClusterError(Exception):
-    """An API call (or a storage call on the operator's behalf) failed.
+    """An API call failed.
 
     ``retryable`` is False when trying again cannot help (the request was refused as
     invalid or forbidden); the reconciler still retries, but more slowly.
@@ -39,21 +38,6 @@ class ClusterError(Exception):
 
     def __str__(self) -> str:
         return f"could not {self.operation}: {self.cause}"
-
-
-class SecretAccessDeniedError(ClusterError):
-    """The operator may not read the job's S3 credentials Secret.
-
-    The chart grants Secret reads only when asked to (``rbac.readSecrets``): without
-    them the operator cannot delete S3 checkpoint data on the job's behalf, so it
-    keeps the data and says where it is, instead of holding the deletion forever.
-    """
-
-    def __init__(self, *, namespace: str, secret: str, cause: str) -> None:
-        super().__init__(operation=f"read Secret {namespace}/{secret}", cause=cause,
-                         retryable=False)
-        self.namespace = namespace
-        self.secret = secret
 
 
 class StatusConflictError(ClusterError):
@@ -133,6 +117,9 @@ class Cluster(Protocol):
     def create_pod(self, *, manifest: Manifest) -> None:
         """Create a pod; AlreadyExists is success."""
 
+    def read_pod(self, *, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """The pod as the API server has it now, or None if there is none."""
+
     def delete_pod(self, *, namespace: str, name: str, force: bool) -> None:
         """Delete a pod (grace period 0 when ``force``); NotFound is success."""
 
@@ -141,11 +128,6 @@ class Cluster(Protocol):
 
     def post_event(self, *, job: JobRef, type: str, reason: str, message: str) -> None:
         """Record a Kubernetes Event about ``job``."""
-
-    def delete_checkpoint_data(
-        self, *, namespace: str, uri: str, s3: S3Settings | None
-    ) -> None:
-        """Delete everything under ``uri`` (a job's checkpoint directory)."""
 
     def delete_configmap(self, *, namespace: str, name: str) -> None:
         """Delete a ConfigMap; NotFound is success."""

@@ -33,8 +33,10 @@ from typing import TypeVar
 from cjob_operator.actions import (
     Action,
     AdvanceFence,
+    CreateCleanupPod,
     CreateDriver,
-    DeleteCheckpoints,
+    DeleteCheckpointStore,
+    DeleteCleanupPod,
     DeleteDriver,
     EmitEvent,
     EnsureCheckpointConfigMap,
@@ -48,7 +50,7 @@ from cjob_operator.actions import (
     RequestCheckpoint,
     RequeueAfter,
 )
-from cjob_operator.observed import DriverPod, Observed, StoreOwnership
+from cjob_operator.observed import CleanupPod, DriverPod, Observed, StoreOwnership
 from cjob_spec.errors import SpecError
 from cjob_spec.exit_codes import describe_exit, reason_for_exit
 from cjob_spec.model import (
@@ -59,6 +61,7 @@ from cjob_spec.model import (
 )
 from cjob_spec.names import (
     checkpoint_configmap_name,
+    cleanup_pod_name,
     driver_pod_name,
     driver_service_name,
     job_checkpoint_dir,
@@ -116,6 +119,9 @@ class PlanSettings:
     """Longest time between two passes over a job that is not finished."""
     keep_finished_attempts: int = 3
     """Finished driver pods kept for their logs (older ones are deleted)."""
+    cleanup_deadline_seconds: int = 600
+    """How long the cleanup pod of a deleted job may run (its ``activeDeadlineSeconds``);
+    a pod not finished ``kill_grace_seconds`` after that keeps the data."""
     network_policies: bool = True
     """Give each job a NetworkPolicy admitting only its own pods (``--no-network-policies``
     turns it off, for clusters that manage policies themselves)."""
@@ -853,18 +859,93 @@ def _suspend_active(draft: _Draft, pod: DriverPod | None) -> bool:
 # --- deletion ------------------------------------------------------------------------
 
 
+DELETING_CHECKPOINTS_REASON = "DeletingCheckpoints"
+CHECKPOINTS_RETAINED_REASON = "CheckpointsRetained"
+
+
 def _plan_deletion(draft: _Draft) -> None:
-    """Finalizer path: stop every driver, then delete checkpoint data if asked to."""
+    """Finalizer path: stop every driver, then delete checkpoint data if asked to.
+
+    The data is deleted by a cleanup pod in the job's namespace, which has what the
+    operator deliberately lacks: the job's volumes and, through the kubelet, its S3
+    credentials. The finalizer goes once the pod succeeded, or with a
+    ``CheckpointsRetained`` Warning once it failed or overran its deadline: a deletion
+    is never held forever.
+    """
     if _wait_for_blocking_pods(draft, "JobDeleted"):
         draft.set(reason="Terminating", message="waiting for the driver pods to stop")
         return
     job = draft.job
-    if job.spec.cleanup_policy.checkpoints is CheckpointCleanup.DELETE:
-        uid = job.metadata.uid
-        if uid:
-            uri = job_checkpoint_dir(job.spec.checkpoint.storage, job_name=draft.name, job_uid=uid)
-            draft.act(DeleteCheckpoints(uri=uri))
-            draft.event("Normal", "CheckpointsDeleted", f"deleting checkpoint data under {uri}")
+    uid = job.metadata.uid
+    if job.spec.cleanup_policy.checkpoints is not CheckpointCleanup.DELETE or not uid:
+        draft.act(RemoveFinalizer())
+        return
+    uri = job_checkpoint_dir(job.spec.checkpoint.storage, job_name=draft.name, job_uid=uid)
+    pod = draft.observed.cleanup_pod
+    if pod is None:
+        _start_cleanup(draft, uri)
+        return
+    if pod.phase == "Succeeded":
+        draft.act(DeleteCheckpointStore(name=checkpoint_configmap_name(draft.name)))
+        done = f": {pod.message}" if pod.message else ""
+        draft.event("Normal", "CheckpointsDeleted",
+                    f"cleanup pod {pod.name} deleted the checkpoint data under {uri}{done}")
+        draft.act(RemoveFinalizer())
+        return
+    problem = _cleanup_problem(draft, pod)
+    if problem is None:
+        draft.set(reason=DELETING_CHECKPOINTS_REASON,
+                  message=f"waiting for cleanup pod {pod.name} to delete {uri}")
+        draft.requeue_in(draft.settings.poll_seconds)
+        return
+    if pod.is_live and not pod.is_terminating:
+        draft.act(DeleteCleanupPod(name=pod.name))
+    _retain(draft, uri, problem)
+
+
+def _start_cleanup(draft: _Draft, uri: str) -> None:
+    image = draft.observed.image
+    if image is None:
+        _retain(draft, uri, f"there is no image to run the cleanup pod ({NO_IMAGE_MESSAGE})")
+        return
+    name = cleanup_pod_name(draft.name)
+    draft.act(CreateCleanupPod(name=name, uri=uri, image=image,
+                               deadline_seconds=draft.settings.cleanup_deadline_seconds))
+    message = f"cleanup pod {name} deletes the checkpoint data under {uri}"
+    if draft.status.reason != DELETING_CHECKPOINTS_REASON:
+        draft.event("Normal", DELETING_CHECKPOINTS_REASON, message)
+    draft.set(reason=DELETING_CHECKPOINTS_REASON, message=message)
+    draft.requeue_in(draft.settings.poll_seconds)
+
+
+def _cleanup_problem(draft: _Draft, pod: CleanupPod) -> str | None:
+    """Why the cleanup pod will not succeed, or ``None`` while it still may."""
+    detail = f": {pod.message}" if pod.message else ""
+    if pod.phase == "Failed":
+        return f"cleanup pod {pod.name} failed, {describe_exit(pod.exit_code)}{detail}"
+    if pod.phase == "Unknown":
+        return f"the node of cleanup pod {pod.name} stopped reporting (phase Unknown)"
+    if pod.is_terminating:
+        return f"cleanup pod {pod.name} was deleted before it finished"
+    settings = draft.settings
+    deadline = to_utc(pod.created_at) + timedelta(
+        seconds=settings.cleanup_deadline_seconds + settings.kill_grace_seconds
+    )
+    if draft.now >= deadline:
+        waiting = f" ({pod.reason}{detail})" if pod.reason else ""
+        return (f"cleanup pod {pod.name} did not finish within "
+                f"{settings.cleanup_deadline_seconds}s{waiting}")
+    draft.requeue_at(deadline)
+    return None
+
+
+def _retain(draft: _Draft, uri: str, why: str) -> None:
+    """Keep the data, say where it is and why, and let the job go."""
+    draft.event(
+        "Warning",
+        CHECKPOINTS_RETAINED_REASON,
+        f"checkpoint data under {uri} kept: {why}; delete it with the job's credentials",
+    )
     draft.act(RemoveFinalizer())
 
 

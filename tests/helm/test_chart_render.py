@@ -85,9 +85,10 @@ def test_helm_lint_passes_with_every_feature_switched_on(
         ({"replicas": 2}, "replicas"),
         ({"image": {"repository": "x", "pullPolicy": "Sometimes"}}, "pullPolicy"),
         ({"watchNamespaces": ["Not_A_Namespace"]}, "watchNamespaces"),
+        ({"rbac": {"create": True, "readSecrets": True}}, "readSecrets"),
     ],
     ids=["replica-count-as-a-word", "unknown-top-level-key", "bad-pull-policy",
-         "invalid-namespace-name"],
+         "invalid-namespace-name", "secret-reads-are-gone"],
 )  # fmt: skip
 def test_helm_refuses_values_the_schema_forbids(
     render: Render, values: dict[str, Any], complaint: str
@@ -314,9 +315,25 @@ def test_the_operator_gets_no_broad_or_dangerous_rights(render: Render) -> None:
         for rule in rules:
             assert "*" not in rule["verbs"] and "*" not in rule["resources"], rule
             assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
-        assert not rules_grant(rules, group="", resource="secrets", verb="list")
-        assert not rules_grant(rules, group="", resource="secrets", verb="watch")
         assert not rules_grant(rules, group="", resource="nodes", verb="get")
+
+
+@pytest.mark.parametrize(
+    "values",
+    [{}, {"watchNamespaces": ["team-a"], "replicaCount": 2}, "full"],
+    ids=["defaults", "namespaced", "every-feature"],
+)
+def test_no_values_give_the_operator_any_access_to_secrets(
+    render: Render, values: dict[str, Any] | str
+) -> None:
+    """Deleting checkpoint data is the cleanup pod's job: the kubelet hands it the
+    credentials, so the operator never needs a Secret."""
+    chosen = yaml.safe_load(FULL_VALUES.read_text()) if values == "full" else values
+    objects = render({**chosen, "rbac": {"create": True}})
+    rules = [r for o in objects if o["kind"] in ("Role", "ClusterRole") for r in o["rules"]]
+    assert rules
+    for verb in ("get", "list", "watch", "create", "update", "patch", "delete"):
+        assert not rules_grant(rules, group="", resource="secrets", verb=verb), verb
 
 
 @pytest.mark.parametrize("master", ["k8s", "local[2]"])

@@ -10,6 +10,7 @@ from cjob_operator.builders import (
     KUBERNETES_MASTER,
     POD_TEMPLATE_VOLUME,
     build_checkpoint_configmap,
+    build_cleanup_pod,
     build_driver_pod,
     build_driver_service,
     build_role,
@@ -66,7 +67,14 @@ def all_manifests() -> list[dict[str, Any]]:
         build_role(job),
         build_role_binding(job),
         build_checkpoint_configmap(job),
+        cleanup_pod(job),
     ]
+
+
+def cleanup_pod(job: CheckpointedJob, *, image: str = "example.org/clicks:1.0",
+                config: OperatorConfig = CONFIG) -> dict[str, Any]:
+    return build_cleanup_pod(job, uri="s3://ckpt/jobs/clicks-uid-1", image=image,
+                             deadline_seconds=600, operator_config=config)
 
 
 # --- names, labels, owners -----------------------------------------------------------
@@ -81,10 +89,11 @@ def test_objects_have_their_contract_names() -> None:
         ("Role", "clicks-driver"),
         ("RoleBinding", "clicks-driver"),
         ("ConfigMap", "clicks-checkpoints"),
+        ("Pod", "clicks-cleanup"),
     ]
 
 
-@pytest.mark.parametrize("manifest", all_manifests(), ids=lambda m: m["kind"])
+@pytest.mark.parametrize("manifest", all_manifests(), ids=lambda m: m["metadata"]["name"])
 def test_every_object_is_labelled_and_owned_by_its_job(manifest: dict[str, Any]) -> None:
     metadata = manifest["metadata"]
     assert metadata["namespace"] == "team"
@@ -461,3 +470,67 @@ def test_a_local_driver_has_no_executor_template() -> None:
 def test_the_template_and_configmap_settings_are_the_operators(key: str) -> None:
     with pytest.raises(SpecError, match="is managed by the operator"):
         make_job(spark={"conf": {key: "x"}})
+
+
+# --- the cleanup pod -------------------------------------------------------------------
+
+
+def test_the_cleanup_pod_runs_the_cleanup_command_for_exactly_the_jobs_directory() -> None:
+    pod = cleanup_pod(make_job())
+    container = pod["spec"]["containers"][0]
+    assert container["command"] == ["python", "-m", "job_runtime", "cleanup"]
+    assert container["args"] == ["--uri", "s3://ckpt/jobs/clicks-uid-1", "--job-name", "clicks",
+                                 "--job-uid", "uid-1", "--termination-log", "/dev/termination-log"]
+    assert container["image"] == "example.org/clicks:1.0"
+    assert container["terminationMessagePath"] == "/dev/termination-log"
+    assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    assert pod["metadata"]["labels"]["checkpointed.io/role"] == "cleanup"
+    assert "checkpointed.io/attempt" not in pod["metadata"]["labels"]
+    assert observe_driver_pod(pod) is None, "never mistaken for a driver"
+
+
+def test_the_cleanup_pod_runs_once_within_a_deadline_and_without_api_access() -> None:
+    spec = cleanup_pod(make_job())["spec"]
+    assert spec["restartPolicy"] == "Never"
+    assert spec["activeDeadlineSeconds"] == 600
+    assert spec["automountServiceAccountToken"] is False
+    assert "serviceAccountName" not in spec
+
+
+def test_the_cleanup_pod_gets_the_credentials_as_secret_references_only() -> None:
+    job = make_job(checkpoint={
+        "storage": "s3://ckpt/jobs",
+        "s3": {"endpoint": "http://minio:9000", "region": "eu-1", "credentialsSecret": "creds"},
+    })
+    cleanup = env_of(cleanup_pod(job))
+    driver = env_of(driver_pod(job, attempt=1, restore_pointer="latest", operator_config=CONFIG))
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        assert cleanup[key] == {"name": key, "valueFrom": {"secretKeyRef": {"name": "creds",
+                                                                             "key": key}}}
+    aws = {name: item for name, item in driver.items() if name.startswith("AWS_")}
+    assert {name: item for name, item in cleanup.items() if name.startswith("AWS_")} == aws
+    assert all("value" not in cleanup[key] for key in ("AWS_ACCESS_KEY_ID",
+                                                       "AWS_SECRET_ACCESS_KEY"))
+
+
+def test_the_cleanup_pod_reaches_file_checkpoints_on_the_jobs_volumes_and_nodes() -> None:
+    toleration = {"key": "spark", "operator": "Exists", "effect": "NoSchedule"}
+    job = make_job(checkpoint={"storage": "file:///ckpt"},
+                   pod={**CHECKPOINT_VOLUMES, "nodeSelector": {"pool": "spark"},
+                        "tolerations": [toleration]})
+    spec = cleanup_pod(job)["spec"]
+    assert spec["volumes"] == CHECKPOINT_VOLUMES["volumes"]
+    assert spec["containers"][0]["volumeMounts"] == CHECKPOINT_VOLUMES["volumeMounts"]
+    assert spec["nodeSelector"] == {"pool": "spark"}
+    assert spec["tolerations"] == [toleration]
+
+
+def test_the_cleanup_pod_has_the_drivers_security_contexts() -> None:
+    job = make_job(pod={"securityContext": {"runAsUser": 1000},
+                        "containerSecurityContext": {"readOnlyRootFilesystem": True}})
+    cleanup = cleanup_pod(job)["spec"]
+    driver = driver_pod(job, attempt=1, restore_pointer="latest", operator_config=CONFIG)["spec"]
+    assert cleanup["securityContext"] == driver["securityContext"]
+    assert cleanup["containers"][0]["securityContext"] == driver["containers"][0][
+        "securityContext"]
+    assert cleanup["securityContext"]["runAsUser"] == 1000

@@ -15,7 +15,6 @@ from typing import Any
 
 from cjob_operator.cluster import ClusterError, JobRef, Manifest, StatusConflictError, StoreReading
 
-from cjob_spec.model import S3Settings
 from cjob_spec.status import CheckpointRef
 from job_runtime.store.configmap_layout import StoreOwner
 
@@ -63,7 +62,6 @@ class FakeCluster:
     store_annotations: dict[str, str] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
     calls: list[str] = field(default_factory=list)
-    deleted_data: list[str] = field(default_factory=list)
     fail: dict[str, ClusterError] = field(default_factory=dict)
     """Method name -> the error it raises (every time)."""
     conflict_status_once: bool = False
@@ -139,18 +137,17 @@ class FakeCluster:
         self._enter("delete_configmap", name)
         self.store = None
 
-    def delete_checkpoint_data(
-        self, *, namespace: str, uri: str, s3: S3Settings | None
-    ) -> None:
-        self._enter("delete_checkpoint_data", uri)
-        self.deleted_data.append(uri)
-
     # --- pods and companions ------------------------------------------------------------
 
     def create_pod(self, *, manifest: Manifest) -> None:
         name = manifest["metadata"]["name"]
         self._enter("create_pod", name)
         self.pods.setdefault(name, copy.deepcopy(manifest))
+
+    def read_pod(self, *, namespace: str, name: str) -> Manifest | None:
+        self._enter("read_pod", name)
+        pod = self.pods.get(name)
+        return copy.deepcopy(pod) if pod is not None else None
 
     def delete_pod(self, *, namespace: str, name: str, force: bool) -> None:
         self._enter("delete_pod", name)
@@ -176,8 +173,10 @@ class FakeCluster:
         *,
         started: str = "2024-05-01T12:00:05Z",
         exit_code: int | None = None,
+        message: str | None = None,
     ) -> None:
-        """Report a pod's status the way the kubelet would."""
+        """Report a pod's status the way the kubelet would (``message``: the
+        container's termination message)."""
         pod = self.pods[name]
         state: dict[str, Any]
         if phase == "Running":
@@ -189,13 +188,16 @@ class FakeCluster:
                     "startedAt": started,
                     "finishedAt": "2024-05-01T12:00:30Z",
                     "reason": "Completed" if exit_code in (0, None) else "Error",
+                    **({"message": message} if message else {}),
                 }
             }
         else:
             state = {"waiting": {"reason": "ContainerCreating"}}
         pod["status"] = {
             "phase": phase,
-            "containerStatuses": [{"name": "driver", "state": state}],
+            "containerStatuses": [
+                {"name": pod["spec"]["containers"][0]["name"], "state": state}
+            ],
         }
         pod["metadata"].setdefault("creationTimestamp", "2024-05-01T12:00:00Z")
 

@@ -164,6 +164,8 @@ def test_a_killed_driver_restarts_from_its_checkpoint_suspends_resumes_and_finis
                        "--wait=true", "--timeout=90s").returncode == 0
     assert sums.get() is None
     assert not checkpoint_dir.exists()
+    reasons = sums.event_reasons()
+    assert "DeletingCheckpoints" in reasons and "CheckpointsDeleted" in reasons, reasons
     wait_for(lambda: sums.configmap() is None, what="the checkpoint ConfigMap to go", timeout=60)
 
 
@@ -305,6 +307,37 @@ def test_deleting_a_job_with_cleanup_delete_removes_its_s3_checkpoints(
                        "--wait=true", "--timeout=60s").returncode == 0
     listed = s3_bucket.client.list_objects_v2(Bucket=s3_bucket.bucket).get("Contents", [])
     assert sorted(item["Key"] for item in listed) == ["ckpt/other-job/chk-1/_metadata"]
+    (deleted,) = [e for e in s3job.events() if e["reason"] == "CheckpointsDeleted"]
+    assert f"s3job-{uid}" in deleted["message"] and "s3job-cleanup" in deleted["message"]
+
+
+def test_a_cleanup_pod_the_storage_refuses_keeps_the_data_says_why_and_lets_the_job_go(
+    kubectl: Kubectl, kube_rest: Any, kube_namespace: str, cjob_operator: OperatorProcess,
+    s3_faults: Any, tmp_path: Path,
+) -> None:
+    job = running_sum_job(
+        name="refused", namespace=kube_namespace, work_dir=tmp_path, count=100, rate=100,
+        storage=f"s3://{s3_faults.bucket.bucket}/ckpt",
+        s3={"endpoint": s3_faults.endpoint_url, "region": "us-east-1"},
+    )
+    job["spec"]["suspend"] = True
+    assert kubectl.apply(job).returncode == 0
+    refused = watcher(kube_rest, kube_namespace, "refused", cjob_operator)
+    refused.until(lambda s: s.get("phase") == "Suspended", what="Suspended", timeout=60)
+    uid = refused.get()["metadata"]["uid"]  # type: ignore[index]
+    key = f"ckpt/refused-{uid}/chk-1/_metadata"
+    s3_faults.bucket.client.put_object(Bucket=s3_faults.bucket.bucket, Key=key, Body=b"x")
+    s3_faults.proxy.fail_with(403, "AccessDenied")
+    assert kubectl.run("-n", kube_namespace, "delete", "checkpointedjob", "refused",
+                       "--wait=true", "--timeout=60s").returncode == 0
+    (retained,) = [e for e in refused.events() if e["reason"] == "CheckpointsRetained"]
+    assert retained["type"] == "Warning"
+    assert f"s3://{s3_faults.bucket.bucket}/ckpt/refused-{uid}" in retained["message"]
+    assert "exit code 7" in retained["message"], retained["message"]
+    assert "checkpoint data kept" in retained["message"], retained["message"]
+    s3_faults.proxy.pass_through()
+    listed = s3_faults.bucket.client.list_objects_v2(Bucket=s3_faults.bucket.bucket)
+    assert [item["Key"] for item in listed.get("Contents", [])] == [key]
 
 
 def test_a_driver_pod_the_namespace_quota_refuses_is_reported_as_a_warning(

@@ -15,6 +15,7 @@ import pytest
 import yaml
 from cjob_operator.builders import (
     EXECUTOR_CONTAINER,
+    build_cleanup_pod,
     build_driver_pod,
     build_service_account,
 )
@@ -137,3 +138,33 @@ def test_adjusted_security_contexts_reach_both_pods_and_the_profile_judges_them(
         with pytest.raises(ApiError) as refused:
             create_pod(kube_rest, kube_namespace, pod)
         assert "SYS_ADMIN" in refused.value.message
+
+
+def test_the_cleanup_pod_is_admitted_there_and_carries_no_secret_value(
+    kube_rest: RestClient, kube_namespace: str
+) -> None:
+    """No ServiceAccount of the job is needed: the pod runs without API access."""
+    enforce_restricted(kube_rest, kube_namespace)
+    job = parse_job({
+        "apiVersion": "checkpointed.io/v1alpha1",
+        "kind": "CheckpointedJob",
+        "metadata": {"name": "clicks", "namespace": kube_namespace, "uid": "uid-1"},
+        "spec": {
+            "image": IMAGE,
+            "job": {"entrypoint": "clicks.job:build"},
+            "checkpoint": {"storage": "s3://ckpt/jobs",
+                           "s3": {"endpoint": "http://s3:9000", "credentialsSecret": "creds"}},
+        },
+    })
+    pod = without_owner(build_cleanup_pod(job, uri="s3://ckpt/jobs/clicks-uid-1", image=IMAGE,
+                                          deadline_seconds=600,
+                                          operator_config=OperatorConfig()))
+    create_pod(kube_rest, kube_namespace, pod)
+    created = kube_rest.get(f"/api/v1/namespaces/{quote(kube_namespace)}/pods/clicks-cleanup")
+    env = created["spec"]["containers"][0]["env"]
+    credentials = [item for item in env if item["name"].startswith("AWS_")
+                   and item["name"] != "AWS_ENDPOINT_URL"]
+    assert [item["name"] for item in credentials] == ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"]
+    assert all(set(item) == {"name", "valueFrom"} for item in credentials)
+    assert not any(volume.get("secret") or volume.get("projected")
+                   for volume in created["spec"].get("volumes", [])), "no token, no Secret volume"

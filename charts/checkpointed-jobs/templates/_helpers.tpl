@@ -117,7 +117,9 @@ driver's; this avoids the much broader "escalate" and "bind" verbs.
   resources: ["checkpointedjobs/status"]
   verbs: ["get", "patch"]
 # Driver pods (and, with spark.master k8s, the driver's executor pods, which the
-# driver's Role may manage, so the operator must hold the same verbs).
+# driver's Role may manage, so the operator must hold the same verbs), and the
+# cleanup pod that deletes a deleted job's checkpoint data. No Secrets: the kubelet
+# hands a job's S3 credentials to its pods, the operator never reads them.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "list", "watch", "create", "delete", "deletecollection"]
@@ -149,13 +151,6 @@ driver's; this avoids the much broader "escalate" and "bind" verbs.
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]
   verbs: ["get", "create", "patch", "delete"]
-{{- end }}
-{{- if .Values.rbac.readSecrets }}
-# S3 credentials named by spec.checkpoint.s3.credentialsSecret, read (one by one, by
-# name) only to delete the checkpoint data of jobs with cleanupPolicy Delete.
-- apiGroups: [""]
-  resources: ["secrets"]
-  verbs: ["get"]
 {{- end }}
 {{- if include "cjob.peeringEnabled" . }}
 {{- if not (include "cjob.clusterWide" .) }}
