@@ -65,6 +65,10 @@ def cleanup_pod_name(job_name: str) -> str:
     return f"{job_name}-cleanup"
 
 
+def spark_auth_secret_name(job_name: str) -> str:
+    return f"{job_name}-spark-auth"
+
+
 def checkpoint_configmap_name(job_name: str) -> str:
     return f"{job_name}-checkpoints"
 

@@ -148,13 +148,15 @@ def test_a_k8s_job_survives_an_executor_kill_and_a_driver_kill_with_exactly_once
                                     timeout=240, detail=job.describe)  # fmt: skip
     assert all(p["spec"]["containers"][0]["image"] == real_cluster.runtime_image for p in executors)
     # In a namespace enforcing Pod Security "restricted": the executors got their
-    # security context from the operator's pod template, and Spark's own RPC is
-    # authenticated (Spark hands each executor the attempt's secret).
+    # security context from the operator's pod template. Spark's own RPC
+    # authenticates with the job's Secret, mounted as a file: no secret in the pod spec.
     for pod in executors:
         assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
         container = pod["spec"]["containers"][0]
         assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
-        assert "_SPARK_AUTH_SECRET" in {e["name"] for e in container.get("env", [])}
+        env = {e["name"]: e for e in container.get("env", [])}
+        assert "value" not in env["_SPARK_AUTH_SECRET"], "the key is only referenced"
+        assert env["_SPARK_AUTH_SECRET"]["valueFrom"]["secretKeyRef"]["name"] == "sum-spark-auth"
     policy = rest.request("GET", f"/apis/networking.k8s.io/v1/namespaces/"
                                  f"{quote(real_namespace)}/networkpolicies/sum-pods")
     assert policy["spec"]["podSelector"]["matchLabels"]["checkpointed.io/job"] == "sum"

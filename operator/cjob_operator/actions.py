@@ -56,6 +56,14 @@ class EnsureNetworkPolicy:
 
 
 @dataclass(frozen=True)
+class EnsureSparkAuthSecret:
+    """Create, if missing, the Secret that Spark's RPC authenticates with (k8s master;
+    see ``builders.build_spark_auth_secret``). An existing one is kept as it is."""
+
+    name: str
+
+
+@dataclass(frozen=True)
 class AdvanceFence:
     """Set the checkpoint ConfigMap's fence to ``attempt`` (never lower it).
 
@@ -155,6 +163,7 @@ Action = (
     | EnsureRoleBinding
     | EnsureService
     | EnsureNetworkPolicy
+    | EnsureSparkAuthSecret
     | AdvanceFence
     | CreateDriver
     | DeleteDriver

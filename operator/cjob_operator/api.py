@@ -289,6 +289,10 @@ class KubeCluster:
         if kind == "ServiceAccount":
             _call(operation, lambda: self.core.create_namespaced_service_account(
                 namespace, manifest, _request_timeout=REQUEST_TIMEOUT), ok=frozenset({409}))
+        elif kind == "Secret":
+            # Created once; an existing Secret is the job's key already: never read it.
+            _call(operation, lambda: self.core.create_namespaced_secret(
+                namespace, manifest, _request_timeout=REQUEST_TIMEOUT), ok=frozenset({409}))
         elif kind == "Service":
             _call(operation, lambda: self.core.create_namespaced_service(
                 namespace, manifest, _request_timeout=REQUEST_TIMEOUT), ok=frozenset({409}))

@@ -13,6 +13,7 @@ needed.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping
 from typing import Any
 
@@ -52,6 +53,7 @@ from cjob_spec.names import (
     role_binding_name,
     role_name,
     service_account_name,
+    spark_auth_secret_name,
 )
 from cjob_spec.quantities import MIB, format_kubernetes_memory
 from cjob_spec.runtime_args import configmap_store_arg, to_runtime_args
@@ -76,6 +78,15 @@ EXECUTOR_CONTAINER = "spark-kubernetes-executor"
 POD_TEMPLATE_VOLUME = "executor-pod-template"
 POD_TEMPLATE_DIR = "/etc/checkpointed-jobs/executor-pod-template"
 POD_TEMPLATE_FILE = f"{POD_TEMPLATE_DIR}/pod.yaml"
+SPARK_AUTH_VOLUME = "spark-auth"
+SPARK_AUTH_DIR = "/etc/checkpointed-jobs/spark-auth"
+SPARK_AUTH_FILE_KEY = "key"
+"""The Secret's raw random bytes: the driver reads them as a file."""
+SPARK_AUTH_ENV_KEY = "key.base64"
+"""The same bytes as Spark turns a key file into its key string (base64): executors take
+them from their environment, set from the Secret by reference."""
+SPARK_AUTH_FILE = f"{SPARK_AUTH_DIR}/{SPARK_AUTH_FILE_KEY}"
+SPARK_AUTH_ENV = "_SPARK_AUTH_SECRET"
 
 
 def standard_labels(job: CheckpointedJob, *, component: str) -> dict[str, str]:
@@ -185,6 +196,18 @@ def driver_spark_conf(
             # from the environment Spark sets, and the driver needs no rights to
             # create or delete ConfigMaps (see build_role).
             "spark.kubernetes.executor.disableConfigMap": "true",
+            # Spark's RPC secret comes from the job's Secret (build_spark_auth_secret).
+            # Left alone, Spark generates one and writes its value into every executor's
+            # pod spec, readable by all who may read pods in the namespace. The driver
+            # reads the key file it mounts. Executors cannot read key files in client
+            # mode (Spark reads them only where it knows the master, and the executors'
+            # settings do not carry it), so they take the same key from their
+            # environment, set by reference to the Secret; naming an executor key file
+            # is what stops Spark from adding its own value.
+            "spark.authenticate.secret.driver.file": SPARK_AUTH_FILE,
+            "spark.authenticate.secret.executor.file": SPARK_AUTH_FILE,
+            f"spark.kubernetes.executor.secretKeyRef.{SPARK_AUTH_ENV}":
+                f"{spark_auth_secret_name(name)}:{SPARK_AUTH_ENV_KEY}",
         }
     )
     conf.update(executor_volume_conf(job))
@@ -416,6 +439,12 @@ def build_driver_pod(
                 },
             }]},
         })
+        mounts.append({"name": SPARK_AUTH_VOLUME, "mountPath": SPARK_AUTH_DIR, "readOnly": True})
+        volumes.append({
+            "name": SPARK_AUTH_VOLUME,
+            "secret": {"secretName": spark_auth_secret_name(name),
+                       "items": [{"key": SPARK_AUTH_FILE_KEY, "path": SPARK_AUTH_FILE_KEY}]},
+        })
     if mounts:
         container["volumeMounts"] = mounts
     placement = driver_pod_placement(job)
@@ -563,6 +592,31 @@ def build_role_binding(job: CheckpointedJob) -> Manifest:
                 "namespace": job.metadata.namespace,
             }
         ],
+    }
+
+
+def build_spark_auth_secret(job: CheckpointedJob, *, key: bytes) -> Manifest:
+    """The shared secret of Spark's RPC between the job's driver and its executors.
+
+    ``key`` comes from the caller (random bytes), so this stays a pure builder. The
+    Secret is created once per job and kept while the job exists: every attempt's
+    driver and executors read it as a file, so the value never appears in a pod spec.
+    Only those who may read Secrets in the namespace can read it.
+    """
+    if len(key) < 32:
+        raise ValueError("the Spark RPC secret needs at least 32 random bytes")
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _metadata(
+            job, name=spark_auth_secret_name(job.metadata.name), component="spark-auth"
+        ),
+        "type": "Opaque",
+        "data": {
+            SPARK_AUTH_FILE_KEY: base64.b64encode(key).decode("ascii"),
+            SPARK_AUTH_ENV_KEY: base64.b64encode(
+                base64.b64encode(key)).decode("ascii"),
+        },
     }
 
 

@@ -45,6 +45,7 @@ from cjob_operator.actions import (
     EnsureRoleBinding,
     EnsureService,
     EnsureServiceAccount,
+    EnsureSparkAuthSecret,
     EventType,
     RemoveFinalizer,
     RequestCheckpoint,
@@ -69,6 +70,7 @@ from cjob_spec.names import (
     role_binding_name,
     role_name,
     service_account_name,
+    spark_auth_secret_name,
 )
 from cjob_spec.restart import AttemptEnd, Finish, GiveUp, Restart, decide_restart
 from cjob_spec.status import (
@@ -421,6 +423,7 @@ def _start_attempt(draft: _Draft, *, reason: str, reset_restarts: bool) -> None:
     draft.act(EnsureRoleBinding(name=role_binding_name(draft.name)))
     if job.spec.spark.is_kubernetes:
         draft.act(EnsureService(name=driver_service_name(draft.name)))
+        draft.act(EnsureSparkAuthSecret(name=spark_auth_secret_name(draft.name)))
     if draft.settings.network_policies:
         draft.act(EnsureNetworkPolicy(name=network_policy_name(draft.name)))
     draft.act(AdvanceFence(attempt=attempt))

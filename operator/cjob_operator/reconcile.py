@@ -14,6 +14,7 @@ is logged and skipped, because losing a message must never stop a job's recovery
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -36,6 +37,7 @@ from cjob_operator.actions import (
     EnsureRoleBinding,
     EnsureService,
     EnsureServiceAccount,
+    EnsureSparkAuthSecret,
     RemoveFinalizer,
     RequestCheckpoint,
     RequeueAfter,
@@ -48,6 +50,7 @@ from cjob_operator.builders import (
     build_role,
     build_role_binding,
     build_service_account,
+    build_spark_auth_secret,
     owner_reference,
     standard_labels,
 )
@@ -83,6 +86,8 @@ from cjob_spec.parse import parse_job
 from cjob_spec.status import JobStatus, Phase
 
 _log = logging.getLogger(__name__)
+
+SPARK_AUTH_SECRET_BYTES = 32
 
 Clock = Callable[[], datetime]
 
@@ -243,6 +248,9 @@ class ActionExecutor:
             cluster.ensure_object(manifest=build_role_binding(job))
         elif isinstance(action, EnsureService):
             cluster.ensure_object(manifest=build_driver_service(job, operator_config=config))
+        elif isinstance(action, EnsureSparkAuthSecret):
+            key = secrets.token_bytes(SPARK_AUTH_SECRET_BYTES)
+            cluster.ensure_object(manifest=build_spark_auth_secret(job, key=key))
         elif isinstance(action, EnsureNetworkPolicy):
             cluster.ensure_object(manifest=build_network_policy(job, operator_config=config))
         elif isinstance(action, AdvanceFence):

@@ -323,17 +323,19 @@ def test_the_operator_gets_no_broad_or_dangerous_rights(render: Render) -> None:
     [{}, {"watchNamespaces": ["team-a"], "replicaCount": 2}, "full"],
     ids=["defaults", "namespaced", "every-feature"],
 )
-def test_no_values_give_the_operator_any_access_to_secrets(
+def test_no_values_let_the_operator_read_or_change_a_secret(
     render: Render, values: dict[str, Any] | str
 ) -> None:
     """Deleting checkpoint data is the cleanup pod's job: the kubelet hands it the
-    credentials, so the operator never needs a Secret."""
+    credentials, so the operator never reads a Secret. It only creates each k8s job's
+    Spark RPC key, and never touches one that exists."""
     chosen = yaml.safe_load(FULL_VALUES.read_text()) if values == "full" else values
     objects = render({**chosen, "rbac": {"create": True}})
     rules = [r for o in objects if o["kind"] in ("Role", "ClusterRole") for r in o["rules"]]
     assert rules
-    for verb in ("get", "list", "watch", "create", "update", "patch", "delete"):
+    for verb in ("get", "list", "watch", "update", "patch", "delete", "deletecollection"):
         assert not rules_grant(rules, group="", resource="secrets", verb=verb), verb
+    assert rules_grant(rules, group="", resource="secrets", verb="create")
 
 
 @pytest.mark.parametrize("master", ["k8s", "local[2]"])

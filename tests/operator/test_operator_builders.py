@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import pytest
@@ -9,6 +10,7 @@ import yaml
 from cjob_operator.builders import (
     KUBERNETES_MASTER,
     POD_TEMPLATE_VOLUME,
+    SPARK_AUTH_VOLUME,
     build_checkpoint_configmap,
     build_cleanup_pod,
     build_driver_pod,
@@ -16,6 +18,7 @@ from cjob_operator.builders import (
     build_role,
     build_role_binding,
     build_service_account,
+    build_spark_auth_secret,
 )
 from cjob_operator.config import OperatorConfig
 from cjob_operator.observed import observe_driver_pod
@@ -384,9 +387,9 @@ def test_pod_settings_reach_the_driver_pod() -> None:
                         "affinity": {"nodeAffinity": {"x": 1}}, "priorityClassName": "batch"})
     spec = driver_pod(job, attempt=1, restore_pointer="latest",
                             operator_config=CONFIG)["spec"]
-    user_volumes = [v for v in spec["volumes"] if v["name"] != POD_TEMPLATE_VOLUME]
-    user_mounts = [m for m in spec["containers"][0]["volumeMounts"]
-                   if m["name"] != POD_TEMPLATE_VOLUME]
+    ours = (POD_TEMPLATE_VOLUME, SPARK_AUTH_VOLUME)
+    user_volumes = [v for v in spec["volumes"] if v["name"] not in ours]
+    user_mounts = [m for m in spec["containers"][0]["volumeMounts"] if m["name"] not in ours]
     assert user_volumes == CHECKPOINT_VOLUMES["volumes"]
     assert user_mounts == CHECKPOINT_VOLUMES["volumeMounts"]
     assert spec["nodeSelector"] == {"pool": "spark"}
@@ -399,7 +402,7 @@ def test_a_driver_pod_without_pod_settings_has_no_placement_fields() -> None:
     spec = driver_pod(make_job(), attempt=1, restore_pointer="latest",
                             operator_config=CONFIG)["spec"]
     assert not {"nodeSelector", "tolerations", "affinity", "priorityClassName"} & set(spec)
-    assert [v["name"] for v in spec["volumes"]] == [POD_TEMPLATE_VOLUME]
+    assert [v["name"] for v in spec["volumes"]] == [POD_TEMPLATE_VOLUME, SPARK_AUTH_VOLUME]
     local = make_job(spark={"master": "local[2]"})
     spec = driver_pod(local, attempt=1, restore_pointer="latest", operator_config=CONFIG)["spec"]
     assert "volumes" not in spec
@@ -456,6 +459,31 @@ def test_executors_start_from_a_template_the_driver_pod_mounts_from_its_annotati
         "spark.kubernetes.executor.podTemplateFile"]
     assert ANNOTATION_EXECUTOR_POD_TEMPLATE in item["fieldRef"]["fieldPath"]
     assert conf["spark.kubernetes.executor.disableConfigMap"] == "true"
+
+
+def test_spark_rpc_authenticates_with_the_jobs_secret_mounted_as_a_file() -> None:
+    """Spark would otherwise put a generated secret into every executor's pod spec."""
+    pod = driver_pod(make_job(), attempt=1, restore_pointer="latest", operator_config=CONFIG)
+    conf = spark_conf(args_of(pod))
+    mount = next(m for m in pod["spec"]["containers"][0]["volumeMounts"]
+                 if m["name"] == SPARK_AUTH_VOLUME)
+    volume = next(v for v in pod["spec"]["volumes"] if v["name"] == SPARK_AUTH_VOLUME)
+    assert volume["secret"]["secretName"] == "clicks-spark-auth"
+    assert mount["readOnly"] is True
+    key_file = f"{mount['mountPath']}/key"
+    assert conf["spark.authenticate.secret.driver.file"] == key_file
+    assert conf["spark.authenticate.secret.executor.file"] == key_file
+    assert conf["spark.kubernetes.executor.secretKeyRef._SPARK_AUTH_SECRET"] == \
+        "clicks-spark-auth:key.base64"
+    secret = build_spark_auth_secret(make_job(), key=bytes(range(32)))
+    assert secret["metadata"]["name"] == "clicks-spark-auth"
+    raw = base64.b64decode(secret["data"]["key"])
+    assert raw == bytes(range(32))
+    # What Spark makes of a key file (base64 of its bytes) is what executors get.
+    assert base64.b64decode(secret["data"]["key.base64"]) == base64.b64encode(raw)
+    assert secret["metadata"]["ownerReferences"][0]["kind"] == "CheckpointedJob"
+    with pytest.raises(ValueError):
+        build_spark_auth_secret(make_job(), key=b"short")
 
 
 def test_a_local_driver_has_no_executor_template() -> None:

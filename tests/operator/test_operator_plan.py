@@ -43,6 +43,7 @@ def test_a_new_job_gets_its_store_rbac_service_fence_and_first_driver_in_that_or
         "EnsureRole",
         "EnsureRoleBinding",
         "EnsureService",
+        "EnsureSparkAuthSecret",
         "EnsureNetworkPolicy",
         "AdvanceFence",
         "CreateDriver",

@@ -146,6 +146,11 @@ driver's; this avoids the much broader "escalate" and "bind" verbs.
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
+# Each job with spark.master k8s gets a Secret holding its Spark RPC key. Created only:
+# the operator never reads a Secret, and an existing key is left as it is.
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["create"]
 {{- if .Values.networkPolicy.enabled }}
 # Each job's NetworkPolicy, admitting only the job's own pods.
 - apiGroups: ["networking.k8s.io"]
