@@ -40,6 +40,7 @@ from cjob_spec.model import (
     RestoreSpec,
     SparkSpec,
 )
+from cjob_spec.parse import MAX_JOB_NAME_LENGTH
 from cjob_spec.quantities import Memory
 from cjob_spec.security import MAX_ID
 
@@ -49,10 +50,14 @@ FIELDS_BY_PATH: dict[str, SpecField] = {field.path: field for field in SPEC_FIEL
 SECURITY_CONTEXTS = ("spec.pod.securityContext", "spec.pod.containerSecurityContext")
 
 
-def spec_schema() -> dict[str, Any]:
+def root_schema() -> dict[str, Any]:
     crd = yaml.safe_load(CRD_PATH.read_text(encoding="utf-8"))
     schema: dict[str, Any] = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
-    return dict(schema["properties"]["spec"])
+    return schema
+
+
+def spec_schema() -> dict[str, Any]:
+    return dict(root_schema()["properties"]["spec"])
 
 
 def schema_nodes(schema: dict[str, Any], path: str) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -169,6 +174,14 @@ def test_every_duration_in_the_crd_is_a_duration_field_of_the_spec() -> None:
     pattern = SCHEMA_NODES["spec.checkpoint.interval"]["pattern"]
     paths = {path for path, node in SCHEMA_NODES.items() if node.get("pattern") == pattern}
     assert paths == {f.path for f in SPEC_FIELDS if isinstance(f, DurationField)}
+
+
+def test_the_crds_job_name_length_is_the_parsers() -> None:
+    (rule,) = [str(r["rule"]) for r in root_schema()["x-kubernetes-validations"]
+               if "metadata.name" in r["rule"]]
+    stated = re.search(r"size\(self\.metadata\.name\) <= ([0-9]+)", rule)
+    assert stated is not None, rule
+    assert int(stated.group(1)) == MAX_JOB_NAME_LENGTH
 
 
 # --- the model -----------------------------------------------------------------------
