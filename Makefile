@@ -6,8 +6,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+CRD := crds/checkpointedjob.yaml
+CHART_CRD := charts/checkpointed-jobs/crds/checkpointedjob.yaml
 
-.PHONY: help install run lint test test-fast controlplane images cluster cluster-down e2e-kind bench bench-throughput \
+.PHONY: help install chart-crds run lint test test-fast controlplane images cluster cluster-down e2e-kind bench bench-throughput \
 	bench-overhead bench-barriers bench-state-size bench-recovery bench-operator \
 	bench-recovery-operator clean
 
@@ -16,6 +18,7 @@ help:
 	@echo "make test     lint + every test (builds the local control plane on first use)"
 	@echo "make cluster  a local cluster: control plane, real node, images, S3, the chart"
 	@echo "make lint     ruff, mypy (strict) and import-linter"
+	@echo "make chart-crds  copy $(CRD) (the one to edit) into the chart"
 	@echo "make bench    every benchmark (see bench/README.md)"
 
 $(STAMP): pyproject.toml constraints.txt
@@ -31,7 +34,13 @@ run: $(STAMP)
 	$(BIN)/cjob run examples/running_sum/running-sum.yaml --fresh --kill-driver-after 8
 	$(BIN)/python examples/running_sum/verify.py --output .cjob/output/running-sum --count 200000
 
-lint: $(STAMP)
+# Helm installs the CRDs of the chart's own crds/ folder, so the chart carries a copy
+# of the CRD; this refreshes it from the source of truth (and leaves an identical copy
+# untouched). Lint, the tests and the cluster run it first; commit the copy it updates.
+chart-crds:
+	@cmp -s $(CRD) $(CHART_CRD) || { cp $(CRD) $(CHART_CRD) && echo "updated $(CHART_CRD) from $(CRD)"; }
+
+lint: $(STAMP) chart-crds
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
@@ -44,19 +53,19 @@ controlplane:
 images: $(STAMP)
 	$(BIN)/python -m e2e.images build
 
-cluster: $(STAMP) controlplane images
+cluster: $(STAMP) chart-crds controlplane images
 	$(BIN)/python -m e2e.realnode up
 
 cluster-down: $(STAMP)
 	$(BIN)/python -m e2e.realnode down
 
-e2e-kind: $(STAMP)
+e2e-kind: $(STAMP) chart-crds
 	bash e2e/kind/run.sh
 
 test: lint controlplane images
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-test-fast: $(STAMP)
+test-fast: $(STAMP) chart-crds
 	$(BIN)/python -m pytest -m "not spark and not cluster and not slow" $(PYTEST_ARGS)
 
 bench: $(STAMP)

@@ -13,9 +13,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from cjob.embedded import RunOptions
 from cjob_spec import CjobSpecError, load_job_file
 
 EXIT_USAGE = 2
+DEFAULT_STATE_DIR = RunOptions().state_dir
+"""Where ``run`` keeps a job's state and ``status``/``checkpoints`` look for it: the
+embedded runner's default, so the commands agree with it and with each other."""
 
 
 def _fail(message: str, code: int = EXIT_USAGE) -> int:
@@ -35,7 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run a CheckpointedJob on this machine (embedded mode)")
     run.add_argument("file", help="CheckpointedJob YAML")
-    run.add_argument("--state-dir", default=".cjob", help="where state lives (default .cjob)")
+    run.add_argument("--state-dir", default=DEFAULT_STATE_DIR,
+                     help=f"where state lives (default {DEFAULT_STATE_DIR})")
     run.add_argument("--kill-driver-after", type=float, metavar="SECONDS",
                      help="SIGKILL the driver once, after SECONDS and a completed checkpoint")
     run.add_argument("--fresh", action="store_true",
@@ -44,14 +49,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     status = sub.add_parser("status", help="show a job's status")
     status.add_argument("name")
-    status.add_argument("--state-dir", default=".cjob")
+    status.add_argument("--state-dir", default=DEFAULT_STATE_DIR)
     status.add_argument("-o", "--output", choices=["table", "json"], default="table")
 
     checkpoints = sub.add_parser("checkpoints", help="checkpoint commands")
     csub = checkpoints.add_subparsers(dest="checkpoints_command", required=True)
     listing = csub.add_parser("list", help="list a job's retained checkpoints")
     listing.add_argument("name")
-    listing.add_argument("--state-dir", default=".cjob")
+    listing.add_argument("--state-dir", default=DEFAULT_STATE_DIR)
     listing.add_argument("-o", "--output", choices=["table", "json"], default="table")
 
     validate = sub.add_parser("validate", help="check a CheckpointedJob YAML")
@@ -65,7 +70,7 @@ def _job_dir(state_dir: str, name: str) -> Path | None:
 
 
 def cmd_run(ns: argparse.Namespace) -> int:
-    from cjob.embedded import EmbeddedRunner, RunOptions, StateDirError
+    from cjob.embedded import EmbeddedRunner, StateDirError
 
     try:
         job = load_job_file(ns.file)

@@ -14,11 +14,12 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Literal
 
+from cjob_spec import defaults
 from cjob_spec.durations import Duration
 from cjob_spec.quantities import Memory
 
-DEFAULT_MAX_PARALLELISM = 128
-DEFAULT_MASTER = "k8s"
+DEFAULT_MAX_PARALLELISM = defaults.MAX_PARALLELISM.default
+DEFAULT_MASTER = defaults.SPARK_MASTER.default
 
 
 class CheckpointMode(StrEnum):
@@ -53,6 +54,13 @@ class CheckpointCleanup(StrEnum):
     """Keep checkpoint data in storage when the CheckpointedJob is deleted."""
     DELETE = "Delete"
     """Delete the job's checkpoint directory when the CheckpointedJob is deleted."""
+
+
+DEFAULT_CHECKPOINT_MODE = CheckpointMode(defaults.CHECKPOINT_MODE.default)
+DEFAULT_RESTART_TYPE = RestartPolicyType(defaults.RESTART_TYPE.default)
+DEFAULT_ON_UNREADABLE = OnUnreadable(defaults.ON_UNREADABLE.default)
+DEFAULT_CLEANUP = CheckpointCleanup(defaults.CLEANUP_CHECKPOINTS.default)
+"""The enums' defaults, written in ``cjob_spec.defaults`` as the document writes them."""
 
 
 @dataclass(frozen=True)
@@ -101,15 +109,15 @@ class JobCode:
 
 @dataclass(frozen=True)
 class DriverResources:
-    cores: int = 1
-    memory: Memory = field(default_factory=lambda: Memory.parse("1Gi"))
+    cores: int = defaults.DRIVER_CORES.default
+    memory: Memory = field(default_factory=defaults.DRIVER_MEMORY.default_value)
 
 
 @dataclass(frozen=True)
 class ExecutorResources:
-    instances: int = 1
-    cores: int = 1
-    memory: Memory = field(default_factory=lambda: Memory.parse("1Gi"))
+    instances: int = defaults.EXECUTOR_INSTANCES.default
+    cores: int = defaults.EXECUTOR_CORES.default
+    memory: Memory = field(default_factory=defaults.EXECUTOR_MEMORY.default_value)
 
 
 @dataclass(frozen=True)
@@ -141,13 +149,13 @@ class S3Settings:
 class CheckpointSpec:
     storage: str
     s3: S3Settings | None = None
-    interval: Duration = field(default_factory=lambda: Duration.parse("10s"))
-    min_pause: Duration = field(default_factory=lambda: Duration.parse("0s"))
-    timeout: Duration = field(default_factory=lambda: Duration.parse("10m"))
-    mode: CheckpointMode = CheckpointMode.EXACTLY_ONCE
-    unaligned: bool = False
-    retained: int = 3
-    tolerable_failures: int = 0
+    interval: Duration = field(default_factory=defaults.CHECKPOINT_INTERVAL.default_value)
+    min_pause: Duration = field(default_factory=defaults.CHECKPOINT_MIN_PAUSE.default_value)
+    timeout: Duration = field(default_factory=defaults.CHECKPOINT_TIMEOUT.default_value)
+    mode: CheckpointMode = DEFAULT_CHECKPOINT_MODE
+    unaligned: bool = defaults.CHECKPOINT_UNALIGNED.default
+    retained: int = defaults.RETAINED.default
+    tolerable_failures: int = defaults.TOLERABLE_FAILURES.default
     trigger_nonce: str | None = None
     """``spec.checkpoint.triggerNonce``: set it to a new value to ask for one checkpoint
     now (like a savepoint trigger). The operator records the last nonce it handled in
@@ -160,20 +168,20 @@ class CheckpointSpec:
 
 @dataclass(frozen=True)
 class Backoff:
-    initial: Duration = field(default_factory=lambda: Duration.parse("10s"))
-    max: Duration = field(default_factory=lambda: Duration.parse("5m"))
-    multiplier: float = 2.0
+    initial: Duration = field(default_factory=defaults.BACKOFF_INITIAL.default_value)
+    max: Duration = field(default_factory=defaults.BACKOFF_MAX.default_value)
+    multiplier: float = defaults.BACKOFF_MULTIPLIER.default
 
 
 @dataclass(frozen=True)
 class RestartPolicy:
-    type: RestartPolicyType = RestartPolicyType.ON_FAILURE
-    max_restarts: int = 5
+    type: RestartPolicyType = DEFAULT_RESTART_TYPE
+    max_restarts: int = defaults.MAX_RESTARTS.default
     backoff: Backoff = field(default_factory=Backoff)
-    reset_after: Duration = field(default_factory=lambda: Duration.parse("10m"))
+    reset_after: Duration = field(default_factory=defaults.RESET_AFTER.default_value)
     """An attempt that ran this long before failing counts as healthy: the restart
     count starts again from zero."""
-    start_timeout: Duration = field(default_factory=lambda: Duration.parse("5m"))
+    start_timeout: Duration = field(default_factory=defaults.START_TIMEOUT.default_value)
     """A driver that has not started running after this long counts as failed."""
 
 
@@ -198,8 +206,8 @@ class RestoreSource:
 @dataclass(frozen=True)
 class RestoreSpec:
     source: RestoreSource = field(default_factory=RestoreSource)
-    on_unreadable: OnUnreadable = OnUnreadable.FAIL
-    allow_foreign_job: bool = False
+    on_unreadable: OnUnreadable = DEFAULT_ON_UNREADABLE
+    allow_foreign_job: bool = defaults.ALLOW_FOREIGN_JOB.default
     """Whether ``source`` may be a checkpoint another job wrote (a deleted job's
     retained checkpoints, say). Off by default, so a mistyped path never continues a
     stranger's state and output."""
@@ -207,7 +215,7 @@ class RestoreSpec:
 
 @dataclass(frozen=True)
 class CleanupPolicy:
-    checkpoints: CheckpointCleanup = CheckpointCleanup.RETAIN
+    checkpoints: CheckpointCleanup = DEFAULT_CLEANUP
 
 
 PERSISTENT_VOLUME_KINDS = ("persistentVolumeClaim", "hostPath", "nfs")
@@ -307,12 +315,12 @@ class JobSpec:
     image: str | None = None
     """The driver's (and executors') image; ``None``: the runtime image the operator
     was installed with. ``cjob run`` runs no image at all."""
-    parallelism: int = 1
+    parallelism: int = defaults.PARALLELISM.default
     max_parallelism: int = DEFAULT_MAX_PARALLELISM
     spark: SparkSpec = field(default_factory=SparkSpec)
     restart_policy: RestartPolicy = field(default_factory=RestartPolicy)
     restore: RestoreSpec = field(default_factory=RestoreSpec)
-    suspend: bool = False
+    suspend: bool = defaults.SUSPEND.default
     cleanup_policy: CleanupPolicy = field(default_factory=CleanupPolicy)
     pod: PodSettings = field(default_factory=PodSettings)
 

@@ -4,8 +4,9 @@
 server (the operator) or from a file (``cjob run``): unknown fields, wrong types, bad
 enums, durations and quantities, and combinations that cannot run (more subtasks
 than Spark task slots, unaligned checkpoints without exactly-once) are refused here
-with a ``SpecError`` that names the field. Defaults are applied here too, so they
-exist in exactly one place (the CRD repeats them for ``kubectl get -o yaml``).
+with a ``SpecError`` that names the field. Defaults are applied here too; they and
+the bounds come from ``cjob_spec.defaults``, their one place (the CRD repeats them for
+``kubectl get -o yaml`` and the API server, and a test holds it to them).
 
 A null value counts as absent, as the API server treats nulls of non-nullable fields.
 """
@@ -23,6 +24,15 @@ from typing import Any, TypeVar
 
 import yaml
 
+from cjob_spec import defaults
+from cjob_spec.defaults import (
+    DurationField,
+    FlagField,
+    IntegerField,
+    MemoryField,
+    NumberField,
+    TextField,
+)
 from cjob_spec.durations import MAX_DURATION, Duration
 from cjob_spec.errors import (
     DurationFormatError,
@@ -31,8 +41,6 @@ from cjob_spec.errors import (
     SpecError,
 )
 from cjob_spec.model import (
-    DEFAULT_MASTER,
-    DEFAULT_MAX_PARALLELISM,
     Backoff,
     CheckpointCleanup,
     CheckpointedJob,
@@ -61,13 +69,11 @@ from cjob_spec.security import (
     read_pod_security_context,
 )
 
-MAX_PARALLELISM_LIMIT = 32768
-"""Upper bound of ``maxParallelism`` (number of key groups), as in Flink."""
+MAX_PARALLELISM_LIMIT = defaults.MAX_PARALLELISM_LIMIT
 MAX_JOB_NAME_LENGTH = 40
 """Job names end up in Service names (63 characters) and in Spark's executor pod name
 prefix (47 characters) together with the attempt number."""
-MAX_RETAINED = 100
-"""Checkpoint pointers live in one ConfigMap, which must stay far below 1 MiB."""
+MAX_RETAINED = defaults.RETAINED.maximum
 
 MASTER_PATTERN = re.compile(r"^local\[(\*|[1-9][0-9]*)(,[1-9][0-9]*)?\]$")
 ENTRYPOINT_PATTERN = re.compile(
@@ -87,13 +93,9 @@ URL_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 ENDPOINT_PATTERN = re.compile(r"^https?://[^\s/]+(/\S*)?$")
 """An S3 endpoint: http(s), a host, an optional path (credentials are refused apart)."""
 
-MAX_RESTARTS = 10000
-"""``restartPolicy.maxRestarts`` at most (the CRD says the same): more restarts than
-this are no policy, and the backoff computation walks them one by one."""
-MAX_TOLERABLE_FAILURES = 10000
-"""``checkpoint.tolerableFailures`` at most (the CRD says the same)."""
-MAX_BACKOFF_MULTIPLIER = 100.0
-"""``restartPolicy.backoff.multiplier`` at most (the CRD says the same)."""
+MAX_RESTARTS = defaults.MAX_RESTARTS.maximum
+MAX_TOLERABLE_FAILURES = defaults.TOLERABLE_FAILURES.maximum
+MAX_BACKOFF_MULTIPLIER = defaults.BACKOFF_MULTIPLIER.maximum
 
 RESERVED_SPARK_CONF: dict[str, str] = {
     "spark.master": "use spec.spark.master",
@@ -230,6 +232,28 @@ class _Node:
             )
         return value
 
+    def integer_field(self, field: IntegerField) -> int:
+        return self.integer(field.key, default=field.default, minimum=field.minimum,
+                            maximum=field.maximum)
+
+    def number_field(self, field: NumberField) -> float:
+        return self.number(field.key, default=field.default, minimum=field.minimum,
+                           maximum=field.maximum)
+
+    def duration_field(self, field: DurationField) -> Duration:
+        return self.duration(field.key, default=field.default, positive=field.positive,
+                             minimum=field.minimum_seconds or None,
+                             maximum=Duration.parse(field.maximum))
+
+    def memory_field(self, field: MemoryField) -> Memory:
+        return self.memory(field.key, default=field.default)
+
+    def flag_field(self, field: FlagField) -> bool:
+        return self.boolean(field.key, default=field.default)
+
+    def enum_field(self, field: TextField, enum_type: type[_E]) -> _E:
+        return self.enum(field.key, enum_type, default=enum_type(field.default))
+
     def number(self, key: str, *, default: float, minimum: float, maximum: float) -> float:
         value = self.get(key)
         if value is None:
@@ -268,7 +292,13 @@ class _Node:
         )
 
     def duration(
-        self, key: str, *, default: str, positive: bool = False, minimum: float | None = None
+        self,
+        key: str,
+        *,
+        default: str,
+        positive: bool = False,
+        minimum: float | None = None,
+        maximum: Duration = MAX_DURATION,
     ) -> Duration:
         value = self.get(key)
         if value is None:
@@ -288,10 +318,10 @@ class _Node:
             raise SpecError(
                 field=self.at(key), problem=f"must be at least {minimum:g}s, got {value!r}"
             )
-        if not duration.seconds <= MAX_DURATION.seconds:
+        if not duration.seconds <= maximum.seconds:
             raise SpecError(
                 field=self.at(key),
-                problem=f"must be at most {MAX_DURATION.text}, got {_shorten(value)!r}",
+                problem=f"must be at most {maximum.text}, got {_shorten(value)!r}",
             )
         return duration
 
@@ -411,10 +441,11 @@ def _read_spec(node: _Node) -> JobSpec:
     job = _read_job_code(
         _Node(node.require("job"), "spec.job", ("entrypoint", "pythonPath", "args"))
     )
-    max_parallelism = node.integer(
-        "maxParallelism", default=DEFAULT_MAX_PARALLELISM, minimum=1, maximum=MAX_PARALLELISM_LIMIT
-    )
-    parallelism = node.integer("parallelism", default=1, minimum=1)
+    max_parallelism = node.integer_field(defaults.MAX_PARALLELISM)
+    # Bounded by the job's own maxParallelism below (at most the field's maximum), so
+    # that a too large value is reported against the bound that applies to this job.
+    parallelism = node.integer(defaults.PARALLELISM.key, default=defaults.PARALLELISM.default,
+                               minimum=defaults.PARALLELISM.minimum)
     if parallelism > max_parallelism:
         raise SpecError(
             field="spec.parallelism",
@@ -454,9 +485,7 @@ def _read_spec(node: _Node) -> JobSpec:
         "cleanupPolicy",
         ("checkpoints",),
         lambda child: CleanupPolicy(
-            checkpoints=child.enum(
-                "checkpoints", CheckpointCleanup, default=CheckpointCleanup.RETAIN
-            )
+            checkpoints=child.enum_field(defaults.CLEANUP_CHECKPOINTS, CheckpointCleanup)
         ),
         default=CleanupPolicy,
     )
@@ -471,7 +500,7 @@ def _read_spec(node: _Node) -> JobSpec:
         spark=spark,
         restart_policy=restart_policy,
         restore=restore,
-        suspend=node.boolean("suspend", default=False),
+        suspend=node.flag_field(defaults.SUSPEND),
         cleanup_policy=cleanup,
     )
 
@@ -658,7 +687,7 @@ def _check_json_value(value: object, path: str) -> None:
 
 
 def _read_spark(node: _Node) -> SparkSpec:
-    master = node.string("master", default=DEFAULT_MASTER)
+    master = node.string(defaults.SPARK_MASTER.key, default=defaults.SPARK_MASTER.default)
     assert master is not None
     if master != "k8s" and not MASTER_PATTERN.match(master):
         raise SpecError(
@@ -670,8 +699,8 @@ def _read_spark(node: _Node) -> SparkSpec:
         "driver",
         ("cores", "memory"),
         lambda child: DriverResources(
-            cores=child.integer("cores", default=1, minimum=1, maximum=256),
-            memory=child.memory("memory", default="1Gi"),
+            cores=child.integer_field(defaults.DRIVER_CORES),
+            memory=child.memory_field(defaults.DRIVER_MEMORY),
         ),
         default=DriverResources,
     )
@@ -679,9 +708,9 @@ def _read_spark(node: _Node) -> SparkSpec:
         "executor",
         ("instances", "cores", "memory"),
         lambda child: ExecutorResources(
-            instances=child.integer("instances", default=1, minimum=1, maximum=10000),
-            cores=child.integer("cores", default=1, minimum=1, maximum=256),
-            memory=child.memory("memory", default="1Gi"),
+            instances=child.integer_field(defaults.EXECUTOR_INSTANCES),
+            cores=child.integer_field(defaults.EXECUTOR_CORES),
+            memory=child.memory_field(defaults.EXECUTOR_MEMORY),
         ),
         default=ExecutorResources,
     )
@@ -764,15 +793,15 @@ def _read_checkpoint(job: JobCode, node: _Node) -> CheckpointSpec:
         s3 = _read_s3(
             _Node(node.get("s3"), node.at("s3"), ("endpoint", "region", "credentialsSecret"))
         )
-    mode = node.enum("mode", CheckpointMode, default=CheckpointMode.EXACTLY_ONCE)
-    unaligned = node.boolean("unaligned", default=False)
+    mode = node.enum_field(defaults.CHECKPOINT_MODE, CheckpointMode)
+    unaligned = node.flag_field(defaults.CHECKPOINT_UNALIGNED)
     if unaligned and mode is not CheckpointMode.EXACTLY_ONCE:
         raise SpecError(
             field="spec.checkpoint.unaligned",
             problem="unaligned checkpoints need mode ExactlyOnce",
         )
-    interval = node.duration("interval", default="10s", minimum=0.01)
-    timeout = node.duration("timeout", default="10m", positive=True)
+    interval = node.duration_field(defaults.CHECKPOINT_INTERVAL)
+    timeout = node.duration_field(defaults.CHECKPOINT_TIMEOUT)
     trigger = node.get("triggerNonce")
     if trigger is not None and not isinstance(trigger, str):
         raise SpecError(
@@ -784,14 +813,12 @@ def _read_checkpoint(job: JobCode, node: _Node) -> CheckpointSpec:
         storage=storage,
         s3=s3,
         interval=interval,
-        min_pause=node.duration("minPause", default="0s"),
+        min_pause=node.duration_field(defaults.CHECKPOINT_MIN_PAUSE),
         timeout=timeout,
         mode=mode,
         unaligned=unaligned,
-        retained=node.integer("retained", default=3, minimum=1, maximum=MAX_RETAINED),
-        tolerable_failures=node.integer(
-            "tolerableFailures", default=0, minimum=0, maximum=MAX_TOLERABLE_FAILURES
-        ),
+        retained=node.integer_field(defaults.RETAINED),
+        tolerable_failures=node.integer_field(defaults.TOLERABLE_FAILURES),
         trigger_nonce=trigger or None,
     )
 
@@ -824,26 +851,24 @@ def _read_restart_policy(node: _Node) -> RestartPolicy:
         "backoff", ("initial", "max", "multiplier"), _read_backoff, default=Backoff
     )
     return RestartPolicy(
-        type=node.enum("type", RestartPolicyType, default=RestartPolicyType.ON_FAILURE),
-        max_restarts=node.integer("maxRestarts", default=5, minimum=0, maximum=MAX_RESTARTS),
+        type=node.enum_field(defaults.RESTART_TYPE, RestartPolicyType),
+        max_restarts=node.integer_field(defaults.MAX_RESTARTS),
         backoff=backoff,
-        reset_after=node.duration("resetAfter", default="10m", positive=True),
-        start_timeout=node.duration("startTimeout", default="5m", positive=True),
+        reset_after=node.duration_field(defaults.RESET_AFTER),
+        start_timeout=node.duration_field(defaults.START_TIMEOUT),
     )
 
 
 def _read_backoff(node: _Node) -> Backoff:
-    initial = node.duration("initial", default="10s")
-    maximum = node.duration("max", default="5m")
+    initial = node.duration_field(defaults.BACKOFF_INITIAL)
+    maximum = node.duration_field(defaults.BACKOFF_MAX)
     if maximum.seconds < initial.seconds:
         raise SpecError(
             field="spec.restartPolicy.backoff.max",
             problem=f"must be >= initial ({initial.text}), got {maximum.text!r}",
         )
     return Backoff(
-        initial=initial, max=maximum, multiplier=node.number(
-            "multiplier", default=2.0, minimum=1.0, maximum=MAX_BACKOFF_MULTIPLIER
-        )
+        initial=initial, max=maximum, multiplier=node.number_field(defaults.BACKOFF_MULTIPLIER)
     )
 
 
@@ -852,7 +877,7 @@ def _read_restore(node: _Node) -> RestoreSpec:
     source = RestoreSource()
     if raw is not None:
         source = _read_restore_source(raw)
-    allow_foreign_job = node.boolean("allowForeignJob", default=False)
+    allow_foreign_job = node.flag_field(defaults.ALLOW_FOREIGN_JOB)
     if allow_foreign_job and source.kind != "path":
         raise SpecError(
             field="spec.restore.allowForeignJob",
@@ -861,7 +886,7 @@ def _read_restore(node: _Node) -> RestoreSpec:
         )
     return RestoreSpec(
         source=source,
-        on_unreadable=node.enum("onUnreadable", OnUnreadable, default=OnUnreadable.FAIL),
+        on_unreadable=node.enum_field(defaults.ON_UNREADABLE, OnUnreadable),
         allow_foreign_job=allow_foreign_job,
     )
 
@@ -877,7 +902,7 @@ def _read_restore_source(raw: object) -> RestoreSource:
             raise SpecError(field=path, problem=f"checkpoint ids start at 1, got {checkpoint_id}")
         return RestoreSource(kind="id", checkpoint_id=checkpoint_id)
     if isinstance(raw, str):
-        if raw == "latest":
+        if raw == defaults.RESTORE_FROM.default:
             return RestoreSource()
         if FILE_STORAGE_PATTERN.match(raw) or S3_STORAGE_PATTERN.match(raw):
             return RestoreSource(kind="path", path=raw)

@@ -2,7 +2,10 @@
 deletion of a job's checkpoint directory (see :mod:`job_runtime.cleanup`).
 
 The flags are the contract written down in :mod:`cjob_spec.runtime_args`; the
-operator and the embedded runner build them from a CheckpointedJob.
+operator and the embedded runner build them from a CheckpointedJob. A flag left out
+means the spec's default (:mod:`cjob_spec.defaults`); flags no spec field sets (the
+master, the attempt, the store, task attempts, credits) default to the driver's own
+settings, so every default has one place.
 """
 
 from __future__ import annotations
@@ -14,7 +17,14 @@ import os
 import signal
 import sys
 
+from cjob_spec import defaults
 from cjob_spec.exit_codes import ExitCode
+from cjob_spec.model import (
+    DEFAULT_CHECKPOINT_MODE,
+    DEFAULT_ON_UNREADABLE,
+    CheckpointMode,
+    OnUnreadable,
+)
 from job_runtime.cleanup import DEFAULT_TERMINATION_LOG, run_cleanup
 from job_runtime.coordinator.coordinator import CheckpointSettings
 from job_runtime.execution.driver import DriverSettings, run_driver
@@ -34,6 +44,14 @@ def _key_value(text: str) -> tuple[str, str]:
     return key, value
 
 
+_DRIVER = DriverSettings(job_name="", job_uid="", entrypoint="")
+"""The driver's defaults of the settings no spec field sets."""
+
+
+def _seconds(field: defaults.DurationField) -> float:
+    return field.default_value().seconds
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m job_runtime")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -43,28 +61,33 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--entrypoint", required=True)
     run.add_argument("--python-path", action="append", default=[])
     run.add_argument("--args-json", default="{}")
-    run.add_argument("--parallelism", type=int, default=1)
-    run.add_argument("--max-parallelism", type=int, default=128)
-    run.add_argument("--master", default="local[*]")
+    run.add_argument("--parallelism", type=int, default=defaults.PARALLELISM.default)
+    run.add_argument("--max-parallelism", type=int, default=defaults.MAX_PARALLELISM.default)
+    run.add_argument("--master", default=_DRIVER.master)
     run.add_argument("--spark-conf", action="append", type=_key_value, default=[])
     run.add_argument("--checkpoint-storage", required=True)
-    run.add_argument("--checkpoint-interval", type=float, default=10.0)
-    run.add_argument("--checkpoint-min-pause", type=float, default=0.0)
-    run.add_argument("--checkpoint-timeout", type=float, default=600.0)
-    run.add_argument("--checkpoint-mode", choices=["exactly_once", "at_least_once"],
-                     default="exactly_once")
+    run.add_argument("--checkpoint-interval", type=float,
+                     default=_seconds(defaults.CHECKPOINT_INTERVAL))
+    run.add_argument("--checkpoint-min-pause", type=float,
+                     default=_seconds(defaults.CHECKPOINT_MIN_PAUSE))
+    run.add_argument("--checkpoint-timeout", type=float,
+                     default=_seconds(defaults.CHECKPOINT_TIMEOUT))
+    run.add_argument("--checkpoint-mode", choices=[mode.runtime_flag for mode in CheckpointMode],
+                     default=DEFAULT_CHECKPOINT_MODE.runtime_flag)
     run.add_argument("--unaligned", action="store_true")
-    run.add_argument("--retained", type=int, default=3)
-    run.add_argument("--tolerable-failures", type=int, default=0)
-    run.add_argument("--restore", default="latest")
-    run.add_argument("--on-unreadable", choices=["fail", "fallback"], default="fail")
+    run.add_argument("--retained", type=int, default=defaults.RETAINED.default)
+    run.add_argument("--tolerable-failures", type=int,
+                     default=defaults.TOLERABLE_FAILURES.default)
+    run.add_argument("--restore", default=defaults.RESTORE_FROM.default)
+    run.add_argument("--on-unreadable", choices=[choice.runtime_flag for choice in OnUnreadable],
+                     default=DEFAULT_ON_UNREADABLE.runtime_flag)
     run.add_argument("--allow-foreign-restore", action="store_true")
-    run.add_argument("--attempt", type=int, default=1)
-    run.add_argument("--store", default="memory:")
+    run.add_argument("--attempt", type=int, default=_DRIVER.attempt)
+    run.add_argument("--store", default=_DRIVER.store)
     run.add_argument("--metrics-port", type=int, default=None)
     run.add_argument("--status-file", default=None)
-    run.add_argument("--task-attempts", type=int, default=4)
-    run.add_argument("--credits", type=int, default=4)
+    run.add_argument("--task-attempts", type=int, default=_DRIVER.task_attempts)
+    run.add_argument("--credits", type=int, default=_DRIVER.credits)
     cleanup = sub.add_parser("cleanup", help="delete a deleted job's checkpoint directory")
     cleanup.add_argument("--uri", required=True,
                          help="the job's checkpoint directory, <storage>/<job-name>-<job-uid>")

@@ -4,7 +4,10 @@ documentation and the Grafana dashboard."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
+import subprocess
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -90,9 +93,71 @@ def test_the_chart_crd_is_a_byte_identical_copy_of_the_source_of_truth() -> None
     copy = (CHART / "crds" / "checkpointedjob.yaml").read_bytes()
     assert copy == source, (
         "charts/checkpointed-jobs/crds/checkpointedjob.yaml differs from "
-        "crds/checkpointedjob.yaml; run: cp crds/checkpointedjob.yaml "
-        "charts/checkpointed-jobs/crds/checkpointedjob.yaml"
+        "crds/checkpointedjob.yaml, which is the one to edit; run: make chart-crds"
     )
+
+
+def committed(path: str) -> bytes | None:
+    """The file as the checked-out commit holds it; None outside a git checkout."""
+    result = subprocess.run(["git", "-C", str(REPO), "show", f"HEAD:{path}"],
+                            capture_output=True, timeout=60, check=False)
+    return result.stdout if result.returncode == 0 else None
+
+
+def test_the_committed_chart_crd_is_the_committed_source_of_truth() -> None:
+    # The build refreshes the working copy before the tests run, so the test above
+    # cannot see a commit that changed the CRD without its chart copy; this one can.
+    source = committed("crds/checkpointedjob.yaml")
+    copy = committed("charts/checkpointed-jobs/crds/checkpointedjob.yaml")
+    if source is None or copy is None:
+        pytest.skip("not a git checkout with both CRD files committed")
+    assert copy == source, (
+        "the commit's charts/checkpointed-jobs/crds/checkpointedjob.yaml differs from its "
+        "crds/checkpointedjob.yaml; run make chart-crds and commit the chart's copy"
+    )
+
+
+def make_chart_crds(root: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["make", "--no-print-directory", "-C", str(root), "chart-crds"],
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def repository_files(tmp_path: Path) -> tuple[Path, Path]:
+    """The Makefile and the two CRD files, in sync, in a scratch copy of the repository's
+    layout."""
+    (tmp_path / "crds").mkdir()
+    (tmp_path / "charts" / "checkpointed-jobs" / "crds").mkdir(parents=True)
+    shutil.copy(REPO / "Makefile", tmp_path / "Makefile")
+    source = tmp_path / "crds" / "checkpointedjob.yaml"
+    copy = tmp_path / "charts" / "checkpointed-jobs" / "crds" / "checkpointedjob.yaml"
+    shutil.copy(REPO / "crds" / "checkpointedjob.yaml", source)
+    shutil.copy(source, copy)
+    return source, copy
+
+
+def test_make_chart_crds_copies_an_edited_crd_into_the_chart(tmp_path: Path) -> None:
+    source, copy = repository_files(tmp_path)
+    source.write_bytes(source.read_bytes() + b"# an edit\n")
+    result = make_chart_crds(tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert copy.read_bytes() == source.read_bytes()
+
+
+def test_make_chart_crds_leaves_a_chart_copy_that_is_in_sync_untouched(tmp_path: Path) -> None:
+    _source, copy = repository_files(tmp_path)
+    old = 10**18   # older than the source: a copy by age would rewrite it
+    os.utime(copy, ns=(old, old))
+    result = make_chart_crds(tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert copy.stat().st_mtime_ns == old
+    assert result.stdout == ""
+
+
+def test_the_build_refreshes_the_chart_crd_before_linting_and_testing() -> None:
+    makefile = (REPO / "Makefile").read_text()
+    for target in ("lint", "test-fast", "cluster", "e2e-kind"):
+        (line,) = [x for x in makefile.splitlines() if x.startswith(f"{target}:")]
+        assert "chart-crds" in line.split(":", 1)[1].split(), line
 
 
 def test_the_chart_ships_kopf_peering_crds_for_both_peering_modes() -> None:
