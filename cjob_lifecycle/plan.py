@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TypeVar
 
-from cjob_operator.actions import (
+from cjob_lifecycle.actions import (
     Action,
     AdvanceFence,
     CreateCleanupPod,
@@ -50,7 +50,7 @@ from cjob_operator.actions import (
     RequestCheckpoint,
     RequeueAfter,
 )
-from cjob_operator.observed import CleanupPod, DriverPod, Observed, StoreOwnership
+from cjob_lifecycle.observed import CleanupPod, DriverPod, Observed, StoreOwnership
 from cjob_spec.errors import SpecError
 from cjob_spec.exit_codes import describe_exit, reason_for_exit
 from cjob_spec.model import (
