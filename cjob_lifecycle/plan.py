@@ -1,5 +1,6 @@
-"""The operator's decision: an observation of one CheckpointedJob in, actions and the
-new status out.
+"""The decision about one CheckpointedJob: an observation in, actions and the new
+status out. The operator runs it against the Kubernetes API and ``cjob run`` against
+local driver processes and a file store, so both follow this one lifecycle.
 
 ``plan`` is pure and is called on every reconciliation pass. It never sleeps: a wait
 (restart backoff, a final checkpoint before suspending, a previous driver still
