@@ -1,10 +1,13 @@
 """The embedded runner: a CheckpointedJob supervised on this machine, without Kubernetes.
 
-It does what the operator does for a cluster, with a local process in place of
-the driver pod: start attempt n of the driver (``python -m job_runtime run``
-with ``local[N]`` Spark), fence the file store to that attempt first, watch it,
-and when it ends ask the same pure restart policy as the operator what to do.
-Every attempt after a failure restores the latest completed checkpoint.
+It runs the operator's lifecycle, not a copy of it: on every pass it observes its
+local drivers and file store (:mod:`cjob.local_backend`), asks the same pure
+:func:`cjob_lifecycle.plan.plan` what to do, carries out the actions (fence the store,
+start attempt n of the driver, ``python -m job_runtime run`` with ``local[N]`` Spark,
+stop a driver) and records the status the plan returns. Phases, conditions, restarts
+with backoff, restoring from the latest checkpoint and fencing therefore behave as on
+a cluster by construction. What is its own is what a terminal shows: progress lines,
+``--kill-driver-after``, and resuming a run that was interrupted.
 
 State lives in ``<state-dir>/<name>/``: ``status.json`` (the CR's status shape),
 ``checkpoints/`` (file:// checkpoint data), ``store/`` (the completed-checkpoint
@@ -16,8 +19,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import signal
-import subprocess
 import sys
 import time
 import uuid
@@ -26,24 +27,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from cjob_spec import (
-    AttemptEnd,
-    CheckpointedJob,
-    CheckpointRef,
-    Finish,
-    GiveUp,
-    JobStatus,
-    Phase,
-    Restart,
-    RestoredFrom,
-    decide_restart,
-    file_store_arg,
-    to_runtime_args,
-)
+from cjob.local_backend import LOCAL_SETTINGS, DriverLaunch, LocalBackend
+from cjob_lifecycle.actions import CreateDriver, EmitEvent
+from cjob_lifecycle.plan import plan
+from cjob_spec import CheckpointedJob, JobStatus, Phase, file_store_arg, to_runtime_args
 from cjob_spec.driver_env import driver_env as spec_driver_env
-from cjob_spec.exit_codes import describe_exit, reason_for_exit
 from cjob_spec.model import is_s3_code
-from cjob_spec.status import ConditionStatus, ConditionType, FailureRecord, set_condition
 
 Clock = Callable[[], datetime]
 
@@ -129,6 +118,8 @@ class RunOptions:
     base_dir: str = "."
     out: TextIO = sys.stdout
     interactive: bool = False
+    driver_command: tuple[str, ...] = (sys.executable, "-m", "job_runtime", "run")
+    """The driver's command; the runtime's arguments follow it (as in a driver pod)."""
 
 
 @dataclasses.dataclass
@@ -141,6 +132,19 @@ class Progress:
     state: str = "starting"
 
 
+QUIET_EVENTS = frozenset({"Started", "Restarted", "Retrying", "Resumed", "Upgraded", "Running",
+                          "CheckpointsNotPersistent"})
+"""Events the runner does not print: the start of an attempt has its own line (with
+the restore pointer and the log file), a running driver shows progress lines, and
+file:// storage is the state directory here, not a container's disk, so it persists."""
+
+TICK_SECONDS = 0.5
+"""How often a running attempt's progress file is read and its process polled."""
+PASS_SECONDS = 1.0
+"""Longest time between two passes of the plan while a driver runs, so that the
+status follows the store's checkpoints about as closely as it did before."""
+
+
 def _local_master(job: CheckpointedJob) -> str:
     master = job.spec.spark.master
     if master.startswith("local"):
@@ -148,20 +152,20 @@ def _local_master(job: CheckpointedJob) -> str:
     return f"local[{job.spec.parallelism}]"
 
 
-def _exit_code_of(returncode: int) -> int:
-    return 128 - returncode if returncode < 0 else returncode
+def resumed_status(previous: JobStatus) -> JobStatus:
+    """The status a new ``cjob run`` of an unfinished job continues from.
 
-
-def _last_error_line(log_path: Path) -> str:
-    """The most telling line of a driver's log for a one-line failure message."""
-    try:
-        lines = log_path.read_text(errors="replace").splitlines()
-    except OSError:
-        return ""
-    for line in reversed(lines):
-        if " ERROR job_runtime" in line:
-            return line.split(": ", 1)[-1].strip()
-    return ""
+    Running ``cjob run`` again is the user asking for the job to go on, so an attempt
+    that was interrupted with the runner (Pending, Running) or had failed becomes a
+    restart without backoff: the plan then starts the next attempt from the latest
+    checkpoint, keeping the restart count. A job waiting out a backoff keeps waiting,
+    and a suspended one stays the plan's to resume.
+    """
+    if previous.phase in (Phase.PENDING, Phase.RUNNING, Phase.FAILED):
+        return previous.replace(
+            phase=Phase.RESTARTING, reason="Resuming", next_restart_at=None,
+            message=f"resuming after attempt {previous.attempt}")
+    return previous
 
 
 class EmbeddedRunner:
@@ -173,6 +177,9 @@ class EmbeddedRunner:
         self.paths = job_paths(options.state_dir, job.metadata.name)
         self.killed_once = False
         self._last_print = 0.0
+        self._attempt_started: dict[int, float] = {}
+        self._uid = ""
+        self._events: list[EmitEvent] = []
 
     # ------------------------------------------------------------------ setup
 
@@ -185,15 +192,14 @@ class EmbeddedRunner:
             uid = self.paths.uid.read_text().strip()
             self._say(f"resuming {self.job.metadata.name} (uid {uid}) after attempt "
                       f"{previous.attempt}")
-            return previous.replace(restarts=previous.restarts), uid
+            return resumed_status(previous), uid
         uid = uuid.uuid4().hex[:12]
         for child in (self.paths.store,):
             if child.exists():
                 for f in child.iterdir():
                     f.unlink()
         self.paths.uid.write_text(uid)
-        return JobStatus(phase=Phase.PENDING, observed_generation=self.job.metadata.generation
-                         ), uid
+        return JobStatus(), uid
 
     def checkpoint_storage(self) -> str:
         storage = self.job.spec.checkpoint.storage
@@ -215,24 +221,68 @@ class EmbeddedRunner:
         return dataclasses.replace(self.job, spec=dataclasses.replace(
             spec, job=job_code, checkpoint=checkpoint))
 
-    def _restore_pointer(self) -> str:
-        from job_runtime.store.file import list_checkpoints
-
-        if self.paths.store.exists() and list_checkpoints(str(self.paths.store),
-                                                          skip_corrupt=True):
-            return "latest"
-        source = self.job.spec.restore.source
-        if source.kind == "id":
-            return str(source.checkpoint_id)
-        if source.kind == "path":
-            return str(source.path)
-        return "latest"
+    def _launch(self, action: CreateDriver) -> DriverLaunch:
+        """The driver process of ``action``: what a driver pod would run, locally."""
+        attempt = action.attempt
+        args = to_runtime_args(self._job_for_attempt(), restore_pointer=action.restore_pointer,
+                               attempt=attempt, store=file_store_arg(str(self.paths.store)),
+                               master=_local_master(self.job), job_uid=self._uid,
+                               metrics_port=self.options.metrics_port,
+                               status_file=str(self.paths.runtime_status(attempt)))
+        # An earlier run of a job of this name may have left this attempt's progress
+        # file: read before the new driver writes its own, it would show that run's
+        # records and checkpoints, and could trigger --kill-driver-after.
+        self.paths.runtime_status(attempt).unlink(missing_ok=True)
+        return DriverLaunch(argv=(*self.options.driver_command, *args),
+                            env=driver_environment(self.job, os.environ),
+                            log=self.paths.log(attempt))
 
     # ------------------------------------------------------------------ output
 
     def _say(self, text: str) -> None:
         self.options.out.write(f"[cjob] {text}\n")
         self.options.out.flush()
+
+    def _end_progress_line(self) -> None:
+        if self.options.interactive and self._last_print:
+            self.options.out.write("\n")
+            self._last_print = 0.0
+
+    def _on_start(self, action: CreateDriver, log: Path) -> None:
+        self._end_progress_line()
+        self._attempt_started[action.attempt] = time.monotonic()
+        self._say(f"starting attempt {action.attempt} (restore: {action.restore_pointer}, "
+                  f"log: {log})")
+
+    def _on_event(self, event: EmitEvent) -> None:
+        self._events.append(event)
+
+    def _print_events(self, before: JobStatus, status: JobStatus) -> None:
+        """The pass's Events as lines; the one that ends the job is the summary's, and
+        the restart after a failure is said without repeating the failure's line."""
+        events, self._events = self._events, []
+        final = status.phase is not None and status.phase.is_terminal
+        failure = status.last_failure if status.last_failure != before.last_failure else None
+        for event in events:
+            if event.reason in QUIET_EVENTS or (final and event.reason == status.reason):
+                continue
+            self._end_progress_line()
+            repeated = f"{failure.message}; " if failure is not None else None
+            if repeated and status.phase is Phase.RESTARTING \
+                    and event.message.startswith(repeated):
+                self._say(f"restarting from the latest checkpoint "
+                          f"({event.message.removeprefix(repeated)})")
+                continue
+            prefix = "warning: " if event.type == "Warning" else ""
+            self._say(f"{prefix}{event.message}")
+
+    def _report_failure(self, before: JobStatus, after: JobStatus) -> None:
+        failure = after.last_failure
+        if failure is None or failure == before.last_failure:
+            return
+        self._end_progress_line()
+        attempt = failure.attempt if failure.attempt is not None else after.attempt
+        self._say(f"attempt {attempt} failed: {failure.message}")
 
     def _show_progress(self, attempt: int, progress: Progress, restarts: int) -> None:
         now = time.monotonic()
@@ -252,165 +302,117 @@ class EmbeddedRunner:
     # ------------------------------------------------------------------ run
 
     def run(self) -> int:
-        """Supervise attempts until the job succeeds or fails; returns the exit code."""
-        status, uid = self._prepare()
-        job = self._job_for_attempt()
-        spec = self.job.spec
+        """Drive the job's lifecycle until it is over; returns the exit code.
+
+        Each pass observes the local drivers and the file store, plans, carries out
+        the plan and records its status; between passes the runner watches the
+        running attempt until the plan's next wake-up or a driver exits.
+        """
+        status, self._uid = self._prepare()
+        # The plan sees the job as it runs here: its checkpoints in the state directory.
+        backend = LocalBackend(job=self._job_for_attempt(), store=self.paths.store, launch_for=self._launch,
+                               on_event=self._on_event, on_start=self._on_start,
+                               clock=self.clock)
+        written: dict[str, Any] | None = None
+        try:
+            while True:
+                observed = backend.observe(status)
+                result = plan(observed, now=self.clock(), settings=LOCAL_SETTINGS)
+                self._report_failure(status, result.status)
+                backend.execute(result.actions)
+                self._print_events(status, result.status)
+                status = result.status
+                body = status.to_dict()
+                if body != written:
+                    write_status(self.paths, status)
+                    written = body
+                    self.status_changed(status)
+                phase = status.phase
+                if phase is not None and (phase.is_terminal or phase is Phase.SUSPENDED) \
+                        and not backend.live:
+                    return self._finish(status)
+                self._watch(backend, status=status, wake_after=result.requeue_after)
+        except KeyboardInterrupt:
+            backend.stop_all()
+            raise
+        finally:
+            self._end_progress_line()
+
+    def status_changed(self, status: JobStatus) -> None:
+        """Called with every new status once ``status.json`` holds it.
+
+        Nothing here: a supervisor built on the runner (and the tests that compare it
+        with the operator, pass by pass) follows the lifecycle through this hook.
+        """
+
+    def _watch(self, backend: LocalBackend, *, status: JobStatus,
+               wake_after: float | None) -> None:
+        """Show the current attempt's progress until the next pass is due: the plan's
+        wake-up, at most ``PASS_SECONDS``, or sooner when a driver exits."""
+        wait = PASS_SECONDS if wake_after is None else min(wake_after, PASS_SECONDS)
+        deadline = time.monotonic() + wait
+        name = status.driver_pod
         while True:
-            attempt = status.attempt + 1
-            from job_runtime.store.file import advance_attempt
+            if name is not None and name in backend.live:
+                self._follow(backend, name=name, attempt=status.attempt,
+                             restarts=status.restarts)
+            if backend.poll():
+                return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            time.sleep(min(TICK_SECONDS, remaining))
 
-            self.paths.store.mkdir(parents=True, exist_ok=True)
-            advance_attempt(str(self.paths.store), attempt)
-            restore = self._restore_pointer()
-            args = to_runtime_args(job, restore_pointer=restore, attempt=attempt,
-                                   store=file_store_arg(str(self.paths.store)),
-                                   master=_local_master(self.job), job_uid=uid,
-                                   metrics_port=self.options.metrics_port,
-                                   status_file=str(self.paths.runtime_status(attempt)))
-            started = self.clock()
-            status = status.replace(
-                phase=Phase.RUNNING if attempt == 1 else Phase.RESTARTING, attempt=attempt,
-                driver_pod=f"{self.job.metadata.name}-attempt-{attempt}", started_at=started,
-                running_since=started, next_restart_at=None, reason=None, message=None,
-                conditions=set_condition(status.conditions, kind=ConditionType.READY,
-                                         status=ConditionStatus.TRUE, reason="DriverRunning",
-                                         message=f"attempt {attempt} started", now=started,
-                                         observed_generation=self.job.metadata.generation))
-            write_status(self.paths, status)
-            self._say(f"starting attempt {attempt} (restore: {restore}, log: "
-                      f"{self.paths.log(attempt)})")
-            returncode, runtime = self._watch(attempt=attempt, args=args, status=status)
-            status = self._with_runtime(status, runtime)
-            ended = self.clock()
-            exit_code = _exit_code_of(returncode)
-            reason = reason_for_exit(exit_code)
-            detail = _last_error_line(self.paths.log(attempt))
-            message = describe_exit(exit_code) + (f": {detail}" if detail else "")
-            end = AttemptEnd(reason=reason, exit_code=exit_code, at=ended, message=message)
-            decision = decide_restart(policy=spec.restart_policy, end=end,
-                                      restarts=status.restarts, healthy_since=started, now=ended)
-            if exit_code != 0:
-                status = status.replace(last_failure=FailureRecord(
-                    reason=reason, exit_code=exit_code, message=message, at=ended,
-                    attempt=attempt))
-                self._say(f"attempt {attempt} failed: {message}")
-            if isinstance(decision, Restart):
-                status = status.replace(phase=Phase.RESTARTING, restarts=decision.restarts,
-                                        last_restart_at=ended, reason=decision.reason,
-                                        message=decision.message,
-                                        next_restart_at=decision.not_before)
-                write_status(self.paths, status)
-                self._say(f"restarting from the latest checkpoint in "
-                          f"{decision.delay_seconds:g}s ({decision.message})")
-                time.sleep(decision.delay_seconds)
-                continue
-            return self._finish(status, decision)
-
-    def _finish(self, status: JobStatus, decision: GiveUp | Finish) -> int:
-        now = self.clock()
-        succeeded = isinstance(decision, Finish) and decision.succeeded
-        phase = Phase.SUCCEEDED if succeeded else Phase.FAILED
-        conditions = set_condition(
-            status.conditions, kind=ConditionType.READY, status=ConditionStatus.FALSE,
-            reason=decision.reason, message=decision.message, now=now,
-            observed_generation=self.job.metadata.generation)
-        if not succeeded:
-            conditions = set_condition(
-                conditions, kind=ConditionType.FAILED, status=ConditionStatus.TRUE,
-                reason=decision.reason, message=decision.message, now=now,
-                observed_generation=self.job.metadata.generation)
-        status = status.replace(phase=phase, reason=decision.reason, message=decision.message,
-                                conditions=conditions, next_restart_at=None)
-        write_status(self.paths, status)
-        latest = status.latest_checkpoint
-        restored = status.restored_from
-        self._say(f"job {self.job.metadata.name} {phase.value}: {decision.message}")
-        self._say(f"  attempts {status.attempt}, restarts {status.restarts}, latest checkpoint "
-                  f"{latest.id if latest else '-'}, restored from "
-                  f"{restored.id if restored else '-'}")
-        self._say(f"  status: {self.paths.status}")
-        if not succeeded:
-            sys.stderr.write(f"cjob: error: job {self.job.metadata.name} failed: "
-                             f"{decision.message}\n")
-        return 0 if succeeded else 1
-
-    def _with_runtime(self, status: JobStatus, runtime: dict[str, Any] | None) -> JobStatus:
-        if not runtime:
-            return status
-        latest = runtime.get("latestCheckpoint")
-        if latest:
-            status = status.replace(latest_checkpoint=CheckpointRef(
-                id=int(latest["id"]), path=str(latest["path"]),
-                completed_at=datetime.fromtimestamp(float(latest["completedAt"]), UTC),
-                size_bytes=int(latest.get("sizeBytes", 0))))
-        restored = runtime.get("restoredFrom")
-        if restored:
-            status = status.replace(restored_from=RestoredFrom(id=int(restored["id"]),
-                                                               path=str(restored["path"])))
-        return status
+    def _follow(self, backend: LocalBackend, *, name: str, attempt: int, restarts: int
+                ) -> None:
+        runtime = self._read_runtime(attempt)
+        progress = Progress(state="starting")
+        if runtime:
+            latest = runtime.get("latestCheckpoint") or {}
+            progress = Progress(
+                records=int(runtime.get("recordsIn", 0)),
+                checkpoints=int(runtime["checkpoints"]["completed"]),
+                latest_id=latest.get("id"),
+                state="running" if int(runtime.get("epoch", -1)) >= 0 else "starting Spark")
+        self._show_progress(attempt, progress, restarts)
+        if self._should_kill(attempt=attempt, progress=progress):
+            self.killed_once = True
+            self._end_progress_line()
+            self._say(f"killing the driver of attempt {attempt} (SIGKILL) after "
+                      f"checkpoint {progress.latest_id}, to show recovery")
+            backend.kill(name)
 
     def _read_runtime(self, attempt: int) -> dict[str, Any] | None:
         try:
             data: dict[str, Any] = json.loads(self.paths.runtime_status(attempt).read_text())
             return data
-        except (OSError, ValueError):
+        except (OSError, ValueError, KeyError, TypeError):
             return None
 
-    def _watch(self, *, attempt: int, args: list[str], status: JobStatus
-               ) -> tuple[int, dict[str, Any] | None]:
-        log_path = self.paths.log(attempt)
-        # An earlier run of a job of this name may have left this attempt's progress
-        # file: read before the new driver writes its own, it would show that run's
-        # records and checkpoints, and could trigger --kill-driver-after.
-        self.paths.runtime_status(attempt).unlink(missing_ok=True)
-        env = driver_environment(self.job, os.environ)
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "job_runtime", "run", *args],
-                                    stdout=log, stderr=subprocess.STDOUT, env=env,
-                                    start_new_session=True)
-            started = time.monotonic()
-            runtime: dict[str, Any] | None = None
-            written_id: int | None = None
-            try:
-                while proc.poll() is None:
-                    time.sleep(0.5)
-                    runtime = self._read_runtime(attempt) or runtime
-                    progress = Progress(state="starting")
-                    if runtime:
-                        latest = runtime.get("latestCheckpoint") or {}
-                        progress = Progress(
-                            records=int(runtime.get("recordsIn", 0)),
-                            checkpoints=int(runtime["checkpoints"]["completed"]),
-                            latest_id=latest.get("id"),
-                            state="running" if int(runtime.get("epoch", -1)) >= 0
-                            else "starting Spark")
-                        if progress.latest_id != written_id:
-                            written_id = progress.latest_id
-                            write_status(self.paths, self._with_runtime(status, runtime))
-                    self._show_progress(attempt, progress, status.restarts)
-                    if self._should_kill(started=started, progress=progress):
-                        self.killed_once = True
-                        if self.options.interactive:
-                            self.options.out.write("\n")
-                        self._say(f"killing the driver of attempt {attempt} (SIGKILL) after "
-                                  f"checkpoint {progress.latest_id}, to show recovery")
-                        os.killpg(proc.pid, signal.SIGKILL)
-            except KeyboardInterrupt:
-                os.killpg(proc.pid, signal.SIGTERM)
-                proc.wait(timeout=30)
-                raise
-            finally:
-                if self.options.interactive:
-                    self.options.out.write("\n")
-            _reap_group(proc.pid)
-        return proc.returncode, self._read_runtime(attempt) or runtime
-
-    def _should_kill(self, *, started: float, progress: Progress) -> bool:
+    def _should_kill(self, *, attempt: int, progress: Progress) -> bool:
         after = self.options.kill_driver_after
-        if after is None or self.killed_once:
+        started = self._attempt_started.get(attempt)
+        if after is None or self.killed_once or started is None:
             return False
         return time.monotonic() - started >= after and progress.checkpoints >= 1
+
+    def _finish(self, status: JobStatus) -> int:
+        self._end_progress_line()
+        phase = status.phase
+        assert phase is not None
+        succeeded = phase is Phase.SUCCEEDED
+        latest = status.latest_checkpoint
+        restored = status.restored_from
+        self._say(f"job {self.job.metadata.name} {phase.value}: {status.message}")
+        self._say(f"  attempts {status.attempt}, restarts {status.restarts}, latest checkpoint "
+                  f"{latest.id if latest else '-'}, restored from "
+                  f"{restored.id if restored and restored.id is not None else '-'}")
+        self._say(f"  status: {self.paths.status}")
+        if phase is Phase.FAILED:
+            sys.stderr.write(f"cjob: error: job {self.job.metadata.name} failed: "
+                             f"{status.message}\n")
+            return 1
+        return 0 if succeeded or phase is Phase.SUSPENDED else 1
 
 
 def driver_environment(job: CheckpointedJob, environ: Mapping[str, str]) -> dict[str, str]:
@@ -434,10 +436,3 @@ def driver_environment(job: CheckpointedJob, environ: Mapping[str, str]) -> dict
         env[var.name] = var.value
     return env
 
-
-def _reap_group(pgid: int) -> None:
-    """Make sure nothing of a driver's process group (JVM, Python workers) outlives it."""
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from cjob_operator.actions import (
+from cjob_lifecycle.actions import (
     Action,
     AdvanceFence,
     CreateCleanupPod,
@@ -41,6 +41,20 @@ from cjob_operator.actions import (
     RemoveFinalizer,
     RequestCheckpoint,
     RequeueAfter,
+)
+from cjob_lifecycle.observed import (
+    CleanupPod,
+    DriverPod,
+    Observed,
+    StoreOwnership,
+    StoreView,
+)
+from cjob_lifecycle.plan import (
+    CHECKPOINTS_RETAINED_REASON,
+    Plan,
+    PlanSettings,
+    plan,
+    plan_invalid_spec,
 )
 from cjob_operator.builders import (
     build_cleanup_pod,
@@ -63,22 +77,7 @@ from cjob_operator.cluster import (
 )
 from cjob_operator.config import OperatorConfig
 from cjob_operator.metrics import OperatorMetrics
-from cjob_operator.observed import (
-    CleanupPod,
-    DriverPod,
-    Observed,
-    StoreOwnership,
-    StoreView,
-    observe_cleanup_pod,
-    observe_driver_pod,
-)
-from cjob_operator.plan import (
-    CHECKPOINTS_RETAINED_REASON,
-    Plan,
-    PlanSettings,
-    plan,
-    plan_invalid_spec,
-)
+from cjob_operator.observed import observe_cleanup_pod, observe_driver_pod
 from cjob_spec.errors import SpecError
 from cjob_spec.model import CheckpointCleanup, CheckpointedJob
 from cjob_spec.names import LABEL_JOB, checkpoint_configmap_name, cleanup_pod_name

@@ -16,12 +16,12 @@ from typing import Any
 import kopf
 from prometheus_client import start_http_server
 
+from cjob_lifecycle.plan import PlanSettings
 from cjob_operator.api import connect
 from cjob_operator.config import OperatorConfig
 from cjob_operator.loops import LoopSettings, Wakeups
 from cjob_operator.metrics import OperatorMetrics
 from cjob_operator.options import OperatorOptions
-from cjob_operator.plan import PlanSettings
 from cjob_operator.reconcile import Reconciler
 from cjob_spec.names import API_GROUP, LABEL_JOB, LABEL_ROLE
 

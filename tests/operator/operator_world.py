@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cjob_operator.cluster import JobRef, StoreReading
-from cjob_operator.observed import CleanupPod, DriverPod, Observed, StoreView
-from cjob_operator.plan import Plan, PlanSettings, plan
 
+from cjob_lifecycle.observed import CleanupPod, DriverPod, Observed, StoreView
+from cjob_lifecycle.plan import Plan, PlanSettings, plan
 from cjob_spec import CheckpointedJob, CheckpointRef, JobStatus, Phase, parse_job, spec_hash
 
 T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
@@ -151,7 +151,7 @@ def kinds(result: Plan) -> list[str]:
 
 
 def reasons(result: Plan) -> list[str]:
-    from cjob_operator.actions import EmitEvent
+    from cjob_lifecycle.actions import EmitEvent
 
     return [action.reason for action in result.of_type(EmitEvent)]
 

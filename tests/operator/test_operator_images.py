@@ -9,7 +9,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from cjob_operator.actions import CreateDriver, EmitEvent
 from cjob_operator.builders import build_driver_pod
 from cjob_operator.config import OperatorConfig
 from cjob_operator.options import build_parser, parse_options
@@ -26,6 +25,7 @@ from operator_world import (
     run,
 )
 
+from cjob_lifecycle.actions import CreateDriver, EmitEvent
 from cjob_spec import JobStatus, Phase
 
 NO_IMAGE = {"image": None}

@@ -5,9 +5,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from cjob_operator.observed import Observed, observe_cleanup_pod, observe_driver_pod
+from cjob_operator.observed import observe_cleanup_pod, observe_driver_pod
 from operator_world import make_job
 
+from cjob_lifecycle.observed import Observed
 from cjob_spec import JobStatus
 
 

@@ -3,19 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from cjob_operator.actions import (
-    AdvanceFence,
-    CreateCleanupPod,
-    CreateDriver,
-    DeleteCheckpointStore,
-    DeleteCleanupPod,
-    DeleteDriver,
-    EmitEvent,
-    RemoveFinalizer,
-    RequestCheckpoint,
-)
-from cjob_operator.observed import CleanupPod, StoreView
-from cjob_operator.plan import plan_invalid_spec
 from operator_world import (
     IMAGE,
     T0,
@@ -30,6 +17,19 @@ from operator_world import (
     status,
 )
 
+from cjob_lifecycle.actions import (
+    AdvanceFence,
+    CreateCleanupPod,
+    CreateDriver,
+    DeleteCheckpointStore,
+    DeleteCleanupPod,
+    DeleteDriver,
+    EmitEvent,
+    RemoveFinalizer,
+    RequestCheckpoint,
+)
+from cjob_lifecycle.observed import CleanupPod, StoreView
+from cjob_lifecycle.plan import plan_invalid_spec
 from cjob_spec import ConditionStatus, JobStatus, Phase, SpecError
 
 # --- first start ---------------------------------------------------------------------
@@ -847,7 +847,7 @@ def test_events_are_the_only_way_decisions_are_announced() -> None:
 
 
 def test_an_operator_without_network_policies_gives_the_job_none() -> None:
-    from cjob_operator.plan import PlanSettings, plan
+    from cjob_lifecycle.plan import PlanSettings, plan
 
     observed = observe(make_job(), JobStatus(), store=StoreView(exists=False))
     result = plan(observed, now=T0, settings=PlanSettings(network_policies=False))

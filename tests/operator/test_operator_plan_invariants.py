@@ -12,7 +12,9 @@ import itertools
 from datetime import datetime
 from typing import Any
 
-from cjob_operator.actions import (
+from operator_world import SETTINGS, T0, at, checkpoint, driver, make_job, observe, run, status
+
+from cjob_lifecycle.actions import (
     AdvanceFence,
     CreateCleanupPod,
     CreateDriver,
@@ -20,9 +22,7 @@ from cjob_operator.actions import (
     EmitEvent,
     RemoveFinalizer,
 )
-from cjob_operator.observed import DriverPod, StoreView
-from operator_world import SETTINGS, T0, at, checkpoint, driver, make_job, observe, run, status
-
+from cjob_lifecycle.observed import DriverPod, StoreView
 from cjob_spec import CheckpointedJob, JobStatus, Phase
 
 PHASES: list[tuple[str, Phase | None, dict[str, Any]]] = [

@@ -8,10 +8,10 @@ current attempt's driver reports, and a reported fallback is a Warning Event, on
 
 from __future__ import annotations
 
-from cjob_operator.actions import CreateDriver, EmitEvent
-from cjob_operator.observed import StoreView
 from operator_world import T0, at, checkpoint, driver, make_job, observe, run, status
 
+from cjob_lifecycle.actions import CreateDriver, EmitEvent
+from cjob_lifecycle.observed import StoreView
 from cjob_spec import JobStatus, Phase, RestoredFrom
 from job_runtime.store.restore_report import RestoredCheckpoint, RestoreReport
 

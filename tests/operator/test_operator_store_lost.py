@@ -6,10 +6,10 @@ resumes from it explicitly with ``spec.restore.from``."""
 
 from __future__ import annotations
 
-from cjob_operator.actions import CreateDriver, EmitEvent, EnsureCheckpointConfigMap
-from cjob_operator.observed import StoreView
 from operator_world import T0, at, make_job, observe, run
 
+from cjob_lifecycle.actions import CreateDriver, EmitEvent, EnsureCheckpointConfigMap
+from cjob_lifecycle.observed import StoreView
 from cjob_spec import JobStatus, Phase
 from cjob_spec.status import CheckpointRef
 

@@ -10,13 +10,13 @@ neither fences nor restores from it, and a driver is never started on it.
 
 from __future__ import annotations
 
-from cjob_operator.actions import AdvanceFence, CreateDriver, EmitEvent, EnsureCheckpointConfigMap
 from cjob_operator.cluster import StoreReading
-from cjob_operator.observed import StoreOwnership, StoreView
-from cjob_operator.plan import Plan
 from cjob_operator.reconcile import store_ownership
 from operator_world import T0, at, make_job, observe, run
 
+from cjob_lifecycle.actions import AdvanceFence, CreateDriver, EmitEvent, EnsureCheckpointConfigMap
+from cjob_lifecycle.observed import StoreOwnership, StoreView
+from cjob_lifecycle.plan import Plan
 from cjob_spec import JobStatus, Phase
 from cjob_spec.status import CheckpointRef
 from job_runtime.store.configmap_layout import StoreOwner

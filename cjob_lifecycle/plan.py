@@ -1,5 +1,6 @@
-"""The operator's decision: an observation of one CheckpointedJob in, actions and the
-new status out.
+"""The decision about one CheckpointedJob: an observation in, actions and the new
+status out. The operator runs it against the Kubernetes API and ``cjob run`` against
+local driver processes and a file store, so both follow this one lifecycle.
 
 ``plan`` is pure and is called on every reconciliation pass. It never sleeps: a wait
 (restart backoff, a final checkpoint before suspending, a previous driver still
@@ -30,7 +31,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TypeVar
 
-from cjob_operator.actions import (
+from cjob_lifecycle.actions import (
     Action,
     AdvanceFence,
     CreateCleanupPod,
@@ -51,7 +52,7 @@ from cjob_operator.actions import (
     RequestCheckpoint,
     RequeueAfter,
 )
-from cjob_operator.observed import CleanupPod, DriverPod, Observed, StoreOwnership
+from cjob_lifecycle.observed import CleanupPod, DriverPod, Observed, StoreOwnership
 from cjob_spec.errors import SpecError
 from cjob_spec.exit_codes import describe_exit, reason_for_exit
 from cjob_spec.model import (

@@ -1,0 +1,157 @@
+"""A typed snapshot of everything ``plan`` needs to know about one CheckpointedJob.
+
+Two backends fill it: the operator from the CR, its driver pods, its cleanup pod and
+its checkpoint ConfigMap (``cjob_operator.observed`` reads pod manifests), and the
+embedded runner from its local driver processes and its file store
+(``cjob.local_backend``). A "pod" here is whatever runs one attempt's driver: the
+decisions depend only on its phase, exit code and times, which both backends report
+in the same terms. Tests build observations directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import Enum
+
+from cjob_spec.model import CheckpointedJob
+from cjob_spec.status import CheckpointRef, JobStatus
+from job_runtime.store.restore_report import RestoreReport
+
+POD_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
+
+
+@dataclass(frozen=True)
+class DriverPod:
+    """One driver pod of the job, reduced to what the decisions depend on.
+
+    ``started_at`` is when the driver container started running; ``exit_code``,
+    ``finished_at`` come from its terminated state. ``reason``/``message`` are the most
+    telling explanation available: the terminated or waiting reason of the container
+    (``OOMKilled``, ``ImagePullBackOff``) or the pod's own (``Evicted``).
+    """
+
+    name: str
+    attempt: int
+    phase: str
+    created_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    exit_code: int | None = None
+    reason: str | None = None
+    message: str | None = None
+    deletion_timestamp: datetime | None = None
+    spec_hash: str | None = None
+
+    @property
+    def is_live(self) -> bool:
+        """Pending or Running: the process may still be running or about to."""
+        return self.phase in ("Pending", "Running")
+
+    @property
+    def is_finished(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
+
+    @property
+    def is_terminating(self) -> bool:
+        return self.deletion_timestamp is not None
+
+
+@dataclass(frozen=True)
+class CleanupPod:
+    """The pod deleting the job's checkpoint data, reduced to what deletion waits on.
+
+    ``message`` is the container's termination message (the cleanup command's
+    one-line outcome) or the pod's own explanation; ``exit_code`` is the command's.
+    """
+
+    name: str
+    phase: str
+    created_at: datetime
+    exit_code: int | None = None
+    reason: str | None = None
+    message: str | None = None
+    deletion_timestamp: datetime | None = None
+
+    @property
+    def is_live(self) -> bool:
+        return self.phase in ("Pending", "Running")
+
+    @property
+    def is_terminating(self) -> bool:
+        return self.deletion_timestamp is not None
+
+
+class StoreOwnership(Enum):
+    """Whose the checkpoint ConfigMap is, by its ``ownerReferences``."""
+
+    THIS_JOB = "ThisJob"
+    DELETED_JOB = "DeletedJob"
+    """An earlier job of the same name: deleted, and the garbage collector has yet to
+    delete its store. Waiting is enough."""
+    OTHER = "Other"
+    """No CheckpointedJob, or one of another name: left by an orphaning delete, made by
+    hand, or copied. Its checkpoints are not this job's."""
+
+
+@dataclass(frozen=True)
+class StoreView:
+    """What the operator sees of the checkpoint ConfigMap ``<job>-checkpoints``."""
+
+    exists: bool = False
+    ownership: StoreOwnership = StoreOwnership.THIS_JOB
+    """Meaningful only when ``exists``."""
+    latest: CheckpointRef | None = None
+    """The newest completed checkpoint recorded in the store."""
+    fence_attempt: int | None = None
+    """The attempt currently allowed to write (``checkpointed.io/fence-attempt``)."""
+    restore_report: RestoreReport | None = None
+    """What a driver reported it restored (``checkpointed.io/restored``); it is about
+    ``restore_report.attempt``, which may be an earlier attempt than the current one."""
+
+    @property
+    def is_own(self) -> bool:
+        """The store exists and is this job's: only then do its records describe the job."""
+        return self.exists and self.ownership is StoreOwnership.THIS_JOB
+
+
+@dataclass(frozen=True)
+class Observed:
+    """Everything ``plan`` decides on. ``status`` is the CR's current status."""
+
+    job: CheckpointedJob
+    status: JobStatus
+    pods: tuple[DriverPod, ...] = ()
+    cleanup_pod: CleanupPod | None = None
+    """The pod deleting the checkpoint data of a job being deleted, once there is one."""
+    store: StoreView = StoreView()
+    deleting: bool = False
+    """The CR has a deletion timestamp: run the finalizer path."""
+    default_image: str | None = None
+    """The operator's runtime image, for a job without ``spec.image``."""
+
+    @property
+    def image(self) -> str | None:
+        """The image the job's next driver runs; ``None`` when there is none to run."""
+        return self.job.spec.image or self.default_image
+
+    @property
+    def generation(self) -> int:
+        return self.job.metadata.generation
+
+    @property
+    def generation_observed(self) -> bool:
+        return self.status.observed_generation == self.job.metadata.generation
+
+    @property
+    def suspend(self) -> bool:
+        return self.job.spec.suspend
+
+    @property
+    def pending_trigger_nonce(self) -> str | None:
+        """A manual checkpoint nonce not handled yet, if any."""
+        nonce = self.job.spec.checkpoint.trigger_nonce
+        return nonce if nonce and nonce != self.status.last_trigger_nonce else None
+
+    def pod(self, name: str | None) -> DriverPod | None:
+        return next((pod for pod in self.pods if pod.name == name), None)
