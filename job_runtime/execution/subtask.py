@@ -59,7 +59,8 @@ class SubtaskRuntime:
             config.checkpoint_root, config.job_id,
             fs=get_filesystem(config.checkpoint_root, s3=self.s3_config))
         self.conn: RpcConnection = connect(config.coordinator_host, config.coordinator_port)
-        self.uploader = Uploader(storage=self.storage, send=self.send)
+        self.uploader = Uploader(storage=self.storage, send=self.send,
+                                 cancelled=self.cancelled.is_set)
         self.tasks: list[Task] = []
         self.gates: dict[int, InputGate] = {}
         self.failure: BaseException | None = None

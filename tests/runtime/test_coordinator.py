@@ -21,6 +21,7 @@ from job_runtime.errors import CheckpointFailureBudgetExceeded
 from job_runtime.storage.checkpoint_storage import CheckpointStorage
 from job_runtime.store.base import CompletedCheckpoint
 from job_runtime.store.memory import InMemoryCheckpointIdCounter, InMemoryCheckpointStore
+from job_runtime.store.triggers import FileTriggerSource, request_checkpoint
 
 JOB = "job-uid1"
 WAIT = 30.0
@@ -214,5 +215,37 @@ def test_a_relaunch_that_cannot_read_its_checkpoint_fails_the_job_instead_of_han
         assert kind == "rejected"
         assert "cannot load the checkpoint to restore" in fields["reason"]
         assert coordinator.failed_event.wait(WAIT)
+    finally:
+        coordinator.stop()
+
+
+def test_a_manual_request_whose_checkpoint_aborted_is_served_by_the_next_one(
+        storage: CheckpointStorage, tmp_path: Path) -> None:
+    requests = tmp_path / "requests"
+    requests.mkdir()
+    coordinator = CheckpointCoordinator(
+        job_id=JOB, attempt=1, parallelism=2, max_parallelism=128, stages=1, storage=storage,
+        store=InMemoryCheckpointStore(retained=3), counter=InMemoryCheckpointIdCounter(),
+        settings=CheckpointSettings(interval=0.0, tolerable_failures=5,
+                                    trigger_poll_interval=0.05),
+        initial_restore=None, initial_restore_pointer=None,
+        triggers=FileTriggerSource(str(requests)))
+    try:
+        subtasks = [StandIn(coordinator, subtask=i, epoch=1) for i in range(2)]
+        for s in subtasks:
+            s.register()
+            s.send("ready")
+        request_checkpoint(str(requests), nonce="request-1")
+        first = int(subtasks[0].expect("trigger")["checkpoint_id"])
+        subtasks[1].send("decline", checkpoint_id=first, reason="upload failed")
+        assert int(subtasks[0].expect("abort")["checkpoint_id"]) == first
+
+        second = int(subtasks[0].expect("trigger")["checkpoint_id"])
+        assert second > first
+        for s in subtasks:
+            s.ack(second, position=1)
+        assert int(subtasks[0].expect("complete")["checkpoint_id"]) == second
+        wait_until(lambda: (requests / "trigger.ack").exists(), what="the request is answered")
+        assert (requests / "trigger.ack").read_text() == f"request-1:{second}"
     finally:
         coordinator.stop()
