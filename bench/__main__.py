@@ -1,5 +1,5 @@
 """``python -m bench all`` or one benchmark: ``throughput``, ``overhead``, ``barriers``,
-``state-size``, ``recovery``, ``operator``, ``recovery-operator``.
+``state-size``, ``recovery``, ``operator``, ``recovery-operator``, ``channel-mac``.
 
 Each benchmark prints a table, writes ``bench/results/<name>.json`` and a PNG
 plot, and rewrites its own entries of ``bench/results/summary.json``.
@@ -23,6 +23,7 @@ BENCHMARKS = {
     "recovery": "bench.recovery",
     "operator": "bench.operator_bench",
     "recovery-operator": "bench.operator_recovery",
+    "channel-mac": "bench.channel_mac",
 }
 ALL = ["throughput", "overhead", "barriers", "state-size", "recovery"]
 

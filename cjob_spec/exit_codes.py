@@ -1,4 +1,4 @@
-"""Exit codes of ``python -m job_runtime run``, shared by the runtime and its supervisors.
+"""Exit codes of ``python -m job_runtime run`` (and ``cleanup``), shared by the runtime and its supervisors.
 
 The driver's exit code is the only thing a supervisor (the operator or the embedded
 runner) can rely on after the process is gone, so it carries the class of failure.
@@ -31,6 +31,9 @@ class ExitCode(IntEnum):
     """Checkpoint storage or the checkpoint store could not be reached (retried)."""
     RESTORE_FAILED = 6
     """The checkpoint to restore is unreadable or belongs to another job (permanent)."""
+    CLEANUP_FAILED = 7
+    """``cleanup`` could not delete the job's checkpoint directory (storage refused or
+    unreachable); the data is still there."""
 
 
 PERMANENT_EXIT_CODES: frozenset[int] = frozenset(
@@ -44,6 +47,7 @@ _REASONS: dict[int, str] = {
     ExitCode.CHECKPOINT_FAILURES_EXCEEDED: "CheckpointFailuresExceeded",
     ExitCode.STORAGE_UNREACHABLE: "StorageUnreachable",
     ExitCode.RESTORE_FAILED: "RestoreFailed",
+    ExitCode.CLEANUP_FAILED: "CleanupFailed",
     137: "Killed",
     143: "Terminated",
 }
@@ -55,6 +59,7 @@ _DESCRIPTIONS: dict[int, str] = {
     ExitCode.CHECKPOINT_FAILURES_EXCEEDED: "too many consecutive checkpoint failures",
     ExitCode.STORAGE_UNREACHABLE: "checkpoint storage unreachable",
     ExitCode.RESTORE_FAILED: "the checkpoint to restore from is unreadable or foreign",
+    ExitCode.CLEANUP_FAILED: "the checkpoint data could not be deleted",
     137: "killed (SIGKILL, often out of memory)",
     143: "terminated (SIGTERM)",
 }

@@ -199,6 +199,10 @@ class RestoreSource:
 class RestoreSpec:
     source: RestoreSource = field(default_factory=RestoreSource)
     on_unreadable: OnUnreadable = OnUnreadable.FAIL
+    allow_foreign_job: bool = False
+    """Whether ``source`` may be a checkpoint another job wrote (a deleted job's
+    retained checkpoints, say). Off by default, so a mistyped path never continues a
+    stranger's state and output."""
 
 
 @dataclass(frozen=True)
@@ -225,6 +229,11 @@ class PodSettings:
     tolerations: tuple[Mapping[str, Any], ...] = ()
     affinity: Mapping[str, Any] | None = None
     priority_class_name: str | None = None
+    security_context: Mapping[str, Any] = field(default_factory=dict)
+    """``spec.pod.securityContext`` as given: it adjusts the restricted defaults of the
+    driver's and executors' pod security context (``cjob_spec.security``)."""
+    container_security_context: Mapping[str, Any] = field(default_factory=dict)
+    """``spec.pod.containerSecurityContext`` as given, for their containers."""
 
     @property
     def is_default(self) -> bool:
@@ -239,6 +248,8 @@ class PodSettings:
             "tolerations": [dict(t) for t in self.tolerations],
             "affinity": dict(self.affinity) if self.affinity is not None else None,
             "priorityClassName": self.priority_class_name,
+            "securityContext": dict(self.security_context),
+            "containerSecurityContext": dict(self.container_security_context),
         }
         return {key: value for key, value in document.items() if value}
 

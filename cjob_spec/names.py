@@ -26,6 +26,9 @@ ANNOTATION_SPEC_HASH = "checkpointed.io/spec-hash"
 """On the driver pod: hash of the spec the attempt runs (see ``spec_hash``)."""
 ANNOTATION_RESTORE = "checkpointed.io/restore-pointer"
 """On the driver pod: the ``--restore`` value the attempt was started with."""
+ANNOTATION_EXECUTOR_POD_TEMPLATE = "checkpointed.io/executor-pod-template"
+"""On a driver pod with Spark on Kubernetes: the executors' pod template (YAML), which
+the pod mounts as a file for ``spark.kubernetes.executor.podTemplateFile``."""
 ANNOTATION_FENCE = "checkpointed.io/fence-attempt"
 """On the checkpoint ConfigMap: the only attempt allowed to write to the store."""
 
@@ -51,6 +54,19 @@ def role_name(job_name: str) -> str:
 
 def role_binding_name(job_name: str) -> str:
     return f"{job_name}-driver"
+
+
+def network_policy_name(job_name: str) -> str:
+    return f"{job_name}-pods"
+
+
+def cleanup_pod_name(job_name: str) -> str:
+    """The pod that deletes a deleted job's checkpoint data (``cleanupPolicy`` Delete)."""
+    return f"{job_name}-cleanup"
+
+
+def spark_auth_secret_name(job_name: str) -> str:
+    return f"{job_name}-spark-auth"
 
 
 def checkpoint_configmap_name(job_name: str) -> str:

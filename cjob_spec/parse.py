@@ -55,6 +55,11 @@ from cjob_spec.model import (
 )
 from cjob_spec.names import API_VERSION, KIND
 from cjob_spec.quantities import Memory
+from cjob_spec.security import (
+    check_security_contexts,
+    read_container_security_context,
+    read_pod_security_context,
+)
 
 MAX_PARALLELISM_LIMIT = 32768
 """Upper bound of ``maxParallelism`` (number of key groups), as in Flink."""
@@ -107,6 +112,11 @@ RESERVED_SPARK_CONF: dict[str, str] = {
     "spark.executor.cores": "use spec.spark.executor.cores",
     "spark.executor.memory": "use spec.spark.executor.memory",
     "spark.dynamicAllocation.enabled": "barrier stages cannot run with dynamic allocation",
+    "spark.kubernetes.executor.podTemplateFile":
+        "set by the operator; use spec.pod.securityContext and containerSecurityContext",
+    "spark.kubernetes.executor.podTemplateContainerName": "set by the operator",
+    "spark.kubernetes.executor.disableConfigMap":
+        "the operator turns it on, so the driver needs no ConfigMap rights",
 }
 RESERVED_SPARK_CONF_PREFIXES: dict[str, str] = {
     "spark.kubernetes.authenticate.": "the driver uses its pod's service account",
@@ -439,7 +449,7 @@ def _read_spec(node: _Node) -> JobSpec:
         _read_restart_policy,
         default=RestartPolicy,
     )
-    restore = node.child("restore", ("from", "onUnreadable"), _read_restore, default=RestoreSpec)
+    restore = node.child("restore", ("from", "onUnreadable", "allowForeignJob"), _read_restore, default=RestoreSpec)
     cleanup = node.child(
         "cleanupPolicy",
         ("checkpoints",),
@@ -539,7 +549,7 @@ def _check_python_path_entry(entry: str, path: str) -> None:
 
 
 POD_FIELDS = ("volumes", "volumeMounts", "nodeSelector", "tolerations", "affinity",
-              "priorityClassName")
+              "priorityClassName", "securityContext", "containerSecurityContext")
 VOLUME_MOUNT_FIELDS = ("name", "mountPath", "readOnly", "subPath", "subPathExpr",
                        "mountPropagation", "recursiveReadOnly")
 TOLERATION_FIELDS = ("key", "operator", "value", "effect", "tolerationSeconds")
@@ -600,7 +610,19 @@ def _read_pod(node: _Node) -> PodSettings:
         affinity_node = _Node(node.get("affinity"), node.at("affinity"), AFFINITY_FIELDS)
         _check_json_value(dict(affinity_node.values), node.at("affinity"))
         affinity = dict(affinity_node.values)
+    security_context: dict[str, Any] = {}
+    if node.get("securityContext") is not None:
+        security_context = read_pod_security_context(
+            node.get("securityContext"), node.at("securityContext"))
+    container_security_context: dict[str, Any] = {}
+    if node.get("containerSecurityContext") is not None:
+        container_security_context = read_container_security_context(
+            node.get("containerSecurityContext"), node.at("containerSecurityContext"))
+    check_security_contexts(
+        pod=security_context, container=container_security_context, path=node.path)
     return PodSettings(
+        security_context=security_context,
+        container_security_context=container_security_context,
         volumes=tuple(volumes),
         volume_mounts=tuple(mounts),
         node_selector=_string_map(node.get("nodeSelector"), node.at("nodeSelector")),
@@ -830,9 +852,17 @@ def _read_restore(node: _Node) -> RestoreSpec:
     source = RestoreSource()
     if raw is not None:
         source = _read_restore_source(raw)
+    allow_foreign_job = node.boolean("allowForeignJob", default=False)
+    if allow_foreign_job and source.kind != "path":
+        raise SpecError(
+            field="spec.restore.allowForeignJob",
+            problem="applies only to a checkpoint path in spec.restore.from "
+            "(a file:// or s3:// path to another job's _metadata)",
+        )
     return RestoreSpec(
         source=source,
         on_unreadable=node.enum("onUnreadable", OnUnreadable, default=OnUnreadable.FAIL),
+        allow_foreign_job=allow_foreign_job,
     )
 
 

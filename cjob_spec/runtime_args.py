@@ -33,6 +33,9 @@ runtime. Flags (values are single arguments; repeatable flags may appear many ti
 ``--restore POINTER``
     ``latest`` (the newest completed checkpoint in the store; a fresh start when the
     store is empty), a checkpoint id of this job, or a path to a ``_metadata`` file.
+``--allow-foreign-restore``
+    Present only when ``spec.restore.allowForeignJob`` lets a path name another job's
+    checkpoint.
 ``--on-unreadable fail|fallback``
     What to do when the checkpoint to restore is unreadable: exit 6, or fall back to
     an older retained checkpoint (and say so).
@@ -131,6 +134,10 @@ def to_runtime_args(
         restore_pointer,
         "--on-unreadable",
         spec.restore.on_unreadable.runtime_flag,
+    ]
+    if spec.restore.allow_foreign_job:
+        args.append("--allow-foreign-restore")
+    args += [
         "--attempt",
         str(attempt),
         "--store",

@@ -1,4 +1,5 @@
-"""``python -m job_runtime run ...``: the driver's command line.
+"""``python -m job_runtime run ...``: the driver's command line; ``cleanup ...``: the
+deletion of a job's checkpoint directory (see :mod:`job_runtime.cleanup`).
 
 The flags are the contract written down in :mod:`cjob_spec.runtime_args`; the
 operator and the embedded runner build them from a CheckpointedJob.
@@ -14,6 +15,7 @@ import signal
 import sys
 
 from cjob_spec.exit_codes import ExitCode
+from job_runtime.cleanup import DEFAULT_TERMINATION_LOG, run_cleanup
 from job_runtime.coordinator.coordinator import CheckpointSettings
 from job_runtime.execution.driver import DriverSettings, run_driver
 
@@ -56,12 +58,20 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--tolerable-failures", type=int, default=0)
     run.add_argument("--restore", default="latest")
     run.add_argument("--on-unreadable", choices=["fail", "fallback"], default="fail")
+    run.add_argument("--allow-foreign-restore", action="store_true")
     run.add_argument("--attempt", type=int, default=1)
     run.add_argument("--store", default="memory:")
     run.add_argument("--metrics-port", type=int, default=None)
     run.add_argument("--status-file", default=None)
     run.add_argument("--task-attempts", type=int, default=4)
     run.add_argument("--credits", type=int, default=4)
+    cleanup = sub.add_parser("cleanup", help="delete a deleted job's checkpoint directory")
+    cleanup.add_argument("--uri", required=True,
+                         help="the job's checkpoint directory, <storage>/<job-name>-<job-uid>")
+    cleanup.add_argument("--job-name", required=True)
+    cleanup.add_argument("--job-uid", required=True)
+    cleanup.add_argument("--termination-log", default=DEFAULT_TERMINATION_LOG,
+                         help="where to write the one-line outcome for Kubernetes")
     return parser
 
 
@@ -82,7 +92,8 @@ def settings_from_args(ns: argparse.Namespace) -> DriverSettings:
                                       timeout=ns.checkpoint_timeout,
                                       tolerable_failures=ns.tolerable_failures),
         mode=ns.checkpoint_mode, unaligned=ns.unaligned, retained=ns.retained,
-        restore=ns.restore, on_unreadable=ns.on_unreadable, attempt=ns.attempt, store=ns.store,
+        restore=ns.restore, on_unreadable=ns.on_unreadable,
+        allow_foreign_restore=ns.allow_foreign_restore, attempt=ns.attempt, store=ns.store,
         metrics_port=ns.metrics_port, status_file=ns.status_file,
         task_attempts=ns.task_attempts, credits=ns.credits)
 
@@ -101,10 +112,14 @@ def exit_on_sigterm() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     exit_on_sigterm()
+    ns = build_parser().parse_args(argv)
+    if ns.command == "cleanup":
+        # No INFO logging: the command's outcome is its one last line.
+        return run_cleanup(uri=ns.uri, job_name=ns.job_name, job_uid=ns.job_uid,
+                           termination_log=ns.termination_log)
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
-    ns = build_parser().parse_args(argv)
     try:
         settings = settings_from_args(ns)
     except SystemExit as exc:

@@ -36,6 +36,9 @@ from e2e.controlplane.pki import issue_cert
 from e2e.controlplane.rest import STRATEGIC_MERGE_PATCH, ApiError, RestClient, quote
 
 POD_IP = "127.0.0.1"
+TERMINATION_LOG_LINES = 80
+TERMINATION_LOG_BYTES = 2048
+"""The kubelet's limits for a termination message taken from the log."""
 LEASE_DURATION_SECONDS = 40
 HEARTBEAT_SECONDS = 10.0
 TOKEN_EXPIRATION_SECONDS = 24 * 3600
@@ -263,6 +266,9 @@ class PodWorker(threading.Thread):
         }
         if sig is not None:
             terminated["signal"] = sig
+        message = self._termination_message(run, code=code)
+        if message:
+            terminated["message"] = message
         run.process = None
         self.node.log(f"pod {self.namespace}/{self.pod_name}: {run.name} exited with {code}")
         restart = self.restart_policy == "Always" or (
@@ -464,6 +470,20 @@ class PodWorker(threading.Thread):
                 count += 1
         self.wake.set()
         return count
+
+    def _termination_message(self, run: ContainerRun, *, code: int) -> str | None:
+        """``terminationMessagePolicy: FallbackToLogsOnError``, as the kubelet has it: a
+        failed container's message is the tail of its log (the file at
+        ``terminationMessagePath`` is a container path, which host processes lack)."""
+        if code == 0 or run.spec.get("terminationMessagePolicy") != "FallbackToLogsOnError":
+            return None
+        try:
+            data = self.log_path(run.name, restart=run.restart_count).read_bytes()
+        except OSError:
+            return None
+        lines = data.decode("utf-8", "replace").splitlines()[-TERMINATION_LOG_LINES:]
+        text = "\n".join(lines)
+        return text[-TERMINATION_LOG_BYTES:] or None
 
     # -- environment -----------------------------------------------------------------
 

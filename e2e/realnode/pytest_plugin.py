@@ -121,6 +121,22 @@ def real_namespace(request: pytest.FixtureRequest, real_cluster: RealCluster) ->
         delete_namespace(rest, name)
 
 
+RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted",
+              "pod-security.kubernetes.io/enforce-version": "latest"}
+"""Pod Security "restricted", enforced: what a locked-down namespace asks of every pod."""
+
+
+@pytest.fixture
+def restricted_namespace(real_namespace: str, real_cluster: RealCluster) -> str:
+    """A test namespace whose pods must all meet Pod Security "restricted"."""
+    real_cluster.rest().request(
+        "PATCH", f"/api/v1/namespaces/{real_namespace}",
+        body={"metadata": {"labels": RESTRICTED}},
+        content_type="application/merge-patch+json",
+    )
+    return real_namespace
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(
     item: pytest.Item, call: pytest.CallInfo[None]

@@ -114,7 +114,7 @@ def _apply_s3_job(
 
 def test_a_k8s_job_survives_an_executor_kill_and_a_driver_kill_with_exactly_once_output(
     real_cluster: RealCluster,
-    real_namespace: str,
+    restricted_namespace: str,
     operator: ChartRelease,
     cluster_s3: ClusterS3,
     kubectl: scenario.Kubectl,
@@ -123,6 +123,7 @@ def test_a_k8s_job_survives_an_executor_kill_and_a_driver_kill_with_exactly_once
     rest = real_cluster.rest()
     client = cluster_s3.client()
     created_at = time.monotonic()
+    real_namespace = restricted_namespace
     job, bucket = _apply_s3_job(rest=rest, kubectl=kubectl, s3=cluster_s3,
                                 namespace=real_namespace, name="sum", master="k8s")  # fmt: skip
 
@@ -146,6 +147,19 @@ def test_a_k8s_job_survives_an_executor_kill_and_a_driver_kill_with_exactly_once
     executors = scenario.wait_until(two_executors, what="two running executor pods",
                                     timeout=240, detail=job.describe)  # fmt: skip
     assert all(p["spec"]["containers"][0]["image"] == real_cluster.runtime_image for p in executors)
+    # In a namespace enforcing Pod Security "restricted": the executors got their
+    # security context from the operator's pod template. Spark's own RPC
+    # authenticates with the job's Secret, mounted as a file: no secret in the pod spec.
+    for pod in executors:
+        assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+        container = pod["spec"]["containers"][0]
+        assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
+        env = {e["name"]: e for e in container.get("env", [])}
+        assert "value" not in env["_SPARK_AUTH_SECRET"], "the key is only referenced"
+        assert env["_SPARK_AUTH_SECRET"]["valueFrom"]["secretKeyRef"]["name"] == "sum-spark-auth"
+    policy = rest.request("GET", f"/apis/networking.k8s.io/v1/namespaces/"
+                                 f"{quote(real_namespace)}/networkpolicies/sum-pods")
+    assert policy["spec"]["podSelector"]["matchLabels"]["checkpointed.io/job"] == "sum"
     scenario.wait_until(lambda: job.latest_checkpoint_id() >= 2, what="checkpoint 2",
                         timeout=180, detail=job.describe)  # fmt: skip
     first_driver = job.status()["driverPod"]

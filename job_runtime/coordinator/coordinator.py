@@ -33,6 +33,24 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from job_runtime.coordinator.messages import (
+    Abort,
+    Ack,
+    Complete,
+    Decline,
+    Done,
+    Message,
+    Progress,
+    Ready,
+    Register,
+    Registered,
+    Rejected,
+    SourcesFinished,
+    TaskMetrics,
+    ToCoordinator,
+    Trigger,
+    UserError,
+)
 from job_runtime.coordinator.rpc import ConnectionLost, RpcConnection, RpcServer
 from job_runtime.coordinator.stats import CheckpointStats, CheckpointStatsTracker
 from job_runtime.coordinator.streak import FailureStreak
@@ -74,7 +92,7 @@ class PendingCheckpoint:
     triggered_at: float
     triggered_mono: float
     waiting: set[tuple[int, int]]
-    acks: dict[tuple[int, int], dict[str, Any]] = dataclasses.field(default_factory=dict)
+    acks: dict[tuple[int, int], Ack] = dataclasses.field(default_factory=dict)
     stats: CheckpointStats | None = None
     nonce: str | None = None
     """The manual request this checkpoint serves, if any."""
@@ -116,6 +134,7 @@ class CheckpointCoordinator:
         settings: CheckpointSettings,
         initial_restore: dict[str, Any] | None,
         initial_restore_pointer: CompletedCheckpoint | None,
+        key: bytes,
         clock: Callable[[], float] = time.time,
         on_complete: Callable[[CompletedCheckpoint, CheckpointStats], None] | None = None,
         host: str = "127.0.0.1",
@@ -157,7 +176,7 @@ class CheckpointCoordinator:
         self.finished = threading.Event()
         self.stats = CheckpointStatsTracker()
         self.latest: CompletedCheckpoint | None = store.latest()
-        self.progress: dict[int, dict[str, Any]] = {}
+        self.progress: dict[int, TaskMetrics] = {}
         # Wall-clock times of the current epoch's milestones (registered, ready,
         # first and last record, sources finished, done), shown in the status file.
         self.timeline: dict[str, float] = {}
@@ -172,9 +191,10 @@ class CheckpointCoordinator:
                                           what="cannot read manual checkpoint requests")
         self._stop = threading.Event()
         self._worker = SerialWorker(name="checkpoint-io", on_error=self._fail_job)
-        self._server = RpcServer(host=host, port=port, handler=self._handle,
+        self._server = RpcServer(host=host, port=port, key=key, handler=self._handle,
                                  on_disconnect=self._disconnected)
         self.port = self._server.port
+        self.host = self._server.host
         self._timer = threading.Thread(target=self._run_timer, daemon=True,
                                        name="checkpoint-timer")
         self._timer.start()
@@ -197,48 +217,46 @@ class CheckpointCoordinator:
 
     # ------------------------------------------------------------------ messages
 
-    def _handle(self, conn: RpcConnection, kind: str, fields: dict[str, Any]) -> None:
-        if kind == "register":
-            self._register(conn, fields)  # takes the locks itself: it may read storage
+    def _handle(self, conn: RpcConnection, message: ToCoordinator) -> None:
+        if isinstance(message, Register):
+            self._register(conn, message)  # takes the locks itself: it may read storage
             return
         with self._lock:
-            epoch = int(fields.get("epoch", -1))
-            if epoch != self._epoch:
+            if message.epoch != self._epoch:
                 return  # a zombie of an earlier epoch
-            subtask = int(fields.get("subtask", -1))
-            if kind == "ready":
-                self._ready.add(subtask)
-                self.timeline.setdefault("firstReadyAt", time.time())
-                if len(self._ready) == self.parallelism:
-                    self.timeline.setdefault("allReadyAt", time.time())
-            elif kind == "ack":
-                self._ack(fields)
-            elif kind == "decline":
-                self._decline(int(fields["checkpoint_id"]), str(fields["reason"]),
-                              subsumed=bool(fields.get("subsumed", False)))
-            elif kind == "sources_finished":
-                self._sources_finished.add(subtask)
-                if len(self._sources_finished) == self.parallelism:
-                    self.timeline.setdefault("sourcesFinishedAt", time.time())
-            elif kind == "progress":
-                self.progress[subtask] = fields["metrics"]
-            elif kind == "done":
-                self.progress[subtask] = fields["metrics"]
-                self._done.add(subtask)
-                if len(self._done) == self.parallelism:
-                    self.timeline.setdefault("doneAt", time.time())
-                    self.finished.set()
-            elif kind == "user_error":
-                self._fail_job(UserCodeError(operator=str(fields["operator"]), subtask=subtask,
-                                             details=str(fields["details"])))
+            subtask = message.subtask
+            match message:
+                case Ready():
+                    self._ready.add(subtask)
+                    self.timeline.setdefault("firstReadyAt", time.time())
+                    if len(self._ready) == self.parallelism:
+                        self.timeline.setdefault("allReadyAt", time.time())
+                case Ack():
+                    self._ack(message)
+                case Decline(checkpoint_id=checkpoint_id, reason=reason, subsumed=subsumed):
+                    self._decline(checkpoint_id, reason, subsumed=subsumed)
+                case SourcesFinished():
+                    self._sources_finished.add(subtask)
+                    if len(self._sources_finished) == self.parallelism:
+                        self.timeline.setdefault("sourcesFinishedAt", time.time())
+                case Progress(metrics=metrics):
+                    self.progress[subtask] = metrics
+                case Done(metrics=metrics):
+                    self.progress[subtask] = metrics
+                    self._done.add(subtask)
+                    if len(self._done) == self.parallelism:
+                        self.timeline.setdefault("doneAt", time.time())
+                        self.finished.set()
+                case UserError(operator=operator, details=details):
+                    self._fail_job(UserCodeError(operator=operator, subtask=subtask,
+                                                 details=details))
 
-    def _register(self, conn: RpcConnection, fields: dict[str, Any]) -> None:
-        epoch = int(fields["epoch"])
-        subtask = int(fields["subtask"])
+    def _register(self, conn: RpcConnection, message: Register) -> None:
+        epoch = message.epoch
         with self._io_lock:  # no commit runs until the new epoch's restore is chosen
             with self._lock:
                 if epoch < self._epoch:
-                    conn.send("rejected", reason=f"epoch {epoch} is over")
+                    conn.send(Rejected(reason=f"epoch {epoch} is over"))
                     return
                 starting = epoch > self._epoch
                 source = self._restorable if self._epoch >= 0 else None
@@ -248,17 +266,17 @@ class CheckpointCoordinator:
                     restore = self._load(source)
                 except Exception as exc:  # e.g. storage down: fail, never leave subtasks waiting
                     with self._lock:
-                        conn.send("rejected",
-                                  reason=f"cannot load the checkpoint to restore: {exc}")
+                        conn.send(Rejected(
+                            reason=f"cannot load the checkpoint to restore: {exc}"))
                         self._fail_job(exc)
                     return
             with self._lock:
                 if starting:
                     self._start_epoch(epoch, restore=restore, source=source)
-                self._connections[subtask] = conn
+                self._connections[message.subtask] = conn
                 if len(self._connections) == self.parallelism:
                     self.timeline.setdefault("allRegisteredAt", time.time())
-                conn.send("registered", restore=self._epoch_restore)
+                conn.send(Registered(restore=self._epoch_restore))
 
     def _start_epoch(self, epoch: int, *, restore: dict[str, Any] | None,
                      source: CompletedCheckpoint | None) -> None:
@@ -408,7 +426,7 @@ class CheckpointCoordinator:
                 checkpoint_id=checkpoint_id, epoch=self._epoch, final=final, triggered_at=now,
                 triggered_mono=time.monotonic(), waiting=waiting, stats=stats, nonce=nonce)
             self._last_trigger_mono = time.monotonic()
-            self._broadcast("trigger", checkpoint_id=checkpoint_id, timestamp=now, final=final)
+            self._broadcast(Trigger(checkpoint_id=checkpoint_id, timestamp=now, final=final))
             return checkpoint_id
 
     def _trigger_failed(self, exc: BaseException) -> None:
@@ -419,34 +437,32 @@ class CheckpointCoordinator:
         self.stats.trigger_failed()
         self._count_failure(reason=f"cannot get a checkpoint id: {cause}")
 
-    def _broadcast(self, kind: str, **fields: Any) -> None:
+    def _broadcast(self, message: Message) -> None:
         for conn in list(self._connections.values()):
             try:
-                conn.send(kind, **fields)
+                conn.send(message)
             except ConnectionLost:
                 pass
 
     # ------------------------------------------------------------------ acks
 
-    def _ack(self, fields: dict[str, Any]) -> None:
-        checkpoint_id = int(fields["checkpoint_id"])
-        pending = self._pending.get(checkpoint_id)
+    def _ack(self, ack: Ack) -> None:
+        pending = self._pending.get(ack.checkpoint_id)
         if pending is None:
             return
-        task = (int(fields["stage"]), int(fields["subtask"]))
+        task = (ack.stage, ack.subtask)
         pending.waiting.discard(task)
-        pending.acks[task] = fields
+        pending.acks[task] = ack
         stats = pending.stats
         assert stats is not None
-        task_stats = fields.get("stats", {})
         stats.acks += 1
-        stats.size_bytes += int(task_stats.get("bytes", 0))
-        stats.alignment_ms_max = max(stats.alignment_ms_max, task_stats.get("alignment_ms", 0.0))
-        stats.sync_ms_max = max(stats.sync_ms_max, task_stats.get("sync_ms", 0.0))
-        stats.async_ms_max = max(stats.async_ms_max, task_stats.get("async_ms", 0.0))
+        stats.size_bytes += ack.stats.bytes
+        stats.alignment_ms_max = max(stats.alignment_ms_max, ack.stats.alignment_ms)
+        stats.sync_ms_max = max(stats.sync_ms_max, ack.stats.sync_ms)
+        stats.async_ms_max = max(stats.async_ms_max, ack.stats.async_ms)
         if not pending.waiting and not pending.completing:
             pending.completing = True
-            self._worker.submit(functools.partial(self._commit, checkpoint_id))
+            self._worker.submit(functools.partial(self._commit, ack.checkpoint_id))
 
     def _metadata(self, pending: PendingCheckpoint) -> dict[str, Any]:
         sources: dict[str, Any] = {}
@@ -454,16 +470,16 @@ class CheckpointCoordinator:
         channels: dict[str, list[dict[str, Any]]] = {}
         sinks: dict[str, Any] = {}
         for (stage, subtask), ack in sorted(pending.acks.items()):
-            state = ack.get("state", {})
-            for split, position in state.get("sources", {}).items():
+            state = ack.state
+            for split, position in state.sources.items():
                 sources[str(split)] = position
-            for uid, handle in state.get("operators", {}).items():
-                operators.setdefault(uid, []).append({"subtask": subtask, **handle})
-            if state.get("channels"):
+            for uid, operator in state.operators.items():
+                operators.setdefault(uid, []).append({"subtask": subtask, **operator.to_json()})
+            if state.channels is not None:
                 channels.setdefault(str(stage), []).append({"subtask": subtask,
-                                                            **state["channels"]})
-            if "sink" in state:
-                sinks[str(subtask)] = state["sink"]
+                                                            **state.channels.to_dict()})
+            if state.sink is not None:
+                sinks[str(subtask)] = state.sink
         return {
             "version": 1,
             "job": self.job_id,
@@ -577,7 +593,7 @@ class CheckpointCoordinator:
             self._final_completed = True
         if pending.nonce is not None:
             self._served_request = (pending.nonce, checkpoint_id)
-        self._broadcast("complete", checkpoint_id=checkpoint_id, final=pending.final)
+        self._broadcast(Complete(checkpoint_id=checkpoint_id, final=pending.final))
         log.info("checkpoint %d completed (%d bytes, %.0f ms)", checkpoint_id,
                  completed.size_bytes, stats.duration_ms)
         return pending.nonce
@@ -598,7 +614,7 @@ class CheckpointCoordinator:
             pending.stats.failure = reason
             self.stats.finished(pending.stats, ok=False)
         log.warning("checkpoint %d aborted: %s", checkpoint_id, reason)
-        self._broadcast("abort", checkpoint_id=checkpoint_id, reason=reason)
+        self._broadcast(Abort(checkpoint_id=checkpoint_id, reason=reason))
         if not keep_data:
             self._worker.submit(functools.partial(self._discard_pending, checkpoint_id))
         if count:
@@ -621,21 +637,27 @@ class CheckpointCoordinator:
 
     # ------------------------------------------------------------------ views
 
+    @property
+    def rejected_connections(self) -> int:
+        """Connections dropped for failing authentication or the protocol: the
+        coordinator's own, and those the subtasks' channel listeners reported."""
+        with self._lock:
+            reported = sum(m.rejected_connections for m in self.progress.values())
+        return self._server.rejected + reported
+
     def snapshot_progress(self) -> dict[str, Any]:
         with self._lock:
-            records_in = sum(int(m.get("records_in", 0)) for m in self.progress.values())
-            records_out = sum(int(m.get("records_out", 0)) for m in self.progress.values())
+            metrics = list(self.progress.values())
+            records_in = sum(m.records_in for m in metrics)
+            records_out = sum(m.records_out for m in metrics)
             timeline = dict(self.timeline)
-            firsts = [float(m["first_record_at"]) for m in self.progress.values()
-                      if "first_record_at" in m]
-            lasts = [float(m["last_record_at"]) for m in self.progress.values()
-                     if "last_record_at" in m]
+            firsts = [m.first_record_at for m in metrics if m.first_record_at is not None]
+            lasts = [m.last_record_at for m in metrics if m.last_record_at is not None]
             if firsts:
                 timeline["firstRecordAt"] = min(firsts)
             if lasts:
                 timeline["lastRecordAt"] = max(lasts)
-            restores = [float(m["restore_seconds"]) for m in self.progress.values()
-                        if "restore_seconds" in m]
+            restores = [m.restore_seconds for m in metrics if m.restore_seconds is not None]
             if restores:
                 timeline["restoreSecondsMax"] = max(restores)
             return {
@@ -645,4 +667,5 @@ class CheckpointCoordinator:
                 "checkpoints": self.stats.summary(),
                 "pending": sorted(self._pending),
                 "timeline": timeline,
+                "rejectedConnections": self.rejected_connections,
             }

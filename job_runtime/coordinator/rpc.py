@@ -1,27 +1,51 @@
-"""Messages between the coordinator (driver) and the subtasks (Spark tasks).
+"""Connections between the coordinator (driver) and the subtasks (Spark tasks).
 
-Each message is a ``(kind, fields)`` pair, pickled and length-prefixed on one TCP
-connection per subtask. The coordinator's endpoint is its own, not Spark's: a
-Spark barrier stage offers only collective calls, and a ``barrier()`` costs
-about a second, far too much for a checkpoint every second.
+One TCP connection per subtask. It starts with the mutual handshake of
+:mod:`job_runtime.network.handshake` (the per-attempt key), and then carries
+length-prefixed JSON messages (:mod:`job_runtime.coordinator.messages`), each
+followed by a tag over its sequence number and bytes. Nothing from the network is
+unpickled. The coordinator's endpoint is its own, not Spark's: a Spark barrier
+stage offers only collective calls, and a ``barrier()`` costs about a second,
+far too much for a checkpoint every second.
 """
 
 from __future__ import annotations
 
-import pickle
+import logging
 import socket
 import struct
 import threading
 from collections.abc import Callable
-from typing import Any
+
+from job_runtime.coordinator.messages import (
+    Message,
+    MessageError,
+    ToCoordinator,
+    ToSubtask,
+    decode_to_coordinator,
+    decode_to_subtask,
+    encode,
+)
+from job_runtime.network.handshake import (
+    HANDSHAKE_TIMEOUT,
+    TAG_BYTES,
+    FrameRejected,
+    HandshakeFailed,
+    Purpose,
+    Session,
+    client_handshake,
+    server_handshake,
+)
+
+log = logging.getLogger(__name__)
 
 _LENGTH = struct.Struct(">I")
-
-Message = tuple[str, dict[str, Any]]
+MAX_MESSAGE_BYTES = 64 << 20
+"""An authenticated peer's message is still refused beyond this (a bug, not a checkpoint)."""
 
 
 class ConnectionLost(Exception):
-    """The other end of an RPC connection went away."""
+    """The other end of an RPC connection went away, or broke the protocol."""
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes:
@@ -36,28 +60,39 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
 
 
 class RpcConnection:
-    """One framed, thread-safe duplex connection."""
+    """One authenticated, framed, thread-safe duplex connection."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, *, sock: socket.socket, session: Session,
+                 decode: Callable[[bytes], Message]) -> None:
         self.sock = sock
+        self._session = session
+        self._decode = decode
         self._send_lock = threading.Lock()
         self.closed = False
 
-    def send(self, kind: str, **fields: Any) -> None:
-        data = pickle.dumps((kind, fields), protocol=pickle.HIGHEST_PROTOCOL)
+    def send(self, message: Message) -> None:
+        data = encode(message)
         with self._send_lock:
+            tag = self._session.outgoing.tag(data)
             try:
-                self.sock.sendall(_LENGTH.pack(len(data)) + data)
+                self.sock.sendall(_LENGTH.pack(len(data)) + data + tag)
             except OSError as exc:
                 raise ConnectionLost(str(exc)) from exc
 
-    def receive(self) -> Message:
+    def receive_raw(self) -> Message:
+        """The next message; raises :class:`ConnectionLost`, :class:`FrameRejected` or
+        :class:`MessageError` (then the connection is of no further use)."""
         try:
             (length,) = _LENGTH.unpack(_recv_exact(self.sock, _LENGTH.size))
-            kind, fields = pickle.loads(_recv_exact(self.sock, length))
+            if length > MAX_MESSAGE_BYTES:
+                raise MessageError(f"a control message of {length} bytes exceeds the limit "
+                                   f"of {MAX_MESSAGE_BYTES}")
+            data = _recv_exact(self.sock, length)
+            tag = _recv_exact(self.sock, TAG_BYTES)
         except OSError as exc:
             raise ConnectionLost(str(exc)) from exc
-        return str(kind), dict(fields)
+        self._session.incoming.check(tag, data)
+        return self._decode(data)
 
     def close(self) -> None:
         self.closed = True
@@ -68,39 +103,80 @@ class RpcConnection:
         self.sock.close()
 
 
-class RpcServer:
-    """Accepts subtask connections and hands each message to ``handler``."""
+class SubtaskConnection(RpcConnection):
+    """A subtask's end: it receives what the coordinator sends."""
 
-    def __init__(self, *, host: str, port: int,
-                 handler: Callable[[RpcConnection, str, dict[str, Any]], None],
-                 on_disconnect: Callable[[RpcConnection], None]) -> None:
+    def receive(self) -> ToSubtask:
+        """The next message; a broken or malformed one ends the connection."""
+        try:
+            message = self.receive_raw()
+        except (FrameRejected, MessageError) as exc:
+            self.close()
+            raise ConnectionLost(f"the coordinator sent something unacceptable: {exc}") from exc
+        assert not isinstance(message, ToCoordinator)
+        return message
+
+
+class RpcServer:
+    """Accepts subtask connections and hands each message to ``handler``.
+
+    A peer that fails the handshake, or later sends a frame that fails its check
+    or a malformed message, loses its connection; it is counted and logged once.
+    Nothing a peer sends reaches the handler unless it is a well-formed message.
+    """
+
+    def __init__(self, *, host: str, port: int, key: bytes,
+                 handler: Callable[[RpcConnection, ToCoordinator], None],
+                 on_disconnect: Callable[[RpcConnection], None],
+                 handshake_timeout: float = HANDSHAKE_TIMEOUT) -> None:
         self._sock = socket.create_server((host, port), reuse_port=False)
+        self._key = key
         self._handler = handler
         self._on_disconnect = on_disconnect
+        self._handshake_timeout = handshake_timeout
         self.port: int = self._sock.getsockname()[1]
+        self.host: str = self._sock.getsockname()[0]
+        self.rejected = 0
+        self._rejected_lock = threading.Lock()
         self._thread = threading.Thread(target=self._accept, daemon=True, name="coordinator-rpc")
         self._stopped = False
         self._thread.start()
 
+    def _reject(self, peer: object, reason: str) -> None:
+        with self._rejected_lock:
+            self.rejected += 1
+        log.warning("coordinator rejected a connection from %s: %s", peer, reason)
+
     def _accept(self) -> None:
         while not self._stopped:
             try:
-                sock, _ = self._sock.accept()
+                sock, peer = self._sock.accept()
             except OSError:
                 return
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn = RpcConnection(sock)
-            threading.Thread(target=self._serve, args=(conn,), daemon=True,
+            threading.Thread(target=self._serve, args=(sock, peer), daemon=True,
                              name="coordinator-conn").start()
 
-    def _serve(self, conn: RpcConnection) -> None:
+    def _serve(self, sock: socket.socket, peer: object) -> None:
+        try:
+            session = server_handshake(sock, key=self._key, purpose=Purpose.CONTROL,
+                                       timeout=self._handshake_timeout)
+        except HandshakeFailed as exc:
+            self._reject(peer, str(exc))
+            sock.close()
+            return
+        conn = RpcConnection(sock=sock, session=session, decode=decode_to_coordinator)
         try:
             while True:
-                kind, fields = conn.receive()
-                self._handler(conn, kind, fields)
+                message = conn.receive_raw()
+                assert not isinstance(message, ToSubtask)
+                self._handler(conn, message)
         except ConnectionLost:
             pass
+        except (FrameRejected, MessageError) as exc:
+            self._reject(peer, str(exc))
         finally:
+            conn.close()
             self._on_disconnect(conn)
 
     def stop(self) -> None:
@@ -108,8 +184,14 @@ class RpcServer:
         self._sock.close()
 
 
-def connect(host: str, port: int, *, timeout: float = 30.0) -> RpcConnection:
+def connect(host: str, port: int, *, key: bytes, timeout: float = 30.0) -> SubtaskConnection:
+    """Connect to the coordinator and authenticate; raises :class:`ConnectionLost`."""
     sock = socket.create_connection((host, port), timeout=timeout)
-    sock.settimeout(None)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    return RpcConnection(sock)
+    try:
+        session = client_handshake(sock, key=key, purpose=Purpose.CONTROL)
+    except HandshakeFailed as exc:
+        sock.close()
+        raise ConnectionLost(f"cannot authenticate with the coordinator: {exc}") from exc
+    sock.settimeout(None)
+    return SubtaskConnection(sock=sock, session=session, decode=decode_to_subtask)

@@ -1,4 +1,9 @@
-"""Settings a subtask needs, shipped from the driver inside the Spark closure."""
+"""Settings a subtask needs, shipped from the driver inside the Spark closure.
+
+The closure travels over Spark's own channels (in-process or loopback in local
+mode; authenticated and encrypted Spark RPC on Kubernetes, see ``spark_start``),
+which is how the per-attempt ``key`` reaches the subtasks and nobody else.
+"""
 
 from __future__ import annotations
 
@@ -25,3 +30,7 @@ class SubtaskConfig:
     credits: int = 4
     s3: dict[str, Any] | None = None
     progress_interval: float = 1.0
+    key: bytes = dataclasses.field(default=b"", repr=False)
+    """The attempt's secret: every coordinator and channel connection proves it."""
+    loopback: bool = False
+    """Local mode: channel listeners bind 127.0.0.1, nothing else can reach them."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import functools
+import ipaddress
 import json
 import logging
 import os
@@ -42,6 +43,7 @@ from job_runtime.execution.spark_start import SparkStarter
 from job_runtime.execution.stages import plan_stages
 from job_runtime.execution.subtask import run_subtask
 from job_runtime.metrics import DriverMetrics
+from job_runtime.network.handshake import new_key
 from job_runtime.storage.checkpoint_storage import CheckpointStorage
 from job_runtime.storage.errors import StorageError, StorageUnavailableError
 from job_runtime.storage.filesystem import S3Config, get_filesystem, join_uri, write_file_atomically
@@ -81,6 +83,8 @@ class DriverSettings:
     retained: int = 3
     restore: str = "latest"
     on_unreadable: str = "fail"
+    allow_foreign_restore: bool = False
+    """``restore`` may be another job's checkpoint path (``spec.restore.allowForeignJob``)."""
     attempt: int = 1
     store: str = "memory:"
     metrics_port: int | None = None
@@ -158,6 +162,9 @@ class RestoreResolution:
     metadata: dict[str, Any] | None
     notes: list[str]
     skipped: tuple[RestoredCheckpoint, ...] = ()
+    origin_job: str | None = None
+    """The job that wrote ``checkpoint``, when it is not this job (an allowed foreign
+    restore): its output newer than the checkpoint is withdrawn like this job's own."""
 
     @property
     def fallback_from(self) -> RestoredCheckpoint | None:
@@ -222,10 +229,17 @@ def resolve_restore(
             found = [CompletedCheckpoint(checkpoint_id=wanted, metadata_path=path, timestamp=0.0)]
         candidates = found + [c for c in retained if c.checkpoint_id < wanted]
     else:
-        if not storage.is_own_checkpoint(request):
+        foreign = not storage.is_own_checkpoint(request)
+        if foreign and not settings.allow_foreign_restore:
             raise RestoreError(pointer=request,
                                problem=f"it is not a checkpoint of job {settings.job_id} "
-                                       f"(expected a path below {storage.job_dir}/)")
+                                       f"(expected a path below {storage.job_dir}/); to "
+                                       f"continue another job's checkpoint, set "
+                                       f"spec.restore.allowForeignJob: true")
+        if foreign:
+            # Only the named checkpoint: this job's own store holds nothing older of it.
+            return _restore_foreign(request, storage=storage, settings=settings,
+                                    notes=notes)
         found_id = _checkpoint_id_of(request)
         candidates = [CompletedCheckpoint(checkpoint_id=found_id, metadata_path=request,
                                           timestamp=0.0)]
@@ -254,6 +268,39 @@ def resolve_restore(
     assert first_error is not None
     raise RestoreError(pointer=settings.restore,
                        problem=f"no readable checkpoint to fall back to ({first_error.cause})")
+
+
+def _restore_foreign(request: str, *, storage: CheckpointStorage, settings: DriverSettings,
+                     notes: list[str]) -> RestoreResolution:
+    """Another job's checkpoint, allowed by ``spec.restore.allowForeignJob``.
+
+    No fallback: an older checkpoint of a stranger is not what anyone asked for, so an
+    unreadable one fails the restore whatever ``onUnreadable`` says.
+    """
+    checkpoint_id = _checkpoint_id_of(request)
+    if checkpoint_id < 0:
+        raise RestoreError(pointer=request,
+                           problem="it is not a checkpoint path (expected "
+                                   "<storage>/<job>-<uid>/chk-<id>/_metadata)")
+    try:
+        metadata = json.loads(storage.read_metadata(request))
+    except UnreadableCheckpointError as exc:
+        raise RestoreError(pointer=request, problem=exc.cause) from None
+    except ValueError as exc:
+        raise RestoreError(pointer=request, problem=f"metadata is not valid JSON: {exc}") from None
+    origin = metadata.get("job") if isinstance(metadata, dict) else None
+    if not isinstance(origin, str) or not origin:
+        raise RestoreError(pointer=request, problem="its metadata names no job")
+    if origin == settings.job_id:
+        raise RestoreError(pointer=request,
+                           problem=f"its metadata says it belongs to this job, but its path is "
+                                   f"not below {storage.job_dir}/")
+    notes.append(f"restoring checkpoint {checkpoint_id} of job {origin} "
+                 f"(spec.restore.allowForeignJob)")
+    checkpoint = CompletedCheckpoint(checkpoint_id=checkpoint_id, metadata_path=request,
+                                     timestamp=0.0)
+    return RestoreResolution(checkpoint=checkpoint, metadata=metadata, notes=notes,
+                             origin_job=origin)
 
 
 def _all_readable(store: CompletedCheckpointStore) -> list[CompletedCheckpoint]:
@@ -309,6 +356,7 @@ class StatusWriter:
                 "id": coordinator.restored_from.checkpoint_id,
                 "path": coordinator.restored_from.metadata_path},
             "timeline": {**self.timeline, **progress.get("timeline", {})},
+            "rejectedConnections": progress["rejectedConnections"],
             **self.extra,
         }
         if history:
@@ -349,12 +397,38 @@ def process_started_at() -> float:
         return time.time()
 
 
-def _driver_host(master: str, conf: dict[str, str]) -> tuple[str, str]:
-    """(bind address, advertised address) of the coordinator's endpoint."""
-    if master.startswith("local"):
+def is_local_master(master: str) -> bool:
+    return master.startswith("local")
+
+
+def _driver_host(master: str, conf: dict[str, str],
+                 environ: dict[str, str] | None = None) -> tuple[str, str]:
+    """(bind address, advertised address) of the coordinator's endpoint.
+
+    Local mode binds loopback: every subtask runs on this machine. Elsewhere the
+    endpoint binds the pod's own address (the bind address the operator gives
+    Spark, else ``POD_IP``, else what the host name resolves to), never every
+    interface, and advertises ``spark.driver.host`` (the headless service).
+    """
+    if is_local_master(master):
         return "127.0.0.1", "127.0.0.1"
-    advertised = conf.get("spark.driver.host") or socket.gethostbyname(socket.gethostname())
-    return "0.0.0.0", advertised
+    env = os.environ if environ is None else environ
+    for candidate in (conf.get("spark.driver.bindAddress"), env.get("POD_IP")):
+        if candidate and _is_ip(candidate):
+            bind = candidate
+            break
+    else:
+        bind = socket.gethostbyname(socket.gethostname())
+    advertised = conf.get("spark.driver.host") or bind
+    return bind, advertised
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def run_driver(settings: DriverSettings) -> int:
@@ -417,6 +491,9 @@ def _run(settings: DriverSettings) -> int:
         assert pipeline.sink_op is not None
         pipeline.sink_op.prepare_restore(checkpoint_id=restored.checkpoint_id,
                                          job_id=settings.job_id, s3=s3)
+        if resolution.origin_job is not None:
+            pipeline.sink_op.prepare_restore(checkpoint_id=restored.checkpoint_id,
+                                             job_id=resolution.origin_job, s3=s3)
     # Only once the checkpoint is accepted: a refused restore must not be reported.
     record_restore(store=store, attempt=settings.attempt, resolution=resolution)
 
@@ -432,12 +509,15 @@ def _run(settings: DriverSettings) -> int:
                                      stats=stats)
 
     bind, advertised = _driver_host(master, settings.spark_conf)
+    # One key per driver attempt: a relaunched driver's subtasks get a new one, and
+    # anything left of an earlier attempt can no longer talk to this one.
+    key = new_key()
     coordinator = CheckpointCoordinator(
         job_id=settings.job_id, attempt=settings.attempt, parallelism=settings.parallelism,
         max_parallelism=settings.max_parallelism, stages=len(stages), storage=storage,
         store=store, counter=counter, settings=settings.checkpoint,
         initial_restore=metadata, initial_restore_pointer=restored, on_complete=on_complete,
-        host=bind, triggers=open_triggers(settings))
+        host=bind, key=key, triggers=open_triggers(settings))
     status = StatusWriter(path=settings.status_file or "", coordinator=coordinator,
                           metrics=metrics,
                           extra={"fallbackNotes": notes, "attempt": settings.attempt})
@@ -449,7 +529,8 @@ def _run(settings: DriverSettings) -> int:
         coordinator_host=advertised, coordinator_port=coordinator.port,
         checkpoint_root=settings.checkpoint_storage, staging_uri=staging, mode=settings.mode,
         unaligned=settings.unaligned, credits=settings.credits,
-        s3=dataclasses.asdict(s3) if s3.to_env() else None)
+        s3=dataclasses.asdict(s3) if s3.to_env() else None, key=key,
+        loopback=is_local_master(master))
 
     sc = spark.context()
     status.timeline["sparkStartingAt"] = spark.started_at

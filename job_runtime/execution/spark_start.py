@@ -52,6 +52,26 @@ class SparkStarter:
         return self._context
 
 
+def security_conf(*, master: str, user_conf: dict[str, str]) -> dict[str, str]:
+    """Spark's own RPC authentication and encryption on Kubernetes, unless the job says otherwise.
+
+    Executor pods reach the driver over the pod network, so Spark's RPC (which
+    also carries the task closures, and with them this attempt's channel key)
+    must be authenticated and encrypted there. Spark on Kubernetes generates the
+    secret itself: the driver makes a random one per application and hands it to
+    the executors as the ``_SPARK_AUTH_SECRET`` environment variable of their pod
+    spec (readable by whoever may read pods in the namespace), unless
+    ``spark.authenticate.secret.driver.file``/``.executor.file`` point at a mounted
+    Secret. Local mode needs neither: everything stays on loopback in one pod.
+    """
+    if not master.startswith("k8s://"):
+        return {}
+    if user_conf.get("spark.authenticate", "true").strip().lower() != "true":
+        return {}  # encryption needs authentication: the user turned both off
+    wanted = {"spark.authenticate": "true", "spark.network.crypto.enabled": "true"}
+    return {key: value for key, value in wanted.items() if key not in user_conf}
+
+
 def start_spark_context(*, settings: DriverSettings, master: str) -> Any:
     """A ``SparkContext``, not a ``SparkSession``: the session's start costs about as
     much again and the barrier stage never needs it (see ``prepare_on_driver``)."""
@@ -71,6 +91,8 @@ def start_spark_context(*, settings: DriverSettings, master: str) -> Any:
     if master.startswith("local"):
         conf = conf.set("spark.driver.host", "127.0.0.1").set("spark.driver.bindAddress",
                                                                "127.0.0.1")
+    for key, value in security_conf(master=master, user_conf=settings.spark_conf).items():
+        conf = conf.set(key, value)
     for key, value in settings.spark_conf.items():
         conf = conf.set(key, value)
     sc = SparkContext.getOrCreate(conf=conf)

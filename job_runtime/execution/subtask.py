@@ -9,9 +9,9 @@ all of this happens again and the subtasks restore the latest checkpoint.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
-import pickle
 import socket
 import threading
 import time
@@ -19,7 +19,23 @@ import traceback
 from collections.abc import Iterator
 from typing import Any
 
-from job_runtime.coordinator.rpc import ConnectionLost, RpcConnection, connect
+from job_runtime.coordinator.messages import (
+    Abort,
+    Complete,
+    Decline,
+    Done,
+    Progress,
+    Ready,
+    Register,
+    Registered,
+    Rejected,
+    SourcesFinished,
+    TaskMetrics,
+    ToCoordinator,
+    Trigger,
+    UserError,
+)
+from job_runtime.coordinator.rpc import ConnectionLost, SubtaskConnection, connect
 from job_runtime.errors import RuntimeJobError, UserCodeError
 from job_runtime.execution.config import SubtaskConfig
 from job_runtime.execution.entrypoint import add_python_path, build_pipeline
@@ -27,13 +43,15 @@ from job_runtime.execution.stages import plan_stages
 from job_runtime.execution.tasks import KeyedTask, SourceTask, Task
 from job_runtime.execution.uploader import Uploader
 from job_runtime.network.channels import (
+    ChannelListener,
     InputGate,
     LocalOutputChannel,
     OutputChannel,
     TcpOutputChannel,
     serve_input_channel,
 )
-from job_runtime.network.framing import Kind, recv_frame
+from job_runtime.network.framing import ChannelHello
+from job_runtime.network.handshake import Session
 from job_runtime.sinks.base import SinkContext
 from job_runtime.storage.checkpoint_storage import CheckpointStorage
 from job_runtime.storage.filesystem import S3Config, get_filesystem
@@ -58,48 +76,61 @@ class SubtaskRuntime:
         self.storage = CheckpointStorage(
             config.checkpoint_root, config.job_id,
             fs=get_filesystem(config.checkpoint_root, s3=self.s3_config))
-        self.conn: RpcConnection = connect(config.coordinator_host, config.coordinator_port)
-        self.uploader = Uploader(storage=self.storage, send=self.send,
-                                 cancelled=self.cancelled.is_set)
+        self.conn: SubtaskConnection = connect(config.coordinator_host,
+                                               config.coordinator_port, key=config.key)
+        self.uploader = Uploader(storage=self.storage, subtask=subtask, epoch=epoch,
+                                 send=self.send, cancelled=self.cancelled.is_set)
         self.tasks: list[Task] = []
         self.gates: dict[int, InputGate] = {}
         self.failure: BaseException | None = None
         self._sources_finished = False
-        self._accepting = True
+        self.channels: ChannelListener | None = None
 
     # ------------------------------------------------------------------ rpc
 
-    def send(self, kind: str, **fields: Any) -> None:
-        self.conn.send(kind, epoch=self.epoch, subtask=self.subtask, **fields)
+    def send(self, message: ToCoordinator) -> None:
+        self.conn.send(message)
 
     def decline(self, checkpoint_id: int, reason: str, *, subsumed: bool = False) -> None:
         try:
-            self.send("decline", checkpoint_id=checkpoint_id, reason=reason, subsumed=subsumed)
+            self.send(Decline(epoch=self.epoch, subtask=self.subtask,
+                              checkpoint_id=checkpoint_id, reason=reason, subsumed=subsumed))
         except ConnectionLost:
             pass
 
     def source_finished(self) -> None:
         if not self._sources_finished:
             self._sources_finished = True
-            self.send("sources_finished")
+            self.send(SourcesFinished(epoch=self.epoch, subtask=self.subtask))
 
     def register(self) -> dict[str, Any] | None:
-        self.send("register", host=socket.gethostname(), pid=os.getpid())
-        kind, fields = self.conn.receive()
-        if kind != "registered":
-            raise SubtaskFailed(f"coordinator refused registration: {fields.get('reason')}")
-        restore: dict[str, Any] | None = fields.get("restore")
-        return restore
+        self.send(Register(epoch=self.epoch, subtask=self.subtask, host=socket.gethostname(),
+                           pid=os.getpid()))
+        answer = self.conn.receive()
+        match answer:
+            case Registered(restore=restore):
+                return restore
+            case Rejected(reason=reason):
+                raise SubtaskFailed(f"coordinator refused registration: {reason}")
+            case _:
+                raise SubtaskFailed(f"coordinator answered a registration with {answer.TYPE}")
 
     def _listen_coordinator(self) -> None:
         try:
             while not self.cancelled.is_set():
-                kind, fields = self.conn.receive()
-                targets = self.tasks
-                if kind == "trigger":
-                    targets = [t for t in self.tasks if isinstance(t, SourceTask)]
+                message = self.conn.receive()
+                match message:
+                    case Trigger():
+                        targets: list[Task] = [t for t in self.tasks
+                                               if isinstance(t, SourceTask)]
+                    case Complete() | Abort():
+                        targets = self.tasks
+                    case _:
+                        log.warning("subtask %d ignores an unexpected %s message", self.subtask,
+                                    message.TYPE)
+                        continue
                 for task in targets:
-                    task.control.put((kind, fields))
+                    task.control.put(message)
                 for gate in self.gates.values():
                     gate.wake()
         except ConnectionLost as exc:
@@ -111,36 +142,32 @@ class SubtaskRuntime:
             self.failure = exc
         if isinstance(exc, UserCodeError):
             try:
-                self.send("user_error", operator=exc.operator, details=exc.details)
+                self.send(UserError(epoch=self.epoch, subtask=self.subtask,
+                                    operator=exc.operator, details=exc.details))
             except ConnectionLost:
                 pass
         self.cancelled.set()
         for gate in self.gates.values():
             gate.fail(SubtaskFailed("another task of this subtask failed"))
 
-    def _record_times(self) -> dict[str, float]:
+    def metrics(self) -> TaskMetrics:
         firsts = [t.first_record_at for t in self.tasks if t.first_record_at is not None]
         lasts = [t.last_record_at for t in self.tasks if t.last_record_at is not None]
-        times: dict[str, float] = {}
-        if firsts:
-            times["first_record_at"] = min(firsts)
-        if lasts:
-            times["last_record_at"] = max(lasts)
         restores = [t.restore_seconds for t in self.tasks if t.restore_seconds is not None]
-        if restores:
-            times["restore_seconds"] = sum(restores)
-        return times
+        return TaskMetrics(
+            records_in=sum(t.records_in for t in self.tasks if isinstance(t, SourceTask)),
+            records_out=sum(t.records_out for t in self.tasks),
+            blocked_seconds=sum(o.blocked_seconds for t in self.tasks for o in t.outputs),
+            first_record_at=min(firsts) if firsts else None,
+            last_record_at=max(lasts) if lasts else None,
+            restore_seconds=sum(restores) if restores else None,
+            rejected_connections=self.channels.rejected if self.channels is not None else 0)
 
     def _report_progress(self) -> None:
         while not self.cancelled.wait(self.config.progress_interval):
-            metrics = {
-                "records_in": sum(t.records_in for t in self.tasks if isinstance(t, SourceTask)),
-                "records_out": sum(t.records_out for t in self.tasks),
-                "blocked_seconds": sum(o.blocked_seconds for t in self.tasks for o in t.outputs),
-                **self._record_times(),
-            }
             try:
-                self.send("progress", metrics=metrics)
+                self.send(Progress(epoch=self.epoch, subtask=self.subtask,
+                                   metrics=self.metrics()))
             except ConnectionLost:
                 return
             if all(t.finished for t in self.tasks):
@@ -148,23 +175,17 @@ class SubtaskRuntime:
 
     # ------------------------------------------------------------------ channels
 
-    def _accept_channels(self) -> None:
-        while self._accepting:
-            try:
-                sock, _ = self.listener.accept()
-            except OSError:
-                return
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            kind, _, payload = recv_frame(sock)
-            if kind != Kind.HELLO:
-                sock.close()
-                continue
-            stage, sender = pickle.loads(payload)
-            gate = self.gates[stage]
-            threading.Thread(target=serve_input_channel, daemon=True,
-                             kwargs={"sock": sock, "gate": gate, "channel": sender,
-                                     "credits": self.config.credits},
-                             name=f"channel-{stage}-{sender}").start()
+    def _on_channel(self, sock: socket.socket, session: Session, hello: ChannelHello) -> None:
+        gate = self.gates.get(hello.stage)
+        if gate is None or not 0 <= hello.sender < self.config.parallelism:
+            log.warning("subtask %d closes a channel for stage %d from subtask %d: no such "
+                        "input", self.subtask, hello.stage, hello.sender)
+            sock.close()
+            return
+        threading.Thread(target=serve_input_channel, daemon=True,
+                         kwargs={"sock": sock, "session": session, "gate": gate,
+                                 "channel": hello.sender, "credits": self.config.credits},
+                         name=f"channel-{hello.stage}-{hello.sender}").start()
 
     def _outputs(self, stage: int) -> list[OutputChannel]:
         outputs: list[OutputChannel] = []
@@ -173,8 +194,9 @@ class SubtaskRuntime:
                 outputs.append(LocalOutputChannel(gate=self.gates[stage], channel=self.subtask,
                                                   credits=self.config.credits))
             else:
-                hello = pickle.dumps((stage, self.subtask))
-                outputs.append(TcpOutputChannel(address=address, hello=hello))
+                outputs.append(TcpOutputChannel(
+                    address=address, hello=ChannelHello(stage=stage, sender=self.subtask),
+                    key=self.config.key))
         return outputs
 
     # ------------------------------------------------------------------ run
@@ -190,7 +212,8 @@ class SubtaskRuntime:
         for plan in stages[1:]:
             self.gates[plan.index] = InputGate(channels=config.parallelism,
                                                priority_barriers=unaligned)
-        threading.Thread(target=self._accept_channels, daemon=True, name="channels").start()
+        self.channels = ChannelListener(sock=self.listener, key=config.key,
+                                        on_channel=self._on_channel)
         sink_writer = None
         assert pipeline.sink_op is not None
         sink_writer = pipeline.sink_op.open(context=SinkContext(
@@ -219,11 +242,10 @@ class SubtaskRuntime:
         threading.Thread(target=self._report_progress, daemon=True, name="progress").start()
         for task in self.tasks:
             task.start()
-        self.send("ready")
+        self.send(Ready(epoch=self.epoch, subtask=self.subtask))
         for task in self.tasks:
             while task.is_alive():
                 task.join(timeout=0.2)
-        self._accepting = False
         if self.failure is not None:
             raise self.failure
         self.uploader.close()
@@ -231,19 +253,20 @@ class SubtaskRuntime:
             for out in task.outputs:
                 out.close()
         sink_writer.close()
-        records = sum(t.records_out for t in self.tasks)
-        self.send("done", metrics={
-            "records_in": sum(t.records_in for t in self.tasks if isinstance(t, SourceTask)),
-            "records_out": records, **self._record_times()})
+        metrics = self.metrics()
+        records = metrics.records_out
+        self.send(Done(epoch=self.epoch, subtask=self.subtask, metrics=metrics))
         time.sleep(0.05)
         self.cancelled.set()
         self.conn.close()
-        self.listener.close()
+        assert self.channels is not None
+        self.channels.stop()
         return {"subtask": self.subtask, "records_out": records, "epoch": self.epoch}
 
 
 def _advertised_host(context: Any) -> str:
-    host = os.environ.get("CJOB_ADVERTISED_HOST") or os.environ.get("SPARK_LOCAL_IP")
+    host = (os.environ.get("CJOB_ADVERTISED_HOST") or os.environ.get("SPARK_EXECUTOR_POD_IP")
+            or os.environ.get("SPARK_LOCAL_IP"))
     if host:
         return host
     try:
@@ -253,6 +276,29 @@ def _advertised_host(context: Any) -> str:
         return "127.0.0.1"
 
 
+def channel_addresses(*, loopback: bool, context: Any) -> tuple[str, str]:
+    """(bind address, advertised address) of a subtask's channel listener.
+
+    Local mode binds loopback: every peer is on this machine. Elsewhere the
+    listener binds the address it advertises (the executor pod's IP), never every
+    interface; only a name that does not resolve falls back to all interfaces,
+    where the handshake still keeps strangers out.
+    """
+    if loopback:
+        return "127.0.0.1", "127.0.0.1"
+    host = _advertised_host(context)
+    try:
+        ipaddress.ip_address(host)
+        return host, host
+    except ValueError:
+        pass
+    try:
+        return socket.gethostbyname(host), host
+    except OSError:
+        log.warning("cannot resolve %s; the channel listener binds every interface", host)
+        return "0.0.0.0", host
+
+
 def run_subtask(config: SubtaskConfig, _: Iterator[Any]) -> Iterator[tuple[int, Any]]:
     """The function of the barrier stage's ``mapPartitions``."""
     from pyspark import BarrierTaskContext
@@ -260,9 +306,9 @@ def run_subtask(config: SubtaskConfig, _: Iterator[Any]) -> Iterator[tuple[int, 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s subtask %(levelname)s %(message)s")
     context = BarrierTaskContext.get()
     subtask = context.partitionId()
-    listener = socket.create_server(("0.0.0.0", 0))
+    bind, host = channel_addresses(loopback=config.loopback, context=context)
+    listener = socket.create_server((bind, 0))
     port = listener.getsockname()[1]
-    host = _advertised_host(context)
     # Task attempt ids grow over the whole application, so the largest one of this
     # stage attempt names it: every subtask computes the same epoch, and a relaunch
     # of the stage gets a larger one.

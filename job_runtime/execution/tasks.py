@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from job_runtime.barriers import BarrierHandler, build_barrier_handler
+from job_runtime.coordinator.messages import Abort, Complete, ToSubtask, Trigger
 from job_runtime.execution.recent import RecentIds
 from job_runtime.execution.stages import StagePlan
 from job_runtime.execution.uploader import UploadJob
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-Control = tuple[str, dict[str, Any]]
+Control = ToSubtask
 
 
 class Task(threading.Thread):
@@ -90,18 +91,16 @@ class Task(threading.Thread):
     def operator_snapshots(self) -> dict[str, tuple[Any, list[int]]]:
         return {}
 
-    def inline_state(self, checkpoint_id: int) -> dict[str, Any]:
-        state: dict[str, Any] = {}
-        if self.sink is not None:
-            state["sink"] = self.sink.snapshot(checkpoint_id)
-        return state
+    def source_positions(self) -> dict[str, Any]:
+        return {}
 
     def snapshot(self, checkpoint_id: int, *, alignment_seconds: float,
                  defer_ack: bool = False) -> UploadJob:
         started = time.perf_counter()
         job = UploadJob(
             checkpoint_id=checkpoint_id, stage=self.plan.index, subtask=self.runtime.subtask,
-            snapshots=self.operator_snapshots(), inline=self.inline_state(checkpoint_id),
+            snapshots=self.operator_snapshots(), sources=self.source_positions(),
+            sink=None if self.sink is None else self.sink.snapshot(checkpoint_id),
             channel_state=None, channel_uid=f"{self.plan.uid}-channels",
             stats={"sync_ms": (time.perf_counter() - started) * 1000.0,
                    "alignment_ms": alignment_seconds * 1000.0})
@@ -133,9 +132,11 @@ class Task(threading.Thread):
         self.finished = True
 
     def handle_control(self, message: Control) -> None:
-        kind, fields = message
-        if kind == "complete":
-            self.on_complete(int(fields["checkpoint_id"]), bool(fields["final"]))
+        match message:
+            case Complete(checkpoint_id=checkpoint_id, final=final):
+                self.on_complete(checkpoint_id, final)
+            case _:
+                pass
 
     def drain_control(self) -> None:
         while True:
@@ -183,25 +184,21 @@ class SourceTask(Task):
             current[self.splits[self._current].index] = self._reader.position()
         return current
 
-    def inline_state(self, checkpoint_id: int) -> dict[str, Any]:
-        state = super().inline_state(checkpoint_id)
-        state["sources"] = {str(k): v for k, v in self._positions().items()}
-        return state
+    def source_positions(self) -> dict[str, Any]:
+        return {str(k): v for k, v in self._positions().items()}
 
     def handle_control(self, message: Control) -> None:
-        kind, fields = message
-        if kind == "trigger":
-            checkpoint_id = int(fields["checkpoint_id"])
-            if fields.get("final"):
-                self.final_checkpoints.add(checkpoint_id)
-            self.snapshot(checkpoint_id, alignment_seconds=0.0)
-        elif kind == "abort":
-            checkpoint_id = int(fields["checkpoint_id"])
-            if checkpoint_id in self.emitted_barriers:
-                self.emitted_barriers.discard(checkpoint_id)
-                self.broadcast(Kind.CANCEL, checkpoint_id)
-        else:
-            super().handle_control(message)
+        match message:
+            case Trigger(checkpoint_id=checkpoint_id, final=final):
+                if final:
+                    self.final_checkpoints.add(checkpoint_id)
+                self.snapshot(checkpoint_id, alignment_seconds=0.0)
+            case Abort(checkpoint_id=checkpoint_id):
+                if checkpoint_id in self.emitted_barriers:
+                    self.emitted_barriers.discard(checkpoint_id)
+                    self.broadcast(Kind.CANCEL, checkpoint_id)
+            case _:
+                super().handle_control(message)
 
     def _next_batch(self) -> Batch | None:
         while self._current < len(self.splits):
@@ -319,11 +316,11 @@ class KeyedTask(Task):
         self.runtime.decline(checkpoint_id, reason, subsumed=not forward_cancel)
 
     def handle_control(self, message: Control) -> None:
-        kind, fields = message
-        if kind == "abort":
-            self.handler.abort_pending(int(fields["checkpoint_id"]), reason=str(fields["reason"]))
-        else:
-            super().handle_control(message)
+        match message:
+            case Abort(checkpoint_id=checkpoint_id, reason=reason):
+                self.handler.abort_pending(checkpoint_id, reason=reason)
+            case _:
+                super().handle_control(message)
 
     # -- processing
 

@@ -25,7 +25,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from job_runtime.storage.checkpoint_storage import CheckpointStorage
+from job_runtime.coordinator.messages import (
+    Ack,
+    AckState,
+    AckStats,
+    Decline,
+    OperatorState,
+    ToCoordinator,
+)
+from job_runtime.storage.checkpoint_storage import CheckpointStorage, StateHandle
 
 log = logging.getLogger(__name__)
 
@@ -39,17 +47,20 @@ class UploadJob:
     stage: int
     subtask: int
     snapshots: dict[str, tuple[Any, list[int]]]   # uid -> (snapshot, [kg_lo, kg_hi])
-    inline: dict[str, Any]
+    sources: dict[str, Any]
+    sink: Any
     channel_state: dict[int, list[Any]] | None
     channel_uid: str
     stats: dict[str, float]
 
 
 class Uploader:
-    def __init__(self, *, storage: CheckpointStorage,
-                 send: Callable[..., None], max_queued: int = DEFAULT_MAX_QUEUED,
+    def __init__(self, *, storage: CheckpointStorage, subtask: int, epoch: int,
+                 send: Callable[[ToCoordinator], None], max_queued: int = DEFAULT_MAX_QUEUED,
                  cancelled: Callable[[], bool] = lambda: False) -> None:
         self._storage = storage
+        self._subtask = subtask
+        self._epoch = epoch
         self._send = send
         self._cancelled = cancelled
         self._queue: queue.Queue[UploadJob | None] = queue.Queue(maxsize=max_queued)
@@ -83,33 +94,36 @@ class Uploader:
                 return
             started = time.perf_counter()
             try:
-                state = dict(job.inline)
                 total = 0
-                operators: dict[str, Any] = {}
+                operators: dict[str, OperatorState] = {}
                 for uid, (snapshot, key_groups) in job.snapshots.items():
                     data = snapshot.serialize()
                     handle = self._storage.write_state(job.checkpoint_id, uid, job.subtask, data)
                     total += handle.size_bytes
-                    operators[uid] = {**handle.to_dict(), "keyGroups": key_groups}
-                state["operators"] = operators
+                    operators[uid] = OperatorState(handle=handle,
+                                                   key_groups=(key_groups[0], key_groups[1]))
+                channels: StateHandle | None = None
                 if job.channel_state:
                     rows = {c: [b.rows for b in batches]
                             for c, batches in job.channel_state.items() if batches}
                     if rows:
                         data = pickle.dumps(rows, protocol=pickle.HIGHEST_PROTOCOL)
-                        handle = self._storage.write_state(job.checkpoint_id, job.channel_uid,
-                                                           job.subtask, data)
-                        total += handle.size_bytes
-                        state["channels"] = handle.to_dict()
-                stats = dict(job.stats)
-                stats["async_ms"] = (time.perf_counter() - started) * 1000.0
-                stats["bytes"] = total
-                self._send("ack", checkpoint_id=job.checkpoint_id, stage=job.stage,
-                           state=state, stats=stats)
+                        channels = self._storage.write_state(job.checkpoint_id, job.channel_uid,
+                                                             job.subtask, data)
+                        total += channels.size_bytes
+                stats = AckStats(sync_ms=job.stats.get("sync_ms", 0.0),
+                                 alignment_ms=job.stats.get("alignment_ms", 0.0),
+                                 async_ms=(time.perf_counter() - started) * 1000.0, bytes=total)
+                self._send(Ack(epoch=self._epoch, subtask=self._subtask,
+                               checkpoint_id=job.checkpoint_id, stage=job.stage,
+                               state=AckState(sources=job.sources, operators=operators,
+                                              channels=channels, sink=job.sink),
+                               stats=stats))
             except Exception as exc:
                 log.warning("snapshot upload of checkpoint %d failed: %s", job.checkpoint_id, exc)
                 try:
-                    self._send("decline", checkpoint_id=job.checkpoint_id,
-                               reason=f"upload failed: {exc}")
+                    self._send(Decline(epoch=self._epoch, subtask=self._subtask,
+                                       checkpoint_id=job.checkpoint_id,
+                                       reason=f"upload failed: {exc}"))
                 except Exception:
                     log.warning("could not decline checkpoint %d", job.checkpoint_id)

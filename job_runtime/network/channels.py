@@ -8,11 +8,14 @@ senders after a bounded number of buffers: this is backpressure, and it bounds
 memory. Events (barriers, cancel markers, end of partition) need no credit.
 
 A channel to the same process skips the socket but keeps the same credit rules.
+A channel over a socket first authenticates both ends with the attempt's key
+(:mod:`job_runtime.network.handshake`) and tags every frame.
 """
 
 from __future__ import annotations
 
 import collections
+import logging
 import socket
 import threading
 import time
@@ -22,13 +25,24 @@ from typing import Any
 from job_runtime.network.framing import (
     DATA_KINDS,
     ChannelClosed,
+    ChannelHello,
     Kind,
     decode_batch,
     encode_batch,
     recv_frame,
     send_frame,
 )
+from job_runtime.network.handshake import (
+    HANDSHAKE_TIMEOUT,
+    HandshakeFailed,
+    Purpose,
+    Session,
+    client_handshake,
+    server_handshake,
+)
 from job_runtime.records import Batch
+
+log = logging.getLogger(__name__)
 
 DEFAULT_CREDITS = 4
 
@@ -187,8 +201,8 @@ class LocalOutputChannel(OutputChannel):
 class TcpOutputChannel(OutputChannel):
     """A channel over a socket; a reader thread collects the receiver's credits."""
 
-    def __init__(self, *, address: tuple[str, int], hello: bytes, connect_timeout: float = 60.0
-                 ) -> None:
+    def __init__(self, *, address: tuple[str, int], hello: ChannelHello, key: bytes,
+                 connect_timeout: float = 60.0) -> None:
         super().__init__(credits=0)
         deadline = time.monotonic() + connect_timeout
         while True:
@@ -199,10 +213,16 @@ class TcpOutputChannel(OutputChannel):
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.05)
-        self._sock.settimeout(None)
         self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            self._session = client_handshake(self._sock, key=key, purpose=Purpose.DATA)
+        except HandshakeFailed as exc:
+            self._sock.close()
+            raise ChannelClosed(f"cannot authenticate with the receiver at {address}: "
+                                f"{exc}") from exc
+        self._sock.settimeout(None)
         self._send_lock = threading.Lock()
-        send_frame(self._sock, Kind.HELLO, 0, hello)
+        send_frame(self._sock, Kind.HELLO, 0, hello.encode(), mac=self._session.outgoing)
         self._reader = threading.Thread(target=self._read_credits, daemon=True,
                                         name="credit-reader")
         self._reader.start()
@@ -210,7 +230,7 @@ class TcpOutputChannel(OutputChannel):
     def _read_credits(self) -> None:
         try:
             while True:
-                kind, arg, _ = recv_frame(self._sock)
+                kind, arg, _ = recv_frame(self._sock, mac=self._session.incoming)
                 if kind == Kind.CREDIT:
                     self.add_credit(arg)
         except (ChannelClosed, OSError) as exc:
@@ -220,11 +240,11 @@ class TcpOutputChannel(OutputChannel):
     def _send_data(self, batch: Batch) -> None:
         kind, payload = encode_batch(batch)
         with self._send_lock:
-            send_frame(self._sock, kind, 0, payload)
+            send_frame(self._sock, kind, 0, payload, mac=self._session.outgoing)
 
     def send_event(self, kind: Kind, arg: int) -> None:
         with self._send_lock:
-            send_frame(self._sock, kind, arg)
+            send_frame(self._sock, kind, arg, mac=self._session.outgoing)
 
     def close(self) -> None:
         super().close()
@@ -235,15 +255,15 @@ class TcpOutputChannel(OutputChannel):
         self._sock.close()
 
 
-def serve_input_channel(*, sock: socket.socket, gate: InputGate, channel: int,
-                        credits: int = DEFAULT_CREDITS) -> None:
-    """Read one connected channel into ``gate`` until it closes (runs in its own thread)."""
+def serve_input_channel(*, sock: socket.socket, session: Session, gate: InputGate,
+                        channel: int, credits: int = DEFAULT_CREDITS) -> None:
+    """Read one authenticated channel into ``gate`` until it closes (in its own thread)."""
     send_lock = threading.Lock()
 
     def give_credit(n: int) -> None:
         with send_lock:
             try:
-                send_frame(sock, Kind.CREDIT, n)
+                send_frame(sock, Kind.CREDIT, n, mac=session.outgoing)
             except OSError:
                 pass
 
@@ -251,7 +271,7 @@ def serve_input_channel(*, sock: socket.socket, gate: InputGate, channel: int,
     give_credit(credits)
     try:
         while True:
-            kind, arg, payload = recv_frame(sock)
+            kind, arg, payload = recv_frame(sock, mac=session.incoming)
             if kind in DATA_KINDS:
                 gate.deliver(channel, (kind, arg, decode_batch(kind, payload)))
             else:
@@ -260,3 +280,63 @@ def serve_input_channel(*, sock: socket.socket, gate: InputGate, channel: int,
                     return
     except (ChannelClosed, OSError) as exc:
         gate.fail(ChannelClosed(f"upstream channel {channel} broke: {exc}"))
+
+
+OnChannel = Callable[[socket.socket, Session, ChannelHello], None]
+
+
+class ChannelListener:
+    """Accepts the channels of one subtask's peers.
+
+    Each connection must complete the handshake and send a well-formed greeting
+    within ``handshake_timeout``, in a thread of its own so a slow stranger holds
+    up nobody; otherwise it is closed, counted and logged once. Only then is it
+    handed to ``on_channel``.
+    """
+
+    def __init__(self, *, sock: socket.socket, key: bytes, on_channel: OnChannel,
+                 handshake_timeout: float = HANDSHAKE_TIMEOUT) -> None:
+        self._sock = sock
+        self._key = key
+        self._on_channel = on_channel
+        self._handshake_timeout = handshake_timeout
+        self._lock = threading.Lock()
+        self.rejected = 0
+        self._stopped = False
+        self._thread = threading.Thread(target=self._accept, daemon=True, name="channels")
+        self._thread.start()
+
+    def _accept(self) -> None:
+        while not self._stopped:
+            try:
+                sock, peer = self._sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._admit, args=(sock, peer), daemon=True,
+                             name="channel-handshake").start()
+
+    def _admit(self, sock: socket.socket, peer: object) -> None:
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            session = server_handshake(sock, key=self._key, purpose=Purpose.DATA,
+                                       timeout=self._handshake_timeout)
+            sock.settimeout(self._handshake_timeout)
+            kind, _, payload = recv_frame(sock, mac=session.incoming)
+            if kind != Kind.HELLO:
+                raise ChannelClosed(f"a channel must start with a greeting, not {kind.name}")
+            hello = ChannelHello.decode(payload)
+            sock.settimeout(None)
+        except (HandshakeFailed, ChannelClosed, OSError) as exc:
+            with self._lock:
+                self.rejected += 1
+            log.warning("channel listener rejected a connection from %s: %s", peer, exc)
+            sock.close()
+            return
+        self._on_channel(sock, session, hello)
+
+    def stop(self) -> None:
+        self._stopped = True
+        try:
+            self._sock.close()
+        except OSError:
+            pass

@@ -70,6 +70,20 @@ def marker_key(checkpoint_id: int) -> str:
     return MARKER_KEY_FORMAT % checkpoint_id
 
 
+OWNER_KIND = "CheckpointedJob"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StoreOwner:
+    """A CheckpointedJob named in the ConfigMap's ``ownerReferences``.
+
+    The operator creates a job's store owned by the job, so a store owned by
+    another uid (or by none) holds another job's checkpoints and is not adopted."""
+
+    name: str
+    uid: str
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class StoreSnapshot:
     """One consistent reading of the ConfigMap (one ``resourceVersion``)."""
@@ -93,6 +107,8 @@ class StoreSnapshot:
     """What the attempt that wrote it restored; ``None`` if absent or unreadable."""
     restore_report_problem: str | None = None
     """Why a recorded report could not be read, if it could not."""
+    owners: tuple[StoreOwner, ...] = ()
+    """The CheckpointedJobs among the object's owners (normally exactly its job)."""
 
     @property
     def latest(self) -> CompletedCheckpoint | None:
@@ -151,6 +167,17 @@ class StoreObject:
         if number < 0:
             raise self._corrupt(key=key, value=value)
         return number
+
+    @property
+    def owners(self) -> tuple[StoreOwner, ...]:
+        references = self.obj["metadata"].get("ownerReferences")
+        if not isinstance(references, list):
+            return ()
+        return tuple(
+            StoreOwner(name=str(ref.get("name", "")), uid=str(ref.get("uid", "")))
+            for ref in references
+            if isinstance(ref, Mapping) and ref.get("kind") == OWNER_KIND
+        )
 
     # ------------------------------------------------------------------ fence, counter
 
@@ -289,6 +316,7 @@ class StoreObject:
             size_bytes=self.size_bytes,
             restore_report=report,
             restore_report_problem=report_problem,
+            owners=self.owners,
         )
 
 

@@ -48,6 +48,22 @@ class EnsureService:
 
 
 @dataclass(frozen=True)
+class EnsureNetworkPolicy:
+    """Create or update the NetworkPolicy admitting only the job's own pods (see
+    ``builders.build_network_policy``); skipped when the operator runs without them."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class EnsureSparkAuthSecret:
+    """Create, if missing, the Secret that Spark's RPC authenticates with (k8s master;
+    see ``builders.build_spark_auth_secret``). An existing one is kept as it is."""
+
+    name: str
+
+
+@dataclass(frozen=True)
 class AdvanceFence:
     """Set the checkpoint ConfigMap's fence to ``attempt`` (never lower it).
 
@@ -98,10 +114,34 @@ class EmitEvent:
 
 
 @dataclass(frozen=True)
-class DeleteCheckpoints:
-    """Delete the job's checkpoint directory ``uri`` (``<storage>/<job>-<uid>``)."""
+class CreateCleanupPod:
+    """Create pod ``name`` running ``image`` to delete the job's checkpoint directory
+    ``uri`` (``<storage>/<job>-<uid>``), stopped by the kubelet after ``deadline_seconds``.
 
+    The pod, not the operator, reaches the storage: it mounts the job's volumes and
+    gets the S3 credentials from the job's Secret through the kubelet. AlreadyExists
+    is success (the name is deterministic).
+    """
+
+    name: str
     uri: str
+    image: str
+    deadline_seconds: int
+
+
+@dataclass(frozen=True)
+class DeleteCleanupPod:
+    """Delete a cleanup pod that overran its deadline, so it cannot delete data later
+    than the operator said it was kept."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class DeleteCheckpointStore:
+    """Delete the checkpoint ConfigMap ``name`` (its data is gone, nothing to point at)."""
+
+    name: str
 
 
 @dataclass(frozen=True)
@@ -122,12 +162,16 @@ Action = (
     | EnsureRole
     | EnsureRoleBinding
     | EnsureService
+    | EnsureNetworkPolicy
+    | EnsureSparkAuthSecret
     | AdvanceFence
     | CreateDriver
     | DeleteDriver
     | RequestCheckpoint
     | EmitEvent
-    | DeleteCheckpoints
+    | CreateCleanupPod
+    | DeleteCleanupPod
+    | DeleteCheckpointStore
     | RemoveFinalizer
     | RequeueAfter
 )

@@ -1,4 +1,8 @@
-"""The operator's only conversation with the Kubernetes API (and, for cleanup, storage).
+"""The operator's only conversation with the Kubernetes API.
+
+The operator never touches checkpoint storage itself: deleting a job's checkpoint
+data is the job of a cleanup pod in the job's namespace (see
+``builders.build_cleanup_pod``), so the operator needs no Secret reads.
 
 :class:`KubeCluster` implements :class:`cjob_operator.cluster.Cluster` with the
 official client. The checkpoint ConfigMap is read and fenced through the runtime's
@@ -11,7 +15,6 @@ reconciler) and every client error is translated into :class:`ClusterError`.
 
 from __future__ import annotations
 
-import base64
 import copy
 import json
 import logging
@@ -32,12 +35,9 @@ from cjob_operator.cluster import (
     StatusConflictError,
     StoreReading,
 )
-from cjob_spec.model import S3Settings
 from cjob_spec.names import API_GROUP, API_VERSION, KIND, PLURAL
 from cjob_spec.status import CheckpointRef
 from cjob_spec.times import format_time
-from job_runtime.storage.errors import StorageError, StorageUnavailableError
-from job_runtime.storage.filesystem import S3Config, get_filesystem
 from job_runtime.store.base import StoreError
 from job_runtime.store.configmap import (
     advance_attempt,
@@ -109,6 +109,7 @@ class KubeCluster:
         self.api_client = api_client
         self.core: Any = k8s_client.CoreV1Api(api_client)
         self.rbac: Any = k8s_client.RbacAuthorizationV1Api(api_client)
+        self.networking: Any = k8s_client.NetworkingV1Api(api_client)
         self.custom: Any = k8s_client.CustomObjectsApi(api_client)
         self.instance = instance or os.environ.get("POD_NAME") or socket.gethostname()
 
@@ -189,6 +190,7 @@ class KubeCluster:
             fence_attempt=snapshot.fence_attempt,
             latest=ref,
             size_bytes=snapshot.size_bytes,
+            owners=snapshot.owners,
             restore_report=snapshot.restore_report,
         )
 
@@ -244,43 +246,6 @@ class KubeCluster:
             ok=frozenset({404}),
         )
 
-    def delete_checkpoint_data(
-        self, *, namespace: str, uri: str, s3: S3Settings | None
-    ) -> None:
-        config = self._s3_config(namespace=namespace, s3=s3) if s3 is not None else None
-        operation = f"delete the checkpoints under {uri}"
-        if uri.startswith("file://") and not os.path.exists(uri[len("file://"):]):
-            # file:// storage usually lives on the drivers' volume, which the operator
-            # does not mount: nothing to delete from here (or nothing left).
-            _log.warning("%s: not visible to the operator, nothing deleted", uri)
-            return
-        try:
-            get_filesystem(uri, s3=config).delete_prefix(uri)
-        except StorageUnavailableError as exc:
-            raise ClusterError(operation=operation, cause=str(exc)) from None
-        except StorageError as exc:
-            raise ClusterError(operation=operation, cause=str(exc), retryable=False) from None
-
-    def _s3_config(self, *, namespace: str, s3: S3Settings) -> S3Config:
-        """S3 access like the driver's: the job's endpoint, region and credentials Secret."""
-        access_key = secret_key = None
-        if s3.credentials_secret:
-            secret = _call(
-                f"read Secret {namespace}/{s3.credentials_secret}",
-                lambda: self.core.read_namespaced_secret(
-                    s3.credentials_secret, namespace, _request_timeout=REQUEST_TIMEOUT
-                ),
-            )
-            data = dict(getattr(secret, "data", None) or {})
-            access_key = _decode(data.get("AWS_ACCESS_KEY_ID"))
-            secret_key = _decode(data.get("AWS_SECRET_ACCESS_KEY"))
-        return S3Config(
-            endpoint_url=s3.endpoint,
-            region=s3.region,
-            access_key_id=access_key,
-            secret_access_key=secret_key,
-        )
-
     # --- pods and the driver's companions ---------------------------------------------------
 
     def create_pod(self, *, manifest: Manifest) -> None:
@@ -292,6 +257,17 @@ class KubeCluster:
             ),
             ok=frozenset({409}),
         )
+
+    def read_pod(self, *, namespace: str, name: str) -> Mapping[str, Any] | None:
+        pod = _call(
+            f"read pod {namespace}/{name}",
+            lambda: self.core.read_namespaced_pod(name, namespace,
+                                                  _request_timeout=REQUEST_TIMEOUT),
+            ok=frozenset({404}),
+        )
+        if pod is None:
+            return None
+        return cast(Mapping[str, Any], self.api_client.sanitize_for_serialization(pod))
 
     def delete_pod(self, *, namespace: str, name: str, force: bool) -> None:
         options: dict[str, Any] = {"propagationPolicy": "Background"}
@@ -313,6 +289,10 @@ class KubeCluster:
         if kind == "ServiceAccount":
             _call(operation, lambda: self.core.create_namespaced_service_account(
                 namespace, manifest, _request_timeout=REQUEST_TIMEOUT), ok=frozenset({409}))
+        elif kind == "Secret":
+            # Created once; an existing Secret is the job's key already: never read it.
+            _call(operation, lambda: self.core.create_namespaced_secret(
+                namespace, manifest, _request_timeout=REQUEST_TIMEOUT), ok=frozenset({409}))
         elif kind == "Service":
             _call(operation, lambda: self.core.create_namespaced_service(
                 namespace, manifest, _request_timeout=REQUEST_TIMEOUT), ok=frozenset({409}))
@@ -331,6 +311,16 @@ class KubeCluster:
                     f"update RoleBinding {namespace}/{name}",
                     lambda: self.rbac.patch_namespaced_role_binding(
                         name, namespace, {"subjects": manifest["subjects"]},
+                        _content_type=MERGE_PATCH, _request_timeout=REQUEST_TIMEOUT),
+                )
+        elif kind == "NetworkPolicy":
+            created = _call(operation, lambda: self.networking.create_namespaced_network_policy(
+                namespace, manifest, _request_timeout=REQUEST_TIMEOUT), ok=frozenset({409}))
+            if created is None:
+                _call(
+                    f"update NetworkPolicy {namespace}/{name}",
+                    lambda: self.networking.patch_namespaced_network_policy(
+                        name, namespace, {"spec": manifest["spec"]},
                         _content_type=MERGE_PATCH, _request_timeout=REQUEST_TIMEOUT),
                 )
         else:
@@ -394,9 +384,3 @@ def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any
 def _where(manifest: Mapping[str, Any]) -> tuple[str, str]:
     metadata = manifest.get("metadata") or {}
     return str(metadata.get("namespace")), str(metadata.get("name"))
-
-
-def _decode(value: object) -> str | None:
-    if not isinstance(value, str) or not value:
-        return None
-    return base64.b64decode(value).decode()

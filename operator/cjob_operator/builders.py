@@ -13,8 +13,11 @@ needed.
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Mapping
 from typing import Any
+
+import yaml
 
 from cjob_operator.config import OperatorConfig
 from cjob_spec.driver_env import driver_env as spec_driver_env
@@ -26,6 +29,7 @@ from cjob_spec.model import (
     volume_kind,
 )
 from cjob_spec.names import (
+    ANNOTATION_EXECUTOR_POD_TEMPLATE,
     ANNOTATION_FENCE,
     ANNOTATION_RESTORE,
     ANNOTATION_SPEC_HASH,
@@ -41,24 +45,48 @@ from cjob_spec.names import (
     LABEL_ROLE,
     MANAGED_BY,
     checkpoint_configmap_name,
+    cleanup_pod_name,
     driver_pod_name,
     driver_service_name,
     executor_pod_name_prefix,
+    network_policy_name,
     role_binding_name,
     role_name,
     service_account_name,
+    spark_auth_secret_name,
 )
 from cjob_spec.quantities import MIB, format_kubernetes_memory
 from cjob_spec.runtime_args import configmap_store_arg, to_runtime_args
+from cjob_spec.security import container_security_context, pod_security_context
 
 Manifest = dict[str, Any]
 
 DRIVER_CONTAINER = "driver"
 ROLE_DRIVER = "driver"
 ROLE_EXECUTOR = "executor"
+ROLE_CLEANUP = "cleanup"
+CLEANUP_CONTAINER = "cleanup"
+CLEANUP_MEMORY = "256Mi"
+"""Python with boto3 listing and deleting objects in batches of 1000."""
+CLEANUP_CPU = "100m"
+TERMINATION_LOG = "/dev/termination-log"
 KUBERNETES_MASTER = "k8s://https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"
 """Kubernetes expands ``$(VAR)`` in container args from the container's environment,
 which includes the API server address every pod gets."""
+EXECUTOR_CONTAINER = "spark-kubernetes-executor"
+"""Spark's own name for the executor container, kept in the pod template."""
+POD_TEMPLATE_VOLUME = "executor-pod-template"
+POD_TEMPLATE_DIR = "/etc/checkpointed-jobs/executor-pod-template"
+POD_TEMPLATE_FILE = f"{POD_TEMPLATE_DIR}/pod.yaml"
+SPARK_AUTH_VOLUME = "spark-auth"
+SPARK_AUTH_DIR = "/etc/checkpointed-jobs/spark-auth"
+SPARK_AUTH_FILE_KEY = "key"
+"""The Secret's raw random bytes: the driver reads them as a file."""
+SPARK_AUTH_ENV_KEY = "key.base64"
+"""The same bytes as Spark turns a key file into its key string (base64): executors take
+them from their environment, set from the Secret by reference."""
+SPARK_AUTH_FILE = f"{SPARK_AUTH_DIR}/{SPARK_AUTH_FILE_KEY}"
+SPARK_AUTH_ENV = "_SPARK_AUTH_SECRET"
 
 
 def standard_labels(job: CheckpointedJob, *, component: str) -> dict[str, str]:
@@ -160,6 +188,26 @@ def driver_spark_conf(
             "spark.executor.instances": str(spark.executor.instances),
             "spark.executor.cores": str(spark.executor.cores),
             "spark.executor.memory": spark.executor.memory.to_spark(),
+            # Executors get their security contexts from this template, a file the
+            # driver pod mounts from its own annotation (see executor_pod_template).
+            "spark.kubernetes.executor.podTemplateFile": POD_TEMPLATE_FILE,
+            "spark.kubernetes.executor.podTemplateContainerName": EXECUTOR_CONTAINER,
+            # No per-application executor ConfigMap: the executors get their settings
+            # from the environment Spark sets, and the driver needs no rights to
+            # create or delete ConfigMaps (see build_role).
+            "spark.kubernetes.executor.disableConfigMap": "true",
+            # Spark's RPC secret comes from the job's Secret (build_spark_auth_secret).
+            # Left alone, Spark generates one and writes its value into every executor's
+            # pod spec, readable by all who may read pods in the namespace. The driver
+            # reads the key file it mounts. Executors cannot read key files in client
+            # mode (Spark reads them only where it knows the master, and the executors'
+            # settings do not carry it), so they take the same key from their
+            # environment, set by reference to the Secret; naming an executor key file
+            # is what stops Spark from adding its own value.
+            "spark.authenticate.secret.driver.file": SPARK_AUTH_FILE,
+            "spark.authenticate.secret.executor.file": SPARK_AUTH_FILE,
+            f"spark.kubernetes.executor.secretKeyRef.{SPARK_AUTH_ENV}":
+                f"{spark_auth_secret_name(name)}:{SPARK_AUTH_ENV_KEY}",
         }
     )
     conf.update(executor_volume_conf(job))
@@ -199,6 +247,34 @@ def executor_volume_conf(job: CheckpointedJob) -> dict[str, str]:
     return conf
 
 
+def executor_pod_template(job: CheckpointedJob) -> Manifest:
+    """The pod template Spark starts every executor pod from.
+
+    Spark keeps a template's security contexts and fills in what it owns (name,
+    namespace, labels, image, command, resources, env, the volumes of its
+    ``spark.kubernetes.executor.volumes.*`` settings). The template travels with the
+    driver pod as an annotation, mounted as a file through the downward API: it
+    always matches the attempt, and needs no object of its own and no rights.
+    """
+    pod = job.spec.pod
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"labels": {LABEL_JOB: job.metadata.name, LABEL_ROLE: ROLE_EXECUTOR}},
+        "spec": {
+            "securityContext": pod_security_context(pod.security_context),
+            "containers": [
+                {
+                    "name": EXECUTOR_CONTAINER,
+                    "securityContext": container_security_context(
+                        pod.container_security_context
+                    ),
+                }
+            ],
+        },
+    }
+
+
 def driver_env(job: CheckpointedJob, config: OperatorConfig) -> list[dict[str, Any]]:
     """The driver container's ``env``: the pod's identity, then what the spec gives every
     driver (:func:`cjob_spec.driver_env.driver_env`, shared with ``cjob run`` so both
@@ -208,6 +284,16 @@ def driver_env(job: CheckpointedJob, config: OperatorConfig) -> list[dict[str, A
         {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
         {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
     ]
+    return env + storage_env(job, config)
+
+
+def storage_env(job: CheckpointedJob, config: OperatorConfig) -> list[dict[str, Any]]:
+    """What the spec gives every driver, then the operator's extra variables.
+
+    Credentials stay references (``secretKeyRef``): the kubelet reads the Secret when
+    it starts the container, the operator never does.
+    """
+    env: list[dict[str, Any]] = []
     for var in spec_driver_env(job):
         if var.secret is not None:
             env.append({
@@ -219,6 +305,67 @@ def driver_env(job: CheckpointedJob, config: OperatorConfig) -> list[dict[str, A
     for key in sorted(config.extra_env):
         env.append({"name": key, "value": config.extra_env[key]})
     return env
+
+
+def build_cleanup_pod(
+    job: CheckpointedJob,
+    *,
+    uri: str,
+    image: str,
+    deadline_seconds: int,
+    operator_config: OperatorConfig,
+) -> Manifest:
+    """The pod that deletes a deleted job's checkpoint directory ``uri``.
+
+    It reaches the storage as the job's driver does, so the operator needs neither
+    Secret reads nor the job's volumes: the same image, security contexts, volumes
+    and placement (``spec.pod``), and the same S3 environment with the credentials
+    as ``secretKeyRef``. It needs no API access, so it runs without a service
+    account token. The kubelet stops it after ``deadline_seconds``; its one-line
+    outcome is the container's termination message (or, should it die without
+    writing one, the end of its log).
+    """
+    config = operator_config
+    name = job.metadata.name
+    uid = job.metadata.uid
+    if not uid:
+        raise SpecError(field="metadata.uid", problem="is required to delete checkpoint data")
+    container: dict[str, Any] = {
+        "name": CLEANUP_CONTAINER,
+        "image": image,
+        "imagePullPolicy": config.image_pull_policy,
+        "command": list(config.cleanup_command),
+        "args": ["--uri", uri, "--job-name", name, "--job-uid", uid,
+                 "--termination-log", TERMINATION_LOG],
+        "env": storage_env(job, config),
+        "resources": {
+            "requests": {"cpu": CLEANUP_CPU, "memory": CLEANUP_MEMORY},
+            "limits": {"memory": CLEANUP_MEMORY},
+        },
+        "securityContext": container_security_context(job.spec.pod.container_security_context),
+        "terminationMessagePath": TERMINATION_LOG,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    if job.spec.pod.volume_mounts:
+        container["volumeMounts"] = [dict(m) for m in job.spec.pod.volume_mounts]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": _metadata(
+            job,
+            name=cleanup_pod_name(name),
+            component=ROLE_CLEANUP,
+            extra_labels={LABEL_ROLE: ROLE_CLEANUP},
+        ),
+        "spec": {
+            "restartPolicy": "Never",
+            "activeDeadlineSeconds": deadline_seconds,
+            "automountServiceAccountToken": False,
+            "securityContext": pod_security_context(job.spec.pod.security_context),
+            "containers": [container],
+            **driver_pod_placement(job),
+        },
+    }
 
 
 def build_driver_pod(
@@ -267,9 +414,42 @@ def build_driver_pod(
             "requests": {"cpu": str(spark.driver.cores), "memory": memory},
             "limits": {"memory": memory},
         },
+        "securityContext": container_security_context(job.spec.pod.container_security_context),
     }
-    if job.spec.pod.volume_mounts:
-        container["volumeMounts"] = [dict(m) for m in job.spec.pod.volume_mounts]
+    mounts = [dict(m) for m in job.spec.pod.volume_mounts]
+    volumes = [dict(v) for v in job.spec.pod.volumes]
+    annotations = {
+        ANNOTATION_SPEC_HASH: spec_hash(job),
+        ANNOTATION_RESTORE: restore_pointer,
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(config.metrics_port),
+    }
+    if spark.is_kubernetes:
+        annotations[ANNOTATION_EXECUTOR_POD_TEMPLATE] = yaml.safe_dump(
+            executor_pod_template(job), sort_keys=True
+        )
+        mounts.append({"name": POD_TEMPLATE_VOLUME, "mountPath": POD_TEMPLATE_DIR,
+                       "readOnly": True})
+        volumes.append({
+            "name": POD_TEMPLATE_VOLUME,
+            "downwardAPI": {"items": [{
+                "path": POD_TEMPLATE_FILE.rsplit("/", 1)[1],
+                "fieldRef": {
+                    "fieldPath": f"metadata.annotations['{ANNOTATION_EXECUTOR_POD_TEMPLATE}']"
+                },
+            }]},
+        })
+        mounts.append({"name": SPARK_AUTH_VOLUME, "mountPath": SPARK_AUTH_DIR, "readOnly": True})
+        volumes.append({
+            "name": SPARK_AUTH_VOLUME,
+            "secret": {"secretName": spark_auth_secret_name(name),
+                       "items": [{"key": SPARK_AUTH_FILE_KEY, "path": SPARK_AUTH_FILE_KEY}]},
+        })
+    if mounts:
+        container["volumeMounts"] = mounts
+    placement = driver_pod_placement(job)
+    if volumes:
+        placement["volumes"] = volumes
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -278,20 +458,16 @@ def build_driver_pod(
             name=driver_pod_name(name, attempt),
             component=ROLE_DRIVER,
             extra_labels={LABEL_ROLE: ROLE_DRIVER, LABEL_ATTEMPT: str(attempt)},
-            annotations={
-                ANNOTATION_SPEC_HASH: spec_hash(job),
-                ANNOTATION_RESTORE: restore_pointer,
-                "prometheus.io/scrape": "true",
-                "prometheus.io/port": str(config.metrics_port),
-            },
+            annotations=annotations,
         ),
         "spec": {
             "restartPolicy": "Never",
             "serviceAccountName": service_account_name(name),
             "automountServiceAccountToken": True,
             "terminationGracePeriodSeconds": config.termination_grace_seconds,
+            "securityContext": pod_security_context(job.spec.pod.security_context),
             "containers": [container],
-            **driver_pod_placement(job),
+            **placement,
         },
     }
 
@@ -358,10 +534,18 @@ def build_role(job: CheckpointedJob) -> Manifest:
     """The driver's rights, and nothing more.
 
     Every driver may read and update only its own checkpoint ConfigMap (the store's
-    compare-and-swap) and create events (for example a restore fallback). With Spark
-    on Kubernetes it may also manage executor pods and the executor ConfigMap Spark
-    creates per application; it gets no access to Secrets and no access outside its
-    namespace.
+    compare-and-swap; checkpoint requests arrive as an annotation on it) and create
+    events. With Spark on Kubernetes it also manages its executor pods, as Spark's
+    scheduler backend does in client mode: create them, list and watch them (by
+    label), get the driver pod (the executors' owner), delete them one by one and by
+    label. Kubernetes cannot narrow create, list, watch or deletecollection by name,
+    and executor names are chosen by Spark at run time, so the pod rule covers the
+    namespace: that is why a job is best run in a namespace of its own (see the
+    chart README). Spark's executor ConfigMap is switched off
+    (``spark.kubernetes.executor.disableConfigMap``), so there is no other ConfigMap
+    right; in client mode Spark creates no Service, and without on-demand claims no
+    PersistentVolumeClaim (it only lists them, and tolerates being refused). No
+    Secrets, no access outside the namespace.
     """
     name = job.metadata.name
     rules: list[dict[str, Any]] = [
@@ -375,19 +559,13 @@ def build_role(job: CheckpointedJob) -> Manifest:
         {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
     ]
     if job.spec.spark.is_kubernetes:
-        rules += [
+        rules.append(
             {
                 "apiGroups": [""],
                 "resources": ["pods"],
                 "verbs": ["create", "get", "list", "watch", "delete", "deletecollection"],
-            },
-            {
-                # Spark writes its executors' configuration to a ConfigMap of its own.
-                "apiGroups": [""],
-                "resources": ["configmaps"],
-                "verbs": ["create", "list", "delete", "deletecollection"],
-            },
-        ]
+            }
+        )
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "Role",
@@ -414,6 +592,58 @@ def build_role_binding(job: CheckpointedJob) -> Manifest:
                 "namespace": job.metadata.namespace,
             }
         ],
+    }
+
+
+def build_spark_auth_secret(job: CheckpointedJob, *, key: bytes) -> Manifest:
+    """The shared secret of Spark's RPC between the job's driver and its executors.
+
+    ``key`` comes from the caller (random bytes), so this stays a pure builder. The
+    Secret is created once per job and kept while the job exists: every attempt's
+    driver and executors read it as a file, so the value never appears in a pod spec.
+    Only those who may read Secrets in the namespace can read it.
+    """
+    if len(key) < 32:
+        raise ValueError("the Spark RPC secret needs at least 32 random bytes")
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _metadata(
+            job, name=spark_auth_secret_name(job.metadata.name), component="spark-auth"
+        ),
+        "type": "Opaque",
+        "data": {
+            SPARK_AUTH_FILE_KEY: base64.b64encode(key).decode("ascii"),
+            SPARK_AUTH_ENV_KEY: base64.b64encode(
+                base64.b64encode(key)).decode("ascii"),
+        },
+    }
+
+
+def build_network_policy(job: CheckpointedJob, *, operator_config: OperatorConfig) -> Manifest:
+    """Only the job's own pods may reach its pods; its metrics port, anyone.
+
+    It selects the driver and the executors by the job label both carry, and admits
+    traffic from pods with the same label (Spark's RPC, block transfers, the
+    subtasks' channels) plus the metrics port from anywhere, for Prometheus. Egress
+    is left open: drivers talk to the API server, S3 and DNS. A NetworkPolicy only
+    takes effect with a network plugin that enforces it.
+    """
+    labels = {LABEL_JOB: job.metadata.name}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _metadata(
+            job, name=network_policy_name(job.metadata.name), component="network-policy"
+        ),
+        "spec": {
+            "podSelector": {"matchLabels": dict(labels)},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {"from": [{"podSelector": {"matchLabels": dict(labels)}}]},
+                {"ports": [{"protocol": "TCP", "port": operator_config.metrics_port}]},
+            ],
+        },
     }
 
 

@@ -16,15 +16,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from cjob_spec.model import S3Settings
 from cjob_spec.status import CheckpointRef
+from job_runtime.store.configmap_layout import StoreOwner
 from job_runtime.store.restore_report import RestoreReport
 
 Manifest = dict[str, Any]
 
 
 class ClusterError(Exception):
-    """An API call (or a storage call on the operator's behalf) failed.
+    """An API call failed.
 
     ``retryable`` is False when trying again cannot help (the request was refused as
     invalid or forbidden); the reconciler still retries, but more slowly.
@@ -69,6 +69,8 @@ class StoreReading:
     fence_attempt: int
     latest: CheckpointRef | None
     size_bytes: int
+    owners: tuple[StoreOwner, ...]
+    """The CheckpointedJobs that own the ConfigMap (its ``ownerReferences``)."""
     restore_report: RestoreReport | None = None
     """What the driver of ``restore_report.attempt`` says it restored."""
 
@@ -106,13 +108,17 @@ class Cluster(Protocol):
         """Create the empty store if it is missing (an existing one is never changed)."""
 
     def ensure_object(self, *, manifest: Manifest) -> None:
-        """Create a ServiceAccount, Role, RoleBinding or Service, or bring it up to date."""
+        """Create a ServiceAccount, Role, RoleBinding, Service or NetworkPolicy, or bring
+        it up to date."""
 
     def advance_fence(self, *, namespace: str, name: str, attempt: int) -> None:
         """Make ``attempt`` the only attempt allowed to write to the store ``name``."""
 
     def create_pod(self, *, manifest: Manifest) -> None:
         """Create a pod; AlreadyExists is success."""
+
+    def read_pod(self, *, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """The pod as the API server has it now, or None if there is none."""
 
     def delete_pod(self, *, namespace: str, name: str, force: bool) -> None:
         """Delete a pod (grace period 0 when ``force``); NotFound is success."""
@@ -122,11 +128,6 @@ class Cluster(Protocol):
 
     def post_event(self, *, job: JobRef, type: str, reason: str, message: str) -> None:
         """Record a Kubernetes Event about ``job``."""
-
-    def delete_checkpoint_data(
-        self, *, namespace: str, uri: str, s3: S3Settings | None
-    ) -> None:
-        """Delete everything under ``uri`` (a job's checkpoint directory)."""
 
     def delete_configmap(self, *, namespace: str, name: str) -> None:
         """Delete a ConfigMap; NotFound is success."""

@@ -31,6 +31,8 @@ class OperatorOptions:
     kubeconfig: str | None = None
     runtime_image: str | None = None
     """The image of jobs without ``spec.image`` (the chart's ``runtimeImage``)."""
+    network_policies: bool = True
+    """Give each job a NetworkPolicy (off with ``--no-network-policies``)."""
 
     @property
     def liveness_endpoint(self) -> str | None:
@@ -93,6 +95,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="image (Spark, Python and job_runtime) of jobs that set no spec.image "
         f"(default: ${RUNTIME_IMAGE_ENV}; without either such jobs fail with reason NoImage)",
     )
+    parser.add_argument(
+        "--no-network-policies",
+        dest="network_policies",
+        action="store_false",
+        help="do not give each job a NetworkPolicy admitting only its own pods "
+        "(for clusters whose policies are managed elsewhere)",
+    )
     parser.add_argument("--verbose", "-v", action="store_true", help="debug logging")
     return parser
 
@@ -131,6 +140,7 @@ def parse_options(
         verbose=bool(ns.verbose),
         kubeconfig=ns.kubeconfig,
         runtime_image=runtime_image,
+        network_policies=bool(ns.network_policies),
     )
 
 

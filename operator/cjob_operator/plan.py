@@ -33,21 +33,25 @@ from typing import TypeVar
 from cjob_operator.actions import (
     Action,
     AdvanceFence,
+    CreateCleanupPod,
     CreateDriver,
-    DeleteCheckpoints,
+    DeleteCheckpointStore,
+    DeleteCleanupPod,
     DeleteDriver,
     EmitEvent,
     EnsureCheckpointConfigMap,
+    EnsureNetworkPolicy,
     EnsureRole,
     EnsureRoleBinding,
     EnsureService,
     EnsureServiceAccount,
+    EnsureSparkAuthSecret,
     EventType,
     RemoveFinalizer,
     RequestCheckpoint,
     RequeueAfter,
 )
-from cjob_operator.observed import DriverPod, Observed
+from cjob_operator.observed import CleanupPod, DriverPod, Observed, StoreOwnership
 from cjob_spec.errors import SpecError
 from cjob_spec.exit_codes import describe_exit, reason_for_exit
 from cjob_spec.model import (
@@ -58,12 +62,15 @@ from cjob_spec.model import (
 )
 from cjob_spec.names import (
     checkpoint_configmap_name,
+    cleanup_pod_name,
     driver_pod_name,
     driver_service_name,
     job_checkpoint_dir,
+    network_policy_name,
     role_binding_name,
     role_name,
     service_account_name,
+    spark_auth_secret_name,
 )
 from cjob_spec.restart import AttemptEnd, Finish, GiveUp, Restart, decide_restart
 from cjob_spec.status import (
@@ -84,6 +91,12 @@ POD_FAILURE_REASONS = frozenset({"OOMKilled", "Evicted", "DeadlineExceeded", "Co
 """Pod or container reasons more telling than the exit code's."""
 NO_IMAGE_REASON = "NoImage"
 STORE_LOST_REASON = "StoreLost"
+STORE_CONFLICT_REASON = "StoreConflict"
+WAITING_FOR_PREVIOUS_STORE_REASON = "WaitingForPreviousStore"
+STORE_GC_RECHECK_SECONDS = 5.0
+STORE_CONFLICT_RECHECK_SECONDS = 30.0
+"""How often a job blocked by a store that is not its own looks again: the operator
+does not watch ConfigMaps, and the garbage collector (soon) or the user frees it."""
 RESTORED_FROM_FALLBACK_REASON = "RestoredFromFallback"
 NO_IMAGE_MESSAGE = (
     "spec.image is not set and the operator has no default runtime image: set spec.image, "
@@ -108,6 +121,12 @@ class PlanSettings:
     """Longest time between two passes over a job that is not finished."""
     keep_finished_attempts: int = 3
     """Finished driver pods kept for their logs (older ones are deleted)."""
+    cleanup_deadline_seconds: int = 600
+    """How long the cleanup pod of a deleted job may run (its ``activeDeadlineSeconds``);
+    a pod not finished ``kill_grace_seconds`` after that keeps the data."""
+    network_policies: bool = True
+    """Give each job a NetworkPolicy admitting only its own pods (``--no-network-policies``
+    turns it off, for clusters that manage policies themselves)."""
 
 
 @dataclass(frozen=True)
@@ -172,7 +191,9 @@ class _Draft:
 def plan(observed: Observed, *, now: datetime, settings: PlanSettings | None = None) -> Plan:
     """Decide what to do about one CheckpointedJob (see the module docstring)."""
     draft = _Draft(observed, now, settings or PlanSettings())
-    latest = observed.store.latest or observed.status.latest_checkpoint
+    # A store that is not the job's own says nothing about the job.
+    own = observed.store.latest if observed.store.is_own else None
+    latest = own or observed.status.latest_checkpoint
     draft.set(observed_generation=observed.generation, latest_checkpoint=latest)
     if observed.deleting:
         _plan_deletion(draft)
@@ -237,7 +258,7 @@ def _take_restore_report(draft: _Draft) -> None:
     of another attempt is about an earlier driver and is ignored. The Event goes with
     the change of ``restoredFrom``, which the status records, so it is posted once.
     """
-    report = draft.observed.store.restore_report
+    report = draft.observed.store.restore_report if draft.observed.store.is_own else None
     if report is None or report.attempt < 1 or report.attempt != draft.status.attempt:
         return
     restored = report.checkpoint
@@ -372,6 +393,9 @@ def _start_attempt(draft: _Draft, *, reason: str, reset_restarts: bool) -> None:
         [draft.status.attempt, observed.store.fence_attempt or 0]
         + [pod.attempt for pod in observed.pods]
     )
+    if observed.store.exists and observed.store.ownership is not StoreOwnership.THIS_JOB:
+        _refuse_foreign_store(draft)
+        return
     latest = draft.status.latest_checkpoint
     source = job.spec.restore.source
     lost = _lost_checkpoint(draft)
@@ -399,6 +423,9 @@ def _start_attempt(draft: _Draft, *, reason: str, reset_restarts: bool) -> None:
     draft.act(EnsureRoleBinding(name=role_binding_name(draft.name)))
     if job.spec.spark.is_kubernetes:
         draft.act(EnsureService(name=driver_service_name(draft.name)))
+        draft.act(EnsureSparkAuthSecret(name=spark_auth_secret_name(draft.name)))
+    if draft.settings.network_policies:
+        draft.act(EnsureNetworkPolicy(name=network_policy_name(draft.name)))
     draft.act(AdvanceFence(attempt=attempt))
     draft.act(CreateDriver(name=pod_name, attempt=attempt, restore_pointer=pointer, image=image))
     message = f"started attempt {attempt} (pod {pod_name}) from {origin}"
@@ -451,6 +478,39 @@ def _fail_store_lost(draft: _Draft, lost: CheckpointRef) -> None:
             f"the checkpoint store {checkpoint_configmap_name(draft.name)} no longer records "
             f"checkpoint {lost.id}, which this job completed; not starting from an empty "
             f"state. To resume from it, set spec.restore.from to {lost.path}"
+        ),
+    )
+
+
+def _refuse_foreign_store(draft: _Draft) -> None:
+    """The job's store name is taken by a ConfigMap that is not the job's: never adopt it.
+
+    Adopting it would restore another job's checkpoints (refused by the driver) or,
+    worse, let the garbage collector delete the store under the running job, since it
+    still names its deleted owner. A deleted job's store goes away by itself: wait. Any
+    other owner needs the user: fail with what to do, and look again now and then.
+    """
+    name = checkpoint_configmap_name(draft.name)
+    if draft.observed.store.ownership is StoreOwnership.DELETED_JOB:
+        draft.requeue_in(STORE_GC_RECHECK_SECONDS)
+        if draft.status.phase is None:
+            draft.set(reason=WAITING_FOR_PREVIOUS_STORE_REASON)
+        draft.set(message=f"waiting for the garbage collector to delete the checkpoint store "
+                          f"{name} of a deleted job of the same name")
+        return
+    draft.requeue_in(STORE_CONFLICT_RECHECK_SECONDS)
+    latest = draft.observed.store.latest
+    resume = (
+        f"; to continue from its latest checkpoint, delete it and set spec.restore.from to "
+        f"{latest.path} and spec.restore.allowForeignJob to true"
+        if latest is not None else ""
+    )
+    _fail_before_start(
+        draft,
+        reason=STORE_CONFLICT_REASON,
+        message=(
+            f"the ConfigMap {name} exists but is not this job's checkpoint store (it is not "
+            f"owned by this CheckpointedJob); delete it to start the job{resume}"
         ),
     )
 
@@ -717,8 +777,15 @@ def _on_failed(draft: _Draft) -> bool:
     restore_named = (
         status.reason == STORE_LOST_REASON and draft.job.spec.restore.source.kind == "path"
     )
-    if status.spec_hash != spec_hash(draft.job) or image_arrived or restore_named:
+    store_conflict = status.reason == STORE_CONFLICT_REASON
+    store_freed = store_conflict and (
+        not draft.observed.store.exists
+        or draft.observed.store.ownership is StoreOwnership.THIS_JOB
+    )
+    if status.spec_hash != spec_hash(draft.job) or image_arrived or restore_named or store_freed:
         _start_attempt(draft, reason="Retrying", reset_restarts=True)
+    elif store_conflict:
+        draft.requeue_in(STORE_CONFLICT_RECHECK_SECONDS)
     return False
 
 
@@ -795,18 +862,93 @@ def _suspend_active(draft: _Draft, pod: DriverPod | None) -> bool:
 # --- deletion ------------------------------------------------------------------------
 
 
+DELETING_CHECKPOINTS_REASON = "DeletingCheckpoints"
+CHECKPOINTS_RETAINED_REASON = "CheckpointsRetained"
+
+
 def _plan_deletion(draft: _Draft) -> None:
-    """Finalizer path: stop every driver, then delete checkpoint data if asked to."""
+    """Finalizer path: stop every driver, then delete checkpoint data if asked to.
+
+    The data is deleted by a cleanup pod in the job's namespace, which has what the
+    operator deliberately lacks: the job's volumes and, through the kubelet, its S3
+    credentials. The finalizer goes once the pod succeeded, or with a
+    ``CheckpointsRetained`` Warning once it failed or overran its deadline: a deletion
+    is never held forever.
+    """
     if _wait_for_blocking_pods(draft, "JobDeleted"):
         draft.set(reason="Terminating", message="waiting for the driver pods to stop")
         return
     job = draft.job
-    if job.spec.cleanup_policy.checkpoints is CheckpointCleanup.DELETE:
-        uid = job.metadata.uid
-        if uid:
-            uri = job_checkpoint_dir(job.spec.checkpoint.storage, job_name=draft.name, job_uid=uid)
-            draft.act(DeleteCheckpoints(uri=uri))
-            draft.event("Normal", "CheckpointsDeleted", f"deleting checkpoint data under {uri}")
+    uid = job.metadata.uid
+    if job.spec.cleanup_policy.checkpoints is not CheckpointCleanup.DELETE or not uid:
+        draft.act(RemoveFinalizer())
+        return
+    uri = job_checkpoint_dir(job.spec.checkpoint.storage, job_name=draft.name, job_uid=uid)
+    pod = draft.observed.cleanup_pod
+    if pod is None:
+        _start_cleanup(draft, uri)
+        return
+    if pod.phase == "Succeeded":
+        draft.act(DeleteCheckpointStore(name=checkpoint_configmap_name(draft.name)))
+        done = f": {pod.message}" if pod.message else ""
+        draft.event("Normal", "CheckpointsDeleted",
+                    f"cleanup pod {pod.name} deleted the checkpoint data under {uri}{done}")
+        draft.act(RemoveFinalizer())
+        return
+    problem = _cleanup_problem(draft, pod)
+    if problem is None:
+        draft.set(reason=DELETING_CHECKPOINTS_REASON,
+                  message=f"waiting for cleanup pod {pod.name} to delete {uri}")
+        draft.requeue_in(draft.settings.poll_seconds)
+        return
+    if pod.is_live and not pod.is_terminating:
+        draft.act(DeleteCleanupPod(name=pod.name))
+    _retain(draft, uri, problem)
+
+
+def _start_cleanup(draft: _Draft, uri: str) -> None:
+    image = draft.observed.image
+    if image is None:
+        _retain(draft, uri, f"there is no image to run the cleanup pod ({NO_IMAGE_MESSAGE})")
+        return
+    name = cleanup_pod_name(draft.name)
+    draft.act(CreateCleanupPod(name=name, uri=uri, image=image,
+                               deadline_seconds=draft.settings.cleanup_deadline_seconds))
+    message = f"cleanup pod {name} deletes the checkpoint data under {uri}"
+    if draft.status.reason != DELETING_CHECKPOINTS_REASON:
+        draft.event("Normal", DELETING_CHECKPOINTS_REASON, message)
+    draft.set(reason=DELETING_CHECKPOINTS_REASON, message=message)
+    draft.requeue_in(draft.settings.poll_seconds)
+
+
+def _cleanup_problem(draft: _Draft, pod: CleanupPod) -> str | None:
+    """Why the cleanup pod will not succeed, or ``None`` while it still may."""
+    detail = f": {pod.message}" if pod.message else ""
+    if pod.phase == "Failed":
+        return f"cleanup pod {pod.name} failed, {describe_exit(pod.exit_code)}{detail}"
+    if pod.phase == "Unknown":
+        return f"the node of cleanup pod {pod.name} stopped reporting (phase Unknown)"
+    if pod.is_terminating:
+        return f"cleanup pod {pod.name} was deleted before it finished"
+    settings = draft.settings
+    deadline = to_utc(pod.created_at) + timedelta(
+        seconds=settings.cleanup_deadline_seconds + settings.kill_grace_seconds
+    )
+    if draft.now >= deadline:
+        waiting = f" ({pod.reason}{detail})" if pod.reason else ""
+        return (f"cleanup pod {pod.name} did not finish within "
+                f"{settings.cleanup_deadline_seconds}s{waiting}")
+    draft.requeue_at(deadline)
+    return None
+
+
+def _retain(draft: _Draft, uri: str, why: str) -> None:
+    """Keep the data, say where it is and why, and let the job go."""
+    draft.event(
+        "Warning",
+        CHECKPOINTS_RETAINED_REASON,
+        f"checkpoint data under {uri} kept: {why}; delete it with the job's credentials",
+    )
     draft.act(RemoveFinalizer())
 
 

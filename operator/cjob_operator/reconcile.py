@@ -1,7 +1,7 @@
 """One reconciliation pass over one CheckpointedJob: observe, plan, execute, record.
 
 Each pass starts from what the API server has *now* (the job is read fresh, its
-driver pods come from the operator's pod index, its checkpoint store is read), never
+driver pods come from the operator's pod index, a deleted job's cleanup pod is read, its checkpoint store is read), never
 from the event that woke it up. ``plan`` decides; the actions are executed in order
 and the pass stops at the first failing one (every action is idempotent, so the next
 pass simply redoes what is still needed). The status ``plan`` returns is written only
@@ -14,9 +14,10 @@ is logged and skipped, because losing a message must never stop a job's recovery
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -24,40 +25,69 @@ from typing import Any
 from cjob_operator.actions import (
     Action,
     AdvanceFence,
+    CreateCleanupPod,
     CreateDriver,
-    DeleteCheckpoints,
+    DeleteCheckpointStore,
+    DeleteCleanupPod,
     DeleteDriver,
     EmitEvent,
     EnsureCheckpointConfigMap,
+    EnsureNetworkPolicy,
     EnsureRole,
     EnsureRoleBinding,
     EnsureService,
     EnsureServiceAccount,
+    EnsureSparkAuthSecret,
     RemoveFinalizer,
     RequestCheckpoint,
     RequeueAfter,
 )
 from cjob_operator.builders import (
+    build_cleanup_pod,
     build_driver_pod,
     build_driver_service,
+    build_network_policy,
     build_role,
     build_role_binding,
     build_service_account,
+    build_spark_auth_secret,
     owner_reference,
     standard_labels,
 )
-from cjob_operator.cluster import Cluster, ClusterError, JobRef, StatusConflictError, StoreReading
+from cjob_operator.cluster import (
+    Cluster,
+    ClusterError,
+    JobRef,
+    StatusConflictError,
+    StoreReading,
+)
 from cjob_operator.config import OperatorConfig
 from cjob_operator.metrics import OperatorMetrics
-from cjob_operator.observed import DriverPod, Observed, StoreView, observe_driver_pod
-from cjob_operator.plan import Plan, PlanSettings, plan, plan_invalid_spec
+from cjob_operator.observed import (
+    CleanupPod,
+    DriverPod,
+    Observed,
+    StoreOwnership,
+    StoreView,
+    observe_cleanup_pod,
+    observe_driver_pod,
+)
+from cjob_operator.plan import (
+    CHECKPOINTS_RETAINED_REASON,
+    Plan,
+    PlanSettings,
+    plan,
+    plan_invalid_spec,
+)
 from cjob_spec.errors import SpecError
-from cjob_spec.model import CheckpointedJob
-from cjob_spec.names import LABEL_JOB, checkpoint_configmap_name
+from cjob_spec.model import CheckpointCleanup, CheckpointedJob
+from cjob_spec.names import LABEL_JOB, checkpoint_configmap_name, cleanup_pod_name
 from cjob_spec.parse import parse_job
 from cjob_spec.status import JobStatus, Phase
 
 _log = logging.getLogger(__name__)
+
+SPARK_AUTH_SECRET_BYTES = 32
 
 Clock = Callable[[], datetime]
 
@@ -103,15 +133,28 @@ class ExecutionReport:
         return self.error is None and any(isinstance(a, RemoveFinalizer) for a in self.executed)
 
 
-def observe_store(reading: StoreReading | None) -> StoreView:
+def observe_store(reading: StoreReading | None, *, job_name: str,
+                  job_uid: str | None) -> StoreView:
     if reading is None:
         return StoreView(exists=False)
     return StoreView(
         exists=True,
+        ownership=store_ownership(reading, job_name=job_name, job_uid=job_uid),
         latest=reading.latest,
         fence_attempt=reading.fence_attempt,
         restore_report=reading.restore_report,
     )
+
+
+def store_ownership(reading: StoreReading, *, job_name: str,
+                    job_uid: str | None) -> StoreOwnership:
+    """Whose the store is: this job's only when the job is among its owners."""
+    uids = {owner.uid for owner in reading.owners}
+    if job_uid is None or job_uid in uids:
+        return StoreOwnership.THIS_JOB
+    if any(owner.name == job_name for owner in reading.owners):
+        return StoreOwnership.DELETED_JOB
+    return StoreOwnership.OTHER
 
 
 def _restores_a_checkpoint(job: CheckpointedJob, status: JobStatus) -> bool:
@@ -126,12 +169,35 @@ def _restores_a_checkpoint(job: CheckpointedJob, status: JobStatus) -> bool:
 def observe_pods(
     manifests: Iterable[Mapping[str, Any]], *, job_name: str, job_uid: str | None
 ) -> tuple[DriverPod, ...]:
-    """The job's driver pods among ``manifests`` (the pod index's entries for the job).
+    """The job's driver pods among ``manifests`` (the pod index's entries for the job)."""
+    pods = [
+        pod
+        for manifest in _own_pods(manifests, job_name=job_name, job_uid=job_uid)
+        if (pod := observe_driver_pod(manifest)) is not None
+    ]
+    pods.sort(key=lambda pod: (pod.attempt, pod.name))
+    return tuple(pods)
+
+
+def observe_cleanup(
+    manifests: Iterable[Mapping[str, Any]], *, job_name: str, job_uid: str | None
+) -> CleanupPod | None:
+    """The job's cleanup pod among ``manifests``, if it has one."""
+    for manifest in _own_pods(manifests, job_name=job_name, job_uid=job_uid):
+        pod = observe_cleanup_pod(manifest)
+        if pod is not None:
+            return pod
+    return None
+
+
+def _own_pods(
+    manifests: Iterable[Mapping[str, Any]], *, job_name: str, job_uid: str | None
+) -> Iterator[Mapping[str, Any]]:
+    """The pods labelled with the job's name and not owned by another object.
 
     Pods owned by another object of the same name (a deleted and re-created job whose
     old pods are still terminating) are left out: they belong to a different job.
     """
-    pods: list[DriverPod] = []
     for manifest in manifests:
         metadata = manifest.get("metadata") or {}
         labels = metadata.get("labels") or {}
@@ -141,11 +207,7 @@ def observe_pods(
         owner_uids = {owner.get("uid") for owner in owners if isinstance(owner, Mapping)}
         if job_uid and owner_uids and job_uid not in owner_uids:
             continue
-        pod = observe_driver_pod(manifest)
-        if pod is not None:
-            pods.append(pod)
-    pods.sort(key=lambda pod: (pod.attempt, pod.name))
-    return tuple(pods)
+        yield manifest
 
 
 class ActionExecutor:
@@ -186,6 +248,11 @@ class ActionExecutor:
             cluster.ensure_object(manifest=build_role_binding(job))
         elif isinstance(action, EnsureService):
             cluster.ensure_object(manifest=build_driver_service(job, operator_config=config))
+        elif isinstance(action, EnsureSparkAuthSecret):
+            key = secrets.token_bytes(SPARK_AUTH_SECRET_BYTES)
+            cluster.ensure_object(manifest=build_spark_auth_secret(job, key=key))
+        elif isinstance(action, EnsureNetworkPolicy):
+            cluster.ensure_object(manifest=build_network_policy(job, operator_config=config))
         elif isinstance(action, AdvanceFence):
             cluster.advance_fence(
                 namespace=namespace, name=checkpoint_configmap_name(name), attempt=action.attempt
@@ -207,13 +274,15 @@ class ActionExecutor:
             )
         elif isinstance(action, EmitEvent):
             self._post_event(job, action)
-        elif isinstance(action, DeleteCheckpoints):
-            # The data first: once the ConfigMap is gone nothing points at it anyway,
-            # but a failure in between must leave the pointers for the next try.
-            cluster.delete_checkpoint_data(
-                namespace=namespace, uri=action.uri, s3=job.spec.checkpoint.s3
-            )
-            cluster.delete_configmap(namespace=namespace, name=checkpoint_configmap_name(name))
+        elif isinstance(action, CreateCleanupPod):
+            cluster.create_pod(manifest=build_cleanup_pod(
+                job, uri=action.uri, image=action.image,
+                deadline_seconds=action.deadline_seconds, operator_config=config,
+            ))
+        elif isinstance(action, DeleteCleanupPod):
+            cluster.delete_pod(namespace=namespace, name=action.name, force=False)
+        elif isinstance(action, DeleteCheckpointStore):
+            cluster.delete_configmap(namespace=namespace, name=action.name)
         elif isinstance(action, RemoveFinalizer | RequeueAfter):
             pass  # carried out by the caller (kopf removes its finalizer, the loop waits)
         else:  # pragma: no cover - the Action union is exhaustive
@@ -313,11 +382,20 @@ class Reconciler:
             )
         except ClusterError as exc:
             return self._failed(key, step="read-store", error=exc, job=job)
+        cleanup: list[Mapping[str, Any]] = []
+        if deleting and job.spec.cleanup_policy.checkpoints is CheckpointCleanup.DELETE:
+            # Read, not indexed: only a job being deleted has one, for a few seconds.
+            try:
+                found = self.cluster.read_pod(namespace=namespace, name=cleanup_pod_name(name))
+            except ClusterError as exc:
+                return self._failed(key, step="read-cleanup-pod", error=exc, job=job)
+            cleanup = [found] if found is not None else []
         observed = Observed(
             job=job,
             status=status,
             pods=observe_pods(pods, job_name=name, job_uid=job.metadata.uid),
-            store=observe_store(reading),
+            cleanup_pod=observe_cleanup(cleanup, job_name=name, job_uid=job.metadata.uid),
+            store=observe_store(reading, job_name=name, job_uid=job.metadata.uid),
             deleting=deleting,
             default_image=self.operator_config.default_image,
         )
@@ -327,6 +405,9 @@ class Reconciler:
             step = type(report.failed_action).__name__ if report.failed_action else "execute"
             if isinstance(report.failed_action, CreateDriver) and not report.error.retryable:
                 self._record_refused_driver(body, result, report.error)
+            failed = report.failed_action
+            if isinstance(failed, CreateCleanupPod) and not report.error.retryable:
+                return self._cleanup_refused(job, failed, report.error)
             return self._failed(key, step=step, error=report.error, job=job)
         if report.finalized:
             self._record(job, status=result.status, reading=reading, pending=None)
@@ -342,6 +423,21 @@ class Reconciler:
         self._failures.pop(key, None)
         self._last_error.pop(key, None)
         return Outcome(requeue_after=result.requeue_after, phase=result.status.phase)
+
+    def _cleanup_refused(
+        self, job: CheckpointedJob, action: CreateCleanupPod, error: ClusterError
+    ) -> Outcome:
+        """The API server refused the cleanup pod for good (a quota, an admission policy).
+
+        Retrying cannot help and a deletion must never be held forever: the data is
+        kept, the Warning says where and why, and the job goes.
+        """
+        ref = JobRef(namespace=job.metadata.namespace, name=job.metadata.name,
+                     uid=job.metadata.uid)
+        self._post(ref, "Warning", CHECKPOINTS_RETAINED_REASON,
+                   f"checkpoint data under {action.uri} kept: {error}; delete it with the "
+                   f"job's credentials")
+        return Outcome(finalized=True)
 
     def _record_refused_driver(
         self, body: Mapping[str, Any], result: Plan, error: ClusterError

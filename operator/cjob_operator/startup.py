@@ -21,6 +21,7 @@ from cjob_operator.config import OperatorConfig
 from cjob_operator.loops import LoopSettings, Wakeups
 from cjob_operator.metrics import OperatorMetrics
 from cjob_operator.options import OperatorOptions
+from cjob_operator.plan import PlanSettings
 from cjob_operator.reconcile import Reconciler
 from cjob_spec.names import API_GROUP, LABEL_JOB, LABEL_ROLE
 
@@ -75,7 +76,8 @@ def build_runtime(*, options: OperatorOptions) -> OperatorRuntime:
     metrics = OperatorMetrics(with_process_metrics=True)
     cluster = connect(kubeconfig=options.kubeconfig)
     config = OperatorConfig(default_image=options.runtime_image)
-    reconciler = Reconciler(cluster=cluster, operator_config=config, metrics=metrics)
+    reconciler = Reconciler(cluster=cluster, operator_config=config, metrics=metrics,
+                            plan_settings=PlanSettings(network_policies=options.network_policies))
     if options.runtime_image is None:
         _log.warning("no --runtime-image: jobs without spec.image will fail (reason NoImage)")
     else:

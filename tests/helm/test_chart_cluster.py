@@ -320,7 +320,7 @@ def test_the_operator_account_is_confined_to_what_it_needs(
         ("update", "configmaps", watched),
         ("create", "roles.rbac.authorization.k8s.io", watched),
         ("create", "events", watched),
-        ("get", "secrets", watched),
+        ("create", "networkpolicies.networking.k8s.io", watched),
         ("list", "customresourcedefinitions.apiextensions.k8s.io", None),
         ("watch", "namespaces", None),
     ]
@@ -328,7 +328,9 @@ def test_the_operator_account_is_confined_to_what_it_needs(
         assert kubectl.can_i(verb, resource, as_user=operator, namespace=namespace), (
             verb, resource, namespace)  # fmt: skip
     denied = [
+        ("get", "secrets", watched),
         ("list", "secrets", watched),
+        ("deletecollection", "configmaps", watched),
         ("create", "pods", other),
         ("watch", "checkpointedjobs.checkpointed.io", other),
         ("get", "secrets", other),
@@ -341,6 +343,46 @@ def test_the_operator_account_is_confined_to_what_it_needs(
     for verb, resource, namespace in denied:
         assert not kubectl.can_i(verb, resource, as_user=operator, namespace=namespace), (
             verb, resource, namespace)  # fmt: skip
+
+
+@pytest.mark.parametrize("scope", ["namespaced", "cluster-wide"])
+def test_the_operator_may_not_read_or_change_secrets_anywhere(
+    scope: str,
+    installed_chart: InstallChart,
+    kubectl: Kubectl,
+    extra_namespaces: Callable[[int], list[str]],
+) -> None:
+    """Checkpoint data is deleted by a cleanup pod the kubelet gives the credentials to;
+    the operator only creates Secrets (each k8s job's Spark RPC key)."""
+    watched, other = extra_namespaces(2)
+    namespaces: dict[str, Any] = {"watchNamespaces": [watched]} if scope == "namespaced" else {}
+    release = installed_chart({**namespaces, **NOWHERE})
+    operator = f"system:serviceaccount:{release.namespace}:{release.fullname}"
+    for namespace in (watched, other, release.namespace):
+        for verb in ("get", "list", "watch", "update", "patch", "delete"):
+            assert not kubectl.can_i(verb, "secrets", as_user=operator, namespace=namespace), (
+                verb, namespace)  # fmt: skip
+
+
+def test_the_operator_pod_is_admitted_where_pod_security_is_restricted(
+    render: Render, kube_rest: RestClient, kube_namespace: str
+) -> None:
+    labels = {"pod-security.kubernetes.io/enforce": "restricted",
+              "pod-security.kubernetes.io/enforce-version": "latest"}
+    kube_rest.request("PATCH", f"/api/v1/namespaces/{quote(kube_namespace)}",
+                      body={"metadata": {"labels": labels}},
+                      content_type="application/strategic-merge-patch+json")
+    deployment = next(o for o in render(namespace=kube_namespace) if o["kind"] == "Deployment")
+    template = deployment["spec"]["template"]
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "operator-probe", "labels": template["metadata"]["labels"]},
+           "spec": {**template["spec"], "serviceAccountName": "default"}}
+    kube_rest.request("POST", f"/api/v1/namespaces/{quote(kube_namespace)}/pods",
+                      body=pod, query={"dryRun": "All"})
+    pod["spec"]["containers"][0]["securityContext"] = {}
+    with pytest.raises(ApiError, match="violates PodSecurity"):
+        kube_rest.request("POST", f"/api/v1/namespaces/{quote(kube_namespace)}/pods",
+                          body=pod, query={"dryRun": "All"})
 
 
 def test_a_second_release_with_its_own_name_installs_side_by_side(

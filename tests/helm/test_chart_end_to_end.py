@@ -213,3 +213,48 @@ def test_a_chart_missing_the_pod_create_rule_makes_the_operator_report_the_refus
     assert 'cannot create resource "pods"' in event["message"], event["message"]
     assert job_pods(kube_rest, namespace=kube_namespace, job="denied") == []
     assert operator.is_healthy()
+
+
+def test_a_chart_installed_operator_that_may_read_no_secret_deletes_a_jobs_s3_checkpoints(
+    chart_operator: StartOperator,
+    job_kubectl: Kubectl,
+    kube_rest: RestClient,
+    kube_namespace: str,
+    process_node: Any,
+    s3_bucket: Any,
+    tmp_path: Path,
+) -> None:
+    """cleanupPolicy Delete with the credentials in a Secret: the cleanup pod gets them
+    from the kubelet, the operator (chart RBAC only) never asks for them."""
+    operator = chart_operator()
+    kube_rest.request("POST", f"/api/v1/namespaces/{quote(kube_namespace)}/secrets", body={
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s3-creds"},
+        "stringData": {"AWS_ACCESS_KEY_ID": s3_bucket.s3_config.access_key_id,
+                       "AWS_SECRET_ACCESS_KEY": s3_bucket.s3_config.secret_access_key},
+    })  # fmt: skip
+    job = running_sum_job(
+        name="s3job", namespace=kube_namespace, work_dir=tmp_path, count=100, rate=100,
+        storage=f"s3://{s3_bucket.bucket}/ckpt",
+        s3={"endpoint": s3_bucket.endpoint_url, "region": "us-east-1",
+            "credentialsSecret": "s3-creds"},
+    )  # fmt: skip
+    job["spec"]["suspend"] = True
+    assert job_kubectl.apply(job).returncode == 0
+    s3job = watch(kube_rest, operator, name="s3job")
+    s3job.until(lambda s: s.get("phase") == "Suspended", what="Suspended", timeout=120)
+    uid = s3job.get()["metadata"]["uid"]  # type: ignore[index]
+    keys = [f"ckpt/s3job-{uid}/chk-1/_metadata", "ckpt/other-job/chk-1/_metadata"]
+    for key in keys:
+        s3_bucket.client.put_object(Bucket=s3_bucket.bucket, Key=key, Body=b"x")
+
+    assert job_kubectl.run("-n", kube_namespace, "delete", "checkpointedjob", "s3job",
+                           "--wait=true", "--timeout=90s").returncode == 0  # fmt: skip
+    listed = s3_bucket.client.list_objects_v2(Bucket=s3_bucket.bucket).get("Contents", [])
+    assert [item["Key"] for item in listed] == keys[1:]
+    reasons = [e["reason"] for e in job_events(kube_rest, namespace=kube_namespace,
+                                               name="s3job")]  # fmt: skip
+    assert "CheckpointsDeleted" in reasons and "CheckpointsRetained" not in reasons, reasons
+    (pod,) = operator.pods()
+    log = process_node.read_pod_log(namespace=kube_namespace, name=pod["metadata"]["name"])
+    refusals = [line for line in log.splitlines() if "forbidden" in line.lower()]
+    assert refusals == [], "\n".join(refusals)

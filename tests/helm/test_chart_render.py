@@ -85,9 +85,10 @@ def test_helm_lint_passes_with_every_feature_switched_on(
         ({"replicas": 2}, "replicas"),
         ({"image": {"repository": "x", "pullPolicy": "Sometimes"}}, "pullPolicy"),
         ({"watchNamespaces": ["Not_A_Namespace"]}, "watchNamespaces"),
+        ({"rbac": {"create": True, "readSecrets": True}}, "readSecrets"),
     ],
     ids=["replica-count-as-a-word", "unknown-top-level-key", "bad-pull-policy",
-         "invalid-namespace-name"],
+         "invalid-namespace-name", "secret-reads-are-gone"],
 )  # fmt: skip
 def test_helm_refuses_values_the_schema_forbids(
     render: Render, values: dict[str, Any], complaint: str
@@ -223,8 +224,9 @@ def test_by_default_the_operator_watches_all_namespaces_standalone(render: Rende
 @pytest.mark.parametrize(
     "values",
     [{}, {"watchNamespaces": ["team-a", "team-b"], "replicaCount": 2},
-     {"peering": {"enabled": True}, "logLevel": "DEBUG", "metrics": {"port": 9100}}],
-    ids=["defaults", "namespaced-peering", "cluster-peering-debug"],
+     {"peering": {"enabled": True}, "logLevel": "DEBUG", "metrics": {"port": 9100}},
+     {"networkPolicy": {"enabled": False}}],
+    ids=["defaults", "namespaced-peering", "cluster-peering-debug", "no-network-policies"],
 )  # fmt: skip
 def test_the_operator_accepts_the_arguments_the_chart_gives_it(
     render: Render, values: dict[str, Any]
@@ -240,6 +242,7 @@ def test_the_operator_accepts_the_arguments_the_chart_gives_it(
     assert options.peering == ("cjob-checkpointed-jobs" if peering else None)
     assert options.standalone is (not peering)
     assert options.verbose is (values.get("logLevel") == "DEBUG")
+    assert options.network_policies is values.get("networkPolicy", {}).get("enabled", True)
 
 
 def test_the_runtime_image_reaches_the_operator_with_the_app_version_as_its_tag(
@@ -312,9 +315,27 @@ def test_the_operator_gets_no_broad_or_dangerous_rights(render: Render) -> None:
         for rule in rules:
             assert "*" not in rule["verbs"] and "*" not in rule["resources"], rule
             assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
-        assert not rules_grant(rules, group="", resource="secrets", verb="list")
-        assert not rules_grant(rules, group="", resource="secrets", verb="watch")
         assert not rules_grant(rules, group="", resource="nodes", verb="get")
+
+
+@pytest.mark.parametrize(
+    "values",
+    [{}, {"watchNamespaces": ["team-a"], "replicaCount": 2}, "full"],
+    ids=["defaults", "namespaced", "every-feature"],
+)
+def test_no_values_let_the_operator_read_or_change_a_secret(
+    render: Render, values: dict[str, Any] | str
+) -> None:
+    """Deleting checkpoint data is the cleanup pod's job: the kubelet hands it the
+    credentials, so the operator never reads a Secret. It only creates each k8s job's
+    Spark RPC key, and never touches one that exists."""
+    chosen = yaml.safe_load(FULL_VALUES.read_text()) if values == "full" else values
+    objects = render({**chosen, "rbac": {"create": True}})
+    rules = [r for o in objects if o["kind"] in ("Role", "ClusterRole") for r in o["rules"]]
+    assert rules
+    for verb in ("get", "list", "watch", "update", "patch", "delete", "deletecollection"):
+        assert not rules_grant(rules, group="", resource="secrets", verb=verb), verb
+    assert rules_grant(rules, group="", resource="secrets", verb="create")
 
 
 @pytest.mark.parametrize("master", ["k8s", "local[2]"])

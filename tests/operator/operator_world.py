@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cjob_operator.cluster import JobRef, StoreReading
-from cjob_operator.observed import DriverPod, Observed, StoreView
+from cjob_operator.observed import CleanupPod, DriverPod, Observed, StoreView
 from cjob_operator.plan import Plan, PlanSettings, plan
 
 from cjob_spec import CheckpointedJob, CheckpointRef, JobStatus, Phase, parse_job, spec_hash
@@ -129,11 +129,13 @@ def observe(
     store: StoreView | None = None,
     deleting: bool = False,
     default_image: str | None = None,
+    cleanup_pod: CleanupPod | None = None,
 ) -> Observed:
     return Observed(
         job=job or make_job(),
         status=job_status or JobStatus(),
         pods=tuple(pods),
+        cleanup_pod=cleanup_pod,
         store=store or StoreView(exists=True, fence_attempt=max([0, *(p.attempt for p in pods)])),
         deleting=deleting,
         default_image=default_image,

@@ -2,23 +2,30 @@
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import pytest
+import yaml
 from cjob_operator.builders import (
     KUBERNETES_MASTER,
+    POD_TEMPLATE_VOLUME,
+    SPARK_AUTH_VOLUME,
     build_checkpoint_configmap,
+    build_cleanup_pod,
     build_driver_pod,
     build_driver_service,
     build_role,
     build_role_binding,
     build_service_account,
+    build_spark_auth_secret,
 )
 from cjob_operator.config import OperatorConfig
 from cjob_operator.observed import observe_driver_pod
 from operator_world import make_job
 
 from cjob_spec import CheckpointedJob, SpecError, parse_job, spec_hash
+from cjob_spec.names import ANNOTATION_EXECUTOR_POD_TEMPLATE
 
 CONFIG = OperatorConfig()
 STANDARD_LABELS = {
@@ -63,7 +70,14 @@ def all_manifests() -> list[dict[str, Any]]:
         build_role(job),
         build_role_binding(job),
         build_checkpoint_configmap(job),
+        cleanup_pod(job),
     ]
+
+
+def cleanup_pod(job: CheckpointedJob, *, image: str = "example.org/clicks:1.0",
+                config: OperatorConfig = CONFIG) -> dict[str, Any]:
+    return build_cleanup_pod(job, uri="s3://ckpt/jobs/clicks-uid-1", image=image,
+                             deadline_seconds=600, operator_config=config)
 
 
 # --- names, labels, owners -----------------------------------------------------------
@@ -78,10 +92,11 @@ def test_objects_have_their_contract_names() -> None:
         ("Role", "clicks-driver"),
         ("RoleBinding", "clicks-driver"),
         ("ConfigMap", "clicks-checkpoints"),
+        ("Pod", "clicks-cleanup"),
     ]
 
 
-@pytest.mark.parametrize("manifest", all_manifests(), ids=lambda m: m["kind"])
+@pytest.mark.parametrize("manifest", all_manifests(), ids=lambda m: m["metadata"]["name"])
 def test_every_object_is_labelled_and_owned_by_its_job(manifest: dict[str, Any]) -> None:
     metadata = manifest["metadata"]
     assert metadata["namespace"] == "team"
@@ -324,7 +339,7 @@ def test_the_driver_role_is_least_privilege() -> None:
         if "resourceNames" not in rule
         for verb in rule["verbs"]
     }
-    assert not {"update", "patch", "get"} & other_configmap_verbs
+    assert other_configmap_verbs == set()   # Spark's executor ConfigMap is switched off
     (pods,) = rules_for(role, "pods")
     assert set(pods["verbs"]) == {"create", "get", "list", "watch", "delete", "deletecollection"}
     assert all("create" in rule["verbs"] for rule in rules_for(role, "events"))
@@ -372,8 +387,11 @@ def test_pod_settings_reach_the_driver_pod() -> None:
                         "affinity": {"nodeAffinity": {"x": 1}}, "priorityClassName": "batch"})
     spec = driver_pod(job, attempt=1, restore_pointer="latest",
                             operator_config=CONFIG)["spec"]
-    assert spec["volumes"] == CHECKPOINT_VOLUMES["volumes"]
-    assert spec["containers"][0]["volumeMounts"] == CHECKPOINT_VOLUMES["volumeMounts"]
+    ours = (POD_TEMPLATE_VOLUME, SPARK_AUTH_VOLUME)
+    user_volumes = [v for v in spec["volumes"] if v["name"] not in ours]
+    user_mounts = [m for m in spec["containers"][0]["volumeMounts"] if m["name"] not in ours]
+    assert user_volumes == CHECKPOINT_VOLUMES["volumes"]
+    assert user_mounts == CHECKPOINT_VOLUMES["volumeMounts"]
     assert spec["nodeSelector"] == {"pool": "spark"}
     assert spec["tolerations"] == [toleration]
     assert spec["affinity"] == {"nodeAffinity": {"x": 1}}
@@ -383,8 +401,11 @@ def test_pod_settings_reach_the_driver_pod() -> None:
 def test_a_driver_pod_without_pod_settings_has_no_placement_fields() -> None:
     spec = driver_pod(make_job(), attempt=1, restore_pointer="latest",
                             operator_config=CONFIG)["spec"]
-    assert not {"volumes", "nodeSelector", "tolerations", "affinity",
-                "priorityClassName"} & set(spec)
+    assert not {"nodeSelector", "tolerations", "affinity", "priorityClassName"} & set(spec)
+    assert [v["name"] for v in spec["volumes"]] == [POD_TEMPLATE_VOLUME, SPARK_AUTH_VOLUME]
+    local = make_job(spark={"master": "local[2]"})
+    spec = driver_pod(local, attempt=1, restore_pointer="latest", operator_config=CONFIG)["spec"]
+    assert "volumes" not in spec
     assert "volumeMounts" not in spec["containers"][0]
 
 
@@ -407,3 +428,137 @@ def test_a_local_mode_driver_gets_no_executor_volume_settings() -> None:
     conf = spark_conf(args_of(driver_pod(job, attempt=1, restore_pointer="latest",
                                                operator_config=CONFIG)))
     assert not [key for key in conf if key.startswith("spark.kubernetes.")]
+
+
+# --- pod security ----------------------------------------------------------------------
+
+
+def test_the_driver_pod_and_container_carry_the_restricted_security_contexts() -> None:
+    pod = driver_pod(make_job(), attempt=1, restore_pointer="latest", operator_config=CONFIG)
+    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+    assert pod["spec"]["securityContext"]["runAsUser"] == 185
+    container = pod["spec"]["containers"][0]["securityContext"]
+    assert container["allowPrivilegeEscalation"] is False
+    assert container["capabilities"] == {"drop": ["ALL"]}
+
+
+def test_executors_start_from_a_template_the_driver_pod_mounts_from_its_annotation() -> None:
+    job = make_job(pod={"securityContext": {"runAsUser": 1000}})
+    pod = driver_pod(job, attempt=1, restore_pointer="latest", operator_config=CONFIG)
+    conf = spark_conf(args_of(pod))
+    template = yaml.safe_load(pod["metadata"]["annotations"][ANNOTATION_EXECUTOR_POD_TEMPLATE])
+    assert template["spec"]["securityContext"] == pod["spec"]["securityContext"]
+    assert template["spec"]["securityContext"]["runAsUser"] == 1000
+    assert (template["spec"]["containers"][0]["securityContext"]
+            == pod["spec"]["containers"][0]["securityContext"])
+    mount = next(m for m in pod["spec"]["containers"][0]["volumeMounts"]
+                 if m["name"] == POD_TEMPLATE_VOLUME)
+    volume = next(v for v in pod["spec"]["volumes"] if v["name"] == POD_TEMPLATE_VOLUME)
+    item = volume["downwardAPI"]["items"][0]
+    assert f"{mount['mountPath']}/{item['path']}" == conf[
+        "spark.kubernetes.executor.podTemplateFile"]
+    assert ANNOTATION_EXECUTOR_POD_TEMPLATE in item["fieldRef"]["fieldPath"]
+    assert conf["spark.kubernetes.executor.disableConfigMap"] == "true"
+
+
+def test_spark_rpc_authenticates_with_the_jobs_secret_mounted_as_a_file() -> None:
+    """Spark would otherwise put a generated secret into every executor's pod spec."""
+    pod = driver_pod(make_job(), attempt=1, restore_pointer="latest", operator_config=CONFIG)
+    conf = spark_conf(args_of(pod))
+    mount = next(m for m in pod["spec"]["containers"][0]["volumeMounts"]
+                 if m["name"] == SPARK_AUTH_VOLUME)
+    volume = next(v for v in pod["spec"]["volumes"] if v["name"] == SPARK_AUTH_VOLUME)
+    assert volume["secret"]["secretName"] == "clicks-spark-auth"
+    assert mount["readOnly"] is True
+    key_file = f"{mount['mountPath']}/key"
+    assert conf["spark.authenticate.secret.driver.file"] == key_file
+    assert conf["spark.authenticate.secret.executor.file"] == key_file
+    assert conf["spark.kubernetes.executor.secretKeyRef._SPARK_AUTH_SECRET"] == \
+        "clicks-spark-auth:key.base64"
+    secret = build_spark_auth_secret(make_job(), key=bytes(range(32)))
+    assert secret["metadata"]["name"] == "clicks-spark-auth"
+    raw = base64.b64decode(secret["data"]["key"])
+    assert raw == bytes(range(32))
+    # What Spark makes of a key file (base64 of its bytes) is what executors get.
+    assert base64.b64decode(secret["data"]["key.base64"]) == base64.b64encode(raw)
+    assert secret["metadata"]["ownerReferences"][0]["kind"] == "CheckpointedJob"
+    with pytest.raises(ValueError):
+        build_spark_auth_secret(make_job(), key=b"short")
+
+
+def test_a_local_driver_has_no_executor_template() -> None:
+    job = make_job(spark={"master": "local[2]"})
+    pod = driver_pod(job, attempt=1, restore_pointer="latest", operator_config=CONFIG)
+    assert ANNOTATION_EXECUTOR_POD_TEMPLATE not in pod["metadata"]["annotations"]
+    assert "spark.kubernetes.executor.podTemplateFile" not in spark_conf(args_of(pod))
+
+
+@pytest.mark.parametrize("key", ["spark.kubernetes.executor.podTemplateFile",
+                                 "spark.kubernetes.executor.disableConfigMap"])
+def test_the_template_and_configmap_settings_are_the_operators(key: str) -> None:
+    with pytest.raises(SpecError, match="is managed by the operator"):
+        make_job(spark={"conf": {key: "x"}})
+
+
+# --- the cleanup pod -------------------------------------------------------------------
+
+
+def test_the_cleanup_pod_runs_the_cleanup_command_for_exactly_the_jobs_directory() -> None:
+    pod = cleanup_pod(make_job())
+    container = pod["spec"]["containers"][0]
+    assert container["command"] == ["python", "-m", "job_runtime", "cleanup"]
+    assert container["args"] == ["--uri", "s3://ckpt/jobs/clicks-uid-1", "--job-name", "clicks",
+                                 "--job-uid", "uid-1", "--termination-log", "/dev/termination-log"]
+    assert container["image"] == "example.org/clicks:1.0"
+    assert container["terminationMessagePath"] == "/dev/termination-log"
+    assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    assert pod["metadata"]["labels"]["checkpointed.io/role"] == "cleanup"
+    assert "checkpointed.io/attempt" not in pod["metadata"]["labels"]
+    assert observe_driver_pod(pod) is None, "never mistaken for a driver"
+
+
+def test_the_cleanup_pod_runs_once_within_a_deadline_and_without_api_access() -> None:
+    spec = cleanup_pod(make_job())["spec"]
+    assert spec["restartPolicy"] == "Never"
+    assert spec["activeDeadlineSeconds"] == 600
+    assert spec["automountServiceAccountToken"] is False
+    assert "serviceAccountName" not in spec
+
+
+def test_the_cleanup_pod_gets_the_credentials_as_secret_references_only() -> None:
+    job = make_job(checkpoint={
+        "storage": "s3://ckpt/jobs",
+        "s3": {"endpoint": "http://minio:9000", "region": "eu-1", "credentialsSecret": "creds"},
+    })
+    cleanup = env_of(cleanup_pod(job))
+    driver = env_of(driver_pod(job, attempt=1, restore_pointer="latest", operator_config=CONFIG))
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        assert cleanup[key] == {"name": key, "valueFrom": {"secretKeyRef": {"name": "creds",
+                                                                             "key": key}}}
+    aws = {name: item for name, item in driver.items() if name.startswith("AWS_")}
+    assert {name: item for name, item in cleanup.items() if name.startswith("AWS_")} == aws
+    assert all("value" not in cleanup[key] for key in ("AWS_ACCESS_KEY_ID",
+                                                       "AWS_SECRET_ACCESS_KEY"))
+
+
+def test_the_cleanup_pod_reaches_file_checkpoints_on_the_jobs_volumes_and_nodes() -> None:
+    toleration = {"key": "spark", "operator": "Exists", "effect": "NoSchedule"}
+    job = make_job(checkpoint={"storage": "file:///ckpt"},
+                   pod={**CHECKPOINT_VOLUMES, "nodeSelector": {"pool": "spark"},
+                        "tolerations": [toleration]})
+    spec = cleanup_pod(job)["spec"]
+    assert spec["volumes"] == CHECKPOINT_VOLUMES["volumes"]
+    assert spec["containers"][0]["volumeMounts"] == CHECKPOINT_VOLUMES["volumeMounts"]
+    assert spec["nodeSelector"] == {"pool": "spark"}
+    assert spec["tolerations"] == [toleration]
+
+
+def test_the_cleanup_pod_has_the_drivers_security_contexts() -> None:
+    job = make_job(pod={"securityContext": {"runAsUser": 1000},
+                        "containerSecurityContext": {"readOnlyRootFilesystem": True}})
+    cleanup = cleanup_pod(job)["spec"]
+    driver = driver_pod(job, attempt=1, restore_pointer="latest", operator_config=CONFIG)["spec"]
+    assert cleanup["securityContext"] == driver["securityContext"]
+    assert cleanup["containers"][0]["securityContext"] == driver["containers"][0][
+        "securityContext"]
+    assert cleanup["securityContext"]["runAsUser"] == 1000

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from cjob_operator.observed import Observed, observe_driver_pod
+from cjob_operator.observed import Observed, observe_cleanup_pod, observe_driver_pod
 from operator_world import make_job
 
 from cjob_spec import JobStatus
@@ -103,3 +103,19 @@ def test_the_observation_tells_pending_trigger_nonces_and_generations() -> None:
     handled = Observed(job=job, status=JobStatus(last_trigger_nonce="n1", observed_generation=1))
     assert handled.pending_trigger_nonce is None
     assert handled.generation_observed
+
+
+def test_a_cleanup_pods_outcome_is_the_last_line_of_its_termination_message() -> None:
+    manifest = {
+        "metadata": {"name": "sums-cleanup", "labels": {"checkpointed.io/role": "cleanup"},
+                     "creationTimestamp": "2024-05-01T12:00:00Z"},
+        "status": {"phase": "Failed", "containerStatuses": [{"name": "cleanup", "state": {
+            "terminated": {"exitCode": 7, "reason": "Error",
+                           "message": "a warning\ncheckpoint data kept: access denied\n"}}}]},
+    }
+    observed = observe_cleanup_pod(manifest)
+    assert observed is not None
+    assert (observed.phase, observed.exit_code) == ("Failed", 7)
+    assert observed.message == "checkpoint data kept: access denied"
+    assert observe_driver_pod(manifest) is None
+    assert observe_cleanup_pod({**manifest, "metadata": {"name": "x", "labels": {}}}) is None

@@ -5,14 +5,16 @@ from __future__ import annotations
 import pytest
 from cjob_operator.actions import (
     AdvanceFence,
+    CreateCleanupPod,
     CreateDriver,
-    DeleteCheckpoints,
+    DeleteCheckpointStore,
+    DeleteCleanupPod,
     DeleteDriver,
     EmitEvent,
     RemoveFinalizer,
     RequestCheckpoint,
 )
-from cjob_operator.observed import StoreView
+from cjob_operator.observed import CleanupPod, StoreView
 from cjob_operator.plan import plan_invalid_spec
 from operator_world import (
     IMAGE,
@@ -41,6 +43,8 @@ def test_a_new_job_gets_its_store_rbac_service_fence_and_first_driver_in_that_or
         "EnsureRole",
         "EnsureRoleBinding",
         "EnsureService",
+        "EnsureSparkAuthSecret",
+        "EnsureNetworkPolicy",
         "AdvanceFence",
         "CreateDriver",
         "EmitEvent",
@@ -638,26 +642,120 @@ def test_deleting_a_job_stops_its_driver_before_letting_go() -> None:
     assert kinds(gone) == ["RemoveFinalizer"]
 
 
-def test_deleting_a_job_with_cleanup_delete_removes_its_checkpoint_directory() -> None:
-    job = make_job(**{"cleanupPolicy.checkpoints": "Delete"})
-    result = run(observe(job, status(Phase.SUCCEEDED, job=job), deleting=True), at(20))
-    assert result.of_type(DeleteCheckpoints) == [
-        DeleteCheckpoints(uri="s3://ckpt/jobs/clicks-uid-1")
+DELETE = {"cleanupPolicy.checkpoints": "Delete"}
+JOB_DIR = "s3://ckpt/jobs/clicks-uid-1"
+
+
+def cleanup_pod(phase: str, *, created: float = 20, **fields: object) -> CleanupPod:
+    return CleanupPod(name="clicks-cleanup", phase=phase, created_at=at(created),
+                      **fields)  # type: ignore[arg-type]
+
+
+def deleting(now: float, pod: CleanupPod | None = None, **spec: object):  # type: ignore[no-untyped-def]
+    job = make_job(**{**DELETE, **spec})
+    return run(observe(job, status(Phase.SUCCEEDED, job=job), deleting=True, cleanup_pod=pod),
+               at(now))
+
+
+def test_deleting_a_job_with_cleanup_delete_starts_a_cleanup_pod_for_its_directory() -> None:
+    result = deleting(20)
+    assert result.of_type(CreateCleanupPod) == [
+        CreateCleanupPod(name="clicks-cleanup", uri=JOB_DIR, image=IMAGE,
+                         deadline_seconds=600)
     ]
+    assert not result.of_type(RemoveFinalizer)
+    assert not result.of_type(DeleteCheckpointStore), "the pointers stay until the data is gone"
+    assert reasons(result) == ["DeletingCheckpoints"]
+    assert result.requeue_after == 5
+    again = run(observe(make_job(**DELETE), result.status, deleting=True), at(25))
+    assert again.of_type(CreateCleanupPod), "a pod the index has yet to show is asked for again"
+    assert reasons(again) == [], "but announced once"
+
+
+def test_a_job_without_its_own_image_cleans_up_with_the_operators_runtime_image() -> None:
+    job = make_job(**DELETE, image=None)
+    result = run(observe(job, status(Phase.SUCCEEDED, job=job), deleting=True,
+                         default_image="runtime:1"), at(20))
+    assert result.of_type(CreateCleanupPod)[0].image == "runtime:1"
+
+
+def test_the_job_waits_while_its_cleanup_pod_runs() -> None:
+    result = deleting(60, cleanup_pod("Running"))
+    assert kinds(result) == ["RequeueAfter"]
+    assert result.status.reason == "DeletingCheckpoints"
+    assert "clicks-cleanup" in (result.status.message or "")
+
+
+def test_a_succeeded_cleanup_deletes_the_store_then_lets_the_job_go() -> None:
+    result = deleting(60, cleanup_pod("Succeeded", exit_code=0, message="deleted 7 files"))
+    assert kinds(result) == ["DeleteCheckpointStore", "EmitEvent", "RemoveFinalizer"]
+    assert result.of_type(DeleteCheckpointStore) == [
+        DeleteCheckpointStore(name="clicks-checkpoints")]
+    (event,) = result.of_type(EmitEvent)
+    assert (event.type, event.reason) == ("Normal", "CheckpointsDeleted")
+    assert JOB_DIR in event.message and "deleted 7 files" in event.message
+
+
+@pytest.mark.parametrize(
+    ("pod", "now", "expected"),
+    [
+        (cleanup_pod("Failed", exit_code=7, message="checkpoint data kept: access denied"), 60,
+         "failed, exit code 7 (the checkpoint data could not be deleted): checkpoint data "
+         "kept: access denied"),
+        (cleanup_pod("Failed", exit_code=137, reason="DeadlineExceeded"), 700,
+         "failed, exit code 137"),
+        (cleanup_pod("Unknown"), 60, "stopped reporting"),
+        (cleanup_pod("Running", deletion_timestamp=at(50)), 60, "was deleted before it finished"),
+    ],
+    ids=["failed", "deadline-killed", "node-lost", "deleted"],
+)
+def test_a_cleanup_that_cannot_succeed_keeps_the_data_says_why_and_lets_the_job_go(
+    pod: CleanupPod, now: float, expected: str
+) -> None:
+    result = deleting(now, pod)
     assert kinds(result)[-1] == "RemoveFinalizer"
-    assert reasons(result) == ["CheckpointsDeleted"]
+    assert not result.of_type(DeleteCheckpointStore)
+    (event,) = result.of_type(EmitEvent)
+    assert (event.type, event.reason) == ("Warning", "CheckpointsRetained")
+    assert JOB_DIR in event.message and expected in event.message
+    assert not result.of_type(DeleteCleanupPod)
+
+
+def test_a_cleanup_pod_past_its_deadline_is_stopped_and_the_data_reported_kept() -> None:
+    stuck = cleanup_pod("Pending", reason="ImagePullBackOff")
+    waiting = deleting(20 + 600 + 29, stuck)
+    assert not waiting.of_type(RemoveFinalizer)
+    assert waiting.requeue_after == 1, "looked at again when the deadline passes"
+    result = deleting(20 + 600 + 30, stuck)
+    assert result.of_type(DeleteCleanupPod) == [DeleteCleanupPod(name="clicks-cleanup")]
+    assert kinds(result)[-1] == "RemoveFinalizer"
+    (event,) = result.of_type(EmitEvent)
+    assert event.reason == "CheckpointsRetained"
+    assert "did not finish within 600s (ImagePullBackOff)" in event.message
+
+
+def test_without_any_image_to_run_the_cleanup_the_data_is_kept_and_the_job_goes() -> None:
+    result = deleting(20, image=None)
+    assert not result.of_type(CreateCleanupPod)
+    assert kinds(result)[-1] == "RemoveFinalizer"
+    assert reasons(result) == ["CheckpointsRetained"]
 
 
 def test_checkpoints_are_not_deleted_while_a_driver_may_still_write_them() -> None:
-    job = make_job(**{"cleanupPolicy.checkpoints": "Delete"})
+    job = make_job(**DELETE)
     result = run(
         observe(
             job, status(Phase.RUNNING, job=job), driver(1, job=job, deleting=at(15)), deleting=True
         ),
         at(10),
     )
-    assert not result.of_type(DeleteCheckpoints)
+    assert not result.of_type(CreateCleanupPod)
     assert not result.of_type(RemoveFinalizer)
+
+
+def test_a_job_that_retains_its_checkpoints_starts_no_cleanup_pod() -> None:
+    result = run(observe(make_job(), status(Phase.SUCCEEDED), deleting=True), at(20))
+    assert kinds(result) == ["RemoveFinalizer"]
 
 
 def test_a_driver_on_a_lost_node_does_not_hold_up_deletion() -> None:
@@ -746,3 +844,12 @@ def test_events_are_the_only_way_decisions_are_announced() -> None:
     events = result.of_type(EmitEvent)
     assert [(e.type, e.reason) for e in events] == [("Warning", "CheckpointFailuresExceeded")]
     assert "restart 1 of at most 5 in 10s" in events[0].message
+
+
+def test_an_operator_without_network_policies_gives_the_job_none() -> None:
+    from cjob_operator.plan import PlanSettings, plan
+
+    observed = observe(make_job(), JobStatus(), store=StoreView(exists=False))
+    result = plan(observed, now=T0, settings=PlanSettings(network_policies=False))
+    assert "EnsureNetworkPolicy" not in kinds(result)
+    assert "CreateDriver" in kinds(result)

@@ -14,8 +14,8 @@ from typing import Any
 
 from cjob_operator.actions import (
     AdvanceFence,
+    CreateCleanupPod,
     CreateDriver,
-    DeleteCheckpoints,
     DeleteDriver,
     EmitEvent,
     RemoveFinalizer,
@@ -55,6 +55,7 @@ SPECS: list[tuple[str, dict[str, Any]]] = [
     ("new-image", {"image": "example.org/clicks:2.0"}),
     ("nonce", {"checkpoint.triggerNonce": "n1"}),
     ("never-local", {"restartPolicy.type": "Never", "spark.master": "local[2]"}),
+    ("cleanup-delete", {"cleanupPolicy.checkpoints": "Delete"}),
 ]
 
 NOWS = [at(30), at(100), at(1000)]
@@ -155,9 +156,11 @@ def check_case(
 
     if deleting:
         finalizer = result.of_type(RemoveFinalizer)
-        assert bool(finalizer) == (not any(blocks(pod, now) for pod in pods))
-        if result.of_type(DeleteCheckpoints):
-            assert finalizer
+        blocked = any(blocks(pod, now) for pod in pods)
+        cleanup = result.of_type(CreateCleanupPod)
+        # The data goes only once no driver can write it; the job goes after that.
+        assert not (blocked and (finalizer or cleanup))
+        assert bool(finalizer) != bool(cleanup) or blocked
         return
 
     if new.phase is None:

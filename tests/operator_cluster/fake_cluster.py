@@ -7,6 +7,7 @@ It keeps the objects the operator creates, applies the fence rule of the real st
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -14,8 +15,8 @@ from typing import Any
 
 from cjob_operator.cluster import ClusterError, JobRef, Manifest, StatusConflictError, StoreReading
 
-from cjob_spec.model import S3Settings
 from cjob_spec.status import CheckpointRef
+from job_runtime.store.configmap_layout import StoreOwner
 
 BASE_JOB: dict[str, Any] = {
     "apiVersion": "checkpointed.io/v1alpha1",
@@ -61,7 +62,6 @@ class FakeCluster:
     store_annotations: dict[str, str] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
     calls: list[str] = field(default_factory=list)
-    deleted_data: list[str] = field(default_factory=list)
     fail: dict[str, ClusterError] = field(default_factory=dict)
     """Method name -> the error it raises (every time)."""
     conflict_status_once: bool = False
@@ -109,15 +109,15 @@ class FakeCluster:
     ) -> None:
         self._enter("ensure_checkpoint_configmap", name)
         if self.store is None:
-            self.store = StoreReading(fence_attempt=0, latest=None, size_bytes=200)
+            owner = StoreOwner(name=str(owner_reference["name"]), uid=str(owner_reference["uid"]))
+            self.store = StoreReading(fence_attempt=0, latest=None, size_bytes=200,
+                                      owners=(owner,))
 
     def advance_fence(self, *, namespace: str, name: str, attempt: int) -> None:
         self._enter("advance_fence", str(attempt))
         assert self.store is not None, "the fence needs the ConfigMap"
         assert attempt >= self.store.fence_attempt, "the fence never moves backwards"
-        self.store = StoreReading(
-            fence_attempt=attempt, latest=self.store.latest, size_bytes=self.store.size_bytes
-        )
+        self.store = dataclasses.replace(self.store, fence_attempt=attempt)
 
     def complete_checkpoint(self, checkpoint_id: int, *, at: datetime) -> None:
         assert self.store is not None
@@ -127,9 +127,7 @@ class FakeCluster:
             completed_at=at.astimezone(UTC).replace(microsecond=0),
             size_bytes=512,
         )
-        self.store = StoreReading(
-            fence_attempt=self.store.fence_attempt, latest=latest, size_bytes=300
-        )
+        self.store = dataclasses.replace(self.store, latest=latest, size_bytes=300)
 
     def request_checkpoint(self, *, namespace: str, name: str, nonce: str) -> None:
         self._enter("request_checkpoint", f"{name}, {nonce}")
@@ -139,18 +137,17 @@ class FakeCluster:
         self._enter("delete_configmap", name)
         self.store = None
 
-    def delete_checkpoint_data(
-        self, *, namespace: str, uri: str, s3: S3Settings | None
-    ) -> None:
-        self._enter("delete_checkpoint_data", uri)
-        self.deleted_data.append(uri)
-
     # --- pods and companions ------------------------------------------------------------
 
     def create_pod(self, *, manifest: Manifest) -> None:
         name = manifest["metadata"]["name"]
         self._enter("create_pod", name)
         self.pods.setdefault(name, copy.deepcopy(manifest))
+
+    def read_pod(self, *, namespace: str, name: str) -> Manifest | None:
+        self._enter("read_pod", name)
+        pod = self.pods.get(name)
+        return copy.deepcopy(pod) if pod is not None else None
 
     def delete_pod(self, *, namespace: str, name: str, force: bool) -> None:
         self._enter("delete_pod", name)
@@ -176,8 +173,10 @@ class FakeCluster:
         *,
         started: str = "2024-05-01T12:00:05Z",
         exit_code: int | None = None,
+        message: str | None = None,
     ) -> None:
-        """Report a pod's status the way the kubelet would."""
+        """Report a pod's status the way the kubelet would (``message``: the
+        container's termination message)."""
         pod = self.pods[name]
         state: dict[str, Any]
         if phase == "Running":
@@ -189,13 +188,16 @@ class FakeCluster:
                     "startedAt": started,
                     "finishedAt": "2024-05-01T12:00:30Z",
                     "reason": "Completed" if exit_code in (0, None) else "Error",
+                    **({"message": message} if message else {}),
                 }
             }
         else:
             state = {"waiting": {"reason": "ContainerCreating"}}
         pod["status"] = {
             "phase": phase,
-            "containerStatuses": [{"name": "driver", "state": state}],
+            "containerStatuses": [
+                {"name": pod["spec"]["containers"][0]["name"], "state": state}
+            ],
         }
         pod["metadata"].setdefault("creationTimestamp", "2024-05-01T12:00:00Z")
 

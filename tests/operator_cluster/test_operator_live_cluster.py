@@ -10,6 +10,7 @@ that stop, and deletion that cleans up when asked to.
 from __future__ import annotations
 
 import base64
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -163,7 +164,63 @@ def test_a_killed_driver_restarts_from_its_checkpoint_suspends_resumes_and_finis
                        "--wait=true", "--timeout=90s").returncode == 0
     assert sums.get() is None
     assert not checkpoint_dir.exists()
+    reasons = sums.event_reasons()
+    assert "DeletingCheckpoints" in reasons and "CheckpointsDeleted" in reasons, reasons
     wait_for(lambda: sums.configmap() is None, what="the checkpoint ConfigMap to go", timeout=60)
+
+
+def test_a_recreated_job_never_adopts_its_orphaned_store_and_continues_it_only_when_told(
+    kubectl: Kubectl, kube_rest: Any, kube_namespace: str, process_node: Any,
+    cjob_operator: OperatorProcess, tmp_path: Path,
+) -> None:
+    count = 6_000
+    job = running_sum_job(name="again", namespace=kube_namespace, work_dir=tmp_path,
+                          count=count, rate=400, cleanup="Retain")
+    assert kubectl.apply(job).returncode == 0
+    again = watcher(kube_rest, kube_namespace, "again", cjob_operator)
+    again.until(lambda s: s.get("latestCheckpoint", {}).get("id", 0) >= 2,
+                what="the first job to complete two checkpoints", timeout=180)
+    first_uid = again.get()["metadata"]["uid"]  # type: ignore[index]
+
+    # An orphaning delete leaves the store, without its owner, holding the pointers.
+    assert kubectl.run("-n", kube_namespace, "delete", "checkpointedjob", "again",
+                       "--cascade=orphan", "--wait=true", "--timeout=90s").returncode == 0
+    orphaned = wait_for(
+        lambda: (lambda cm: cm if cm and not cm["metadata"].get("ownerReferences") else None)(
+            again.configmap()),
+        what="the garbage collector to orphan the store", timeout=60)
+    fence = orphaned["metadata"]["annotations"]["checkpointed.io/fence-attempt"]
+    pointers = sorted(k for k in orphaned["data"] if k.startswith("checkpointID-"))
+    assert pointers, orphaned
+    latest_path = json.loads(orphaned["data"][pointers[-1]])["path"]
+    assert f"again-{first_uid}/" in latest_path
+
+    # The same name again: the store is not adopted, fenced or restored from.
+    assert kubectl.apply(job).returncode == 0
+    conflict = again.until(lambda s: s.get("reason") == "StoreConflict",
+                           what="StoreConflict", timeout=60)
+    assert conflict["phase"] == "Failed"
+    assert "latestCheckpoint" not in conflict, "another job's checkpoint is not this job's"
+    assert latest_path in conflict["message"]
+    assert "StoreConflict" in again.event_reasons()
+    assert "again-attempt-1" not in again.pod_names()
+    kept = again.configmap()
+    assert kept is not None
+    assert kept["metadata"]["annotations"]["checkpointed.io/fence-attempt"] == fence
+
+    # Deleting it and naming the checkpoint with the opt-in continues the first job.
+    kube_rest.request(
+        "DELETE", f"/api/v1/namespaces/{quote(kube_namespace)}/configmaps/again-checkpoints")
+    kubectl.patch_job(kube_namespace, "again", {"spec": {"restore": {
+        "from": latest_path, "allowForeignJob": True}}})
+    done = again.until(lambda s: s.get("phase") in ("Succeeded", "Failed")
+                       and s.get("reason") != "StoreConflict",
+                       what="the recreated job to finish", timeout=300)
+    assert done["phase"] == "Succeeded", done
+    assert done["restoredFrom"]["path"] == latest_path
+    assert done["latestCheckpoint"]["id"] > done["restoredFrom"]["id"]
+    problems = verify(read_output(tmp_path / "output"), count=count)
+    assert problems == [], problems[:5]
 
 
 def test_a_missing_entrypoint_fails_the_job_once_with_its_reason(
@@ -250,6 +307,37 @@ def test_deleting_a_job_with_cleanup_delete_removes_its_s3_checkpoints(
                        "--wait=true", "--timeout=60s").returncode == 0
     listed = s3_bucket.client.list_objects_v2(Bucket=s3_bucket.bucket).get("Contents", [])
     assert sorted(item["Key"] for item in listed) == ["ckpt/other-job/chk-1/_metadata"]
+    (deleted,) = [e for e in s3job.events() if e["reason"] == "CheckpointsDeleted"]
+    assert f"s3job-{uid}" in deleted["message"] and "s3job-cleanup" in deleted["message"]
+
+
+def test_a_cleanup_pod_the_storage_refuses_keeps_the_data_says_why_and_lets_the_job_go(
+    kubectl: Kubectl, kube_rest: Any, kube_namespace: str, cjob_operator: OperatorProcess,
+    s3_faults: Any, tmp_path: Path,
+) -> None:
+    job = running_sum_job(
+        name="refused", namespace=kube_namespace, work_dir=tmp_path, count=100, rate=100,
+        storage=f"s3://{s3_faults.bucket.bucket}/ckpt",
+        s3={"endpoint": s3_faults.endpoint_url, "region": "us-east-1"},
+    )
+    job["spec"]["suspend"] = True
+    assert kubectl.apply(job).returncode == 0
+    refused = watcher(kube_rest, kube_namespace, "refused", cjob_operator)
+    refused.until(lambda s: s.get("phase") == "Suspended", what="Suspended", timeout=60)
+    uid = refused.get()["metadata"]["uid"]  # type: ignore[index]
+    key = f"ckpt/refused-{uid}/chk-1/_metadata"
+    s3_faults.bucket.client.put_object(Bucket=s3_faults.bucket.bucket, Key=key, Body=b"x")
+    s3_faults.proxy.fail_with(403, "AccessDenied")
+    assert kubectl.run("-n", kube_namespace, "delete", "checkpointedjob", "refused",
+                       "--wait=true", "--timeout=60s").returncode == 0
+    (retained,) = [e for e in refused.events() if e["reason"] == "CheckpointsRetained"]
+    assert retained["type"] == "Warning"
+    assert f"s3://{s3_faults.bucket.bucket}/ckpt/refused-{uid}" in retained["message"]
+    assert "exit code 7" in retained["message"], retained["message"]
+    assert "checkpoint data kept" in retained["message"], retained["message"]
+    s3_faults.proxy.pass_through()
+    listed = s3_faults.bucket.client.list_objects_v2(Bucket=s3_faults.bucket.bucket)
+    assert [item["Key"] for item in listed.get("Contents", [])] == [key]
 
 
 def test_a_driver_pod_the_namespace_quota_refuses_is_reported_as_a_warning(

@@ -59,6 +59,7 @@ def test_a_new_job_gets_its_store_rights_fence_and_first_driver_in_that_order(cl
         "ensure_object(ServiceAccount)",
         "ensure_object(Role)",
         "ensure_object(RoleBinding)",
+        "ensure_object(NetworkPolicy)",
         "advance_fence(1)",
         "create_pod(sums-attempt-1)",
         "write_status",
@@ -243,7 +244,7 @@ def test_a_new_trigger_nonce_asks_the_running_driver_for_a_checkpoint_once(clock
     assert cluster.status["lastTriggerNonce"] == "backup-1"
 
 
-def test_deleting_with_cleanup_delete_waits_for_the_driver_then_removes_data_and_store(
+def test_deleting_with_cleanup_delete_waits_for_the_driver_then_its_cleanup_pod(
     clock: Clock,
 ) -> None:
     cluster = FakeCluster(job=job_document(cleanupPolicy={"checkpoints": "Delete"}))
@@ -256,12 +257,20 @@ def test_deleting_with_cleanup_delete_waits_for_the_driver_then_removes_data_and
     waiting = run_pass(subject, cluster)
     assert not waiting.finalized and waiting.requeue_after is not None
     assert "delete_pod(sums-attempt-1)" in cluster.calls
-    assert cluster.deleted_data == []
+    assert "sums-cleanup" not in cluster.pods, "no cleanup while a driver may still write"
     cluster.set_pod_state("sums-attempt-1", "Failed", exit_code=143)
+    cleaning = run_pass(subject, cluster)
+    assert not cleaning.finalized and cleaning.requeue_after is not None
+    args = cluster.pods["sums-cleanup"]["spec"]["containers"][0]["args"]
+    assert args[:2] == ["--uri", "file:///ckpt/sums-uid-1"]
+    assert cluster.store is not None, "the pointers stay until the data is gone"
+    cluster.set_pod_state("sums-cleanup", "Succeeded", exit_code=0,
+                          message="deleted 3 files under file:///ckpt/sums-uid-1")
     done = run_pass(subject, cluster)
     assert done.finalized
-    assert cluster.deleted_data == ["file:///ckpt/sums-uid-1"]
     assert cluster.store is None, "the checkpoint ConfigMap is deleted too"
+    (deleted,) = [e for e in cluster.events if e.reason == "CheckpointsDeleted"]
+    assert "deleted 3 files" in deleted.message
 
 
 def test_deleting_with_cleanup_retain_keeps_the_checkpoint_data(clock: Clock) -> None:
@@ -272,7 +281,8 @@ def test_deleting_with_cleanup_retain_keeps_the_checkpoint_data(clock: Clock) ->
     assert cluster.job is not None
     cluster.job["metadata"]["deletionTimestamp"] = "2024-05-01T12:01:00Z"
     assert run_pass(subject, cluster).finalized
-    assert cluster.deleted_data == []
+    assert "sums-cleanup" not in cluster.pods
+    assert cluster.store is not None
 
 
 def test_a_job_that_is_gone_ends_its_loop_and_leaves_the_metrics(
@@ -295,3 +305,45 @@ def test_pods_of_an_earlier_job_with_the_same_name_are_not_this_jobs_pods(clock:
     assert observe_pods([stranger], job_name="sums", job_uid="uid-1") == ()
     assert len(observe_pods([pod], job_name="sums", job_uid="uid-1")) == 1
     assert observe_pods([pod], job_name="other", job_uid="uid-1") == ()
+
+
+def test_a_failing_cleanup_pod_keeps_the_data_says_why_and_lets_the_job_go(
+    clock: Clock,
+) -> None:
+    """The operator reads no Secrets and touches no storage: when the cleanup pod
+    cannot delete the data, the deletion still finishes, and the Event says why."""
+    cluster = FakeCluster(job=job_document(cleanupPolicy={"checkpoints": "Delete"}))
+    subject = reconciler(cluster, clock)
+    run_pass(subject, cluster)
+    cluster.set_pod_state("sums-attempt-1", "Succeeded", exit_code=0)
+    assert cluster.job is not None
+    cluster.job["metadata"]["deletionTimestamp"] = "2024-05-01T12:01:00Z"
+    assert not run_pass(subject, cluster).finalized
+    cluster.set_pod_state(
+        "sums-cleanup", "Failed", exit_code=7,
+        message="checkpoint data kept: cannot delete s3://b/sums-uid-1: access denied")
+    assert run_pass(subject, cluster).finalized
+    (retained,) = [e for e in cluster.events if e.reason == "CheckpointsRetained"]
+    assert retained.type == "Warning"
+    assert "file:///ckpt/sums-uid-1" in retained.message
+    assert "exit code 7" in retained.message
+    assert "access denied" in retained.message
+    assert "CheckpointsDeleted" not in cluster.reasons()
+
+
+def test_a_cleanup_pod_the_api_server_refuses_keeps_the_data_and_lets_the_job_go(
+    clock: Clock,
+) -> None:
+    cluster = FakeCluster(job=job_document(cleanupPolicy={"checkpoints": "Delete"}))
+    subject = reconciler(cluster, clock)
+    run_pass(subject, cluster)
+    cluster.set_pod_state("sums-attempt-1", "Succeeded", exit_code=0)
+    assert cluster.job is not None
+    cluster.job["metadata"]["deletionTimestamp"] = "2024-05-01T12:01:00Z"
+    cluster.fail["create_pod"] = ClusterError(
+        operation="create pod team/sums-cleanup", cause="HTTP 403: exceeded quota",
+        retryable=False)
+    assert run_pass(subject, cluster).finalized
+    (retained,) = [e for e in cluster.events if e.reason == "CheckpointsRetained"]
+    assert "file:///ckpt/sums-uid-1" in retained.message
+    assert "exceeded quota" in retained.message

@@ -10,7 +10,6 @@ and that an unaligned barrier can overtake the data queued before it.
 from __future__ import annotations
 
 import contextlib
-import pickle
 import socket
 import threading
 import time
@@ -20,17 +19,20 @@ import pyarrow as pa
 import pytest
 
 from job_runtime.network.channels import (
+    ChannelListener,
     InputGate,
     LocalOutputChannel,
     OutputChannel,
     TcpOutputChannel,
     serve_input_channel,
 )
-from job_runtime.network.framing import ChannelClosed, Kind, recv_frame
+from job_runtime.network.framing import ChannelClosed, ChannelHello, Kind
+from job_runtime.network.handshake import Session
 from job_runtime.records import Batch
 
 WAIT = 30.0
 """Upper bound for things that must happen; never reached when the code works."""
+KEY = b"k" * 32
 
 
 def arrow_batch(*values: int) -> Batch:
@@ -180,29 +182,31 @@ def tcp_channel(*, credits: int, channel: int = 0,
                 channels: int = 1) -> Iterator[tuple[TcpOutputChannel, InputGate]]:
     """A real loopback connection: sender -> socket -> ``serve_input_channel`` -> gate."""
     gate = InputGate(channels=channels)
-    listener = socket.create_server(("127.0.0.1", 0))
+    listener_sock = socket.create_server(("127.0.0.1", 0))
     served: dict[str, socket.socket] = {}
+    server = threading.Thread()
 
-    def accept() -> None:
-        sock, _ = listener.accept()
-        kind, _, payload = recv_frame(sock)
-        assert kind == Kind.HELLO
-        assert pickle.loads(payload) == ("stage", channel)
+    def on_channel(sock: socket.socket, session: Session, hello: ChannelHello) -> None:
+        nonlocal server
+        assert hello == ChannelHello(stage=1, sender=channel)
         served["sock"] = sock
-        serve_input_channel(sock=sock, gate=gate, channel=channel, credits=credits)
+        server = threading.Thread(target=serve_input_channel, daemon=True, kwargs={
+            "sock": sock, "session": session, "gate": gate, "channel": channel,
+            "credits": credits})
+        server.start()
 
-    server = threading.Thread(target=accept, daemon=True)
-    server.start()
-    sender = TcpOutputChannel(address=listener.getsockname()[:2],
-                              hello=pickle.dumps(("stage", channel)))
+    listener = ChannelListener(sock=listener_sock, key=KEY, on_channel=on_channel)
+    sender = TcpOutputChannel(address=listener_sock.getsockname()[:2],
+                              hello=ChannelHello(stage=1, sender=channel), key=KEY)
     try:
         yield sender, gate
     finally:
         sender.close()
-        listener.close()
+        listener.stop()
         if "sock" in served:
             served["sock"].close()
-        server.join(timeout=WAIT)
+        if server.is_alive():
+            server.join(timeout=WAIT)
 
 
 class TestTcpChannel:
@@ -247,17 +251,16 @@ class TestTcpChannel:
 
     def test_a_sender_waiting_for_credit_fails_when_the_receiver_goes_away(self) -> None:
         gate = InputGate(channels=1)
-        listener = socket.create_server(("127.0.0.1", 0))
+        listener_sock = socket.create_server(("127.0.0.1", 0))
         accepted: dict[str, socket.socket] = {}
 
-        def accept() -> None:
-            sock, _ = listener.accept()
-            recv_frame(sock)
+        def on_channel(sock: socket.socket, session: Session, hello: ChannelHello) -> None:
             accepted["sock"] = sock
-            serve_input_channel(sock=sock, gate=gate, channel=0, credits=1)
+            serve_input_channel(sock=sock, session=session, gate=gate, channel=0, credits=1)
 
-        threading.Thread(target=accept, daemon=True).start()
-        channel = TcpOutputChannel(address=listener.getsockname()[:2], hello=b"")
+        listener = ChannelListener(sock=listener_sock, key=KEY, on_channel=on_channel)
+        channel = TcpOutputChannel(address=listener_sock.getsockname()[:2],
+                                   hello=ChannelHello(stage=1, sender=0), key=KEY)
         try:
             sender = Sender(channel, count=5)
             sender.start()
@@ -270,7 +273,7 @@ class TestTcpChannel:
             assert isinstance(sender.error, ChannelClosed)
         finally:
             channel.close()
-            listener.close()
+            listener.stop()
 
     def test_the_receiving_task_learns_that_its_upstream_broke(self) -> None:
         with tcp_channel(credits=2) as (channel, gate):

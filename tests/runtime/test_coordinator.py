@@ -11,12 +11,26 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
 from job_runtime.coordinator.coordinator import CheckpointCoordinator, CheckpointSettings
-from job_runtime.coordinator.rpc import RpcConnection, connect
+from job_runtime.coordinator.messages import (
+    Abort,
+    Ack,
+    AckState,
+    AckStats,
+    Complete,
+    Decline,
+    Ready,
+    Register,
+    Registered,
+    Rejected,
+    ToSubtask,
+    Trigger,
+)
+from job_runtime.coordinator.rpc import SubtaskConnection, connect
 from job_runtime.errors import CheckpointFailureBudgetExceeded
 from job_runtime.storage.checkpoint_storage import CheckpointStorage
 from job_runtime.store.base import CompletedCheckpoint
@@ -24,36 +38,43 @@ from job_runtime.store.memory import InMemoryCheckpointIdCounter, InMemoryCheckp
 from job_runtime.store.triggers import FileTriggerSource, request_checkpoint
 
 JOB = "job-uid1"
+KEY = b"k" * 32
 WAIT = 30.0
+M = TypeVar("M", Trigger, Complete, Abort)
 
 
 class StandIn:
     """One subtask's connection to the coordinator."""
 
     def __init__(self, coordinator: CheckpointCoordinator, *, subtask: int, epoch: int) -> None:
-        self.conn: RpcConnection = connect("127.0.0.1", coordinator.port)
+        self.conn: SubtaskConnection = connect("127.0.0.1", coordinator.port, key=KEY)
         self.conn.sock.settimeout(WAIT)  # an unanswered message fails the test, not hangs it
         self.subtask = subtask
         self.epoch = epoch
 
-    def send(self, kind: str, **fields: Any) -> None:
-        self.conn.send(kind, epoch=self.epoch, subtask=self.subtask, **fields)
-
-    def register(self) -> tuple[str, dict[str, Any]]:
-        self.send("register", host="localhost", pid=0)
+    def register(self) -> ToSubtask:
+        self.conn.send(Register(epoch=self.epoch, subtask=self.subtask, host="localhost",
+                                pid=0))
         return self.conn.receive()
 
-    def expect(self, kind: str) -> dict[str, Any]:
+    def ready(self) -> None:
+        self.conn.send(Ready(epoch=self.epoch, subtask=self.subtask))
+
+    def decline(self, checkpoint_id: int, *, reason: str, subsumed: bool = False) -> None:
+        self.conn.send(Decline(epoch=self.epoch, subtask=self.subtask,
+                               checkpoint_id=checkpoint_id, reason=reason, subsumed=subsumed))
+
+    def expect(self, kind: type[M]) -> M:
         while True:
-            got, fields = self.conn.receive()
-            if got == kind:
-                return fields
-            assert got in ("trigger", "complete", "abort"), (got, fields)
+            got = self.conn.receive()
+            if isinstance(got, kind):
+                return got
+            assert isinstance(got, (Trigger, Complete, Abort)), got
 
     def ack(self, checkpoint_id: int, *, position: int) -> None:
-        self.send("ack", checkpoint_id=checkpoint_id, stage=0,
-                  state={"sources": {str(self.subtask): position}, "operators": {}},
-                  stats={"bytes": 10})
+        self.conn.send(Ack(epoch=self.epoch, subtask=self.subtask, checkpoint_id=checkpoint_id,
+                           stage=0, state=AckState(sources={str(self.subtask): position}),
+                           stats=AckStats(bytes=10)))
 
 
 @pytest.fixture
@@ -73,7 +94,7 @@ def make_coordinator(storage: CheckpointStorage, store: InMemoryCheckpointStore,
         job_id=JOB, attempt=1, parallelism=2, max_parallelism=128, stages=1, storage=storage,
         store=store, counter=counter,
         settings=CheckpointSettings(interval=interval, tolerable_failures=tolerable),
-        initial_restore=metadata, initial_restore_pointer=restore)
+        initial_restore=metadata, initial_restore_pointer=restore, key=KEY)
 
 
 @pytest.fixture
@@ -84,8 +105,8 @@ def running(storage: CheckpointStorage) -> Iterator[tuple[CheckpointCoordinator,
     coordinator = make_coordinator(storage, store, tolerable=1)
     subtasks = [StandIn(coordinator, subtask=i, epoch=1) for i in range(2)]
     for s in subtasks:
-        assert s.register() == ("registered", {"restore": None})
-        s.send("ready")
+        assert s.register() == Registered(restore=None)
+        s.ready()
     wait_until(lambda: coordinator.trigger() is not None, what="both subtasks are ready")
     try:
         yield coordinator, store, subtasks
@@ -113,15 +134,14 @@ def test_a_checkpoint_completes_when_every_task_acknowledged(
         running: tuple[CheckpointCoordinator, InMemoryCheckpointStore, list[StandIn]],
         storage: CheckpointStorage) -> None:
     _, store, subtasks = running
-    trigger = subtasks[0].expect("trigger")
-    checkpoint_id = int(trigger["checkpoint_id"])
-    subtasks[1].expect("trigger")
+    checkpoint_id = subtasks[0].expect(Trigger).checkpoint_id
+    subtasks[1].expect(Trigger)
     subtasks[0].ack(checkpoint_id, position=11)
     assert store.latest() is None, "completed before every task acknowledged"
     subtasks[1].ack(checkpoint_id, position=22)
 
     for s in subtasks:
-        assert int(s.expect("complete")["checkpoint_id"]) == checkpoint_id
+        assert s.expect(Complete).checkpoint_id == checkpoint_id
     latest = store.latest()
     assert latest is not None and latest.checkpoint_id == checkpoint_id
     metadata = json.loads(storage.read_metadata(latest.metadata_path))
@@ -132,15 +152,15 @@ def test_a_checkpoint_completes_when_every_task_acknowledged(
 def test_declines_beyond_the_tolerable_failures_fail_the_job(
         running: tuple[CheckpointCoordinator, InMemoryCheckpointStore, list[StandIn]]) -> None:
     coordinator, store, subtasks = running
-    first = int(subtasks[0].expect("trigger")["checkpoint_id"])
-    subtasks[1].send("decline", checkpoint_id=first, reason="upload failed: disk full")
+    first = subtasks[0].expect(Trigger).checkpoint_id
+    subtasks[1].decline(first, reason="upload failed: disk full")
     for s in subtasks:
-        assert int(s.expect("abort")["checkpoint_id"]) == first
+        assert s.expect(Abort).checkpoint_id == first
     assert coordinator.failure is None, "one failure is tolerable"
 
     second = coordinator.trigger()
     assert second is not None and second > first
-    subtasks[0].send("decline", checkpoint_id=second, reason="upload failed: disk full")
+    subtasks[0].decline(second, reason="upload failed: disk full")
     assert coordinator.failed_event.wait(WAIT)
     assert isinstance(coordinator.failure, CheckpointFailureBudgetExceeded)
     assert "disk full" in str(coordinator.failure)
@@ -153,26 +173,26 @@ def test_a_checkpoint_subsumed_by_a_newer_barrier_is_no_failure(
     for _ in range(3):   # one failure is tolerable: three subsumed ones must not count
         checkpoint_id = coordinator.trigger()
         assert checkpoint_id is not None
-        subtasks[0].send("decline", checkpoint_id=checkpoint_id, subsumed=True,
-                         reason=f"subsumed by barrier {checkpoint_id + 1}")
+        subtasks[0].decline(checkpoint_id, subsumed=True,
+                            reason=f"subsumed by barrier {checkpoint_id + 1}")
         for s in subtasks:
-            assert int(s.expect("abort")["checkpoint_id"]) == checkpoint_id
+            assert s.expect(Abort).checkpoint_id == checkpoint_id
     assert coordinator.failure is None
 
 
 def test_a_zombie_of_an_older_epoch_is_ignored_and_refused(
         running: tuple[CheckpointCoordinator, InMemoryCheckpointStore, list[StandIn]]) -> None:
     coordinator, store, subtasks = running
-    checkpoint_id = int(subtasks[0].expect("trigger")["checkpoint_id"])
+    checkpoint_id = subtasks[0].expect(Trigger).checkpoint_id
     # Spark relaunched the stage: epoch 2 registers and aborts what was pending.
     fresh = [StandIn(coordinator, subtask=i, epoch=2) for i in range(2)]
-    assert fresh[0].register()[0] == "registered"
+    assert isinstance(fresh[0].register(), Registered)
     for s in subtasks:
         s.ack(checkpoint_id, position=1)
     time.sleep(0.2)
     assert store.latest() is None, "acks of a dead epoch completed a checkpoint"
     late = StandIn(coordinator, subtask=1, epoch=1)
-    assert late.register()[0] == "rejected"
+    assert isinstance(late.register(), Rejected)
 
 
 def test_a_relaunch_after_a_fallback_restores_the_checkpoint_the_driver_started_from(
@@ -189,14 +209,15 @@ def test_a_relaunch_after_a_fallback_restores_the_checkpoint_the_driver_started_
     coordinator = make_coordinator(storage, store, restore=fallback)
     try:
         first = StandIn(coordinator, subtask=0, epoch=1)
-        kind, fields = first.register()
-        assert (kind, fields["restore"]["checkpointId"]) == ("registered", 2)
+        answer = first.register()
+        assert isinstance(answer, Registered) and answer.restore is not None
+        assert answer.restore["checkpointId"] == 2
         # A subtask dies before any new checkpoint: the relaunch must not pick
         # the store's newest (damaged) checkpoint, nor hang on it.
         relaunched = StandIn(coordinator, subtask=0, epoch=2)
-        kind, fields = relaunched.register()
-        assert kind == "registered", fields
-        assert fields["restore"]["checkpointId"] == 2
+        answer = relaunched.register()
+        assert isinstance(answer, Registered) and answer.restore is not None, answer
+        assert answer.restore["checkpointId"] == 2
         assert coordinator.failure is None
     finally:
         coordinator.stop()
@@ -209,11 +230,11 @@ def test_a_relaunch_that_cannot_read_its_checkpoint_fails_the_job_instead_of_han
     store.add_checkpoint_and_subsume_oldest(checkpoint, discard=storage.discard)
     coordinator = make_coordinator(storage, store, restore=checkpoint)
     try:
-        assert StandIn(coordinator, subtask=0, epoch=1).register()[0] == "registered"
+        assert isinstance(StandIn(coordinator, subtask=0, epoch=1).register(), Registered)
         Path(checkpoint.metadata_path.removeprefix("file://")).unlink()
-        kind, fields = StandIn(coordinator, subtask=0, epoch=2).register()
-        assert kind == "rejected"
-        assert "cannot load the checkpoint to restore" in fields["reason"]
+        answer = StandIn(coordinator, subtask=0, epoch=2).register()
+        assert isinstance(answer, Rejected)
+        assert "cannot load the checkpoint to restore" in answer.reason
         assert coordinator.failed_event.wait(WAIT)
     finally:
         coordinator.stop()
@@ -228,23 +249,23 @@ def test_a_manual_request_whose_checkpoint_aborted_is_served_by_the_next_one(
         store=InMemoryCheckpointStore(retained=3), counter=InMemoryCheckpointIdCounter(),
         settings=CheckpointSettings(interval=0.0, tolerable_failures=5,
                                     trigger_poll_interval=0.05),
-        initial_restore=None, initial_restore_pointer=None,
+        initial_restore=None, initial_restore_pointer=None, key=KEY,
         triggers=FileTriggerSource(str(requests)))
     try:
         subtasks = [StandIn(coordinator, subtask=i, epoch=1) for i in range(2)]
         for s in subtasks:
             s.register()
-            s.send("ready")
+            s.ready()
         request_checkpoint(str(requests), nonce="request-1")
-        first = int(subtasks[0].expect("trigger")["checkpoint_id"])
-        subtasks[1].send("decline", checkpoint_id=first, reason="upload failed")
-        assert int(subtasks[0].expect("abort")["checkpoint_id"]) == first
+        first = subtasks[0].expect(Trigger).checkpoint_id
+        subtasks[1].decline(first, reason="upload failed")
+        assert subtasks[0].expect(Abort).checkpoint_id == first
 
-        second = int(subtasks[0].expect("trigger")["checkpoint_id"])
+        second = subtasks[0].expect(Trigger).checkpoint_id
         assert second > first
         for s in subtasks:
             s.ack(second, position=1)
-        assert int(subtasks[0].expect("complete")["checkpoint_id"]) == second
+        assert subtasks[0].expect(Complete).checkpoint_id == second
         wait_until(lambda: (requests / "trigger.ack").exists(), what="the request is answered")
         assert (requests / "trigger.ack").read_text() == f"request-1:{second}"
     finally:

@@ -16,7 +16,17 @@ from typing import Any
 import pytest
 
 from job_runtime.coordinator.coordinator import CheckpointCoordinator, CheckpointSettings
-from job_runtime.coordinator.rpc import RpcConnection, connect
+from job_runtime.coordinator.messages import (
+    Abort,
+    Ack,
+    AckState,
+    AckStats,
+    Complete,
+    Ready,
+    Register,
+    Registered,
+)
+from job_runtime.coordinator.rpc import SubtaskConnection, connect
 from job_runtime.metrics import DriverMetrics
 from job_runtime.storage.checkpoint_storage import CheckpointStorage
 from job_runtime.store.base import CompletedCheckpoint, Discarder
@@ -24,6 +34,7 @@ from job_runtime.store.memory import InMemoryCheckpointIdCounter, InMemoryCheckp
 
 JOB = "job-uid1"
 WAIT = 30.0
+KEY = b"k" * 32
 
 
 class ForbiddenPruneStore(InMemoryCheckpointStore):
@@ -42,17 +53,17 @@ def failing_discard(checkpoint: CompletedCheckpoint) -> None:
 
 def run_one_checkpoint(storage: CheckpointStorage, store: InMemoryCheckpointStore, *,
                        on_complete: Callable[[CompletedCheckpoint, Any], None] | None = None,
-                       ) -> tuple[CheckpointCoordinator, int, list[RpcConnection]]:
+                       ) -> tuple[CheckpointCoordinator, int, list[SubtaskConnection]]:
     coordinator = CheckpointCoordinator(
         job_id=JOB, attempt=1, parallelism=1, max_parallelism=128, stages=1, storage=storage,
         store=store, counter=InMemoryCheckpointIdCounter(),
         settings=CheckpointSettings(interval=0.0, tolerable_failures=5),
-        initial_restore=None, initial_restore_pointer=None, on_complete=on_complete)
-    conn = connect("127.0.0.1", coordinator.port)
+        initial_restore=None, initial_restore_pointer=None, on_complete=on_complete, key=KEY)
+    conn = connect("127.0.0.1", coordinator.port, key=KEY)
     conn.sock.settimeout(WAIT)
-    conn.send("register", epoch=1, subtask=0, host="localhost", pid=0)
-    assert conn.receive()[0] == "registered"
-    conn.send("ready", epoch=1, subtask=0)
+    conn.send(Register(epoch=1, subtask=0, host="localhost", pid=0))
+    assert isinstance(conn.receive(), Registered)
+    conn.send(Ready(epoch=1, subtask=0))
     deadline = time.monotonic() + WAIT
     checkpoint_id = None
     while checkpoint_id is None:
@@ -60,16 +71,17 @@ def run_one_checkpoint(storage: CheckpointStorage, store: InMemoryCheckpointStor
         checkpoint_id = coordinator.trigger()
         time.sleep(0.01)
     storage.write_state(checkpoint_id, "reduce", 0, b"state")
-    conn.send("ack", epoch=1, subtask=0, checkpoint_id=checkpoint_id, stage=0,
-              state={"sources": {"0": 7}, "operators": {}}, stats={"bytes": 5})
+    conn.send(Ack(epoch=1, subtask=0, checkpoint_id=checkpoint_id, stage=0,
+                  state=AckState(sources={"0": 7}), stats=AckStats(bytes=5)))
     return coordinator, checkpoint_id, [conn]
 
 
-def wait_for_message(conn: RpcConnection, *kinds: str) -> tuple[str, dict[str, Any]]:
+def wait_for_message(conn: SubtaskConnection) -> Complete | Abort:
+    """The outcome of the checkpoint: its completion or its abort."""
     while True:
-        kind, fields = conn.receive()
-        if kind in kinds:
-            return kind, fields
+        message = conn.receive()
+        if isinstance(message, (Complete, Abort)):
+            return message
 
 
 @pytest.fixture
@@ -82,7 +94,7 @@ class TestAPruningErrorEscapingTheStore:
         store = ForbiddenPruneStore(retained=1)
         coordinator, checkpoint_id, conns = run_one_checkpoint(storage, store)
         try:
-            wait_for_message(conns[0], "complete", "abort")
+            wait_for_message(conns[0])
             with coordinator._lock:
                 pass  # the message is sent while the coordinator still handles the ack
             latest = store.latest()
@@ -113,8 +125,8 @@ class TestAPruningFailureInsideTheStore:
         coordinator, checkpoint_id, conns = run_one_checkpoint(storage, store,
                                                                on_complete=on_complete)
         try:
-            kind, fields = wait_for_message(conns[0], "complete", "abort")
-            assert (kind, fields["checkpoint_id"]) == ("complete", checkpoint_id)
+            outcome = wait_for_message(conns[0])
+            assert outcome == Complete(checkpoint_id=checkpoint_id, final=False)
             deadline = time.monotonic() + WAIT
             while metrics.registry.get_sample_value(
                     "cjob_checkpoint_prune_failures_total", {"cjob_job": "clicks"}) != 1.0:

@@ -23,6 +23,7 @@ from job_runtime.coordinator.coordinator import CheckpointCoordinator, Checkpoin
 from job_runtime.execution.config import SubtaskConfig
 from job_runtime.execution.subtask import SubtaskRuntime
 from job_runtime.execution.tasks import SourceTask
+from job_runtime.network.handshake import new_key
 from job_runtime.storage.checkpoint_storage import CheckpointStorage
 from job_runtime.store.memory import InMemoryCheckpointIdCounter, InMemoryCheckpointStore
 
@@ -54,18 +55,20 @@ def checkpoint_once(coordinator: CheckpointCoordinator) -> None:
 @pytest.mark.slow
 def test_thousands_of_checkpoints_leave_memory_flat(tmp_path: Path) -> None:
     storage = CheckpointStorage((tmp_path / "ckpt").as_uri(), JOB)
+    key = new_key()
     coordinator = CheckpointCoordinator(
         job_id=JOB, attempt=1, parallelism=1, max_parallelism=128, stages=2, storage=storage,
         store=InMemoryCheckpointStore(retained=2), counter=InMemoryCheckpointIdCounter(),
         settings=CheckpointSettings(interval=0.0, tolerable_failures=0),
-        initial_restore=None, initial_restore_pointer=None)
+        initial_restore=None, initial_restore_pointer=None, key=key)
     listener = socket.create_server(("127.0.0.1", 0))
     config = SubtaskConfig(
         job_id=JOB, job_name="long-run", attempt=1, entrypoint="long_run_job:build",
         python_path=(str(JOBS),), args={"output": str(tmp_path / "out"), "rate": 2000},
         parallelism=1, max_parallelism=128, coordinator_host="127.0.0.1",
         coordinator_port=coordinator.port, checkpoint_root=(tmp_path / "ckpt").as_uri(),
-        staging_uri=(tmp_path / "staging").as_uri(), mode="exactly_once", unaligned=False)
+        staging_uri=(tmp_path / "staging").as_uri(), mode="exactly_once", unaligned=False,
+        key=key, loopback=True)
     runtime = SubtaskRuntime(config=config, subtask=0, epoch=1,
                              peers=[("127.0.0.1", listener.getsockname()[1])], listener=listener)
     thread = threading.Thread(target=runtime.run, daemon=True, name="long-run-subtask")

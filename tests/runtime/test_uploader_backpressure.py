@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Any
 
+from job_runtime.coordinator.messages import Ack, ToCoordinator
 from job_runtime.execution.uploader import Uploader, UploadJob
 from job_runtime.storage.checkpoint_storage import CheckpointStorage
 
@@ -19,7 +19,7 @@ WAIT = 30.0
 
 def job(checkpoint_id: int) -> UploadJob:
     return UploadJob(checkpoint_id=checkpoint_id, stage=0, subtask=0, snapshots={},
-                     inline={"sources": {"0": checkpoint_id}}, channel_state=None,
+                     sources={"0": checkpoint_id}, sink=None, channel_state=None,
                      channel_uid="s-channels", stats={})
 
 
@@ -30,15 +30,16 @@ class SlowCoordinator:
         self.open = threading.Event()
         self.acked: list[int] = []
 
-    def send(self, kind: str, **fields: Any) -> None:
+    def send(self, message: ToCoordinator) -> None:
         assert self.open.wait(WAIT)
-        self.acked.append(int(fields["checkpoint_id"]))
+        assert isinstance(message, Ack), message
+        self.acked.append(message.checkpoint_id)
 
 
 def test_a_full_upload_queue_makes_the_submitting_task_wait(tmp_path: Path) -> None:
     coordinator = SlowCoordinator()
     uploader = Uploader(storage=CheckpointStorage((tmp_path / "ckpt").as_uri(), "job-uid1"),
-                        send=coordinator.send, max_queued=2)
+                        subtask=0, epoch=1, send=coordinator.send, max_queued=2)
     submitted: list[int] = []
 
     def task() -> None:
@@ -63,7 +64,7 @@ def test_a_cancelled_subtask_stops_waiting_for_room(tmp_path: Path) -> None:
     coordinator = SlowCoordinator()
     cancelled = threading.Event()
     uploader = Uploader(storage=CheckpointStorage((tmp_path / "ckpt").as_uri(), "job-uid1"),
-                        send=coordinator.send, max_queued=1, cancelled=cancelled.is_set)
+                        subtask=0, epoch=1, send=coordinator.send, max_queued=1, cancelled=cancelled.is_set)
     for checkpoint_id in range(1, 3):
         uploader.submit(job(checkpoint_id))
     waiting = threading.Thread(target=uploader.submit, args=(job(3),), daemon=True)

@@ -176,7 +176,8 @@ def test_defaulting_fills_every_optional_section() -> None:
     assert defaulted["restartPolicy"]["backoff"] == {"initial": "10s", "max": "5m", "multiplier": 2}
     assert defaulted["checkpoint"]["interval"] == "10s"
     assert defaulted["spark"]["executor"] == {"instances": 1, "cores": 1, "memory": "1Gi"}
-    assert defaulted["restore"] == {"from": "latest", "onUnreadable": "Fail"}
+    assert defaulted["restore"] == {"from": "latest", "onUnreadable": "Fail",
+                                    "allowForeignJob": False}
     assert defaulted["cleanupPolicy"] == {"checkpoints": "Retain"}
 
 

@@ -48,6 +48,7 @@ def parser_complaint(document: dict[str, Any]) -> str | None:
 
 
 S3_CODE = "s3://code/jobs/clicks.zip"
+FOREIGN = "file:///var/lib/cjob/checkpoints/sums-0a1b2c/chk-7/_metadata"
 WITH_S3_SETTINGS = with_field(minimal(), "spec.checkpoint.s3", {"endpoint": "http://minio:9000"})
 
 ACCEPTED: list[tuple[str, dict[str, Any]]] = [
@@ -57,6 +58,15 @@ ACCEPTED: list[tuple[str, dict[str, Any]]] = [
     ("relative folder", with_field(minimal(), "spec.job.pythonPath", ["jobs/"])),
     ("s3 zip", with_field(minimal(), "spec.job.pythonPath", [S3_CODE])),
     ("s3 settings for s3 code", with_field(WITH_S3_SETTINGS, "spec.job.pythonPath", [S3_CODE])),
+    ("another job's checkpoint, allowed",
+     with_field(with_field(minimal(), "spec.restore.from", FOREIGN), "spec.restore.allowForeignJob",
+                True)),
+    ("adjusted security contexts", with_field(
+        with_field(minimal(), "spec.pod.securityContext",
+                   {"runAsUser": 1000, "seccompProfile": {"type": "Localhost",
+                                                          "localhostProfile": "spark.json"}}),
+        "spec.pod.containerSecurityContext",
+        {"privileged": True, "allowPrivilegeEscalation": True})),
 ]
 
 REFUSED: list[tuple[str, dict[str, Any], str]] = [
@@ -68,6 +78,30 @@ REFUSED: list[tuple[str, dict[str, Any], str]] = [
      "must not start or end with spaces"),
     ("s3 settings without any s3", WITH_S3_SETTINGS,
      "only valid with s3:// storage or s3:// entries in job.pythonPath"),
+    ("another job allowed without a path",
+     with_field(minimal(), "spec.restore.allowForeignJob", True),
+     "allowForeignJob applies only to a checkpoint path"),
+    ("another job allowed with a checkpoint id",
+     with_field(with_field(minimal(), "spec.restore.from", 7), "spec.restore.allowForeignJob",
+                True),
+     "allowForeignJob applies only to a checkpoint path"),
+    ("localhost seccomp without a profile",
+     with_field(minimal(), "spec.pod.securityContext", {"seccompProfile": {"type": "Localhost"}}),
+     "localhostProfile is required with type Localhost"),
+    ("a profile with runtime default",
+     with_field(minimal(), "spec.pod.containerSecurityContext",
+                {"appArmorProfile": {"type": "RuntimeDefault", "localhostProfile": "x"}}),
+     "localhostProfile is required with type Localhost"),
+    ("privileged without privilege escalation",
+     with_field(minimal(), "spec.pod.containerSecurityContext", {"privileged": True}),
+     "privileged needs allowPrivilegeEscalation true"),
+    ("lower-case capability",
+     with_field(minimal(), "spec.pod.containerSecurityContext",
+                {"capabilities": {"drop": ["all"]}}),
+     "spec.pod.containerSecurityContext.capabilities.drop[0]"),
+    ("negative user",
+     with_field(minimal(), "spec.pod.securityContext", {"runAsUser": -1}),
+     "spec.pod.securityContext.runAsUser"),
 ]
 
 

@@ -580,6 +580,17 @@ ERRORS: list[tuple[str, dict[str, Any], str]] = [
         "('Ignore')",
     ),
     (
+        "another job's checkpoint allowed without naming one",
+        with_field(M, "spec.restore.allowForeignJob", True),
+        "spec.restore.allowForeignJob: applies only to a checkpoint path in spec.restore.from "
+        "(a file:// or s3:// path to another job's _metadata)",
+    ),
+    (
+        "allowForeignJob as a string",
+        with_field(M, "spec.restore.allowForeignJob", "yes"),
+        "spec.restore.allowForeignJob: must be true or false, got a string ('yes')",
+    ),
+    (
         "unknown cleanup policy",
         with_field(M, "spec.cleanupPolicy.checkpoints", "Keep"),
         "spec.cleanupPolicy.checkpoints: must be one of Retain, Delete, got a string ('Keep')",
@@ -653,7 +664,8 @@ def test_changes_a_running_driver_depends_on_change_the_spec_hash(path: str, val
         ("spec.suspend", False),
         ("spec.checkpoint.triggerNonce", "manual-2"),
         ("spec.restartPolicy.maxRestarts", 1),
-        ("spec.restore.from", "latest"),
+        ("spec.restore.from", "s3://old/chk-9/_metadata"),
+        ("spec.restore.allowForeignJob", False),
         ("spec.cleanupPolicy.checkpoints", "Retain"),
         ("metadata.generation", 9),
     ],

@@ -68,7 +68,8 @@ def test_a_minimal_job_leaves_optional_flags_out() -> None:
     args = to_runtime_args(
         job, restore_pointer="7", attempt=1, store=file_store_arg("state/clicks"), job_uid="local"
     )
-    for flag in ("--unaligned", "--python-path", "--spark-conf", "--metrics-port", "--status-file"):
+    for flag in ("--unaligned", "--python-path", "--spark-conf", "--metrics-port", "--status-file",
+                 "--allow-foreign-restore"):
         assert flag not in args
     assert single(args, "--store") == "file:state/clicks"
     assert single(args, "--restore") == "7"
@@ -94,6 +95,19 @@ def test_the_supervisor_can_override_master_and_add_spark_settings() -> None:
         "spark.driver.memory=1024m",
         "spark.ui.enabled=false",
     ]
+
+
+def test_a_restore_of_another_jobs_checkpoint_is_passed_only_when_allowed() -> None:
+    foreign = "s3://ckpt/clicks/clicks-per-user-u0/chk-9/_metadata"
+    document = with_field(minimal(), "spec.restore.from", foreign)
+    allowed = parse_job(with_field(document, "spec.restore.allowForeignJob", True))
+    args = to_runtime_args(allowed, restore_pointer=foreign, attempt=1, store="file:x",
+                           job_uid="u")
+    assert single(args, "--restore") == foreign
+    assert args.count("--allow-foreign-restore") == 1
+    refused = to_runtime_args(parse_job(document), restore_pointer=foreign, attempt=1,
+                              store="file:x", job_uid="u")
+    assert "--allow-foreign-restore" not in refused
 
 
 def test_at_least_once_mode_is_passed_in_the_runtime_spelling() -> None:

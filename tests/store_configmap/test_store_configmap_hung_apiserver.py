@@ -14,13 +14,25 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from store_configmap_support import LossyApiProxy, StoreWorld
 
 from job_runtime.coordinator.coordinator import CheckpointCoordinator, CheckpointSettings
-from job_runtime.coordinator.rpc import RpcConnection, connect
+from job_runtime.coordinator.messages import (
+    Abort,
+    Ack,
+    AckState,
+    AckStats,
+    Complete,
+    Decline,
+    Ready,
+    Register,
+    Registered,
+    Trigger,
+)
+from job_runtime.coordinator.rpc import SubtaskConnection, connect
 from job_runtime.errors import CheckpointFailureBudgetExceeded
 from job_runtime.store.configmap import ConfigMapCheckpointIdCounter
 from job_runtime.store.configmap_triggers import ConfigMapTriggerSource
@@ -28,34 +40,40 @@ from job_runtime.store.configmap_triggers import ConfigMapTriggerSource
 WAIT = 30.0
 QUICK = (1.0, 1.0)
 """Connect and read timeouts of the coordinator's apiserver calls in these tests."""
+KEY = b"k" * 32
+M = TypeVar("M", Trigger, Complete, Abort)
 
 
 class StandIn:
     """One subtask's side of the coordinator protocol, over a loopback socket."""
 
     def __init__(self, coordinator: CheckpointCoordinator, *, subtask: int) -> None:
-        self.conn: RpcConnection = connect("127.0.0.1", coordinator.port)
+        self.conn: SubtaskConnection = connect("127.0.0.1", coordinator.port, key=KEY)
         self.conn.sock.settimeout(WAIT)  # an unanswered message fails the test, not hangs it
         self.subtask = subtask
 
-    def send(self, kind: str, **fields: Any) -> None:
-        self.conn.send(kind, epoch=1, subtask=self.subtask, **fields)
-
     def join(self) -> None:
-        self.send("register", host="localhost", pid=0)
-        assert self.conn.receive()[0] == "registered"
+        self.conn.send(Register(epoch=1, subtask=self.subtask, host="localhost", pid=0))
+        assert isinstance(self.conn.receive(), Registered)
 
-    def expect(self, kind: str) -> dict[str, Any]:
+    def ready(self) -> None:
+        self.conn.send(Ready(epoch=1, subtask=self.subtask))
+
+    def decline(self, checkpoint_id: int, *, reason: str) -> None:
+        self.conn.send(Decline(epoch=1, subtask=self.subtask, checkpoint_id=checkpoint_id,
+                               reason=reason))
+
+    def expect(self, kind: type[M]) -> M:
         while True:
-            got, fields = self.conn.receive()
-            if got == kind:
-                return fields
-            assert got in ("trigger", "complete", "abort"), (got, fields)
+            got = self.conn.receive()
+            if isinstance(got, kind):
+                return got
+            assert isinstance(got, (Trigger, Complete, Abort)), got
 
     def ack(self, checkpoint_id: int) -> None:
-        self.send("ack", checkpoint_id=checkpoint_id, stage=0,
-                  state={"sources": {str(self.subtask): checkpoint_id}, "operators": {}},
-                  stats={"bytes": 10})
+        self.conn.send(Ack(epoch=1, subtask=self.subtask, checkpoint_id=checkpoint_id, stage=0,
+                           state=AckState(sources={str(self.subtask): checkpoint_id}),
+                           stats=AckStats(bytes=10)))
 
 
 def wait_until(condition: Any, *, what: str) -> None:
@@ -84,7 +102,8 @@ def coordinator_for(world: StoreWorld, lossy_proxy: LossyApiProxy) -> Iterator[A
             counter=counter,
             settings=CheckpointSettings(interval=interval, tolerable_failures=tolerable,
                                         max_concurrent=2, trigger_poll_interval=0.2),
-            initial_restore=None, initial_restore_pointer=None, triggers=triggers)
+            initial_restore=None, initial_restore_pointer=None, key=KEY,
+            triggers=triggers)
         built.append(coordinator)
         return coordinator
 
@@ -99,9 +118,9 @@ def test_a_decline_is_handled_while_the_commit_of_another_checkpoint_hangs(
     subtasks = [StandIn(coordinator, subtask=i) for i in range(2)]
     for s in subtasks:
         s.join()
-        s.send("ready")
+        s.ready()
     wait_until(lambda: coordinator.trigger() is not None, what="a checkpoint is triggered")
-    first = int(subtasks[0].expect("trigger")["checkpoint_id"])
+    first = subtasks[0].expect(Trigger).checkpoint_id
     second = coordinator.trigger()
     assert second is not None
 
@@ -109,11 +128,11 @@ def test_a_decline_is_handled_while_the_commit_of_another_checkpoint_hangs(
     for s in subtasks:
         s.ack(first)  # every task acknowledged: the commit now waits for the apiserver
     wait_until(lambda: lossy_proxy.hung, what="the commit waits for the hung apiserver")
-    subtasks[1].send("decline", checkpoint_id=second, reason="upload failed")
+    subtasks[1].decline(second, reason="upload failed")
 
-    aborted = int(subtasks[0].expect("abort")["checkpoint_id"])
+    aborted = subtasks[0].expect(Abort).checkpoint_id
     assert aborted == second, "the decline waited for the hung commit"
-    assert int(subtasks[0].expect("abort")["checkpoint_id"]) == first, \
+    assert subtasks[0].expect(Abort).checkpoint_id == first, \
         "the hung commit never gave up"
     assert coordinator.stats.failed == 2
     assert coordinator.failure is None
@@ -127,7 +146,7 @@ def test_a_trigger_that_cannot_get_an_id_counts_against_the_tolerable_failures(
         s.join()
     lossy_proxy.hang()
     for s in subtasks:
-        s.send("ready")
+        s.ready()
 
     assert coordinator.failed_event.wait(WAIT), "the hung id counter never counted as a failure"
     assert isinstance(coordinator.failure, CheckpointFailureBudgetExceeded)
@@ -144,16 +163,16 @@ def test_checkpointing_resumes_when_the_apiserver_answers_again(
         s.join()
     lossy_proxy.hang()
     for s in subtasks:
-        s.send("ready")
+        s.ready()
     wait_until(lambda: coordinator.stats.failed >= 2,
                what="two triggers fail on the hung id counter")
     assert coordinator.failure is None
 
     lossy_proxy.resume()
-    checkpoint_id = int(subtasks[0].expect("trigger")["checkpoint_id"])
+    checkpoint_id = subtasks[0].expect(Trigger).checkpoint_id
     for s in subtasks:
         s.ack(checkpoint_id)
-    assert int(subtasks[1].expect("complete")["checkpoint_id"]) == checkpoint_id
+    assert subtasks[1].expect(Complete).checkpoint_id == checkpoint_id
     latest = world.store().latest()
     assert latest is not None and latest.checkpoint_id == checkpoint_id
     streak = [r for r in caplog.records if r.levelno == logging.WARNING

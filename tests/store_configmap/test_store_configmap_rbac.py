@@ -121,3 +121,41 @@ def test_a_driver_uses_its_own_jobs_store_and_is_refused_another_jobs_store(
     with pytest.raises(StoreAccessDeniedError, match="HTTP 403"):
         advance_attempt(api=api, namespace=store_namespace, name=f"{theirs}-checkpoints",
                         attempt=2)
+
+
+def test_a_kubernetes_driver_may_not_create_list_or_delete_other_configmaps(
+    control_plane: Any, kube_rest: Any, core_api: Any, store_namespace: str
+) -> None:
+    """Spark's executor ConfigMap is switched off, so the driver needs no ConfigMap
+    rights besides its own store's: another job's settings stay out of its reach."""
+    mine = f"mine-{secrets.token_hex(3)}"
+    bystander = f"bystander-{secrets.token_hex(3)}"
+    core_api.create_namespaced_config_map(store_namespace, {"metadata": {"name": bystander}})
+    ensure_configmap(api=core_api, namespace=store_namespace, name=f"{mine}-checkpoints",
+                     job_name=mine, owner_reference=None)
+    api = driver_api(control_plane=control_plane, kube_rest=kube_rest,
+                     namespace=store_namespace, job_name=mine)
+    wait_for(lambda: _allowed(lambda: api.read_namespaced_config_map(
+        f"{mine}-checkpoints", store_namespace)), what="the driver's Role to take effect",
+        timeout=30)
+    attempts = {
+        "create": lambda: api.create_namespaced_config_map(
+            store_namespace, {"metadata": {"name": f"{mine}-extra"}}),
+        "list": lambda: api.list_namespaced_config_map(store_namespace),
+        "delete": lambda: api.delete_namespaced_config_map(bystander, store_namespace),
+        "deletecollection": lambda: api.delete_collection_namespaced_config_map(
+            store_namespace, label_selector="spark-role=executor"),
+    }
+    allowed = [verb for verb, attempt in attempts.items() if _allowed(attempt)]
+    assert allowed == []
+    assert core_api.read_namespaced_config_map(bystander, store_namespace)
+
+
+def _allowed(call: Any) -> bool:
+    try:
+        call()
+    except k8s_client.ApiException as exc:
+        if exc.status == 403:
+            return False
+        raise
+    return True

@@ -117,14 +117,17 @@ driver's; this avoids the much broader "escalate" and "bind" verbs.
   resources: ["checkpointedjobs/status"]
   verbs: ["get", "patch"]
 # Driver pods (and, with spark.master k8s, the driver's executor pods, which the
-# driver's Role may manage, so the operator must hold the same verbs).
+# driver's Role may manage, so the operator must hold the same verbs), and the
+# cleanup pod that deletes a deleted job's checkpoint data. No Secrets: the kubelet
+# hands a job's S3 credentials to its pods, the operator never reads them.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "list", "watch", "create", "delete", "deletecollection"]
-# Checkpoint metadata ConfigMaps (<job>-checkpoints) and Spark's executor ConfigMaps.
+# Checkpoint metadata ConfigMaps (<job>-checkpoints): created, fenced and annotated by
+# the operator, deleted with cleanupPolicy Delete.
 - apiGroups: [""]
   resources: ["configmaps"]
-  verbs: ["get", "list", "watch", "create", "update", "patch", "delete", "deletecollection"]
+  verbs: ["get", "list", "watch", "create", "update", "patch", "delete"]
 # The headless Service giving each driver a stable name for its executors.
 - apiGroups: [""]
   resources: ["services"]
@@ -143,10 +146,17 @@ driver's; this avoids the much broader "escalate" and "bind" verbs.
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
-# S3 credentials named by spec.checkpoint.s3.credentialsSecret (read only, by name).
+# Each job with spark.master k8s gets a Secret holding its Spark RPC key. Created only:
+# the operator never reads a Secret, and an existing key is left as it is.
 - apiGroups: [""]
   resources: ["secrets"]
-  verbs: ["get"]
+  verbs: ["create"]
+{{- if .Values.networkPolicy.enabled }}
+# Each job's NetworkPolicy, admitting only the job's own pods.
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["get", "create", "patch", "delete"]
+{{- end }}
 {{- if include "cjob.peeringEnabled" . }}
 {{- if not (include "cjob.clusterWide" .) }}
 # kopf peering in namespaced mode: one KopfPeering per watched namespace.

@@ -1,0 +1,148 @@
+"""``python -m job_runtime cleanup``: delete one job's checkpoint directory.
+
+The operator runs this in a short-lived pod when a CheckpointedJob with
+``cleanupPolicy.checkpoints: Delete`` is deleted. The pod, not the operator, holds
+what the deletion needs: the job's volumes (for ``file://`` storage) and its S3
+settings and credentials, which reach the environment exactly as the driver's do
+(the kubelet resolves the credentials Secret). So the operator never reads a Secret
+and never mounts a job's volume.
+
+A mistake here deletes data, so the command deletes exactly one directory of the
+checkpoint layout, ``<root>/<job-name>-<job-uid>`` (see
+:mod:`job_runtime.storage.checkpoint_storage`), and refuses any other URI before
+touching storage. Running it twice is harmless: a directory that is already gone
+is a success.
+
+The outcome is one line, printed last and written to the container's termination
+message file, which Kubernetes shows in the pod's status and the operator quotes in
+its Event. Exit codes: 0 done, ``BAD_CONFIG`` for a refused URI, ``CLEANUP_FAILED``
+when storage did not let the data be deleted.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from cjob_spec.exit_codes import ExitCode
+from job_runtime.storage.checkpoint_storage import ensure_safe_segment
+from job_runtime.storage.errors import StorageError, StorageNotFoundError, UnsupportedUriError
+from job_runtime.storage.filesystem import FileSystem, S3Config, get_filesystem, is_s3_uri
+
+DEFAULT_TERMINATION_LOG = "/dev/termination-log"
+"""Where Kubernetes looks for a container's termination message (the pod default)."""
+MAX_TERMINATION_MESSAGE = 4096
+"""Kubernetes keeps at most 4096 bytes of a termination message."""
+
+
+class CleanupRefusedError(Exception):
+    """The URI is not this job's checkpoint directory; nothing was touched."""
+
+    def __init__(self, *, uri: str, cause: str) -> None:
+        super().__init__(f"refusing to delete {uri}: {cause}")
+        self.uri = uri
+        self.cause = cause
+
+
+@dataclass(frozen=True, kw_only=True)
+class CleanupResult:
+    """What a cleanup found and removed."""
+
+    uri: str
+    files_deleted: int
+
+    @property
+    def message(self) -> str:
+        if self.files_deleted == 0:
+            return f"nothing to delete under {self.uri} (already gone)"
+        return f"deleted {self.files_deleted} files under {self.uri}"
+
+
+def job_directory(uri: str, *, job_name: str, job_uid: str) -> str:
+    """``uri`` without a trailing slash, if it is ``<root>/<job_name>-<job_uid>``.
+
+    Raises :class:`CleanupRefusedError` for anything else: another job's directory,
+    a directory above or below the job's, a root with no path, ``.``/``..`` segments.
+    """
+    try:
+        ensure_safe_segment(job_name, what="the job name")
+        ensure_safe_segment(job_uid, what="the job uid")
+    except StorageError as exc:
+        raise CleanupRefusedError(uri=uri, cause=exc.cause) from None
+    expected = f"{job_name}-{job_uid}"
+    trimmed = uri.rstrip("/")
+    parts = urlsplit(trimmed)
+    if parts.query or parts.fragment:
+        raise CleanupRefusedError(uri=uri, cause="a checkpoint URI has no '?' or '#' part")
+    segments = parts.path.split("/")
+    if any(segment in (".", "..") for segment in segments):
+        raise CleanupRefusedError(uri=uri, cause="'.' and '..' segments are not allowed")
+    root, _, last = trimmed.rpartition("/")
+    if last != expected:
+        raise CleanupRefusedError(
+            uri=uri,
+            cause=f"not the checkpoint directory of job {job_name} (uid {job_uid}): "
+            f"expected <storage>/{expected}",
+        )
+    if is_s3_uri(trimmed):
+        if not parts.netloc or parts.path.strip("/") == "":
+            raise CleanupRefusedError(uri=uri, cause="expected s3://<bucket>[/<prefix>]/" + expected)
+    elif not root or root.endswith(":"):
+        raise CleanupRefusedError(uri=uri, cause="expected file:///<path>/" + expected)
+    return trimmed
+
+
+def delete_job_directory(uri: str, *, fs: FileSystem) -> CleanupResult:
+    """Delete everything under the job directory ``uri`` (checked by the caller)."""
+    try:
+        found = fs.list(uri)
+        fs.delete_prefix(uri)
+    except StorageNotFoundError:
+        found = []  # the bucket itself is gone: so is everything in it
+    return CleanupResult(uri=uri, files_deleted=len(found))
+
+
+def run_cleanup(
+    *, uri: str, job_name: str, job_uid: str, termination_log: str | None
+) -> int:
+    """The ``cleanup`` subcommand: check, delete, report one line; returns the exit code."""
+    try:
+        directory = job_directory(uri, job_name=job_name, job_uid=job_uid)
+        fs = get_filesystem(directory, s3=S3Config.from_env())
+        result = delete_job_directory(directory, fs=fs)
+    except CleanupRefusedError as exc:
+        return _finish(str(exc), code=ExitCode.BAD_CONFIG, termination_log=termination_log)
+    except UnsupportedUriError as exc:
+        return _finish(f"refusing to delete {uri}: {exc.cause}", code=ExitCode.BAD_CONFIG,
+                       termination_log=termination_log)
+    except StorageError as exc:
+        return _finish(f"checkpoint data kept: {exc}", code=ExitCode.CLEANUP_FAILED,
+                       termination_log=termination_log)
+    return _finish(result.message, code=ExitCode.FINISHED, termination_log=termination_log)
+
+
+def _finish(message: str, *, code: int, termination_log: str | None) -> int:
+    line = " ".join(message.split())
+    stream = sys.stdout if code == ExitCode.FINISHED else sys.stderr
+    stream.write(line + "\n")
+    stream.flush()
+    write_termination_message(line, path=termination_log)
+    return code
+
+
+def write_termination_message(message: str, *, path: str | None) -> None:
+    """Write ``message`` where Kubernetes reads the termination message.
+
+    Only into a file that exists: the kubelet creates it for every container, while
+    outside a container the default path is no place to create files.
+    """
+    if not path or not os.path.isfile(path):
+        return
+    data = message.encode()[:MAX_TERMINATION_MESSAGE]
+    try:
+        with open(path, "wb") as handle:
+            handle.write(data)
+    except OSError:
+        pass  # the message is in the log too

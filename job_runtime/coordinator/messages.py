@@ -1,0 +1,459 @@
+"""The typed, versioned messages between the coordinator and the subtasks.
+
+Every message is a frozen dataclass. On the wire it is one JSON object with the
+format version ``v``, a type tag ``type`` and the message's fields. Decoding
+checks the version, the tag (only the kinds the receiving end accepts) and every
+field's type, and raises :class:`MessageError` with a sentence that names what
+was wrong; the RPC layer then closes that one connection. JSON, not pickle: a
+control message must never be able to run code in the process that reads it,
+even if everything else failed.
+
+State handles travel as what they are (:class:`StateHandle`, key-group ranges);
+source positions, sink transactions and the checkpoint to restore are JSON
+values already, because ``_metadata`` stores them as JSON.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, ClassVar, TypeAlias
+
+from job_runtime.storage.checkpoint_storage import StateHandle
+
+FORMAT_VERSION = 1
+
+Json: TypeAlias = Any
+"""A value made of dicts with string keys, lists, strings, numbers, booleans and None."""
+
+
+class MessageError(ValueError):
+    """A control message that this runtime cannot accept."""
+
+
+class _Fields:
+    """Typed reads from one decoded JSON object, with errors that name the field."""
+
+    def __init__(self, data: Json, *, where: str) -> None:
+        if not isinstance(data, dict):
+            raise MessageError(f"{where} must be a JSON object, got {type(data).__name__}")
+        self._data: dict[str, Json] = data
+        self._where = where
+
+    def _get(self, name: str) -> Json:
+        if name not in self._data:
+            raise MessageError(f"{self._where} lacks the field {name!r}")
+        return self._data[name]
+
+    def _wrong(self, name: str, wanted: str, value: Json) -> MessageError:
+        return MessageError(f"field {name!r} of {self._where} must be {wanted}, "
+                            f"got {type(value).__name__}")
+
+    def integer(self, name: str) -> int:
+        value = self._get(name)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self._wrong(name, "an integer", value)
+        return value
+
+    def number(self, name: str) -> float:
+        value = self._get(name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self._wrong(name, "a number", value)
+        return float(value)
+
+    def optional_number(self, name: str) -> float | None:
+        if self._data.get(name) is None:
+            return None
+        return self.number(name)
+
+    def text(self, name: str) -> str:
+        value = self._get(name)
+        if not isinstance(value, str):
+            raise self._wrong(name, "a string", value)
+        return value
+
+    def flag(self, name: str) -> bool:
+        value = self._get(name)
+        if not isinstance(value, bool):
+            raise self._wrong(name, "true or false", value)
+        return value
+
+    def object(self, name: str) -> dict[str, Json]:
+        value = self._get(name)
+        if not isinstance(value, dict):
+            raise self._wrong(name, "an object", value)
+        return value
+
+    def optional_object(self, name: str) -> dict[str, Json] | None:
+        if self._data.get(name) is None:
+            return None
+        return self.object(name)
+
+    def nested(self, name: str) -> _Fields:
+        return _Fields(self._get(name), where=f"{name!r} of {self._where}")
+
+    def value(self, name: str) -> Json:
+        return self._data.get(name)
+
+
+# --------------------------------------------------------------------------- parts
+
+
+def _handle_to_json(handle: StateHandle) -> dict[str, Json]:
+    return handle.to_dict()
+
+
+def _handle_from_json(fields: _Fields) -> StateHandle:
+    return StateHandle(uri=fields.text("uri"), size_bytes=fields.integer("sizeBytes"),
+                       crc32=fields.integer("crc32"))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class OperatorState:
+    """Where one keyed operator's state of one subtask lies, and which key groups it holds."""
+
+    handle: StateHandle
+    key_groups: tuple[int, int]
+
+    def to_json(self) -> dict[str, Json]:
+        return {**_handle_to_json(self.handle), "keyGroups": list(self.key_groups)}
+
+    @classmethod
+    def from_json(cls, fields: _Fields) -> OperatorState:
+        groups = fields.value("keyGroups")
+        if (not isinstance(groups, list) or len(groups) != 2
+                or not all(isinstance(g, int) and not isinstance(g, bool) for g in groups)):
+            raise MessageError("'keyGroups' of an operator state must be two integers")
+        return cls(handle=_handle_from_json(fields), key_groups=(groups[0], groups[1]))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AckState:
+    """What one task's acknowledgement contributes to ``_metadata``."""
+
+    sources: dict[str, Json] = dataclasses.field(default_factory=dict)
+    operators: dict[str, OperatorState] = dataclasses.field(default_factory=dict)
+    channels: StateHandle | None = None
+    sink: Json = None
+
+    def to_json(self) -> dict[str, Json]:
+        return {
+            "sources": self.sources,
+            "operators": {uid: op.to_json() for uid, op in self.operators.items()},
+            "channels": None if self.channels is None else _handle_to_json(self.channels),
+            "sink": self.sink,
+        }
+
+    @classmethod
+    def from_json(cls, fields: _Fields) -> AckState:
+        operators = {uid: OperatorState.from_json(_Fields(op, where=f"operator state {uid!r}"))
+                     for uid, op in fields.object("operators").items()}
+        channels = fields.optional_object("channels")
+        return cls(sources=fields.object("sources"), operators=operators,
+                   channels=None if channels is None
+                   else _handle_from_json(_Fields(channels, where="channel state")),
+                   sink=fields.value("sink"))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AckStats:
+    sync_ms: float = 0.0
+    alignment_ms: float = 0.0
+    async_ms: float = 0.0
+    bytes: int = 0
+
+    def to_json(self) -> dict[str, Json]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, fields: _Fields) -> AckStats:
+        return cls(sync_ms=fields.number("sync_ms"), alignment_ms=fields.number("alignment_ms"),
+                   async_ms=fields.number("async_ms"), bytes=fields.integer("bytes"))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TaskMetrics:
+    """A subtask's counters and milestones, reported with progress and when done."""
+
+    records_in: int = 0
+    records_out: int = 0
+    blocked_seconds: float = 0.0
+    first_record_at: float | None = None
+    last_record_at: float | None = None
+    restore_seconds: float | None = None
+    rejected_connections: int = 0
+
+    def to_json(self) -> dict[str, Json]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, fields: _Fields) -> TaskMetrics:
+        return cls(records_in=fields.integer("records_in"), records_out=fields.integer("records_out"),
+                   blocked_seconds=fields.number("blocked_seconds"),
+                   first_record_at=fields.optional_number("first_record_at"),
+                   last_record_at=fields.optional_number("last_record_at"),
+                   restore_seconds=fields.optional_number("restore_seconds"),
+                   rejected_connections=fields.integer("rejected_connections"))
+
+
+# --------------------------------------------------------------------------- subtask -> coordinator
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _FromSubtask:
+    TYPE: ClassVar[str]
+    epoch: int
+    subtask: int
+
+    def _fields(self) -> dict[str, Json]:
+        return {}
+
+    def to_json(self) -> dict[str, Json]:
+        return {"epoch": self.epoch, "subtask": self.subtask, **self._fields()}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Register(_FromSubtask):
+    TYPE: ClassVar[str] = "register"
+    host: str
+    pid: int
+
+    def _fields(self) -> dict[str, Json]:
+        return {"host": self.host, "pid": self.pid}
+
+    @classmethod
+    def from_json(cls, f: _Fields) -> Register:
+        return cls(epoch=f.integer("epoch"), subtask=f.integer("subtask"), host=f.text("host"),
+                   pid=f.integer("pid"))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Ready(_FromSubtask):
+    TYPE: ClassVar[str] = "ready"
+
+    @classmethod
+    def from_json(cls, f: _Fields) -> Ready:
+        return cls(epoch=f.integer("epoch"), subtask=f.integer("subtask"))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SourcesFinished(_FromSubtask):
+    TYPE: ClassVar[str] = "sources_finished"
+
+    @classmethod
+    def from_json(cls, f: _Fields) -> SourcesFinished:
+        return cls(epoch=f.integer("epoch"), subtask=f.integer("subtask"))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Progress(_FromSubtask):
+    TYPE: ClassVar[str] = "progress"
+    metrics: TaskMetrics
+
+    def _fields(self) -> dict[str, Json]:
+        return {"metrics": self.metrics.to_json()}
+
+    @classmethod
+    def from_json(cls, f: _Fields) -> Progress:
+        return cls(epoch=f.integer("epoch"), subtask=f.integer("subtask"),
+                   metrics=TaskMetrics.from_json(f.nested("metrics")))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Done(_FromSubtask):
+    TYPE: ClassVar[str] = "done"
+    metrics: TaskMetrics
+
+    def _fields(self) -> dict[str, Json]:
+        return {"metrics": self.metrics.to_json()}
+
+    @classmethod
+    def from_json(cls, f: _Fields) -> Done:
+        return cls(epoch=f.integer("epoch"), subtask=f.integer("subtask"),
+                   metrics=TaskMetrics.from_json(f.nested("metrics")))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Ack(_FromSubtask):
+    TYPE: ClassVar[str] = "ack"
+    checkpoint_id: int
+    stage: int
+    state: AckState
+    stats: AckStats
+
+    def _fields(self) -> dict[str, Json]:
+        return {"checkpoint_id": self.checkpoint_id, "stage": self.stage,
+                "state": self.state.to_json(), "stats": self.stats.to_json()}
+
+    @classmethod
+    def from_json(cls, f: _Fields) -> Ack:
+        return cls(epoch=f.integer("epoch"), subtask=f.integer("subtask"),
+                   checkpoint_id=f.integer("checkpoint_id"), stage=f.integer("stage"),
+                   state=AckState.from_json(f.nested("state")),
+                   stats=AckStats.from_json(f.nested("stats")))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Decline(_FromSubtask):
+    TYPE: ClassVar[str] = "decline"
+    checkpoint_id: int
+    reason: str
+    subsumed: bool = False
+
+    def _fields(self) -> dict[str, Json]:
+        return {"checkpoint_id": self.checkpoint_id, "reason": self.reason,
+                "subsumed": self.subsumed}
+
+    @classmethod
+    def from_json(cls, f: _Fields) -> Decline:
+        return cls(epoch=f.integer("epoch"), subtask=f.integer("subtask"),
+                   checkpoint_id=f.integer("checkpoint_id"), reason=f.text("reason"),
+                   subsumed=f.flag("subsumed"))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class UserError(_FromSubtask):
+    TYPE: ClassVar[str] = "user_error"
+    operator: str
+    details: str
+
+    def _fields(self) -> dict[str, Json]:
+        return {"operator": self.operator, "details": self.details}
+
+    @classmethod
+    def from_json(cls, f: _Fields) -> UserError:
+        return cls(epoch=f.integer("epoch"), subtask=f.integer("subtask"), operator=f.text("operator"),
+                   details=f.text("details"))
+
+
+ToCoordinator: TypeAlias = (Register | Ready | SourcesFinished | Progress | Done | Ack | Decline
+                            | UserError)
+
+
+# --------------------------------------------------------------------------- coordinator -> subtask
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Registered:
+    TYPE: ClassVar[str] = "registered"
+    restore: dict[str, Json] | None
+    """The ``_metadata`` of the checkpoint to restore, ``None`` for an empty start."""
+
+    def to_json(self) -> dict[str, Json]:
+        return {"restore": self.restore}
+
+    @classmethod
+    def from_json(cls, f: _Fields) -> Registered:
+        return cls(restore=f.optional_object("restore"))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Rejected:
+    TYPE: ClassVar[str] = "rejected"
+    reason: str
+
+    def to_json(self) -> dict[str, Json]:
+        return {"reason": self.reason}
+
+    @classmethod
+    def from_json(cls, f: _Fields) -> Rejected:
+        return cls(reason=f.text("reason"))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Trigger:
+    TYPE: ClassVar[str] = "trigger"
+    checkpoint_id: int
+    timestamp: float
+    final: bool = False
+
+    def to_json(self) -> dict[str, Json]:
+        return {"checkpoint_id": self.checkpoint_id, "timestamp": self.timestamp,
+                "final": self.final}
+
+    @classmethod
+    def from_json(cls, f: _Fields) -> Trigger:
+        return cls(checkpoint_id=f.integer("checkpoint_id"), timestamp=f.number("timestamp"),
+                   final=f.flag("final"))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Complete:
+    TYPE: ClassVar[str] = "complete"
+    checkpoint_id: int
+    final: bool = False
+
+    def to_json(self) -> dict[str, Json]:
+        return {"checkpoint_id": self.checkpoint_id, "final": self.final}
+
+    @classmethod
+    def from_json(cls, f: _Fields) -> Complete:
+        return cls(checkpoint_id=f.integer("checkpoint_id"), final=f.flag("final"))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Abort:
+    TYPE: ClassVar[str] = "abort"
+    checkpoint_id: int
+    reason: str
+
+    def to_json(self) -> dict[str, Json]:
+        return {"checkpoint_id": self.checkpoint_id, "reason": self.reason}
+
+    @classmethod
+    def from_json(cls, f: _Fields) -> Abort:
+        return cls(checkpoint_id=f.integer("checkpoint_id"), reason=f.text("reason"))
+
+
+ToSubtask: TypeAlias = Registered | Rejected | Trigger | Complete | Abort
+Message: TypeAlias = ToCoordinator | ToSubtask
+
+TO_COORDINATOR: dict[str, Any] = {cls.TYPE: cls for cls in (
+    Register, Ready, SourcesFinished, Progress, Done, Ack, Decline, UserError)}
+TO_SUBTASK: dict[str, Any] = {cls.TYPE: cls for cls in (
+    Registered, Rejected, Trigger, Complete, Abort)}
+
+
+# --------------------------------------------------------------------------- codec
+
+
+def encode(message: Message) -> bytes:
+    """One message as UTF-8 JSON; raises :class:`MessageError` for a value JSON cannot hold."""
+    try:
+        body = json.dumps({"v": FORMAT_VERSION, "type": message.TYPE, **message.to_json()},
+                          separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise MessageError(f"a {message.TYPE} message holds a value JSON cannot carry: "
+                           f"{exc}") from exc
+    return body.encode()
+
+
+def _decode(data: bytes, kinds: dict[str, Any], *, receiver: str) -> Any:
+    try:
+        obj = json.loads(data)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise MessageError(f"a control message is not valid JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise MessageError(f"a control message must be a JSON object, got {type(obj).__name__}")
+    version = obj.get("v")
+    if version != FORMAT_VERSION:
+        raise MessageError(f"control message format version {version!r} is not supported "
+                           f"(this runtime speaks version {FORMAT_VERSION})")
+    kind = obj.get("type")
+    cls = kinds.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise MessageError(f"unknown control message type {kind!r} for the {receiver} "
+                           f"(expected one of {', '.join(sorted(kinds))})")
+    return cls.from_json(_Fields(obj, where=f"a {kind} message"))
+
+
+def decode_to_coordinator(data: bytes) -> ToCoordinator:
+    """A message a subtask sent; raises :class:`MessageError`."""
+    message: ToCoordinator = _decode(data, TO_COORDINATOR, receiver="coordinator")
+    return message
+
+
+def decode_to_subtask(data: bytes) -> ToSubtask:
+    """A message the coordinator sent; raises :class:`MessageError`."""
+    message: ToSubtask = _decode(data, TO_SUBTASK, receiver="subtask")
+    return message
