@@ -12,11 +12,20 @@ Subtasks belong to an *epoch*, Spark's attempt number of the barrier stage.
 When Spark relaunches the stage after a crash, the first registration of the
 new epoch aborts everything pending, and every subtask of that epoch restores
 the same checkpoint: the latest completed one at that moment.
+
+No storage or apiserver call runs under the state lock (``_lock``): a hung call
+there would stop every acknowledgement, decline and timeout. The id counter and
+the manual-request read run on the timer thread with the lock released, and the
+state is checked again once the answer is in. Commits and the deletion of
+aborted data run on one serial worker thread. Commits and the restore of a new
+epoch also hold ``_io_lock``, so a relaunch always restores the newest checkpoint
+whose pointer reached the store; the lock order is ``_io_lock`` then ``_lock``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import threading
@@ -44,6 +53,8 @@ from job_runtime.coordinator.messages import (
 )
 from job_runtime.coordinator.rpc import ConnectionLost, RpcConnection, RpcServer
 from job_runtime.coordinator.stats import CheckpointStats, CheckpointStatsTracker
+from job_runtime.coordinator.streak import FailureStreak
+from job_runtime.coordinator.worker import SerialWorker
 from job_runtime.errors import CheckpointFailureBudgetExceeded, UserCodeError
 from job_runtime.faults import maybe_fail
 from job_runtime.storage.checkpoint_storage import CheckpointStorage
@@ -53,7 +64,6 @@ from job_runtime.store.base import (
     CompletedCheckpoint,
     CompletedCheckpointStore,
     FencedError,
-    StoreError,
     StoreFullError,
 )
 from job_runtime.store.triggers import TriggerSource
@@ -68,6 +78,10 @@ class CheckpointSettings:
     timeout: float = 600.0
     max_concurrent: int = 1
     tolerable_failures: int = 0
+    trigger_poll_interval: float = 5.0
+    """Seconds between reads of the manual checkpoint request (an apiserver call)."""
+    trigger_retry_pause: float = 1.0
+    """Least pause after a trigger that could not start, on top of ``interval``."""
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -80,6 +94,21 @@ class PendingCheckpoint:
     waiting: set[tuple[int, int]]
     acks: dict[tuple[int, int], Ack] = dataclasses.field(default_factory=dict)
     stats: CheckpointStats | None = None
+    nonce: str | None = None
+    """The manual request this checkpoint serves, if any."""
+    completing: bool = False
+    """Every task acknowledged: the commit is queued or under way and only it may end this."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CommitOutcome:
+    """What the storage and store calls of one commit produced (decided outside the lock)."""
+
+    completed: CompletedCheckpoint | None = None
+    failure: str = ""
+    keep_data: bool = False
+    fenced: FencedError | None = None
+    prune_failures: int = 0
 
 
 class JobFailed(Exception):
@@ -124,6 +153,7 @@ class CheckpointCoordinator:
         self.clock = clock
         self.on_complete = on_complete
         self._lock = threading.RLock()
+        self._io_lock = threading.Lock()
         self._epoch = -1
         self._connections: dict[int, RpcConnection] = {}
         self._ready: set[int] = set()
@@ -139,6 +169,7 @@ class CheckpointCoordinator:
         self._epoch_restore: dict[str, Any] | None = None
         self._last_completed_mono = 0.0
         self._last_trigger_mono = 0.0
+        self._trigger_paused_until = 0.0
         self._consecutive_failures = 0
         self.failure: BaseException | None = None
         self.failed_event = threading.Event()
@@ -152,9 +183,14 @@ class CheckpointCoordinator:
         self.epochs_started = 0
         self.triggers = triggers
         self._final_completed = False
-        self._manual: dict[int, str] = {}
         self._last_trigger_poll = 0.0
+        # The newest manual request a completed checkpoint served: (nonce, checkpoint id).
+        self._served_request: tuple[str, int] | None = None
+        self._trigger_streak = FailureStreak(log=log, what="cannot start a checkpoint")
+        self._poll_streak = FailureStreak(log=log,
+                                          what="cannot read manual checkpoint requests")
         self._stop = threading.Event()
+        self._worker = SerialWorker(name="checkpoint-io", on_error=self._fail_job)
         self._server = RpcServer(host=host, port=port, key=key, handler=self._handle,
                                  on_disconnect=self._disconnected)
         self.port = self._server.port
@@ -168,6 +204,7 @@ class CheckpointCoordinator:
     def stop(self) -> None:
         self._stop.set()
         self._server.stop()
+        self._worker.stop()
         with self._lock:
             for conn in self._connections.values():
                 conn.close()
@@ -181,10 +218,10 @@ class CheckpointCoordinator:
     # ------------------------------------------------------------------ messages
 
     def _handle(self, conn: RpcConnection, message: ToCoordinator) -> None:
+        if isinstance(message, Register):
+            self._register(conn, message)  # takes the locks itself: it may read storage
+            return
         with self._lock:
-            if isinstance(message, Register):
-                self._register(conn, message)
-                return
             if message.epoch != self._epoch:
                 return  # a zombie of an earlier epoch
             subtask = message.subtask
@@ -216,35 +253,41 @@ class CheckpointCoordinator:
 
     def _register(self, conn: RpcConnection, message: Register) -> None:
         epoch = message.epoch
-        if epoch < self._epoch:
-            conn.send(Rejected(reason=f"epoch {epoch} is over"))
-            return
-        if epoch > self._epoch:
-            try:
-                self._start_epoch(epoch)
-            except Exception as exc:  # e.g. storage down: fail, never leave subtasks waiting
-                conn.send(Rejected(reason=f"cannot load the checkpoint to restore: {exc}"))
-                self._fail_job(exc)
-                return
-        self._connections[message.subtask] = conn
-        if len(self._connections) == self.parallelism:
-            self.timeline.setdefault("allRegisteredAt", time.time())
-        conn.send(Registered(restore=self._epoch_restore))
+        with self._io_lock:  # no commit runs until the new epoch's restore is chosen
+            with self._lock:
+                if epoch < self._epoch:
+                    conn.send(Rejected(reason=f"epoch {epoch} is over"))
+                    return
+                starting = epoch > self._epoch
+                source = self._restorable if self._epoch >= 0 else None
+            restore = self._restore_metadata
+            if starting and source is not None:
+                try:
+                    restore = self._load(source)
+                except Exception as exc:  # e.g. storage down: fail, never leave subtasks waiting
+                    with self._lock:
+                        conn.send(Rejected(
+                            reason=f"cannot load the checkpoint to restore: {exc}"))
+                        self._fail_job(exc)
+                    return
+            with self._lock:
+                if starting:
+                    self._start_epoch(epoch, restore=restore, source=source)
+                self._connections[message.subtask] = conn
+                if len(self._connections) == self.parallelism:
+                    self.timeline.setdefault("allRegisteredAt", time.time())
+                conn.send(Registered(restore=self._epoch_restore))
 
-    def _start_epoch(self, epoch: int) -> None:
+    def _start_epoch(self, epoch: int, *, restore: dict[str, Any] | None,
+                     source: CompletedCheckpoint | None) -> None:
         if self._epoch >= 0:
             log.warning("subtasks restarted (stage attempt %d): aborting pending checkpoints and "
                         "restoring the latest completed checkpoint", epoch)
             for checkpoint_id in list(self._pending):
                 self._abort(checkpoint_id, reason="subtasks restarted", count=False)
-            latest = self._restorable
-            if latest is not None:
-                self._epoch_restore = self._load(latest)
-                self.restored_from = latest
-            else:
-                self._epoch_restore = self._restore_metadata
-        else:
-            self._epoch_restore = self._restore_metadata
+            if source is not None:
+                self.restored_from = source
+        self._epoch_restore = restore
         self._epoch = epoch
         self.epochs_started += 1
         self._connections = {}
@@ -267,65 +310,112 @@ class CheckpointCoordinator:
     def _run_timer(self) -> None:
         while not self._stop.wait(0.02):
             try:
-                with self._lock:
-                    self._tick(time.monotonic())
+                self._tick(time.monotonic())
             except Exception as exc:  # never let the timer die silently
                 log.exception("checkpoint timer failed")
                 self._fail_job(exc)
 
     def _tick(self, now: float) -> None:
+        """Expire, then maybe poll for a manual request and trigger: calls outside the lock."""
+        with self._lock:
+            self._expire(now)
+            if not self._running():
+                return
+            poll = (self.triggers is not None and not self._pending
+                    and now - self._last_trigger_poll >= self.settings.trigger_poll_interval)
+            if poll:
+                self._last_trigger_poll = now
+        if poll and self._poll_manual_trigger():
+            return
+        with self._lock:
+            final = self._due(now)
+        if final is not None:
+            self._trigger(final=final)
+
+    def _expire(self, now: float) -> None:
         for pending in list(self._pending.values()):
+            if pending.completing:
+                continue  # its commit decides; the store's calls have their own timeouts
             if now - pending.triggered_mono > self.settings.timeout:
                 self._abort(pending.checkpoint_id,
                             reason=f"expired after {self.settings.timeout:g}s")
-        if self.failure is not None or self.finished.is_set():
-            return
-        if len(self._ready) < self.parallelism:
-            return
-        if self.triggers is not None and now - self._last_trigger_poll >= 1.0:
-            self._last_trigger_poll = now
-            self._poll_manual_trigger()
+
+    def _running(self) -> bool:
+        return (self.failure is None and not self.finished.is_set()
+                and len(self._ready) >= self.parallelism)
+
+    def _due(self, now: float) -> bool | None:
+        """Whether a checkpoint is due now: ``None`` if not, else whether it is the final one.
+
+        A due trigger counts as attempted at once, so a failing one is retried after
+        the interval (and at least ``trigger_retry_pause``), not on every tick.
+        """
+        if not self._running() or now < self._trigger_paused_until:
+            return None
         final = len(self._sources_finished) == self.parallelism
         if final:
             if self._final_completed or any(p.final for p in self._pending.values()):
-                return
+                return None
         else:
             if self.settings.interval <= 0:
-                return
+                return None
             if len(self._pending) >= self.settings.max_concurrent:
-                return
+                return None
             if now - self._last_trigger_mono < self.settings.interval:
-                return
+                return None
             if now - self._last_completed_mono < self.settings.min_pause:
-                return
-        self.trigger(final=final)
+                return None
+        self._last_trigger_mono = now
+        return final
 
-    def _poll_manual_trigger(self) -> None:
+    def _poll_manual_trigger(self) -> bool:
+        """Read the manual request (outside the lock) and serve it; whether one started."""
         assert self.triggers is not None
         try:
             nonce = self.triggers.pending()
         except Exception as exc:
-            log.debug("cannot read manual checkpoint requests: %s", exc)
-            return
-        if not nonce or nonce in self._manual.values() or self._pending:
-            return
-        checkpoint_id = self.trigger()
+            self._poll_streak.failed(f"{type(exc).__name__}: {exc}")
+            return False
+        self._poll_streak.ended()
+        if not nonce:
+            return False
+        with self._lock:
+            served = self._served_request
+            if self._pending:
+                return False
+        if served is not None and served[0] == nonce:
+            # Served, but the answer did not reach the store: answer again, no new checkpoint.
+            self._acknowledge(nonce=nonce, checkpoint_id=served[1])
+            return False
+        checkpoint_id = self._trigger(nonce=nonce)
         if checkpoint_id is not None:
             log.info("checkpoint %d triggered on request %s", checkpoint_id, nonce)
-            self._manual[checkpoint_id] = nonce
+        return checkpoint_id is not None
 
     def trigger(self, *, final: bool = False) -> int | None:
         """Start a checkpoint now; returns its id, or ``None`` when it could not start."""
+        return self._trigger(final=final)
+
+    def _trigger(self, *, final: bool = False, nonce: str | None = None) -> int | None:
         with self._lock:
-            if len(self._ready) < self.parallelism:
+            if len(self._ready) < self.parallelism or self.failure is not None:
                 return None
-            try:
-                checkpoint_id = self.counter.get_and_increment()
-            except FencedError as exc:
+            epoch = self._epoch
+        try:
+            checkpoint_id = self.counter.get_and_increment()  # an apiserver call: no lock
+        except FencedError as exc:
+            with self._lock:
                 self._fail_job(exc)
-                return None
-            except StoreError as exc:
-                log.warning("cannot get a checkpoint id: %s", exc)
+            return None
+        except Exception as exc:
+            with self._lock:
+                self._trigger_failed(exc)
+            return None
+        with self._lock:
+            self._trigger_streak.ended()
+            if self._epoch != epoch or not self._running():
+                # The subtasks restarted (or the job ended) meanwhile: the id is skipped,
+                # which is harmless, and the new epoch's checkpoints start afresh.
                 return None
             now = self.clock()
             waiting = {(stage, s) for stage in range(self.stages)
@@ -334,10 +424,18 @@ class CheckpointCoordinator:
             self.stats.started(stats)
             self._pending[checkpoint_id] = PendingCheckpoint(
                 checkpoint_id=checkpoint_id, epoch=self._epoch, final=final, triggered_at=now,
-                triggered_mono=time.monotonic(), waiting=waiting, stats=stats)
+                triggered_mono=time.monotonic(), waiting=waiting, stats=stats, nonce=nonce)
             self._last_trigger_mono = time.monotonic()
             self._broadcast(Trigger(checkpoint_id=checkpoint_id, timestamp=now, final=final))
             return checkpoint_id
+
+    def _trigger_failed(self, exc: BaseException) -> None:
+        """No id, so no checkpoint: still a failed checkpoint for the failure budget."""
+        cause = f"{type(exc).__name__}: {exc}"
+        self._trigger_streak.failed(f"no checkpoint id from {self.counter!r}: {cause}")
+        self._trigger_paused_until = time.monotonic() + self.settings.trigger_retry_pause
+        self.stats.trigger_failed()
+        self._count_failure(reason=f"cannot get a checkpoint id: {cause}")
 
     def _broadcast(self, message: Message) -> None:
         for conn in list(self._connections.values()):
@@ -362,8 +460,9 @@ class CheckpointCoordinator:
         stats.alignment_ms_max = max(stats.alignment_ms_max, ack.stats.alignment_ms)
         stats.sync_ms_max = max(stats.sync_ms_max, ack.stats.sync_ms)
         stats.async_ms_max = max(stats.async_ms_max, ack.stats.async_ms)
-        if not pending.waiting:
-            self._complete(pending)
+        if not pending.waiting and not pending.completing:
+            pending.completing = True
+            self._worker.submit(functools.partial(self._commit, ack.checkpoint_id))
 
     def _metadata(self, pending: PendingCheckpoint) -> dict[str, Any]:
         sources: dict[str, Any] = {}
@@ -396,69 +495,90 @@ class CheckpointCoordinator:
             "sinks": sinks,
         }
 
-    def _complete(self, pending: PendingCheckpoint) -> None:
-        checkpoint_id = pending.checkpoint_id
-        stats = pending.stats
-        assert stats is not None
-        try:
-            body = json.dumps(self._metadata(pending), separators=(",", ":")).encode()
-            maybe_fail("driver.before-metadata", checkpoint_id)
-            path = self.storage.write_metadata(checkpoint_id, body)
-            maybe_fail("driver.before-pointer", checkpoint_id)
-            completed = CompletedCheckpoint(
-                checkpoint_id=checkpoint_id, metadata_path=path, timestamp=self.clock(),
-                size_bytes=stats.size_bytes + len(body), attempt=self.attempt)
-        except Exception as exc:
-            log.warning("checkpoint %d could not be committed: %s", checkpoint_id, exc)
-            self._abort(checkpoint_id, reason=f"commit failed: {exc}")
-            return
-        if not self._commit_pointer(pending, completed):
-            return
-        self._completed(pending, completed)
+    def _commit(self, checkpoint_id: int) -> None:
+        """On the worker: write ``_metadata``, commit the pointer, then record the outcome."""
+        with self._io_lock:
+            with self._lock:
+                pending = self._pending.get(checkpoint_id)
+                if pending is None or not pending.completing:
+                    return  # aborted while it waited (subsumed, or the subtasks restarted)
+                body = json.dumps(self._metadata(pending), separators=(",", ":")).encode()
+                stats = pending.stats
+                assert stats is not None
+                size = stats.size_bytes + len(body)
+            outcome = self._write_and_commit(checkpoint_id, body=body, size=size)
+            with self._lock:
+                if outcome.completed is None:
+                    self._commit_failed(checkpoint_id, outcome)
+                    return
+                stats.prune_failures = outcome.prune_failures
+                nonce = self._completed(pending, outcome.completed)
+        if nonce is not None:
+            self._acknowledge(nonce=nonce, checkpoint_id=checkpoint_id)
+        if self.on_complete is not None:
+            self.on_complete(outcome.completed, stats)
 
-    def _commit_pointer(self, pending: PendingCheckpoint, completed: CompletedCheckpoint) -> bool:
-        """Hand the pointer to the store; ``False`` when the checkpoint did not complete.
+    def _acknowledge(self, *, nonce: str, checkpoint_id: int) -> None:
+        """Answer a manual request (an apiserver call: no lock held)."""
+        assert self.triggers is not None
+        try:
+            self.triggers.acknowledge(nonce=nonce, checkpoint_id=checkpoint_id)
+        except Exception as exc:  # the next poll sees the request open and answers again
+            log.warning("cannot acknowledge checkpoint request %s: %s", nonce, exc)
+
+    def _write_and_commit(self, checkpoint_id: int, *, body: bytes, size: int) -> CommitOutcome:
+        """The storage and store calls of a commit; runs without the state lock.
 
         Only errors that prove the pointer was *not* committed let the abort delete
         the checkpoint's data. Any other error may come after the commit (a store
         whose pruning raised): then the data is what the committed pointer names,
         and deleting it would leave the job's newest restorable checkpoint empty.
         """
-        checkpoint_id = pending.checkpoint_id
-        stats = pending.stats
-        assert stats is not None
+        try:
+            maybe_fail("driver.before-metadata", checkpoint_id)
+            path = self.storage.write_metadata(checkpoint_id, body)
+            maybe_fail("driver.before-pointer", checkpoint_id)
+            completed = CompletedCheckpoint(
+                checkpoint_id=checkpoint_id, metadata_path=path, timestamp=self.clock(),
+                size_bytes=size, attempt=self.attempt)
+        except Exception as exc:
+            log.warning("checkpoint %d could not be committed: %s", checkpoint_id, exc)
+            return CommitOutcome(failure=f"commit failed: {exc}")
         failures_before = self.store.prune_failures
         try:
             self.store.add_checkpoint_and_subsume_oldest(completed, discard=self.storage.discard)
         except FencedError as exc:
-            del self._pending[checkpoint_id]
-            self._fail_job(exc)
-            return False
+            return CommitOutcome(fenced=exc)
         except AmbiguousWriteError as exc:
             # The pointer may have landed: its data must stay, and the sinks must not
             # commit (a restore might still pick the previous checkpoint). The next
             # completed checkpoint settles it.
             log.warning("checkpoint %d: outcome of the store write unknown: %s",
                         checkpoint_id, exc)
-            self._abort(checkpoint_id, reason=f"store write ambiguous: {exc}", keep_data=True)
-            return False
+            return CommitOutcome(failure=f"store write ambiguous: {exc}", keep_data=True)
         except StoreFullError as exc:
             log.warning("checkpoint %d could not be committed: %s", checkpoint_id, exc)
-            self._abort(checkpoint_id, reason=f"commit failed: {exc}")
-            return False
+            return CommitOutcome(failure=f"commit failed: {exc}")
         except Exception as exc:
             log.warning("checkpoint %d: the store failed, possibly after committing the pointer; "
                         "its data stays: %s", checkpoint_id, exc)
-            self._abort(checkpoint_id, reason=f"store failed: {exc}", keep_data=True)
-            return False
-        stats.prune_failures = self.store.prune_failures - failures_before
-        return True
+            return CommitOutcome(failure=f"store failed: {exc}", keep_data=True)
+        return CommitOutcome(completed=completed,
+                             prune_failures=self.store.prune_failures - failures_before)
 
-    def _completed(self, pending: PendingCheckpoint, completed: CompletedCheckpoint) -> None:
+    def _commit_failed(self, checkpoint_id: int, outcome: CommitOutcome) -> None:
+        if outcome.fenced is not None:
+            self._pending.pop(checkpoint_id, None)
+            self._fail_job(outcome.fenced)
+            return
+        self._abort(checkpoint_id, reason=outcome.failure, keep_data=outcome.keep_data)
+
+    def _completed(self, pending: PendingCheckpoint, completed: CompletedCheckpoint) -> str | None:
+        """Record a committed checkpoint and notify the subtasks; returns its request's nonce."""
         checkpoint_id = pending.checkpoint_id
         stats = pending.stats
         assert stats is not None
-        del self._pending[checkpoint_id]
+        self._pending.pop(checkpoint_id, None)
         stats.duration_ms = (time.monotonic() - pending.triggered_mono) * 1000.0
         stats.size_bytes = completed.size_bytes
         self.stats.finished(stats, ok=True)
@@ -471,22 +591,18 @@ class CheckpointCoordinator:
             self._abort(older, reason=f"subsumed by checkpoint {checkpoint_id}", count=False)
         if pending.final:
             self._final_completed = True
+        if pending.nonce is not None:
+            self._served_request = (pending.nonce, checkpoint_id)
         self._broadcast(Complete(checkpoint_id=checkpoint_id, final=pending.final))
         log.info("checkpoint %d completed (%d bytes, %.0f ms)", checkpoint_id,
                  completed.size_bytes, stats.duration_ms)
-        nonce = self._manual.pop(checkpoint_id, None)
-        if nonce is not None and self.triggers is not None:
-            try:
-                self.triggers.acknowledge(nonce=nonce, checkpoint_id=checkpoint_id)
-            except Exception as exc:
-                log.warning("cannot acknowledge checkpoint request %s: %s", nonce, exc)
-        if self.on_complete is not None:
-            self.on_complete(completed, stats)
+        return pending.nonce
 
     # ------------------------------------------------------------------ failures
 
     def _decline(self, checkpoint_id: int, reason: str, *, subsumed: bool = False) -> None:
-        if checkpoint_id in self._pending:
+        pending = self._pending.get(checkpoint_id)
+        if pending is not None and not pending.completing:
             self._abort(checkpoint_id, reason=f"declined: {reason}", count=not subsumed)
 
     def _abort(self, checkpoint_id: int, *, reason: str, count: bool = True,
@@ -500,17 +616,24 @@ class CheckpointCoordinator:
         log.warning("checkpoint %d aborted: %s", checkpoint_id, reason)
         self._broadcast(Abort(checkpoint_id=checkpoint_id, reason=reason))
         if not keep_data:
-            try:
-                self.storage.discard_pending(checkpoint_id)
-            except Exception as exc:
-                log.warning("could not delete the data of aborted checkpoint %d: %s",
-                            checkpoint_id, exc)
+            self._worker.submit(functools.partial(self._discard_pending, checkpoint_id))
         if count:
-            self._consecutive_failures += 1
-            if self._consecutive_failures > self.settings.tolerable_failures:
-                self._fail_job(CheckpointFailureBudgetExceeded(
-                    failures=self._consecutive_failures,
-                    tolerable=self.settings.tolerable_failures, last_reason=reason))
+            self._count_failure(reason=reason)
+
+    def _count_failure(self, *, reason: str) -> None:
+        self._consecutive_failures += 1
+        if self._consecutive_failures > self.settings.tolerable_failures:
+            self._fail_job(CheckpointFailureBudgetExceeded(
+                failures=self._consecutive_failures,
+                tolerable=self.settings.tolerable_failures, last_reason=reason))
+
+    def _discard_pending(self, checkpoint_id: int) -> None:
+        """On the worker: delete an aborted checkpoint's data (storage calls, no lock)."""
+        try:
+            self.storage.discard_pending(checkpoint_id)
+        except Exception as exc:
+            log.warning("could not delete the data of aborted checkpoint %d: %s",
+                        checkpoint_id, exc)
 
     # ------------------------------------------------------------------ views
 

@@ -46,6 +46,10 @@ class CheckpointStatsTracker:
         else:
             self.failed += 1
 
+    def trigger_failed(self) -> None:
+        """A checkpoint that could not even start (no id): failed, with no entry of its own."""
+        self.failed += 1
+
     def history_dicts(self) -> list[dict[str, Any]]:
         """Every remembered checkpoint (up to ``history``), oldest first."""
         return [s.to_dict() for s in self.history]

@@ -79,7 +79,7 @@ class SubtaskRuntime:
         self.conn: SubtaskConnection = connect(config.coordinator_host,
                                                config.coordinator_port, key=config.key)
         self.uploader = Uploader(storage=self.storage, subtask=subtask, epoch=epoch,
-                                 send=self.send)
+                                 send=self.send, cancelled=self.cancelled.is_set)
         self.tasks: list[Task] = []
         self.gates: dict[int, InputGate] = {}
         self.failure: BaseException | None = None

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from job_runtime.barriers import BarrierHandler, build_barrier_handler
 from job_runtime.coordinator.messages import Abort, Complete, ToSubtask, Trigger
+from job_runtime.execution.recent import RecentIds
 from job_runtime.execution.stages import StagePlan
 from job_runtime.execution.uploader import UploadJob
 from job_runtime.faults import maybe_fail
@@ -56,10 +57,12 @@ class Task(threading.Thread):
         self.first_record_at: float | None = None
         self.last_record_at: float | None = None
         self.restore_seconds: float | None = None
-        self.emitted_barriers: set[int] = set()
+        # Checkpoints in flight whose barrier this task emitted (settled ones are
+        # forgotten, so a job with thousands of checkpoints keeps a handful here).
+        self.emitted_barriers = RecentIds()
         # Ids of final checkpoints seen here: their barriers travel as FINAL_BARRIER,
         # which downstream unaligned tasks align instead of letting it overtake data.
-        self.final_checkpoints: set[int] = set()
+        self.final_checkpoints = RecentIds()
         self._cancelled: Callable[[], bool] = lambda: runtime.cancelled.is_set()
 
     # ------------------------------------------------------------------ output
@@ -112,6 +115,7 @@ class Task(threading.Thread):
     # ------------------------------------------------------------------ control
 
     def on_complete(self, checkpoint_id: int, final: bool) -> None:
+        self.emitted_barriers.discard_through(checkpoint_id)
         if self.sink is not None:
             # Raises when the final commit fails for good: the task fails, and with
             # it the attempt, so the job never ends with uncommitted output.
@@ -191,6 +195,7 @@ class SourceTask(Task):
                 self.snapshot(checkpoint_id, alignment_seconds=0.0)
             case Abort(checkpoint_id=checkpoint_id):
                 if checkpoint_id in self.emitted_barriers:
+                    self.emitted_barriers.discard(checkpoint_id)
                     self.broadcast(Kind.CANCEL, checkpoint_id)
             case _:
                 super().handle_control(message)

@@ -3,6 +3,15 @@
 The task thread hands over references (copy-on-write dicts, array copies) and
 goes on processing records; this thread turns them into bytes, writes them to
 checkpoint storage and acknowledges the checkpoint to the coordinator.
+
+The queue is bounded. Each queued job holds a whole snapshot (references to
+copy-on-write state, in-flight channel data), so when storage is slower than
+the checkpoint interval an unbounded queue grows until the executor runs out
+of memory. A full queue makes the submitting task thread wait: that is
+backpressure (the task stops taking records, its inputs fill up, the sources
+slow down) and costs nothing but time. Declining instead would turn slow
+storage into failed checkpoints, which count against ``tolerableFailures``
+and end the job, while waiting lets the coordinator's own timeout decide.
 """
 
 from __future__ import annotations
@@ -28,6 +37,9 @@ from job_runtime.storage.checkpoint_storage import CheckpointStorage, StateHandl
 
 log = logging.getLogger(__name__)
 
+DEFAULT_MAX_QUEUED = 8
+"""Upload jobs waiting at most: a few checkpoints' worth of every task of a subtask."""
+
 
 @dataclasses.dataclass(kw_only=True)
 class UploadJob:
@@ -44,17 +56,32 @@ class UploadJob:
 
 class Uploader:
     def __init__(self, *, storage: CheckpointStorage, subtask: int, epoch: int,
-                 send: Callable[[ToCoordinator], None]) -> None:
+                 send: Callable[[ToCoordinator], None], max_queued: int = DEFAULT_MAX_QUEUED,
+                 cancelled: Callable[[], bool] = lambda: False) -> None:
         self._storage = storage
         self._subtask = subtask
         self._epoch = epoch
         self._send = send
-        self._queue: queue.Queue[UploadJob | None] = queue.Queue()
+        self._cancelled = cancelled
+        self._queue: queue.Queue[UploadJob | None] = queue.Queue(maxsize=max_queued)
         self._thread = threading.Thread(target=self._run, daemon=True, name="snapshot-uploader")
         self._thread.start()
 
+    @property
+    def queued(self) -> int:
+        return self._queue.qsize()
+
     def submit(self, job: UploadJob) -> None:
-        self._queue.put(job)
+        """Queue ``job``, waiting while the queue is full (backpressure, see above).
+
+        Once the subtask is cancelled the job is dropped: nobody will acknowledge it.
+        """
+        while not self._cancelled():
+            try:
+                self._queue.put(job, timeout=0.1)
+                return
+            except queue.Full:
+                continue
 
     def close(self) -> None:
         self._queue.put(None)

@@ -9,6 +9,11 @@ job's name and uid, see ``output_tag``). A commit is idempotent:
 when the staging file is gone and the final file exists, it already happened.
 Staging names carry the attempt, so a zombie of an older attempt never writes
 into a file a newer attempt commits.
+
+Between two barriers the records wait in a local spool file that stays in memory
+up to ``memory_bytes`` and moves to the local temp directory beyond it (Parquet:
+row groups of about that size), so a long interval or a checkpoint that cannot
+complete for a while costs disk, not the executor's memory.
 """
 
 from __future__ import annotations
@@ -16,12 +21,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import io
 import json
 import logging
 import re
+import shutil
+import tempfile
 import threading
-from typing import Any
+from typing import IO, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -46,6 +52,8 @@ __all__ = ["CommitRetry", "FilesSink", "FilesSinkWriter", "LostTransactionError"
 FORMATS = {"jsonl": "jsonl", "parquet": "parquet"}
 PENDING_DIR = "_pending"
 TAG_LENGTH = 12
+DEFAULT_MEMORY_BYTES = 8 << 20
+"""Bytes of one interval's records a writer keeps in memory before it spills to disk."""
 
 
 def output_tag(job_id: str) -> str:
@@ -78,16 +86,21 @@ class Transaction:
 
 class FilesSinkWriter(SinkWriter):
     def __init__(self, *, path: str, fmt: str, context: SinkContext,
-                 commit_retry: CommitRetry) -> None:
+                 commit_retry: CommitRetry, memory_bytes: int = DEFAULT_MEMORY_BYTES) -> None:
         self._path = path.rstrip("/")
         self._fmt = fmt
         self._context = context
         self._commit_retry = commit_retry
+        self._memory_bytes = memory_bytes
         self._fs: FileSystem = get_filesystem(self._path, s3=context.s3)
         self._lock = threading.Lock()
         self._pending: list[Transaction] = []
-        self._buffer = io.BytesIO()
+        # The open interval: a spool file (memory, then disk), and for Parquet the
+        # batches of the row group being collected and the writer into the spool.
+        self._spool: IO[bytes] | None = None
         self._arrow: list[pa.RecordBatch] = []
+        self._arrow_bytes = 0
+        self._parquet: pq.ParquetWriter | None = None
         self._records = 0
         self._transaction_seq = 0
 
@@ -104,40 +117,79 @@ class FilesSinkWriter(SinkWriter):
         return (f"{self._path}/{self._prefix()}{checkpoint_id:010d}-"
                 f"{self._context.subtask:05d}.{self._fmt}")
 
+    def _open_spool(self) -> IO[bytes]:
+        if self._spool is None:
+            self._spool = tempfile.SpooledTemporaryFile(  # noqa: SIM115 - closed in _reset
+                max_size=self._memory_bytes, prefix="cjob-sink-")
+        return self._spool
+
     def write(self, batch: Batch) -> None:
         if not len(batch):
             return
         if self._fmt == "jsonl":
-            out = self._buffer
-            for row in batch.rows:
-                out.write(json.dumps(row, separators=(",", ":"), default=str).encode("utf-8"))
-                out.write(b"\n")
+            lines = [json.dumps(row, separators=(",", ":"), default=str).encode("utf-8")
+                     for row in batch.rows]
+            lines.append(b"")
+            self._open_spool().write(b"\n".join(lines))
         else:
-            self._arrow.append(batch.arrow)
+            arrow = batch.arrow
+            self._arrow.append(arrow)
+            self._arrow_bytes += arrow.nbytes
+            if self._arrow_bytes >= self._memory_bytes:
+                self._flush_row_group()
         self._records += len(batch)
 
-    def _payload(self) -> bytes:
-        if self._fmt == "jsonl":
-            return self._buffer.getvalue()
+    def _flush_row_group(self) -> None:
+        """Parquet: write the collected batches to the spool as one row group."""
+        if not self._arrow:
+            return
         table = pa.Table.from_batches(self._arrow)
-        sink = io.BytesIO()
-        pq.write_table(table, sink)
-        return sink.getvalue()
+        if self._parquet is None:
+            self._parquet = pq.ParquetWriter(self._open_spool(), table.schema)
+        self._parquet.write_table(table)
+        self._arrow = []
+        self._arrow_bytes = 0
+
+    def _stage(self, staging: str) -> None:
+        """Copy the interval's spool to the staging file, a megabyte at a time."""
+        if self._fmt == "parquet":
+            self._flush_row_group()
+            assert self._parquet is not None
+            self._parquet.close()
+            self._parquet = None
+        spool = self._open_spool()
+        spool.seek(0)
+        with self._fs.open_write(staging) as out:
+            shutil.copyfileobj(spool, out, 1 << 20)
+
+    def _reset(self) -> None:
+        if self._parquet is not None:
+            self._parquet.close()
+            self._parquet = None
+        if self._spool is not None:
+            self._spool.close()
+            self._spool = None
+        self._arrow = []
+        self._arrow_bytes = 0
+        self._records = 0
 
     def snapshot(self, checkpoint_id: int) -> Any:
-        if self._records:
-            staging = self._staging_uri(checkpoint_id)
-            self._fs.write_bytes(staging, self._payload())
-            transaction = Transaction(checkpoint_id=checkpoint_id, staging=staging,
-                                      final=self._final_uri(checkpoint_id),
-                                      records=self._records)
-            with self._lock:
-                self._pending.append(transaction)
-        self._buffer = io.BytesIO()
-        self._arrow = []
-        self._records = 0
+        try:
+            if self._records:
+                staging = self._staging_uri(checkpoint_id)
+                self._stage(staging)
+                transaction = Transaction(checkpoint_id=checkpoint_id, staging=staging,
+                                          final=self._final_uri(checkpoint_id),
+                                          records=self._records)
+                with self._lock:
+                    self._pending.append(transaction)
+        finally:
+            self._reset()
         with self._lock:
             return [dataclasses.astuple(t) for t in self._pending]
+
+    def close(self) -> None:
+        self._reset()
 
     def _commit(self, transaction: Transaction) -> None:
         if self._fs.exists(transaction.staging):
@@ -180,17 +232,23 @@ class FilesSink(Sink):
     name = "files"
     exactly_once = True
 
-    def __init__(self, *, path: str, fmt: str, commit_retry: CommitRetry | None = None) -> None:
+    def __init__(self, *, path: str, fmt: str, commit_retry: CommitRetry | None = None,
+                 memory_bytes: int = DEFAULT_MEMORY_BYTES) -> None:
         if fmt not in FORMATS:
             raise PipelineDefinitionError(
                 problem=f"files sink format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+        if not isinstance(memory_bytes, int) or memory_bytes < 1:
+            raise PipelineDefinitionError(
+                problem=f"files sink memory_bytes must be a positive integer, got "
+                        f"{memory_bytes!r}")
         self.path = path
         self.fmt = fmt
         self.commit_retry = commit_retry or CommitRetry()
+        self.memory_bytes = memory_bytes
 
     def open(self, *, context: SinkContext) -> SinkWriter:
         return FilesSinkWriter(path=self.path, fmt=self.fmt, context=context,
-                               commit_retry=self.commit_retry)
+                               commit_retry=self.commit_retry, memory_bytes=self.memory_bytes)
 
     def prepare_restore(self, *, checkpoint_id: int, job_id: str = "", s3: Any = None) -> None:
         """Withdraw this job's part files of checkpoints newer than the restored one."""
@@ -222,12 +280,16 @@ class FilesSink(Sink):
 
 
 def files(path: str, format: str = "jsonl", *,
-          commit_retry: CommitRetry | None = None) -> FilesSink:
+          commit_retry: CommitRetry | None = None,
+          memory_bytes: int = DEFAULT_MEMORY_BYTES) -> FilesSink:
     """Exactly-once files under ``path`` (local, ``file://`` or ``s3://``).
 
     ``commit_retry`` bounds the retries of commits that cannot wait for a later
-    checkpoint (the final one, and those of a restore).
+    checkpoint (the final one, and those of a restore). ``memory_bytes`` is how
+    much of one interval's output a subtask keeps in memory before it spills to
+    its local temp directory.
     """
     if not isinstance(path, str) or not path:
         raise PipelineDefinitionError(problem="files sink needs a path")
-    return FilesSink(path=path, fmt=format, commit_retry=commit_retry)
+    return FilesSink(path=path, fmt=format, commit_retry=commit_retry,
+                     memory_bytes=memory_bytes)

@@ -50,6 +50,7 @@ from job_runtime.store.base import (
     UnreadableCheckpointError,
 )
 from job_runtime.store.configmap_client import (
+    DEFAULT_DEADLINE,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_REQUEST_TIMEOUT,
     ConfigMapAccess,
@@ -194,6 +195,7 @@ class ConfigMapCheckpointStore(CompletedCheckpointStore):
         discard_on_terminal: bool = False,
         request_timeout: tuple[float, float] = DEFAULT_REQUEST_TIMEOUT,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        deadline: float = DEFAULT_DEADLINE,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.namespace = namespace
@@ -205,7 +207,7 @@ class ConfigMapCheckpointStore(CompletedCheckpointStore):
         self.clock = clock
         self._access = ConfigMapAccess(api=api, namespace=namespace, name=name,
                                        request_timeout=request_timeout,
-                                       max_attempts=max_attempts)
+                                       max_attempts=max_attempts, deadline=deadline)
         self._closed = False
         self._last_size = 0
         self._size_lock = threading.Lock()
@@ -508,6 +510,7 @@ class ConfigMapCheckpointIdCounter(CheckpointIdCounter):
         start: int = 1,
         request_timeout: tuple[float, float] = DEFAULT_REQUEST_TIMEOUT,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        deadline: float = DEFAULT_DEADLINE,
     ) -> None:
         self.namespace = namespace
         self.name = name
@@ -515,7 +518,7 @@ class ConfigMapCheckpointIdCounter(CheckpointIdCounter):
         self.start = start
         self._access = ConfigMapAccess(api=api, namespace=namespace, name=name,
                                        request_timeout=request_timeout,
-                                       max_attempts=max_attempts)
+                                       max_attempts=max_attempts, deadline=deadline)
 
     def __repr__(self) -> str:
         return (f"ConfigMapCheckpointIdCounter({self.namespace}/{self.name}, "

@@ -50,6 +50,8 @@ SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 DEFAULT_REQUEST_TIMEOUT = (5.0, 20.0)
 """(connect, read) seconds for each request: a hung apiserver becomes an answer."""
 DEFAULT_MAX_ATTEMPTS = 20
+DEFAULT_DEADLINE = 60.0
+"""Seconds one operation (a read, or a read-modify-write) may take with all its retries."""
 _T = TypeVar("_T")
 
 
@@ -165,12 +167,14 @@ class ConfigMapAccess:
         name: str,
         request_timeout: tuple[float, float] = DEFAULT_REQUEST_TIMEOUT,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        deadline: float = DEFAULT_DEADLINE,
     ) -> None:
         self.api = api
         self.namespace = namespace
         self.name = name
         self.request_timeout = request_timeout
         self.max_attempts = max_attempts
+        self.deadline = deadline
 
     def __repr__(self) -> str:
         return f"ConfigMapAccess({self.namespace}/{self.name})"
@@ -217,9 +221,19 @@ class ConfigMapAccess:
         return decoded
 
     def _retrying(self, step: Callable[[], _T], *, operation: str) -> _T:
-        """Run ``step`` until it neither conflicts nor meets a transient failure."""
+        """Run ``step`` until it neither conflicts nor meets a transient failure.
+
+        At most ``max_attempts`` tries, and none starts after ``deadline`` seconds:
+        each request is bounded by ``request_timeout``, and without an overall bound
+        a hung apiserver would hold the caller for ``max_attempts`` read timeouts.
+        """
         last_cause = ""
+        started = time.monotonic()
+        attempts = 0
         for attempt in range(self.max_attempts):
+            if attempt and time.monotonic() - started >= self.deadline:
+                break
+            attempts += 1
             try:
                 return step()
             except _Conflict:
@@ -231,7 +245,7 @@ class ConfigMapAccess:
             _backoff(attempt)
         if last_cause == "conflict":
             raise StoreConflictError(namespace=self.namespace, name=self.name,
-                                     operation=operation, attempts=self.max_attempts)
+                                     operation=operation, attempts=attempts)
         raise StoreUnavailableError(namespace=self.namespace, name=self.name,
                                     operation=operation, cause=last_cause)
 

@@ -10,7 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from job_runtime.store.configmap_client import core_v1_api, new_api_client
+from job_runtime.store.configmap_client import (
+    DEFAULT_REQUEST_TIMEOUT,
+    core_v1_api,
+    new_api_client,
+)
 from job_runtime.store.triggers import TriggerSource
 
 REQUEST_ANNOTATION = "checkpointed.io/checkpoint-request"
@@ -18,13 +22,21 @@ ACK_ANNOTATION = "checkpointed.io/checkpoint-request-ack"
 
 
 class ConfigMapTriggerSource(TriggerSource):
-    def __init__(self, *, api: Any, namespace: str, name: str) -> None:
+    """Reads and answers requests with one bounded call each (connect and read timeouts).
+
+    No retries here: the coordinator polls again a few seconds later anyway.
+    """
+
+    def __init__(self, *, api: Any, namespace: str, name: str,
+                 request_timeout: tuple[float, float] = DEFAULT_REQUEST_TIMEOUT) -> None:
         self.api = api
         self.namespace = namespace
         self.name = name
+        self.request_timeout = request_timeout
 
     def _annotations(self) -> dict[str, str]:
-        obj = self.api.read_namespaced_config_map(self.name, self.namespace)
+        obj = self.api.read_namespaced_config_map(self.name, self.namespace,
+                                                  _request_timeout=self.request_timeout)
         return dict(obj.metadata.annotations or {})
 
     def requested(self) -> str | None:
@@ -44,7 +56,8 @@ class ConfigMapTriggerSource(TriggerSource):
 
     def acknowledge(self, *, nonce: str, checkpoint_id: int) -> None:
         body = {"metadata": {"annotations": {ACK_ANNOTATION: f"{nonce}:{checkpoint_id}"}}}
-        self.api.patch_namespaced_config_map(self.name, self.namespace, body)
+        self.api.patch_namespaced_config_map(self.name, self.namespace, body,
+                                             _request_timeout=self.request_timeout)
 
 
 def open_configmap_triggers(*, namespace: str, name: str) -> ConfigMapTriggerSource:

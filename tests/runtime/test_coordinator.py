@@ -35,6 +35,7 @@ from job_runtime.errors import CheckpointFailureBudgetExceeded
 from job_runtime.storage.checkpoint_storage import CheckpointStorage
 from job_runtime.store.base import CompletedCheckpoint
 from job_runtime.store.memory import InMemoryCheckpointIdCounter, InMemoryCheckpointStore
+from job_runtime.store.triggers import FileTriggerSource, request_checkpoint
 
 JOB = "job-uid1"
 KEY = b"k" * 32
@@ -235,5 +236,37 @@ def test_a_relaunch_that_cannot_read_its_checkpoint_fails_the_job_instead_of_han
         assert isinstance(answer, Rejected)
         assert "cannot load the checkpoint to restore" in answer.reason
         assert coordinator.failed_event.wait(WAIT)
+    finally:
+        coordinator.stop()
+
+
+def test_a_manual_request_whose_checkpoint_aborted_is_served_by_the_next_one(
+        storage: CheckpointStorage, tmp_path: Path) -> None:
+    requests = tmp_path / "requests"
+    requests.mkdir()
+    coordinator = CheckpointCoordinator(
+        job_id=JOB, attempt=1, parallelism=2, max_parallelism=128, stages=1, storage=storage,
+        store=InMemoryCheckpointStore(retained=3), counter=InMemoryCheckpointIdCounter(),
+        settings=CheckpointSettings(interval=0.0, tolerable_failures=5,
+                                    trigger_poll_interval=0.05),
+        initial_restore=None, initial_restore_pointer=None, key=KEY,
+        triggers=FileTriggerSource(str(requests)))
+    try:
+        subtasks = [StandIn(coordinator, subtask=i, epoch=1) for i in range(2)]
+        for s in subtasks:
+            s.register()
+            s.ready()
+        request_checkpoint(str(requests), nonce="request-1")
+        first = subtasks[0].expect(Trigger).checkpoint_id
+        subtasks[1].decline(first, reason="upload failed")
+        assert subtasks[0].expect(Abort).checkpoint_id == first
+
+        second = subtasks[0].expect(Trigger).checkpoint_id
+        assert second > first
+        for s in subtasks:
+            s.ack(second, position=1)
+        assert subtasks[0].expect(Complete).checkpoint_id == second
+        wait_until(lambda: (requests / "trigger.ack").exists(), what="the request is answered")
+        assert (requests / "trigger.ack").read_text() == f"request-1:{second}"
     finally:
         coordinator.stop()

@@ -41,6 +41,9 @@ class LossyApiProxy:
       what a client sees when the apiserver dies right after writing to etcd.
     * :meth:`refuse_answers` answers the next matching requests with an error
       status without forwarding them (an apiserver that is shutting down).
+    * :meth:`hang` keeps accepting requests but answers none of them until
+      :meth:`resume` (a wedged apiserver or a half-open connection); the held
+      requests are then dropped without an answer, as their clients gave up.
     * :meth:`stop` closes the listening socket and every open connection;
       :meth:`start` listens again on the same port (an apiserver restart).
     """
@@ -62,6 +65,9 @@ class LossyApiProxy:
         self.port = 0
         self.lost: list[str] = []
         self.forwarded: list[str] = []
+        self.hung: list[str] = []
+        self._answering = threading.Event()
+        self._answering.set()
 
     @property
     def url(self) -> str:
@@ -81,6 +87,14 @@ class LossyApiProxy:
         with self._lock:
             self._refuse[method] = (status, count)
             self._refuse_after[method] = after
+
+    def hang(self) -> None:
+        """Hold every request from now on without answering it."""
+        self._answering.clear()
+
+    def resume(self) -> None:
+        """Answer requests again; the held ones are dropped unanswered."""
+        self._answering.set()
 
     def start(self) -> None:
         proxy = self
@@ -118,6 +132,7 @@ class LossyApiProxy:
         server = self._server
         if server is None:
             return
+        self._answering.set()
         server.shutdown()
         server.server_close()
         with self._lock:
@@ -153,6 +168,12 @@ class LossyApiProxy:
         method = handler.command
         length = int(handler.headers.get("Content-Length") or 0)
         body = handler.rfile.read(length) if length else None
+        if not self._answering.is_set():
+            with self._lock:
+                self.hung.append(f"{method} {handler.path}")
+            self._answering.wait()
+            handler.close_connection = True
+            return
         refused = None if self._let_through(method) else self._take(self._refuse, method)
         if refused is not None:
             payload = b'{"kind":"Status","status":"Failure","message":"apiserver is shutting down"}'
