@@ -230,16 +230,6 @@ def test_the_image_extras_name_requirements_only(extra: str) -> None:
     assert not [r for r in requirements if r.startswith("checkpointed-jobs")]
 
 
-def test_the_operator_extra_has_the_s3_client() -> None:
-    """Deleting a job prunes its checkpoints; on s3:// storage the operator needs boto3
-    (cjob_operator.api -> job_runtime.storage.filesystem)."""
-    with (REPO / "pyproject.toml").open("rb") as f:
-        extras = tomllib.load(f)["project"]["optional-dependencies"]
-    assert any(re.match(r"boto3\b", req) for req in extras["operator"])
-    api = (REPO / "operator" / "cjob_operator" / "api.py").read_text()
-    assert "job_runtime.storage.filesystem" in api
-
-
 def test_the_final_stage_runs_as_a_non_root_user(
     dockerfile: tuple[str, list[Instruction]],
 ) -> None:
