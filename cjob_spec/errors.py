@@ -7,6 +7,8 @@ messages end up in ``kubectl describe`` events, CLI output and status conditions
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 
 class CjobSpecError(Exception):
     """Base class of every error this package raises on bad input."""
@@ -72,3 +74,23 @@ class QuantityFormatError(CjobSpecError):
 
     def __str__(self) -> str:
         return f"{self.problem}, got {self.text!r}"
+
+
+def describe_value(value: object) -> str:
+    """A user's value as an error message names it: its kind, and the value if short."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"a boolean ({str(value).lower()})"
+    if isinstance(value, int):
+        return f"an integer ({value})"
+    if isinstance(value, float):
+        return f"a number ({value})"
+    if isinstance(value, str):
+        shown = value if len(value) <= 40 else value[:37] + "..."
+        return f"a string ({shown!r})"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list | tuple):
+        return "a list"
+    return f"a {type(value).__name__}"

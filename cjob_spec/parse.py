@@ -40,6 +40,7 @@ from cjob_spec.errors import (
     QuantityFormatError,
     SpecError,
 )
+from cjob_spec.errors import describe_value as _describe
 from cjob_spec.model import (
     Backoff,
     CheckpointCleanup,
@@ -133,23 +134,6 @@ def _shorten(text: str) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _describe(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return f"a boolean ({str(value).lower()})"
-    if isinstance(value, int):
-        return f"an integer ({value})"
-    if isinstance(value, float):
-        return f"a number ({value})"
-    if isinstance(value, str):
-        shown = value if len(value) <= 40 else value[:37] + "..."
-        return f"a string ({shown!r})"
-    if isinstance(value, Mapping):
-        return "a mapping"
-    if isinstance(value, list | tuple):
-        return "a list"
-    return f"a {type(value).__name__}"
 
 
 def _suggest(word: str, choices: Iterable[str]) -> str | None:

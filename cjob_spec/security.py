@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cjob_spec.errors import SpecError
+from cjob_spec.errors import describe_value as _describe
 
 RUNTIME_UID = 185
 """The ``spark`` user and group of the runtime image (``docker/runtime.Dockerfile``)."""
@@ -258,17 +259,3 @@ def _sysctls(value: object, at: str) -> None:
                             hint="quote it")
 
 
-def _describe(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return f"a boolean ({str(value).lower()})"
-    if isinstance(value, int):
-        return f"an integer ({value})"
-    if isinstance(value, str):
-        return f"a string ({value[:40]!r})"
-    if isinstance(value, Mapping):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
-    return f"a {type(value).__name__}"
