@@ -71,12 +71,23 @@ class MemoryBackend:
 
 
 class InMemoryCheckpointStore(BackedCheckpointStore):
-    """Keeps the ``retained`` newest checkpoints (by id) in memory."""
+    """Keeps the ``retained`` newest checkpoints (by id) in memory.
+
+    Without an ``attempt`` the store belongs to whichever attempt its process runs:
+    nothing outlives the process, so there is no older writer to fence, and the
+    first restore report recorded names the attempt.
+    """
 
     def __init__(self, *, retained: int = 1, discard_on_terminal: bool = False,
-                 attempt: int = 0, backend: MemoryBackend | None = None) -> None:
+                 attempt: int | None = None, backend: MemoryBackend | None = None) -> None:
         super().__init__(backend=backend or MemoryBackend(), where=_WHERE, retained=retained,
-                         attempt=attempt, discard_on_terminal=discard_on_terminal)
+                         attempt=attempt or 0, discard_on_terminal=discard_on_terminal)
+        self._adopts_attempt = attempt is None
+
+    def _write_restore_report(self, text: str, *, attempt: int) -> None:
+        if self._adopts_attempt and attempt > self.attempt:
+            self.attempt = attempt
+        super()._write_restore_report(text, attempt=attempt)
 
     def marked_for_discard(self) -> list[CompletedCheckpoint]:
         """Checkpoints pruned from the store whose data is not deleted yet."""
