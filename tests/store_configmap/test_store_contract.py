@@ -141,6 +141,15 @@ def ids(checkpoints: list[CompletedCheckpoint]) -> list[int]:
     return [c.checkpoint_id for c in checkpoints]
 
 
+def together(*work: Callable[[], None]) -> None:
+    """Run each piece of work in its own thread, all at once, and wait for all."""
+    threads = [threading.Thread(target=piece) for piece in work]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
 def refuse(_: CompletedCheckpoint) -> None:
     raise OSError(28, "No space left on device")
 
@@ -328,22 +337,12 @@ class TestConcurrentWriters:
             except BaseException as exc:
                 failures.append(exc)
 
-        writers = [threading.Thread(target=add, args=(range(start, 41, 2), 100))
-                   for start in (1, 2)]
-        for writer in writers:
-            writer.start()
-        for writer in writers:
-            writer.join()
+        together(lambda: add(range(1, 41, 2), 100), lambda: add(range(2, 41, 2), 100))
 
         assert failures == []
         assert ids(harness.store().all()) == list(range(1, 41))
 
-        writers = [threading.Thread(target=add, args=(range(start, 61, 2), 3))
-                   for start in (41, 42)]
-        for writer in writers:
-            writer.start()
-        for writer in writers:
-            writer.join()
+        together(lambda: add(range(41, 61, 2), 3), lambda: add(range(42, 61, 2), 3))
 
         assert failures == []
         assert ids(harness.store().all()) == [58, 59, 60]
@@ -360,10 +359,6 @@ class TestConcurrentWriters:
                 with lock:
                     taken.append(value)
 
-        takers = [threading.Thread(target=take) for _ in range(2)]
-        for taker in takers:
-            taker.start()
-        for taker in takers:
-            taker.join()
+        together(take, take)
 
         assert sorted(taken) == list(range(1, 31))
