@@ -304,11 +304,8 @@ def _restore_foreign(request: str, *, storage: CheckpointStorage, settings: Driv
 
 
 def _all_readable(store: CompletedCheckpointStore) -> list[CompletedCheckpoint]:
-    """The store's pointers, leaving out damaged ones (where the store can)."""
-    try:
-        return list(store.all(skip_corrupt=True))  # type: ignore[call-arg]
-    except TypeError:
-        return []
+    """The store's pointers, leaving out damaged ones."""
+    return store.all(skip_corrupt=True)
 
 
 def _checkpoint_id_of_request(request: str) -> int:

@@ -3,8 +3,9 @@
 This is our analogue of Flink's ``CompletedCheckpointStore`` and
 ``CheckpointIDCounter``. The coordinator writes every completed checkpoint here
 *after* its ``_metadata`` file is durable, and a restarting job reads ``latest()``
-to decide what to restore. Three implementations exist: in-memory (tests), file
-(the embedded default) and ConfigMap (on Kubernetes, in the operator package).
+to decide what to restore. One implementation (:mod:`job_runtime.store.backed`)
+keeps these rules over three backends that only read and swap the store's state:
+in-memory (tests), file (the embedded default) and ConfigMap (on Kubernetes).
 
 Rules every implementation follows:
 
@@ -141,8 +142,30 @@ class UnreadableCheckpointError(StoreError):
                                               "path": self.path, "cause": self.cause}))
 
 
+class CorruptPointerError(UnreadableCheckpointError):
+    """A pointer exists but does not hold a valid ``CompletedCheckpoint``."""
+
+    reason = "CorruptPointer"
+
+
+class NoRestorableCheckpointError(UnreadableCheckpointError):
+    """Every retained checkpoint is unreadable (reported for the newest one)."""
+
+    reason = "NoRestorableCheckpoint"
+
+
+class StoreClosedError(StoreError):
+    """The store was shut down; a new one must be opened to write again."""
+
+    reason = "StoreClosed"
+
+
 def _rebuild_error(cls: type[StoreError], fields: dict[str, Any]) -> StoreError:
     return cls(**fields)
+
+
+MetadataReader = Callable[[str], object]
+"""Reads a checkpoint's ``_metadata`` by URI; raises :class:`UnreadableCheckpointError`."""
 
 
 class CompletedCheckpointStore(abc.ABC):
@@ -156,7 +179,6 @@ class CompletedCheckpointStore(abc.ABC):
     """
 
     prune_failures: int = 0
-    _restore_report_text: str | None = None
 
     def _pruning_failed(self) -> None:
         self.prune_failures += 1
@@ -201,13 +223,13 @@ class CompletedCheckpointStore(abc.ABC):
             _log.warning("ignoring an unreadable restore report: %s", exc)
             return None
 
+    @abc.abstractmethod
     def _write_restore_report(self, text: str, *, attempt: int) -> None:
-        """Store the encoded report; durable stores override this with a fenced write."""
-        self._restore_report_text = text
+        """Store the encoded report with a fenced write."""
 
+    @abc.abstractmethod
     def _read_restore_report(self) -> str | None:
         """The encoded report as stored, if any."""
-        return self._restore_report_text
 
     @abc.abstractmethod
     def add_checkpoint_and_subsume_oldest(
@@ -224,12 +246,60 @@ class CompletedCheckpointStore(abc.ABC):
         """
 
     @abc.abstractmethod
-    def latest(self) -> CompletedCheckpoint | None:
-        """The newest checkpoint that is not marked for discard, if any."""
+    def all(self, *, skip_corrupt: bool = False) -> list[CompletedCheckpoint]:
+        """Every retained checkpoint not marked for discard, oldest first.
+
+        A damaged pointer raises :class:`CorruptPointerError` unless ``skip_corrupt``
+        (then it is logged and left out).
+        """
+
+    def latest(self, *, skip_corrupt: bool = False) -> CompletedCheckpoint | None:
+        """The newest checkpoint that is not marked for discard, if any; see :meth:`all`."""
+        checkpoints = self.all(skip_corrupt=skip_corrupt)
+        return checkpoints[-1] if checkpoints else None
 
     @abc.abstractmethod
-    def all(self) -> list[CompletedCheckpoint]:
-        """Every retained checkpoint not marked for discard, oldest first."""
+    def retained_pointers(self) -> list[CompletedCheckpoint | CorruptPointerError]:
+        """Every live pointer, decoded or with the reason it cannot be, oldest first."""
+
+    def latest_restorable(
+        self, *, storage_reader: MetadataReader, fallback: bool
+    ) -> tuple[CompletedCheckpoint | None, list[str]]:
+        """The newest checkpoint whose ``_metadata`` reads, and notes on what was skipped.
+
+        ``storage_reader`` reads a ``_metadata`` URI (for example
+        :func:`job_runtime.storage.checkpoint_storage.read_metadata`) and raises
+        :class:`UnreadableCheckpointError` when it cannot. Without ``fallback`` the
+        newest checkpoint must be readable, else that error is raised with its
+        reason. With ``fallback`` older checkpoints are tried, newest first, and
+        every skipped one is described in the notes (for an Event); if none reads,
+        :class:`NoRestorableCheckpointError` is raised, because silently starting
+        from scratch would replay the whole input. Damaged pointers count as
+        unreadable. Other errors (storage outages, denied access) propagate: they
+        say nothing about the checkpoint. An empty store gives ``(None, [])``.
+        """
+        notes: list[str] = []
+        first: UnreadableCheckpointError | None = None
+        for candidate in reversed(self.retained_pointers()):
+            if isinstance(candidate, CorruptPointerError):
+                problem: UnreadableCheckpointError = candidate
+            else:
+                try:
+                    storage_reader(candidate.metadata_path)
+                except UnreadableCheckpointError as exc:
+                    problem = exc
+                else:
+                    return candidate, notes
+            if not fallback:
+                raise problem
+            first = first or problem
+            notes.append(f"checkpoint {problem.checkpoint_id} is unreadable ({problem.cause}); "
+                         f"falling back to an older one")
+        if first is not None:
+            raise NoRestorableCheckpointError(
+                checkpoint_id=first.checkpoint_id, path=first.path,
+                cause=f"{first.cause}; no older retained checkpoint is readable either")
+        return None, notes
 
     @abc.abstractmethod
     def shutdown(self, status: JobStatus, *, discard: Discarder) -> None:

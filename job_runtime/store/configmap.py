@@ -7,26 +7,14 @@ holds a small JSON pointer per retained checkpoint, the id counter, and the
 fence: the annotation ``checkpointed.io/fence-attempt`` naming the only attempt
 allowed to write.
 
-How the rules of :mod:`job_runtime.store.base` are kept:
+The rules (compare-and-swap, fencing inside the swap, add then prune in two
+phases, no deletion after an ambiguous write) are kept once, by
+:mod:`job_runtime.store.backed`; :class:`ConfigMapBackend` only reads the object
+and replaces it with the ``resourceVersion`` it read (a 409 Conflict means
+somebody else wrote first). What is particular to a ConfigMap:
 
-* **Compare-and-swap.** Every change reads the object and replaces it with the
-  ``resourceVersion`` it read; a 409 Conflict means somebody else wrote first,
-  so the change is recomputed from a fresh read (bounded retries, jittered
-  backoff). Two writers can therefore never lose each other's pointers.
-* **Fencing inside the swap.** The fence is checked on the very object being
-  written, so a driver of an older attempt (a zombie on a lost node) cannot add,
-  prune or take an id once the operator has advanced the fence with
-  :func:`advance_attempt`, even if it read the object a moment before. A writer
-  with a *newer* attempt than the annotation takes the fence over in the same
-  write (attempt numbers come only from the operator).
-* **Add, then prune in two phases.** The pointer is committed first; then the
-  checkpoints beyond ``retained`` (never the newest) are marked with a
-  ``discarding-<id>`` key, their data deleted through the ``discard`` callback,
-  and finally pointer and marker removed. Readers skip marked pointers. If the
-  deletion fails or the process dies, the marker stays and the next add retries.
-* **Ambiguity.** When the commit's answer is lost (timeout, dropped connection,
-  5xx) the call raises :class:`AmbiguousWriteError` and deletes nothing; the
-  next add reads what actually landed and carries on.
+* **Ambiguity.** A lost answer (timeout, dropped connection, 5xx) to a write is
+  an :class:`AmbiguousWriteError`; see :mod:`job_runtime.store.configmap_client`.
 * **Size.** The object's size is computed before every commit; crossing the
   budget (256 KiB by default, a quarter of the 1 MiB limit) raises
   :class:`StoreFullError` instead of risking a rejected write later.
@@ -34,20 +22,22 @@ How the rules of :mod:`job_runtime.store.base` are kept:
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from job_runtime.store.backed import (
+    BackedCheckpointIdCounter,
+    BackedCheckpointStore,
+    advance_fence,
+)
+from job_runtime.store.backend import RetryPolicy
 from job_runtime.store.base import (
-    CheckpointIdCounter,
-    CompletedCheckpoint,
-    CompletedCheckpointStore,
-    Discarder,
     FencedError,
-    JobStatus,
-    UnreadableCheckpointError,
+    MetadataReader,
+    NoRestorableCheckpointError,
+    StoreError,
 )
 from job_runtime.store.configmap_client import (
     DEFAULT_DEADLINE,
@@ -62,7 +52,6 @@ from job_runtime.store.configmap_errors import (
     AmbiguousConfigMapWriteError,
     ConfigMapStoreFullError,
     CorruptStoreDataError,
-    NoRestorableCheckpointError,
     StoreAccessDeniedError,
     StoreConflictError,
     StoreNotFoundError,
@@ -78,16 +67,17 @@ from job_runtime.store.configmap_layout import (
     parse_store,
     pointer_key,
 )
-from job_runtime.store.file import CorruptPointerError, StoreClosedError
-from job_runtime.store.retention import ensure_retained, ids_to_prune
+from job_runtime.store.state import StoreState
 
 __all__ = [
     "DEFAULT_BUDGET_BYTES",
     "AmbiguousConfigMapWriteError",
+    "ConfigMapBackend",
     "ConfigMapCheckpointIdCounter",
     "ConfigMapCheckpointStore",
     "ConfigMapStoreFullError",
     "CorruptStoreDataError",
+    "MetadataReader",
     "NoRestorableCheckpointError",
     "StoreAccessDeniedError",
     "StoreConflictError",
@@ -106,23 +96,70 @@ __all__ = [
     "read_snapshot",
 ]
 
-_log = logging.getLogger(__name__)
 
-MetadataReader = Callable[[str], object]
-"""Reads a checkpoint's ``_metadata`` by URI; raises :class:`UnreadableCheckpointError`."""
+# --------------------------------------------------------------------------- backend
 
 
-def _check_fence(obj: StoreObject, attempt: int) -> bool:
-    """Refuse an older attempt; a newer one takes the fence over. Returns whether it moved."""
-    current = obj.fence_attempt
-    if attempt < current:
-        raise FencedError(attempt=attempt, current_attempt=current)
-    if attempt > current:
-        _log.info("attempt %d takes the fence of %s/%s over from attempt %d",
-                  attempt, obj.namespace, obj.name, current)
-        obj.set_fence_attempt(attempt)
-        return True
-    return False
+class ConfigMapBackend:
+    """A store's state in one ConfigMap, swapped with its ``resourceVersion``."""
+
+    def __init__(self, *, access: ConfigMapAccess,
+                 budget_bytes: int = DEFAULT_BUDGET_BYTES) -> None:
+        self.access = access
+        self.budget_bytes = budget_bytes
+        self._size_lock = threading.Lock()
+        self._last_size = 0
+
+    @property
+    def where(self) -> str:
+        return f"{self.access.namespace}/{self.access.name}"
+
+    @property
+    def retry_policy(self) -> RetryPolicy:
+        return self.access.retry_policy
+
+    @property
+    def last_size(self) -> int:
+        """The object's size as last read or written."""
+        with self._size_lock:
+            return self._last_size
+
+    def observe(self, obj: StoreObject) -> StoreState:
+        with self._size_lock:
+            self._last_size = obj.size_bytes
+        return obj.state()
+
+    def read(self) -> StoreState:
+        return self.observe(self.access.read_once())
+
+    def compare_and_swap(self, *, expected: StoreState, new: StoreState,
+                         operation: str) -> StoreState:
+        changed = self._origin(expected).with_state(new)
+        return self.observe(self.access.replace_once(changed.body(), operation=operation))
+
+    def locate(self, checkpoint_id: int) -> str:
+        return f"configmap:{self.where}#{pointer_key(checkpoint_id)}"
+
+    def check_budget(self, state: StoreState) -> None:
+        """Refuse a state that would take the ConfigMap past its size budget, far
+        below the apiserver's 1 MiB limit; nothing is written then."""
+        size = self._origin(state).with_state(state).size_bytes
+        if size > self.budget_bytes:
+            raise ConfigMapStoreFullError(
+                namespace=self.access.namespace, name=self.access.name, size_bytes=size,
+                budget_bytes=self.budget_bytes, pointers=len(state.pointer_ids()))
+
+    def gave_up(self, *, operation: str, conflicts: bool, attempts: int,
+                cause: str) -> StoreError:
+        return self.access.gave_up(operation=operation, conflicts=conflicts,
+                                   attempts=attempts, cause=cause)
+
+    @staticmethod
+    def _origin(state: StoreState) -> StoreObject:
+        origin = state.origin
+        if not isinstance(origin, StoreObject):
+            raise TypeError("a ConfigMap backend swaps only states it read itself")
+        return origin
 
 
 # --------------------------------------------------------------------------- operator side
@@ -159,12 +196,8 @@ def advance_attempt(*, api: Any, namespace: str, name: str, attempt: int) -> int
     recorded raises :class:`FencedError`. A lost answer is retried (setting the
     same value twice is harmless). Returns ``attempt``.
     """
-    if attempt < 0:
-        raise ValueError(f"attempt must be >= 0, got {attempt}")
-    access = ConfigMapAccess(api=api, namespace=namespace, name=name)
-    access.update(lambda obj: _check_fence(obj, attempt), operation="advance the fence",
-                  retry_ambiguous=True)
-    return attempt
+    backend = ConfigMapBackend(access=ConfigMapAccess(api=api, namespace=namespace, name=name))
+    return advance_fence(backend, attempt, where=backend.where)
 
 
 def read_snapshot(*, api: Any, namespace: str, name: str) -> StoreSnapshot:
@@ -172,15 +205,18 @@ def read_snapshot(*, api: Any, namespace: str, name: str) -> StoreSnapshot:
     return ConfigMapAccess(api=api, namespace=namespace, name=name).read().snapshot()
 
 
-# --------------------------------------------------------------------------- store
+# --------------------------------------------------------------------------- store, counter
 
 
-class ConfigMapCheckpointStore(CompletedCheckpointStore):
+class ConfigMapCheckpointStore(BackedCheckpointStore):
     """Completed-checkpoint pointers in a ConfigMap; see the module docstring.
 
     ``api`` is a ``kubernetes.client.CoreV1Api``. ``budget_bytes`` caps the
     object's size. ``discard_on_terminal`` decides what :meth:`shutdown` does for
-    a finished or canceled job; it defaults to ``False`` (see there).
+    a finished or canceled job; it defaults to ``False``: on Kubernetes the
+    checkpoints outlive the driver on purpose (the ConfigMap is owned by the
+    CheckpointedJob and goes with it, and the operator's cleanup policy decides
+    about the data), and a driver cannot know whether another attempt follows.
     """
 
     def __init__(
@@ -200,52 +236,22 @@ class ConfigMapCheckpointStore(CompletedCheckpointStore):
     ) -> None:
         self.namespace = namespace
         self.name = name
-        self.retained = ensure_retained(retained)
-        self.attempt = attempt
         self.budget_bytes = budget_bytes
-        self.discard_on_terminal = discard_on_terminal
-        self.clock = clock
         self._access = ConfigMapAccess(api=api, namespace=namespace, name=name,
                                        request_timeout=request_timeout,
                                        max_attempts=max_attempts, deadline=deadline)
-        self._closed = False
-        self._last_size = 0
-        self._size_lock = threading.Lock()
-
-    def __repr__(self) -> str:
-        return (f"ConfigMapCheckpointStore({self.namespace}/{self.name}, "
-                f"retained={self.retained}, attempt={self.attempt})")
-
-    # ------------------------------------------------------------------ reads
+        self._backend = ConfigMapBackend(access=self._access, budget_bytes=budget_bytes)
+        super().__init__(backend=self._backend, where=self._backend.where, retained=retained,
+                         attempt=attempt, discard_on_terminal=discard_on_terminal, clock=clock)
 
     def snapshot(self) -> StoreSnapshot:
         """Read the ConfigMap once and decode it."""
-        snapshot = self._access.read().snapshot()
-        self._remember_size(snapshot.size_bytes)
-        return snapshot
-
-    def all(self, *, skip_corrupt: bool = False) -> list[CompletedCheckpoint]:
-        """Every retained checkpoint not marked for discard, oldest first.
-
-        A damaged pointer raises :class:`CorruptPointerError` unless
-        ``skip_corrupt`` (then it is logged and left out).
-        """
-        snapshot = self.snapshot()
-        if snapshot.corrupt:
-            if not skip_corrupt:
-                raise snapshot.corrupt[0]
-            for problem in snapshot.corrupt:
-                _log.warning("skipping %s", problem)
-        return list(snapshot.checkpoints)
-
-    def latest(self, *, skip_corrupt: bool = False) -> CompletedCheckpoint | None:
-        """The newest checkpoint not marked for discard; see :meth:`all`."""
-        checkpoints = self.all(skip_corrupt=skip_corrupt)
-        return checkpoints[-1] if checkpoints else None
+        obj = self._access.read()
+        self._backend.observe(obj)
+        return obj.snapshot()
 
     def marked_for_discard(self) -> list[int]:
-        """Ids whose pointer is marked but whose data may not be deleted yet."""
-        return list(self.snapshot().marked)
+        return self.marked_ids()
 
     def size_bytes(self, *, refresh: bool = True) -> int:
         """The ConfigMap's size in bytes (for the ``cjob_checkpoint_store_bytes`` gauge).
@@ -255,250 +261,11 @@ class ConfigMapCheckpointStore(CompletedCheckpointStore):
         """
         if refresh:
             return self.snapshot().size_bytes
-        with self._size_lock:
-            return self._last_size
-
-    def latest_restorable(
-        self, *, storage_reader: MetadataReader, fallback: bool
-    ) -> tuple[CompletedCheckpoint | None, list[str]]:
-        """The newest checkpoint whose ``_metadata`` reads, and notes on what was skipped.
-
-        ``storage_reader`` reads a ``_metadata`` URI (for example
-        :func:`job_runtime.storage.checkpoint_storage.read_metadata`) and raises
-        :class:`UnreadableCheckpointError` when it cannot. Without ``fallback`` the
-        newest checkpoint must be readable, else that error is raised with its
-        reason. With ``fallback`` older checkpoints are tried, newest first, and
-        every skipped one is described in the notes (for an Event); if none reads,
-        :class:`NoRestorableCheckpointError` is raised, because silently starting
-        from scratch would replay the whole input. Damaged pointers count as
-        unreadable. Other errors (storage outages, denied access) propagate: they
-        say nothing about the checkpoint. An empty store gives ``(None, [])``.
-        """
-        snapshot = self.snapshot()
-        candidates: list[CompletedCheckpoint | CorruptPointerError] = [
-            *snapshot.checkpoints, *snapshot.corrupt]
-        candidates.sort(key=lambda c: c.checkpoint_id, reverse=True)
-        notes: list[str] = []
-        first: UnreadableCheckpointError | None = None
-        for candidate in candidates:
-            if isinstance(candidate, CorruptPointerError):
-                problem: UnreadableCheckpointError = candidate
-            else:
-                try:
-                    storage_reader(candidate.metadata_path)
-                except UnreadableCheckpointError as exc:
-                    problem = exc
-                else:
-                    return candidate, notes
-            if not fallback:
-                raise problem
-            first = first or problem
-            notes.append(f"checkpoint {problem.checkpoint_id} is unreadable ({problem.cause}); "
-                         f"falling back to an older one")
-        if first is not None:
-            raise NoRestorableCheckpointError(
-                checkpoint_id=first.checkpoint_id, path=first.path,
-                cause=f"{first.cause}; no older retained checkpoint is readable either")
-        return None, notes
-
-    # ------------------------------------------------------------------ writes
-
-    def add_checkpoint_and_subsume_oldest(
-        self, checkpoint: CompletedCheckpoint, *, discard: Discarder
-    ) -> list[CompletedCheckpoint]:
-        """Commit the pointer, then prune beyond ``retained`` in two phases.
-
-        Raises :class:`FencedError` for an older attempt, :class:`StoreFullError`
-        over the budget, and :class:`AmbiguousWriteError` when the commit's answer
-        was lost (nothing is discarded then). Once the pointer is committed, a
-        pruning step that fails for any reason (unavailable, 403 after an RBAC
-        change, 404, 422 from admission) is logged and counted in
-        ``prune_failures``: the committed checkpoint stands and the next add
-        prunes; only :class:`FencedError` is raised, and it deletes nothing.
-        Returns the checkpoints whose data this call deleted.
-        """
-        self._ensure_open()
-        if checkpoint.checkpoint_id < 0:
-            raise ValueError(f"checkpoint id must be >= 0, got {checkpoint.checkpoint_id}")
-        self._commit(checkpoint)
-        try:
-            return self.prune(discard=discard)
-        except FencedError:
-            raise
-        except Exception as exc:
-            _log.warning("checkpoint %d is committed but pruning stopped (%s); the next add "
-                         "retries", checkpoint.checkpoint_id, exc)
-            self._pruning_failed()
-            return []
-
-    def _commit(self, checkpoint: CompletedCheckpoint) -> None:
-        text = checkpoint.to_json()
-        checkpoint_id = checkpoint.checkpoint_id
-
-        def change(obj: StoreObject) -> bool:
-            moved = _check_fence(obj, self.attempt)
-            if (obj.pointer_text(checkpoint_id) == text
-                    and checkpoint_id not in obj.marked_ids()):
-                # Already there: our earlier write landed although its answer was lost.
-                return moved
-            obj.put_pointer(checkpoint)
-            self._check_budget(obj)
-            return True
-
-        written, _ = self._access.update(
-            change, operation=f"commit the pointer of checkpoint {checkpoint_id}")
-        self._remember_size(written.size_bytes)
-
-    def prune(self, *, discard: Discarder) -> list[CompletedCheckpoint]:
-        """Discard the checkpoints beyond ``retained`` and any left marked before.
-
-        Phase one marks them (a fenced compare-and-swap), phase two deletes their
-        data through ``discard``, phase three removes pointer and marker (fenced
-        again). A ``discard`` that raises leaves its checkpoint marked for the next
-        call. Returns the checkpoints whose data was deleted.
-        """
-        self._ensure_open()
-        return self._prune(discard=discard, keep=self.retained)
-
-    def _prune(self, *, discard: Discarder, keep: int) -> list[CompletedCheckpoint]:
-        now = self.clock()
-
-        def mark(obj: StoreObject) -> bool:
-            changed = _check_fence(obj, self.attempt)
-            pointers = obj.pointer_ids()
-            marked = obj.marked_ids()
-            if keep > 0 and pointers and pointers[-1] in marked:
-                # Never discard the newest: a marker on it can only be left over
-                # from an interrupted discard-everything shutdown.
-                _log.warning("unmarking checkpoint %d of %s/%s: it is the newest",
-                             pointers[-1], self.namespace, self.name)
-                obj.unmark(pointers[-1])
-                changed = True
-            live = obj.live_ids()
-            doomed = ids_to_prune(live, retained=keep) if keep > 0 else live
-            for checkpoint_id in doomed:
-                obj.mark(checkpoint_id, attempt=self.attempt, at=now)
-                changed = True
-            return changed
-
-        marked_obj, _ = self._access.update(mark, operation="mark checkpoints for discard")
-        pointers = set(marked_obj.pointer_ids())
-        marked = marked_obj.marked_ids()
-        removable: list[int] = sorted(marked - pointers)  # markers whose pointer is gone
-        discarded: list[CompletedCheckpoint] = []
-        for checkpoint_id in sorted(marked & pointers):
-            try:
-                checkpoint = marked_obj.pointer(checkpoint_id)
-            except CorruptPointerError as exc:
-                _log.warning("removing a damaged pointer without deleting data: %s", exc)
-                removable.append(checkpoint_id)
-                continue
-            try:
-                discard(checkpoint)
-            except Exception as exc:
-                _log.warning(
-                    "could not delete the data of checkpoint %d (%s); it stays marked and is "
-                    "retried on the next add: %s",
-                    checkpoint_id, checkpoint.metadata_path, exc)
-                self._pruning_failed()
-                continue
-            removable.append(checkpoint_id)
-            discarded.append(checkpoint)
-        if not removable:
-            return discarded
-
-        def remove(obj: StoreObject) -> bool:
-            changed = _check_fence(obj, self.attempt)
-            still_marked = obj.marked_ids()
-            for checkpoint_id in removable:
-                # Only while still marked: a re-add in between removed the marker.
-                if checkpoint_id in still_marked:
-                    obj.remove_pointer(checkpoint_id)
-                    changed = True
-            return changed
-
-        written, _ = self._access.update(remove, operation="remove discarded checkpoints")
-        self._remember_size(written.size_bytes)
-        return discarded
-
-    def shutdown(self, status: JobStatus, *, discard: Discarder) -> None:
-        """Close the store; the checkpoints stay unless asked otherwise.
-
-        On Kubernetes the checkpoints outlive the driver on purpose: the
-        ConfigMap is owned by the CheckpointedJob and goes with it, and the
-        operator's cleanup policy decides about the data when the job is
-        deleted. Even a finished job may be restored later (after a spec change,
-        or to inspect its final state), and a driver cannot know whether the
-        operator is about to start another attempt. Only a globally terminal job
-        with ``discard_on_terminal`` discards everything (newest included). The
-        counter and the fence always stay, so ids never repeat and zombies stay
-        fenced.
-        """
-        if self._closed:
-            return
-        if status.is_globally_terminal and self.discard_on_terminal:
-            self._prune(discard=discard, keep=0)
-        self._closed = True
-
-    def _check_budget(self, obj: StoreObject) -> None:
-        """Refuse a change that would take the ConfigMap past its size budget, far
-        below the apiserver's 1 MiB limit; nothing is written then."""
-        size = obj.size_bytes
-        if size > self.budget_bytes:
-            raise ConfigMapStoreFullError(
-                namespace=self.namespace, name=self.name, size_bytes=size,
-                budget_bytes=self.budget_bytes, pointers=len(obj.pointer_ids()))
-
-    def _write_restore_report(self, text: str, *, attempt: int) -> None:
-        """Set the ``checkpointed.io/restored`` annotation: fenced compare-and-swap.
-
-        The change is decided again on every fresh read (fence, then equal-or-replace),
-        so a lost answer is simply retried; a conflict with a concurrent commit costs
-        one more round trip and never undoes that commit.
-        """
-        if attempt != self.attempt:
-            raise ValueError(f"a store of attempt {self.attempt} records only its own "
-                             f"restore, not attempt {attempt}'s")
-
-        def change(obj: StoreObject) -> bool:
-            moved = _check_fence(obj, self.attempt)
-            if obj.restore_report_text == text:
-                return moved
-            obj.set_restore_report_text(text)
-            self._check_budget(obj)
-            return True
-
-        written, _ = self._access.update(change, operation="record the restored checkpoint",
-                                         retry_ambiguous=True)
-        self._remember_size(written.size_bytes)
-
-    def _read_restore_report(self) -> str | None:
-        return self._access.read().restore_report_text
-
-    # ------------------------------------------------------------------ internals
-
-    def _ensure_open(self) -> None:
-        if self._closed:
-            raise StoreClosedError(
-                f"the checkpoint store {self.namespace}/{self.name} was shut down")
-
-    def _remember_size(self, size: int) -> None:
-        with self._size_lock:
-            self._last_size = size
+        return self._backend.last_size
 
 
-# --------------------------------------------------------------------------- counter
-
-
-class ConfigMapCheckpointIdCounter(CheckpointIdCounter):
-    """The next checkpoint id in the ConfigMap's ``counter`` key, fenced like the store.
-
-    Every increment is a compare-and-swap. The counter never goes backwards and is
-    at least one more than the newest pointer (marked or not), so losing or
-    damaging nothing short of the whole ConfigMap can reuse an id. An increment
-    whose answer is lost is simply retried from a fresh read: at worst an id is
-    skipped, which is harmless.
-    """
+class ConfigMapCheckpointIdCounter(BackedCheckpointIdCounter):
+    """The next checkpoint id in the ConfigMap's ``counter`` key, fenced like the store."""
 
     def __init__(
         self,
@@ -514,46 +281,10 @@ class ConfigMapCheckpointIdCounter(CheckpointIdCounter):
     ) -> None:
         self.namespace = namespace
         self.name = name
-        self.attempt = attempt
-        self.start = start
-        self._access = ConfigMapAccess(api=api, namespace=namespace, name=name,
-                                       request_timeout=request_timeout,
-                                       max_attempts=max_attempts, deadline=deadline)
-
-    def __repr__(self) -> str:
-        return (f"ConfigMapCheckpointIdCounter({self.namespace}/{self.name}, "
-                f"attempt={self.attempt})")
-
-    def _next(self, obj: StoreObject) -> int:
-        return obj.snapshot().next_checkpoint_id(start=self.start)
-
-    def get_and_increment(self) -> int:
-        taken: list[int] = []
-
-        def change(obj: StoreObject) -> bool:
-            _check_fence(obj, self.attempt)
-            value = self._next(obj)
-            obj.set_counter(value + 1)
-            taken[:] = [value]
-            return True
-
-        self._access.update(change, operation="increment the checkpoint counter",
-                            retry_ambiguous=True)
-        return taken[0]
-
-    def get(self) -> int:
-        return self._next(self._access.read())
-
-    def set_count(self, count: int) -> None:
-        def change(obj: StoreObject) -> bool:
-            moved = _check_fence(obj, self.attempt)
-            if count > self._next(obj):
-                obj.set_counter(count)
-                return True
-            return moved
-
-        self._access.update(change, operation="move the checkpoint counter forward",
-                            retry_ambiguous=True)
+        backend = ConfigMapBackend(access=ConfigMapAccess(
+            api=api, namespace=namespace, name=name, request_timeout=request_timeout,
+            max_attempts=max_attempts, deadline=deadline))
+        super().__init__(backend=backend, where=backend.where, attempt=attempt, start=start)
 
 
 # --------------------------------------------------------------------------- driver entry

@@ -22,10 +22,7 @@ other gets a conflict, which the store reconciles on the next read).
 from __future__ import annotations
 
 import json
-import logging
 import os
-import random
-import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, cast
 
@@ -34,6 +31,13 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
+from job_runtime.store.backend import (
+    RetryPolicy,
+    SwapConflictError,
+    TransientStoreError,
+    retrying,
+)
+from job_runtime.store.base import StoreError
 from job_runtime.store.configmap_errors import (
     AmbiguousConfigMapWriteError,
     StoreAccessDeniedError,
@@ -43,8 +47,6 @@ from job_runtime.store.configmap_errors import (
     StoreUnavailableError,
 )
 from job_runtime.store.configmap_layout import StoreObject
-
-_log = logging.getLogger(__name__)
 
 SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 DEFAULT_REQUEST_TIMEOUT = (5.0, 20.0)
@@ -136,23 +138,6 @@ def _api_message(exc: ApiException) -> str:
     return str(getattr(exc, "reason", "") or exc)
 
 
-class _Conflict(Exception):
-    """Internal: the compare-and-swap lost; read again."""
-
-
-class _Transient(Exception):
-    """Internal: nothing happened but the apiserver is unwell; retry after a pause."""
-
-    def __init__(self, cause: str) -> None:
-        super().__init__(cause)
-        self.cause = cause
-
-
-def _backoff(attempt: int) -> None:
-    """Full-jitter exponential backoff: 20 ms doubling, at most half a second."""
-    time.sleep(random.uniform(0.0, min(0.5, 0.02 * (2 ** min(attempt, 8)))))
-
-
 # --------------------------------------------------------------------------- access
 
 
@@ -199,26 +184,39 @@ class ConfigMapAccess:
         except ApiException as exc:
             status = int(getattr(exc, "status", 0) or 0)
             if status == 409:
-                raise _Conflict(_api_message(exc)) from None
+                raise SwapConflictError(_api_message(exc)) from None
             if status == 429:
-                raise _Transient(f"HTTP 429: {_api_message(exc)}") from None
+                raise TransientStoreError(f"HTTP 429: {_api_message(exc)}") from None
             if status >= 500 or status == 0:
                 cause = f"HTTP {status}: {_api_message(exc)}"
                 if write:
                     raise AmbiguousConfigMapWriteError(
                         namespace=self.namespace, name=self.name, operation=operation,
                         cause=cause) from None
-                raise _Transient(cause) from None
+                raise TransientStoreError(cause) from None
             raise self._final_error(exc, operation=operation) from None
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             cause = f"{type(exc).__name__}: {exc}"
             if not write or is_not_sent(exc):
-                raise _Transient(cause) from None
+                raise TransientStoreError(cause) from None
             raise AmbiguousConfigMapWriteError(namespace=self.namespace, name=self.name,
                                                operation=operation, cause=cause) from None
         raw = response.data
         decoded: dict[str, Any] = json.loads(raw) if raw else {}
         return decoded
+
+    @property
+    def retry_policy(self) -> RetryPolicy:
+        return RetryPolicy(max_attempts=self.max_attempts, deadline=self.deadline)
+
+    def gave_up(self, *, operation: str, conflicts: bool, attempts: int,
+                cause: str) -> StoreError:
+        """The error for an operation that ran out of tries or time."""
+        if conflicts:
+            return StoreConflictError(namespace=self.namespace, name=self.name,
+                                      operation=operation, attempts=attempts)
+        return StoreUnavailableError(namespace=self.namespace, name=self.name,
+                                     operation=operation, cause=cause)
 
     def _retrying(self, step: Callable[[], _T], *, operation: str) -> _T:
         """Run ``step`` until it neither conflicts nor meets a transient failure.
@@ -227,29 +225,11 @@ class ConfigMapAccess:
         each request is bounded by ``request_timeout``, and without an overall bound
         a hung apiserver would hold the caller for ``max_attempts`` read timeouts.
         """
-        last_cause = ""
-        started = time.monotonic()
-        attempts = 0
-        for attempt in range(self.max_attempts):
-            if attempt and time.monotonic() - started >= self.deadline:
-                break
-            attempts += 1
-            try:
-                return step()
-            except _Conflict:
-                last_cause = "conflict"
-            except _Transient as exc:
-                last_cause = exc.cause
-                _log.info("%s of %s/%s: %s; retrying", operation, self.namespace, self.name,
-                          exc.cause)
-            _backoff(attempt)
-        if last_cause == "conflict":
-            raise StoreConflictError(namespace=self.namespace, name=self.name,
-                                     operation=operation, attempts=attempts)
-        raise StoreUnavailableError(namespace=self.namespace, name=self.name,
-                                    operation=operation, cause=last_cause)
+        return retrying(step, policy=self.retry_policy, operation=operation,
+                        where=f"{self.namespace}/{self.name}", gave_up=self.gave_up)
 
-    def _read_once(self) -> StoreObject:
+    def read_once(self) -> StoreObject:
+        """One read; :class:`TransientStoreError` when it may be retried."""
         obj = self._call(
             lambda: self.api.read_namespaced_config_map(
                 self.name, self.namespace, _preload_content=False,
@@ -257,7 +237,8 @@ class ConfigMapAccess:
             operation="read", write=False)
         return StoreObject(obj)
 
-    def _replace_once(self, body: Mapping[str, Any], *, operation: str) -> StoreObject:
+    def replace_once(self, body: Mapping[str, Any], *, operation: str) -> StoreObject:
+        """One replace with the body's ``resourceVersion``: a compare-and-swap."""
         obj = self._call(
             lambda: self.api.replace_namespaced_config_map(
                 self.name, self.namespace, dict(body), _preload_content=False,
@@ -269,7 +250,7 @@ class ConfigMapAccess:
 
     def read(self) -> StoreObject:
         """Read the ConfigMap, retrying transient failures a few times."""
-        return self._retrying(self._read_once, operation="read")
+        return self._retrying(self.read_once, operation="read")
 
     def create(self, body: Mapping[str, Any]) -> StoreObject | None:
         """Create the ConfigMap; ``None`` if it already exists (never overwritten)."""
@@ -281,7 +262,7 @@ class ConfigMapAccess:
                         self.namespace, dict(body), _preload_content=False,
                         _request_timeout=self.request_timeout),
                     operation="create", write=True)
-            except _Conflict:
+            except SwapConflictError:
                 return None  # 409 on create is AlreadyExists
             return StoreObject(obj)
 
@@ -307,15 +288,15 @@ class ConfigMapAccess:
         """
 
         def step() -> tuple[StoreObject, bool]:
-            current = self._read_once()
+            current = self.read_once()
             if not change(current):
                 return current, False
             try:
-                written = self._replace_once(current.body(), operation=operation)
+                written = self.replace_once(current.body(), operation=operation)
             except AmbiguousConfigMapWriteError as exc:
                 if not retry_ambiguous:
                     raise
-                raise _Transient(exc.cause) from None
+                raise TransientStoreError(exc.cause) from None
             return written, True
 
         return self._retrying(step, operation=operation)

@@ -15,7 +15,6 @@ from job_runtime.store.base import (
     AmbiguousWriteError,
     StoreError,
     StoreFullError,
-    UnreadableCheckpointError,
 )
 
 
@@ -195,9 +194,3 @@ class AmbiguousConfigMapWriteError(AmbiguousWriteError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild, (type(self), {f: getattr(self, f) for f in self._fields}))
-
-
-class NoRestorableCheckpointError(UnreadableCheckpointError):
-    """Every retained checkpoint is unreadable (reported for the newest one)."""
-
-    reason = "NoRestorableCheckpoint"

@@ -31,10 +31,10 @@ from cjob_spec.names import (
     CONFIGMAP_COUNTER_KEY,
     LABEL_JOB,
 )
-from job_runtime.store.base import CompletedCheckpoint
+from job_runtime.store.base import CompletedCheckpoint, CorruptPointerError
 from job_runtime.store.configmap_errors import CorruptStoreDataError
-from job_runtime.store.file import CorruptPointerError
 from job_runtime.store.restore_report import RestoreReport, UnreadableRestoreReportError
+from job_runtime.store.state import StoreState, marker_text, next_checkpoint_id
 
 __all__ = [
     "ANNOTATION_FENCE",
@@ -116,8 +116,8 @@ class StoreSnapshot:
 
     def next_checkpoint_id(self, *, start: int = 1) -> int:
         """What the counter hands out next: never below any pointer id + 1."""
-        floor = self.pointer_ids[-1] + 1 if self.pointer_ids else start
-        return max(start, floor, self.counter if self.counter is not None else start)
+        return next_checkpoint_id(counter=self.counter, pointer_ids=self.pointer_ids,
+                                  start=start)
 
 
 class StoreObject:
@@ -232,28 +232,13 @@ class StoreObject:
     def pointer_text(self, checkpoint_id: int) -> str | None:
         return self.data.get(pointer_key(checkpoint_id))
 
+    def locate(self, checkpoint_id: int) -> str:
+        """``configmap:NS/NAME#KEY``: where a pointer is, for error messages."""
+        return f"configmap:{self.namespace}/{self.name}#{pointer_key(checkpoint_id)}"
+
     def pointer(self, checkpoint_id: int) -> CompletedCheckpoint:
         """Decode one pointer; raises :class:`CorruptPointerError` if it is damaged."""
-        key = pointer_key(checkpoint_id)
-        where = f"configmap:{self.namespace}/{self.name}#{key}"
-        text = self.data.get(key)
-        if text is None:
-            raise CorruptPointerError(checkpoint_id=checkpoint_id, path=where,
-                                      cause="the pointer key does not exist")
-        try:
-            checkpoint = CompletedCheckpoint.from_json(text)
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            raise CorruptPointerError(
-                checkpoint_id=checkpoint_id, path=where,
-                cause=f"the value is not a valid checkpoint pointer ({detail})",
-            ) from None
-        if checkpoint.checkpoint_id != checkpoint_id:
-            raise CorruptPointerError(
-                checkpoint_id=checkpoint_id, path=where,
-                cause=f"the value names checkpoint {checkpoint.checkpoint_id}",
-            )
-        return checkpoint
+        return self.state().pointer(checkpoint_id, locate=self.locate)
 
     def put_pointer(self, checkpoint: CompletedCheckpoint) -> None:
         """Add or replace a pointer; a re-added id is no longer marked."""
@@ -261,8 +246,7 @@ class StoreObject:
         self.data.pop(marker_key(checkpoint.checkpoint_id), None)
 
     def mark(self, checkpoint_id: int, *, attempt: int, at: float) -> None:
-        self.data[marker_key(checkpoint_id)] = json.dumps(
-            {"attempt": attempt, "markedAt": at}, sort_keys=True, separators=(",", ":"))
+        self.data[marker_key(checkpoint_id)] = marker_text(attempt=attempt, at=at)
 
     def unmark(self, checkpoint_id: int) -> None:
         self.data.pop(marker_key(checkpoint_id), None)
@@ -290,28 +274,60 @@ class StoreObject:
         """Bytes of the object as JSON (what etcd stores, give or take bookkeeping)."""
         return len(json.dumps(self.body(), sort_keys=True, separators=(",", ":")).encode())
 
+    def state(self) -> StoreState:
+        """The store's state as the backends share it (raises on a damaged fence or
+        counter: those are never guessed)."""
+        data = self.data
+        return StoreState(
+            version=self.resource_version,
+            fence=self.fence_attempt,
+            counter=self.counter,
+            pointers={i: data[pointer_key(i)] for i in self.pointer_ids()},
+            markers={i: data[marker_key(i)] for i in self.marked_ids()},
+            restore_report=self.restore_report_text,
+            origin=self,
+        )
+
+    def with_state(self, state: StoreState) -> StoreObject:
+        """A copy of this object holding ``state`` (other keys and annotations kept)."""
+        changed = StoreObject(self.obj)
+        if state.fence != self.fence_attempt:
+            changed.set_fence_attempt(state.fence)
+        if state.counter is not None and state.counter != self.counter:
+            changed.set_counter(state.counter)
+        for checkpoint_id in self.pointer_ids():
+            changed.data.pop(pointer_key(checkpoint_id), None)
+        for checkpoint_id in self.marked_ids():
+            changed.data.pop(marker_key(checkpoint_id), None)
+        for checkpoint_id, text in sorted(state.pointers.items()):
+            changed.data[pointer_key(checkpoint_id)] = text
+        for checkpoint_id, text in sorted(state.markers.items()):
+            changed.data[marker_key(checkpoint_id)] = text
+        if state.restore_report is None:
+            changed.annotations.pop(ANNOTATION_RESTORED, None)
+        else:
+            changed.set_restore_report_text(state.restore_report)
+        return changed
+
     def snapshot(self) -> StoreSnapshot:
-        marked = self.marked_ids()
+        state = self.state()
         checkpoints: list[CompletedCheckpoint] = []
         corrupt: list[CorruptPointerError] = []
-        pointer_ids = self.pointer_ids()
-        for checkpoint_id in pointer_ids:
-            if checkpoint_id in marked:
-                continue
-            try:
-                checkpoints.append(self.pointer(checkpoint_id))
-            except CorruptPointerError as exc:
-                corrupt.append(exc)
+        for entry in state.live_pointers(locate=self.locate):
+            if isinstance(entry, CorruptPointerError):
+                corrupt.append(entry)
+            else:
+                checkpoints.append(entry)
         report, report_problem = self._restore_report()
         return StoreSnapshot(
             namespace=self.namespace,
             name=self.name,
             resource_version=self.resource_version,
-            fence_attempt=self.fence_attempt,
-            counter=self.counter,
-            pointer_ids=tuple(pointer_ids),
+            fence_attempt=state.fence,
+            counter=state.counter,
+            pointer_ids=tuple(state.pointer_ids()),
             checkpoints=tuple(checkpoints),
-            marked=tuple(sorted(i for i in marked if i in pointer_ids)),
+            marked=tuple(state.marked_pointer_ids()),
             corrupt=tuple(corrupt),
             size_bytes=self.size_bytes,
             restore_report=report,

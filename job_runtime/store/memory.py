@@ -1,107 +1,108 @@
 """In-memory completed-checkpoint store and id counter.
 
 Nothing survives the process, so these serve tests and jobs that are never
-restored (like Flink's standalone store). They follow the same rules as the
-durable stores: add before prune, never prune the newest, keep a checkpoint
-whose data could not be deleted and retry on the next add.
+restored (like Flink's standalone store). They are the one store of
+:mod:`job_runtime.store.backed` over a backend that keeps the state in a
+variable, so they follow exactly the rules of the durable stores.
 """
 
 from __future__ import annotations
 
-import logging
+import itertools
 import threading
 
+from job_runtime.store.backed import BackedCheckpointIdCounter, BackedCheckpointStore
+from job_runtime.store.backend import RetryPolicy, SwapConflictError
 from job_runtime.store.base import (
-    CheckpointIdCounter,
     CompletedCheckpoint,
-    CompletedCheckpointStore,
     Discarder,
     JobStatus,
+    StoreError,
 )
-from job_runtime.store.retention import InvalidRetentionError, ensure_retained, ids_to_prune
+from job_runtime.store.retention import InvalidRetentionError
+from job_runtime.store.state import StoreState
 
-_log = logging.getLogger(__name__)
+__all__ = [
+    "InMemoryCheckpointIdCounter",
+    "InMemoryCheckpointStore",
+    "InvalidRetentionError",
+    "MemoryBackend",
+]
 
-__all__ = ["InMemoryCheckpointIdCounter", "InMemoryCheckpointStore", "InvalidRetentionError"]
+_WHERE = "memory"
 
 
-class InMemoryCheckpointStore(CompletedCheckpointStore):
-    """Keeps the ``retained`` newest checkpoints (by id) in a dict."""
+class MemoryBackend:
+    """A store's state in a variable; the version is a generation number."""
 
-    def __init__(self, *, retained: int = 1, discard_on_terminal: bool = False) -> None:
-        self.retained = ensure_retained(retained)
-        self.discard_on_terminal = discard_on_terminal
+    retry_policy = RetryPolicy(max_attempts=10_000, deadline=60.0)
+    """Only threads of this process compete, and they never wait on I/O."""
+
+    def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._checkpoints: dict[int, CompletedCheckpoint] = {}
-        self._marked: dict[int, CompletedCheckpoint] = {}
+        self._generations = itertools.count(1)
+        self._state = StoreState(version="0")
 
-    def add_checkpoint_and_subsume_oldest(
-        self, checkpoint: CompletedCheckpoint, *, discard: Discarder
-    ) -> list[CompletedCheckpoint]:
+    def read(self) -> StoreState:
         with self._lock:
-            self._checkpoints[checkpoint.checkpoint_id] = checkpoint
-            self._marked.pop(checkpoint.checkpoint_id, None)
-            for old_id in ids_to_prune(list(self._checkpoints), retained=self.retained):
-                self._marked[old_id] = self._checkpoints.pop(old_id)
-            return self._discard_marked(discard)
+            return self._state
 
-    def _discard_marked(self, discard: Discarder) -> list[CompletedCheckpoint]:
-        discarded: list[CompletedCheckpoint] = []
-        for old_id in sorted(self._marked):
-            old = self._marked[old_id]
-            try:
-                discard(old)
-            except Exception as exc:
-                _log.warning("could not discard checkpoint %d (%s); will retry on the next add: %s",
-                             old_id, old.metadata_path, exc)
-                self._pruning_failed()
-                continue
-            del self._marked[old_id]
-            discarded.append(old)
-        return discarded
-
-    def latest(self) -> CompletedCheckpoint | None:
+    def compare_and_swap(self, *, expected: StoreState, new: StoreState,
+                         operation: str) -> StoreState:
         with self._lock:
-            if not self._checkpoints:
-                return None
-            return self._checkpoints[max(self._checkpoints)]
+            if self._state.version != expected.version:
+                raise SwapConflictError(operation)
+            self._state = StoreState(
+                version=str(next(self._generations)), fence=new.fence, counter=new.counter,
+                pointers=dict(new.pointers), unreadable=dict(new.unreadable),
+                markers=dict(new.markers), restore_report=new.restore_report)
+            return self._state
 
-    def all(self) -> list[CompletedCheckpoint]:
-        with self._lock:
-            return [self._checkpoints[i] for i in sorted(self._checkpoints)]
+    def locate(self, checkpoint_id: int) -> str:
+        return f"{_WHERE}#{checkpoint_id}"
+
+    def check_budget(self, state: StoreState) -> None:
+        return None
+
+    def gave_up(self, *, operation: str, conflicts: bool, attempts: int,
+                cause: str) -> StoreError:
+        return StoreError(f"could not {operation} in the in-memory store after {attempts} "
+                          f"tries ({cause})")
+
+
+class InMemoryCheckpointStore(BackedCheckpointStore):
+    """Keeps the ``retained`` newest checkpoints (by id) in memory.
+
+    Without an ``attempt`` the store belongs to whichever attempt its process runs:
+    nothing outlives the process, so there is no older writer to fence, and the
+    first restore report recorded names the attempt.
+    """
+
+    def __init__(self, *, retained: int = 1, discard_on_terminal: bool = False,
+                 attempt: int | None = None, backend: MemoryBackend | None = None) -> None:
+        super().__init__(backend=backend or MemoryBackend(), where=_WHERE, retained=retained,
+                         attempt=attempt or 0, discard_on_terminal=discard_on_terminal)
+        self._adopts_attempt = attempt is None
+
+    def _write_restore_report(self, text: str, *, attempt: int) -> None:
+        if self._adopts_attempt and attempt > self.attempt:
+            self.attempt = attempt
+        super()._write_restore_report(text, attempt=attempt)
 
     def marked_for_discard(self) -> list[CompletedCheckpoint]:
         """Checkpoints pruned from the store whose data is not deleted yet."""
-        with self._lock:
-            return [self._marked[i] for i in sorted(self._marked)]
+        return self.marked_checkpoints()
 
     def shutdown(self, status: JobStatus, *, discard: Discarder) -> None:
-        """Keep everything unless the job is globally terminal and
-        ``discard_on_terminal`` was set (see :class:`FileCheckpointStore`)."""
-        with self._lock:
-            if status.is_globally_terminal and self.discard_on_terminal:
-                self._marked.update(self._checkpoints)
-                self._checkpoints.clear()
-                self._discard_marked(discard)
+        """Like the durable stores, but the store stays open: nothing outlives the
+        process anyway, and tests end one job's life in several steps."""
+        self._discard_if_terminal(status, discard=discard)
 
 
-class InMemoryCheckpointIdCounter(CheckpointIdCounter):
+class InMemoryCheckpointIdCounter(BackedCheckpointIdCounter):
     """A thread-safe counter starting at ``start`` (1, like Flink)."""
 
-    def __init__(self, *, start: int = 1) -> None:
-        self._lock = threading.Lock()
-        self._next = start
-
-    def get_and_increment(self) -> int:
-        with self._lock:
-            value = self._next
-            self._next += 1
-            return value
-
-    def get(self) -> int:
-        with self._lock:
-            return self._next
-
-    def set_count(self, count: int) -> None:
-        with self._lock:
-            self._next = max(self._next, count)
+    def __init__(self, *, start: int = 1, attempt: int = 0,
+                 backend: MemoryBackend | None = None) -> None:
+        super().__init__(backend=backend or MemoryBackend(), where=_WHERE, attempt=attempt,
+                         start=start)
