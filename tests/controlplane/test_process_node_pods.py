@@ -255,9 +255,11 @@ class TestDeletion:
     ) -> None:
         code = textwrap.dedent(
             """
-            import signal, sys, time
+            import os, signal, sys, time
             def stop(signum, frame):
-                print("got SIGTERM, flushing", flush=True)
+                # os.write, not print: the signal may land while print("ready") still
+                # holds stdout's buffer, and print from the handler would then fail.
+                os.write(1, b"got SIGTERM, flushing\n")
                 sys.exit(0)
             signal.signal(signal.SIGTERM, stop)
             print("ready", flush=True)
