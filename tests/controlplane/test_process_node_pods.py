@@ -259,7 +259,7 @@ class TestDeletion:
             def stop(signum, frame):
                 # os.write, not print: the signal may land while print("ready") still
                 # holds stdout's buffer, and print from the handler would then fail.
-                os.write(1, b"got SIGTERM, flushing\n")
+                os.write(1, b"got SIGTERM, flushing\\n")
                 sys.exit(0)
             signal.signal(signal.SIGTERM, stop)
             print("ready", flush=True)
