@@ -26,13 +26,19 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import logging
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from job_runtime.checkpoint.fields import Json
+from job_runtime.checkpoint.metadata import (
+    ChannelStateHandle,
+    CheckpointMetadata,
+    KeyedStateHandle,
+    SinkTransactions,
+)
 from job_runtime.coordinator.messages import (
     Abort,
     Ack,
@@ -111,14 +117,6 @@ class CommitOutcome:
     prune_failures: int = 0
 
 
-class JobFailed(Exception):
-    """Raised in the driver's main thread when the coordinator decided the job must end."""
-
-    def __init__(self, cause: BaseException) -> None:
-        super().__init__(str(cause))
-        self.cause = cause
-
-
 class CheckpointCoordinator:
     def __init__(
         self,
@@ -132,7 +130,7 @@ class CheckpointCoordinator:
         store: CompletedCheckpointStore,
         counter: CheckpointIdCounter,
         settings: CheckpointSettings,
-        initial_restore: dict[str, Any] | None,
+        initial_restore: CheckpointMetadata | None,
         initial_restore_pointer: CompletedCheckpoint | None,
         key: bytes,
         clock: Callable[[], float] = time.time,
@@ -166,7 +164,7 @@ class CheckpointCoordinator:
         # started from, then each one it completes. Not ``store.latest()``: after
         # a fallback past a damaged checkpoint, the store's newest is unreadable.
         self._restorable = initial_restore_pointer
-        self._epoch_restore: dict[str, Any] | None = None
+        self._epoch_restore: CheckpointMetadata | None = None
         self._last_completed_mono = 0.0
         self._last_trigger_mono = 0.0
         self._trigger_paused_until = 0.0
@@ -191,8 +189,7 @@ class CheckpointCoordinator:
                                           what="cannot read manual checkpoint requests")
         self._stop = threading.Event()
         self._worker = SerialWorker(name="checkpoint-io", on_error=self._fail_job)
-        self._server = RpcServer(host=host, port=port, key=key, handler=self._handle,
-                                 on_disconnect=self._disconnected)
+        self._server = RpcServer(host=host, port=port, key=key, handler=self._handle)
         self.port = self._server.port
         self.host = self._server.host
         self._timer = threading.Thread(target=self._run_timer, daemon=True,
@@ -278,7 +275,7 @@ class CheckpointCoordinator:
                     self.timeline.setdefault("allRegisteredAt", time.time())
                 conn.send(Registered(restore=self._epoch_restore))
 
-    def _start_epoch(self, epoch: int, *, restore: dict[str, Any] | None,
+    def _start_epoch(self, epoch: int, *, restore: CheckpointMetadata | None,
                      source: CompletedCheckpoint | None) -> None:
         if self._epoch >= 0:
             log.warning("subtasks restarted (stage attempt %d): aborting pending checkpoints and "
@@ -298,12 +295,8 @@ class CheckpointCoordinator:
         self.progress = {}
         self.timeline = {"epochStartedAt": time.time()}
 
-    def _load(self, checkpoint: CompletedCheckpoint) -> dict[str, Any]:
-        data: dict[str, Any] = json.loads(self.storage.read_metadata(checkpoint.metadata_path))
-        return data
-
-    def _disconnected(self, conn: RpcConnection) -> None:
-        return None
+    def _load(self, checkpoint: CompletedCheckpoint) -> CheckpointMetadata:
+        return CheckpointMetadata.from_bytes(self.storage.read_metadata(checkpoint.metadata_path))
 
     # ------------------------------------------------------------------ triggering
 
@@ -464,36 +457,32 @@ class CheckpointCoordinator:
             pending.completing = True
             self._worker.submit(functools.partial(self._commit, ack.checkpoint_id))
 
-    def _metadata(self, pending: PendingCheckpoint) -> dict[str, Any]:
-        sources: dict[str, Any] = {}
-        operators: dict[str, list[dict[str, Any]]] = {}
-        channels: dict[str, list[dict[str, Any]]] = {}
-        sinks: dict[str, Any] = {}
+    def _metadata(self, pending: PendingCheckpoint) -> CheckpointMetadata:
+        """``_metadata`` of a checkpoint every task acknowledged: the acks' parts, merged."""
+        sources: dict[int, Json] = {}
+        operators: dict[str, list[KeyedStateHandle]] = {}
+        channels: dict[int, list[ChannelStateHandle]] = {}
+        sinks: list[SinkTransactions] = []
         for (stage, subtask), ack in sorted(pending.acks.items()):
             state = ack.state
             for split, position in state.sources.items():
-                sources[str(split)] = position
+                sources[int(split)] = position
             for uid, operator in state.operators.items():
-                operators.setdefault(uid, []).append({"subtask": subtask, **operator.to_json()})
+                operators.setdefault(uid, []).append(KeyedStateHandle(
+                    subtask=subtask, handle=operator.handle, key_groups=operator.key_groups))
             if state.channels is not None:
-                channels.setdefault(str(stage), []).append({"subtask": subtask,
-                                                            **state.channels.to_dict()})
+                channels.setdefault(stage, []).append(
+                    ChannelStateHandle(subtask=subtask, handle=state.channels))
             if state.sink is not None:
-                sinks[str(subtask)] = state.sink
-        return {
-            "version": 1,
-            "job": self.job_id,
-            "checkpointId": pending.checkpoint_id,
-            "timestamp": pending.triggered_at,
-            "final": pending.final,
-            "attempt": self.attempt,
-            "parallelism": self.parallelism,
-            "maxParallelism": self.max_parallelism,
-            "sources": sources,
-            "operators": operators,
-            "channels": channels,
-            "sinks": sinks,
-        }
+                sinks.append(SinkTransactions(subtask=subtask, pending=state.sink))
+        return CheckpointMetadata(
+            job=self.job_id, checkpoint_id=pending.checkpoint_id,
+            timestamp=pending.triggered_at, final=pending.final, attempt=self.attempt,
+            parallelism=self.parallelism, max_parallelism=self.max_parallelism,
+            sources=sources,
+            operators={uid: tuple(handles) for uid, handles in operators.items()},
+            channels={stage: tuple(handles) for stage, handles in channels.items()},
+            sinks=tuple(sinks))
 
     def _commit(self, checkpoint_id: int) -> None:
         """On the worker: write ``_metadata``, commit the pointer, then record the outcome."""
@@ -502,7 +491,7 @@ class CheckpointCoordinator:
                 pending = self._pending.get(checkpoint_id)
                 if pending is None or not pending.completing:
                     return  # aborted while it waited (subsumed, or the subtasks restarted)
-                body = json.dumps(self._metadata(pending), separators=(",", ":")).encode()
+                body = self._metadata(pending).to_bytes()
                 stats = pending.stats
                 assert stats is not None
                 size = stats.size_bytes + len(body)
