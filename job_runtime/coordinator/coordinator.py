@@ -39,6 +39,7 @@ from job_runtime.checkpoint.metadata import (
     KeyedStateHandle,
     SinkTransactions,
 )
+from job_runtime.coordinator.failure_budget import FailureBudget
 from job_runtime.coordinator.messages import (
     Abort,
     Ack,
@@ -57,11 +58,13 @@ from job_runtime.coordinator.messages import (
     Trigger,
     UserError,
 )
+from job_runtime.coordinator.request_decider import RequestDecider
 from job_runtime.coordinator.rpc import ConnectionLost, RpcConnection, RpcServer
+from job_runtime.coordinator.settings import CheckpointSettings
 from job_runtime.coordinator.stats import CheckpointStats, CheckpointStatsTracker
 from job_runtime.coordinator.streak import FailureStreak
 from job_runtime.coordinator.worker import SerialWorker
-from job_runtime.errors import CheckpointFailureBudgetExceeded, UserCodeError
+from job_runtime.errors import UserCodeError
 from job_runtime.faults import maybe_fail
 from job_runtime.storage.checkpoint_storage import CheckpointStorage
 from job_runtime.store.base import (
@@ -75,19 +78,6 @@ from job_runtime.store.base import (
 from job_runtime.store.triggers import TriggerSource
 
 log = logging.getLogger(__name__)
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class CheckpointSettings:
-    interval: float = 10.0
-    min_pause: float = 0.0
-    timeout: float = 600.0
-    max_concurrent: int = 1
-    tolerable_failures: int = 0
-    trigger_poll_interval: float = 5.0
-    """Seconds between reads of the manual checkpoint request (an apiserver call)."""
-    trigger_retry_pause: float = 1.0
-    """Least pause after a trigger that could not start, on top of ``interval``."""
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -165,10 +155,8 @@ class CheckpointCoordinator:
         # a fallback past a damaged checkpoint, the store's newest is unreadable.
         self._restorable = initial_restore_pointer
         self._epoch_restore: CheckpointMetadata | None = None
-        self._last_completed_mono = 0.0
-        self._last_trigger_mono = 0.0
-        self._trigger_paused_until = 0.0
-        self._consecutive_failures = 0
+        self._decider = RequestDecider(settings=settings)
+        self._budget = FailureBudget(tolerable=settings.tolerable_failures)
         self.failure: BaseException | None = None
         self.failed_event = threading.Event()
         self.finished = threading.Event()
@@ -180,8 +168,6 @@ class CheckpointCoordinator:
         self.timeline: dict[str, float] = {}
         self.epochs_started = 0
         self.triggers = triggers
-        self._final_completed = False
-        self._last_trigger_poll = 0.0
         # The newest manual request a completed checkpoint served: (nonce, checkpoint id).
         self._served_request: tuple[str, int] | None = None
         self._trigger_streak = FailureStreak(log=log, what="cannot start a checkpoint")
@@ -291,7 +277,7 @@ class CheckpointCoordinator:
         self._ready = set()
         self._sources_finished = set()
         self._done = set()
-        self._final_completed = False
+        self._decider.new_epoch()
         self.progress = {}
         self.timeline = {"epochStartedAt": time.time()}
 
@@ -314,10 +300,8 @@ class CheckpointCoordinator:
             self._expire(now)
             if not self._running():
                 return
-            poll = (self.triggers is not None and not self._pending
-                    and now - self._last_trigger_poll >= self.settings.trigger_poll_interval)
-            if poll:
-                self._last_trigger_poll = now
+            poll = (self.triggers is not None
+                    and self._decider.poll_due(now=now, pending=len(self._pending)))
         if poll and self._poll_manual_trigger():
             return
         with self._lock:
@@ -343,23 +327,11 @@ class CheckpointCoordinator:
         A due trigger counts as attempted at once, so a failing one is retried after
         the interval (and at least ``trigger_retry_pause``), not on every tick.
         """
-        if not self._running() or now < self._trigger_paused_until:
+        if not self._running():
             return None
-        final = len(self._sources_finished) == self.parallelism
-        if final:
-            if self._final_completed or any(p.final for p in self._pending.values()):
-                return None
-        else:
-            if self.settings.interval <= 0:
-                return None
-            if len(self._pending) >= self.settings.max_concurrent:
-                return None
-            if now - self._last_trigger_mono < self.settings.interval:
-                return None
-            if now - self._last_completed_mono < self.settings.min_pause:
-                return None
-        self._last_trigger_mono = now
-        return final
+        return self._decider.due(
+            now=now, sources_finished=len(self._sources_finished) == self.parallelism,
+            pending=len(self._pending), final_pending=any(p.final for p in self._pending.values()))
 
     def _poll_manual_trigger(self) -> bool:
         """Read the manual request (outside the lock) and serve it; whether one started."""
@@ -418,7 +390,7 @@ class CheckpointCoordinator:
             self._pending[checkpoint_id] = PendingCheckpoint(
                 checkpoint_id=checkpoint_id, epoch=self._epoch, final=final, triggered_at=now,
                 triggered_mono=time.monotonic(), waiting=waiting, stats=stats, nonce=nonce)
-            self._last_trigger_mono = time.monotonic()
+            self._decider.triggered(now=time.monotonic())
             self._broadcast(Trigger(checkpoint_id=checkpoint_id, timestamp=now, final=final))
             return checkpoint_id
 
@@ -426,7 +398,7 @@ class CheckpointCoordinator:
         """No id, so no checkpoint: still a failed checkpoint for the failure budget."""
         cause = f"{type(exc).__name__}: {exc}"
         self._trigger_streak.failed(f"no checkpoint id from {self.counter!r}: {cause}")
-        self._trigger_paused_until = time.monotonic() + self.settings.trigger_retry_pause
+        self._decider.trigger_failed(now=time.monotonic())
         self.stats.trigger_failed()
         self._count_failure(reason=f"cannot get a checkpoint id: {cause}")
 
@@ -571,15 +543,15 @@ class CheckpointCoordinator:
         stats.duration_ms = (time.monotonic() - pending.triggered_mono) * 1000.0
         stats.size_bytes = completed.size_bytes
         self.stats.finished(stats, ok=True)
-        self._consecutive_failures = 0
-        self._last_completed_mono = time.monotonic()
+        self._budget.succeeded()
+        self._decider.completed(now=time.monotonic())
         self.latest = completed
         self._restorable = completed
         maybe_fail("driver.before-notify", checkpoint_id)
         for older in [p for p in self._pending if p < checkpoint_id]:
             self._abort(older, reason=f"subsumed by checkpoint {checkpoint_id}", count=False)
         if pending.final:
-            self._final_completed = True
+            self._decider.final_completed()
         if pending.nonce is not None:
             self._served_request = (pending.nonce, checkpoint_id)
         self._broadcast(Complete(checkpoint_id=checkpoint_id, final=pending.final))
@@ -610,11 +582,9 @@ class CheckpointCoordinator:
             self._count_failure(reason=reason)
 
     def _count_failure(self, *, reason: str) -> None:
-        self._consecutive_failures += 1
-        if self._consecutive_failures > self.settings.tolerable_failures:
-            self._fail_job(CheckpointFailureBudgetExceeded(
-                failures=self._consecutive_failures,
-                tolerable=self.settings.tolerable_failures, last_reason=reason))
+        exceeded = self._budget.failed(reason=reason)
+        if exceeded is not None:
+            self._fail_job(exceeded)
 
     def _discard_pending(self, checkpoint_id: int) -> None:
         """On the worker: delete an aborted checkpoint's data (storage calls, no lock)."""

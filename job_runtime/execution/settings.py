@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from job_runtime.coordinator.coordinator import CheckpointSettings
+from job_runtime.coordinator.settings import CheckpointSettings
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

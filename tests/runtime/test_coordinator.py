@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import pytest
 
 from job_runtime.checkpoint.metadata import CheckpointMetadata
-from job_runtime.coordinator.coordinator import CheckpointCoordinator, CheckpointSettings
+from job_runtime.coordinator.coordinator import CheckpointCoordinator
 from job_runtime.coordinator.messages import (
     Abort,
     Ack,
@@ -32,6 +32,7 @@ from job_runtime.coordinator.messages import (
     Trigger,
 )
 from job_runtime.coordinator.rpc import SubtaskConnection, connect
+from job_runtime.coordinator.settings import CheckpointSettings
 from job_runtime.errors import CheckpointFailureBudgetExceeded
 from job_runtime.storage.checkpoint_storage import CheckpointStorage
 from job_runtime.store.base import CompletedCheckpoint
