@@ -33,6 +33,7 @@ from cjob_lifecycle.plan import plan
 from cjob_spec import CheckpointedJob, JobStatus, Phase, file_store_arg, to_runtime_args
 from cjob_spec.driver_env import driver_env as spec_driver_env
 from cjob_spec.model import is_s3_code
+from job_runtime.execution.status_file import DriverStatus, StatusFileError, read_status_file
 
 Clock = Callable[[], datetime]
 
@@ -367,13 +368,12 @@ class EmbeddedRunner:
                 ) -> None:
         runtime = self._read_runtime(attempt)
         progress = Progress(state="starting")
-        if runtime:
-            latest = runtime.get("latestCheckpoint") or {}
+        if runtime is not None:
+            latest = runtime.latest_checkpoint
             progress = Progress(
-                records=int(runtime.get("recordsIn", 0)),
-                checkpoints=int(runtime["checkpoints"]["completed"]),
-                latest_id=latest.get("id"),
-                state="running" if int(runtime.get("epoch", -1)) >= 0 else "starting Spark")
+                records=runtime.records_in, checkpoints=runtime.checkpoints.completed,
+                latest_id=None if latest is None else latest.id,
+                state="running" if runtime.started else "starting Spark")
         self._show_progress(attempt, progress, restarts)
         if self._should_kill(attempt=attempt, progress=progress):
             self.killed_once = True
@@ -382,11 +382,11 @@ class EmbeddedRunner:
                       f"checkpoint {progress.latest_id}, to show recovery")
             backend.kill(name)
 
-    def _read_runtime(self, attempt: int) -> dict[str, Any] | None:
+    def _read_runtime(self, attempt: int) -> DriverStatus | None:
+        """The attempt's driver status; ``None`` until its driver wrote a readable one."""
         try:
-            data: dict[str, Any] = json.loads(self.paths.runtime_status(attempt).read_text())
-            return data
-        except (OSError, ValueError, KeyError, TypeError):
+            return read_status_file(self.paths.runtime_status(attempt))
+        except (OSError, StatusFileError):
             return None
 
     def _should_kill(self, *, attempt: int, progress: Progress) -> bool:

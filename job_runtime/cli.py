@@ -26,8 +26,9 @@ from cjob_spec.model import (
     OnUnreadable,
 )
 from job_runtime.cleanup import DEFAULT_TERMINATION_LOG, run_cleanup
-from job_runtime.coordinator.coordinator import CheckpointSettings
-from job_runtime.execution.driver import DriverSettings, run_driver
+from job_runtime.coordinator.settings import CheckpointSettings
+from job_runtime.execution.driver import run_driver
+from job_runtime.execution.settings import DriverSettings
 
 
 class _Parser(argparse.ArgumentParser):

@@ -26,13 +26,20 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import logging
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
+from job_runtime.checkpoint.fields import Json
+from job_runtime.checkpoint.metadata import (
+    ChannelStateHandle,
+    CheckpointMetadata,
+    KeyedStateHandle,
+    SinkTransactions,
+)
+from job_runtime.coordinator.failure_budget import FailureBudget
 from job_runtime.coordinator.messages import (
     Abort,
     Ack,
@@ -51,11 +58,13 @@ from job_runtime.coordinator.messages import (
     Trigger,
     UserError,
 )
+from job_runtime.coordinator.request_decider import RequestDecider
 from job_runtime.coordinator.rpc import ConnectionLost, RpcConnection, RpcServer
+from job_runtime.coordinator.settings import CheckpointSettings
 from job_runtime.coordinator.stats import CheckpointStats, CheckpointStatsTracker
 from job_runtime.coordinator.streak import FailureStreak
 from job_runtime.coordinator.worker import SerialWorker
-from job_runtime.errors import CheckpointFailureBudgetExceeded, UserCodeError
+from job_runtime.errors import UserCodeError
 from job_runtime.faults import maybe_fail
 from job_runtime.storage.checkpoint_storage import CheckpointStorage
 from job_runtime.store.base import (
@@ -69,19 +78,6 @@ from job_runtime.store.base import (
 from job_runtime.store.triggers import TriggerSource
 
 log = logging.getLogger(__name__)
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class CheckpointSettings:
-    interval: float = 10.0
-    min_pause: float = 0.0
-    timeout: float = 600.0
-    max_concurrent: int = 1
-    tolerable_failures: int = 0
-    trigger_poll_interval: float = 5.0
-    """Seconds between reads of the manual checkpoint request (an apiserver call)."""
-    trigger_retry_pause: float = 1.0
-    """Least pause after a trigger that could not start, on top of ``interval``."""
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -111,14 +107,6 @@ class CommitOutcome:
     prune_failures: int = 0
 
 
-class JobFailed(Exception):
-    """Raised in the driver's main thread when the coordinator decided the job must end."""
-
-    def __init__(self, cause: BaseException) -> None:
-        super().__init__(str(cause))
-        self.cause = cause
-
-
 class CheckpointCoordinator:
     def __init__(
         self,
@@ -132,7 +120,7 @@ class CheckpointCoordinator:
         store: CompletedCheckpointStore,
         counter: CheckpointIdCounter,
         settings: CheckpointSettings,
-        initial_restore: dict[str, Any] | None,
+        initial_restore: CheckpointMetadata | None,
         initial_restore_pointer: CompletedCheckpoint | None,
         key: bytes,
         clock: Callable[[], float] = time.time,
@@ -166,11 +154,9 @@ class CheckpointCoordinator:
         # started from, then each one it completes. Not ``store.latest()``: after
         # a fallback past a damaged checkpoint, the store's newest is unreadable.
         self._restorable = initial_restore_pointer
-        self._epoch_restore: dict[str, Any] | None = None
-        self._last_completed_mono = 0.0
-        self._last_trigger_mono = 0.0
-        self._trigger_paused_until = 0.0
-        self._consecutive_failures = 0
+        self._epoch_restore: CheckpointMetadata | None = None
+        self._decider = RequestDecider(settings=settings)
+        self._budget = FailureBudget(tolerable=settings.tolerable_failures)
         self.failure: BaseException | None = None
         self.failed_event = threading.Event()
         self.finished = threading.Event()
@@ -182,8 +168,6 @@ class CheckpointCoordinator:
         self.timeline: dict[str, float] = {}
         self.epochs_started = 0
         self.triggers = triggers
-        self._final_completed = False
-        self._last_trigger_poll = 0.0
         # The newest manual request a completed checkpoint served: (nonce, checkpoint id).
         self._served_request: tuple[str, int] | None = None
         self._trigger_streak = FailureStreak(log=log, what="cannot start a checkpoint")
@@ -191,8 +175,7 @@ class CheckpointCoordinator:
                                           what="cannot read manual checkpoint requests")
         self._stop = threading.Event()
         self._worker = SerialWorker(name="checkpoint-io", on_error=self._fail_job)
-        self._server = RpcServer(host=host, port=port, key=key, handler=self._handle,
-                                 on_disconnect=self._disconnected)
+        self._server = RpcServer(host=host, port=port, key=key, handler=self._handle)
         self.port = self._server.port
         self.host = self._server.host
         self._timer = threading.Thread(target=self._run_timer, daemon=True,
@@ -278,7 +261,7 @@ class CheckpointCoordinator:
                     self.timeline.setdefault("allRegisteredAt", time.time())
                 conn.send(Registered(restore=self._epoch_restore))
 
-    def _start_epoch(self, epoch: int, *, restore: dict[str, Any] | None,
+    def _start_epoch(self, epoch: int, *, restore: CheckpointMetadata | None,
                      source: CompletedCheckpoint | None) -> None:
         if self._epoch >= 0:
             log.warning("subtasks restarted (stage attempt %d): aborting pending checkpoints and "
@@ -294,16 +277,12 @@ class CheckpointCoordinator:
         self._ready = set()
         self._sources_finished = set()
         self._done = set()
-        self._final_completed = False
+        self._decider.new_epoch()
         self.progress = {}
         self.timeline = {"epochStartedAt": time.time()}
 
-    def _load(self, checkpoint: CompletedCheckpoint) -> dict[str, Any]:
-        data: dict[str, Any] = json.loads(self.storage.read_metadata(checkpoint.metadata_path))
-        return data
-
-    def _disconnected(self, conn: RpcConnection) -> None:
-        return None
+    def _load(self, checkpoint: CompletedCheckpoint) -> CheckpointMetadata:
+        return CheckpointMetadata.from_bytes(self.storage.read_metadata(checkpoint.metadata_path))
 
     # ------------------------------------------------------------------ triggering
 
@@ -321,10 +300,8 @@ class CheckpointCoordinator:
             self._expire(now)
             if not self._running():
                 return
-            poll = (self.triggers is not None and not self._pending
-                    and now - self._last_trigger_poll >= self.settings.trigger_poll_interval)
-            if poll:
-                self._last_trigger_poll = now
+            poll = (self.triggers is not None
+                    and self._decider.poll_due(now=now, pending=len(self._pending)))
         if poll and self._poll_manual_trigger():
             return
         with self._lock:
@@ -350,23 +327,11 @@ class CheckpointCoordinator:
         A due trigger counts as attempted at once, so a failing one is retried after
         the interval (and at least ``trigger_retry_pause``), not on every tick.
         """
-        if not self._running() or now < self._trigger_paused_until:
+        if not self._running():
             return None
-        final = len(self._sources_finished) == self.parallelism
-        if final:
-            if self._final_completed or any(p.final for p in self._pending.values()):
-                return None
-        else:
-            if self.settings.interval <= 0:
-                return None
-            if len(self._pending) >= self.settings.max_concurrent:
-                return None
-            if now - self._last_trigger_mono < self.settings.interval:
-                return None
-            if now - self._last_completed_mono < self.settings.min_pause:
-                return None
-        self._last_trigger_mono = now
-        return final
+        return self._decider.due(
+            now=now, sources_finished=len(self._sources_finished) == self.parallelism,
+            pending=len(self._pending), final_pending=any(p.final for p in self._pending.values()))
 
     def _poll_manual_trigger(self) -> bool:
         """Read the manual request (outside the lock) and serve it; whether one started."""
@@ -425,7 +390,7 @@ class CheckpointCoordinator:
             self._pending[checkpoint_id] = PendingCheckpoint(
                 checkpoint_id=checkpoint_id, epoch=self._epoch, final=final, triggered_at=now,
                 triggered_mono=time.monotonic(), waiting=waiting, stats=stats, nonce=nonce)
-            self._last_trigger_mono = time.monotonic()
+            self._decider.triggered(now=time.monotonic())
             self._broadcast(Trigger(checkpoint_id=checkpoint_id, timestamp=now, final=final))
             return checkpoint_id
 
@@ -433,7 +398,7 @@ class CheckpointCoordinator:
         """No id, so no checkpoint: still a failed checkpoint for the failure budget."""
         cause = f"{type(exc).__name__}: {exc}"
         self._trigger_streak.failed(f"no checkpoint id from {self.counter!r}: {cause}")
-        self._trigger_paused_until = time.monotonic() + self.settings.trigger_retry_pause
+        self._decider.trigger_failed(now=time.monotonic())
         self.stats.trigger_failed()
         self._count_failure(reason=f"cannot get a checkpoint id: {cause}")
 
@@ -464,36 +429,32 @@ class CheckpointCoordinator:
             pending.completing = True
             self._worker.submit(functools.partial(self._commit, ack.checkpoint_id))
 
-    def _metadata(self, pending: PendingCheckpoint) -> dict[str, Any]:
-        sources: dict[str, Any] = {}
-        operators: dict[str, list[dict[str, Any]]] = {}
-        channels: dict[str, list[dict[str, Any]]] = {}
-        sinks: dict[str, Any] = {}
+    def _metadata(self, pending: PendingCheckpoint) -> CheckpointMetadata:
+        """``_metadata`` of a checkpoint every task acknowledged: the acks' parts, merged."""
+        sources: dict[int, Json] = {}
+        operators: dict[str, list[KeyedStateHandle]] = {}
+        channels: dict[int, list[ChannelStateHandle]] = {}
+        sinks: list[SinkTransactions] = []
         for (stage, subtask), ack in sorted(pending.acks.items()):
             state = ack.state
             for split, position in state.sources.items():
-                sources[str(split)] = position
+                sources[int(split)] = position
             for uid, operator in state.operators.items():
-                operators.setdefault(uid, []).append({"subtask": subtask, **operator.to_json()})
+                operators.setdefault(uid, []).append(KeyedStateHandle(
+                    subtask=subtask, handle=operator.handle, key_groups=operator.key_groups))
             if state.channels is not None:
-                channels.setdefault(str(stage), []).append({"subtask": subtask,
-                                                            **state.channels.to_dict()})
+                channels.setdefault(stage, []).append(
+                    ChannelStateHandle(subtask=subtask, handle=state.channels))
             if state.sink is not None:
-                sinks[str(subtask)] = state.sink
-        return {
-            "version": 1,
-            "job": self.job_id,
-            "checkpointId": pending.checkpoint_id,
-            "timestamp": pending.triggered_at,
-            "final": pending.final,
-            "attempt": self.attempt,
-            "parallelism": self.parallelism,
-            "maxParallelism": self.max_parallelism,
-            "sources": sources,
-            "operators": operators,
-            "channels": channels,
-            "sinks": sinks,
-        }
+                sinks.append(SinkTransactions(subtask=subtask, pending=state.sink))
+        return CheckpointMetadata(
+            job=self.job_id, checkpoint_id=pending.checkpoint_id,
+            timestamp=pending.triggered_at, final=pending.final, attempt=self.attempt,
+            parallelism=self.parallelism, max_parallelism=self.max_parallelism,
+            sources=sources,
+            operators={uid: tuple(handles) for uid, handles in operators.items()},
+            channels={stage: tuple(handles) for stage, handles in channels.items()},
+            sinks=tuple(sinks))
 
     def _commit(self, checkpoint_id: int) -> None:
         """On the worker: write ``_metadata``, commit the pointer, then record the outcome."""
@@ -502,7 +463,7 @@ class CheckpointCoordinator:
                 pending = self._pending.get(checkpoint_id)
                 if pending is None or not pending.completing:
                     return  # aborted while it waited (subsumed, or the subtasks restarted)
-                body = json.dumps(self._metadata(pending), separators=(",", ":")).encode()
+                body = self._metadata(pending).to_bytes()
                 stats = pending.stats
                 assert stats is not None
                 size = stats.size_bytes + len(body)
@@ -582,15 +543,15 @@ class CheckpointCoordinator:
         stats.duration_ms = (time.monotonic() - pending.triggered_mono) * 1000.0
         stats.size_bytes = completed.size_bytes
         self.stats.finished(stats, ok=True)
-        self._consecutive_failures = 0
-        self._last_completed_mono = time.monotonic()
+        self._budget.succeeded()
+        self._decider.completed(now=time.monotonic())
         self.latest = completed
         self._restorable = completed
         maybe_fail("driver.before-notify", checkpoint_id)
         for older in [p for p in self._pending if p < checkpoint_id]:
             self._abort(older, reason=f"subsumed by checkpoint {checkpoint_id}", count=False)
         if pending.final:
-            self._final_completed = True
+            self._decider.final_completed()
         if pending.nonce is not None:
             self._served_request = (pending.nonce, checkpoint_id)
         self._broadcast(Complete(checkpoint_id=checkpoint_id, final=pending.final))
@@ -621,11 +582,9 @@ class CheckpointCoordinator:
             self._count_failure(reason=reason)
 
     def _count_failure(self, *, reason: str) -> None:
-        self._consecutive_failures += 1
-        if self._consecutive_failures > self.settings.tolerable_failures:
-            self._fail_job(CheckpointFailureBudgetExceeded(
-                failures=self._consecutive_failures,
-                tolerable=self.settings.tolerable_failures, last_reason=reason))
+        exceeded = self._budget.failed(reason=reason)
+        if exceeded is not None:
+            self._fail_job(exceeded)
 
     def _discard_pending(self, checkpoint_id: int) -> None:
         """On the worker: delete an aborted checkpoint's data (storage calls, no lock)."""

@@ -9,8 +9,9 @@ control message must never be able to run code in the process that reads it,
 even if everything else failed.
 
 State handles travel as what they are (:class:`StateHandle`, key-group ranges);
-source positions, sink transactions and the checkpoint to restore are JSON
-values already, because ``_metadata`` stores them as JSON.
+the checkpoint to restore travels as the :class:`CheckpointMetadata` that
+``_metadata`` holds; source positions and sink transactions are the source's and
+the sink's own JSON values.
 """
 
 from __future__ import annotations
@@ -19,81 +20,21 @@ import dataclasses
 import json
 from typing import Any, ClassVar, TypeAlias
 
+from job_runtime.checkpoint.fields import Json, JsonFields
+from job_runtime.checkpoint.metadata import CheckpointMetadata, MetadataError
 from job_runtime.storage.checkpoint_storage import StateHandle
 
 FORMAT_VERSION = 1
-
-Json: TypeAlias = Any
-"""A value made of dicts with string keys, lists, strings, numbers, booleans and None."""
 
 
 class MessageError(ValueError):
     """A control message that this runtime cannot accept."""
 
 
-class _Fields:
+class _Fields(JsonFields):
     """Typed reads from one decoded JSON object, with errors that name the field."""
 
-    def __init__(self, data: Json, *, where: str) -> None:
-        if not isinstance(data, dict):
-            raise MessageError(f"{where} must be a JSON object, got {type(data).__name__}")
-        self._data: dict[str, Json] = data
-        self._where = where
-
-    def _get(self, name: str) -> Json:
-        if name not in self._data:
-            raise MessageError(f"{self._where} lacks the field {name!r}")
-        return self._data[name]
-
-    def _wrong(self, name: str, wanted: str, value: Json) -> MessageError:
-        return MessageError(f"field {name!r} of {self._where} must be {wanted}, "
-                            f"got {type(value).__name__}")
-
-    def integer(self, name: str) -> int:
-        value = self._get(name)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self._wrong(name, "an integer", value)
-        return value
-
-    def number(self, name: str) -> float:
-        value = self._get(name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise self._wrong(name, "a number", value)
-        return float(value)
-
-    def optional_number(self, name: str) -> float | None:
-        if self._data.get(name) is None:
-            return None
-        return self.number(name)
-
-    def text(self, name: str) -> str:
-        value = self._get(name)
-        if not isinstance(value, str):
-            raise self._wrong(name, "a string", value)
-        return value
-
-    def flag(self, name: str) -> bool:
-        value = self._get(name)
-        if not isinstance(value, bool):
-            raise self._wrong(name, "true or false", value)
-        return value
-
-    def object(self, name: str) -> dict[str, Json]:
-        value = self._get(name)
-        if not isinstance(value, dict):
-            raise self._wrong(name, "an object", value)
-        return value
-
-    def optional_object(self, name: str) -> dict[str, Json] | None:
-        if self._data.get(name) is None:
-            return None
-        return self.object(name)
-
-    def nested(self, name: str) -> _Fields:
-        return _Fields(self._get(name), where=f"{name!r} of {self._where}")
-
-    def value(self, name: str) -> Json:
-        return self._data.get(name)
+    error = MessageError
 
 
 # --------------------------------------------------------------------------- parts
@@ -336,15 +277,21 @@ ToCoordinator: TypeAlias = (Register | Ready | SourcesFinished | Progress | Done
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Registered:
     TYPE: ClassVar[str] = "registered"
-    restore: dict[str, Json] | None
+    restore: CheckpointMetadata | None
     """The ``_metadata`` of the checkpoint to restore, ``None`` for an empty start."""
 
     def to_json(self) -> dict[str, Json]:
-        return {"restore": self.restore}
+        return {"restore": None if self.restore is None else self.restore.to_json()}
 
     @classmethod
     def from_json(cls, f: _Fields) -> Registered:
-        return cls(restore=f.optional_object("restore"))
+        restore = f.optional_object("restore")
+        if restore is None:
+            return cls(restore=None)
+        try:
+            return cls(restore=CheckpointMetadata.from_json(restore))
+        except MetadataError as exc:
+            raise MessageError(f"the checkpoint to restore in {f.where}: {exc}") from None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

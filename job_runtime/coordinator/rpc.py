@@ -127,12 +127,10 @@ class RpcServer:
 
     def __init__(self, *, host: str, port: int, key: bytes,
                  handler: Callable[[RpcConnection, ToCoordinator], None],
-                 on_disconnect: Callable[[RpcConnection], None],
                  handshake_timeout: float = HANDSHAKE_TIMEOUT) -> None:
         self._sock = socket.create_server((host, port), reuse_port=False)
         self._key = key
         self._handler = handler
-        self._on_disconnect = on_disconnect
         self._handshake_timeout = handshake_timeout
         self.port: int = self._sock.getsockname()[1]
         self.host: str = self._sock.getsockname()[0]
@@ -177,7 +175,6 @@ class RpcServer:
             self._reject(peer, str(exc))
         finally:
             conn.close()
-            self._on_disconnect(conn)
 
     def stop(self) -> None:
         self._stopped = True

@@ -13,10 +13,9 @@ import os
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from job_runtime.execution.driver import DriverSettings
+from job_runtime.execution.settings import DriverSettings
 
 
 class SparkStarter:

@@ -19,6 +19,7 @@ import traceback
 from collections.abc import Iterator
 from typing import Any
 
+from job_runtime.checkpoint.metadata import CheckpointMetadata
 from job_runtime.coordinator.messages import (
     Abort,
     Complete,
@@ -41,7 +42,7 @@ from job_runtime.execution.config import SubtaskConfig
 from job_runtime.execution.entrypoint import add_python_path, build_pipeline
 from job_runtime.execution.stages import plan_stages
 from job_runtime.execution.tasks import KeyedTask, SourceTask, Task
-from job_runtime.execution.uploader import Uploader
+from job_runtime.execution.uploader import Uploader, UploadJob
 from job_runtime.network.channels import (
     ChannelListener,
     InputGate,
@@ -53,7 +54,7 @@ from job_runtime.network.channels import (
 from job_runtime.network.framing import ChannelHello
 from job_runtime.network.handshake import Session
 from job_runtime.sinks.base import SinkContext
-from job_runtime.storage.checkpoint_storage import CheckpointStorage
+from job_runtime.storage.checkpoint_storage import CheckpointStorage, StateHandle
 from job_runtime.storage.filesystem import S3Config, get_filesystem
 
 log = logging.getLogger(__name__)
@@ -91,6 +92,17 @@ class SubtaskRuntime:
     def send(self, message: ToCoordinator) -> None:
         self.conn.send(message)
 
+    # ------------------------------------------------------------------ task context
+
+    def is_cancelled(self) -> bool:
+        return self.cancelled.is_set()
+
+    def submit_snapshot(self, job: UploadJob) -> None:
+        self.uploader.submit(job)
+
+    def read_state(self, handle: StateHandle) -> bytes:
+        return self.storage.read_state(handle)
+
     def decline(self, checkpoint_id: int, reason: str, *, subsumed: bool = False) -> None:
         try:
             self.send(Decline(epoch=self.epoch, subtask=self.subtask,
@@ -103,7 +115,7 @@ class SubtaskRuntime:
             self._sources_finished = True
             self.send(SourcesFinished(epoch=self.epoch, subtask=self.subtask))
 
-    def register(self) -> dict[str, Any] | None:
+    def register(self) -> CheckpointMetadata | None:
         self.send(Register(epoch=self.epoch, subtask=self.subtask, host=socket.gethostname(),
                            pid=os.getpid()))
         answer = self.conn.receive()
@@ -135,9 +147,9 @@ class SubtaskRuntime:
                     gate.wake()
         except ConnectionLost as exc:
             if not self.cancelled.is_set() and not all(t.finished for t in self.tasks):
-                self.task_failed(None, SubtaskFailed(f"lost the coordinator: {exc}"))
+                self.task_failed(SubtaskFailed(f"lost the coordinator: {exc}"))
 
-    def task_failed(self, task: Task | None, exc: BaseException) -> None:
+    def task_failed(self, exc: BaseException) -> None:
         if self.failure is None:
             self.failure = exc
         if isinstance(exc, UserCodeError):
@@ -220,11 +232,9 @@ class SubtaskRuntime:
             subtask=self.subtask, parallelism=config.parallelism,
             attempt_tag=f"a{config.attempt}e{self.epoch}", s3=self.s3_config,
             job_id=config.job_id))
-        if restore:
-            old_parallelism = int(restore.get("parallelism", config.parallelism))
-            states = [restore.get("sinks", {}).get(str(j)) for j in range(old_parallelism)
-                      if j % config.parallelism == self.subtask]
-            sink_writer.restore([s for s in states if s])
+        if restore is not None:
+            sink_writer.restore(restore.sink_transactions(subtask=self.subtask,
+                                                          parallelism=config.parallelism))
         for plan in stages:
             outputs = self._outputs(plan.index + 1) if plan.index + 1 < len(stages) else []
             sink = sink_writer if plan.has_sink else None

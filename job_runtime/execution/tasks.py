@@ -13,12 +13,14 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from job_runtime.barriers import BarrierHandler, build_barrier_handler
+from job_runtime.checkpoint.metadata import CheckpointMetadata
 from job_runtime.coordinator.messages import Abort, Complete, ToSubtask, Trigger
 from job_runtime.execution.recent import RecentIds
 from job_runtime.execution.stages import StagePlan
+from job_runtime.execution.task_context import TaskContext
 from job_runtime.execution.uploader import UploadJob
 from job_runtime.faults import maybe_fail
 from job_runtime.network.channels import InputGate, OutputChannel
@@ -28,10 +30,6 @@ from job_runtime.operators.keyed import KeyedOperator, build_keyed_operator
 from job_runtime.records import Batch, key_group_of, key_group_range, split_by_target
 from job_runtime.sinks.base import SinkWriter
 from job_runtime.sources.base import Source, SourceContext, Split, SplitReader
-from job_runtime.storage.checkpoint_storage import StateHandle
-
-if TYPE_CHECKING:
-    from job_runtime.execution.subtask import SubtaskRuntime
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +37,7 @@ Control = ToSubtask
 
 
 class Task(threading.Thread):
-    def __init__(self, *, runtime: SubtaskRuntime, plan: StagePlan,
+    def __init__(self, *, runtime: TaskContext, plan: StagePlan,
                  outputs: list[OutputChannel], sink: SinkWriter | None) -> None:
         super().__init__(daemon=True, name=f"task-{plan.index}-{runtime.subtask}")
         self.runtime = runtime
@@ -63,7 +61,7 @@ class Task(threading.Thread):
         # Ids of final checkpoints seen here: their barriers travel as FINAL_BARRIER,
         # which downstream unaligned tasks align instead of letting it overtake data.
         self.final_checkpoints = RecentIds()
-        self._cancelled: Callable[[], bool] = lambda: runtime.cancelled.is_set()
+        self._cancelled: Callable[[], bool] = runtime.is_cancelled
 
     # ------------------------------------------------------------------ output
 
@@ -109,7 +107,7 @@ class Task(threading.Thread):
         self.emitted_barriers.add(checkpoint_id)
         maybe_fail("subtask.after-snapshot", checkpoint_id)
         if not defer_ack:
-            self.runtime.uploader.submit(job)
+            self.runtime.submit_snapshot(job)
         return job
 
     # ------------------------------------------------------------------ control
@@ -153,14 +151,15 @@ class Task(threading.Thread):
             self.loop()
         except BaseException as exc:
             self.error = exc
-            self.runtime.task_failed(self, exc)
+            self.runtime.task_failed(exc)
 
     def loop(self) -> None:
         raise NotImplementedError
 
 
 class SourceTask(Task):
-    def __init__(self, *, source: Source, restore: dict[str, Any] | None, **kwargs: Any) -> None:
+    def __init__(self, *, source: Source, restore: CheckpointMetadata | None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.source = source
         config = self.runtime.config
@@ -171,9 +170,9 @@ class SourceTask(Task):
         all_splits = source.splits(context=self.context)
         self.splits: list[Split] = [s for s in all_splits
                                     if s.index % config.parallelism == self.runtime.subtask]
-        positions = (restore or {}).get("sources", {})
-        self.positions: dict[int, Any] = {s.index: positions.get(str(s.index))
-                                          for s in self.splits}
+        self.positions: dict[int, Any] = {
+            s.index: None if restore is None else restore.source_position(s.index)
+            for s in self.splits}
         self._reader: SplitReader | None = None
         self._current = 0
         self.exhausted = False
@@ -218,7 +217,7 @@ class SourceTask(Task):
 
     def loop(self) -> None:
         while not self.finished:
-            if self.runtime.cancelled.is_set():
+            if self.runtime.is_cancelled():
                 return
             self.drain_control()
             if self.finished:
@@ -240,7 +239,7 @@ class SourceTask(Task):
 
 
 class KeyedTask(Task):
-    def __init__(self, *, gate: InputGate, restore: dict[str, Any] | None,
+    def __init__(self, *, gate: InputGate, restore: CheckpointMetadata | None,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         config = self.runtime.config
@@ -256,29 +255,23 @@ class KeyedTask(Task):
             mode=config.mode, unaligned=config.unaligned, channels=gate.size, listener=self)
         self._replay: list[Batch] = []
         self._deferred: dict[int, UploadJob] = {}
-        if restore:
+        if restore is not None:
             started = time.perf_counter()
             self._restore(restore)
             self.restore_seconds = time.perf_counter() - started
 
     # -- restore
 
-    def _overlaps(self, handle: dict[str, Any]) -> bool:
-        lo, hi = handle.get("keyGroups", [0, self.runtime.config.max_parallelism])
-        return bool(lo < self.key_groups.stop and self.key_groups.start < hi)
-
-    def _restore(self, restore: dict[str, Any]) -> None:
-        storage = self.runtime.storage
-        handles = restore.get("operators", {}).get(self.keyed_op.uid, [])
-        blobs = [storage.read_state(StateHandle.from_dict(h)) for h in handles
-                 if self._overlaps(h)]
+    def _restore(self, restore: CheckpointMetadata) -> None:
+        blobs = [self.runtime.read_state(handle) for handle in
+                 restore.keyed_state(self.keyed_op.uid, key_groups=self.key_groups)]
         restored = self.operator.restore(blobs)
         log.info("subtask %d restored %d keys of %s", self.runtime.subtask, restored,
                  self.keyed_op.uid)
         key = self.keyed_op.key.key
         max_p = self.runtime.config.max_parallelism
-        for handle in restore.get("channels", {}).get(str(self.plan.index), []):
-            data = storage.read_state(StateHandle.from_dict(handle))
+        for handle in restore.channel_state(self.plan.index):
+            data = self.runtime.read_state(handle)
             for row_lists in pickle.loads(data).values():
                 for rows in row_lists:
                     mine = [r for r in rows if key_group_of(
@@ -305,7 +298,7 @@ class KeyedTask(Task):
         job = self._deferred.pop(checkpoint_id, None)
         if job is not None:
             job.channel_state = state
-            self.runtime.uploader.submit(job)
+            self.runtime.submit_snapshot(job)
 
     def on_abort(self, checkpoint_id: int, *, reason: str, forward_cancel: bool) -> None:
         self._deferred.pop(checkpoint_id, None)
@@ -338,7 +331,7 @@ class KeyedTask(Task):
         handler = self.handler
         gate = self.gate
         while not self.finished:
-            if self.runtime.cancelled.is_set():
+            if self.runtime.is_cancelled():
                 return
             self.drain_control()
             if self.finished:

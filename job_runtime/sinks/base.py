@@ -59,9 +59,6 @@ class SinkWriter(abc.ABC):
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources; uncommitted data stays invisible."""
 
-    def finish_job(self) -> None:  # noqa: B027 - optional hook
-        """Runs once on the driver after the job finished: remove leftovers."""
-
 
 class Sink(abc.ABC):
     name: str = "sink"

@@ -6,6 +6,12 @@ import json
 
 import pytest
 
+from job_runtime.checkpoint.metadata import (
+    ChannelStateHandle,
+    CheckpointMetadata,
+    KeyedStateHandle,
+    SinkTransactions,
+)
 from job_runtime.coordinator.messages import (
     Abort,
     Ack,
@@ -53,7 +59,12 @@ TO_COORDINATOR: list[Message] = [
 ]
 TO_SUBTASK: list[Message] = [
     Registered(restore=None),
-    Registered(restore={"version": 1, "sources": {"0": 5}, "operators": {}}),
+    Registered(restore=CheckpointMetadata(
+        job="clicks-u1", checkpoint_id=7, timestamp=1700000000.5, final=False, attempt=2,
+        parallelism=2, max_parallelism=128, sources={0: 5, 1: {"file": "a.txt", "offset": 9}},
+        operators={"reduce": (KeyedStateHandle(subtask=0, handle=HANDLE, key_groups=(0, 64)),)},
+        channels={1: (ChannelStateHandle(subtask=1, handle=HANDLE),)},
+        sinks=(SinkTransactions(subtask=1, pending=[[7, "stage", "final", 5]]),))),
     Rejected(reason="epoch 3 is over"),
     Trigger(checkpoint_id=8, timestamp=1700000000.25, final=True),
     Complete(checkpoint_id=8, final=False),

@@ -15,7 +15,8 @@ from typing import Any, TypeVar
 
 import pytest
 
-from job_runtime.coordinator.coordinator import CheckpointCoordinator, CheckpointSettings
+from job_runtime.checkpoint.metadata import CheckpointMetadata
+from job_runtime.coordinator.coordinator import CheckpointCoordinator
 from job_runtime.coordinator.messages import (
     Abort,
     Ack,
@@ -31,6 +32,7 @@ from job_runtime.coordinator.messages import (
     Trigger,
 )
 from job_runtime.coordinator.rpc import SubtaskConnection, connect
+from job_runtime.coordinator.settings import CheckpointSettings
 from job_runtime.errors import CheckpointFailureBudgetExceeded
 from job_runtime.storage.checkpoint_storage import CheckpointStorage
 from job_runtime.store.base import CompletedCheckpoint
@@ -86,7 +88,8 @@ def make_coordinator(storage: CheckpointStorage, store: InMemoryCheckpointStore,
                      restore: CompletedCheckpoint | None = None, tolerable: int = 0,
                      interval: float = 0.0) -> CheckpointCoordinator:
     """``interval=0``: no periodic checkpoints, the tests trigger them."""
-    metadata = json.loads(storage.read_metadata(restore.metadata_path)) if restore else None
+    metadata = (CheckpointMetadata.from_bytes(storage.read_metadata(restore.metadata_path))
+                if restore else None)
     counter = InMemoryCheckpointIdCounter()
     if restore:
         counter.set_count(restore.checkpoint_id + 1)
@@ -122,10 +125,10 @@ def wait_until(condition: Any, *, what: str) -> None:
 
 
 def write_checkpoint(storage: CheckpointStorage, checkpoint_id: int) -> CompletedCheckpoint:
-    body = {"version": 1, "job": JOB, "checkpointId": checkpoint_id, "parallelism": 2,
-            "maxParallelism": 128, "sources": {"0": checkpoint_id * 100}, "operators": {},
-            "channels": {}, "sinks": {}}
-    path = storage.write_metadata(checkpoint_id, json.dumps(body).encode())
+    body = CheckpointMetadata(job=JOB, checkpoint_id=checkpoint_id, timestamp=time.time(),
+                              final=False, attempt=1, parallelism=2, max_parallelism=128,
+                              sources={0: checkpoint_id * 100})
+    path = storage.write_metadata(checkpoint_id, body.to_bytes())
     return CompletedCheckpoint(checkpoint_id=checkpoint_id, metadata_path=path,
                                timestamp=time.time())
 
@@ -211,13 +214,13 @@ def test_a_relaunch_after_a_fallback_restores_the_checkpoint_the_driver_started_
         first = StandIn(coordinator, subtask=0, epoch=1)
         answer = first.register()
         assert isinstance(answer, Registered) and answer.restore is not None
-        assert answer.restore["checkpointId"] == 2
+        assert answer.restore.checkpoint_id == 2
         # A subtask dies before any new checkpoint: the relaunch must not pick
         # the store's newest (damaged) checkpoint, nor hang on it.
         relaunched = StandIn(coordinator, subtask=0, epoch=2)
         answer = relaunched.register()
         assert isinstance(answer, Registered) and answer.restore is not None, answer
-        assert answer.restore["checkpointId"] == 2
+        assert answer.restore.checkpoint_id == 2
         assert coordinator.failure is None
     finally:
         coordinator.stop()

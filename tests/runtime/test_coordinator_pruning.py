@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from job_runtime.coordinator.coordinator import CheckpointCoordinator, CheckpointSettings
+from job_runtime.coordinator.coordinator import CheckpointCoordinator
 from job_runtime.coordinator.messages import (
     Abort,
     Ack,
@@ -27,6 +27,7 @@ from job_runtime.coordinator.messages import (
     Registered,
 )
 from job_runtime.coordinator.rpc import SubtaskConnection, connect
+from job_runtime.coordinator.settings import CheckpointSettings
 from job_runtime.metrics import DriverMetrics
 from job_runtime.storage.checkpoint_storage import CheckpointStorage
 from job_runtime.store.base import CompletedCheckpoint, Discarder

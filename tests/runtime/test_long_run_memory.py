@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from job_runtime.coordinator.coordinator import CheckpointCoordinator, CheckpointSettings
+from job_runtime.coordinator.coordinator import CheckpointCoordinator
+from job_runtime.coordinator.settings import CheckpointSettings
 from job_runtime.execution.config import SubtaskConfig
 from job_runtime.execution.subtask import SubtaskRuntime
 from job_runtime.execution.tasks import SourceTask

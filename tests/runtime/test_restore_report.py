@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from job_runtime.execution.driver import DriverSettings, record_restore, resolve_restore
+from job_runtime.checkpoint.metadata import CheckpointMetadata
+from job_runtime.execution.restore import record_restore, resolve_restore
+from job_runtime.execution.settings import DriverSettings
 from job_runtime.storage.checkpoint_storage import CheckpointStorage
 from job_runtime.store.base import CompletedCheckpoint, FencedError
 from job_runtime.store.file import FileCheckpointStore, advance_attempt
@@ -36,7 +38,10 @@ def settings(*, attempt: int, on_unreadable: str = "fallback") -> DriverSettings
 def storage_with(tmp_path: Path, store: FileCheckpointStore, ids: list[int]) -> CheckpointStorage:
     storage = CheckpointStorage(f"file://{tmp_path}/ckpt", f"{JOB}-{UID}")
     for checkpoint_id in ids:
-        path = storage.write_metadata(checkpoint_id, json.dumps({"job": f"{JOB}-{UID}"}).encode())
+        metadata = CheckpointMetadata(job=f"{JOB}-{UID}", checkpoint_id=checkpoint_id,
+                                      timestamp=1.0, final=False, attempt=1, parallelism=1,
+                                      max_parallelism=128)
+        path = storage.write_metadata(checkpoint_id, metadata.to_bytes())
         store.add_checkpoint_and_subsume_oldest(
             CompletedCheckpoint(checkpoint_id=checkpoint_id, metadata_path=path, timestamp=1.0),
             discard=storage.discard)

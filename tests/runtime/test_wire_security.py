@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from job_runtime.coordinator.coordinator import CheckpointCoordinator, CheckpointSettings
+from job_runtime.coordinator.coordinator import CheckpointCoordinator
 from job_runtime.coordinator.messages import Ready, Register, Registered
 from job_runtime.coordinator.rpc import ConnectionLost, SubtaskConnection, connect
+from job_runtime.coordinator.settings import CheckpointSettings
 from job_runtime.execution.driver import _driver_host
 from job_runtime.execution.subtask import channel_addresses
 from job_runtime.network.channels import (

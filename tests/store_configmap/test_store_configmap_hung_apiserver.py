@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import pytest
 from store_configmap_support import LossyApiProxy, StoreWorld
 
-from job_runtime.coordinator.coordinator import CheckpointCoordinator, CheckpointSettings
+from job_runtime.coordinator.coordinator import CheckpointCoordinator
 from job_runtime.coordinator.messages import (
     Abort,
     Ack,
@@ -33,6 +33,7 @@ from job_runtime.coordinator.messages import (
     Trigger,
 )
 from job_runtime.coordinator.rpc import SubtaskConnection, connect
+from job_runtime.coordinator.settings import CheckpointSettings
 from job_runtime.errors import CheckpointFailureBudgetExceeded
 from job_runtime.store.configmap import ConfigMapCheckpointIdCounter
 from job_runtime.store.configmap_triggers import ConfigMapTriggerSource

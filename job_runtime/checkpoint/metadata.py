@@ -1,0 +1,233 @@
+"""``_metadata``: what one completed checkpoint consists of, as a versioned type.
+
+The coordinator builds a :class:`CheckpointMetadata` from the tasks'
+acknowledgements and writes it once every task acknowledged; the driver reads it
+to choose and check the restore point; the coordinator hands it to every subtask
+of a new epoch, whose tasks take their part: source positions per split, keyed
+state handles whose key-group range overlaps theirs, in-flight channel data of
+their stage, and the sink transactions their sink must commit.
+
+The file outlives the code that wrote it (a job restores checkpoints an older
+runtime wrote), so it carries ``version`` and :meth:`CheckpointMetadata.from_json`
+reads every version ever written; ``tests/runtime/metadata_formats/`` holds a
+sample of each. A new layout gets a new version number and a reader branch here,
+never a silent change of the old one.
+
+Source positions and sink transactions are the source's and the sink's own JSON
+values (each defines what a position or a pending transaction is); this module
+keeps them whole and hands them back to the same kind of source or sink.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from job_runtime.checkpoint.fields import Json, JsonFields
+from job_runtime.storage.checkpoint_storage import StateHandle
+
+FORMAT_VERSION = 1
+"""The ``version`` this runtime writes."""
+
+READABLE_VERSIONS = (1,)
+"""Every ``version`` this runtime reads: each one any release ever wrote."""
+
+
+class MetadataError(ValueError):
+    """A ``_metadata`` document this runtime cannot read; the message names the problem."""
+
+
+class _Fields(JsonFields):
+    error = MetadataError
+
+
+def _handle_from(fields: _Fields) -> StateHandle:
+    return StateHandle(uri=fields.text("uri"), size_bytes=fields.integer("sizeBytes"),
+                       crc32=fields.integer("crc32"))
+
+
+def _index(key: str, *, what: str) -> int:
+    """A map key that must be a non-negative integer written as a string."""
+    if not key.isdigit():
+        raise MetadataError(f"{what} {key!r} is not a non-negative integer")
+    return int(key)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class KeyedStateHandle:
+    """One subtask's state of one keyed operator, and the key groups it holds."""
+
+    subtask: int
+    handle: StateHandle
+    key_groups: tuple[int, int]
+    """``[start, stop)`` of the key groups the state file holds."""
+
+    def overlaps(self, key_groups: range) -> bool:
+        start, stop = self.key_groups
+        return start < key_groups.stop and key_groups.start < stop
+
+    def to_json(self) -> dict[str, Json]:
+        return {"subtask": self.subtask, **self.handle.to_dict(),
+                "keyGroups": list(self.key_groups)}
+
+    @classmethod
+    def from_json(cls, fields: _Fields) -> KeyedStateHandle:
+        groups = fields.array("keyGroups")
+        if (len(groups) != 2
+                or not all(isinstance(g, int) and not isinstance(g, bool) for g in groups)):
+            raise MetadataError(f"'keyGroups' of {fields.where} must be two integers")
+        return cls(subtask=fields.integer("subtask"), handle=_handle_from(fields),
+                   key_groups=(groups[0], groups[1]))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ChannelStateHandle:
+    """The in-flight records one subtask's stage held at an unaligned barrier."""
+
+    subtask: int
+    handle: StateHandle
+
+    def to_json(self) -> dict[str, Json]:
+        return {"subtask": self.subtask, **self.handle.to_dict()}
+
+    @classmethod
+    def from_json(cls, fields: _Fields) -> ChannelStateHandle:
+        return cls(subtask=fields.integer("subtask"), handle=_handle_from(fields))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SinkTransactions:
+    """The transactions one subtask's sink pre-committed and had not yet committed.
+
+    ``pending`` is what the sink's ``snapshot`` returned; a restore hands it back
+    to ``restore``, which commits it (commits are idempotent).
+    """
+
+    subtask: int
+    pending: Json
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CheckpointMetadata:
+    """One completed checkpoint: who wrote it, and where each task's part lies."""
+
+    job: str
+    """The job id (``<name>-<uid>``) that wrote it: a restore checks it."""
+    checkpoint_id: int
+    timestamp: float
+    final: bool
+    attempt: int
+    parallelism: int
+    max_parallelism: int
+    sources: dict[int, Json] = dataclasses.field(default_factory=dict)
+    """Split index -> the source's position in that split."""
+    operators: dict[str, tuple[KeyedStateHandle, ...]] = dataclasses.field(default_factory=dict)
+    """Keyed operator uid -> one handle per subtask that held state."""
+    channels: dict[int, tuple[ChannelStateHandle, ...]] = dataclasses.field(
+        default_factory=dict)
+    """Stage index -> the in-flight data its subtasks recorded (unaligned checkpoints)."""
+    sinks: tuple[SinkTransactions, ...] = ()
+
+    # ------------------------------------------------------------------ restore views
+
+    def source_position(self, split: int) -> Json:
+        """Where to resume ``split``; ``None``: from its start."""
+        return self.sources.get(split)
+
+    def keyed_state(self, uid: str, *, key_groups: range) -> list[StateHandle]:
+        """The state files of operator ``uid`` holding any of ``key_groups``.
+
+        With another parallelism than the checkpoint's, a subtask's range overlaps
+        several old ones (and each old file holds keys of several new subtasks).
+        """
+        return [h.handle for h in self.operators.get(uid, ()) if h.overlaps(key_groups)]
+
+    def channel_state(self, stage: int) -> list[StateHandle]:
+        """Every subtask's in-flight data of ``stage``; the reader keeps its own keys."""
+        return [h.handle for h in self.channels.get(stage, ())]
+
+    def sink_transactions(self, *, subtask: int, parallelism: int) -> list[Json]:
+        """The pending transactions subtask ``subtask`` of ``parallelism`` commits.
+
+        Old subtask ``j`` goes to new subtask ``j % parallelism``, so every pending
+        transaction is committed by exactly one subtask whatever the rescale.
+        """
+        by_subtask = {s.subtask: s.pending for s in self.sinks}
+        mine = [by_subtask.get(j) for j in range(self.parallelism) if j % parallelism == subtask]
+        return [pending for pending in mine if pending]
+
+    # ------------------------------------------------------------------ JSON
+
+    def to_json(self) -> dict[str, Json]:
+        return {
+            "version": FORMAT_VERSION,
+            "job": self.job,
+            "checkpointId": self.checkpoint_id,
+            "timestamp": self.timestamp,
+            "final": self.final,
+            "attempt": self.attempt,
+            "parallelism": self.parallelism,
+            "maxParallelism": self.max_parallelism,
+            "sources": {str(split): position for split, position in self.sources.items()},
+            "operators": {uid: [h.to_json() for h in handles]
+                          for uid, handles in self.operators.items()},
+            "channels": {str(stage): [h.to_json() for h in handles]
+                         for stage, handles in self.channels.items()},
+            "sinks": {str(s.subtask): s.pending for s in self.sinks},
+        }
+
+    def to_bytes(self) -> bytes:
+        """Compact UTF-8 JSON, as ``_metadata`` holds it (storage adds its own header)."""
+        try:
+            return json.dumps(self.to_json(), separators=(",", ":"), allow_nan=False).encode()
+        except (TypeError, ValueError) as exc:
+            raise MetadataError(f"checkpoint {self.checkpoint_id} holds a value JSON cannot "
+                                f"carry: {exc}") from exc
+
+    @classmethod
+    def from_bytes(cls, body: bytes) -> CheckpointMetadata:
+        """Parse ``_metadata`` (without storage's header); raises :class:`MetadataError`."""
+        try:
+            data = json.loads(body)
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise MetadataError(f"metadata is not valid JSON: {exc}") from None
+        return cls.from_json(data)
+
+    @classmethod
+    def from_json(cls, data: Json) -> CheckpointMetadata:
+        """Any version this runtime reads; raises :class:`MetadataError` naming the problem."""
+        fields = _Fields(data, where="checkpoint metadata")
+        version = fields.value("version")
+        if version not in READABLE_VERSIONS or isinstance(version, bool):
+            raise MetadataError(f"checkpoint metadata format version {version!r} is not "
+                                f"supported (this runtime reads versions "
+                                f"{', '.join(map(str, READABLE_VERSIONS))})")
+        return cls._from_v1(fields)
+
+    @classmethod
+    def _from_v1(cls, fields: _Fields) -> CheckpointMetadata:
+        sources = {_index(key, what="source split"): position
+                   for key, position in fields.object("sources").items()}
+        operators = {
+            uid: tuple(KeyedStateHandle.from_json(
+                fields.child(item, where=f"a state handle of operator {uid!r}"))
+                for item in _list(handles, where=f"the handles of operator {uid!r}"))
+            for uid, handles in fields.object("operators").items()}
+        channels = {
+            _index(stage, what="stage"): tuple(ChannelStateHandle.from_json(
+                fields.child(item, where=f"a channel state handle of stage {stage}"))
+                for item in _list(handles, where=f"the channel state of stage {stage}"))
+            for stage, handles in fields.object("channels").items()}
+        sinks = tuple(SinkTransactions(subtask=_index(key, what="sink subtask"), pending=pending)
+                      for key, pending in fields.object("sinks").items())
+        return cls(job=fields.text("job"), checkpoint_id=fields.integer("checkpointId"),
+                   timestamp=fields.number("timestamp"), final=fields.flag("final"),
+                   attempt=fields.integer("attempt"), parallelism=fields.integer("parallelism"),
+                   max_parallelism=fields.integer("maxParallelism"), sources=sources,
+                   operators=operators, channels=channels, sinks=sinks)
+
+
+def _list(value: Json, *, where: str) -> list[Json]:
+    if not isinstance(value, list):
+        raise MetadataError(f"{where} must be a list, got {type(value).__name__}")
+    return value

@@ -1,0 +1,46 @@
+"""The driver's settings: everything ``python -m job_runtime run`` was told.
+
+Its own module because the driver, the Spark starter and the restore resolution
+all read it, and none of them should import another to get it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from job_runtime.coordinator.settings import CheckpointSettings
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DriverSettings:
+    job_name: str
+    job_uid: str
+    entrypoint: str
+    python_path: tuple[str, ...] = ()
+    args: dict[str, Any] = dataclasses.field(default_factory=dict)
+    parallelism: int = 1
+    max_parallelism: int = 128
+    master: str = "local[*]"
+    spark_conf: dict[str, str] = dataclasses.field(default_factory=dict)
+    checkpoint_storage: str = ""
+    checkpoint: CheckpointSettings = dataclasses.field(default_factory=CheckpointSettings)
+    mode: str = "exactly_once"
+    unaligned: bool = False
+    retained: int = 3
+    restore: str = "latest"
+    on_unreadable: str = "fail"
+    allow_foreign_restore: bool = False
+    """``restore`` may be another job's checkpoint path (``spec.restore.allowForeignJob``)."""
+    attempt: int = 1
+    store: str = "memory:"
+    metrics_port: int | None = None
+    status_file: str | None = None
+    task_attempts: int = 4
+    credits: int = 4
+
+    @property
+    def job_id(self) -> str:
+        return f"{self.job_name}-{self.job_uid}"
+
+

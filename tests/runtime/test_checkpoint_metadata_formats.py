@@ -1,0 +1,122 @@
+"""Every ``_metadata`` format version ever written stays readable.
+
+``metadata_formats/v<N>/<case>/_metadata`` are files exactly as a runtime that
+wrote version N left them (storage's header included). A job restores
+checkpoints an older runtime wrote, so each one must still read, with the
+values the restore hands to sources, keyed operators, channels and sinks.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from job_runtime.checkpoint.metadata import (
+    FORMAT_VERSION,
+    READABLE_VERSIONS,
+    CheckpointMetadata,
+    MetadataError,
+)
+from job_runtime.storage.checkpoint_storage import StateHandle, unframe_metadata
+
+FORMATS = Path(__file__).parent / "metadata_formats"
+SAMPLES = sorted(FORMATS.glob("v*/*/_metadata"))
+JOB = "word-count-0f6c2a1e"
+
+
+def sample(version: int, case: str) -> CheckpointMetadata:
+    body = unframe_metadata((FORMATS / f"v{version}" / case / "_metadata").read_bytes())
+    return CheckpointMetadata.from_bytes(body)
+
+
+def state(checkpoint_id: int, uid: str, subtask: int, size: int, crc: int) -> StateHandle:
+    return StateHandle(uri=f"s3://bucket/checkpoints/{JOB}/chk-{checkpoint_id}/{uid}/{subtask}",
+                       size_bytes=size, crc32=crc)
+
+
+class TestEveryVersionEverWritten:
+    def test_each_readable_version_has_samples_and_every_sample_is_a_readable_version(
+            self) -> None:
+        versions = {int(p.parent.parent.name.removeprefix("v")) for p in SAMPLES}
+        assert versions == set(READABLE_VERSIONS)
+        assert FORMAT_VERSION in versions
+
+    @pytest.mark.parametrize("path", SAMPLES, ids=lambda p: f"{p.parent.parent.name}/"
+                                                             f"{p.parent.name}")
+    def test_every_sample_reads(self, path: Path) -> None:
+        metadata = CheckpointMetadata.from_bytes(unframe_metadata(path.read_bytes()))
+        assert metadata.job == JOB
+
+    @pytest.mark.parametrize("path", [p for p in SAMPLES
+                                      if p.parent.parent.name == f"v{FORMAT_VERSION}"],
+                             ids=lambda p: p.parent.name)
+    def test_the_current_version_is_written_exactly_as_its_samples(self, path: Path) -> None:
+        body = unframe_metadata(path.read_bytes())
+        assert CheckpointMetadata.from_bytes(body).to_bytes() == body
+
+
+class TestVersionOneRestoresEachPart:
+    def test_source_positions_per_split_and_none_for_a_split_never_read(self) -> None:
+        metadata = sample(1, "keyed-unaligned-files-sink")
+        assert metadata.source_position(0) == {"offset": 1000}
+        assert metadata.source_position(1) == {"offset": 1001}
+        assert metadata.source_position(2) is None
+        assert metadata.source_position(9) is None
+
+    def test_keyed_state_goes_to_the_subtasks_whose_key_groups_overlap(self) -> None:
+        metadata = sample(1, "keyed-unaligned-files-sink")
+        assert metadata.max_parallelism == 128 and metadata.parallelism == 2
+        low = state(12, "reduce-1", 0, 2048, 12345)
+        high = state(12, "reduce-1", 1, 2049, 12346)
+        assert metadata.keyed_state("reduce-1", key_groups=range(0, 64)) == [low]
+        assert metadata.keyed_state("reduce-1", key_groups=range(32, 96)) == [low, high]
+        assert metadata.keyed_state("other", key_groups=range(0, 128)) == []
+
+    def test_channel_state_is_kept_per_stage(self) -> None:
+        metadata = sample(1, "keyed-unaligned-files-sink")
+        assert metadata.channel_state(1) == [state(12, "stage-1-channels", 1, 513, 778)]
+        assert metadata.channel_state(0) == []
+
+    def test_sink_transactions_of_old_subtasks_are_spread_over_the_new_ones(self) -> None:
+        metadata = sample(1, "keyed-unaligned-files-sink")
+        both = metadata.sink_transactions(subtask=0, parallelism=1)
+        assert [t[0][1] for t in both] == ["file:///out/.staging/part-0-12",
+                                           "file:///out/.staging/part-1-12"]
+        assert metadata.sink_transactions(subtask=1, parallelism=3) == [
+            [[12, "file:///out/.staging/part-1-12", "file:///out/part-1-12.jsonl", 41],
+             [11, "file:///out/.staging/part-1-11", "file:///out/part-1-11.jsonl", 7]]]
+        assert metadata.sink_transactions(subtask=2, parallelism=3) == []
+
+    def test_a_final_checkpoint_without_keyed_state(self) -> None:
+        metadata = sample(1, "stateless-final-print-sink")
+        assert metadata.final and metadata.checkpoint_id == 3 and metadata.attempt == 3
+        assert metadata.operators == {} and metadata.channels == {} and metadata.sinks == ()
+        assert [metadata.source_position(s) for s in range(3)] == [{"row": 50}] * 3
+
+
+class TestUnreadableMetadataIsNamed:
+    def body(self, **changes: object) -> bytes:
+        data = json.loads(unframe_metadata(
+            (FORMATS / "v1" / "stateless-final-print-sink" / "_metadata").read_bytes()))
+        data.update(changes)
+        return json.dumps(data).encode()
+
+    def test_a_newer_version_is_refused_with_the_versions_this_runtime_reads(self) -> None:
+        with pytest.raises(MetadataError, match=r"format version 99 is not supported .*1"):
+            CheckpointMetadata.from_bytes(self.body(version=99))
+
+    def test_a_field_of_the_wrong_type_is_named(self) -> None:
+        with pytest.raises(MetadataError, match=r"'maxParallelism'.*must be an integer"):
+            CheckpointMetadata.from_bytes(self.body(maxParallelism="128"))
+
+    def test_a_missing_field_is_named(self) -> None:
+        data = json.loads(self.body())
+        del data["job"]
+        with pytest.raises(MetadataError, match=r"lacks the field 'job'"):
+            CheckpointMetadata.from_json(data)
+
+    def test_text_that_is_not_json_is_refused(self) -> None:
+        with pytest.raises(MetadataError, match="not valid JSON"):
+            CheckpointMetadata.from_bytes(b"{not json")
