@@ -91,7 +91,8 @@ def run_ours(row: Ours, *, records: int, keys: int, timeout: float) -> Measureme
     if output is not None:
         args["output"] = str(output)
     try:
-        result = run_driver(name="bench-" + row.label.replace(" ", "-"),
+        result = run_driver(name="bench-" + "".join(c if c.isalnum() else "-"
+                                                    for c in row.label).replace("--", "-"),
                             entrypoint=row.entrypoint, args=args, checkpoint_interval=1.0,
                             timeout=timeout)
     finally:

@@ -46,7 +46,7 @@ def _baseline(provider: str, sink: str) -> Baseline:
     output = ("noop sink" if sink == "noop"
               else "foreachBatch Parquet per batch id (idempotent)")
     return Baseline(label=f"SS {provider}, {sink}", query="aggregate", provider=provider,
-                    sink=sink, tune_start=250_000,
+                    sink=sink, tune_start=500_000,
                     description=f"groupBy.agg, {store}, {output}, local[2], "
                                 f"2 shuffle partitions, 1 s trigger, tuned rowsPerBatch")
 
