@@ -1,5 +1,6 @@
-"""``python -m bench all`` or one benchmark: ``throughput``, ``overhead``, ``barriers``,
-``state-size``, ``recovery``, ``operator``, ``recovery-operator``, ``channel-mac``.
+"""``python -m bench all`` or one benchmark: ``throughput``, ``python-state``, ``overhead``,
+``barriers``, ``state-size``, ``recovery``, ``operator``, ``recovery-operator``,
+``channel-mac``.
 
 Each benchmark prints a table, writes ``bench/results/<name>.json`` and a PNG
 plot, and rewrites its own entries of ``bench/results/summary.json``.
@@ -17,6 +18,7 @@ from bench.common import BenchmarkError
 
 BENCHMARKS = {
     "throughput": "bench.throughput",
+    "python-state": "bench.python_state",
     "overhead": "bench.overhead",
     "barriers": "bench.barriers",
     "state-size": "bench.state_size",
@@ -25,7 +27,7 @@ BENCHMARKS = {
     "recovery-operator": "bench.operator_recovery",
     "channel-mac": "bench.channel_mac",
 }
-ALL = ["throughput", "overhead", "barriers", "state-size", "recovery"]
+ALL = ["throughput", "python-state", "overhead", "barriers", "state-size", "recovery"]
 
 
 def _module(name: str) -> ModuleType:

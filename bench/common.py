@@ -83,6 +83,8 @@ class DriverRun:
 
     status: dict[str, Any]
     wall_seconds: float
+    launched_at: float
+    """Wall-clock (epoch seconds) time the driver process was launched."""
     returncode: int
     log: str
 
@@ -102,6 +104,10 @@ class DriverRun:
 
     def records_per_second(self) -> float:
         return self.records / self.processing_seconds()
+
+    def seconds_to_last_record(self) -> float:
+        """End to end: from launching the driver (Spark's start included) to the last record."""
+        return float(self.timeline["lastRecordAt"]) - self.launched_at
 
     @property
     def history(self) -> list[dict[str, Any]]:
@@ -128,10 +134,17 @@ def run_driver(*, name: str, entrypoint: str, args: dict[str, Any], parallelism:
         "--spark-conf", "spark.driver.memory=2g",
         *extra,
     ]
+    launched_at = time.time()
     started = time.monotonic()
     with open(log_file, "wb") as log:
-        proc = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=python_env(),
-                              timeout=timeout, check=False)
+        try:
+            proc = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT,
+                                  env=python_env(), timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            remove_dir(work)
+            raise BenchmarkError(benchmark=name, problem=f"the driver did not finish within "
+                                 f"{timeout:.0f} s (stopped); use a smaller scale or a "
+                                 f"longer --timeout") from None
     wall = time.monotonic() - started
     text = log_file.read_text(errors="replace")
     try:
@@ -143,7 +156,8 @@ def run_driver(*, name: str, entrypoint: str, args: dict[str, Any], parallelism:
         tail = "\n".join(text.splitlines()[-15:])
         raise BenchmarkError(benchmark=name,
                              problem=f"driver exited {proc.returncode}; log tail:\n{tail}")
-    return DriverRun(status=status, wall_seconds=wall, returncode=proc.returncode, log=text)
+    return DriverRun(status=status, wall_seconds=wall, launched_at=launched_at,
+                     returncode=proc.returncode, log=text)
 
 
 # ---------------------------------------------------------------------- output

@@ -27,8 +27,14 @@ def _with_key(keys: int) -> Any:
     return add_key
 
 
+def _sink(p: Pipeline) -> sinks.Sink:
+    """``sinks.discard()``, or with ``output`` in the args the exactly-once Parquet files sink."""
+    output = p.args.get("output")
+    return sinks.files(str(output), format="parquet") if output else sinks.discard()
+
+
 def keyed_aggregate(p: Pipeline) -> None:
-    """count and sum per key with the vectorised ``aggregate`` into a discarding sink."""
+    """count and sum per key with the vectorised ``aggregate``."""
     count = int(p.args.get("count", 2_000_000))
     keys = int(p.args.get("keys", 100_000))
     rate = p.args.get("rate")
@@ -36,7 +42,29 @@ def keyed_aggregate(p: Pipeline) -> None:
       .map_batches(_with_key(keys))
       .key_by("key")
       .aggregate(n="count", total=("sum", "value"))
-      .sink(sinks.discard()))
+      .sink(_sink(p)))
+
+
+def _count_sum(record: dict[str, Any], ctx: Any) -> None:
+    """A running count and sum per key in a ValueState, one record at a time; emits nothing.
+
+    The same per-key logic as the ``applyInPandasWithState`` and
+    ``transformWithStateInPandas`` baselines in ``bench.spark_ss``.
+    """
+    acc = ctx.value_state("acc")
+    n, total = acc.value((0, 0))
+    acc.update((n + 1, total + record["value"]))
+
+
+def keyed_process(p: Pipeline) -> None:
+    """count and sum per key with a Python ``process`` function and ``ValueState``."""
+    count = int(p.args.get("count", 2_000_000))
+    keys = int(p.args.get("keys", 100_000))
+    (p.source(sources.sequence(count=count))
+      .map_batches(_with_key(keys))
+      .key_by("key")
+      .process(_count_sum)
+      .sink(_sink(p)))
 
 
 def slow_keyed(p: Pipeline) -> None:

@@ -1,148 +1,83 @@
-"""Benchmark 1: keyed aggregation throughput, ours against Spark Structured Streaming.
+"""Benchmark 1: keyed aggregation throughput, ours against tuned Structured Streaming.
 
-Ours: ``bench.jobs:keyed_aggregate`` (count and sum per key of ``seq % keys``
-with the vectorised ``aggregate``), parallelism 2, exactly-once aligned
-checkpoints every second, hashmap state, file storage, a discarding sink.
-Records per second are counted from the first record the keyed stage
-processed to the last one (warm-up included, which only counts against us).
+The job: count and sum of ``value`` per ``key = value % keys`` (100k keys by
+default). Rows (each run in its own process, see :mod:`bench.rows` for how
+the steady-state rate and the end-to-end time are measured):
 
-Baseline: the same aggregation in Structured Streaming (see
-:mod:`bench.spark_ss`), over the same number of records, after warm-up
-micro-batches. Repetitions alternate ours and the baseline; the reported
-ratio is the median of the per-pair ratios.
+* ours, the vectorised ``aggregate`` (``bench.jobs:keyed_aggregate``),
+  parallelism 2, aligned exactly-once checkpoints every 1 s, hashmap state,
+  file checkpoint storage; into ``sinks.discard()``, and into the
+  exactly-once ``sinks.files(format="parquet")``;
+* Structured Streaming (``bench.spark_ss``), ``local[2]``, 2 shuffle
+  partitions, 1 s trigger, ``groupBy.agg``: RocksDB state store with
+  changelog checkpointing, and the default HDFS-backed state store; each into
+  the ``noop`` sink and into Parquet files per micro-batch (``foreachBatch``,
+  idempotent by batch id). ``rowsPerBatch`` is tuned per configuration by a
+  search before the measured runs (:func:`bench.spark_ss.tune`).
+
+Repetitions alternate ours and the baselines. Ratios are computed within one
+repetition and reported as medians.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
-import sys
 from typing import Any
 
-from bench.common import (
-    BenchmarkError,
-    env_int,
-    median,
-    plot_path,
-    print_table,
-    pyplot,
-    python_env,
-    run_driver,
-    target_entry,
-    update_summary,
-    write_result,
-)
+from bench.common import env_int
+from bench.comparison import Pair, run_comparison
+from bench.rows import Baseline, Ours, Row
 
 TARGET_RATIO = 1.5
 
+OURS_DISCARD = Ours(
+    label="ours, discard", entrypoint="bench.jobs:keyed_aggregate", files_sink=False,
+    description="vectorised aggregate, parallelism 2, checkpoints every 1 s, "
+                "sinks.discard()")
+OURS_FILES = Ours(
+    label="ours, files", entrypoint="bench.jobs:keyed_aggregate", files_sink=True,
+    description="as above, exactly-once sinks.files(format='parquet') "
+                "(two-phase commit per checkpoint)")
+
+
+def _baseline(provider: str, sink: str) -> Baseline:
+    store = ("RocksDB + changelog checkpointing" if provider == "rocksdb"
+             else "default HDFS-backed state store")
+    output = ("noop sink" if sink == "noop"
+              else "foreachBatch Parquet per batch id (idempotent)")
+    return Baseline(label=f"SS {provider}, {sink}", query="aggregate", provider=provider,
+                    sink=sink, tune_start=500_000,
+                    description=f"groupBy.agg, {store}, {output}, local[2], "
+                                f"2 shuffle partitions, 1 s trigger, tuned rowsPerBatch")
+
+
+ROWS: list[Row] = [OURS_DISCARD, _baseline("rocksdb", "noop"), OURS_FILES,
+                   _baseline("rocksdb", "files"), _baseline("hdfs", "noop"),
+                   _baseline("hdfs", "files")]
+
+PAIRS = [Pair(ours=OURS_DISCARD.label, baselines=("SS rocksdb, noop", "SS hdfs, noop")),
+         Pair(ours=OURS_FILES.label, baselines=("SS rocksdb, files", "SS hdfs, files"))]
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--records", type=int, default=env_int("BENCH_RECORDS", 1_000_000),
-                        help="records per run, ours and baseline alike (default 1,000,000)")
+    parser.add_argument("--records", type=int, default=env_int("BENCH_RECORDS", 20_000_000),
+                        help="records per run, ours and baselines alike (default 20,000,000)")
     parser.add_argument("--keys", type=int, default=env_int("BENCH_KEYS", 100_000))
-    parser.add_argument("--rows-per-batch", type=int,
-                        default=env_int("BENCH_ROWS_PER_BATCH", 200_000),
-                        help="Structured Streaming rowsPerBatch (default 200,000)")
-    parser.add_argument("--warmup-batches", type=int, default=2,
-                        help="Structured Streaming micro-batches left out as warm-up")
+    parser.add_argument("--rows-per-batch", type=int, default=None,
+                        help="Structured Streaming rowsPerBatch for every baseline, "
+                             "instead of tuning it")
     parser.add_argument("--repeat", type=int, default=env_int("BENCH_REPEAT", 3))
-
-
-def run_ours(*, records: int, keys: int, checkpoint_interval: float = 1.0,
-             name: str = "bench-throughput") -> dict[str, Any]:
-    result = run_driver(name=name, entrypoint="bench.jobs:keyed_aggregate",
-                        args={"count": records, "keys": keys},
-                        checkpoint_interval=checkpoint_interval)
-    completed = [h for h in result.history if h["status"] == "COMPLETED"]
-    periodic = [h for h in completed if not h["final"]]
-    return {
-        "records": result.records,
-        "seconds": result.processing_seconds(),
-        "records_per_second": result.records_per_second(),
-        "checkpoints": len(completed),
-        "wall_seconds": result.wall_seconds,
-        "periodic_checkpoint_ms_median": {
-            field: median(float(h[f"{field}_ms{suffix}"]) for h in periodic)
-            for field, suffix in (("alignment", "_max"), ("sync", "_max"),
-                                  ("async", "_max"), ("duration", ""))} if periodic else None,
-    }
-
-
-def run_structured_streaming(*, records: int, keys: int, rows_per_batch: int,
-                             warmup_batches: int) -> dict[str, Any]:
-    command = [sys.executable, "-m", "bench.spark_ss", "--records", str(records),
-               "--keys", str(keys), "--rows-per-batch", str(rows_per_batch),
-               "--warmup-batches", str(warmup_batches)]
-    proc = subprocess.run(command, capture_output=True, text=True, env=python_env(),
-                          timeout=1800, check=False)
-    for line in proc.stdout.splitlines():
-        if line.startswith("RESULT "):
-            result: dict[str, Any] = json.loads(line[len("RESULT "):])
-            return result
-    tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-15:])
-    raise BenchmarkError(benchmark="throughput",
-                         problem=f"Structured Streaming run failed ({proc.returncode}):\n{tail}")
+    parser.add_argument("--timeout", type=float, default=900.0,
+                        help="seconds allowed to each run (default 900)")
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke scale: 1,000,000 records, 10,000 keys, one repetition")
 
 
 def run(ns: argparse.Namespace) -> dict[str, Any]:
-    ours: list[dict[str, Any]] = []
-    baseline: list[dict[str, Any]] = []
-    for i in range(ns.repeat):
-        print(f"[throughput] repetition {i + 1}/{ns.repeat}: ours", flush=True)
-        ours.append(run_ours(records=ns.records, keys=ns.keys))
-        print(f"[throughput]   ours {ours[-1]['records_per_second']:,.0f} records/s; "
-              f"Structured Streaming", flush=True)
-        baseline.append(run_structured_streaming(
-            records=ns.records, keys=ns.keys, rows_per_batch=ns.rows_per_batch,
-            warmup_batches=ns.warmup_batches))
-        print(f"[throughput]   Structured Streaming "
-              f"{baseline[-1]['records_per_second']:,.0f} records/s", flush=True)
-    ratios = [o["records_per_second"] / b["records_per_second"]
-              for o, b in zip(ours, baseline, strict=True)]
-    ours_rate = median(o["records_per_second"] for o in ours)
-    base_rate = median(b["records_per_second"] for b in baseline)
-    ratio = median(ratios)
-    rows = [[f"#{i + 1}", o["records_per_second"], b["records_per_second"], r,
-             o["checkpoints"]] for i, (o, b, r) in enumerate(zip(ours, baseline, ratios,
-                                                                 strict=True))]
-    rows.append(["median", ours_rate, base_rate, ratio, None])
-    print_table(f"throughput: {ns.records:,} records, {ns.keys:,} keys, parallelism 2",
-                ["run", "ours rec/s", "SS rec/s", "ratio", "our checkpoints"], rows)
-    met = ratio >= TARGET_RATIO
-    _plot(ours, baseline)
-    data = {
-        "scale": {"records": ns.records, "keys": ns.keys, "parallelism": 2,
-                  "rows_per_batch": ns.rows_per_batch, "warmup_batches": ns.warmup_batches,
-                  "repeat": ns.repeat, "checkpoint_interval_s": 1.0},
-        "ours": ours, "structured_streaming": baseline, "ratios": ratios,
-        "median": {"ours_records_per_second": ours_rate, "ss_records_per_second": base_rate,
-                   "ratio": ratio},
-        "target": {"ratio": TARGET_RATIO, "met": met},
-    }
-    write_result("throughput", data)
-    update_summary({
-        "throughput_ratio_vs_structured_streaming": target_entry(
-            value=ratio, target=TARGET_RATIO, unit="x (ours / Structured Streaming records/s)",
-            met=met, baseline=base_rate,
-            note=f"ours median {ours_rate:,.0f} records/s; {ns.records:,} records, "
-                 f"{ns.keys:,} keys"),
-    })
-    return data
-
-
-def _plot(ours: list[dict[str, Any]], baseline: list[dict[str, Any]]) -> None:
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6, 4))
-    runs = range(1, len(ours) + 1)
-    ax.plot(runs, [o["records_per_second"] for o in ours], "o-", label="ours (aggregate)")
-    ax.plot(runs, [b["records_per_second"] for b in baseline], "s-",
-            label="Structured Streaming (RocksDB)")
-    ax.set_xlabel("repetition")
-    ax.set_ylabel("records / s")
-    ax.set_yscale("log")
-    ax.set_title("Keyed aggregation throughput (parallelism 2)")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(plot_path("throughput"))
-    plt.close(fig)
+    if ns.quick:
+        ns.records, ns.keys, ns.repeat = 1_000_000, 10_000, 1
+    return run_comparison(
+        name="throughput", title="keyed count+sum (vectorised)", rows=ROWS, pairs=PAIRS,
+        ns=ns, target_ratio=TARGET_RATIO,
+        summary_key="throughput_ratio_vs_structured_streaming",
+        summary_unit="x (ours, discard / fastest SS noop, steady records/s)")

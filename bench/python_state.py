@@ -1,0 +1,86 @@
+"""Benchmark 1b: Python per-key state, our ``process()`` against Structured Streaming's.
+
+The same per-key logic on both sides, written in Python as each API means it
+to be written: a running count and sum of ``value`` per ``key = value % keys``
+kept in keyed state, emitting nothing (state only, so neither side pays for
+output the other does not produce).
+
+* ours: ``key_by("key").process(fn)`` with a ``ValueState`` holding
+  ``(count, sum)``, one call per record (``bench.jobs:keyed_process``),
+  parallelism 2, exactly-once checkpoints every 1 s, ``sinks.discard()``;
+* Structured Streaming ``applyInPandasWithState``: one call per key per
+  micro-batch with the key's rows as pandas DataFrames (count by ``len``,
+  sum by ``Series.sum``), default HDFS-backed state store;
+* Structured Streaming ``transformWithStateInPandas``: a ``StatefulProcessor``
+  with a ``ValueState``, same per-key body, RocksDB state store (required).
+
+Both baselines: ``local[2]``, 2 shuffle partitions, 1 s trigger, ``noop``
+sink, ``rowsPerBatch`` tuned by the same search as benchmark 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+from typing import Any
+
+from bench.common import env_int
+from bench.comparison import Pair, run_comparison
+from bench.rows import Baseline, Ours, Row
+
+TARGET_RATIO = 3.0
+"""Record-at-a-time Python state at three times the rate of the fastest SS Python-state API."""
+
+OURS = Ours(label="ours, process", entrypoint="bench.jobs:keyed_process", files_sink=False,
+            description="process(fn) with ValueState, one Python call per record, "
+                        "parallelism 2, checkpoints every 1 s, sinks.discard()")
+PANDAS = Baseline(label="SS applyInPandasWithState", query="pandas-state", provider="hdfs",
+                  sink="noop", tune_start=100_000,
+                  description="one Python call per key per micro-batch (pandas), default "
+                              "HDFS-backed state store, noop sink, local[2], 2 shuffle "
+                              "partitions, 1 s trigger, tuned rowsPerBatch")
+TRANSFORM = Baseline(label="SS transformWithStateInPandas", query="transform-with-state",
+                     provider="rocksdb", sink="noop", tune_start=100_000,
+                     description="StatefulProcessor with ValueState, one call per key per "
+                                 "micro-batch (pandas), RocksDB state store, noop sink, "
+                                 "local[2], 2 shuffle partitions, 1 s trigger, tuned "
+                                 "rowsPerBatch")
+NEEDS_PROTOBUF = ("transformWithStateInPandas needs the protobuf package (>= 6.33, as "
+                  "PySpark's connect extra pulls in); row left out")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--records", type=int, default=env_int("BENCH_RECORDS", 2_000_000),
+                        help="records per run, ours and baselines alike (default 2,000,000)")
+    parser.add_argument("--keys", type=int, default=env_int("BENCH_KEYS", 10_000),
+                        help="keys (default 10,000: the baselines call Python once per key "
+                             "per micro-batch, about 0.6 ms each here, so 100,000 keys make "
+                             "every micro-batch take a minute)")
+    parser.add_argument("--rows-per-batch", type=int, default=None,
+                        help="Structured Streaming rowsPerBatch for both baselines, "
+                             "instead of tuning it")
+    parser.add_argument("--repeat", type=int, default=env_int("BENCH_REPEAT", 3))
+    parser.add_argument("--timeout", type=float, default=900.0,
+                        help="seconds allowed to each run (default 900)")
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke scale: 300,000 records, 1,000 keys, one repetition")
+
+
+def rows() -> tuple[list[Row], dict[str, str]]:
+    """The rows this machine can run, and the reason for each left out."""
+    if importlib.util.find_spec("google.protobuf") is None:
+        print(f"[python-state] {NEEDS_PROTOBUF}", flush=True)
+        return [OURS, PANDAS], {TRANSFORM.label: NEEDS_PROTOBUF}
+    return [OURS, PANDAS, TRANSFORM], {}
+
+
+def run(ns: argparse.Namespace) -> dict[str, Any]:
+    if ns.quick:
+        ns.records, ns.keys, ns.repeat = 300_000, 1_000, 1
+    present, left_out = rows()
+    baselines = tuple(r.label for r in present if isinstance(r, Baseline))
+    return run_comparison(
+        name="python-state", title="per-key Python state (count+sum)", rows=present,
+        pairs=[Pair(ours=OURS.label, baselines=baselines)], ns=ns, left_out=left_out, target_ratio=TARGET_RATIO,
+        summary_key="python_state_ratio_vs_structured_streaming",
+        summary_unit="x (ours process / fastest SS Python-state API, steady records/s)")
