@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 
+from cjob_spec import defaults
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class CheckpointSettings:
-    interval: float = 10.0
-    min_pause: float = 0.0
-    timeout: float = 600.0
+    interval: float = defaults.CHECKPOINT_INTERVAL.default_value().seconds
+    min_pause: float = defaults.CHECKPOINT_MIN_PAUSE.default_value().seconds
+    timeout: float = defaults.CHECKPOINT_TIMEOUT.default_value().seconds
     max_concurrent: int = 1
-    tolerable_failures: int = 0
+    tolerable_failures: int = defaults.TOLERABLE_FAILURES.default
     trigger_poll_interval: float = 5.0
     """Seconds between reads of the manual checkpoint request (an apiserver call)."""
     trigger_retry_pause: float = 1.0

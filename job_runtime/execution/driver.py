@@ -49,7 +49,7 @@ from job_runtime.store.base import (
     CheckpointIdCounter,
     CompletedCheckpoint,
     CompletedCheckpointStore,
-    JobStatus,
+    JobOutcome,
 )
 from job_runtime.store.triggers import FileTriggerSource, TriggerSource
 
@@ -244,7 +244,7 @@ def _run(settings: DriverSettings) -> int:
     if outcome is None:
         assert pipeline.sink_op is not None
         pipeline.sink_op.finish_job(job_id=settings.job_id, s3=s3)
-        store.shutdown(JobStatus.FINISHED, discard=storage.discard)
+        store.shutdown(JobOutcome.FINISHED, discard=storage.discard)
         status.stop(state="finished")
         sc.stop()
         log.info("job finished: %d records written, %d checkpoints completed",

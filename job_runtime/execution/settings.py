@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from cjob_spec import defaults
 from job_runtime.coordinator.settings import CheckpointSettings
 
 
@@ -19,16 +20,16 @@ class DriverSettings:
     entrypoint: str
     python_path: tuple[str, ...] = ()
     args: dict[str, Any] = dataclasses.field(default_factory=dict)
-    parallelism: int = 1
-    max_parallelism: int = 128
+    parallelism: int = defaults.PARALLELISM.default
+    max_parallelism: int = defaults.MAX_PARALLELISM.default
     master: str = "local[*]"
     spark_conf: dict[str, str] = dataclasses.field(default_factory=dict)
     checkpoint_storage: str = ""
     checkpoint: CheckpointSettings = dataclasses.field(default_factory=CheckpointSettings)
     mode: str = "exactly_once"
     unaligned: bool = False
-    retained: int = 3
-    restore: str = "latest"
+    retained: int = defaults.RETAINED.default
+    restore: str = defaults.RESTORE_FROM.default
     on_unreadable: str = "fail"
     allow_foreign_restore: bool = False
     """``restore`` may be another job's checkpoint path (``spec.restore.allowForeignJob``)."""

@@ -35,7 +35,7 @@ from job_runtime.store.base import (
     CorruptPointerError,
     Discarder,
     FencedError,
-    JobStatus,
+    JobOutcome,
     StoreClosedError,
 )
 from job_runtime.store.retention import ensure_retained, ids_to_prune
@@ -265,7 +265,7 @@ class BackedCheckpointStore(CompletedCheckpointStore):
         self._update(remove, operation="remove discarded checkpoints")
         return discarded
 
-    def shutdown(self, status: JobStatus, *, discard: Discarder) -> None:
+    def shutdown(self, status: JobOutcome, *, discard: Discarder) -> None:
         """Close the store; the checkpoints stay unless asked otherwise.
 
         Only a globally terminal job with ``discard_on_terminal`` discards
@@ -277,7 +277,7 @@ class BackedCheckpointStore(CompletedCheckpointStore):
         self._discard_if_terminal(status, discard=discard)
         self._closed = True
 
-    def _discard_if_terminal(self, status: JobStatus, *, discard: Discarder) -> None:
+    def _discard_if_terminal(self, status: JobOutcome, *, discard: Discarder) -> None:
         if status.is_globally_terminal and self.discard_on_terminal:
             self._prune(discard=discard, keep=0)
 

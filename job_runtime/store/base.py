@@ -36,7 +36,7 @@ from job_runtime.store.restore_report import (
 _log = logging.getLogger(__name__)
 
 
-class JobStatus(enum.Enum):
+class JobOutcome(enum.Enum):
     """How the job ended, passed to :meth:`CompletedCheckpointStore.shutdown`."""
 
     FINISHED = "FINISHED"
@@ -47,7 +47,7 @@ class JobStatus(enum.Enum):
     @property
     def is_globally_terminal(self) -> bool:
         """A globally terminal job will never be restored, so its checkpoints may go."""
-        return self in (JobStatus.FINISHED, JobStatus.CANCELED)
+        return self in (JobOutcome.FINISHED, JobOutcome.CANCELED)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -302,7 +302,7 @@ class CompletedCheckpointStore(abc.ABC):
         return None, notes
 
     @abc.abstractmethod
-    def shutdown(self, status: JobStatus, *, discard: Discarder) -> None:
+    def shutdown(self, status: JobOutcome, *, discard: Discarder) -> None:
         """Release the store; a globally terminal job's checkpoints may be discarded."""
 
 

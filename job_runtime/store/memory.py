@@ -16,7 +16,7 @@ from job_runtime.store.backend import RetryPolicy, SwapConflictError
 from job_runtime.store.base import (
     CompletedCheckpoint,
     Discarder,
-    JobStatus,
+    JobOutcome,
     StoreError,
 )
 from job_runtime.store.retention import InvalidRetentionError
@@ -93,7 +93,7 @@ class InMemoryCheckpointStore(BackedCheckpointStore):
         """Checkpoints pruned from the store whose data is not deleted yet."""
         return self.marked_checkpoints()
 
-    def shutdown(self, status: JobStatus, *, discard: Discarder) -> None:
+    def shutdown(self, status: JobOutcome, *, discard: Discarder) -> None:
         """Like the durable stores, but the store stays open: nothing outlives the
         process anyway, and tests end one job's life in several steps."""
         self._discard_if_terminal(status, discard=discard)

@@ -16,7 +16,7 @@ from job_runtime.store.base import (
     AmbiguousWriteError,
     CompletedCheckpoint,
     FencedError,
-    JobStatus,
+    JobOutcome,
 )
 from job_runtime.store.file import (
     CorruptPointerError,
@@ -357,7 +357,7 @@ class TestShutdown:
             store.add_checkpoint_and_subsume_oldest(_checkpoint(storage, checkpoint_id),
                                                     discard=storage.discard)
 
-        store.shutdown(JobStatus.FINISHED, discard=storage.discard)
+        store.shutdown(JobOutcome.FINISHED, discard=storage.discard)
 
         assert _ids(list_checkpoints(store_dir)) == [1, 2]
         with pytest.raises(StoreClosedError):
@@ -373,7 +373,7 @@ class TestShutdown:
             store.add_checkpoint_and_subsume_oldest(
                 _checkpoint(storage, counter.get_and_increment()), discard=storage.discard)
 
-        store.shutdown(JobStatus.CANCELED, discard=storage.discard)
+        store.shutdown(JobOutcome.CANCELED, discard=storage.discard)
 
         assert list_checkpoints(store_dir) == []
         assert storage.list_completed_ids() == []
@@ -382,7 +382,7 @@ class TestShutdown:
     def test_a_failed_or_suspended_job_always_keeps_its_checkpoints(
         self, storage: CheckpointStorage, store_dir: str
     ) -> None:
-        for status in (JobStatus.FAILED, JobStatus.SUSPENDED):
+        for status in (JobOutcome.FAILED, JobOutcome.SUSPENDED):
             store = FileCheckpointStore(store_dir, retained=2, attempt=1,
                                         discard_on_terminal=True)
             store.add_checkpoint_and_subsume_oldest(_checkpoint(storage, 1),

@@ -10,7 +10,7 @@ import pytest
 from job_runtime.store.base import (
     CompletedCheckpoint,
     FencedError,
-    JobStatus,
+    JobOutcome,
     UnreadableCheckpointError,
 )
 from job_runtime.store.memory import InMemoryCheckpointIdCounter, InMemoryCheckpointStore
@@ -79,10 +79,10 @@ class TestRetention:
             store.add_checkpoint_and_subsume_oldest(_checkpoint(1), discard=Recorder())
 
         discard = Recorder()
-        keep.shutdown(JobStatus.FINISHED, discard=discard)
-        drop.shutdown(JobStatus.SUSPENDED, discard=discard)
+        keep.shutdown(JobOutcome.FINISHED, discard=discard)
+        drop.shutdown(JobOutcome.SUSPENDED, discard=discard)
         assert discard.discarded == []
-        drop.shutdown(JobStatus.FINISHED, discard=discard)
+        drop.shutdown(JobOutcome.FINISHED, discard=discard)
 
         assert discard.discarded == [1]
         assert len(keep.all()) == 1 and drop.all() == []

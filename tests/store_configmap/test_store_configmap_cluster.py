@@ -20,7 +20,7 @@ from job_runtime.store.base import (
     AmbiguousWriteError,
     CompletedCheckpoint,
     FencedError,
-    JobStatus,
+    JobOutcome,
     StoreFullError,
     UnreadableCheckpointError,
 )
@@ -463,7 +463,7 @@ class TestLifecycle:
     def test_shutdown_keeps_the_checkpoints_of_a_finished_job(self, world: StoreWorld) -> None:
         store = world.store(retained=2)
         add(world, store, 1)
-        store.shutdown(JobStatus.FINISHED, discard=world.discard)
+        store.shutdown(JobOutcome.FINISHED, discard=world.discard)
         assert ids(world.store().all()) == [1] and world.data_ids() == [1]
         with pytest.raises(StoreClosedError):
             add(world, store, 2)
@@ -475,9 +475,9 @@ class TestLifecycle:
         for checkpoint_id in (1, 2):
             add(world, store, checkpoint_id)
         world.counter().set_count(10)
-        store.shutdown(JobStatus.FAILED, discard=world.discard)
+        store.shutdown(JobOutcome.FAILED, discard=world.discard)
         assert ids(world.store().all()) == [1, 2]
-        world.store(retained=2, discard_on_terminal=True).shutdown(JobStatus.CANCELED,
+        world.store(retained=2, discard_on_terminal=True).shutdown(JobOutcome.CANCELED,
                                                                    discard=world.discard)
         assert world.store().all() == [] and world.data_ids() == []
         assert world.counter().get() == 10
