@@ -66,7 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="smoke scale: 300,000 records, 1,000 keys, one repetition")
 
 
-def _installed(module: str) -> bool:
+def installed(module: str) -> bool:
     """Whether ``module`` can be imported; ``find_spec`` raises when its parent is missing."""
     try:
         return importlib.util.find_spec(module) is not None
@@ -76,7 +76,7 @@ def _installed(module: str) -> bool:
 
 def rows() -> tuple[list[Row], dict[str, str]]:
     """The rows this machine can run, and the reason for each left out."""
-    if not _installed("google.protobuf"):
+    if not installed("google.protobuf"):
         print(f"[python-state] {NEEDS_PROTOBUF}", flush=True)
         return [OURS, PANDAS], {TRANSFORM.label: NEEDS_PROTOBUF}
     return [OURS, PANDAS, TRANSFORM], {}

@@ -7,7 +7,6 @@ rotting between the rare full runs.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -16,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from bench import python_state
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -68,7 +69,7 @@ def test_the_python_state_comparison_runs_once_at_a_tiny_scale(tmp_path: Path) -
     result = _bench("python-state", tmp_path, "--records", "20000", "--keys", "100",
                     "--repeat", "1")
     labels = ["ours, process", "SS applyInPandasWithState"]
-    if importlib.util.find_spec("google.protobuf") is not None:
+    if python_state.installed("google.protobuf"):
         labels.append("SS transformWithStateInPandas")
     else:
         assert "protobuf" in result["left_out"]["SS transformWithStateInPandas"]
