@@ -208,11 +208,15 @@ def test_a_recreated_job_never_adopts_its_orphaned_store_and_continues_it_only_w
     assert kept is not None
     assert kept["metadata"]["annotations"]["checkpointed.io/fence-attempt"] == fence
 
-    # Deleting it and naming the checkpoint with the opt-in continues the first job.
-    kube_rest.request(
-        "DELETE", f"/api/v1/namespaces/{quote(kube_namespace)}/configmaps/again-checkpoints")
+    # Naming the checkpoint with the opt-in, then deleting the ConfigMap, continues the
+    # first job. In this order: once the ConfigMap is gone the job starts at its next
+    # look, from whatever spec.restore says then.
     kubectl.patch_job(kube_namespace, "again", {"spec": {"restore": {
         "from": latest_path, "allowForeignJob": True}}})
+    still = again.until(lambda s: s.get("reason") == "StoreConflict", what="still StoreConflict")
+    assert still["phase"] == "Failed", "the opt-in alone does not adopt the store"
+    kube_rest.request(
+        "DELETE", f"/api/v1/namespaces/{quote(kube_namespace)}/configmaps/again-checkpoints")
     done = again.until(lambda s: s.get("phase") in ("Succeeded", "Failed")
                        and s.get("reason") != "StoreConflict",
                        what="the recreated job to finish", timeout=300)
