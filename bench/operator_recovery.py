@@ -231,7 +231,7 @@ class Cluster:
 
     def store_latest(self, job: str) -> int | None:
         """The newest checkpoint in the job's ConfigMap store."""
-        from job_runtime.store.configmap_layout import StoreObject
+        from cjob_checkpoint.store.configmap_layout import StoreObject
 
         body = self.rest.get(f"/api/v1/namespaces/{NAMESPACE}/configmaps/{job}-checkpoints")
         ids = StoreObject(body).live_ids()

@@ -119,7 +119,7 @@ def cmd_status(ns: argparse.Namespace) -> int:
 
 
 def cmd_checkpoints_list(ns: argparse.Namespace) -> int:
-    from job_runtime.store import StoreError, list_checkpoints
+    from cjob_checkpoint.store import StoreError, list_checkpoints
 
     directory = _job_dir(ns.state_dir, ns.name)
     if directory is None:

@@ -28,12 +28,12 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from cjob.local_backend import LOCAL_SETTINGS, DriverLaunch, LocalBackend
+from cjob_checkpoint.driver_status import DriverStatus, StatusFileError, read_status_file
 from cjob_lifecycle.actions import CreateDriver, EmitEvent
 from cjob_lifecycle.plan import plan
 from cjob_spec import CheckpointedJob, JobStatus, Phase, file_store_arg, to_runtime_args
 from cjob_spec.driver_env import driver_env as spec_driver_env
 from cjob_spec.model import is_s3_code
-from job_runtime.execution.status_file import DriverStatus, StatusFileError, read_status_file
 
 Clock = Callable[[], datetime]
 

@@ -140,7 +140,7 @@ def checkpoint_ref(*, checkpoint_id: int, path: str, timestamp: float,
 
 def observe_file_store(directory: Path) -> StoreView:
     """The file store as the plan sees a checkpoint store: fence, latest, restore report."""
-    from job_runtime.store.file import FileCheckpointStore, list_checkpoints, read_attempt
+    from cjob_checkpoint.store.file import FileCheckpointStore, list_checkpoints, read_attempt
 
     if not directory.is_dir():
         return StoreView(exists=False)
@@ -245,7 +245,7 @@ class LocalBackend:
         if isinstance(action, EnsureCheckpointConfigMap):
             self.store.mkdir(parents=True, exist_ok=True)
         elif isinstance(action, AdvanceFence):
-            from job_runtime.store.file import advance_attempt
+            from cjob_checkpoint.store.file import advance_attempt
 
             self.store.mkdir(parents=True, exist_ok=True)
             advance_attempt(str(self.store), action.attempt)
@@ -254,7 +254,7 @@ class LocalBackend:
         elif isinstance(action, DeleteDriver):
             self._delete(action)
         elif isinstance(action, RequestCheckpoint):
-            from job_runtime.store.triggers import request_checkpoint
+            from cjob_checkpoint.store.triggers import request_checkpoint
 
             request_checkpoint(str(self.store), nonce=action.nonce)
         elif isinstance(action, EmitEvent):

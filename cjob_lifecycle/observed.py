@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
 
+from cjob_checkpoint.store.restore_report import RestoreReport
 from cjob_spec.model import CheckpointedJob
 from cjob_spec.status import CheckpointRef, JobStatus
-from job_runtime.store.restore_report import RestoreReport
 
 POD_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 

@@ -35,6 +35,7 @@ ARG WHEELHOUSE=
 WORKDIR /src
 COPY pyproject.toml README.md constraints.txt ./
 COPY cjob_spec/ cjob_spec/
+COPY cjob_checkpoint/ cjob_checkpoint/
 COPY cjob_lifecycle/ cjob_lifecycle/
 COPY job_runtime/ job_runtime/
 COPY cjob/ cjob/

@@ -9,7 +9,7 @@ and never mounts a job's volume.
 
 A mistake here deletes data, so the command deletes exactly one directory of the
 checkpoint layout, ``<root>/<job-name>-<job-uid>`` (see
-:mod:`job_runtime.storage.checkpoint_storage`), and refuses any other URI before
+:mod:`cjob_checkpoint.checkpoint_storage`), and refuses any other URI before
 touching storage. Running it twice is harmless: a directory that is already gone
 is a success.
 
@@ -26,10 +26,10 @@ import sys
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from cjob_checkpoint.checkpoint_storage import ensure_safe_segment
+from cjob_checkpoint.storage.errors import StorageError, StorageNotFoundError, UnsupportedUriError
+from cjob_checkpoint.storage.filesystem import FileSystem, S3Config, get_filesystem, is_s3_uri
 from cjob_spec.exit_codes import ExitCode
-from job_runtime.storage.checkpoint_storage import ensure_safe_segment
-from job_runtime.storage.errors import StorageError, StorageNotFoundError, UnsupportedUriError
-from job_runtime.storage.filesystem import FileSystem, S3Config, get_filesystem, is_s3_uri
 
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"
 """Where Kubernetes looks for a container's termination message (the pod default)."""

@@ -32,13 +32,23 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from job_runtime.checkpoint.fields import Json
-from job_runtime.checkpoint.metadata import (
+from cjob_checkpoint.checkpoint_storage import CheckpointStorage
+from cjob_checkpoint.fields import Json
+from cjob_checkpoint.metadata import (
     ChannelStateHandle,
     CheckpointMetadata,
     KeyedStateHandle,
     SinkTransactions,
 )
+from cjob_checkpoint.store.base import (
+    AmbiguousWriteError,
+    CheckpointIdCounter,
+    CompletedCheckpoint,
+    CompletedCheckpointStore,
+    FencedError,
+    StoreFullError,
+)
+from cjob_checkpoint.store.triggers import TriggerSource
 from job_runtime.coordinator.failure_budget import FailureBudget
 from job_runtime.coordinator.messages import (
     Abort,
@@ -66,16 +76,6 @@ from job_runtime.coordinator.streak import FailureStreak
 from job_runtime.coordinator.worker import SerialWorker
 from job_runtime.errors import UserCodeError
 from job_runtime.faults import maybe_fail
-from job_runtime.storage.checkpoint_storage import CheckpointStorage
-from job_runtime.store.base import (
-    AmbiguousWriteError,
-    CheckpointIdCounter,
-    CompletedCheckpoint,
-    CompletedCheckpointStore,
-    FencedError,
-    StoreFullError,
-)
-from job_runtime.store.triggers import TriggerSource
 
 log = logging.getLogger(__name__)
 

@@ -20,9 +20,9 @@ import dataclasses
 import json
 from typing import Any, ClassVar, TypeAlias
 
-from job_runtime.checkpoint.fields import Json, JsonFields
-from job_runtime.checkpoint.metadata import CheckpointMetadata, MetadataError
-from job_runtime.storage.checkpoint_storage import StateHandle
+from cjob_checkpoint.checkpoint_storage import StateHandle
+from cjob_checkpoint.fields import Json, JsonFields
+from cjob_checkpoint.metadata import CheckpointMetadata, MetadataError
 
 FORMAT_VERSION = 1
 

@@ -42,10 +42,10 @@ import zipfile
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from cjob_checkpoint.storage.errors import StorageError, StorageUnavailableError
+from cjob_checkpoint.storage.filesystem import S3Config, get_filesystem
 from cjob_spec.model import is_s3_code
 from job_runtime.errors import JobCodeError
-from job_runtime.storage.errors import StorageError, StorageUnavailableError
-from job_runtime.storage.filesystem import S3Config, get_filesystem
 
 log = logging.getLogger(__name__)
 

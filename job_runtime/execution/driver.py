@@ -24,6 +24,15 @@ import threading
 import time
 from typing import Any
 
+from cjob_checkpoint.checkpoint_storage import CheckpointStorage
+from cjob_checkpoint.storage.filesystem import S3Config, get_filesystem, join_uri
+from cjob_checkpoint.store.base import (
+    CheckpointIdCounter,
+    CompletedCheckpoint,
+    CompletedCheckpointStore,
+    JobOutcome,
+)
+from cjob_checkpoint.store.triggers import FileTriggerSource, TriggerSource
 from cjob_spec.exit_codes import ExitCode
 from job_runtime.coordinator.coordinator import CheckpointCoordinator
 from job_runtime.errors import ConfigurationError, EntrypointError, RestoreError, UserCodeError
@@ -43,15 +52,6 @@ from job_runtime.execution.status_writer import StatusWriter
 from job_runtime.execution.subtask import run_subtask
 from job_runtime.metrics import DriverMetrics
 from job_runtime.network.handshake import new_key
-from job_runtime.storage.checkpoint_storage import CheckpointStorage
-from job_runtime.storage.filesystem import S3Config, get_filesystem, join_uri
-from job_runtime.store.base import (
-    CheckpointIdCounter,
-    CompletedCheckpoint,
-    CompletedCheckpointStore,
-    JobOutcome,
-)
-from job_runtime.store.triggers import FileTriggerSource, TriggerSource
 
 log = logging.getLogger("job_runtime.driver")
 
@@ -81,7 +81,7 @@ def open_triggers(settings: DriverSettings) -> TriggerSource | None:
         return FileTriggerSource(where)
     if kind == "configmap":
         try:
-            from job_runtime.store.configmap_triggers import open_configmap_triggers
+            from cjob_checkpoint.store.configmap_triggers import open_configmap_triggers
         except ImportError:
             return None
         namespace, _, name = where.partition("/")
@@ -92,17 +92,20 @@ def open_triggers(settings: DriverSettings) -> TriggerSource | None:
 def open_store(settings: DriverSettings) -> tuple[CompletedCheckpointStore, CheckpointIdCounter]:
     kind, _, where = settings.store.partition(":")
     if kind == "file":
-        from job_runtime.store.file import FileCheckpointIdCounter, FileCheckpointStore
+        from cjob_checkpoint.store.file import FileCheckpointIdCounter, FileCheckpointStore
 
         os.makedirs(where, exist_ok=True)
         return (FileCheckpointStore(where, retained=settings.retained, attempt=settings.attempt),
                 FileCheckpointIdCounter(where, attempt=settings.attempt))
     if kind == "memory":
-        from job_runtime.store.memory import InMemoryCheckpointIdCounter, InMemoryCheckpointStore
+        from cjob_checkpoint.store.memory import (
+            InMemoryCheckpointIdCounter,
+            InMemoryCheckpointStore,
+        )
 
         return InMemoryCheckpointStore(retained=settings.retained), InMemoryCheckpointIdCounter()
     if kind == "configmap":
-        from job_runtime.store.configmap import open_configmap_store
+        from cjob_checkpoint.store.configmap import open_configmap_store
 
         namespace, _, name = where.partition("/")
         return open_configmap_store(namespace=namespace, name=name, retained=settings.retained,

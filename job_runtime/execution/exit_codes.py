@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 
+from cjob_checkpoint.storage.errors import StorageError, StorageUnavailableError
+from cjob_checkpoint.store.base import FencedError, StoreError
 from cjob_spec.exit_codes import ExitCode
 from job_runtime.errors import (
     CheckpointFailureBudgetExceeded,
@@ -21,8 +23,6 @@ from job_runtime.errors import (
     RestoreError,
     UserCodeError,
 )
-from job_runtime.storage.errors import StorageError, StorageUnavailableError
-from job_runtime.store.base import FencedError, StoreError
 
 log = logging.getLogger("job_runtime.driver")
 

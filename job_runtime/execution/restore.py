@@ -15,16 +15,18 @@ import json
 import re
 from typing import Any
 
-from job_runtime.checkpoint.metadata import CheckpointMetadata, MetadataError
-from job_runtime.errors import RestoreError
-from job_runtime.execution.settings import DriverSettings
-from job_runtime.storage.checkpoint_storage import CheckpointStorage
-from job_runtime.store.base import (
+from cjob_checkpoint.checkpoint_storage import CheckpointStorage
+from cjob_checkpoint.metadata import CheckpointMetadata, MetadataError
+from cjob_checkpoint.store.base import (
     CompletedCheckpoint,
     CompletedCheckpointStore,
+    NoRestorableCheckpointError,
     UnreadableCheckpointError,
 )
-from job_runtime.store.restore_report import RestoredCheckpoint, RestoreReport
+from cjob_checkpoint.store.restorable import Candidate, first_readable
+from cjob_checkpoint.store.restore_report import RestoredCheckpoint, RestoreReport
+from job_runtime.errors import RestoreError
+from job_runtime.execution.settings import DriverSettings
 
 
 def _typed(metadata: Any, *, pointer: str) -> CheckpointMetadata:
@@ -81,30 +83,24 @@ def record_restore(*, store: CompletedCheckpointStore, attempt: int,
 def resolve_restore(
     *, settings: DriverSettings, storage: CheckpointStorage, store: CompletedCheckpointStore
 ) -> RestoreResolution:
-    """The checkpoint to start from, its metadata, and what fallbacks were taken."""
-    notes: list[str] = []
-    skipped: list[RestoredCheckpoint] = []
+    """The checkpoint to start from, its metadata, and what fallbacks were taken.
+
+    The request decides which checkpoints are candidates, newest first; the store's
+    own fallback walk (:func:`first_readable`) picks the first that reads.
+    """
     request = settings.restore.strip()
     if request in ("", "none"):
-        return RestoreResolution(checkpoint=None, metadata=None, notes=notes)
-    candidates: list[CompletedCheckpoint]
-    try:
-        retained = list(reversed(store.all()))
-    except UnreadableCheckpointError as exc:
-        if settings.on_unreadable != "fallback":
-            raise RestoreError(pointer=exc.path, problem=exc.cause) from None
-        notes.append(f"skipping a damaged pointer in the store: {exc}")
-        skipped.append(RestoredCheckpoint(id=exc.checkpoint_id, path=exc.path))
-        retained = list(reversed(_all_readable(store)))
+        return RestoreResolution(checkpoint=None, metadata=None, notes=[])
+    notes: list[str] = []
+    retained: list[Candidate] = list(reversed(store.retained_pointers()))
+    newest = retained[0].checkpoint_id if retained else None
+    candidates: list[Candidate]
     if request == "latest":
         candidates = retained
-        if not candidates:
-            return RestoreResolution(checkpoint=None, metadata=None, notes=notes,
-                                     skipped=tuple(skipped))
-    elif retained and _checkpoint_id_of_request(request) < retained[0].checkpoint_id:
+    elif newest is not None and _checkpoint_id_of_request(request) < newest:
         # ``restore.from`` names where a job *starts*. Once the job has completed a
         # newer checkpoint, every later attempt resumes from that one instead.
-        notes.append(f"the store holds checkpoint {retained[0].checkpoint_id}, newer than "
+        notes.append(f"the store holds checkpoint {newest}, newer than "
                      f"the requested {request}; restoring the newest")
         candidates = retained
     elif request.isdigit():
@@ -130,31 +126,31 @@ def resolve_restore(
         candidates = [CompletedCheckpoint(checkpoint_id=found_id, metadata_path=request,
                                           timestamp=0.0)]
         candidates += [c for c in retained if c.checkpoint_id < found_id]
-    first_error: UnreadableCheckpointError | None = None
-    for candidate in candidates:
-        try:
-            metadata = json.loads(storage.read_metadata(candidate.metadata_path))
-        except UnreadableCheckpointError as exc:
-            first_error = first_error or exc
-            if settings.on_unreadable != "fallback":
-                raise RestoreError(pointer=candidate.metadata_path, problem=exc.cause) from None
-            notes.append(f"checkpoint {candidate.checkpoint_id} is unreadable ({exc.cause}); "
-                         f"falling back to an older one")
-            skipped.append(RestoredCheckpoint(id=candidate.checkpoint_id,
-                                              path=candidate.metadata_path))
-            continue
-        except ValueError as exc:
-            raise RestoreError(pointer=candidate.metadata_path,
-                               problem=f"metadata is not valid JSON: {exc}") from None
-        if metadata.get("job") != settings.job_id:
-            raise RestoreError(pointer=candidate.metadata_path,
-                               problem=f"it belongs to job {metadata.get('job')!r}")
-        return RestoreResolution(checkpoint=candidate,
-                                 metadata=_typed(metadata, pointer=candidate.metadata_path),
-                                 notes=notes, skipped=tuple(skipped))
-    assert first_error is not None
-    raise RestoreError(pointer=settings.restore,
-                       problem=f"no readable checkpoint to fall back to ({first_error.cause})")
+    try:
+        chosen = first_readable(candidates, read=storage.read_metadata,
+                                fallback=settings.on_unreadable == "fallback")
+    except NoRestorableCheckpointError as exc:
+        raise RestoreError(pointer=settings.restore,
+                           problem=f"no readable checkpoint to fall back to ({exc.cause})"
+                           ) from None
+    except UnreadableCheckpointError as exc:
+        raise RestoreError(pointer=exc.path, problem=exc.cause) from None
+    notes += chosen.notes
+    skipped = tuple(RestoredCheckpoint(id=problem.checkpoint_id, path=problem.path)
+                    for problem in chosen.skipped)
+    if chosen.checkpoint is None:
+        return RestoreResolution(checkpoint=None, metadata=None, notes=notes, skipped=skipped)
+    pointer = chosen.checkpoint.metadata_path
+    assert isinstance(chosen.metadata, bytes)
+    try:
+        metadata = json.loads(chosen.metadata)
+    except ValueError as exc:
+        raise RestoreError(pointer=pointer, problem=f"metadata is not valid JSON: {exc}") from None
+    if metadata.get("job") != settings.job_id:
+        raise RestoreError(pointer=pointer, problem=f"it belongs to job {metadata.get('job')!r}")
+    return RestoreResolution(checkpoint=chosen.checkpoint,
+                             metadata=_typed(metadata, pointer=pointer),
+                             notes=notes, skipped=skipped)
 
 
 def _restore_foreign(request: str, *, storage: CheckpointStorage, settings: DriverSettings,
@@ -188,11 +184,6 @@ def _restore_foreign(request: str, *, storage: CheckpointStorage, settings: Driv
                                      timestamp=0.0)
     return RestoreResolution(checkpoint=checkpoint, metadata=_typed(metadata, pointer=request),
                              notes=notes, origin_job=origin)
-
-
-def _all_readable(store: CompletedCheckpointStore) -> list[CompletedCheckpoint]:
-    """The store's pointers, leaving out damaged ones."""
-    return list(store.all(skip_corrupt=True))
 
 
 def _checkpoint_id_of_request(request: str) -> int:

@@ -11,14 +11,14 @@ import os
 import threading
 import time
 
-from job_runtime.coordinator.coordinator import CheckpointCoordinator
-from job_runtime.execution.status_file import (
+from cjob_checkpoint.driver_status import (
     CheckpointCounts,
     DriverStatus,
     LatestCheckpoint,
     RestoredFrom,
     write_status_file,
 )
+from job_runtime.coordinator.coordinator import CheckpointCoordinator
 from job_runtime.metrics import DriverMetrics
 
 log = logging.getLogger("job_runtime.driver")

@@ -19,7 +19,9 @@ import traceback
 from collections.abc import Iterator
 from typing import Any
 
-from job_runtime.checkpoint.metadata import CheckpointMetadata
+from cjob_checkpoint.checkpoint_storage import CheckpointStorage, StateHandle
+from cjob_checkpoint.metadata import CheckpointMetadata
+from cjob_checkpoint.storage.filesystem import S3Config, get_filesystem
 from job_runtime.coordinator.messages import (
     Abort,
     Complete,
@@ -54,8 +56,6 @@ from job_runtime.network.channels import (
 from job_runtime.network.framing import ChannelHello
 from job_runtime.network.handshake import Session
 from job_runtime.sinks.base import SinkContext
-from job_runtime.storage.checkpoint_storage import CheckpointStorage, StateHandle
-from job_runtime.storage.filesystem import S3Config, get_filesystem
 
 log = logging.getLogger(__name__)
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from cjob_checkpoint.checkpoint_storage import StateHandle
+from cjob_checkpoint.storage.filesystem import S3Config
 from job_runtime.execution.config import SubtaskConfig
 from job_runtime.execution.uploader import UploadJob
-from job_runtime.storage.checkpoint_storage import StateHandle
-from job_runtime.storage.filesystem import S3Config
 
 
 class TaskContext(Protocol):

@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from cjob_checkpoint.metadata import CheckpointMetadata
 from job_runtime.barriers import BarrierHandler, build_barrier_handler
-from job_runtime.checkpoint.metadata import CheckpointMetadata
 from job_runtime.coordinator.messages import Abort, Complete, ToSubtask, Trigger
 from job_runtime.execution.recent import RecentIds
 from job_runtime.execution.stages import StagePlan

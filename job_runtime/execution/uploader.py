@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from cjob_checkpoint.checkpoint_storage import CheckpointStorage, StateHandle
 from job_runtime.coordinator.messages import (
     Ack,
     AckState,
@@ -33,7 +34,6 @@ from job_runtime.coordinator.messages import (
     OperatorState,
     ToCoordinator,
 )
-from job_runtime.storage.checkpoint_storage import CheckpointStorage, StateHandle
 
 log = logging.getLogger(__name__)
 

@@ -32,6 +32,7 @@ from typing import IO, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from cjob_checkpoint.storage.filesystem import FileSystem, get_filesystem
 from job_runtime.errors import PipelineDefinitionError
 from job_runtime.faults import maybe_fail
 from job_runtime.records import Batch
@@ -42,7 +43,6 @@ from job_runtime.sinks.commit import (
     SinkCommitError,
     commit_with_retry,
 )
-from job_runtime.storage.filesystem import FileSystem, get_filesystem
 
 log = logging.getLogger(__name__)
 

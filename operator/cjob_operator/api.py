@@ -6,7 +6,7 @@ data is the job of a cleanup pod in the job's namespace (see
 
 :class:`KubeCluster` implements :class:`cjob_operator.cluster.Cluster` with the
 official client. The checkpoint ConfigMap is read and fenced through the runtime's
-store module (``job_runtime.store.configmap``), so the operator and the drivers agree
+store module (``cjob_checkpoint.store.configmap``), so the operator and the drivers agree
 on its layout and on the compare-and-swap rules by sharing the code.
 
 Every call has a bounded timeout (a hung API server becomes an error, not a stuck
@@ -28,6 +28,15 @@ import urllib3
 from kubernetes import client as k8s_client
 from kubernetes.client.exceptions import ApiException
 
+from cjob_checkpoint.store.base import StoreError
+from cjob_checkpoint.store.configmap import (
+    advance_attempt,
+    ensure_configmap,
+    new_api_client,
+    read_snapshot,
+)
+from cjob_checkpoint.store.configmap_errors import StoreNotFoundError
+from cjob_checkpoint.store.configmap_triggers import REQUEST_ANNOTATION
 from cjob_operator.cluster import (
     ClusterError,
     JobRef,
@@ -38,15 +47,6 @@ from cjob_operator.cluster import (
 from cjob_spec.names import API_GROUP, API_VERSION, KIND, PLURAL
 from cjob_spec.status import CheckpointRef
 from cjob_spec.times import format_time
-from job_runtime.store.base import StoreError
-from job_runtime.store.configmap import (
-    advance_attempt,
-    ensure_configmap,
-    new_api_client,
-    read_snapshot,
-)
-from job_runtime.store.configmap_errors import StoreNotFoundError
-from job_runtime.store.configmap_triggers import REQUEST_ANNOTATION
 
 _log = logging.getLogger(__name__)
 _T = TypeVar("_T")

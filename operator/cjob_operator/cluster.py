@@ -16,9 +16,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from cjob_checkpoint.store.configmap_layout import StoreOwner
+from cjob_checkpoint.store.restore_report import RestoreReport
 from cjob_spec.status import CheckpointRef
-from job_runtime.store.configmap_layout import StoreOwner
-from job_runtime.store.restore_report import RestoreReport
 
 Manifest = dict[str, Any]
 

@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parents[2]
 #: What a build of either image reads: the Dockerfiles' COPY sources and the base.
 TREE = (
     "pyproject.toml", "README.md", "constraints.txt", ".dockerignore", "docker",
-    "cjob_spec", "cjob_lifecycle", "job_runtime", "cjob", "operator", "examples",
+    "cjob_spec", "cjob_checkpoint", "cjob_lifecycle", "job_runtime", "cjob", "operator", "examples",
 )  # fmt: skip
 
 

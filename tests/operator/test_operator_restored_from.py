@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from operator_world import T0, at, checkpoint, driver, make_job, observe, run, status
 
+from cjob_checkpoint.store.restore_report import RestoredCheckpoint, RestoreReport
 from cjob_lifecycle.actions import CreateDriver, EmitEvent
 from cjob_lifecycle.observed import StoreView
 from cjob_spec import JobStatus, Phase, RestoredFrom
-from job_runtime.store.restore_report import RestoredCheckpoint, RestoreReport
 
 PATH_7 = "s3://ckpt/jobs/clicks-uid-1/chk-7/_metadata"
 PATH_8 = "s3://ckpt/jobs/clicks-uid-1/chk-8/_metadata"

@@ -14,12 +14,12 @@ from cjob_operator.cluster import StoreReading
 from cjob_operator.reconcile import store_ownership
 from operator_world import T0, at, make_job, observe, run
 
+from cjob_checkpoint.store.configmap_layout import StoreOwner
 from cjob_lifecycle.actions import AdvanceFence, CreateDriver, EmitEvent, EnsureCheckpointConfigMap
 from cjob_lifecycle.observed import StoreOwnership, StoreView
 from cjob_lifecycle.plan import Plan
 from cjob_spec import JobStatus, Phase
 from cjob_spec.status import CheckpointRef
-from job_runtime.store.configmap_layout import StoreOwner
 
 OLD = CheckpointRef(id=12, path="s3://ckpt/sums-old-uid/chk-12/_metadata")
 DELETED_JOBS = StoreView(exists=True, ownership=StoreOwnership.DELETED_JOB, latest=OLD,

@@ -15,8 +15,8 @@ from typing import Any
 
 from cjob_operator.cluster import ClusterError, JobRef, Manifest, StatusConflictError, StoreReading
 
+from cjob_checkpoint.store.configmap_layout import StoreOwner
 from cjob_spec.status import CheckpointRef
-from job_runtime.store.configmap_layout import StoreOwner
 
 BASE_JOB: dict[str, Any] = {
     "apiVersion": "checkpointed.io/v1alpha1",

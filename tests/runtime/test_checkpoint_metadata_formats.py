@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from job_runtime.checkpoint.metadata import (
+from cjob_checkpoint.checkpoint_storage import StateHandle, unframe_metadata
+from cjob_checkpoint.metadata import (
     FORMAT_VERSION,
     READABLE_VERSIONS,
     CheckpointMetadata,
     MetadataError,
 )
-from job_runtime.storage.checkpoint_storage import StateHandle, unframe_metadata
 
 FORMATS = Path(__file__).parent / "metadata_formats"
 SAMPLES = sorted(FORMATS.glob("v*/*/_metadata"))

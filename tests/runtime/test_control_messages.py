@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from job_runtime.checkpoint.metadata import (
+from cjob_checkpoint.checkpoint_storage import StateHandle
+from cjob_checkpoint.metadata import (
     ChannelStateHandle,
     CheckpointMetadata,
     KeyedStateHandle,
@@ -36,7 +37,6 @@ from job_runtime.coordinator.messages import (
     decode_to_subtask,
     encode,
 )
-from job_runtime.storage.checkpoint_storage import StateHandle
 
 HANDLE = StateHandle(uri="file:///ckpt/j/chk-3/reduce/1", size_bytes=120, crc32=77)
 METRICS = TaskMetrics(records_in=10, records_out=9, blocked_seconds=0.5, first_record_at=1.5,

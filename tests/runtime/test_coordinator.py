@@ -15,7 +15,11 @@ from typing import Any, TypeVar
 
 import pytest
 
-from job_runtime.checkpoint.metadata import CheckpointMetadata
+from cjob_checkpoint.checkpoint_storage import CheckpointStorage
+from cjob_checkpoint.metadata import CheckpointMetadata
+from cjob_checkpoint.store.base import CompletedCheckpoint
+from cjob_checkpoint.store.memory import InMemoryCheckpointIdCounter, InMemoryCheckpointStore
+from cjob_checkpoint.store.triggers import FileTriggerSource, request_checkpoint
 from job_runtime.coordinator.coordinator import CheckpointCoordinator
 from job_runtime.coordinator.messages import (
     Abort,
@@ -34,10 +38,6 @@ from job_runtime.coordinator.messages import (
 from job_runtime.coordinator.rpc import SubtaskConnection, connect
 from job_runtime.coordinator.settings import CheckpointSettings
 from job_runtime.errors import CheckpointFailureBudgetExceeded
-from job_runtime.storage.checkpoint_storage import CheckpointStorage
-from job_runtime.store.base import CompletedCheckpoint
-from job_runtime.store.memory import InMemoryCheckpointIdCounter, InMemoryCheckpointStore
-from job_runtime.store.triggers import FileTriggerSource, request_checkpoint
 
 JOB = "job-uid1"
 KEY = b"k" * 32

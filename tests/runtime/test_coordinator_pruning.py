@@ -15,6 +15,9 @@ from typing import Any
 
 import pytest
 
+from cjob_checkpoint.checkpoint_storage import CheckpointStorage
+from cjob_checkpoint.store.base import CompletedCheckpoint, Discarder
+from cjob_checkpoint.store.memory import InMemoryCheckpointIdCounter, InMemoryCheckpointStore
 from job_runtime.coordinator.coordinator import CheckpointCoordinator
 from job_runtime.coordinator.messages import (
     Abort,
@@ -29,9 +32,6 @@ from job_runtime.coordinator.messages import (
 from job_runtime.coordinator.rpc import SubtaskConnection, connect
 from job_runtime.coordinator.settings import CheckpointSettings
 from job_runtime.metrics import DriverMetrics
-from job_runtime.storage.checkpoint_storage import CheckpointStorage
-from job_runtime.store.base import CompletedCheckpoint, Discarder
-from job_runtime.store.memory import InMemoryCheckpointIdCounter, InMemoryCheckpointStore
 
 JOB = "job-uid1"
 WAIT = 30.0

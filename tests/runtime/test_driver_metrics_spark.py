@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from runtime_harness import JobHarness
 
-from job_runtime.store.triggers import request_checkpoint
+from cjob_checkpoint.store.triggers import request_checkpoint
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

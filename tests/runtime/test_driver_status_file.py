@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from job_runtime.execution.status_file import (
+from cjob_checkpoint.driver_status import (
     CheckpointCounts,
     DriverStatus,
     LatestCheckpoint,

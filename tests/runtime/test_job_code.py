@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from cjob_checkpoint.storage.errors import StorageUnavailableError
 from e2e.s3 import S3Bucket, build_config, find_free_port
 from job_runtime.errors import JobCodeError
 from job_runtime.execution.code import (
@@ -24,7 +25,6 @@ from job_runtime.execution.code import (
     prepare_job_code,
     ship_job_code,
 )
-from job_runtime.storage.errors import StorageUnavailableError
 
 
 def configmap_mount(root: Path, files: dict[str, str]) -> Path:

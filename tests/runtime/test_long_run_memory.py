@@ -19,14 +19,14 @@ from pathlib import Path
 
 import pytest
 
+from cjob_checkpoint.checkpoint_storage import CheckpointStorage
+from cjob_checkpoint.store.memory import InMemoryCheckpointIdCounter, InMemoryCheckpointStore
 from job_runtime.coordinator.coordinator import CheckpointCoordinator
 from job_runtime.coordinator.settings import CheckpointSettings
 from job_runtime.execution.config import SubtaskConfig
 from job_runtime.execution.subtask import SubtaskRuntime
 from job_runtime.execution.tasks import SourceTask
 from job_runtime.network.handshake import new_key
-from job_runtime.storage.checkpoint_storage import CheckpointStorage
-from job_runtime.store.memory import InMemoryCheckpointIdCounter, InMemoryCheckpointStore
 
 JOBS = Path(__file__).resolve().parent / "jobs"
 JOB = "long-run-uid1"

@@ -12,19 +12,19 @@ from pathlib import Path
 
 import pytest
 
-from job_runtime.checkpoint.metadata import CheckpointMetadata
-from job_runtime.execution.restore import record_restore, resolve_restore
-from job_runtime.execution.settings import DriverSettings
-from job_runtime.storage.checkpoint_storage import CheckpointStorage
-from job_runtime.store.base import CompletedCheckpoint, FencedError
-from job_runtime.store.file import FileCheckpointStore, advance_attempt
-from job_runtime.store.memory import InMemoryCheckpointStore
-from job_runtime.store.restore_report import (
+from cjob_checkpoint.checkpoint_storage import CheckpointStorage
+from cjob_checkpoint.metadata import CheckpointMetadata
+from cjob_checkpoint.store.base import CompletedCheckpoint, FencedError
+from cjob_checkpoint.store.file import FileCheckpointStore, advance_attempt
+from cjob_checkpoint.store.memory import InMemoryCheckpointStore
+from cjob_checkpoint.store.restore_report import (
     MAX_REPORT_BYTES,
     RestoredCheckpoint,
     RestoreReport,
     UnreadableRestoreReportError,
 )
+from job_runtime.execution.restore import record_restore, resolve_restore
+from job_runtime.execution.settings import DriverSettings
 
 JOB = "sums"
 UID = "u1"

@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from job_runtime.storage.checkpoint_storage import (
+from cjob_checkpoint.checkpoint_storage import (
     CheckpointLocation,
     CheckpointStorage,
     parse_checkpoint_uri,
     read_metadata,
     verify_metadata_readable,
 )
-from job_runtime.storage.errors import CorruptDataError, InvalidCheckpointPathError
-from job_runtime.storage.filesystem import LocalFileSystem
-from job_runtime.store.base import CompletedCheckpoint, UnreadableCheckpointError
+from cjob_checkpoint.storage.errors import CorruptDataError, InvalidCheckpointPathError
+from cjob_checkpoint.storage.filesystem import LocalFileSystem
+from cjob_checkpoint.store.base import CompletedCheckpoint, UnreadableCheckpointError
 
 JOB = "clicks-per-user-6f1c2a"
 

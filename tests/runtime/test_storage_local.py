@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from job_runtime.storage.errors import (
+from cjob_checkpoint.storage.errors import (
     StorageError,
     StorageNotFoundError,
     UnsupportedUriError,
 )
-from job_runtime.storage.filesystem import LocalFileSystem, S3FileSystem, get_filesystem
+from cjob_checkpoint.storage.filesystem import LocalFileSystem, S3FileSystem, get_filesystem
 
 
 @pytest.fixture

@@ -8,21 +8,21 @@ import time
 
 import pytest
 
-from e2e.s3 import FaultyS3, S3Bucket, build_config, find_free_port
-from job_runtime.storage.checkpoint_storage import CheckpointStorage
-from job_runtime.storage.errors import (
+from cjob_checkpoint.checkpoint_storage import CheckpointStorage
+from cjob_checkpoint.storage.errors import (
     StorageAccessDeniedError,
     StorageNotFoundError,
     StorageUnavailableError,
     UnsupportedUriError,
 )
-from job_runtime.storage.filesystem import (
+from cjob_checkpoint.storage.filesystem import (
     MULTIPART_THRESHOLD,
     S3Config,
     S3FileSystem,
     get_filesystem,
 )
-from job_runtime.store.base import CompletedCheckpoint, UnreadableCheckpointError
+from cjob_checkpoint.store.base import CompletedCheckpoint, UnreadableCheckpointError
+from e2e.s3 import FaultyS3, S3Bucket, build_config, find_free_port
 
 pytestmark = pytest.mark.s3
 

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from job_runtime.storage.checkpoint_storage import CheckpointStorage
-from job_runtime.store.base import (
+from cjob_checkpoint.checkpoint_storage import CheckpointStorage
+from cjob_checkpoint.store.base import (
     AmbiguousWriteError,
     CompletedCheckpoint,
     FencedError,
     JobOutcome,
 )
-from job_runtime.store.file import (
+from cjob_checkpoint.store.file import (
     CorruptPointerError,
     CorruptStoreFileError,
     FileCheckpointIdCounter,
@@ -28,7 +28,7 @@ from job_runtime.store.file import (
     list_checkpoints,
     read_attempt,
 )
-from job_runtime.store.retention import InvalidRetentionError
+from cjob_checkpoint.store.retention import InvalidRetentionError
 
 JOB = "wordcount-0a1b2c"
 _fork = multiprocessing.get_context("fork")

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from job_runtime.store import file as file_store
-from job_runtime.store.base import CompletedCheckpoint
-from job_runtime.store.file import FileCheckpointStore
+from cjob_checkpoint.store import file as file_store
+from cjob_checkpoint.store.base import CompletedCheckpoint
+from cjob_checkpoint.store.file import FileCheckpointStore
 
 
 def checkpoint(checkpoint_id: int) -> CompletedCheckpoint:

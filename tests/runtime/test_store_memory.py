@@ -7,14 +7,14 @@ import threading
 
 import pytest
 
-from job_runtime.store.base import (
+from cjob_checkpoint.store.base import (
     CompletedCheckpoint,
     FencedError,
     JobOutcome,
     UnreadableCheckpointError,
 )
-from job_runtime.store.memory import InMemoryCheckpointIdCounter, InMemoryCheckpointStore
-from job_runtime.store.retention import InvalidRetentionError
+from cjob_checkpoint.store.memory import InMemoryCheckpointIdCounter, InMemoryCheckpointStore
+from cjob_checkpoint.store.retention import InvalidRetentionError
 
 
 def _checkpoint(checkpoint_id: int) -> CompletedCheckpoint:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+from cjob_checkpoint.checkpoint_storage import CheckpointStorage
 from job_runtime.coordinator.messages import Ack, ToCoordinator
 from job_runtime.execution.uploader import Uploader, UploadJob
-from job_runtime.storage.checkpoint_storage import CheckpointStorage
 
 WAIT = 30.0
 

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from cjob_checkpoint.checkpoint_storage import CheckpointStorage
+from cjob_checkpoint.store.memory import InMemoryCheckpointIdCounter, InMemoryCheckpointStore
 from job_runtime.coordinator.coordinator import CheckpointCoordinator
 from job_runtime.coordinator.messages import Ready, Register, Registered
 from job_runtime.coordinator.rpc import ConnectionLost, SubtaskConnection, connect
@@ -38,8 +40,6 @@ from job_runtime.network.handshake import (
     new_key,
     server_handshake,
 )
-from job_runtime.storage.checkpoint_storage import CheckpointStorage
-from job_runtime.store.memory import InMemoryCheckpointIdCounter, InMemoryCheckpointStore
 
 WAIT = 30.0
 """Upper bound for things that must happen; never reached when the code works."""

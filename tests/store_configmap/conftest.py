@@ -11,8 +11,8 @@ import pytest
 from kubernetes import client as k8s_client
 from store_configmap_support import LossyApiProxy, StoreWorld
 
-from job_runtime.storage.checkpoint_storage import CheckpointStorage
-from job_runtime.store.configmap import ensure_configmap
+from cjob_checkpoint.checkpoint_storage import CheckpointStorage
+from cjob_checkpoint.store.configmap import ensure_configmap
 
 
 @pytest.fixture

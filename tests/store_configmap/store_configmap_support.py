@@ -20,10 +20,10 @@ from urllib.parse import urlsplit
 
 from kubernetes import client as k8s_client
 
-from job_runtime.storage.checkpoint_storage import CheckpointStorage
-from job_runtime.storage.filesystem import local_path
-from job_runtime.store.base import CompletedCheckpoint
-from job_runtime.store.configmap import (
+from cjob_checkpoint.checkpoint_storage import CheckpointStorage
+from cjob_checkpoint.storage.filesystem import local_path
+from cjob_checkpoint.store.base import CompletedCheckpoint
+from cjob_checkpoint.store.configmap import (
     ConfigMapCheckpointIdCounter,
     ConfigMapCheckpointStore,
     advance_attempt,

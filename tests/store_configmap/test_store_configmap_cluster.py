@@ -14,9 +14,8 @@ import pytest
 from kubernetes import client as k8s_client
 from store_configmap_support import LossyApiProxy, StoreWorld
 
-from e2e.controlplane.waiting import wait_for
-from job_runtime.storage.checkpoint_storage import read_metadata
-from job_runtime.store.base import (
+from cjob_checkpoint.checkpoint_storage import read_metadata
+from cjob_checkpoint.store.base import (
     AmbiguousWriteError,
     CompletedCheckpoint,
     FencedError,
@@ -24,7 +23,7 @@ from job_runtime.store.base import (
     StoreFullError,
     UnreadableCheckpointError,
 )
-from job_runtime.store.configmap import (
+from cjob_checkpoint.store.configmap import (
     ConfigMapCheckpointStore,
     NoRestorableCheckpointError,
     StoreNotFoundError,
@@ -34,7 +33,8 @@ from job_runtime.store.configmap import (
     pointer_key,
     read_snapshot,
 )
-from job_runtime.store.file import CorruptPointerError, StoreClosedError
+from cjob_checkpoint.store.file import CorruptPointerError, StoreClosedError
+from e2e.controlplane.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -273,9 +273,9 @@ class TestFencing:
 CRASHING_DRIVER = """
 import os, sys
 from kubernetes import client, config
-from job_runtime.storage.checkpoint_storage import CheckpointStorage
-from job_runtime.store.base import CompletedCheckpoint
-from job_runtime.store.configmap import ConfigMapCheckpointStore
+from cjob_checkpoint.checkpoint_storage import CheckpointStorage
+from cjob_checkpoint.store.base import CompletedCheckpoint
+from cjob_checkpoint.store.configmap import ConfigMapCheckpointStore
 
 namespace, name, root, job_id, crash_at = sys.argv[1:6]
 api = client.CoreV1Api(config.new_client_from_config(config_file=os.environ["KUBECONFIG"]))

@@ -19,6 +19,8 @@ from typing import Any, TypeVar
 import pytest
 from store_configmap_support import LossyApiProxy, StoreWorld
 
+from cjob_checkpoint.store.configmap import ConfigMapCheckpointIdCounter
+from cjob_checkpoint.store.configmap_triggers import ConfigMapTriggerSource
 from job_runtime.coordinator.coordinator import CheckpointCoordinator
 from job_runtime.coordinator.messages import (
     Abort,
@@ -35,8 +37,6 @@ from job_runtime.coordinator.messages import (
 from job_runtime.coordinator.rpc import SubtaskConnection, connect
 from job_runtime.coordinator.settings import CheckpointSettings
 from job_runtime.errors import CheckpointFailureBudgetExceeded
-from job_runtime.store.configmap import ConfigMapCheckpointIdCounter
-from job_runtime.store.configmap_triggers import ConfigMapTriggerSource
 
 WAIT = 30.0
 QUICK = (1.0, 1.0)

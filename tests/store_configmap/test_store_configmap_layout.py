@@ -10,9 +10,9 @@ import pytest
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from job_runtime.store.base import AmbiguousWriteError, CompletedCheckpoint, StoreFullError
-from job_runtime.store.configmap_client import ConfigMapAccess, is_not_sent
-from job_runtime.store.configmap_errors import (
+from cjob_checkpoint.store.base import AmbiguousWriteError, CompletedCheckpoint, StoreFullError
+from cjob_checkpoint.store.configmap_client import ConfigMapAccess, is_not_sent
+from cjob_checkpoint.store.configmap_errors import (
     AmbiguousConfigMapWriteError,
     ConfigMapStoreFullError,
     CorruptStoreDataError,
@@ -21,7 +21,7 @@ from job_runtime.store.configmap_errors import (
     StoreNotFoundError,
     StoreUnavailableError,
 )
-from job_runtime.store.configmap_layout import (
+from cjob_checkpoint.store.configmap_layout import (
     DEFAULT_BUDGET_BYTES,
     StoreObject,
     build_store_configmap,
@@ -29,7 +29,7 @@ from job_runtime.store.configmap_layout import (
     parse_store,
     pointer_key,
 )
-from job_runtime.store.file import CorruptPointerError
+from cjob_checkpoint.store.file import CorruptPointerError
 
 
 def pointer(checkpoint_id: int) -> CompletedCheckpoint:

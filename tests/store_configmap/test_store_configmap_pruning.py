@@ -13,8 +13,8 @@ from __future__ import annotations
 import pytest
 from store_configmap_support import LossyApiProxy, StoreWorld
 
-from job_runtime.store.base import CompletedCheckpoint
-from job_runtime.store.configmap import ConfigMapCheckpointStore
+from cjob_checkpoint.store.base import CompletedCheckpoint
+from cjob_checkpoint.store.configmap import ConfigMapCheckpointStore
 
 
 def ids(checkpoints: list[CompletedCheckpoint]) -> list[int]:

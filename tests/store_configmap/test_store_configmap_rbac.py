@@ -14,10 +14,8 @@ import pytest
 from cjob_operator.builders import build_role, build_role_binding, build_service_account
 from kubernetes import client as k8s_client
 
-from cjob_spec import parse_job
-from e2e.controlplane.waiting import wait_for
-from job_runtime.store.base import CompletedCheckpoint
-from job_runtime.store.configmap import (
+from cjob_checkpoint.store.base import CompletedCheckpoint
+from cjob_checkpoint.store.configmap import (
     ConfigMapCheckpointIdCounter,
     ConfigMapCheckpointStore,
     StoreAccessDeniedError,
@@ -25,6 +23,8 @@ from job_runtime.store.configmap import (
     configure_for_store,
     ensure_configmap,
 )
+from cjob_spec import parse_job
+from e2e.controlplane.waiting import wait_for
 
 pytestmark = pytest.mark.cluster
 

@@ -12,10 +12,10 @@ import json
 import pytest
 from store_configmap_support import StoreWorld
 
-from job_runtime.store.base import FencedError
-from job_runtime.store.configmap import read_snapshot
-from job_runtime.store.configmap_layout import ANNOTATION_RESTORED
-from job_runtime.store.restore_report import RestoredCheckpoint, RestoreReport
+from cjob_checkpoint.store.base import FencedError
+from cjob_checkpoint.store.configmap import read_snapshot
+from cjob_checkpoint.store.configmap_layout import ANNOTATION_RESTORED
+from cjob_checkpoint.store.restore_report import RestoredCheckpoint, RestoreReport
 
 pytestmark = pytest.mark.cluster
 

@@ -1,6 +1,6 @@
 """The contract every completed-checkpoint store keeps, run against all three backends.
 
-The rules live once (``job_runtime.store.backed``); these tests hold each backend to
+The rules live once (``cjob_checkpoint.store.backed``); these tests hold each backend to
 them: in memory, as files, and as a ConfigMap on a real kube-apiserver. Each test gets
 a fresh store whose fence was advanced to attempt 1, and a real ``file://`` checkpoint
 storage, so discarding really deletes checkpoint directories.
@@ -16,35 +16,35 @@ from typing import Any
 
 import pytest
 
-from job_runtime.storage.checkpoint_storage import CheckpointStorage
-from job_runtime.store.backed import (
+from cjob_checkpoint.checkpoint_storage import CheckpointStorage
+from cjob_checkpoint.store.backed import (
     BackedCheckpointIdCounter,
     BackedCheckpointStore,
     advance_fence,
 )
-from job_runtime.store.backend import StoreBackend, update_state
-from job_runtime.store.base import (
+from cjob_checkpoint.store.backend import StoreBackend, update_state
+from cjob_checkpoint.store.base import (
     CompletedCheckpoint,
     CorruptPointerError,
     FencedError,
     NoRestorableCheckpointError,
     UnreadableCheckpointError,
 )
-from job_runtime.store.configmap import (
+from cjob_checkpoint.store.configmap import (
     ConfigMapBackend,
     ConfigMapCheckpointIdCounter,
     ConfigMapCheckpointStore,
     ensure_configmap,
 )
-from job_runtime.store.configmap_client import ConfigMapAccess
-from job_runtime.store.file import FileBackend, FileCheckpointIdCounter, FileCheckpointStore
-from job_runtime.store.memory import (
+from cjob_checkpoint.store.configmap_client import ConfigMapAccess
+from cjob_checkpoint.store.file import FileBackend, FileCheckpointIdCounter, FileCheckpointStore
+from cjob_checkpoint.store.memory import (
     InMemoryCheckpointIdCounter,
     InMemoryCheckpointStore,
     MemoryBackend,
 )
-from job_runtime.store.restore_report import RestoredCheckpoint, RestoreReport
-from job_runtime.store.state import StoreDraft
+from cjob_checkpoint.store.restore_report import RestoredCheckpoint, RestoreReport
+from cjob_checkpoint.store.state import StoreDraft
 
 
 class Harness:

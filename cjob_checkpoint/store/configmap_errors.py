@@ -2,7 +2,7 @@
 
 Each error names the ConfigMap (``namespace/name``) and says what to do, because
 they end up in a driver's log, a job's ``status.lastFailure`` or an Event. They
-subclass :class:`~job_runtime.store.base.StoreError`, so the coordinator treats
+subclass :class:`~cjob_checkpoint.store.base.StoreError`, so the coordinator treats
 them like any other store failure; :class:`FencedError` and
 :class:`AmbiguousWriteError` keep their special meaning.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from job_runtime.store.base import (
+from cjob_checkpoint.store.base import (
     AmbiguousWriteError,
     StoreError,
     StoreFullError,
@@ -56,7 +56,7 @@ class StoreUnavailableError(_KeywordError):
 class StoreNotFoundError(_KeywordError):
     """The checkpoint ConfigMap does not exist.
 
-    The operator creates it (see :func:`job_runtime.store.configmap.ensure_configmap`)
+    The operator creates it (see :func:`cjob_checkpoint.store.configmap.ensure_configmap`)
     before it starts a driver; a driver has no right to create it.
     """
 

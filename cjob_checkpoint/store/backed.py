@@ -1,6 +1,6 @@
 """The one completed-checkpoint store and id counter, over any :class:`StoreBackend`.
 
-How the rules of :mod:`job_runtime.store.base` are kept, whatever the backend:
+How the rules of :mod:`cjob_checkpoint.store.base` are kept, whatever the backend:
 
 * **Compare-and-swap.** Every change reads the state and swaps it in with the
   version it read; a lost swap is recomputed from a fresh read, so two writers
@@ -27,8 +27,8 @@ import logging
 import time
 from collections.abc import Callable
 
-from job_runtime.store.backend import Change, StoreBackend, read_state, update_state
-from job_runtime.store.base import (
+from cjob_checkpoint.store.backend import Change, StoreBackend, read_state, update_state
+from cjob_checkpoint.store.base import (
     CheckpointIdCounter,
     CompletedCheckpoint,
     CompletedCheckpointStore,
@@ -38,8 +38,9 @@ from job_runtime.store.base import (
     JobOutcome,
     StoreClosedError,
 )
-from job_runtime.store.retention import ensure_retained, ids_to_prune
-from job_runtime.store.state import StoreDraft, StoreState
+from cjob_checkpoint.store.restorable import MetadataReader, first_readable
+from cjob_checkpoint.store.retention import ensure_retained, ids_to_prune
+from cjob_checkpoint.store.state import StoreDraft, StoreState
 
 __all__ = [
     "BackedCheckpointIdCounter",
@@ -136,6 +137,22 @@ class BackedCheckpointStore(CompletedCheckpointStore):
 
     def all(self, *, skip_corrupt: bool = False) -> list[CompletedCheckpoint]:
         return readable(self.retained_pointers(), skip_corrupt=skip_corrupt)
+
+    def latest_restorable(
+        self, *, storage_reader: MetadataReader, fallback: bool
+    ) -> tuple[CompletedCheckpoint | None, list[str]]:
+        """The newest checkpoint whose ``_metadata`` reads, and notes on what was skipped.
+
+        ``storage_reader`` reads a ``_metadata`` URI (for example
+        :func:`cjob_checkpoint.checkpoint_storage.read_metadata`). The walk, its
+        fallback and its errors are those of
+        :func:`~cjob_checkpoint.store.restorable.first_readable`, which the driver's
+        restore resolution uses too; damaged pointers count as unreadable. An empty
+        store gives ``(None, [])``.
+        """
+        chosen = first_readable(reversed(self.retained_pointers()), read=storage_reader,
+                                fallback=fallback)
+        return chosen.checkpoint, chosen.notes
 
     def marked_ids(self) -> list[int]:
         """Ids whose pointer is marked but whose data may not be deleted yet."""

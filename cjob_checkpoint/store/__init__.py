@@ -1,10 +1,10 @@
 """Completed-checkpoint stores and checkpoint id counters: in-memory, file and ConfigMap.
 
-The ConfigMap store (:mod:`job_runtime.store.configmap`) needs the ``kubernetes``
+The ConfigMap store (:mod:`cjob_checkpoint.store.configmap`) needs the ``kubernetes``
 client and is imported only by the driver on Kubernetes and by the operator.
 """
 
-from job_runtime.store.base import (
+from cjob_checkpoint.store.base import (
     AmbiguousWriteError,
     CheckpointIdCounter,
     CompletedCheckpoint,
@@ -16,7 +16,7 @@ from job_runtime.store.base import (
     StoreFullError,
     UnreadableCheckpointError,
 )
-from job_runtime.store.file import (
+from cjob_checkpoint.store.file import (
     CorruptPointerError,
     CorruptStoreFileError,
     FileCheckpointIdCounter,
@@ -26,8 +26,8 @@ from job_runtime.store.file import (
     list_checkpoints,
     read_attempt,
 )
-from job_runtime.store.memory import InMemoryCheckpointIdCounter, InMemoryCheckpointStore
-from job_runtime.store.retention import InvalidRetentionError
+from cjob_checkpoint.store.memory import InMemoryCheckpointIdCounter, InMemoryCheckpointStore
+from cjob_checkpoint.store.retention import InvalidRetentionError
 
 __all__ = [
     "AmbiguousWriteError",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from job_runtime.store.base import StoreError
+from cjob_checkpoint.store.base import StoreError
 
 
 class InvalidRetentionError(StoreError):

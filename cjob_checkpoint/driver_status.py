@@ -9,8 +9,9 @@ different processes and may even be different releases, so the file is a
 reader guesses. The JSON keys are camelCase, as they always were; a file
 without ``version`` is version 1, written before the field existed.
 
-Only the standard library and the runtime's file writer are imported here, so
-the CLI can read the file without loading the engine.
+It lives with the checkpoint data rather than in the runtime because the CLI
+reads it and must not load the engine to do so (an import-linter contract keeps
+the CLI off the runtime).
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ import dataclasses
 import json
 from pathlib import Path
 
-from job_runtime.checkpoint.fields import Json, JsonFields
-from job_runtime.storage.filesystem import write_file_atomically
+from cjob_checkpoint.fields import Json, JsonFields
+from cjob_checkpoint.storage.filesystem import write_file_atomically
 
 FORMAT_VERSION = 1
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from job_runtime.store.configmap_client import (
+from cjob_checkpoint.store.configmap_client import (
     DEFAULT_REQUEST_TIMEOUT,
     core_v1_api,
     new_api_client,
 )
-from job_runtime.store.triggers import TriggerSource
+from cjob_checkpoint.store.triggers import TriggerSource
 
 REQUEST_ANNOTATION = "checkpointed.io/checkpoint-request"
 ACK_ANNOTATION = "checkpointed.io/checkpoint-request-ack"

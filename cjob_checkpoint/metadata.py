@@ -23,8 +23,8 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from job_runtime.checkpoint.fields import Json, JsonFields
-from job_runtime.storage.checkpoint_storage import StateHandle
+from cjob_checkpoint.checkpoint_storage import StateHandle
+from cjob_checkpoint.fields import Json, JsonFields
 
 FORMAT_VERSION = 1
 """The ``version`` this runtime writes."""

@@ -1,15 +1,9 @@
-"""Checkpoint storage: file systems (local and S3) and the checkpoint directory layout."""
+"""File systems (local and S3) and their errors: the lowest layer of checkpoint data.
 
-from job_runtime.storage.checkpoint_storage import (
-    CheckpointLocation,
-    CheckpointStorage,
-    StateHandle,
-    parse_checkpoint_uri,
-    parse_metadata_uri,
-    read_metadata,
-    verify_metadata_readable,
-)
-from job_runtime.storage.errors import (
+The checkpoint directory layout built on them is :mod:`cjob_checkpoint.checkpoint_storage`.
+"""
+
+from cjob_checkpoint.storage.errors import (
     CorruptDataError,
     InvalidCheckpointPathError,
     StorageAccessDeniedError,
@@ -18,7 +12,7 @@ from job_runtime.storage.errors import (
     StorageUnavailableError,
     UnsupportedUriError,
 )
-from job_runtime.storage.filesystem import (
+from cjob_checkpoint.storage.filesystem import (
     FileSystem,
     LocalFileSystem,
     S3Config,
@@ -27,23 +21,16 @@ from job_runtime.storage.filesystem import (
 )
 
 __all__ = [
-    "CheckpointLocation",
-    "CheckpointStorage",
     "CorruptDataError",
     "FileSystem",
     "InvalidCheckpointPathError",
     "LocalFileSystem",
     "S3Config",
     "S3FileSystem",
-    "StateHandle",
     "StorageAccessDeniedError",
     "StorageError",
     "StorageNotFoundError",
     "StorageUnavailableError",
     "UnsupportedUriError",
     "get_filesystem",
-    "parse_checkpoint_uri",
-    "parse_metadata_uri",
-    "read_metadata",
-    "verify_metadata_readable",
 ]

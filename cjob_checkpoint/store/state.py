@@ -4,7 +4,7 @@ A store's whole content is small (a fence, a counter, a few pointers and
 markers, a restore report), so a backend reads it as one :class:`StoreState`
 and writes it back as one compare-and-swap. The rules that decide *what* to
 write (fencing, retention, two-phase pruning) work on a :class:`StoreDraft` and
-are written once, in :mod:`job_runtime.store.backed`; the memory, file and
+are written once, in :mod:`cjob_checkpoint.store.backed`; the memory, file and
 ConfigMap backends only know how to read and swap the state.
 
 Pointers stay raw text here: a damaged pointer must survive a read-modify-write
@@ -18,7 +18,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from job_runtime.store.base import CompletedCheckpoint, CorruptPointerError
+from cjob_checkpoint.store.base import CompletedCheckpoint, CorruptPointerError
 
 __all__ = [
     "StoreDraft",
@@ -53,7 +53,7 @@ class StoreState:
     markers: Mapping[int, str] = dataclasses.field(default_factory=dict)
     """Checkpoint id -> discard marker (phase one of a two-phase prune)."""
     restore_report: str | None = None
-    """The encoded :class:`~job_runtime.store.restore_report.RestoreReport`, if any."""
+    """The encoded :class:`~cjob_checkpoint.store.restore_report.RestoreReport`, if any."""
     origin: Any = dataclasses.field(default=None, compare=False, repr=False)
     """The backend's own reading (a ConfigMap object), which its swap edits."""
 

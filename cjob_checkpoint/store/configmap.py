@@ -2,19 +2,19 @@
 
 Flink keeps its completed-checkpoint pointers in ZooKeeper or in a ConfigMap
 with resource-version guarded updates; this is the same idea. One ConfigMap per
-job, ``<job>-checkpoints`` (layout in :mod:`job_runtime.store.configmap_layout`),
+job, ``<job>-checkpoints`` (layout in :mod:`cjob_checkpoint.store.configmap_layout`),
 holds a small JSON pointer per retained checkpoint, the id counter, and the
 fence: the annotation ``checkpointed.io/fence-attempt`` naming the only attempt
 allowed to write.
 
 The rules (compare-and-swap, fencing inside the swap, add then prune in two
 phases, no deletion after an ambiguous write) are kept once, by
-:mod:`job_runtime.store.backed`; :class:`ConfigMapBackend` only reads the object
+:mod:`cjob_checkpoint.store.backed`; :class:`ConfigMapBackend` only reads the object
 and replaces it with the ``resourceVersion`` it read (a 409 Conflict means
 somebody else wrote first). What is particular to a ConfigMap:
 
 * **Ambiguity.** A lost answer (timeout, dropped connection, 5xx) to a write is
-  an :class:`AmbiguousWriteError`; see :mod:`job_runtime.store.configmap_client`.
+  an :class:`AmbiguousWriteError`; see :mod:`cjob_checkpoint.store.configmap_client`.
 * **Size.** The object's size is computed before every commit; crossing the
   budget (256 KiB by default, a quarter of the 1 MiB limit) raises
   :class:`StoreFullError` instead of risking a rejected write later.
@@ -27,19 +27,18 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from job_runtime.store.backed import (
+from cjob_checkpoint.store.backed import (
     BackedCheckpointIdCounter,
     BackedCheckpointStore,
     advance_fence,
 )
-from job_runtime.store.backend import RetryPolicy
-from job_runtime.store.base import (
+from cjob_checkpoint.store.backend import RetryPolicy
+from cjob_checkpoint.store.base import (
     FencedError,
-    MetadataReader,
     NoRestorableCheckpointError,
     StoreError,
 )
-from job_runtime.store.configmap_client import (
+from cjob_checkpoint.store.configmap_client import (
     DEFAULT_DEADLINE,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_REQUEST_TIMEOUT,
@@ -48,7 +47,7 @@ from job_runtime.store.configmap_client import (
     core_v1_api,
     new_api_client,
 )
-from job_runtime.store.configmap_errors import (
+from cjob_checkpoint.store.configmap_errors import (
     AmbiguousConfigMapWriteError,
     ConfigMapStoreFullError,
     CorruptStoreDataError,
@@ -58,7 +57,7 @@ from job_runtime.store.configmap_errors import (
     StoreRejectedError,
     StoreUnavailableError,
 )
-from job_runtime.store.configmap_layout import (
+from cjob_checkpoint.store.configmap_layout import (
     DEFAULT_BUDGET_BYTES,
     StoreObject,
     StoreSnapshot,
@@ -67,7 +66,8 @@ from job_runtime.store.configmap_layout import (
     parse_store,
     pointer_key,
 )
-from job_runtime.store.state import StoreState
+from cjob_checkpoint.store.restorable import MetadataReader
+from cjob_checkpoint.store.state import StoreState
 
 __all__ = [
     "DEFAULT_BUDGET_BYTES",

@@ -31,14 +31,14 @@ from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
-from job_runtime.store.backend import (
+from cjob_checkpoint.store.backend import (
     RetryPolicy,
     SwapConflictError,
     TransientStoreError,
     retrying,
 )
-from job_runtime.store.base import StoreError
-from job_runtime.store.configmap_errors import (
+from cjob_checkpoint.store.base import StoreError
+from cjob_checkpoint.store.configmap_errors import (
     AmbiguousConfigMapWriteError,
     StoreAccessDeniedError,
     StoreConflictError,
@@ -46,7 +46,7 @@ from job_runtime.store.configmap_errors import (
     StoreRejectedError,
     StoreUnavailableError,
 )
-from job_runtime.store.configmap_layout import StoreObject
+from cjob_checkpoint.store.configmap_layout import StoreObject
 
 SERVICE_ACCOUNT_TOKEN = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 DEFAULT_REQUEST_TIMEOUT = (5.0, 20.0)

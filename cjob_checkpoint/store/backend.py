@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
-from job_runtime.store.base import AmbiguousWriteError, StoreError
-from job_runtime.store.state import StoreDraft, StoreState
+from cjob_checkpoint.store.base import AmbiguousWriteError, StoreError
+from cjob_checkpoint.store.state import StoreDraft, StoreState
 
 __all__ = [
     "RetryPolicy",
@@ -87,7 +87,7 @@ class StoreBackend(Protocol):
         ...
 
     def check_budget(self, state: StoreState) -> None:
-        """Raise :class:`~job_runtime.store.base.StoreFullError` if ``state`` is too big."""
+        """Raise :class:`~cjob_checkpoint.store.base.StoreFullError` if ``state`` is too big."""
         ...
 
     def gave_up(self, *, operation: str, conflicts: bool, attempts: int,

@@ -25,16 +25,16 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from cjob_checkpoint.store.base import CompletedCheckpoint, CorruptPointerError
+from cjob_checkpoint.store.configmap_errors import CorruptStoreDataError
+from cjob_checkpoint.store.restore_report import RestoreReport, UnreadableRestoreReportError
+from cjob_checkpoint.store.state import StoreState, marker_text, next_checkpoint_id
 from cjob_spec.names import (
     ANNOTATION_FENCE,
     CONFIGMAP_CHECKPOINT_KEY_FORMAT,
     CONFIGMAP_COUNTER_KEY,
     LABEL_JOB,
 )
-from job_runtime.store.base import CompletedCheckpoint, CorruptPointerError
-from job_runtime.store.configmap_errors import CorruptStoreDataError
-from job_runtime.store.restore_report import RestoreReport, UnreadableRestoreReportError
-from job_runtime.store.state import StoreState, marker_text, next_checkpoint_id
 
 __all__ = [
     "ANNOTATION_FENCE",

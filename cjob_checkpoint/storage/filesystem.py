@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO, cast
 from urllib.parse import urlsplit
 
-from job_runtime.storage.errors import (
+from cjob_checkpoint.storage.errors import (
     StorageAccessDeniedError,
     StorageError,
     StorageNotFoundError,
@@ -432,7 +432,7 @@ class S3FileSystem(FileSystem):
     """Objects in an S3 API, through one thread-safe boto3 client.
 
     The client is created lazily and dropped when the object is pickled, so a
-    file system (or a :class:`~job_runtime.storage.checkpoint_storage.CheckpointStorage`
+    file system (or a :class:`~cjob_checkpoint.checkpoint_storage.CheckpointStorage`
     holding one) can be shipped to Spark executors.
     """
 

@@ -29,12 +29,12 @@ import zlib
 from collections.abc import Iterable
 from typing import Any
 
-from job_runtime.storage.errors import (
+from cjob_checkpoint.storage.errors import (
     CorruptDataError,
     InvalidCheckpointPathError,
     StorageNotFoundError,
 )
-from job_runtime.storage.filesystem import (
+from cjob_checkpoint.storage.filesystem import (
     FileSystem,
     S3Config,
     S3FileSystem,
@@ -42,7 +42,7 @@ from job_runtime.storage.filesystem import (
     is_s3_uri,
     join_uri,
 )
-from job_runtime.store.base import CompletedCheckpoint, UnreadableCheckpointError
+from cjob_checkpoint.store.base import CompletedCheckpoint, UnreadableCheckpointError
 
 _log = logging.getLogger(__name__)
 
@@ -251,7 +251,7 @@ class CheckpointStorage:
 
         Raises :class:`UnreadableCheckpointError` when the file is missing,
         empty, damaged or ``uri`` is not a checkpoint path. Storage outages
-        (:class:`~job_runtime.storage.errors.StorageUnavailableError`) and denied
+        (:class:`~cjob_checkpoint.storage.errors.StorageUnavailableError`) and denied
         access propagate unchanged: they say nothing about the checkpoint, and
         falling back to an older one would not help.
         """
@@ -300,7 +300,7 @@ class CheckpointStorage:
 
         ``_metadata`` goes first, so a half-deleted checkpoint never looks
         complete. Another job's checkpoint is never deleted (logged and skipped).
-        Raises :class:`~job_runtime.storage.errors.StorageError` when deletion
+        Raises :class:`~cjob_checkpoint.storage.errors.StorageError` when deletion
         fails, so the store keeps the entry marked and retries later.
         """
         location = parse_checkpoint_uri(checkpoint.metadata_path)

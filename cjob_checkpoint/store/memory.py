@@ -2,7 +2,7 @@
 
 Nothing survives the process, so these serve tests and jobs that are never
 restored (like Flink's standalone store). They are the one store of
-:mod:`job_runtime.store.backed` over a backend that keeps the state in a
+:mod:`cjob_checkpoint.store.backed` over a backend that keeps the state in a
 variable, so they follow exactly the rules of the durable stores.
 """
 
@@ -11,16 +11,16 @@ from __future__ import annotations
 import itertools
 import threading
 
-from job_runtime.store.backed import BackedCheckpointIdCounter, BackedCheckpointStore
-from job_runtime.store.backend import RetryPolicy, SwapConflictError
-from job_runtime.store.base import (
+from cjob_checkpoint.store.backed import BackedCheckpointIdCounter, BackedCheckpointStore
+from cjob_checkpoint.store.backend import RetryPolicy, SwapConflictError
+from cjob_checkpoint.store.base import (
     CompletedCheckpoint,
     Discarder,
     JobOutcome,
     StoreError,
 )
-from job_runtime.store.retention import InvalidRetentionError
-from job_runtime.store.state import StoreState
+from cjob_checkpoint.store.retention import InvalidRetentionError
+from cjob_checkpoint.store.state import StoreState
 
 __all__ = [
     "InMemoryCheckpointIdCounter",

@@ -17,7 +17,7 @@ compare-and-swap is atomic between processes. Every file is replaced with an
 atomic rename, in an order that leaves a readable store after a crash: the
 fence and counter first, new pointers before markers, removed pointers before
 their markers. The rules (fencing, retention, two-phase pruning) are those of
-:mod:`job_runtime.store.backed`.
+:mod:`cjob_checkpoint.store.backed`.
 
 Fencing: before it starts a driver the embedded runner calls
 :func:`advance_attempt`. A store or counter opened with an older ``attempt`` is
@@ -37,22 +37,22 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from job_runtime.storage.filesystem import write_file_atomically
-from job_runtime.store.backed import (
+from cjob_checkpoint.storage.filesystem import write_file_atomically
+from cjob_checkpoint.store.backed import (
     BackedCheckpointIdCounter,
     BackedCheckpointStore,
     advance_fence,
     readable,
 )
-from job_runtime.store.backend import RetryPolicy, SwapConflictError, read_state
-from job_runtime.store.base import (
+from cjob_checkpoint.store.backend import RetryPolicy, SwapConflictError, read_state
+from cjob_checkpoint.store.base import (
     AmbiguousWriteError,
     CompletedCheckpoint,
     CorruptPointerError,
     StoreClosedError,
     StoreError,
 )
-from job_runtime.store.state import StoreState
+from cjob_checkpoint.store.state import StoreState
 
 __all__ = [
     "CorruptPointerError",

@@ -3,7 +3,7 @@
 This is our analogue of Flink's ``CompletedCheckpointStore`` and
 ``CheckpointIDCounter``. The coordinator writes every completed checkpoint here
 *after* its ``_metadata`` file is durable, and a restarting job reads ``latest()``
-to decide what to restore. One implementation (:mod:`job_runtime.store.backed`)
+to decide what to restore. One implementation (:mod:`cjob_checkpoint.store.backed`)
 keeps these rules over three backends that only read and swap the store's state:
 in-memory (tests), file (the embedded default) and ConfigMap (on Kubernetes).
 
@@ -27,7 +27,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from job_runtime.store.restore_report import (
+from cjob_checkpoint.store.restore_report import (
     MAX_REPORT_BYTES,
     RestoreReport,
     UnreadableRestoreReportError,
@@ -164,10 +164,6 @@ def _rebuild_error(cls: type[StoreError], fields: dict[str, Any]) -> StoreError:
     return cls(**fields)
 
 
-MetadataReader = Callable[[str], object]
-"""Reads a checkpoint's ``_metadata`` by URI; raises :class:`UnreadableCheckpointError`."""
-
-
 class CompletedCheckpointStore(abc.ABC):
     """Keeps the pointers of the ``retained`` most recent completed checkpoints.
 
@@ -261,45 +257,6 @@ class CompletedCheckpointStore(abc.ABC):
     @abc.abstractmethod
     def retained_pointers(self) -> list[CompletedCheckpoint | CorruptPointerError]:
         """Every live pointer, decoded or with the reason it cannot be, oldest first."""
-
-    def latest_restorable(
-        self, *, storage_reader: MetadataReader, fallback: bool
-    ) -> tuple[CompletedCheckpoint | None, list[str]]:
-        """The newest checkpoint whose ``_metadata`` reads, and notes on what was skipped.
-
-        ``storage_reader`` reads a ``_metadata`` URI (for example
-        :func:`job_runtime.storage.checkpoint_storage.read_metadata`) and raises
-        :class:`UnreadableCheckpointError` when it cannot. Without ``fallback`` the
-        newest checkpoint must be readable, else that error is raised with its
-        reason. With ``fallback`` older checkpoints are tried, newest first, and
-        every skipped one is described in the notes (for an Event); if none reads,
-        :class:`NoRestorableCheckpointError` is raised, because silently starting
-        from scratch would replay the whole input. Damaged pointers count as
-        unreadable. Other errors (storage outages, denied access) propagate: they
-        say nothing about the checkpoint. An empty store gives ``(None, [])``.
-        """
-        notes: list[str] = []
-        first: UnreadableCheckpointError | None = None
-        for candidate in reversed(self.retained_pointers()):
-            if isinstance(candidate, CorruptPointerError):
-                problem: UnreadableCheckpointError = candidate
-            else:
-                try:
-                    storage_reader(candidate.metadata_path)
-                except UnreadableCheckpointError as exc:
-                    problem = exc
-                else:
-                    return candidate, notes
-            if not fallback:
-                raise problem
-            first = first or problem
-            notes.append(f"checkpoint {problem.checkpoint_id} is unreadable ({problem.cause}); "
-                         f"falling back to an older one")
-        if first is not None:
-            raise NoRestorableCheckpointError(
-                checkpoint_id=first.checkpoint_id, path=first.path,
-                cause=f"{first.cause}; no older retained checkpoint is readable either")
-        return None, notes
 
     @abc.abstractmethod
     def shutdown(self, status: JobOutcome, *, discard: Discarder) -> None:
