@@ -41,8 +41,7 @@ from job_runtime.execution.config import SubtaskConfig
 from job_runtime.execution.entrypoint import add_python_path, build_pipeline
 from job_runtime.execution.exit_codes import (
     STARTUP_ERRORS,
-    failure_exit_code,
-    startup_exit_code,
+    exit_code,
 )
 from job_runtime.execution.restore import record_restore, resolve_restore
 from job_runtime.execution.settings import DriverSettings
@@ -154,7 +153,7 @@ def run_driver(settings: DriverSettings) -> int:
     try:
         return _run(settings)
     except STARTUP_ERRORS as exc:
-        return startup_exit_code(exc)
+        return exit_code(exc)
 
 
 def _run(settings: DriverSettings) -> int:
@@ -258,7 +257,7 @@ def _run(settings: DriverSettings) -> int:
         sc.stop()
     except Exception:
         pass
-    return failure_exit_code(outcome)
+    return exit_code(outcome)
 
 
 def _run_stage(*, sc: Any, settings: DriverSettings, config: SubtaskConfig,

@@ -9,6 +9,7 @@ once the barrier stage *runs*, the coordinator or Spark report why the job ended
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 from cjob_checkpoint.storage.errors import StorageError, StorageUnavailableError
@@ -29,51 +30,47 @@ log = logging.getLogger("job_runtime.driver")
 FENCED = 1
 """A newer attempt owns the store: end quietly with a plain failure."""
 
-STARTUP_ERRORS: tuple[type[BaseException], ...] = (
-    EntrypointError, PipelineDefinitionError, ConfigurationError, JobCodeError, UserCodeError,
-    RestoreError, StorageError, FencedError, StoreError)
-"""What :func:`startup_exit_code` maps; anything else is a bug and keeps its traceback."""
+_BUDGET_EXCEEDED = ExitCode.CHECKPOINT_FAILURES_EXCEEDED
 
 
-def startup_exit_code(error: BaseException) -> int:
-    """The exit code of an error raised while the driver started or ran; logs it."""
-    if isinstance(error, (EntrypointError, PipelineDefinitionError, ConfigurationError,
-                          JobCodeError)):
-        log.error("%s", error)
-        return ExitCode.BAD_CONFIG
-    if isinstance(error, UserCodeError):
-        log.error("%s", error)
-        return ExitCode.USER_CODE_ERROR
-    if isinstance(error, RestoreError):
-        log.error("%s", error)
-        return ExitCode.RESTORE_FAILED
-    if isinstance(error, StorageUnavailableError):
-        # Checkpoint storage, or an S3 archive of the job's code: the error names which.
-        log.error("storage unreachable: %s", error)
-        return ExitCode.STORAGE_UNREACHABLE
-    if isinstance(error, FencedError):
-        log.error("%s", error)
-        return FENCED
-    assert isinstance(error, (StoreError, StorageError)), error
-    log.error("checkpoint store or storage failed: %s", error)
-    return ExitCode.STORAGE_UNREACHABLE
+@dataclasses.dataclass(frozen=True)
+class _Mapping:
+    """Errors of these types end the driver with ``code``, logged with ``message``."""
+
+    errors: tuple[type[BaseException], ...]
+    code: int
+    message: str = "%s"
 
 
-def failure_exit_code(failure: BaseException) -> int:
-    """The exit code of the reason the running job ended (from the coordinator or Spark)."""
-    if isinstance(failure, UserCodeError):
-        log.error("%s", failure)
-        return ExitCode.USER_CODE_ERROR
-    if isinstance(failure, EntrypointError):
-        log.error("%s", failure)
-        return ExitCode.BAD_CONFIG
-    if isinstance(failure, CheckpointFailureBudgetExceeded):
-        log.error("%s", failure)
-        if "unavailable" in failure.last_reason or "unreachable" in failure.last_reason:
-            return ExitCode.STORAGE_UNREACHABLE
-        return ExitCode.CHECKPOINT_FAILURES_EXCEEDED
-    if isinstance(failure, FencedError):
-        log.error("%s", failure)
-        return FENCED
-    log.error("job failed: %s", failure)
+_MAPPINGS = (
+    _Mapping((EntrypointError, PipelineDefinitionError, ConfigurationError, JobCodeError),
+             ExitCode.BAD_CONFIG),
+    _Mapping((UserCodeError,), ExitCode.USER_CODE_ERROR),
+    _Mapping((RestoreError,), ExitCode.RESTORE_FAILED),
+    # Checkpoint storage, or an S3 archive of the job's code: the error names which.
+    _Mapping((StorageUnavailableError,), ExitCode.STORAGE_UNREACHABLE, "storage unreachable: %s"),
+    _Mapping((FencedError,), FENCED),
+    _Mapping((CheckpointFailureBudgetExceeded,), _BUDGET_EXCEEDED),
+    _Mapping((StoreError, StorageError), ExitCode.STORAGE_UNREACHABLE,
+             "checkpoint store or storage failed: %s"),
+)
+"""First match wins, so a subclass is listed before its base."""
+
+STARTUP_ERRORS: tuple[type[BaseException], ...] = tuple(
+    error for mapping in _MAPPINGS for error in mapping.errors
+    if error is not CheckpointFailureBudgetExceeded)
+"""What the driver maps while it starts; anything else is a bug and keeps its traceback."""
+
+
+def exit_code(error: BaseException) -> int:
+    """The exit code of an error raised while the driver started, or of the reason the
+    running job ended (from the coordinator or Spark); logs it once."""
+    for mapping in _MAPPINGS:
+        if isinstance(error, mapping.errors):
+            log.error(mapping.message, error)
+            if isinstance(error, CheckpointFailureBudgetExceeded) and (
+                    "unavailable" in error.last_reason or "unreachable" in error.last_reason):
+                return ExitCode.STORAGE_UNREACHABLE
+            return mapping.code
+    log.error("job failed: %s", error)
     return 1
