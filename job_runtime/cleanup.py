@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from cjob_checkpoint.checkpoint_storage import ensure_safe_segment
+from cjob_checkpoint.keyword_error import keyword_error
 from cjob_checkpoint.storage.errors import StorageError, StorageNotFoundError, UnsupportedUriError
 from cjob_checkpoint.storage.filesystem import FileSystem, S3Config, get_filesystem, is_s3_uri
 from cjob_spec.exit_codes import ExitCode
@@ -37,13 +38,15 @@ MAX_TERMINATION_MESSAGE = 4096
 """Kubernetes keeps at most 4096 bytes of a termination message."""
 
 
+@keyword_error
 class CleanupRefusedError(Exception):
     """The URI is not this job's checkpoint directory; nothing was touched."""
 
-    def __init__(self, *, uri: str, cause: str) -> None:
-        super().__init__(f"refusing to delete {uri}: {cause}")
-        self.uri = uri
-        self.cause = cause
+    uri: str
+    cause: str
+
+    def describe(self) -> str:
+        return f"refusing to delete {self.uri}: {self.cause}"
 
 
 @dataclass(frozen=True, kw_only=True)

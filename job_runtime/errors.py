@@ -7,74 +7,93 @@ an exit code of the driver (see :mod:`cjob_spec.exit_codes`).
 
 from __future__ import annotations
 
+from cjob_checkpoint.keyword_error import keyword_error
+
 
 class RuntimeJobError(Exception):
     """Base class of every error the runtime raises on purpose."""
 
 
+@keyword_error
 class PipelineDefinitionError(RuntimeJobError):
     """The job's ``build`` function described an invalid pipeline."""
 
-    def __init__(self, *, problem: str) -> None:
-        super().__init__(f"invalid pipeline: {problem}")
-        self.problem = problem
+    problem: str
+
+    def describe(self) -> str:
+        return f"invalid pipeline: {self.problem}"
 
 
+@keyword_error
 class EntrypointError(RuntimeJobError):
     """The ``module:function`` entrypoint cannot be imported or called."""
 
-    def __init__(self, *, entrypoint: str, problem: str) -> None:
-        super().__init__(f"entrypoint {entrypoint!r}: {problem}")
-        self.entrypoint = entrypoint
-        self.problem = problem
+    entrypoint: str
+    problem: str
+
+    def describe(self) -> str:
+        return f"entrypoint {self.entrypoint!r}: {self.problem}"
 
 
+@keyword_error
 class UserCodeError(RuntimeJobError):
     """User code raised while processing records; ``details`` holds its traceback."""
 
-    def __init__(self, *, operator: str, subtask: int, details: str) -> None:
-        super().__init__(f"user code in operator {operator!r} (subtask {subtask}) failed:\n{details}")
-        self.operator = operator
-        self.subtask = subtask
-        self.details = details
+    operator: str
+    subtask: int
+    details: str
+
+    def describe(self) -> str:
+        return (
+            f"user code in operator {self.operator!r} (subtask {self.subtask}) failed:\n"
+            f"{self.details}"
+        )
 
 
+@keyword_error
 class CheckpointFailureBudgetExceeded(RuntimeJobError):
     """More consecutive checkpoints failed than ``tolerableFailures`` allows."""
 
-    def __init__(self, *, failures: int, tolerable: int, last_reason: str) -> None:
-        super().__init__(
-            f"{failures} consecutive checkpoint failures exceed the tolerable {tolerable}; "
-            f"last: {last_reason}"
+    failures: int
+    tolerable: int
+    last_reason: str
+
+    def describe(self) -> str:
+        return (
+            f"{self.failures} consecutive checkpoint failures exceed the tolerable "
+            f"{self.tolerable}; last: {self.last_reason}"
         )
-        self.failures = failures
-        self.tolerable = tolerable
-        self.last_reason = last_reason
 
 
+@keyword_error
 class RestoreError(RuntimeJobError):
     """The requested checkpoint cannot be restored."""
 
-    def __init__(self, *, pointer: str, problem: str) -> None:
-        super().__init__(f"cannot restore from {pointer}: {problem}")
-        self.pointer = pointer
-        self.problem = problem
+    pointer: str
+    problem: str
+
+    def describe(self) -> str:
+        return f"cannot restore from {self.pointer}: {self.problem}"
 
 
+@keyword_error
 class ConfigurationError(RuntimeJobError):
     """A setting of the driver is invalid."""
 
-    def __init__(self, *, setting: str, problem: str) -> None:
-        super().__init__(f"{setting}: {problem}")
-        self.setting = setting
-        self.problem = problem
+    setting: str
+    problem: str
+
+    def describe(self) -> str:
+        return f"{self.setting}: {self.problem}"
 
 
+@keyword_error
 class JobCodeError(RuntimeJobError):
     """An entry of the job's ``pythonPath`` cannot be used: a missing or forbidden S3
     object, or an archive that is not a readable zip."""
 
-    def __init__(self, *, source: str, problem: str) -> None:
-        super().__init__(f"job code {source}: {problem}")
-        self.source = source
-        self.problem = problem
+    source: str
+    problem: str
+
+    def describe(self) -> str:
+        return f"job code {self.source}: {self.problem}"

@@ -12,23 +12,20 @@ raised in executors back to the driver and ``multiprocessing`` does the same.
 
 from __future__ import annotations
 
-from typing import Any
+from cjob_checkpoint.keyword_error import keyword_error
 
 
+@keyword_error
 class StorageError(Exception):
     """A file-system operation failed; ``reason`` is a CamelCase word for status."""
 
     reason = "StorageError"
+    uri: str
+    cause: str
+    operation: str = "access"
 
-    def __init__(self, *, uri: str, cause: str, operation: str = "access") -> None:
-        super().__init__(f"cannot {operation} {uri}: {cause}")
-        self.uri = uri
-        self.cause = cause
-        self.operation = operation
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild, (type(self), {"uri": self.uri, "cause": self.cause,
-                                        "operation": self.operation}))
+    def describe(self) -> str:
+        return f"cannot {self.operation} {self.uri}: {self.cause}"
 
 
 class StorageUnavailableError(StorageError):
@@ -69,7 +66,3 @@ class InvalidCheckpointPathError(StorageError):
     """A path does not follow the checkpoint layout or a name is not a safe segment."""
 
     reason = "InvalidCheckpointPath"
-
-
-def _rebuild(cls: type[StorageError], fields: dict[str, str]) -> StorageError:
-    return cls(**fields)

@@ -27,6 +27,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from cjob_checkpoint.keyword_error import keyword_error
 from cjob_checkpoint.store.restore_report import (
     MAX_REPORT_BYTES,
     RestoreReport,
@@ -95,23 +96,17 @@ class StoreError(Exception):
     reason = "StoreError"
 
 
+@keyword_error
 class FencedError(StoreError):
     """A writer of an older attempt tried to change the store."""
 
     reason = "Fenced"
+    attempt: int
+    current_attempt: int
 
-    def __init__(self, *, attempt: int, current_attempt: int) -> None:
-        super().__init__(
-            f"attempt {attempt} may not write checkpoints: attempt {current_attempt} owns the store"
-        )
-        self.attempt = attempt
-        self.current_attempt = current_attempt
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        # Keyword-only constructors do not survive the default exception pickling,
-        # which Spark and multiprocessing use to carry errors between processes.
-        return (_rebuild_error, (type(self), {"attempt": self.attempt,
-                                              "current_attempt": self.current_attempt}))
+    def describe(self) -> str:
+        return (f"attempt {self.attempt} may not write checkpoints: attempt "
+                f"{self.current_attempt} owns the store")
 
 
 class AmbiguousWriteError(StoreError):
@@ -126,20 +121,17 @@ class StoreFullError(StoreError):
     reason = "StoreFull"
 
 
+@keyword_error
 class UnreadableCheckpointError(StoreError):
     """A pointer exists but its ``_metadata`` cannot be read."""
 
     reason = "UnreadableCheckpoint"
+    checkpoint_id: int
+    path: str
+    cause: str
 
-    def __init__(self, *, checkpoint_id: int, path: str, cause: str) -> None:
-        super().__init__(f"checkpoint {checkpoint_id} at {path} is unreadable: {cause}")
-        self.checkpoint_id = checkpoint_id
-        self.path = path
-        self.cause = cause
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild_error, (type(self), {"checkpoint_id": self.checkpoint_id,
-                                              "path": self.path, "cause": self.cause}))
+    def describe(self) -> str:
+        return f"checkpoint {self.checkpoint_id} at {self.path} is unreadable: {self.cause}"
 
 
 class CorruptPointerError(UnreadableCheckpointError):
@@ -158,10 +150,6 @@ class StoreClosedError(StoreError):
     """The store was shut down; a new one must be opened to write again."""
 
     reason = "StoreClosed"
-
-
-def _rebuild_error(cls: type[StoreError], fields: dict[str, Any]) -> StoreError:
-    return cls(**fields)
 
 
 class CompletedCheckpointStore(abc.ABC):

@@ -9,8 +9,7 @@ them like any other store failure; :class:`FencedError` and
 
 from __future__ import annotations
 
-from typing import Any
-
+from cjob_checkpoint.keyword_error import keyword_error
 from cjob_checkpoint.store.base import (
     AmbiguousWriteError,
     StoreError,
@@ -18,20 +17,8 @@ from cjob_checkpoint.store.base import (
 )
 
 
-def _rebuild(cls: type[Exception], fields: dict[str, Any]) -> Exception:
-    return cls(**fields)
-
-
-class _KeywordError(StoreError):
-    """Pickles through its keyword-only constructor (Spark and multiprocessing pickle errors)."""
-
-    _fields: tuple[str, ...] = ()
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild, (type(self), {f: getattr(self, f) for f in self._fields}))
-
-
-class StoreUnavailableError(_KeywordError):
+@keyword_error
+class StoreUnavailableError(StoreError):
     """The apiserver could not be reached or kept failing; nothing was written.
 
     Raised after a few retries for reads, and for writes that certainly did not
@@ -40,20 +27,20 @@ class StoreUnavailableError(_KeywordError):
     """
 
     reason = "StoreUnavailable"
-    _fields = ("namespace", "name", "operation", "cause")
+    namespace: str
+    name: str
+    operation: str
+    cause: str
 
-    def __init__(self, *, namespace: str, name: str, operation: str, cause: str) -> None:
-        super().__init__(
-            f"cannot {operation} ConfigMap {namespace}/{name}: the apiserver is unavailable "
-            f"({cause})"
+    def describe(self) -> str:
+        return (
+            f"cannot {self.operation} ConfigMap {self.namespace}/{self.name}: the apiserver is "
+            f"unavailable ({self.cause})"
         )
-        self.namespace = namespace
-        self.name = name
-        self.operation = operation
-        self.cause = cause
 
 
-class StoreNotFoundError(_KeywordError):
+@keyword_error
+class StoreNotFoundError(StoreError):
     """The checkpoint ConfigMap does not exist.
 
     The operator creates it (see :func:`cjob_checkpoint.store.configmap.ensure_configmap`)
@@ -61,75 +48,71 @@ class StoreNotFoundError(_KeywordError):
     """
 
     reason = "StoreNotFound"
-    _fields = ("namespace", "name")
+    namespace: str
+    name: str
 
-    def __init__(self, *, namespace: str, name: str) -> None:
-        super().__init__(
-            f"checkpoint ConfigMap {namespace}/{name} does not exist; the operator creates it "
-            f"before starting a driver"
+    def describe(self) -> str:
+        return (
+            f"checkpoint ConfigMap {self.namespace}/{self.name} does not exist; the operator "
+            f"creates it before starting a driver"
         )
-        self.namespace = namespace
-        self.name = name
 
 
-class StoreAccessDeniedError(_KeywordError):
+@keyword_error
+class StoreAccessDeniedError(StoreError):
     """The apiserver refused our identity (401) or its rights (403)."""
 
     reason = "StoreAccessDenied"
-    _fields = ("namespace", "name", "operation", "status", "message")
+    namespace: str
+    name: str
+    operation: str
+    status: int
+    message: str
 
-    def __init__(
-        self, *, namespace: str, name: str, operation: str, status: int, message: str
-    ) -> None:
-        super().__init__(
-            f"not allowed to {operation} ConfigMap {namespace}/{name} (HTTP {status}): {message}; "
-            f"check the driver's service account and Role"
+    def describe(self) -> str:
+        return (
+            f"not allowed to {self.operation} ConfigMap {self.namespace}/{self.name} (HTTP "
+            f"{self.status}): {self.message}; check the driver's service account and Role"
         )
-        self.namespace = namespace
-        self.name = name
-        self.operation = operation
-        self.status = status
-        self.message = message
 
 
-class StoreConflictError(_KeywordError):
+@keyword_error
+class StoreConflictError(StoreError):
     """Every compare-and-swap attempt lost against another writer."""
 
     reason = "StoreConflict"
-    _fields = ("namespace", "name", "operation", "attempts")
+    namespace: str
+    name: str
+    operation: str
+    attempts: int
 
-    def __init__(self, *, namespace: str, name: str, operation: str, attempts: int) -> None:
-        super().__init__(
-            f"could not {operation} ConfigMap {namespace}/{name}: {attempts} compare-and-swap "
-            f"attempts in a row lost against concurrent writers"
+    def describe(self) -> str:
+        return (
+            f"could not {self.operation} ConfigMap {self.namespace}/{self.name}: {self.attempts} "
+            f"compare-and-swap attempts in a row lost against concurrent writers"
         )
-        self.namespace = namespace
-        self.name = name
-        self.operation = operation
-        self.attempts = attempts
 
 
-class StoreRejectedError(_KeywordError):
+@keyword_error
+class StoreRejectedError(StoreError):
     """The apiserver refused the write as invalid (for example too large); not retried."""
 
     reason = "StoreRejected"
-    _fields = ("namespace", "name", "operation", "status", "message")
+    namespace: str
+    name: str
+    operation: str
+    status: int
+    message: str
 
-    def __init__(
-        self, *, namespace: str, name: str, operation: str, status: int, message: str
-    ) -> None:
-        super().__init__(
-            f"the apiserver rejected the {operation} of ConfigMap {namespace}/{name} "
-            f"(HTTP {status}): {message}"
+    def describe(self) -> str:
+        return (
+            f"the apiserver rejected the {self.operation} of ConfigMap {self.namespace}/"
+            f"{self.name} (HTTP {self.status}): {self.message}"
         )
-        self.namespace = namespace
-        self.name = name
-        self.operation = operation
-        self.status = status
-        self.message = message
 
 
-class CorruptStoreDataError(_KeywordError):
+@keyword_error
+class CorruptStoreDataError(StoreError):
     """The fence annotation or the ``counter`` key does not hold a number.
 
     Never repaired by guessing: a guessed counter could reuse checkpoint ids and a
@@ -137,42 +120,38 @@ class CorruptStoreDataError(_KeywordError):
     """
 
     reason = "CorruptStoreData"
-    _fields = ("namespace", "name", "key", "value")
+    namespace: str
+    name: str
+    key: str
+    value: str
 
-    def __init__(self, *, namespace: str, name: str, key: str, value: str) -> None:
-        super().__init__(
-            f"ConfigMap {namespace}/{name}: {key} must be a number >= 0, found {value[:40]!r}; "
-            f"fix it by hand"
+    def describe(self) -> str:
+        return (
+            f"ConfigMap {self.namespace}/{self.name}: {self.key} must be a number >= 0, found "
+            f"{self.value[:40]!r}; fix it by hand"
         )
-        self.namespace = namespace
-        self.name = name
-        self.key = key
-        self.value = value
 
 
+@keyword_error
 class ConfigMapStoreFullError(StoreFullError):
     """Committing the pointer would make the ConfigMap larger than its budget."""
 
-    _fields = ("namespace", "name", "size_bytes", "budget_bytes", "pointers")
+    namespace: str
+    name: str
+    size_bytes: int
+    budget_bytes: int
+    pointers: int
 
-    def __init__(
-        self, *, namespace: str, name: str, size_bytes: int, budget_bytes: int, pointers: int
-    ) -> None:
-        super().__init__(
-            f"ConfigMap {namespace}/{name} would grow to {size_bytes} bytes with {pointers} "
-            f"checkpoint pointers, over its budget of {budget_bytes} bytes (a ConfigMap holds "
-            f"at most 1 MiB); lower checkpoint.retained or shorten the storage path"
+    def describe(self) -> str:
+        return (
+            f"ConfigMap {self.namespace}/{self.name} would grow to {self.size_bytes} bytes with "
+            f"{self.pointers} checkpoint pointers, over its budget of {self.budget_bytes} bytes "
+            f"(a ConfigMap holds at most 1 MiB); lower checkpoint.retained or shorten the "
+            f"storage path"
         )
-        self.namespace = namespace
-        self.name = name
-        self.size_bytes = size_bytes
-        self.budget_bytes = budget_bytes
-        self.pointers = pointers
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild, (type(self), {f: getattr(self, f) for f in self._fields}))
 
 
+@keyword_error
 class AmbiguousConfigMapWriteError(AmbiguousWriteError):
     """A write was sent but its answer was lost: it may or may not have been applied.
 
@@ -180,17 +159,13 @@ class AmbiguousConfigMapWriteError(AmbiguousWriteError):
     and carries on from whatever actually landed.
     """
 
-    _fields = ("namespace", "name", "operation", "cause")
+    namespace: str
+    name: str
+    operation: str
+    cause: str
 
-    def __init__(self, *, namespace: str, name: str, operation: str, cause: str) -> None:
-        super().__init__(
-            f"the outcome of the {operation} of ConfigMap {namespace}/{name} is unknown ({cause}); "
-            f"no checkpoint data was deleted"
+    def describe(self) -> str:
+        return (
+            f"the outcome of the {self.operation} of ConfigMap {self.namespace}/{self.name} is "
+            f"unknown ({self.cause}); no checkpoint data was deleted"
         )
-        self.namespace = namespace
-        self.name = name
-        self.operation = operation
-        self.cause = cause
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild, (type(self), {f: getattr(self, f) for f in self._fields}))

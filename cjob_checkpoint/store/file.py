@@ -35,8 +35,8 @@ import json
 import os
 import re
 from collections.abc import Iterator
-from typing import Any
 
+from cjob_checkpoint.keyword_error import keyword_error
 from cjob_checkpoint.storage.filesystem import write_file_atomically
 from cjob_checkpoint.store.backed import (
     BackedCheckpointIdCounter,
@@ -82,6 +82,7 @@ def pointer_name(checkpoint_id: int) -> str:
     return f"{POINTER_PREFIX}{checkpoint_id:019d}"
 
 
+@keyword_error
 class CorruptStoreFileError(StoreError):
     """The ``counter`` or ``attempt`` file does not hold a number.
 
@@ -90,18 +91,11 @@ class CorruptStoreFileError(StoreError):
     """
 
     reason = "CorruptStoreFile"
+    path: str
+    cause: str
 
-    def __init__(self, *, path: str, cause: str) -> None:
-        super().__init__(f"{path} is corrupt: {cause}; fix or remove it by hand")
-        self.path = path
-        self.cause = cause
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild_corrupt, (self.path, self.cause))
-
-
-def _rebuild_corrupt(path: str, cause: str) -> CorruptStoreFileError:
-    return CorruptStoreFileError(path=path, cause=cause)
+    def describe(self) -> str:
+        return f"{self.path} is corrupt: {self.cause}; fix or remove it by hand"
 
 
 # --------------------------------------------------------------------------- files

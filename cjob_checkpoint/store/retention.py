@@ -2,26 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from cjob_checkpoint.keyword_error import keyword_error
 from cjob_checkpoint.store.base import StoreError
 
 
+@keyword_error
 class InvalidRetentionError(StoreError):
     """``retained`` must keep at least the newest checkpoint."""
 
     reason = "InvalidRetention"
+    retained: object
 
-    def __init__(self, *, retained: object) -> None:
-        super().__init__(f"retained must be an int >= 1, got {retained!r}")
-        self.retained = retained
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild, (self.retained,))
-
-
-def _rebuild(retained: object) -> InvalidRetentionError:
-    return InvalidRetentionError(retained=retained)
+    def describe(self) -> str:
+        return f"retained must be an int >= 1, got {self.retained!r}"
 
 
 def ensure_retained(retained: int) -> int:
