@@ -5,8 +5,8 @@ Records of one checkpoint interval go to a staging file under ``<path>/_pending/
 checkpoint barrier closes the interval (no I/O, so the barrier passes at once);
 the uploader thread then writes the staging file, which becomes a pending
 transaction of that checkpoint, and only then acknowledges the checkpoint, so no
-checkpoint completes before its staged data is durable. When the checkpoint completes, the staging file is renamed
-to its final name ``part-<job tag>-<checkpoint>-<subtask>.<ext>`` (the tag is a hash of the
+checkpoint completes before its staged data is durable. When the checkpoint
+completes, the staging file is renamed to its final name ``part-<job tag>-<checkpoint>-<subtask>.<ext>`` (the tag is a hash of the
 job's name and uid, see ``output_tag``). A commit is idempotent:
 when the staging file is gone and the final file exists, it already happened.
 Staging names carry the attempt, so a zombie of an older attempt never writes
@@ -23,16 +23,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import json
 import logging
 import re
-import shutil
-import tempfile
 import threading
-from typing import IO, Any
-
-import pyarrow as pa
-import pyarrow.parquet as pq
+from typing import Any
 
 from job_runtime.errors import PipelineDefinitionError
 from job_runtime.faults import maybe_fail
@@ -44,6 +38,7 @@ from job_runtime.sinks.commit import (
     SinkCommitError,
     commit_with_retry,
 )
+from job_runtime.sinks.interval import Interval
 from job_runtime.storage.filesystem import FileSystem, get_filesystem
 
 log = logging.getLogger(__name__)
@@ -86,85 +81,6 @@ class Transaction:
     records: int
 
 
-class _Interval:
-    """The records of one checkpoint interval, waiting in a local spool file.
-
-    The spool stays in memory up to ``memory_bytes`` and moves to the local temp
-    directory beyond it; for Parquet, the batches of the row group being collected
-    and the writer into the spool. A barrier closes an interval and the next one
-    opens at once; the closed one is staged later, off the barrier path.
-    """
-
-    def __init__(self, *, fmt: str, memory_bytes: int) -> None:
-        self.fmt = fmt
-        self.memory_bytes = memory_bytes
-        self.checkpoint_id = 0
-        self.records = 0
-        self._spool: IO[bytes] | None = None
-        self._arrow: list[pa.RecordBatch] = []
-        self._arrow_bytes = 0
-        self._parquet: pq.ParquetWriter | None = None
-
-    def _open_spool(self) -> IO[bytes]:
-        if self._spool is None:
-            self._spool = tempfile.SpooledTemporaryFile(  # noqa: SIM115 - closed in close()
-                max_size=self.memory_bytes, prefix="cjob-sink-")
-        return self._spool
-
-    def write(self, batch: Batch) -> None:
-        if self.fmt == "jsonl":
-            lines = [json.dumps(row, separators=(",", ":"), default=str).encode("utf-8")
-                     for row in batch.rows]
-            lines.append(b"")
-            self._open_spool().write(b"\n".join(lines))
-        else:
-            arrow = batch.arrow
-            self._arrow.append(arrow)
-            self._arrow_bytes += arrow.nbytes
-            if self._arrow_bytes >= self.memory_bytes:
-                self._flush_row_group()
-        self.records += len(batch)
-
-    def _flush_row_group(self) -> None:
-        """Parquet: write the collected batches to the spool as one row group."""
-        if not self._arrow:
-            return
-        table = pa.Table.from_batches(self._arrow)
-        if self._parquet is None:
-            self._parquet = pq.ParquetWriter(self._open_spool(), table.schema)
-        self._parquet.write_table(table)
-        self._arrow = []
-        self._arrow_bytes = 0
-
-    def stage(self, fs: FileSystem, staging: str) -> None:
-        """Copy the spool to the staging file, a megabyte at a time; may be repeated.
-
-        The staging file is durable when this returns (the file system's writer
-        closed it); a failure leaves the spool intact for another try.
-        """
-        if self.fmt == "parquet":
-            self._flush_row_group()
-            if self._parquet is not None:
-                self._parquet.close()
-                self._parquet = None
-        spool = self._open_spool()
-        spool.seek(0)
-        with fs.open_write(staging) as out:
-            shutil.copyfileobj(spool, out, 1 << 20)
-            # Killed here, the staging file is incomplete and no checkpoint names it.
-            maybe_fail("subtask.during-pre-commit", self.checkpoint_id)
-
-    def close(self) -> None:
-        if self._parquet is not None:
-            self._parquet.close()
-            self._parquet = None
-        if self._spool is not None:
-            self._spool.close()
-            self._spool = None
-        self._arrow = []
-        self._arrow_bytes = 0
-
-
 class _FilesPreCommit(SinkSnapshot):
     def __init__(self, *, writer: FilesSinkWriter, checkpoint_id: int) -> None:
         self._writer = writer
@@ -188,12 +104,12 @@ class FilesSinkWriter(SinkWriter):
         self._lock = threading.Lock()
         self._stage_lock = threading.Lock()
         self._pending: list[Transaction] = []
-        self._closed: list[_Interval] = []
+        self._closed: list[Interval] = []
         """Intervals closed by a barrier and not yet staged, oldest first."""
         self._open = self._new_interval()
 
-    def _new_interval(self) -> _Interval:
-        return _Interval(fmt=self._fmt, memory_bytes=self._memory_bytes)
+    def _new_interval(self) -> Interval:
+        return Interval(fmt=self._fmt, memory_bytes=self._memory_bytes)
 
     def _prefix(self) -> str:
         tag = output_tag(self._context.job_id) if self._context.job_id else ""
