@@ -26,6 +26,7 @@ BENCHMARKS = {
     "operator": "bench.operator_bench",
     "recovery-operator": "bench.operator_recovery",
     "channel-mac": "bench.channel_mac",
+    "sync-part": "bench.sync_part",
 }
 ALL = ["throughput", "python-state", "overhead", "barriers", "state-size", "recovery"]
 

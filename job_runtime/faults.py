@@ -10,7 +10,9 @@ makes Spark relaunch the barrier stage. Each entry fires once: a marker file in
 Points: ``driver.before-metadata`` (all state written, no ``_metadata``),
 ``driver.before-pointer`` (``_metadata`` written, pointer not committed),
 ``driver.before-notify`` (pointer committed, sinks not told to commit),
-``subtask.during-commit`` (a sink renamed part of its files), and
+``subtask.during-commit`` (a sink renamed part of its files),
+``subtask.during-pre-commit`` (a sink's background pre-commit wrote part of its
+staging file, the barrier already forwarded), and
 ``subtask.after-snapshot`` (a task snapshotted and forwarded the barrier).
 """
 

@@ -98,7 +98,9 @@ class Task(threading.Thread):
         job = UploadJob(
             checkpoint_id=checkpoint_id, stage=self.plan.index, subtask=self.runtime.subtask,
             snapshots=self.operator_snapshots(), sources=self.source_positions(),
-            sink=None if self.sink is None else self.sink.snapshot(checkpoint_id),
+            # Only the synchronous part of the sink's pre-commit: the uploader makes
+            # it durable before it acknowledges the checkpoint.
+            sink=None if self.sink is None else self.sink.begin_snapshot(checkpoint_id),
             channel_state=None, channel_uid=f"{self.plan.uid}-channels",
             stats={"sync_ms": (time.perf_counter() - started) * 1000.0,
                    "alignment_ms": alignment_seconds * 1000.0})

@@ -1,8 +1,9 @@
 """The asynchronous part of snapshots: serialise and upload in a background thread.
 
-The task thread hands over references (copy-on-write dicts, array copies) and
-goes on processing records; this thread turns them into bytes, writes them to
-checkpoint storage and acknowledges the checkpoint to the coordinator.
+The task thread hands over references (copy-on-write dicts and arrays, the sink's
+closed interval) and goes on processing records; this thread turns them into
+bytes, writes them to checkpoint storage, makes the sink's pre-commit durable,
+and only then acknowledges the checkpoint to the coordinator.
 
 The queue is bounded. Each queued job holds a whole snapshot (references to
 copy-on-write state, in-flight channel data), so when storage is slower than
@@ -34,6 +35,7 @@ from job_runtime.coordinator.messages import (
     OperatorState,
     ToCoordinator,
 )
+from job_runtime.sinks.base import SinkSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +50,8 @@ class UploadJob:
     subtask: int
     snapshots: dict[str, tuple[Any, list[int]]]   # uid -> (snapshot, [kg_lo, kg_hi])
     sources: dict[str, Any]
-    sink: Any
+    sink: SinkSnapshot | None
+    """The sink's pre-commit, begun at the barrier; completed here before the ack."""
     channel_state: dict[int, list[Any]] | None
     channel_uid: str
     stats: dict[str, float]
@@ -111,13 +114,15 @@ class Uploader:
                         channels = self._storage.write_state(job.checkpoint_id, job.channel_uid,
                                                              job.subtask, data)
                         total += channels.size_bytes
+                # The sink's staged data must be durable before any ack names it.
+                sink = None if job.sink is None else job.sink.complete()
                 stats = AckStats(sync_ms=job.stats.get("sync_ms", 0.0),
                                  alignment_ms=job.stats.get("alignment_ms", 0.0),
                                  async_ms=(time.perf_counter() - started) * 1000.0, bytes=total)
                 self._send(Ack(epoch=self._epoch, subtask=self._subtask,
                                checkpoint_id=job.checkpoint_id, stage=job.stage,
                                state=AckState(sources=job.sources, operators=operators,
-                                              channels=channels, sink=job.sink),
+                                              channels=channels, sink=sink),
                                stats=stats))
             except Exception as exc:
                 log.warning("snapshot upload of checkpoint %d failed: %s", job.checkpoint_id, exc)

@@ -1,8 +1,8 @@
 """Keyed, stateful operators: ``reduce``, ``process`` and the vectorised ``aggregate``.
 
 Each operator owns the state of the key groups of its subtask and snapshots it
-in two parts: :meth:`snapshot` is the synchronous part (references and small
-array copies only) and returns an object whose ``serialize`` runs later in the
+in two parts: :meth:`snapshot` is the synchronous part (references and flags
+only, no copies) and returns an object whose ``serialize`` runs later in the
 background thread.
 """
 
@@ -151,8 +151,14 @@ class AggregateOperator(KeyedOperator):
     """count/sum/min/max/mean per key with numpy arrays indexed by a slot per key.
 
     The key-to-slot index is a pandas index (a C hash table), so a batch is
-    aggregated without a Python loop over its records or its keys. A snapshot
-    copies the arrays (about a millisecond for a hundred thousand keys).
+    aggregated without a Python loop over its records or its keys.
+
+    Snapshots are copy-on-write: a snapshot takes the current arrays as they are
+    and marks them shared; the first batch after it that changes accumulators in
+    place copies them first (once per checkpoint interval), and a batch with new
+    keys needs no extra copy, since growing already builds new arrays. The keys
+    and key-group arrays are never changed in place. So the barrier costs
+    microseconds whatever the number of keys; the copy is paid while processing.
     """
 
     def __init__(self, **kwargs: Any) -> None:
@@ -168,6 +174,10 @@ class AggregateOperator(KeyedOperator):
         self._groups = np.empty(0, dtype=np.int64)
         self._size = 0
         self._acc: dict[str, np.ndarray] = {}
+        self._acc_shared = False
+        self.array_copies = 0
+        """Accumulator arrays copied because a snapshot still held them (observable
+        by tests and benchmarks: at most one per accumulator and interval)."""
         self._acc_specs: dict[str, tuple[str, str | None]] = {}
         for _, func, column in self.op.aggregates:
             if func in ("count", "mean"):
@@ -197,7 +207,17 @@ class AggregateOperator(KeyedOperator):
         for name, (func, _) in self._acc_specs.items():
             current = self._acc.get(name, self._initial(func, 0))
             self._acc[name] = np.concatenate([current, self._initial(func, n_new)])
+        # New arrays throughout: a snapshot holding the old ones is safe from here on.
+        self._acc_shared = False
         self._size += n_new
+
+    def _own_accumulators(self) -> None:
+        """Copy the accumulators before an in-place change if a snapshot holds them."""
+        if self._acc_shared:
+            for name, values in self._acc.items():
+                self._acc[name] = values.copy()
+                self.array_copies += 1
+            self._acc_shared = False
 
     def process(self, batch: Batch) -> Batch:
         try:
@@ -220,6 +240,7 @@ class AggregateOperator(KeyedOperator):
             self._grow(np.asarray(uniques[missing]))
             slots_u = slots_u.copy()
             slots_u[missing] = np.arange(start, self._size)
+        self._own_accumulators()
         n_unique = len(uniques)
         for name, (func, column) in self._acc_specs.items():
             acc = self._acc[name]
@@ -248,9 +269,10 @@ class AggregateOperator(KeyedOperator):
         return Batch(arrow=pa.RecordBatch.from_pydict(columns))
 
     def snapshot(self) -> StateSnapshot:
-        n = self._size
-        return _AggregateSnapshot(keys=self._keys[:n].copy(), groups=self._groups[:n].copy(),
-                                  accumulators={k: v[:n].copy() for k, v in self._acc.items()})
+        """References only: the arrays are copied by the next write that needs it."""
+        self._acc_shared = True
+        return _AggregateSnapshot(keys=self._keys, groups=self._groups,
+                                  accumulators=dict(self._acc))
 
     def restore(self, blobs: Iterable[bytes]) -> int:
         restored = 0
@@ -264,6 +286,7 @@ class AggregateOperator(KeyedOperator):
             keys = payload["keys"][mask]
             start = self._size
             self._grow(np.asarray(keys))
+            self._own_accumulators()
             for name, values in payload["accumulators"].items():
                 if name in self._acc:
                     self._acc[name][start:self._size] = values[mask]

@@ -5,7 +5,11 @@ reduced to what a files sink needs:
 
 * ``write`` adds records to the open transaction (invisible to readers);
 * ``snapshot(n)`` closes the open transaction, remembers it as pending for
-  checkpoint ``n`` and returns the pending list as the sink's checkpoint state;
+  checkpoint ``n`` and returns the pending list as the sink's checkpoint state.
+  At a barrier the task calls ``begin_snapshot(n)`` instead: it only closes the
+  open transaction (the synchronous part) and returns a :class:`SinkSnapshot`
+  whose ``complete()`` makes the pre-commit durable off the barrier path, in the
+  uploader thread, which acknowledges the checkpoint only after it returned;
 * ``notify_complete(n)`` commits every pending transaction up to ``n``; a commit
   that fails stays pending and is retried on the next completed checkpoint,
   except after the final checkpoint, which has no next one: then the commit is
@@ -35,6 +39,29 @@ class SinkContext:
     writing one path, or a job created again, never touch each other's files."""
 
 
+class SinkSnapshot(abc.ABC):
+    """A pre-commit begun at a barrier and made durable later, off the barrier path."""
+
+    @abc.abstractmethod
+    def complete(self) -> Any:
+        """Make the pre-commit durable; return the sink's checkpoint state (plain JSON).
+
+        Runs in the uploader thread, before the checkpoint is acknowledged. An
+        exception declines the checkpoint; the transaction is not lost: a later
+        checkpoint's ``complete`` pre-commits it again.
+        """
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadySinkSnapshot(SinkSnapshot):
+    """A pre-commit that was complete when the barrier passed."""
+
+    state: Any
+
+    def complete(self) -> Any:
+        return self.state
+
+
 class SinkWriter(abc.ABC):
     @abc.abstractmethod
     def write(self, batch: Batch) -> None: ...
@@ -42,6 +69,14 @@ class SinkWriter(abc.ABC):
     @abc.abstractmethod
     def snapshot(self, checkpoint_id: int) -> Any:
         """Pre-commit and return picklable state (the pending transactions)."""
+
+    def begin_snapshot(self, checkpoint_id: int) -> SinkSnapshot:
+        """The synchronous part of a pre-commit, at the barrier.
+
+        Without an override the whole pre-commit happens here; a sink with real
+        I/O to do hands it to the returned object instead.
+        """
+        return ReadySinkSnapshot(self.snapshot(checkpoint_id))
 
     @abc.abstractmethod
     def notify_complete(self, checkpoint_id: int, *, final: bool = False) -> None:

@@ -1,10 +1,12 @@
 """``files``: JSON lines or Parquet files, committed exactly once.
 
 Records of one checkpoint interval go to a staging file under ``<path>/_pending/``
-(hidden: names starting with ``_`` or ``.`` are not part of the output). At the
-checkpoint barrier the staging file is closed and becomes a pending transaction
-of that checkpoint. When the checkpoint completes, the staging file is renamed
-to its final name ``part-<job tag>-<checkpoint>-<subtask>.<ext>`` (the tag is a hash of the
+(hidden: names starting with ``_`` or ``.`` are not part of the output). The
+checkpoint barrier closes the interval (no I/O, so the barrier passes at once);
+the uploader thread then writes the staging file, which becomes a pending
+transaction of that checkpoint, and only then acknowledges the checkpoint, so no
+checkpoint completes before its staged data is durable. When the checkpoint
+completes, the staging file is renamed to its final name ``part-<job tag>-<checkpoint>-<subtask>.<ext>`` (the tag is a hash of the
 job's name and uid, see ``output_tag``). A commit is idempotent:
 when the staging file is gone and the final file exists, it already happened.
 Staging names carry the attempt, so a zombie of an older attempt never writes
@@ -21,28 +23,23 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
-import json
 import logging
 import re
-import shutil
-import tempfile
 import threading
-from typing import IO, Any
-
-import pyarrow as pa
-import pyarrow.parquet as pq
+from typing import Any
 
 from cjob_checkpoint.storage.filesystem import FileSystem, get_filesystem
 from job_runtime.errors import PipelineDefinitionError
 from job_runtime.faults import maybe_fail
 from job_runtime.records import Batch
-from job_runtime.sinks.base import Sink, SinkContext, SinkWriter
+from job_runtime.sinks.base import Sink, SinkContext, SinkSnapshot, SinkWriter
 from job_runtime.sinks.commit import (
     CommitRetry,
     LostTransactionError,
     SinkCommitError,
     commit_with_retry,
 )
+from job_runtime.sinks.interval import Interval
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +81,15 @@ class Transaction:
     records: int
 
 
+class _FilesPreCommit(SinkSnapshot):
+    def __init__(self, *, writer: FilesSinkWriter, checkpoint_id: int) -> None:
+        self._writer = writer
+        self._checkpoint_id = checkpoint_id
+
+    def complete(self) -> Any:
+        return self._writer.stage_through(self._checkpoint_id)
+
+
 class FilesSinkWriter(SinkWriter):
     def __init__(self, *, path: str, fmt: str, context: SinkContext,
                  commit_retry: CommitRetry, memory_bytes: int = DEFAULT_MEMORY_BYTES) -> None:
@@ -93,16 +99,17 @@ class FilesSinkWriter(SinkWriter):
         self._commit_retry = commit_retry
         self._memory_bytes = memory_bytes
         self._fs: FileSystem = get_filesystem(self._path, s3=context.s3)
+        # ``_lock`` guards the lists below (the task thread writes and commits, the
+        # uploader thread stages); ``_stage_lock`` keeps stagings in checkpoint order.
         self._lock = threading.Lock()
+        self._stage_lock = threading.Lock()
         self._pending: list[Transaction] = []
-        # The open interval: a spool file (memory, then disk), and for Parquet the
-        # batches of the row group being collected and the writer into the spool.
-        self._spool: IO[bytes] | None = None
-        self._arrow: list[pa.RecordBatch] = []
-        self._arrow_bytes = 0
-        self._parquet: pq.ParquetWriter | None = None
-        self._records = 0
-        self._transaction_seq = 0
+        self._closed: list[Interval] = []
+        """Intervals closed by a barrier and not yet staged, oldest first."""
+        self._open = self._new_interval()
+
+    def _new_interval(self) -> Interval:
+        return Interval(fmt=self._fmt, memory_bytes=self._memory_bytes)
 
     def _prefix(self) -> str:
         tag = output_tag(self._context.job_id) if self._context.job_id else ""
@@ -117,79 +124,60 @@ class FilesSinkWriter(SinkWriter):
         return (f"{self._path}/{self._prefix()}{checkpoint_id:010d}-"
                 f"{self._context.subtask:05d}.{self._fmt}")
 
-    def _open_spool(self) -> IO[bytes]:
-        if self._spool is None:
-            self._spool = tempfile.SpooledTemporaryFile(  # noqa: SIM115 - closed in _reset
-                max_size=self._memory_bytes, prefix="cjob-sink-")
-        return self._spool
-
     def write(self, batch: Batch) -> None:
         if not len(batch):
             return
-        if self._fmt == "jsonl":
-            lines = [json.dumps(row, separators=(",", ":"), default=str).encode("utf-8")
-                     for row in batch.rows]
-            lines.append(b"")
-            self._open_spool().write(b"\n".join(lines))
-        else:
-            arrow = batch.arrow
-            self._arrow.append(arrow)
-            self._arrow_bytes += arrow.nbytes
-            if self._arrow_bytes >= self._memory_bytes:
-                self._flush_row_group()
-        self._records += len(batch)
+        self._open.write(batch)
 
-    def _flush_row_group(self) -> None:
-        """Parquet: write the collected batches to the spool as one row group."""
-        if not self._arrow:
-            return
-        table = pa.Table.from_batches(self._arrow)
-        if self._parquet is None:
-            self._parquet = pq.ParquetWriter(self._open_spool(), table.schema)
-        self._parquet.write_table(table)
-        self._arrow = []
-        self._arrow_bytes = 0
-
-    def _stage(self, staging: str) -> None:
-        """Copy the interval's spool to the staging file, a megabyte at a time."""
-        if self._fmt == "parquet":
-            self._flush_row_group()
-            assert self._parquet is not None
-            self._parquet.close()
-            self._parquet = None
-        spool = self._open_spool()
-        spool.seek(0)
-        with self._fs.open_write(staging) as out:
-            shutil.copyfileobj(spool, out, 1 << 20)
-
-    def _reset(self) -> None:
-        if self._parquet is not None:
-            self._parquet.close()
-            self._parquet = None
-        if self._spool is not None:
-            self._spool.close()
-            self._spool = None
-        self._arrow = []
-        self._arrow_bytes = 0
-        self._records = 0
+    def begin_snapshot(self, checkpoint_id: int) -> SinkSnapshot:
+        """The barrier's part: close the open interval and open the next, no I/O."""
+        closed, self._open = self._open, self._new_interval()
+        closed.checkpoint_id = checkpoint_id
+        with self._lock:
+            self._closed.append(closed)
+        return _FilesPreCommit(writer=self, checkpoint_id=checkpoint_id)
 
     def snapshot(self, checkpoint_id: int) -> Any:
-        try:
-            if self._records:
-                staging = self._staging_uri(checkpoint_id)
-                self._stage(staging)
-                transaction = Transaction(checkpoint_id=checkpoint_id, staging=staging,
-                                          final=self._final_uri(checkpoint_id),
-                                          records=self._records)
+        return self.begin_snapshot(checkpoint_id).complete()
+
+    def stage_through(self, checkpoint_id: int) -> Any:
+        """Stage every closed interval up to ``checkpoint_id``; return the pending list.
+
+        An interval whose own checkpoint never got here (its snapshot was dropped
+        by a newer barrier, or its staging failed and declined it) is staged now,
+        under its own checkpoint id: a later checkpoint carries it as pending, as
+        the two-phase commit protocol requires, so its records are never lost.
+        """
+        with self._stage_lock:
+            while True:
                 with self._lock:
-                    self._pending.append(transaction)
-        finally:
-            self._reset()
-        with self._lock:
-            return [dataclasses.astuple(t) for t in self._pending]
+                    due = next((i for i in self._closed if i.checkpoint_id <= checkpoint_id),
+                               None)
+                if due is None:
+                    break
+                transaction = None
+                if due.records:
+                    staging = self._staging_uri(due.checkpoint_id)
+                    due.stage(self._fs, staging)
+                    transaction = Transaction(checkpoint_id=due.checkpoint_id, staging=staging,
+                                              final=self._final_uri(due.checkpoint_id),
+                                              records=due.records)
+                with self._lock:
+                    if transaction is not None:
+                        self._pending.append(transaction)
+                    self._closed.remove(due)
+                due.close()
+            with self._lock:
+                return [dataclasses.astuple(t) for t in self._pending
+                        if t.checkpoint_id <= checkpoint_id]
 
     def close(self) -> None:
-        self._reset()
+        """Drop the open and unstaged intervals: no checkpoint names their records."""
+        with self._lock:
+            closed, self._closed = self._closed, []
+        for interval in [*closed, self._open]:
+            interval.close()
+        self._open = self._new_interval()
 
     def _commit(self, transaction: Transaction) -> None:
         if self._fs.exists(transaction.staging):

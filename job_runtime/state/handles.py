@@ -37,7 +37,12 @@ class ValueState:
 
 
 class MapState:
-    """A map per key. Stored as one immutable-by-convention dict per key."""
+    """A map per key, stored as one dict per key.
+
+    Puts and removes change the key's dict in place once the backend copied it
+    after the last snapshot (:meth:`HashMapStateBackend.owned_map`): a put is O(1),
+    not a copy of the whole map, and a snapshot still sees the map as it was.
+    """
 
     def __init__(self, *, backend: HashMapStateBackend, name: str, scope: _KeyScope) -> None:
         self._backend = backend
@@ -52,17 +57,15 @@ class MapState:
     def get(self, user_key: Any, default: Any = None) -> Any:
         return self._current().get(user_key, default)
 
+    def _owned(self) -> dict[Any, Any]:
+        return self._backend.owned_map(self._name, self._scope.key_group, self._scope.key)
+
     def put(self, user_key: Any, value: Any) -> None:
-        updated = dict(self._current())
-        updated[user_key] = value
-        self._backend.put(self._name, self._scope.key_group, self._scope.key, updated)
+        self._owned()[user_key] = value
 
     def remove(self, user_key: Any) -> None:
-        current = self._current()
-        if user_key in current:
-            updated = dict(current)
-            del updated[user_key]
-            self._backend.put(self._name, self._scope.key_group, self._scope.key, updated)
+        if user_key in self._current():
+            del self._owned()[user_key]
 
     def contains(self, user_key: Any) -> bool:
         return user_key in self._current()

@@ -11,6 +11,10 @@ dicts happens later, in a background thread, while the task goes on.
 
 Values must be treated as immutable by user code (replace them with
 ``update``/``put``): a value mutated in place after a snapshot would leak into it.
+The one exception is the runtime's own ``MapState``: :meth:`HashMapStateBackend.owned_map`
+hands out a key's map for in-place changes once that map was copied since the
+key group's last snapshot, so a put costs O(1) and a map is copied at most once
+per checkpoint interval, not on every put.
 """
 
 from __future__ import annotations
@@ -59,6 +63,11 @@ class HashMapStateBackend:
         n = len(key_groups)
         self._tables: dict[str, list[dict[Any, Any]]] = {}
         self._shared: dict[str, list[bool]] = {}
+        # Per key group, the keys whose value was made by ``owned_map`` after the
+        # group's last snapshot: nothing else holds those values, so they may change
+        # in place. A set is emptied when its group is copied (the first write after
+        # a snapshot), never by the snapshot itself, which must stay O(key groups).
+        self._owned: dict[str, list[set[Any]]] = {}
         self._n = n
 
     def _table(self, name: str) -> list[dict[Any, Any]]:
@@ -67,6 +76,7 @@ class HashMapStateBackend:
             table = [{} for _ in range(self._n)]
             self._tables[name] = table
             self._shared[name] = [False] * self._n
+            self._owned[name] = [set() for _ in range(self._n)]
         return table
 
     def get(self, name: str, key_group: int, key: Any, default: Any = None) -> Any:
@@ -83,16 +93,38 @@ class HashMapStateBackend:
         if shared[i]:
             table[i] = dict(table[i])
             shared[i] = False
+            self._owned[name][i] = set()
         return table[i]
+
+    def owned_map(self, name: str, key_group: int, key: Any) -> dict[Any, Any]:
+        """The map stored for ``key``, safe to change in place.
+
+        A map that a snapshot may still reference (any map not made here since the
+        key group's last snapshot) is copied first, so the copy happens at most once
+        per key and checkpoint interval; a missing map is created empty.
+        """
+        table = self.writable(name, key_group)
+        owned = self._owned[name][key_group - self._offset]
+        if key in owned:
+            value: dict[Any, Any] = table[key]
+            return value
+        current = table.get(key)
+        fresh: dict[Any, Any] = {} if current is None else dict(current)
+        table[key] = fresh
+        owned.add(key)
+        return fresh
 
     def readable(self, name: str, key_group: int) -> dict[Any, Any]:
         return self._table(name)[key_group - self._offset]
 
     def put(self, name: str, key_group: int, key: Any, value: Any) -> None:
         self.writable(name, key_group)[key] = value
+        # The caller may keep ``value``: it is no longer the runtime's own copy.
+        self._owned[name][key_group - self._offset].discard(key)
 
     def delete(self, name: str, key_group: int, key: Any) -> None:
         self.writable(name, key_group).pop(key, None)
+        self._owned[name][key_group - self._offset].discard(key)
 
     def snapshot(self) -> KeyedStateSnapshot:
         """The synchronous part: references and flags only, no copies."""
