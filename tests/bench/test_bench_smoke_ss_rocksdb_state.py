@@ -87,7 +87,7 @@ class TestTheWorkerReport:
         batch = BatchReport(
             batch_id=0, phase="fill", keys_written=1, state_rows=1, duration_ms=1.0,
             add_batch_ms=1.0, commit_ms=1.0, changelog_commit_ms=None, file_sync_ms=1.0,
-            checkpoint_ms=None, files_copied=0, bytes_copied=None, load_ms=1.0,
+            checkpoint_ms=None, flush_ms=2.0, compact_ms=None, files_copied=0, bytes_copied=None, load_ms=1.0,
             load_from_snapshot_ms=None, replay_changelog_ms=None,
             replayed_changelog_files=None, loaded_from_dfs=None, sst_bytes=None,
             memory_bytes=1, ended_at=1.0,
