@@ -657,7 +657,7 @@ def summarise(report: WorkerReport) -> dict[str, Any]:
         "checkpoint_bytes_per_batch": _stats([float(b.added.per_batch) for b in updates]),
         "changelog_bytes_per_batch": _stats([float(b.added.changelog) for b in updates]),
         "snapshot_bytes_during_updates": sum(b.added.snapshot for b in updates),
-        "snapshot_uploads_seen": sum(1 for b in updates if b.added.snapshot > 0),
+        "intervals_with_snapshot_bytes": sum(1 for b in updates if b.added.snapshot > 0),
         "amortised_bytes_per_batch": (sum(b.added.total for b in updates) / len(updates)
                                       if updates else float("nan")),
         "batch_ms": _stats([b.duration_ms for b in updates]),
@@ -741,7 +741,7 @@ def _print(data: dict[str, Any], restores: Sequence[RestoreReport]) -> None:
          f"changelog {s['changelog_bytes_per_batch']['median'] / MIB:.2f} MiB"],
         ["snapshot bytes uploaded in background",
          f"{s['snapshot_bytes_during_updates'] / MIB:.1f} MiB",
-         f"in {s['snapshot_uploads_seen']} of {s['update_batches']} intervals"],
+         f"in {s['intervals_with_snapshot_bytes']} of {s['update_batches']} intervals"],
         ["amortised bytes per batch", f"{s['amortised_bytes_per_batch'] / MIB:.2f} MiB", ""],
         ["state commit (sync) ms, median", s["commit_ms"]["median"],
          f"p90 {s['commit_ms']['p90']:.0f}, max {s['commit_ms']['max']:.0f}"],
