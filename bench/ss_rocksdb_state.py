@@ -57,7 +57,9 @@ from bench.common import (
     fresh_dir,
     median,
     percentile,
+    plot_path,
     print_table,
+    pyplot,
     python_env,
     remove_dir,
     write_result,
@@ -726,7 +728,36 @@ def run(ns: argparse.Namespace) -> dict[str, Any]:
     }
     _print(data, restores)
     write_result(NAME, data)
+    plot(data)
     return data
+
+
+def plot(data: dict[str, Any]) -> None:
+    """Per batch: the bytes it added to the checkpoint directory by kind, and its commit."""
+    plt = pyplot()
+    batches = data["batches"]
+    ids = [b["batch_id"] for b in batches]
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    changelog = [b["added"]["changelog"] / MIB for b in batches]
+    snapshot = [b["added"]["snapshot"] / MIB for b in batches]
+    top.bar(ids, changelog, label="changelog (the checkpoint)")
+    top.bar(ids, snapshot, bottom=changelog, label="snapshot upload (background)")
+    top.axhline(data["summary"]["fill"]["checkpoint_bytes"] / MIB, color="grey",
+                linestyle=":", label="whole state")
+    top.set_yscale("log")
+    top.set_ylim(bottom=0.1)
+    top.set_ylabel("MiB added")
+    top.legend(fontsize=7)
+    bottom.plot(ids, [b["duration_ms"] for b in batches], "o-", label="batch")
+    bottom.plot(ids, [b["commit_ms"] for b in batches], "x-", label="state commit (sync)")
+    bottom.set_yscale("log")
+    bottom.set_ylabel("ms")
+    bottom.set_xlabel("micro-batch (fill, then 1 % of keys per batch)")
+    bottom.legend(fontsize=7)
+    top.set_title("Structured Streaming RocksDB, changelog checkpointing")
+    fig.tight_layout()
+    fig.savefig(plot_path(NAME))
+    plt.close(fig)
 
 
 def _print(data: dict[str, Any], restores: Sequence[RestoreReport]) -> None:
