@@ -27,6 +27,7 @@ BENCHMARKS = {
     "recovery-operator": "bench.operator_recovery",
     "channel-mac": "bench.channel_mac",
     "sync-part": "bench.sync_part",
+    "ss-rocksdb-state": "bench.ss_rocksdb_state",
 }
 ALL = ["throughput", "python-state", "overhead", "barriers", "state-size", "recovery"]
 
