@@ -441,7 +441,8 @@ class CheckpointCoordinator:
                 sources[int(split)] = position
             for uid, operator in state.operators.items():
                 operators.setdefault(uid, []).append(KeyedStateHandle(
-                    subtask=subtask, handle=operator.handle, key_groups=operator.key_groups))
+                    subtask=subtask, handle=operator.handle, key_groups=operator.key_groups,
+                    shared=operator.shared))
             if state.channels is not None:
                 channels.setdefault(stage, []).append(
                     ChannelStateHandle(subtask=subtask, handle=state.channels))

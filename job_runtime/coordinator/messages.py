@@ -21,7 +21,7 @@ import json
 from typing import Any, ClassVar, TypeAlias
 
 from job_runtime.checkpoint.fields import Json, JsonFields
-from job_runtime.checkpoint.metadata import CheckpointMetadata, MetadataError
+from job_runtime.checkpoint.metadata import CheckpointMetadata, MetadataError, SharedStateFile
 from job_runtime.storage.checkpoint_storage import StateHandle
 
 FORMAT_VERSION = 1
@@ -55,9 +55,15 @@ class OperatorState:
 
     handle: StateHandle
     key_groups: tuple[int, int]
+    shared: tuple[SharedStateFile, ...] = ()
+    """Shared files an incremental snapshot references (absent on the wire when none)."""
 
     def to_json(self) -> dict[str, Json]:
-        return {**_handle_to_json(self.handle), "keyGroups": list(self.key_groups)}
+        data: dict[str, Json] = {**_handle_to_json(self.handle),
+                                 "keyGroups": list(self.key_groups)}
+        if self.shared:
+            data["shared"] = [f.to_json() for f in self.shared]
+        return data
 
     @classmethod
     def from_json(cls, fields: _Fields) -> OperatorState:
@@ -65,7 +71,12 @@ class OperatorState:
         if (not isinstance(groups, list) or len(groups) != 2
                 or not all(isinstance(g, int) and not isinstance(g, bool) for g in groups)):
             raise MessageError("'keyGroups' of an operator state must be two integers")
-        return cls(handle=_handle_from_json(fields), key_groups=(groups[0], groups[1]))
+        shared = tuple(
+            SharedStateFile(name=item.text("name"), handle=_handle_from_json(item))
+            for item in (fields.child(raw, where="a shared file of an operator state")
+                         for raw in (fields.array("shared") if fields.has("shared") else [])))
+        return cls(handle=_handle_from_json(fields), key_groups=(groups[0], groups[1]),
+                   shared=shared)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

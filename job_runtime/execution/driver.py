@@ -227,7 +227,8 @@ def _run(settings: DriverSettings) -> int:
         checkpoint_root=settings.checkpoint_storage, staging_uri=staging, mode=settings.mode,
         unaligned=settings.unaligned, credits=settings.credits,
         s3=dataclasses.asdict(s3) if s3.to_env() else None, key=key,
-        loopback=is_local_master(master))
+        loopback=is_local_master(master), state_backend=settings.state_backend,
+        state_dir=settings.state_dir)
 
     sc = spark.context()
     status.timeline["sparkStartingAt"] = spark.started_at

@@ -30,6 +30,9 @@ from job_runtime.operators.keyed import KeyedOperator, build_keyed_operator
 from job_runtime.records import Batch, key_group_of, key_group_range, split_by_target
 from job_runtime.sinks.base import SinkWriter
 from job_runtime.sources.base import Source, SourceContext, Split, SplitReader
+from job_runtime.state.backend import StateBackendSettings
+from job_runtime.storage.checkpoint_storage import CheckpointStorage
+from job_runtime.storage.filesystem import get_filesystem
 
 log = logging.getLogger(__name__)
 
@@ -249,7 +252,7 @@ class KeyedTask(Task):
                                           max_parallelism=config.max_parallelism)
         self.operator: KeyedOperator = build_keyed_operator(
             op=self.keyed_op, subtask=self.runtime.subtask, key_groups=self.key_groups,
-            max_parallelism=config.max_parallelism)
+            max_parallelism=config.max_parallelism, state=self._state_settings())
         self.gate = gate
         self.handler: BarrierHandler = build_barrier_handler(
             mode=config.mode, unaligned=config.unaligned, channels=gate.size, listener=self)
@@ -259,6 +262,19 @@ class KeyedTask(Task):
             started = time.perf_counter()
             self._restore(restore)
             self.restore_seconds = time.perf_counter() - started
+
+    def _state_settings(self) -> StateBackendSettings:
+        config = self.runtime.config
+        if config.state_backend == "hashmap":
+            return StateBackendSettings()
+        storage = CheckpointStorage(
+            config.checkpoint_root, config.job_id,
+            fs=get_filesystem(config.checkpoint_root, s3=self.runtime.s3_config))
+        return StateBackendSettings(kind="rocksdb", local_dir=config.state_dir, storage=storage)
+
+    def on_complete(self, checkpoint_id: int, final: bool) -> None:
+        self.operator.notify_complete(checkpoint_id)
+        super().on_complete(checkpoint_id, final)
 
     # -- restore
 

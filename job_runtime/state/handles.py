@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from job_runtime.state.hashmap import HashMapStateBackend
+from job_runtime.state.backend import KeyedStateBackend
 
 
 class _KeyScope:
@@ -21,7 +21,7 @@ class _KeyScope:
 class ValueState:
     """One value per key."""
 
-    def __init__(self, *, backend: HashMapStateBackend, name: str, scope: _KeyScope) -> None:
+    def __init__(self, *, backend: KeyedStateBackend, name: str, scope: _KeyScope) -> None:
         self._backend = backend
         self._name = name
         self._scope = scope
@@ -39,7 +39,7 @@ class ValueState:
 class MapState:
     """A map per key. Stored as one immutable-by-convention dict per key."""
 
-    def __init__(self, *, backend: HashMapStateBackend, name: str, scope: _KeyScope) -> None:
+    def __init__(self, *, backend: KeyedStateBackend, name: str, scope: _KeyScope) -> None:
         self._backend = backend
         self._name = name
         self._scope = scope
@@ -80,7 +80,7 @@ class MapState:
 class ProcessContext:
     """What a ``process(fn)`` function receives besides the record."""
 
-    def __init__(self, *, backend: HashMapStateBackend, operator: str) -> None:
+    def __init__(self, *, backend: KeyedStateBackend, operator: str) -> None:
         self._backend = backend
         self._operator = operator
         self._scope = _KeyScope()

@@ -124,3 +124,9 @@ class HashMapStateBackend:
         for i, entries in enumerate(self._tables.get(name, [])):
             for key, value in entries.items():
                 yield i + self._offset, key, value
+
+    def notify_complete(self, checkpoint_id: int) -> None:
+        """Nothing to do: every snapshot is a full copy."""
+
+    def close(self) -> None:
+        """Nothing to release: the dicts go with the backend."""

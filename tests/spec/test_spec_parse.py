@@ -591,6 +591,22 @@ ERRORS: list[tuple[str, dict[str, Any], str]] = [
         "spec.restore.allowForeignJob: must be true or false, got a string ('yes')",
     ),
     (
+        "unknown state backend",
+        with_field(M, "spec.state.backend", "RocksDB"),
+        "spec.state.backend: must be one of hashmap, rocksdb, got a string ('RocksDB') "
+        "(did you mean 'rocksdb'?)",
+    ),
+    (
+        "state backend as a number",
+        with_field(M, "spec.state.backend", 1),
+        "spec.state.backend: must be one of hashmap, rocksdb, got an integer (1)",
+    ),
+    (
+        "unknown field under state",
+        with_field(M, "spec.state.incremental", True),
+        "spec.state.incremental: unknown field",
+    ),
+    (
         "unknown cleanup policy",
         with_field(M, "spec.cleanupPolicy.checkpoints", "Keep"),
         "spec.cleanupPolicy.checkpoints: must be one of Retain, Delete, got a string ('Keep')",

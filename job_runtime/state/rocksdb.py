@@ -1,0 +1,324 @@
+"""The ``rocksdb`` state backend: keyed state on local disk, incremental checkpoints.
+
+State lives in one RocksDB database per keyed operator and subtask (through
+``rocksdict``), so it may be much larger than memory. Every key starts with its
+key group (two bytes, big-endian), then the state name, then the pickled key;
+values are pickled. Key groups first means a key-group range is one contiguous
+key range: a restore at another parallelism copies exactly its own range out of
+each old database, and drops the rest with one range delete.
+
+A snapshot has two parts, as in Flink's RocksDB backend. The synchronous part
+is a RocksDB checkpoint: it flushes the memtable and hard-links the live table
+files into a new directory, which costs milliseconds and copies nothing. The
+asynchronous part (the uploader thread) sends each table file that no completed
+checkpoint has uploaded yet to the job's shared directory under a name no other
+upload uses, and writes the small private files plus the list of referenced
+shared files as the subtask's state file. Table files never change once
+written, so a file the last completed checkpoint uploaded is referenced again,
+not uploaded again: with 1% of the keys changed, a checkpoint uploads roughly
+the new 1%, and compactions' output.
+
+Only the files of a checkpoint this backend was told completed are reused: a
+file uploaded for a checkpoint that was later aborted may be deleted as part of
+that checkpoint's leftovers. Which shared file may be deleted is decided by the
+driver (:mod:`job_runtime.state.rocksdb_shared`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pickle
+import shutil
+import struct
+import tempfile
+import threading
+import time
+import uuid
+import weakref
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import rocksdict
+
+from job_runtime.checkpoint.metadata import SharedStateFile
+from job_runtime.state.backend import UploadedState
+from job_runtime.state.rocksdb_format import RocksDBStateFile, download_file, upload_file
+from job_runtime.storage.checkpoint_storage import CheckpointStorage
+
+DEFAULT_DIR_NAME = "cjob-rocksdb"
+"""Below the working directory when no ``--state-dir`` is given (an emptyDir in a pod)."""
+
+_KEY_PROTOCOL = 5
+"""Fixed pickle protocol for keys: equal keys must encode to equal bytes."""
+
+
+def _group_prefix(key_group: int) -> bytes:
+    return struct.pack(">H", key_group)
+
+
+def _range_end(stop: int) -> bytes:
+    """The first key after key group ``stop - 1``."""
+    return struct.pack(">H", stop) if stop < 0x10000 else b"\xff\xff\xff"
+
+
+def _name_prefix(name: str) -> bytes:
+    encoded = name.encode()
+    return struct.pack(">H", len(encoded)) + encoded
+
+
+def _open(path: Path) -> rocksdict.Rdict:
+    options = rocksdict.Options(raw_mode=True)
+    options.create_if_missing(True)
+    db = rocksdict.Rdict(str(path), options)
+    # No write-ahead log: checkpoints are the durability; a crash restores one.
+    write = rocksdict.WriteOptions()
+    write.disable_wal(True)
+    db.set_write_options(write)
+    return db
+
+
+def _open_read_only(path: Path) -> rocksdict.Rdict:
+    return rocksdict.Rdict(str(path), rocksdict.Options(raw_mode=True),
+                           access_type=rocksdict.AccessType.read_only())
+
+
+def _remove_dir(path: Path, db: list[rocksdict.Rdict]) -> None:
+    for handle in db:
+        try:
+            handle.close()
+        except Exception:
+            pass
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RestoreStats:
+    """What the last restore did (the benchmark and tests read it)."""
+
+    downloaded_files: int
+    downloaded_bytes: int
+    seconds: float
+
+
+class RocksDBStateBackend:
+    """Keyed state of the key groups one subtask owns, in a local RocksDB database."""
+
+    def __init__(self, *, key_groups: range, operator: str, subtask: int, local_dir: str = "",
+                 storage: CheckpointStorage | None = None) -> None:
+        self.key_groups = key_groups
+        self._operator = operator
+        self._subtask = subtask
+        self._storage = storage
+        base = Path(local_dir) if local_dir else Path.cwd() / DEFAULT_DIR_NAME
+        base.mkdir(parents=True, exist_ok=True)
+        self.root = Path(tempfile.mkdtemp(prefix=f"{operator}-{subtask}-", dir=base))
+        self._instance = uuid.uuid4().hex[:12]
+        self._db_path = self.root / "db"
+        self._db = _open(self._db_path)
+        self._handles = [self._db]
+        self._lock = threading.Lock()
+        self._snapshots = 0
+        self._confirmed: dict[str, SharedStateFile] = {}
+        self._uploaded: dict[int, dict[str, SharedStateFile]] = {}
+        self._name_prefixes: dict[str, bytes] = {}
+        self.last_restore: RestoreStats | None = None
+        self._finalizer = weakref.finalize(self, _remove_dir, self.root, self._handles)
+
+    # ------------------------------------------------------------------ keys
+
+    def _prefix(self, name: str) -> bytes:
+        prefix = self._name_prefixes.get(name)
+        if prefix is None:
+            prefix = self._name_prefixes[name] = _name_prefix(name)
+        return prefix
+
+    def _key(self, name: str, key_group: int, key: Any) -> bytes:
+        return (_group_prefix(key_group) + self._prefix(name)
+                + pickle.dumps(key, protocol=_KEY_PROTOCOL))
+
+    # ------------------------------------------------------------------ state
+
+    def get(self, name: str, key_group: int, key: Any, default: Any = None) -> Any:
+        data = self._db.get(self._key(name, key_group, key))
+        return default if data is None else pickle.loads(data)
+
+    def put(self, name: str, key_group: int, key: Any, value: Any) -> None:
+        self._db.put(self._key(name, key_group, key),
+                     pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))
+
+    def delete(self, name: str, key_group: int, key: Any) -> None:
+        self._db.delete(self._key(name, key_group, key))
+
+    def key_count(self) -> int:
+        count = 0
+        it = self._db.iter()
+        it.seek_to_first()
+        while it.valid():
+            count += 1
+            it.next()
+        return count
+
+    def iter_entries(self, name: str) -> Iterator[tuple[int, Any, Any]]:
+        suffix = self._prefix(name)
+        for key_group in self.key_groups:
+            prefix = _group_prefix(key_group) + suffix
+            it = self._db.iter()
+            it.seek(prefix)
+            while it.valid():
+                raw: bytes = it.key()
+                if not raw.startswith(prefix):
+                    break
+                yield key_group, pickle.loads(raw[len(prefix):]), pickle.loads(it.value())
+                it.next()
+
+    # ------------------------------------------------------------------ snapshots
+
+    def snapshot(self) -> RocksDBSnapshot:
+        """The synchronous part: flush and hard-link the live files (no copies)."""
+        self._snapshots += 1
+        directory = self.root / "snapshots" / str(self._snapshots)
+        directory.parent.mkdir(exist_ok=True)
+        rocksdict.Checkpoint(self._db).create_checkpoint(str(directory))
+        return RocksDBSnapshot(backend=self, directory=directory)
+
+    def reusable(self) -> dict[str, SharedStateFile]:
+        """Table files of the last completed checkpoint, by their local name."""
+        with self._lock:
+            return dict(self._confirmed)
+
+    def uploaded(self, checkpoint_id: int, files: Iterable[SharedStateFile]) -> None:
+        with self._lock:
+            self._uploaded[checkpoint_id] = {f.name: f for f in files}
+
+    def notify_complete(self, checkpoint_id: int) -> None:
+        with self._lock:
+            files = self._uploaded.get(checkpoint_id)
+            if files is not None:
+                self._confirmed = files
+            for older in [c for c in self._uploaded if c <= checkpoint_id]:
+                del self._uploaded[older]
+
+    def shared_name(self, checkpoint_id: int, local_name: str) -> str:
+        """Unique per upload: operator, subtask, this database's id, checkpoint, file."""
+        return (f"{self._operator}-{self._subtask}-{self._instance}-{checkpoint_id}-"
+                f"{local_name}")
+
+    # ------------------------------------------------------------------ restore
+
+    def restore(self, blobs: Iterable[bytes]) -> int:
+        """Load the owned key groups from the state files of any parallelism.
+
+        One state file with exactly this subtask's key groups (a restart at the same
+        parallelism) becomes the database itself, and its shared files stay reusable.
+        Otherwise each old database is downloaded, opened read-only, and its part of
+        this subtask's key-group range copied over.
+        """
+        started = time.perf_counter()
+        files = [RocksDBStateFile.from_bytes(blob) for blob in blobs]
+        files = [f for f in files if f.key_groups[0] < self.key_groups.stop
+                 and self.key_groups.start < f.key_groups[1]]
+        if not files:
+            return 0
+        storage = self._storage
+        if storage is None:
+            raise ValueError("the rocksdb state backend needs checkpoint storage to restore")
+        own = (self.key_groups.start, self.key_groups.stop)
+        downloaded = [0, 0]
+        if len(files) == 1 and files[0].key_groups == own:
+            self._db.close()
+            self._handles.remove(self._db)
+            shutil.rmtree(self._db_path)
+            self._materialize(files[0], self._db_path, storage=storage, counts=downloaded)
+            self._db = _open(self._db_path)
+            self._handles.append(self._db)
+            with self._lock:
+                self._confirmed = {f.name: f for f in files[0].shared}
+            restored = self.key_count()
+        else:
+            restored = 0
+            for number, state in enumerate(files):
+                path = self.root / "restore" / str(number)
+                self._materialize(state, path, storage=storage, counts=downloaded)
+                restored += self._copy_owned(path)
+                shutil.rmtree(path, ignore_errors=True)
+        self.last_restore = RestoreStats(downloaded_files=downloaded[0],
+                                         downloaded_bytes=downloaded[1],
+                                         seconds=time.perf_counter() - started)
+        return restored
+
+    def _materialize(self, state: RocksDBStateFile, path: Path, *, storage: CheckpointStorage,
+                     counts: list[int]) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        for name, body in state.private.items():
+            (path / name).write_bytes(body)
+        for shared in state.shared:
+            download_file(storage.fs, handle=shared.handle, path=path / shared.name)
+            counts[0] += 1
+            counts[1] += shared.handle.size_bytes
+
+    def _copy_owned(self, path: Path) -> int:
+        source = _open_read_only(path)
+        copied = 0
+        try:
+            end = _range_end(self.key_groups.stop)
+            it = source.iter()
+            it.seek(_group_prefix(self.key_groups.start))
+            batch = rocksdict.WriteBatch(raw_mode=True)
+            while it.valid():
+                key: bytes = it.key()
+                if key >= end:
+                    break
+                batch.put(key, it.value())
+                copied += 1
+                if copied % 10_000 == 0:
+                    self._db.write(batch)
+                    batch = rocksdict.WriteBatch(raw_mode=True)
+                it.next()
+            self._db.write(batch)
+        finally:
+            source.close()
+        return copied
+
+    def close(self) -> None:
+        self._finalizer()
+
+
+class RocksDBSnapshot:
+    """A RocksDB checkpoint directory waiting for the uploader."""
+
+    def __init__(self, *, backend: RocksDBStateBackend, directory: Path) -> None:
+        self._backend = backend
+        self._directory = directory
+        self.key_groups = (backend.key_groups.start, backend.key_groups.stop)
+
+    def upload(self, *, storage: CheckpointStorage, checkpoint_id: int, operator: str,
+               subtask: int) -> UploadedState:
+        """New table files to the shared directory, the rest into the state file."""
+        try:
+            reusable = self._backend.reusable()
+            private: dict[str, bytes] = {}
+            shared: list[SharedStateFile] = []
+            uploaded = 0
+            for entry in sorted(os.scandir(self._directory), key=lambda e: e.name):
+                path = Path(entry.path)
+                if not entry.name.endswith(".sst"):
+                    private[entry.name] = path.read_bytes()
+                    continue
+                known = reusable.get(entry.name)
+                if known is not None:
+                    shared.append(known)
+                    continue
+                uri = storage.shared_uri(self._backend.shared_name(checkpoint_id, entry.name))
+                handle = upload_file(storage.fs, uri=uri, path=path)
+                uploaded += handle.size_bytes
+                shared.append(SharedStateFile(name=entry.name, handle=handle))
+            state = RocksDBStateFile(key_groups=self.key_groups, private=private,
+                                     shared=tuple(shared))
+            handle = storage.write_state(checkpoint_id, operator, subtask, state.to_bytes())
+            self._backend.uploaded(checkpoint_id, shared)
+            return UploadedState(handle=handle, shared=tuple(shared),
+                                 uploaded_bytes=uploaded + handle.size_bytes)
+        finally:
+            shutil.rmtree(self._directory, ignore_errors=True)
