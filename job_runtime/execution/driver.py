@@ -245,7 +245,9 @@ def _run(settings: DriverSettings) -> int:
     if outcome is None:
         assert pipeline.sink_op is not None
         pipeline.sink_op.finish_job(job_id=settings.job_id, s3=s3)
-        store.shutdown(JobOutcome.FINISHED, discard=storage.discard)
+        store.shutdown(JobOutcome.FINISHED, discard=coordinator.shared_files.discard)
+        latest = coordinator.latest
+        coordinator.delete_unreferenced_shared(0 if latest is None else latest.checkpoint_id)
         status.stop(state="finished")
         sc.stop()
         log.info("job finished: %d records written, %d checkpoints completed",

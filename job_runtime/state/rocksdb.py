@@ -74,7 +74,7 @@ def _open(path: Path) -> rocksdict.Rdict:
     db = rocksdict.Rdict(str(path), options)
     # No write-ahead log: checkpoints are the durability; a crash restores one.
     write = rocksdict.WriteOptions()
-    write.disable_wal(True)
+    write.disable_wal = True  # type: ignore[method-assign,assignment]  # a property at run time
     db.set_write_options(write)
     return db
 
@@ -233,8 +233,12 @@ class RocksDBStateBackend:
             self._materialize(files[0], self._db_path, storage=storage, counts=downloaded)
             self._db = _open(self._db_path)
             self._handles.append(self._db)
+            # Reused only when they are this job's: another job's checkpoint (a foreign
+            # restore) keeps its files, and may delete them.
+            own = storage.shared_dir.rstrip("/") + "/"
             with self._lock:
-                self._confirmed = {f.name: f for f in files[0].shared}
+                self._confirmed = {f.name: f for f in files[0].shared
+                                   if f.handle.uri.startswith(own)}
             restored = self.key_count()
         else:
             restored = 0
