@@ -235,10 +235,10 @@ class RocksDBStateBackend:
             self._handles.append(self._db)
             # Reused only when they are this job's: another job's checkpoint (a foreign
             # restore) keeps its files, and may delete them.
-            own = storage.shared_dir.rstrip("/") + "/"
+            own_dir = storage.shared_dir.rstrip("/") + "/"
             with self._lock:
                 self._confirmed = {f.name: f for f in files[0].shared
-                                   if f.handle.uri.startswith(own)}
+                                   if f.handle.uri.startswith(own_dir)}
             restored = self.key_count()
         else:
             restored = 0
