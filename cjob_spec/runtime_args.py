@@ -43,7 +43,8 @@ runtime. Flags (values are single arguments; repeatable flags may appear many ti
     ``spec.state.backend``; given only for ``rocksdb`` (``hashmap`` is the default).
 ``--state-dir DIR``
     Local working directory of the ``rocksdb`` backend (optional; default
-    ``./cjob-rocksdb`` below the executor's working directory).
+    ``cjob-rocksdb`` in Spark's scratch directory, ``SPARK_LOCAL_DIRS``, which Spark
+    on Kubernetes puts on an emptyDir, else in the system's temporary directory).
 ``--attempt N``
     The attempt number; the store refuses writes from any attempt but the fenced one.
 ``--store file:DIR|configmap:NAMESPACE/NAME``

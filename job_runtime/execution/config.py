@@ -35,6 +35,6 @@ class SubtaskConfig:
     state_backend: str = "hashmap"
     """``hashmap`` or ``rocksdb`` (``spec.state.backend``)."""
     state_dir: str = ""
-    """Local working directory of the ``rocksdb`` backend; empty: below the working dir."""
+    """Local working directory of the ``rocksdb`` backend; empty: Spark's scratch dir."""
     loopback: bool = False
     """Local mode: channel listeners bind 127.0.0.1, nothing else can reach them."""

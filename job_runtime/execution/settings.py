@@ -42,7 +42,7 @@ class DriverSettings:
     state_backend: str = defaults.STATE_BACKEND.default
     """``hashmap`` or ``rocksdb`` (``spec.state.backend``)."""
     state_dir: str = ""
-    """Local working directory of the ``rocksdb`` backend; empty: below the working dir."""
+    """Local working directory of the ``rocksdb`` backend; empty: Spark's scratch dir."""
 
     @property
     def job_id(self) -> str:

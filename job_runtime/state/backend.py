@@ -83,7 +83,7 @@ class StateBackendSettings:
 
     kind: BackendKind = "hashmap"
     local_dir: str = ""
-    """Where ``rocksdb`` keeps its working files; empty: a temporary directory."""
+    """Where ``rocksdb`` keeps its working files; empty: Spark's scratch directory."""
     storage: CheckpointStorage | None = None
     """Where restored shared files are read from (``rocksdb`` only)."""
 

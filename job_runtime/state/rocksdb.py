@@ -48,7 +48,16 @@ from job_runtime.state.rocksdb_format import RocksDBStateFile, download_file, up
 from job_runtime.storage.checkpoint_storage import CheckpointStorage
 
 DEFAULT_DIR_NAME = "cjob-rocksdb"
-"""Below the working directory when no ``--state-dir`` is given (an emptyDir in a pod)."""
+
+
+def default_local_dir() -> Path:
+    """Where working files go without ``--state-dir``: Spark's scratch directory.
+
+    Spark on Kubernetes points ``SPARK_LOCAL_DIRS`` at an emptyDir volume of the
+    executor pod; elsewhere (local mode) the system's temporary directory.
+    """
+    first = os.environ.get("SPARK_LOCAL_DIRS", "").split(",")[0].strip()
+    return Path(first or tempfile.gettempdir()) / DEFAULT_DIR_NAME
 
 _KEY_PROTOCOL = 5
 """Fixed pickle protocol for keys: equal keys must encode to equal bytes."""
@@ -111,7 +120,7 @@ class RocksDBStateBackend:
         self._operator = operator
         self._subtask = subtask
         self._storage = storage
-        base = Path(local_dir) if local_dir else Path.cwd() / DEFAULT_DIR_NAME
+        base = Path(local_dir) if local_dir else default_local_dir()
         base.mkdir(parents=True, exist_ok=True)
         self.root = Path(tempfile.mkdtemp(prefix=f"{operator}-{subtask}-", dir=base))
         self._instance = uuid.uuid4().hex[:12]
