@@ -1,6 +1,6 @@
 """``python -m bench all`` or one benchmark: ``throughput``, ``python-state``, ``overhead``,
 ``barriers``, ``state-size``, ``recovery``, ``operator``, ``recovery-operator``,
-``channel-mac``.
+``channel-mac``, ``rocksdb-state``.
 
 Each benchmark prints a table, writes ``bench/results/<name>.json`` and a PNG
 plot, and rewrites its own entries of ``bench/results/summary.json``.
@@ -26,6 +26,7 @@ BENCHMARKS = {
     "operator": "bench.operator_bench",
     "recovery-operator": "bench.operator_recovery",
     "channel-mac": "bench.channel_mac",
+    "rocksdb-state": "bench.rocksdb_state",
 }
 ALL = ["throughput", "python-state", "overhead", "barriers", "state-size", "recovery"]
 

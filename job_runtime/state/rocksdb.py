@@ -310,10 +310,13 @@ class RocksDBSnapshot:
         self.key_groups = (backend.key_groups.start, backend.key_groups.stop)
 
     def upload(self, *, storage: CheckpointStorage, checkpoint_id: int, operator: str,
-               subtask: int) -> UploadedState:
-        """New table files to the shared directory, the rest into the state file."""
+               subtask: int, full: bool = False) -> UploadedState:
+        """New table files to the shared directory, the rest into the state file.
+
+        ``full`` uploads every table file again (the benchmark's baseline).
+        """
         try:
-            reusable = self._backend.reusable()
+            reusable = {} if full else self._backend.reusable()
             private: dict[str, bytes] = {}
             shared: list[SharedStateFile] = []
             uploaded = 0
