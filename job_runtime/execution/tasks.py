@@ -30,7 +30,7 @@ from job_runtime.operators.keyed import KeyedOperator, build_keyed_operator
 from job_runtime.records import Batch, key_group_of, key_group_range, split_by_target
 from job_runtime.sinks.base import SinkWriter
 from job_runtime.sources.base import Source, SourceContext, Split, SplitReader
-from job_runtime.state.backend import StateBackendSettings
+from job_runtime.state.backend import BackendKind, StateBackendSettings
 from job_runtime.storage.checkpoint_storage import CheckpointStorage
 from job_runtime.storage.filesystem import get_filesystem
 
@@ -264,13 +264,14 @@ class KeyedTask(Task):
             self.restore_seconds = time.perf_counter() - started
 
     def _state_settings(self) -> StateBackendSettings:
+        """The job's backend; storage too, whichever it is: a restore reads the shared
+        files of a ``rocksdb`` checkpoint even into ``hashmap`` (a changed backend)."""
         config = self.runtime.config
-        if config.state_backend == "hashmap":
-            return StateBackendSettings()
         storage = CheckpointStorage(
             config.checkpoint_root, config.job_id,
             fs=get_filesystem(config.checkpoint_root, s3=self.runtime.s3_config))
-        return StateBackendSettings(kind="rocksdb", local_dir=config.state_dir, storage=storage)
+        kind: BackendKind = "rocksdb" if config.state_backend == "rocksdb" else "hashmap"
+        return StateBackendSettings(kind=kind, local_dir=config.state_dir, storage=storage)
 
     def on_complete(self, checkpoint_id: int, final: bool) -> None:
         self.operator.notify_complete(checkpoint_id)

@@ -20,7 +20,12 @@ import pyarrow as pa
 from job_runtime.errors import UserCodeError
 from job_runtime.pipeline import KeyedOp
 from job_runtime.records import Batch, Record, key_group_of, key_groups_of_array
-from job_runtime.state.backend import AnySnapshot, StateBackendSettings, create_backend
+from job_runtime.state.backend import (
+    AnySnapshot,
+    StateBackendSettings,
+    create_backend,
+    restore_keyed_state,
+)
 from job_runtime.state.handles import ProcessContext
 
 
@@ -84,7 +89,7 @@ class _RecordKeyed(KeyedOperator):
         return self.backend.snapshot()
 
     def restore(self, blobs: Iterable[bytes]) -> int:
-        return self.backend.restore(blobs)
+        return restore_keyed_state(self.backend, blobs, settings=self.state)
 
     def key_count(self) -> int:
         return self.backend.key_count()

@@ -44,7 +44,12 @@ import rocksdict
 
 from job_runtime.checkpoint.metadata import SharedStateFile
 from job_runtime.state.backend import UploadedState
-from job_runtime.state.rocksdb_format import RocksDBStateFile, download_file, upload_file
+from job_runtime.state.rocksdb_format import (
+    RocksDBStateFile,
+    download_file,
+    is_rocksdb_state,
+    upload_file,
+)
 from job_runtime.storage.checkpoint_storage import CheckpointStorage
 
 DEFAULT_DIR_NAME = "cjob-rocksdb"
@@ -100,6 +105,48 @@ def _remove_dir(path: Path, db: list[rocksdict.Rdict]) -> None:
         except Exception:
             pass
     shutil.rmtree(path, ignore_errors=True)
+
+
+def materialize(state: RocksDBStateFile, path: Path, *, storage: CheckpointStorage,
+                counts: list[int]) -> None:
+    """Write a snapshot's private files and download its shared ones into ``path``."""
+    path.mkdir(parents=True, exist_ok=True)
+    for name, body in state.private.items():
+        (path / name).write_bytes(body)
+    for shared in state.shared:
+        download_file(storage.fs, handle=shared.handle, path=path / shared.name)
+        counts[0] += 1
+        counts[1] += shared.handle.size_bytes
+
+
+def read_entries(state: RocksDBStateFile, *, storage: CheckpointStorage, key_groups: range,
+                 workdir: Path) -> Iterator[tuple[str, int, Any, Any]]:
+    """``(name, key_group, key, value)`` of a snapshot's entries in ``key_groups``.
+
+    For backends that keep state otherwise (``hashmap`` restoring a ``rocksdb``
+    checkpoint): the snapshot is downloaded below ``workdir`` and read in order.
+    """
+    path = Path(tempfile.mkdtemp(prefix="rocksdb-read-", dir=workdir))
+    try:
+        materialize(state, path, storage=storage, counts=[0, 0])
+        source = _open_read_only(path)
+        try:
+            end = _range_end(key_groups.stop)
+            it = source.iter()
+            it.seek(_group_prefix(key_groups.start))
+            while it.valid():
+                raw: bytes = it.key()
+                if raw >= end:
+                    break
+                key_group, length = struct.unpack(">HH", raw[:4])
+                name = raw[4:4 + length].decode()
+                yield (name, key_group, pickle.loads(raw[4 + length:]),
+                       pickle.loads(it.value()))
+                it.next()
+        finally:
+            source.close()
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -223,24 +270,32 @@ class RocksDBStateBackend:
         parallelism) becomes the database itself, and its shared files stay reusable;
         the count returned is then RocksDB's estimate. Otherwise each old database is
         downloaded, opened read-only, and its part of this subtask's key-group range
-        copied over (counted exactly).
+        copied over (counted exactly). Full snapshots of the ``hashmap`` backend are
+        loaded key by key, so a job may switch backends at a restart.
         """
         started = time.perf_counter()
-        files = [RocksDBStateFile.from_bytes(blob) for blob in blobs]
+        files: list[RocksDBStateFile] = []
+        full: list[bytes] = []
+        for blob in blobs:
+            if is_rocksdb_state(blob):
+                files.append(RocksDBStateFile.from_bytes(blob))
+            else:
+                full.append(blob)
         files = [f for f in files if f.key_groups[0] < self.key_groups.stop
                  and self.key_groups.start < f.key_groups[1]]
+        restored = self._restore_full(full)
         if not files:
-            return 0
+            return restored
         storage = self._storage
         if storage is None:
             raise ValueError("the rocksdb state backend needs checkpoint storage to restore")
         own = (self.key_groups.start, self.key_groups.stop)
         downloaded = [0, 0]
-        if len(files) == 1 and files[0].key_groups == own:
+        if len(files) == 1 and files[0].key_groups == own and not full:
             self._db.close()
             self._handles.remove(self._db)
             shutil.rmtree(self._db_path)
-            self._materialize(files[0], self._db_path, storage=storage, counts=downloaded)
+            materialize(files[0], self._db_path, storage=storage, counts=downloaded)
             self._db = _open(self._db_path)
             self._handles.append(self._db)
             # Reused only when they are this job's: another job's checkpoint (a foreign
@@ -253,10 +308,9 @@ class RocksDBStateBackend:
             # would cost more than the restore (it is what the log reports).
             restored = int(self._db.property_int_value("rocksdb.estimate-num-keys") or 0)
         else:
-            restored = 0
             for number, state in enumerate(files):
                 path = self.root / "restore" / str(number)
-                self._materialize(state, path, storage=storage, counts=downloaded)
+                materialize(state, path, storage=storage, counts=downloaded)
                 restored += self._copy_owned(path)
                 shutil.rmtree(path, ignore_errors=True)
         self.last_restore = RestoreStats(downloaded_files=downloaded[0],
@@ -264,15 +318,20 @@ class RocksDBStateBackend:
                                          seconds=time.perf_counter() - started)
         return restored
 
-    def _materialize(self, state: RocksDBStateFile, path: Path, *, storage: CheckpointStorage,
-                     counts: list[int]) -> None:
-        path.mkdir(parents=True, exist_ok=True)
-        for name, body in state.private.items():
-            (path / name).write_bytes(body)
-        for shared in state.shared:
-            download_file(storage.fs, handle=shared.handle, path=path / shared.name)
-            counts[0] += 1
-            counts[1] += shared.handle.size_bytes
+    def _restore_full(self, blobs: list[bytes]) -> int:
+        """Owned entries of ``hashmap`` snapshots, written key by key."""
+        from job_runtime.state.hashmap import deserialize_keyed_state
+
+        restored = 0
+        for blob in blobs:
+            for key_group, tables in deserialize_keyed_state(blob).items():
+                if key_group not in self.key_groups:
+                    continue
+                for name, entries in tables.items():
+                    for key, value in entries.items():
+                        self.put(name, key_group, key, value)
+                    restored += len(entries)
+        return restored
 
     def _copy_owned(self, path: Path) -> int:
         source = _open_read_only(path)

@@ -103,6 +103,11 @@ class RocksDBStateFile:
         return cls(key_groups=(groups[0], groups[1]), private=private, shared=tuple(shared))
 
 
+def is_rocksdb_state(data: bytes) -> bool:
+    """Whether ``data`` is a ``rocksdb`` state file (else another backend's snapshot)."""
+    return data.startswith(MAGIC)
+
+
 def _plain_name(name: str) -> str:
     """A file name that stays inside the directory it is written to."""
     if not name or "/" in name or "\\" in name or name in (".", ".."):

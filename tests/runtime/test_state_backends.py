@@ -20,6 +20,7 @@ from job_runtime.state.backend import (
     KeyedStateBackend,
     StateBackendSettings,
     create_backend,
+    restore_keyed_state,
 )
 from job_runtime.state.handles import ProcessContext
 from job_runtime.storage.checkpoint_storage import CheckpointStorage
@@ -189,3 +190,31 @@ class TestStateHandles:
         assert dict(ctx.map_state("clicks").items()) == {"cart": 2}
         ctx.value_state("seen").clear()
         assert ctx.value_state("seen").value("none") == "none"
+
+
+class TestSwitchingBackends:
+    @pytest.mark.parametrize(("before", "after"), [("hashmap", "rocksdb"),
+                                                   ("rocksdb", "hashmap")])
+    @pytest.mark.parametrize("parallelism", [(2, 2), (2, 3)], ids=["same", "rescaled"])
+    def test_a_checkpoint_of_one_backend_restores_into_the_other(
+            self, tmp_path: Path, before: str, after: str,
+            parallelism: tuple[int, int]) -> None:
+        old_backends = Backends(before, tmp_path / "old")
+        new_backends = Backends(after, tmp_path / "new")
+        try:
+            keys = [*range(800), *(f"user-{i}" for i in range(200))]
+            old = old_backends.parallel(parallelism[0])
+            for key in keys:
+                owner = operator_index_for_key_group(group(key), parallelism=parallelism[0],
+                                                     max_parallelism=MAX_P)
+                old[owner].put("count", group(key), key, {"key": key})
+            blobs = [old_backends.checkpoint(b, subtask=i) for i, b in enumerate(old)]
+            new = new_backends.parallel(parallelism[1])
+            restored = [restore_keyed_state(b, blobs, settings=new_backends.settings)
+                        for b in new]
+            assert sum(restored) == len(keys)
+            found = {k: v for b in new for _, k, v in b.iter_entries("count")}
+            assert found == {key: {"key": key} for key in keys}
+        finally:
+            old_backends.close()
+            new_backends.close()

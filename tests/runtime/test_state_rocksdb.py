@@ -173,9 +173,11 @@ class TestIncrementalCheckpoints:
         finally:
             restored.close()
 
-    def test_a_full_snapshot_is_refused_with_a_sentence(self, job: Job) -> None:
-        with pytest.raises(RocksDBStateError, match="not a rocksdb state file"):
-            job.backend.restore([b"\x80\x05N."])
+    def test_a_state_file_of_no_backend_is_refused_with_a_sentence(self, job: Job) -> None:
+        with pytest.raises(ValueError, match="not a keyed state file of a known version"):
+            job.backend.restore([b"\x80\x05N."])      # a pickled None
+        with pytest.raises(RocksDBStateError, match="version 9 is not supported"):
+            job.backend.restore([b"cjob-rocksdb\n\x00\x00\x00\x0d{\"version\":9}"])
 
     def test_the_state_file_names_its_key_groups_private_and_shared_files(
             self, job: Job) -> None:
