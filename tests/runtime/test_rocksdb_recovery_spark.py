@@ -4,7 +4,9 @@ Real Spark in local mode through the embedded runner (``cjob run``), the same
 running-sum job and verifier as the hashmap recovery tests: a subtask process is
 killed (Spark relaunches the stage, which restores within the attempt) and the
 driver is killed after a commit (the next attempt restores from storage in a new
-process). Sorted, every key's sums must step by exactly its inputs, each once.
+process). A second test kills a driver at parallelism 2 and resumes at 3, so
+each new subtask copies its key groups out of the old subtasks' databases.
+Sorted, every key's sums must step by exactly its inputs, each once.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from runtime_harness import JOBS, EmbeddedRun, load_example, read_output
+from runtime_harness import JOBS, EmbeddedRun, JobHarness, load_example, read_output
 
 from job_runtime.checkpoint.metadata import CheckpointMetadata
 from job_runtime.storage.checkpoint_storage import unframe_metadata
@@ -68,3 +70,20 @@ def test_a_rocksdb_job_killed_in_a_subtask_and_in_the_driver_recovers_exactly_on
         assert shared, f"{path} references no shared file"
         for uri in shared:
             assert Path(uri.removeprefix("file://")).is_file(), uri
+
+
+def test_a_rocksdb_job_killed_at_parallelism_2_resumes_exactly_once_at_parallelism_3(
+        harness: JobHarness) -> None:
+    args = {"count": COUNT, "rate": RATE, "output": str(harness.output)}
+    rocksdb = ["--state-backend", "rocksdb", "--state-dir", str(harness.base / "local")]
+    killed = harness.run(entrypoint="crashing_jobs:running_sum", attempt=1, args=args,
+                         env={"CJOB_FAULTS": "driver.before-metadata@4"}, extra=rocksdb)
+    assert killed.returncode != 0, "the fault point never fired"
+
+    run = harness.run(entrypoint="crashing_jobs:running_sum", attempt=2, args=args,
+                      parallelism=3, master="local[3,4]",
+                      extra=["--restore", "latest", *rocksdb])
+    assert run.returncode == 0, run.explain()
+    assert run.status is not None
+    assert run.status["restoredFrom"]["id"] == 3
+    assert harness.running_sum_problems(count=COUNT) == []
