@@ -209,7 +209,7 @@ class TestSharedFileDeletion:
         first = job.complete(1)
         job.fill(range(0, KEYS, 100), version=1)
         job.complete(2)
-        job.backend._db.compact_range(None, None)   # every old table file is rewritten
+        job.backend.compact()   # every old table file is rewritten
         job.complete(3)
         assert uris(first) <= job.shared_on_storage()    # checkpoint 2 still references them
         job.fill(range(1, KEYS, 100), version=2)
@@ -231,7 +231,7 @@ class TestSharedFileDeletion:
         job.fill(range(KEYS))
         first = job.complete(1)
         job.fill(range(0, KEYS, 100), version=1)
-        job.backend._db.compact_range(None, None)    # rewrites the first checkpoint's files
+        job.backend.compact()    # rewrites the first checkpoint's files
         assert not uris(first) & uris(job.complete(2))
         newest = job.store.all()[-1]
         Path(local_path(newest.metadata_path)).write_bytes(b"damaged")
@@ -267,7 +267,7 @@ class TestSharedFileDeletion:
         job.fill(range(KEYS))
         first = job.complete(1)
         job.fill(range(0, KEYS, 100), version=1)
-        job.backend._db.compact_range(None, None)    # rewrites the first checkpoint's files
+        job.backend.compact()    # rewrites the first checkpoint's files
         assert not uris(first) & uris(job.complete(2))
         job.fill(range(3), version=3)
         job.complete(3)                          # prunes 1 and deletes its files
