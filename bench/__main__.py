@@ -1,6 +1,6 @@
 """``python -m bench all`` or one benchmark: ``throughput``, ``python-state``, ``overhead``,
 ``barriers``, ``state-size``, ``recovery``, ``operator``, ``recovery-operator``,
-``channel-mac``.
+``channel-mac``, ``rocksdb-state``.
 
 Each benchmark prints a table, writes ``bench/results/<name>.json`` and a PNG
 plot, and rewrites its own entries of ``bench/results/summary.json``.
@@ -28,6 +28,7 @@ BENCHMARKS = {
     "channel-mac": "bench.channel_mac",
     "sync-part": "bench.sync_part",
     "ss-rocksdb-state": "bench.ss_rocksdb_state",
+    "rocksdb-state": "bench.rocksdb_state",
 }
 ALL = ["throughput", "python-state", "overhead", "barriers", "state-size", "recovery"]
 

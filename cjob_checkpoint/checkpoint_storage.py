@@ -47,6 +47,8 @@ from cjob_checkpoint.store.base import CompletedCheckpoint, UnreadableCheckpoint
 _log = logging.getLogger(__name__)
 
 METADATA_NAME = "_metadata"
+SHARED_DIR = "shared"
+"""``<root>/<job_id>/shared/``: files incremental snapshots share across checkpoints."""
 CHECKPOINT_DIR_PREFIX = "chk-"
 _HEADER_PREFIX = b"cjob-metadata/1 "
 _SEGMENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
@@ -188,6 +190,14 @@ class CheckpointStorage:
 
     def metadata_uri(self, checkpoint_id: int) -> str:
         return join_uri(self.checkpoint_dir(checkpoint_id), METADATA_NAME)
+
+    @property
+    def shared_dir(self) -> str:
+        return join_uri(self.job_dir, SHARED_DIR)
+
+    def shared_uri(self, name: str) -> str:
+        """Where a shared file named ``name`` (unique per upload) lives."""
+        return join_uri(self.shared_dir, ensure_safe_segment(name, what="a shared file name"))
 
     def state_uri(self, checkpoint_id: int, operator: str, subtask: int) -> str:
         ensure_safe_segment(operator, what="the operator name")

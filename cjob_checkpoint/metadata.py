@@ -26,10 +26,15 @@ import json
 from cjob_checkpoint.checkpoint_storage import StateHandle
 from cjob_checkpoint.fields import Json, JsonFields
 
-FORMAT_VERSION = 1
-"""The ``version`` this runtime writes."""
+FORMAT_VERSION = 2
+"""The ``version`` this runtime writes.
 
-READABLE_VERSIONS = (1,)
+Version 2 added ``shared`` to keyed state handles: the files of an incremental
+(``rocksdb``) snapshot that live in the job's shared directory and that several
+checkpoints may reference. Version 1 documents have none and read unchanged.
+"""
+
+READABLE_VERSIONS = (1, 2)
 """Every ``version`` this runtime reads: each one any release ever wrote."""
 
 
@@ -54,6 +59,27 @@ def _index(key: str, *, what: str) -> int:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class SharedStateFile:
+    """A file of an incremental snapshot kept in the job's shared directory.
+
+    ``name`` is the file's name inside the snapshot (what a restore calls it
+    locally); ``handle`` is where it lies, under a name no other upload uses.
+    Several checkpoints may list the same handle; it is deleted only once no
+    retained checkpoint lists it.
+    """
+
+    name: str
+    handle: StateHandle
+
+    def to_json(self) -> dict[str, Json]:
+        return {"name": self.name, **self.handle.to_dict()}
+
+    @classmethod
+    def from_json(cls, fields: _Fields) -> SharedStateFile:
+        return cls(name=fields.text("name"), handle=_handle_from(fields))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class KeyedStateHandle:
     """One subtask's state of one keyed operator, and the key groups it holds."""
 
@@ -61,23 +87,36 @@ class KeyedStateHandle:
     handle: StateHandle
     key_groups: tuple[int, int]
     """``[start, stop)`` of the key groups the state file holds."""
+    shared: tuple[SharedStateFile, ...] = ()
+    """Shared files the state file builds on (incremental snapshots; version 2)."""
 
     def overlaps(self, key_groups: range) -> bool:
         start, stop = self.key_groups
         return start < key_groups.stop and key_groups.start < stop
 
     def to_json(self) -> dict[str, Json]:
-        return {"subtask": self.subtask, **self.handle.to_dict(),
-                "keyGroups": list(self.key_groups)}
+        data: dict[str, Json] = {"subtask": self.subtask, **self.handle.to_dict(),
+                                 "keyGroups": list(self.key_groups)}
+        if self.shared:
+            data["shared"] = [f.to_json() for f in self.shared]
+        return data
 
     @classmethod
-    def from_json(cls, fields: _Fields) -> KeyedStateHandle:
+    def from_json(cls, fields: _Fields, *, version: int = FORMAT_VERSION) -> KeyedStateHandle:
         groups = fields.array("keyGroups")
         if (len(groups) != 2
                 or not all(isinstance(g, int) and not isinstance(g, bool) for g in groups)):
             raise MetadataError(f"'keyGroups' of {fields.where} must be two integers")
+        shared: tuple[SharedStateFile, ...] = ()
+        if fields.has("shared"):
+            if version < 2:
+                raise MetadataError(f"{fields.where} has 'shared' files, which format "
+                                    f"version {version} does not know")
+            shared = tuple(SharedStateFile.from_json(
+                fields.child(item, where=f"a shared file of {fields.where}"))
+                for item in fields.array("shared"))
         return cls(subtask=fields.integer("subtask"), handle=_handle_from(fields),
-                   key_groups=(groups[0], groups[1]))
+                   key_groups=(groups[0], groups[1]), shared=shared)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -142,6 +181,11 @@ class CheckpointMetadata:
         """
         return [h.handle for h in self.operators.get(uid, ()) if h.overlaps(key_groups)]
 
+    def shared_files(self) -> set[str]:
+        """URIs of every shared file this checkpoint references (any operator, subtask)."""
+        return {f.handle.uri for handles in self.operators.values() for h in handles
+                for f in h.shared}
+
     def channel_state(self, stage: int) -> list[StateHandle]:
         """Every subtask's in-flight data of ``stage``; the reader keeps its own keys."""
         return [h.handle for h in self.channels.get(stage, ())]
@@ -202,15 +246,16 @@ class CheckpointMetadata:
             raise MetadataError(f"checkpoint metadata format version {version!r} is not "
                                 f"supported (this runtime reads versions "
                                 f"{', '.join(map(str, READABLE_VERSIONS))})")
-        return cls._from_v1(fields)
+        return cls._read(fields, version=version)
 
     @classmethod
-    def _from_v1(cls, fields: _Fields) -> CheckpointMetadata:
+    def _read(cls, fields: _Fields, *, version: int) -> CheckpointMetadata:
+        """Versions 1 and 2 share one layout; 2 may add ``shared`` to keyed handles."""
         sources = {_index(key, what="source split"): position
                    for key, position in fields.object("sources").items()}
         operators = {
             uid: tuple(KeyedStateHandle.from_json(
-                fields.child(item, where=f"a state handle of operator {uid!r}"))
+                fields.child(item, where=f"a state handle of operator {uid!r}"), version=version)
                 for item in _list(handles, where=f"the handles of operator {uid!r}"))
             for uid, handles in fields.object("operators").items()}
         channels = {

@@ -33,6 +33,7 @@ from cjob_spec.model import (
     RestoreSpec,
     S3Settings,
     SparkSpec,
+    StateBackend,
     spec_hash,
 )
 from cjob_spec.parse import load_job_file, parse_job
@@ -91,6 +92,7 @@ __all__ = [
     "S3Settings",
     "SparkSpec",
     "SpecError",
+    "StateBackend",
     "configmap_store_arg",
     "decide_restart",
     "describe_exit",

@@ -56,10 +56,18 @@ class CheckpointCleanup(StrEnum):
     """Delete the job's checkpoint directory when the CheckpointedJob is deleted."""
 
 
+class StateBackend(StrEnum):
+    HASHMAP = "hashmap"
+    """Keyed state in memory; every checkpoint writes it whole."""
+    ROCKSDB = "rocksdb"
+    """Keyed state on local disk (may exceed memory); checkpoints upload only new files."""
+
+
 DEFAULT_CHECKPOINT_MODE = CheckpointMode(defaults.CHECKPOINT_MODE.default)
 DEFAULT_RESTART_TYPE = RestartPolicyType(defaults.RESTART_TYPE.default)
 DEFAULT_ON_UNREADABLE = OnUnreadable(defaults.ON_UNREADABLE.default)
 DEFAULT_CLEANUP = CheckpointCleanup(defaults.CLEANUP_CHECKPOINTS.default)
+DEFAULT_STATE_BACKEND = StateBackend(defaults.STATE_BACKEND.default)
 """The enums' defaults, written in ``cjob_spec.defaults`` as the document writes them."""
 
 
@@ -214,6 +222,11 @@ class RestoreSpec:
 
 
 @dataclass(frozen=True)
+class StateSpec:
+    backend: StateBackend = DEFAULT_STATE_BACKEND
+
+
+@dataclass(frozen=True)
 class CleanupPolicy:
     checkpoints: CheckpointCleanup = DEFAULT_CLEANUP
 
@@ -323,6 +336,7 @@ class JobSpec:
     suspend: bool = defaults.SUSPEND.default
     cleanup_policy: CleanupPolicy = field(default_factory=CleanupPolicy)
     pod: PodSettings = field(default_factory=PodSettings)
+    state: StateSpec = field(default_factory=StateSpec)
 
 
 @dataclass(frozen=True)
@@ -381,5 +395,7 @@ def spec_hash(job: CheckpointedJob) -> str:
     }
     if not spec.pod.is_default:   # only then: the hash of every older spec stays the same
         document["pod"] = spec.pod.document()
+    if spec.state.backend is not DEFAULT_STATE_BACKEND:   # likewise
+        document["stateBackend"] = spec.state.backend.value
     encoded = json.dumps(document, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(encoded.encode()).hexdigest()[:16]

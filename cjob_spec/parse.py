@@ -61,6 +61,8 @@ from cjob_spec.model import (
     RestoreSpec,
     S3Settings,
     SparkSpec,
+    StateBackend,
+    StateSpec,
 )
 from cjob_spec.names import API_VERSION, KIND
 from cjob_spec.quantities import Memory
@@ -366,6 +368,7 @@ def parse_job(document: Mapping[str, Any]) -> CheckpointedJob:
             "restartPolicy",
             "restore",
             "suspend",
+            "state",
             "cleanupPolicy",
             "pod",
         ),
@@ -474,7 +477,14 @@ def _read_spec(node: _Node) -> JobSpec:
         default=CleanupPolicy,
     )
     pod = node.child("pod", POD_FIELDS, _read_pod, default=PodSettings)
+    state = node.child(
+        "state",
+        ("backend",),
+        lambda child: StateSpec(backend=child.enum_field(defaults.STATE_BACKEND, StateBackend)),
+        default=StateSpec,
+    )
     return JobSpec(
+        state=state,
         pod=pod,
         image=image,
         job=job,

@@ -39,6 +39,12 @@ runtime. Flags (values are single arguments; repeatable flags may appear many ti
 ``--on-unreadable fail|fallback``
     What to do when the checkpoint to restore is unreadable: exit 6, or fall back to
     an older retained checkpoint (and say so).
+``--state-backend hashmap|rocksdb``
+    ``spec.state.backend``; given only for ``rocksdb`` (``hashmap`` is the default).
+``--state-dir DIR``
+    Local working directory of the ``rocksdb`` backend (optional; default
+    ``cjob-rocksdb`` in Spark's scratch directory, ``SPARK_LOCAL_DIRS``, which Spark
+    on Kubernetes puts on an emptyDir, else in the system's temporary directory).
 ``--attempt N``
     The attempt number; the store refuses writes from any attempt but the fenced one.
 ``--store file:DIR|configmap:NAMESPACE/NAME``
@@ -58,7 +64,7 @@ from collections.abc import Mapping
 
 from cjob_spec.durations import format_seconds
 from cjob_spec.errors import SpecError
-from cjob_spec.model import CheckpointedJob
+from cjob_spec.model import DEFAULT_STATE_BACKEND, CheckpointedJob
 
 
 def to_runtime_args(
@@ -137,6 +143,8 @@ def to_runtime_args(
     ]
     if spec.restore.allow_foreign_job:
         args.append("--allow-foreign-restore")
+    if spec.state.backend is not DEFAULT_STATE_BACKEND:
+        args += ["--state-backend", spec.state.backend.value]
     args += [
         "--attempt",
         str(attempt),

@@ -24,6 +24,7 @@ from cjob_spec.model import (
     DEFAULT_ON_UNREADABLE,
     CheckpointMode,
     OnUnreadable,
+    StateBackend,
 )
 from job_runtime.cleanup import DEFAULT_TERMINATION_LOG, run_cleanup
 from job_runtime.coordinator.settings import CheckpointSettings
@@ -89,6 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--status-file", default=None)
     run.add_argument("--task-attempts", type=int, default=_DRIVER.task_attempts)
     run.add_argument("--credits", type=int, default=_DRIVER.credits)
+    run.add_argument("--state-backend", choices=[b.value for b in StateBackend],
+                     default=_DRIVER.state_backend)
+    run.add_argument("--state-dir", default=_DRIVER.state_dir,
+                     help="local working directory of the rocksdb state backend")
     cleanup = sub.add_parser("cleanup", help="delete a deleted job's checkpoint directory")
     cleanup.add_argument("--uri", required=True,
                          help="the job's checkpoint directory, <storage>/<job-name>-<job-uid>")
@@ -119,7 +124,8 @@ def settings_from_args(ns: argparse.Namespace) -> DriverSettings:
         restore=ns.restore, on_unreadable=ns.on_unreadable,
         allow_foreign_restore=ns.allow_foreign_restore, attempt=ns.attempt, store=ns.store,
         metrics_port=ns.metrics_port, status_file=ns.status_file,
-        task_attempts=ns.task_attempts, credits=ns.credits)
+        task_attempts=ns.task_attempts, credits=ns.credits, state_backend=ns.state_backend,
+        state_dir=ns.state_dir)
 
 
 def exit_on_sigterm() -> None:

@@ -76,6 +76,7 @@ from job_runtime.coordinator.streak import FailureStreak
 from job_runtime.coordinator.worker import SerialWorker
 from job_runtime.errors import UserCodeError
 from job_runtime.faults import maybe_fail
+from job_runtime.state.rocksdb_shared import SharedFileCleaner
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +151,10 @@ class CheckpointCoordinator:
         self._pending: dict[int, PendingCheckpoint] = {}
         self._restore_metadata = initial_restore
         self.restored_from = initial_restore_pointer
+        self.shared_files = SharedFileCleaner(storage=storage)
+        """Deletes the shared files of incremental snapshots once nothing retained uses them."""
+        if initial_restore is not None:
+            self.shared_files.remember(initial_restore.checkpoint_id, initial_restore)
         # What a relaunch of the subtasks restores: the checkpoint this driver
         # started from, then each one it completes. Not ``store.latest()``: after
         # a fallback past a damaged checkpoint, the store's newest is unreadable.
@@ -441,7 +446,8 @@ class CheckpointCoordinator:
                 sources[int(split)] = position
             for uid, operator in state.operators.items():
                 operators.setdefault(uid, []).append(KeyedStateHandle(
-                    subtask=subtask, handle=operator.handle, key_groups=operator.key_groups))
+                    subtask=subtask, handle=operator.handle, key_groups=operator.key_groups,
+                    shared=operator.shared))
             if state.channels is not None:
                 channels.setdefault(stage, []).append(
                     ChannelStateHandle(subtask=subtask, handle=state.channels))
@@ -463,10 +469,21 @@ class CheckpointCoordinator:
                 pending = self._pending.get(checkpoint_id)
                 if pending is None or not pending.completing:
                     return  # aborted while it waited (subsumed, or the subtasks restarted)
-                body = self._metadata(pending).to_bytes()
+                metadata = self._metadata(pending)
+                body = metadata.to_bytes()
                 stats = pending.stats
                 assert stats is not None
                 size = stats.size_bytes + len(body)
+            stale = self.shared_files.stale(metadata)
+            if stale:
+                # A subtask reused a file of a checkpoint pruned meanwhile (see
+                # rocksdb_shared): this checkpoint would not restore, so it fails.
+                with self._lock:
+                    self._commit_failed(checkpoint_id, CommitOutcome(
+                        failure=f"it references {len(stale)} shared file(s) deleted with "
+                                f"an older checkpoint, e.g. {stale[0]}"))
+                return
+            self.shared_files.remember(checkpoint_id, metadata)
             outcome = self._write_and_commit(checkpoint_id, body=body, size=size)
             with self._lock:
                 if outcome.completed is None:
@@ -507,7 +524,8 @@ class CheckpointCoordinator:
             return CommitOutcome(failure=f"commit failed: {exc}")
         failures_before = self.store.prune_failures
         try:
-            self.store.add_checkpoint_and_subsume_oldest(completed, discard=self.storage.discard)
+            self.store.add_checkpoint_and_subsume_oldest(completed,
+                                                         discard=self.shared_files.discard)
         except FencedError as exc:
             return CommitOutcome(fenced=exc)
         except AmbiguousWriteError as exc:
@@ -524,8 +542,22 @@ class CheckpointCoordinator:
             log.warning("checkpoint %d: the store failed, possibly after committing the pointer; "
                         "its data stays: %s", checkpoint_id, exc)
             return CommitOutcome(failure=f"store failed: {exc}", keep_data=True)
+        self.delete_unreferenced_shared(checkpoint_id)
         return CommitOutcome(completed=completed,
                              prune_failures=self.store.prune_failures - failures_before)
+
+    def delete_unreferenced_shared(self, checkpoint_id: int) -> None:
+        """After a prune: shared files no retained checkpoint references go (best effort)."""
+        try:
+            retained = self.store.all(skip_corrupt=True)
+            deleted = self.shared_files.delete_unreferenced(retained, checkpoint_id=checkpoint_id)
+        except Exception as exc:  # a leak, never a failed checkpoint
+            log.warning("checkpoint %d: unreferenced shared files not deleted: %s",
+                        checkpoint_id, exc)
+            return
+        if deleted:
+            log.info("checkpoint %d: deleted %d shared file(s) no retained checkpoint uses",
+                     checkpoint_id, len(deleted))
 
     def _commit_failed(self, checkpoint_id: int, outcome: CommitOutcome) -> None:
         if outcome.fenced is not None:

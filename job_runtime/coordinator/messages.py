@@ -22,7 +22,7 @@ from typing import Any, ClassVar, TypeAlias
 
 from cjob_checkpoint.checkpoint_storage import StateHandle
 from cjob_checkpoint.fields import Json, JsonFields
-from cjob_checkpoint.metadata import CheckpointMetadata, MetadataError
+from cjob_checkpoint.metadata import CheckpointMetadata, MetadataError, SharedStateFile
 
 FORMAT_VERSION = 1
 
@@ -55,9 +55,15 @@ class OperatorState:
 
     handle: StateHandle
     key_groups: tuple[int, int]
+    shared: tuple[SharedStateFile, ...] = ()
+    """Shared files an incremental snapshot references (absent on the wire when none)."""
 
     def to_json(self) -> dict[str, Json]:
-        return {**_handle_to_json(self.handle), "keyGroups": list(self.key_groups)}
+        data: dict[str, Json] = {**_handle_to_json(self.handle),
+                                 "keyGroups": list(self.key_groups)}
+        if self.shared:
+            data["shared"] = [f.to_json() for f in self.shared]
+        return data
 
     @classmethod
     def from_json(cls, fields: _Fields) -> OperatorState:
@@ -65,7 +71,12 @@ class OperatorState:
         if (not isinstance(groups, list) or len(groups) != 2
                 or not all(isinstance(g, int) and not isinstance(g, bool) for g in groups)):
             raise MessageError("'keyGroups' of an operator state must be two integers")
-        return cls(handle=_handle_from_json(fields), key_groups=(groups[0], groups[1]))
+        shared = tuple(
+            SharedStateFile(name=item.text("name"), handle=_handle_from_json(item))
+            for item in (fields.child(raw, where="a shared file of an operator state")
+                         for raw in (fields.array("shared") if fields.has("shared") else [])))
+        return cls(handle=_handle_from_json(fields), key_groups=(groups[0], groups[1]),
+                   shared=shared)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

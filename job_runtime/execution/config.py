@@ -32,5 +32,9 @@ class SubtaskConfig:
     progress_interval: float = 1.0
     key: bytes = dataclasses.field(default=b"", repr=False)
     """The attempt's secret: every coordinator and channel connection proves it."""
+    state_backend: str = "hashmap"
+    """``hashmap`` or ``rocksdb`` (``spec.state.backend``)."""
+    state_dir: str = ""
+    """Local working directory of the ``rocksdb`` backend; empty: Spark's scratch dir."""
     loopback: bool = False
     """Local mode: channel listeners bind 127.0.0.1, nothing else can reach them."""

@@ -229,7 +229,8 @@ def _run(settings: DriverSettings) -> int:
         checkpoint_root=settings.checkpoint_storage, staging_uri=staging, mode=settings.mode,
         unaligned=settings.unaligned, credits=settings.credits,
         s3=dataclasses.asdict(s3) if s3.to_env() else None, key=key,
-        loopback=is_local_master(master))
+        loopback=is_local_master(master), state_backend=settings.state_backend,
+        state_dir=settings.state_dir)
 
     sc = spark.context()
     status.timeline["sparkStartingAt"] = spark.started_at
@@ -246,7 +247,9 @@ def _run(settings: DriverSettings) -> int:
     if outcome is None:
         assert pipeline.sink_op is not None
         pipeline.sink_op.finish_job(job_id=settings.job_id, s3=s3)
-        store.shutdown(JobOutcome.FINISHED, discard=storage.discard)
+        store.shutdown(JobOutcome.FINISHED, discard=coordinator.shared_files.discard)
+        latest = coordinator.latest
+        coordinator.delete_unreferenced_shared(0 if latest is None else latest.checkpoint_id)
         status.stop(state="finished")
         sc.stop()
         log.info("job finished: %d records written, %d checkpoints completed",

@@ -39,6 +39,10 @@ class DriverSettings:
     status_file: str | None = None
     task_attempts: int = 4
     credits: int = 4
+    state_backend: str = defaults.STATE_BACKEND.default
+    """``hashmap`` or ``rocksdb`` (``spec.state.backend``)."""
+    state_dir: str = ""
+    """Local working directory of the ``rocksdb`` backend; empty: Spark's scratch dir."""
 
     @property
     def job_id(self) -> str:

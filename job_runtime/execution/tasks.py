@@ -15,7 +15,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from cjob_checkpoint.checkpoint_storage import CheckpointStorage
 from cjob_checkpoint.metadata import CheckpointMetadata
+from cjob_checkpoint.storage.filesystem import get_filesystem
 from job_runtime.barriers import BarrierHandler, build_barrier_handler
 from job_runtime.coordinator.messages import Abort, Complete, ToSubtask, Trigger
 from job_runtime.execution.recent import RecentIds
@@ -30,6 +32,7 @@ from job_runtime.operators.keyed import KeyedOperator, build_keyed_operator
 from job_runtime.records import Batch, key_group_of, key_group_range, split_by_target
 from job_runtime.sinks.base import SinkWriter
 from job_runtime.sources.base import Source, SourceContext, Split, SplitReader
+from job_runtime.state.backend import BackendKind, StateBackendSettings
 
 log = logging.getLogger(__name__)
 
@@ -251,7 +254,7 @@ class KeyedTask(Task):
                                           max_parallelism=config.max_parallelism)
         self.operator: KeyedOperator = build_keyed_operator(
             op=self.keyed_op, subtask=self.runtime.subtask, key_groups=self.key_groups,
-            max_parallelism=config.max_parallelism)
+            max_parallelism=config.max_parallelism, state=self._state_settings())
         self.gate = gate
         self.handler: BarrierHandler = build_barrier_handler(
             mode=config.mode, unaligned=config.unaligned, channels=gate.size, listener=self)
@@ -261,6 +264,20 @@ class KeyedTask(Task):
             started = time.perf_counter()
             self._restore(restore)
             self.restore_seconds = time.perf_counter() - started
+
+    def _state_settings(self) -> StateBackendSettings:
+        """The job's backend; storage too, whichever it is: a restore reads the shared
+        files of a ``rocksdb`` checkpoint even into ``hashmap`` (a changed backend)."""
+        config = self.runtime.config
+        storage = CheckpointStorage(
+            config.checkpoint_root, config.job_id,
+            fs=get_filesystem(config.checkpoint_root, s3=self.runtime.s3_config))
+        kind: BackendKind = "rocksdb" if config.state_backend == "rocksdb" else "hashmap"
+        return StateBackendSettings(kind=kind, local_dir=config.state_dir, storage=storage)
+
+    def on_complete(self, checkpoint_id: int, final: bool) -> None:
+        self.operator.notify_complete(checkpoint_id)
+        super().on_complete(checkpoint_id, final)
 
     # -- restore
 

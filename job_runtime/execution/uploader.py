@@ -36,6 +36,7 @@ from job_runtime.coordinator.messages import (
     ToCoordinator,
 )
 from job_runtime.sinks.base import SinkSnapshot
+from job_runtime.state.backend import IncrementalSnapshot
 
 log = logging.getLogger(__name__)
 
@@ -100,11 +101,19 @@ class Uploader:
                 total = 0
                 operators: dict[str, OperatorState] = {}
                 for uid, (snapshot, key_groups) in job.snapshots.items():
+                    groups = (key_groups[0], key_groups[1])
+                    if isinstance(snapshot, IncrementalSnapshot):
+                        uploaded = snapshot.upload(storage=self._storage,
+                                                   checkpoint_id=job.checkpoint_id,
+                                                   operator=uid, subtask=job.subtask)
+                        total += uploaded.uploaded_bytes
+                        operators[uid] = OperatorState(handle=uploaded.handle,
+                                                       key_groups=groups, shared=uploaded.shared)
+                        continue
                     data = snapshot.serialize()
                     handle = self._storage.write_state(job.checkpoint_id, uid, job.subtask, data)
                     total += handle.size_bytes
-                    operators[uid] = OperatorState(handle=handle,
-                                                   key_groups=(key_groups[0], key_groups[1]))
+                    operators[uid] = OperatorState(handle=handle, key_groups=groups)
                 channels: StateHandle | None = None
                 if job.channel_state:
                     rows = {c: [b.rows for b in batches]

@@ -20,8 +20,12 @@ import pyarrow as pa
 from job_runtime.errors import UserCodeError
 from job_runtime.pipeline import KeyedOp
 from job_runtime.records import Batch, Record, key_group_of, key_groups_of_array
+from job_runtime.state.backend import (
+    AnySnapshot,
+    StateBackendSettings,
+)
+from job_runtime.state.backends import create_backend, restore_keyed_state
 from job_runtime.state.handles import ProcessContext
-from job_runtime.state.hashmap import HashMapStateBackend
 
 
 class StateSnapshot(Protocol):
@@ -30,17 +34,18 @@ class StateSnapshot(Protocol):
 
 class KeyedOperator(abc.ABC):
     def __init__(self, *, op: KeyedOp, subtask: int, key_groups: range,
-                 max_parallelism: int) -> None:
+                 max_parallelism: int, state: StateBackendSettings | None = None) -> None:
         self.op = op
         self.subtask = subtask
         self.key_groups = key_groups
         self.max_parallelism = max_parallelism
+        self.state = state or StateBackendSettings()
 
     @abc.abstractmethod
     def process(self, batch: Batch) -> Batch: ...
 
     @abc.abstractmethod
-    def snapshot(self) -> StateSnapshot: ...
+    def snapshot(self) -> AnySnapshot: ...
 
     @abc.abstractmethod
     def restore(self, blobs: Iterable[bytes]) -> int:
@@ -48,6 +53,10 @@ class KeyedOperator(abc.ABC):
 
     @abc.abstractmethod
     def key_count(self) -> int: ...
+
+    def notify_complete(self, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id`` completed (an incremental backend reuses its files)."""
+        return None
 
     def _fail(self, exc: BaseException) -> UserCodeError:
         details = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
@@ -59,7 +68,8 @@ class _RecordKeyed(KeyedOperator):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.backend = HashMapStateBackend(key_groups=self.key_groups)
+        self.backend = create_backend(self.state, key_groups=self.key_groups,
+                                      operator=self.op.uid, subtask=self.subtask)
 
     def _keys(self, batch: Batch) -> tuple[list[Any], list[int]]:
         key = self.op.key.key
@@ -74,14 +84,17 @@ class _RecordKeyed(KeyedOperator):
         mp = self.max_parallelism
         return keys, [key_group_of(k, mp) for k in keys]
 
-    def snapshot(self) -> StateSnapshot:
+    def snapshot(self) -> AnySnapshot:
         return self.backend.snapshot()
 
     def restore(self, blobs: Iterable[bytes]) -> int:
-        return self.backend.restore(blobs)
+        return restore_keyed_state(self.backend, blobs, settings=self.state)
 
     def key_count(self) -> int:
         return self.backend.key_count()
+
+    def notify_complete(self, checkpoint_id: int) -> None:
+        self.backend.notify_complete(checkpoint_id)
 
 
 class ReduceOperator(_RecordKeyed):
@@ -98,10 +111,9 @@ class ReduceOperator(_RecordKeyed):
         out: list[Record] = []
         try:
             for row, key, group in zip(rows, keys, groups, strict=True):
-                table = backend.writable(name, group)
-                previous = table.get(key)
+                previous = backend.get(name, group, key)
                 value = row if previous is None else fn(previous, row)
-                table[key] = value
+                backend.put(name, group, key, value)
                 out.append(value)
         except Exception as exc:
             raise self._fail(exc) from exc
@@ -298,9 +310,10 @@ class AggregateOperator(KeyedOperator):
 
 
 def build_keyed_operator(*, op: KeyedOp, subtask: int, key_groups: range,
-                         max_parallelism: int) -> KeyedOperator:
+                         max_parallelism: int,
+                         state: StateBackendSettings | None = None) -> KeyedOperator:
     kinds: dict[str, type[KeyedOperator]] = {
         "reduce": ReduceOperator, "process": ProcessOperator, "aggregate": AggregateOperator,
     }
     return kinds[op.kind](op=op, subtask=subtask, key_groups=key_groups,
-                          max_parallelism=max_parallelism)
+                          max_parallelism=max_parallelism, state=state)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from job_runtime.state.hashmap import HashMapStateBackend
+from job_runtime.state.backend import KeyedStateBackend
 
 
 class _KeyScope:
@@ -21,7 +21,7 @@ class _KeyScope:
 class ValueState:
     """One value per key."""
 
-    def __init__(self, *, backend: HashMapStateBackend, name: str, scope: _KeyScope) -> None:
+    def __init__(self, *, backend: KeyedStateBackend, name: str, scope: _KeyScope) -> None:
         self._backend = backend
         self._name = name
         self._scope = scope
@@ -39,12 +39,13 @@ class ValueState:
 class MapState:
     """A map per key, stored as one dict per key.
 
-    Puts and removes change the key's dict in place once the backend copied it
-    after the last snapshot (:meth:`HashMapStateBackend.owned_map`): a put is O(1),
-    not a copy of the whole map, and a snapshot still sees the map as it was.
+    Puts and removes go to the backend, which changes the map its cheapest way:
+    ``hashmap`` in place once it copied the map after the last snapshot (a put is
+    O(1), not a copy of the whole map); ``rocksdb`` reads, changes and writes the
+    map back. A snapshot still sees the map as it was.
     """
 
-    def __init__(self, *, backend: HashMapStateBackend, name: str, scope: _KeyScope) -> None:
+    def __init__(self, *, backend: KeyedStateBackend, name: str, scope: _KeyScope) -> None:
         self._backend = backend
         self._name = name
         self._scope = scope
@@ -57,15 +58,12 @@ class MapState:
     def get(self, user_key: Any, default: Any = None) -> Any:
         return self._current().get(user_key, default)
 
-    def _owned(self) -> dict[Any, Any]:
-        return self._backend.owned_map(self._name, self._scope.key_group, self._scope.key)
-
     def put(self, user_key: Any, value: Any) -> None:
-        self._owned()[user_key] = value
+        self._backend.map_put(self._name, self._scope.key_group, self._scope.key, user_key,
+                              value)
 
     def remove(self, user_key: Any) -> None:
-        if user_key in self._current():
-            del self._owned()[user_key]
+        self._backend.map_remove(self._name, self._scope.key_group, self._scope.key, user_key)
 
     def contains(self, user_key: Any) -> bool:
         return user_key in self._current()
@@ -83,7 +81,7 @@ class MapState:
 class ProcessContext:
     """What a ``process(fn)`` function receives besides the record."""
 
-    def __init__(self, *, backend: HashMapStateBackend, operator: str) -> None:
+    def __init__(self, *, backend: KeyedStateBackend, operator: str) -> None:
         self._backend = backend
         self._operator = operator
         self._scope = _KeyScope()

@@ -126,6 +126,14 @@ class HashMapStateBackend:
         self.writable(name, key_group).pop(key, None)
         self._owned[name][key_group - self._offset].discard(key)
 
+    def map_put(self, name: str, key_group: int, key: Any, user_key: Any, value: Any) -> None:
+        self.owned_map(name, key_group, key)[user_key] = value
+
+    def map_remove(self, name: str, key_group: int, key: Any, user_key: Any) -> None:
+        current = self.get(name, key_group, key)
+        if current is not None and user_key in current:
+            del self.owned_map(name, key_group, key)[user_key]
+
     def snapshot(self) -> KeyedStateSnapshot:
         """The synchronous part: references and flags only, no copies."""
         groups: dict[int, dict[str, dict[Any, Any]]] = {}
@@ -156,3 +164,9 @@ class HashMapStateBackend:
         for i, entries in enumerate(self._tables.get(name, [])):
             for key, value in entries.items():
                 yield i + self._offset, key, value
+
+    def notify_complete(self, checkpoint_id: int) -> None:
+        """Nothing to do: every snapshot is a full copy."""
+
+    def close(self) -> None:
+        """Nothing to release: the dicts go with the backend."""

@@ -120,3 +120,29 @@ class TestUnreadableMetadataIsNamed:
     def test_text_that_is_not_json_is_refused(self) -> None:
         with pytest.raises(MetadataError, match="not valid JSON"):
             CheckpointMetadata.from_bytes(b"{not json")
+
+
+class TestVersionTwoListsSharedFiles:
+    def test_incremental_state_handles_name_their_shared_files(self) -> None:
+        metadata = sample(2, "rocksdb-incremental")
+        (low, high) = metadata.operators["count-1"]
+        assert [f.name for f in low.shared] == ["000009.sst", "000014.sst"]
+        assert low.shared[0].handle.uri.endswith("/shared/count-1-0-5d1f0c2a9b7e-19-000009.sst")
+        assert low.shared[0].handle.size_bytes == 861193
+        assert [f.name for f in high.shared] == ["000008.sst"]
+
+    def test_the_checkpoint_knows_every_shared_file_it_references(self) -> None:
+        assert {uri.rsplit("/", 1)[1] for uri in sample(2, "rocksdb-incremental").shared_files()} \
+            == {"count-1-0-5d1f0c2a9b7e-19-000009.sst", "count-1-0-5d1f0c2a9b7e-21-000014.sst",
+                "count-1-1-77aa01b2c3d4-20-000008.sst"}
+
+    def test_full_snapshots_reference_no_shared_file_in_either_version(self) -> None:
+        assert sample(2, "hashmap-keyed").shared_files() == set()
+        assert sample(1, "keyed-unaligned-files-sink").shared_files() == set()
+
+    def test_a_version_one_document_with_shared_files_is_refused(self) -> None:
+        data = json.loads(unframe_metadata(
+            (FORMATS / "v2" / "rocksdb-incremental" / "_metadata").read_bytes()))
+        data["version"] = 1
+        with pytest.raises(MetadataError, match=r"'shared' files, which format version 1"):
+            CheckpointMetadata.from_json(data)

@@ -11,6 +11,7 @@ from cjob_checkpoint.metadata import (
     ChannelStateHandle,
     CheckpointMetadata,
     KeyedStateHandle,
+    SharedStateFile,
     SinkTransactions,
 )
 from job_runtime.coordinator.messages import (
@@ -54,6 +55,11 @@ TO_COORDINATOR: list[Message] = [
                        channels=HANDLE, sink=[[3, "stage", "final", 5]]),
         stats=AckStats(sync_ms=1.0, alignment_ms=2.0, async_ms=3.5, bytes=120)),
     Ack(epoch=4, subtask=0, checkpoint_id=3, stage=0, state=AckState(), stats=AckStats()),
+    Ack(epoch=4, subtask=1, checkpoint_id=4, stage=1,
+        state=AckState(operators={"count": OperatorState(
+            handle=HANDLE, key_groups=(64, 128),
+            shared=(SharedStateFile(name="000012.sst", handle=HANDLE),))}),
+        stats=AckStats(bytes=77)),
     Decline(epoch=4, subtask=0, checkpoint_id=3, reason="upload failed", subsumed=True),
     UserError(epoch=4, subtask=0, operator="map-1", details="ZeroDivisionError"),
 ]
@@ -62,7 +68,10 @@ TO_SUBTASK: list[Message] = [
     Registered(restore=CheckpointMetadata(
         job="clicks-u1", checkpoint_id=7, timestamp=1700000000.5, final=False, attempt=2,
         parallelism=2, max_parallelism=128, sources={0: 5, 1: {"file": "a.txt", "offset": 9}},
-        operators={"reduce": (KeyedStateHandle(subtask=0, handle=HANDLE, key_groups=(0, 64)),)},
+        operators={"reduce": (KeyedStateHandle(subtask=0, handle=HANDLE, key_groups=(0, 64)),),
+                   "count": (KeyedStateHandle(
+                       subtask=1, handle=HANDLE, key_groups=(64, 128),
+                       shared=(SharedStateFile(name="000012.sst", handle=HANDLE),)),)},
         channels={1: (ChannelStateHandle(subtask=1, handle=HANDLE),)},
         sinks=(SinkTransactions(subtask=1, pending=[[7, "stage", "final", 5]]),))),
     Rejected(reason="epoch 3 is over"),

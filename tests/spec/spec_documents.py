@@ -79,6 +79,7 @@ FULL: dict[str, Any] = {
         "restore": {"from": "s3://old/chk-7/_metadata", "onUnreadable": "FallbackToPrevious",
                     "allowForeignJob": True},
         "suspend": True,
+        "state": {"backend": "rocksdb"},
         "cleanupPolicy": {"checkpoints": "Delete"},
         "pod": {
             "volumes": [{"name": "scratch", "persistentVolumeClaim": {"claimName": "scratch"}}],

@@ -179,6 +179,7 @@ def test_defaulting_fills_every_optional_section() -> None:
     assert defaulted["restore"] == {"from": "latest", "onUnreadable": "Fail",
                                     "allowForeignJob": False}
     assert defaulted["cleanupPolicy"] == {"checkpoints": "Retain"}
+    assert defaulted["state"] == {"backend": "hashmap"}
 
 
 # --- what the schema refuses ---------------------------------------------------------
@@ -202,6 +203,7 @@ SCHEMA_REFUSALS: list[tuple[str, dict[str, Any]]] = [
     ("memory in GB", with_field(M, "spec.spark.driver.memory", "2GB")),
     ("restore from hdfs", with_field(M, "spec.restore.from", "hdfs://nn/chk-1")),
     ("unknown cleanup", with_field(M, "spec.cleanupPolicy.checkpoints", "Keep")),
+    ("unknown state backend", with_field(M, "spec.state.backend", "memory")),
     ("suspend as a string", with_field(M, "spec.suspend", "true")),
     ("conf value as a boolean", with_field(M, "spec.spark.conf", {"spark.ui.enabled": False})),
     ("trigger nonce as a number", with_field(M, "spec.checkpoint.triggerNonce", 3)),

@@ -591,6 +591,22 @@ ERRORS: list[tuple[str, dict[str, Any], str]] = [
         "spec.restore.allowForeignJob: must be true or false, got a string ('yes')",
     ),
     (
+        "unknown state backend",
+        with_field(M, "spec.state.backend", "RocksDB"),
+        "spec.state.backend: must be one of hashmap, rocksdb, got a string ('RocksDB') "
+        "(did you mean 'rocksdb'?)",
+    ),
+    (
+        "state backend as a number",
+        with_field(M, "spec.state.backend", 1),
+        "spec.state.backend: must be one of hashmap, rocksdb, got an integer (1)",
+    ),
+    (
+        "unknown field under state",
+        with_field(M, "spec.state.incremental", True),
+        "spec.state.incremental: unknown field",
+    ),
+    (
         "unknown cleanup policy",
         with_field(M, "spec.cleanupPolicy.checkpoints", "Keep"),
         "spec.cleanupPolicy.checkpoints: must be one of Retain, Delete, got a string ('Keep')",
@@ -636,6 +652,11 @@ def test_the_spec_hash_is_stable_for_the_same_document() -> None:
     assert spec_hash(parse_job(full())) == spec_hash(parse_job(full()))
 
 
+def test_the_default_state_backend_keeps_the_spec_hash_of_documents_written_before_it() -> None:
+    explicit = with_field(minimal(), "spec.state.backend", "hashmap")
+    assert spec_hash(parse_job(explicit)) == spec_hash(parse_job(minimal()))
+
+
 @pytest.mark.parametrize(
     ("path", "value"),
     [
@@ -649,6 +670,7 @@ def test_the_spec_hash_is_stable_for_the_same_document() -> None:
         ("spec.checkpoint.mode", "AtLeastOnce"),
         ("spec.checkpoint.unaligned", False),
         ("spec.restore.onUnreadable", "Fail"),
+        ("spec.state.backend", "hashmap"),
     ],
 )
 def test_changes_a_running_driver_depends_on_change_the_spec_hash(path: str, value: Any) -> None:

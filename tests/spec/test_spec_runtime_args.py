@@ -61,6 +61,7 @@ def test_every_setting_of_a_full_job_reaches_the_runtime() -> None:
     assert single(args, "--store") == "configmap:analytics/clicks-per-user-checkpoints"
     assert single(args, "--metrics-port") == "9108"
     assert single(args, "--status-file") == "/tmp/status.json"
+    assert single(args, "--state-backend") == "rocksdb"
 
 
 def test_a_minimal_job_leaves_optional_flags_out() -> None:
@@ -69,7 +70,7 @@ def test_a_minimal_job_leaves_optional_flags_out() -> None:
         job, restore_pointer="7", attempt=1, store=file_store_arg("state/clicks"), job_uid="local"
     )
     for flag in ("--unaligned", "--python-path", "--spark-conf", "--metrics-port", "--status-file",
-                 "--allow-foreign-restore"):
+                 "--allow-foreign-restore", "--state-backend"):
         assert flag not in args
     assert single(args, "--store") == "file:state/clicks"
     assert single(args, "--restore") == "7"
@@ -136,3 +137,16 @@ def test_arguments_with_spaces_stay_single_arguments() -> None:
     job = parse_job(with_field(minimal(), "spec.job.args", {"greeting": "hello world"}))
     args = to_runtime_args(job, restore_pointer="latest", attempt=1, store="file:x", job_uid="u")
     assert json.loads(single(args, "--args-json")) == {"greeting": "hello world"}
+
+
+def test_the_runtime_parses_every_state_backend_the_spec_passes() -> None:
+    from job_runtime.cli import build_parser, settings_from_args
+
+    job = parse_job(with_field(minimal(), "spec.state.backend", "rocksdb"))
+    args = to_runtime_args(job, restore_pointer="latest", attempt=1, store="file:x", job_uid="u")
+    settings = settings_from_args(build_parser().parse_args(["run", *args]))
+    assert settings.state_backend == "rocksdb"
+    default = to_runtime_args(parse_job(minimal()), restore_pointer="latest", attempt=1,
+                              store="file:x", job_uid="u")
+    assert settings_from_args(build_parser().parse_args(["run", *default])).state_backend == (
+        "hashmap")
