@@ -13,6 +13,7 @@ is logged and skipped, because losing a message must never stop a job's recovery
 
 from __future__ import annotations
 
+import json
 import logging
 import secrets
 import threading
@@ -72,6 +73,7 @@ from cjob_operator.cluster import (
     Cluster,
     ClusterError,
     JobRef,
+    Manifest,
     StatusConflictError,
     StoreReading,
 )
@@ -278,11 +280,46 @@ def _own_pods(
 
 
 class ActionExecutor:
-    """Carries out a plan's actions against a :class:`Cluster`, in order."""
+    """Carries out a plan's actions against a :class:`Cluster`, in order.
 
-    def __init__(self, *, cluster: Cluster, operator_config: OperatorConfig) -> None:
+    A job's companions (ServiceAccount, Role, RoleBinding, Service, Secret,
+    NetworkPolicy) are ensured at every attempt's start; sending an unchanged one
+    again costs a create that answers "already exists" and a patch that changes
+    nothing, seven requests per restart. So an object this executor ensured with the
+    same manifest (same owner, hence the same job) less than ``reuse_seconds`` ago
+    is not sent again; after that it is, so one deleted by hand comes back.
+    """
+
+    def __init__(self, *, cluster: Cluster, operator_config: OperatorConfig,
+                 reuse_seconds: float = ReadSettings.reuse_seconds) -> None:
         self.cluster = cluster
         self.operator_config = operator_config
+        self.reuse_seconds = reuse_seconds
+        self._ensured: dict[tuple[str, str], dict[tuple[str, str], tuple[str, float]]] = {}
+
+    def _ensure(self, job: CheckpointedJob, manifest: Manifest, *,
+                same_as: Manifest | None = None) -> None:
+        """Create or update ``manifest`` unless it was ensured unchanged lately.
+
+        ``same_as`` is what decides "unchanged" when it differs from what is sent
+        (a Secret's random key is not part of its identity).
+        """
+        metadata = manifest.get("metadata") or {}
+        ensured = self._ensured.setdefault((job.metadata.namespace, job.metadata.name), {})
+        key = (str(manifest.get("kind")), str(metadata.get("name")))
+        fingerprint = json.dumps(same_as if same_as is not None else manifest, sort_keys=True,
+                                 default=str)
+        previous = ensured.get(key)
+        now = time.monotonic()
+        if previous is not None and previous[0] == fingerprint \
+                and now - previous[1] < self.reuse_seconds:
+            return
+        self.cluster.ensure_object(manifest=manifest)
+        ensured[key] = (fingerprint, now)
+
+    def forget(self, *, namespace: str, name: str) -> None:
+        """Forget what was ensured for the job ``namespace/name`` (it is gone)."""
+        self._ensured.pop((namespace, name), None)
 
     def execute(self, actions: Iterable[Action], *, job: CheckpointedJob) -> ExecutionReport:
         executed: list[Action] = []
@@ -308,18 +345,19 @@ class ActionExecutor:
                 labels=standard_labels(job, component="checkpoint-store"),
             )
         elif isinstance(action, EnsureServiceAccount):
-            cluster.ensure_object(manifest=build_service_account(job))
+            self._ensure(job, build_service_account(job))
         elif isinstance(action, EnsureRole):
-            cluster.ensure_object(manifest=build_role(job))
+            self._ensure(job, build_role(job))
         elif isinstance(action, EnsureRoleBinding):
-            cluster.ensure_object(manifest=build_role_binding(job))
+            self._ensure(job, build_role_binding(job))
         elif isinstance(action, EnsureService):
-            cluster.ensure_object(manifest=build_driver_service(job, operator_config=config))
+            self._ensure(job, build_driver_service(job, operator_config=config))
         elif isinstance(action, EnsureSparkAuthSecret):
             key = secrets.token_bytes(SPARK_AUTH_SECRET_BYTES)
-            cluster.ensure_object(manifest=build_spark_auth_secret(job, key=key))
+            secret = build_spark_auth_secret(job, key=key)
+            self._ensure(job, secret, same_as={k: v for k, v in secret.items() if k != "data"})
         elif isinstance(action, EnsureNetworkPolicy):
-            cluster.ensure_object(manifest=build_network_policy(job, operator_config=config))
+            self._ensure(job, build_network_policy(job, operator_config=config))
         elif isinstance(action, AdvanceFence):
             cluster.advance_fence(
                 namespace=namespace, name=checkpoint_configmap_name(name), attempt=action.attempt
@@ -386,12 +424,13 @@ class Reconciler:
         self.retry = retry or RetrySettings()
         self.metrics = metrics
         self.clock = clock
-        self.executor = ActionExecutor(cluster=cluster, operator_config=self.operator_config)
+        self.reads = reads or ReadSettings()
+        self.executor = ActionExecutor(cluster=cluster, operator_config=self.operator_config,
+                                       reuse_seconds=self.reads.reuse_seconds)
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self._failures: dict[tuple[str, str], int] = {}
         self._last_error: dict[tuple[str, str], str] = {}
-        self.reads = reads or ReadSettings()
         self._jobs: dict[tuple[str, str], _JobMemo] = {}
         self._stores: dict[tuple[str, str], _StoreMemo] = {}
 
@@ -436,6 +475,7 @@ class Reconciler:
         self._failures.pop(key, None)
         self._last_error.pop(key, None)
         self._drop_readings(key)
+        self.executor.forget(namespace=key[0], name=key[1])
         if self.metrics is not None:
             self.metrics.forget_job(namespace=key[0], name=key[1])
 
