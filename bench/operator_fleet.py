@@ -47,12 +47,14 @@ from bench.operator_bench import (
     parse_histogram,
     sum_samples,
 )
+from cjob_lifecycle.plan import PlanSettings
 from e2e.controlplane.audit import OPERATOR_USER, count_by_kind, read_audit_records
 
 NAMESPACE = "bench-scale"
 REPO = Path(__file__).resolve().parents[1]
 PODS_PER_NODE_MARGIN = 1.5
 KILLED_EXIT_CODE = 137
+SETTLED_RESYNC_FACTOR = 1.5
 
 
 @dataclass(frozen=True)
@@ -216,15 +218,18 @@ def reconcile_stats(before: str, after: str) -> dict[str, Any]:
             - sum_samples(before, "cjob_operator_reconcile_errors_total")}
 
 
-def wait_settled(operator: OperatorRun, *, quiet_seconds: float, timeout: float) -> float:
-    """Until the operator's passes stop coming in bursts (its start-up pass over every
-    job is done); the seconds it took."""
+def wait_settled(operator: OperatorRun, *, jobs: int, quiet_seconds: float,
+                 timeout: float) -> float:
+    """Until the operator's passes come no faster than its resyncs (its start-up pass
+    over every job is done); the seconds it took."""
+    resync_passes = jobs * quiet_seconds / PlanSettings().resync_seconds
     began = time.monotonic()
     last = parse_histogram(operator.metrics(), RECONCILE_SECONDS)["count"]
     while True:
         time.sleep(quiet_seconds)
         now = parse_histogram(operator.metrics(), RECONCILE_SECONDS)["count"]
-        if now - last <= 1 or time.monotonic() - began > timeout:
+        if now - last <= 1 + SETTLED_RESYNC_FACTOR * resync_passes \
+                or time.monotonic() - began > timeout:
             return time.monotonic() - began
         last = now
 
@@ -298,7 +303,7 @@ def measure_fleet(*, plane: Any, work: Path, settings: FleetSettings) -> dict[st
         results["ramp"] = ramp_up(rest=rest, operator=operator, work=work, settings=settings)
         results["ramp"]["requests"] = ramp.close(jobs=jobs)
         results["ramp"]["rss_idle_mb"] = idle["VmRSS"]
-        wait_settled(operator, quiet_seconds=settings.settle_seconds, timeout=600)
+        wait_settled(operator, jobs=jobs, quiet_seconds=settings.settle_seconds, timeout=600)
         results["current"] = measure_operator(
             plane=plane, rest=rest, operator=operator, timeline=timeline, settings=settings,
             failing=failing_jobs(jobs=jobs, failures=settings.failures, round_index=0))
@@ -309,7 +314,8 @@ def measure_fleet(*, plane: Any, work: Path, settings: FleetSettings) -> dict[st
             operator = start_operator(plane=plane, work=work, label="baseline", source=source)
             start = AuditWindow(plane)
             start.open()
-            settled = wait_settled(operator, quiet_seconds=settings.settle_seconds, timeout=600)
+            settled = wait_settled(operator, jobs=jobs, quiet_seconds=settings.settle_seconds,
+                                   timeout=600)
             results["baseline_start"] = {**start.close(jobs=jobs), "settled_after_s": settled}
             results["baseline"] = measure_operator(
                 plane=plane, rest=rest, operator=operator, timeline=timeline,
