@@ -1,25 +1,38 @@
-"""Benchmark 6: how fast the operator reacts to a failed driver, and what 200 jobs cost it.
+"""Benchmark 6: the operator's reaction to a failed driver, alone and among 1,000 jobs.
 
-Both parts run against the local control plane (a real kube-apiserver, etcd, scheduler
-and controller-manager built from Go modules; ``e2e/controlplane``) and the operator as
-a real process (``python -m cjob_operator``), exactly as the Helm chart starts it.
+Everything runs against the local control plane (a real kube-apiserver, etcd,
+scheduler and controller-manager built from Go modules; ``e2e/controlplane``) and the
+operator as a real process (``python -m cjob_operator``), exactly as the Helm chart
+starts it.
 
-**Reaction.** One CheckpointedJob with restart backoff 0 runs its driver pods on the
-process node. As soon as an attempt's pod is Running its process is SIGKILLed; the
-operator must notice the Failed pod and create the next attempt's pod. A watch (the
-official client) records when each pod was first seen and when it was first seen
-Failed, on this machine's monotonic clock, so the reaction is measured in
-milliseconds: *pod seen Failed -> next attempt's pod seen created*. The node's own
-part (kill -> pod reported Failed) is reported separately, as the baseline.
+**Reaction, one job.** One CheckpointedJob with restart backoff 0 runs its driver
+pods on the process node. As soon as an attempt's pod is Running its process is
+SIGKILLed; the operator must notice the Failed pod and create the next attempt's
+pod. A watch (the official client) records when each pod was first seen and when it
+was first seen Failed, on this machine's monotonic clock: *pod seen Failed -> next
+attempt's pod seen created*. The node's own part (kill -> pod reported Failed) is
+reported separately, as the baseline.
 
-**Scale.** 200 CheckpointedJobs handled by one fresh operator process; their driver
-pods are scheduled on kwok's fake nodes, where nothing runs but the pods go Running.
-The operator builds driver pods without tolerations or node selectors, so the fake
-nodes are created without kwok's usual taint and the process node is removed first:
-the scheduler then has only fake nodes to choose from (no change to the product).
-Measured: the operator's reconcile-pass latency (its ``cjob_operator_reconcile_seconds``
-histogram, p50/p99 interpolated like PromQL's ``histogram_quantile``) and its resident
-memory (``VmRSS``) once every job is Running, against the same operator idle.
+**Fleet, 1,000 jobs** (``--jobs``; ``--quick`` for a smoke run with 50;
+``bench/operator_fleet.py``). The jobs are created one by one and their driver pods
+scheduled on kwok's fake nodes, where nothing runs but the pods go Running. The
+operator builds driver pods without tolerations or node selectors, so the fake nodes
+are created without kwok's usual taint and the process node is removed first (no
+change to the product). With every job Running, one operator is measured in two
+windows: a steady one (``--steady-seconds``, longer than a resync period), then one
+in which ``--failures`` drivers of different jobs are failed one after another while
+the others keep running. kwok plays the kubelet of the fake nodes, so a driver is
+failed the way a kubelet reports it: its pod's ``status`` subresource is patched to
+phase ``Failed`` with the driver container terminated, exit code 137. Measured: the
+reaction (as above) p50/p99 over those failures, the operator's resident memory
+(``VmRSS``, ``VmHWM``), its reconcile passes, and the apiserver requests it causes,
+per job and minute. Requests are counted by the apiserver, not by the operator: the
+operator runs with a client identity of its own (user ``cjob-operator``), and the
+apiserver audits that user's requests at ``Metadata`` level (every other user at
+``None``), one JSON line per finished request (``e2e/controlplane/audit.py``); a
+window's count is the lines written between its start and its end. With
+``--baseline-ref`` the same fleet is then measured again by the operator package of
+that commit (before/after in one run, on the same cluster and jobs).
 """
 
 from __future__ import annotations

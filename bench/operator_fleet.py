@@ -220,16 +220,16 @@ def reconcile_stats(before: str, after: str) -> dict[str, Any]:
 
 def wait_settled(operator: OperatorRun, *, jobs: int, quiet_seconds: float,
                  timeout: float) -> float:
-    """Until the operator's passes come no faster than its resyncs (its start-up pass
-    over every job is done); the seconds it took."""
+    """Until the operator passed over every job at least once and its passes come no
+    faster than its resyncs (its start-up pass is done); the seconds it took."""
     resync_passes = jobs * quiet_seconds / PlanSettings().resync_seconds
     began = time.monotonic()
     last = parse_histogram(operator.metrics(), RECONCILE_SECONDS)["count"]
     while True:
         time.sleep(quiet_seconds)
         now = parse_histogram(operator.metrics(), RECONCILE_SECONDS)["count"]
-        if now - last <= 1 + SETTLED_RESYNC_FACTOR * resync_passes \
-                or time.monotonic() - began > timeout:
+        quiet = now - last <= 1 + SETTLED_RESYNC_FACTOR * resync_passes
+        if (quiet and now >= jobs) or time.monotonic() - began > timeout:
             return time.monotonic() - began
         last = now
 
