@@ -89,7 +89,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="length of the steady window requests are counted in "
                         "(default 150: longer than one resync period)")
     parser.add_argument("--settle-seconds", type=float, default=10.0,
-                        help="the operator counts as settled when no pass ran for this long")
+                        help="window (default 10 s) in which a settled operator runs no more "
+                        "passes than its resyncs")
     parser.add_argument("--baseline-ref", default=None,
                         help="also measure the fleet with the operator package of this git "
                         "commit (before/after in one run)")
