@@ -20,6 +20,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from e2e.controlplane.audit import write_audit_policy
 from e2e.controlplane.binaries import CONTROL_PLANE_BINARIES, ensure_binaries
 from e2e.controlplane.kubeconfig import write_kubeconfig
 from e2e.controlplane.pki import ClusterPki, KeyPair, build_cluster_pki, issue_cert
@@ -59,6 +60,7 @@ class ControlPlane:
         keep_work_dir: bool = False,
         ready_timeout: float = 120.0,
         node_ip: str | None = None,
+        audited_users: tuple[str, ...] = (),
     ) -> None:
         self._owns_work_dir = work_dir is None
         self.work_dir = Path(work_dir or tempfile.mkdtemp(prefix="cjob-controlplane-"))
@@ -67,6 +69,7 @@ class ControlPlane:
         self.keep_work_dir = keep_work_dir
         self.ready_timeout = ready_timeout
         self.node_ip = node_ip
+        self.audited_users = audited_users
         self.log_dir = self.work_dir / "logs"
         self.pki_dir = self.work_dir / "pki"
         self.components: list[Component] = []
@@ -90,6 +93,11 @@ class ControlPlane:
     @property
     def ca_file(self) -> Path:
         return self.pki.ca.cert
+
+    @property
+    def audit_log(self) -> Path:
+        """Every request of ``audited_users``, one JSON line each (``e2e.controlplane.audit``)."""
+        return self.log_dir / "audit.jsonl"
 
     @property
     def kubeconfig(self) -> Path:
@@ -167,6 +175,7 @@ class ControlPlane:
                 f"--kubelet-client-key={kubelet_client.key}",
                 f"--cert-dir={self.work_dir / 'apiserver-certs'}",
                 "--profiling=false",
+                *self._audit_args(),
                 "--v=1",
             ],
         )
@@ -193,6 +202,20 @@ class ControlPlane:
                 "--endpoint-reconciler-type=none",
             ]
         return ["--bind-address=0.0.0.0", f"--advertise-address={self.node_ip}"]
+
+    def _audit_args(self) -> list[str]:
+        """Audit the requests of ``audited_users`` only, so the log stays small and the
+        apiserver does no audit work for anyone else."""
+        if not self.audited_users:
+            return []
+        policy = write_audit_policy(path=self.work_dir / "audit-policy.yaml",
+                                    users=self.audited_users)
+        return [
+            f"--audit-policy-file={policy}",
+            f"--audit-log-path={self.audit_log}",
+            "--audit-log-format=json",
+            "--audit-log-maxsize=0",
+        ]
 
     def _start_etcd(self) -> int:
         client_port, peer_port = free_port(), free_port()

@@ -4,7 +4,8 @@ Enable with ``pytest_plugins = ["e2e.controlplane.pytest_plugin"]`` in the root
 ``conftest.py``. Fixtures:
 
 - ``control_plane`` (session): a running :class:`ControlPlane` (etcd, apiserver,
-  scheduler, controller-manager). Skipped when the binaries are not built, except
+  scheduler, controller-manager); the apiserver audits the requests of
+  ``audit.OPERATOR_USER``, so a test can count what an operator with that identity sent. Skipped when the binaries are not built, except
   under ``CI=true``, where a missing binary fails the test instead.
 - ``process_node`` (session): a Ready :class:`ProcessNode` that runs pods as processes.
 - ``kube_rest`` (session): an admin :class:`RestClient` (standard library only).
@@ -30,6 +31,7 @@ from typing import Any
 
 import pytest
 
+from e2e.controlplane.audit import OPERATOR_USER
 from e2e.controlplane.binaries import (
     CONTROL_PLANE_BINARIES,
     find_bin_dir,
@@ -75,7 +77,7 @@ def require_binaries(names: tuple[str, ...]) -> Path:
 @pytest.fixture(scope="session")
 def control_plane() -> Iterator[ControlPlane]:
     bin_dir = require_binaries(CONTROL_PLANE_BINARIES)
-    plane = ControlPlane(bin_dir=bin_dir)
+    plane = ControlPlane(bin_dir=bin_dir, audited_users=(OPERATOR_USER,))
     plane.start()
     _state["control_plane"] = plane
     try:

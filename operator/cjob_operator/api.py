@@ -125,7 +125,9 @@ class KubeCluster:
         )
         return cast(Mapping[str, Any], body) if body is not None else None
 
-    def write_status(self, *, job: Mapping[str, Any], status: Mapping[str, Any]) -> None:
+    def write_status(
+        self, *, job: Mapping[str, Any], status: Mapping[str, Any]
+    ) -> Mapping[str, Any] | None:
         """A JSON merge patch of the status subresource, guarded by ``resourceVersion``.
 
         The patch sets every field of ``status`` and nulls the ones that went away, so
@@ -144,11 +146,11 @@ class KubeCluster:
                 "status": merge_patch(planned_from, status),
             }
             try:
-                self.custom.patch_namespaced_custom_object_status(
+                written = self.custom.patch_namespaced_custom_object_status(
                     API_GROUP, VERSION, namespace, PLURAL, name, patch,
                     _content_type=MERGE_PATCH, _request_timeout=REQUEST_TIMEOUT,
                 )
-                return
+                return cast(Mapping[str, Any], written) if isinstance(written, Mapping) else None
             except ApiException as exc:
                 if exc.status != 409:
                     raise _cluster_error(operation, exc) from None

@@ -84,13 +84,14 @@ class Cluster(Protocol):
         *,
         job: Mapping[str, Any],
         status: Mapping[str, Any],
-    ) -> None:
-        """Replace ``job``'s status with ``status``.
+    ) -> Mapping[str, Any] | None:
+        """Replace ``job``'s status with ``status``; the job as written, if known.
 
         ``job`` is the object as read; the write is a compare-and-swap on its
         ``resourceVersion``. A conflict caused by others changing only spec or
         metadata is retried; a conflict on the status raises
-        :class:`StatusConflictError`.
+        :class:`StatusConflictError`. The object returned (the API server's answer)
+        lets the next pass plan from it without reading the job again.
         """
 
     def read_store(self, *, namespace: str, name: str) -> StoreReading | None:

@@ -3,7 +3,9 @@
 * One daemon per CheckpointedJob runs :func:`cjob_operator.loops.run_job_loop`, which
   reconciles from the observed state whenever the job, its driver pods or its
   checkpoint ConfigMap change, and when the plan's requeue delay expires.
-* The pod index gives each pass the job's driver pods without an API call.
+* The pod index gives each pass the job's driver pods without an API call; the
+  store index and the job's live body give it the versions its watches last saw,
+  so a pass over a job whose job and store did not change reads neither.
 * Event handlers only wake the job's loop; they never decide anything.
 * The delete handler runs the finalizer path until the plan says it is done; kopf
   removes the ``checkpointed.io/finalizer`` finalizer when it returns.
@@ -18,7 +20,15 @@ import kopf
 
 from cjob_operator import startup
 from cjob_operator.loops import finalize_job, run_job_loop
-from cjob_spec.names import API_GROUP, API_VERSION, LABEL_JOB, LABEL_ROLE, PLURAL
+from cjob_operator.reconcile import WatchedVersions
+from cjob_spec.names import (
+    API_GROUP,
+    API_VERSION,
+    LABEL_JOB,
+    LABEL_ROLE,
+    PLURAL,
+    checkpoint_configmap_name,
+)
 
 VERSION = API_VERSION.split("/", 1)[1]
 DRIVER_LABELS: dict[str, Any] = {
@@ -31,6 +41,7 @@ FINALIZE_RETRY_SECONDS = 5.0
 __all__ = ["startup"]
 
 PodIndex = kopf.Index[tuple[str, str], dict[str, Any]]
+VersionIndex = kopf.Index[tuple[str, str], str]
 
 
 def _runtime(memo: Any) -> startup.OperatorRuntime:
@@ -50,15 +61,35 @@ def driver_pods(
     return {(namespace or "", labels.get(LABEL_JOB)): dict(body.items())}
 
 
+def _watched(kwargs: Mapping[str, Any], body: Mapping[str, Any], namespace: str | None,
+             name: str) -> WatchedVersions:
+    """What the watches last delivered: kopf keeps a daemon's ``body`` up to date with
+    every event of the job, and the store index with every event of the ConfigMap."""
+    index: VersionIndex = kwargs["store_versions"]
+    stores = list(index.get((namespace or "", checkpoint_configmap_name(name)), []))
+    version = (body.get("metadata") or {}).get("resourceVersion")
+    return WatchedVersions(job=str(version) if version else None,
+                           store=stores[0] if stores else None)
+
+
+@kopf.index("v1", "configmaps", labels=STORE_LABELS)
+def store_versions(
+    *, namespace: str | None, name: str, meta: Mapping[str, Any], **_: Any
+) -> dict[tuple[str, str], str]:
+    return {(namespace or "", name): str(meta.get("resourceVersion") or "")}
+
+
 @kopf.daemon(API_GROUP, VERSION, PLURAL, cancellation_backoff=5.0, cancellation_timeout=30.0)
 async def job_loop(
-    *, namespace: str | None, name: str, stopped: kopf.DaemonStopped, memo: Any, **kwargs: Any
+    *, namespace: str | None, name: str, stopped: kopf.DaemonStopped, memo: Any,
+    body: kopf.Body, **kwargs: Any
 ) -> None:
     runtime = _runtime(memo)
     await run_job_loop(
         reconciler=runtime.reconciler, wakeups=runtime.wakeups, namespace=namespace or "",
         name=name, pods=lambda: _pods(kwargs, namespace, name), stopped=stopped,
         settings=runtime.loop_settings,
+        watched=lambda: _watched(kwargs, body, namespace, name),
     )
 
 

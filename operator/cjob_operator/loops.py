@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from cjob_operator.reconcile import Outcome, Reconciler
+from cjob_operator.reconcile import Outcome, Reconciler, WatchedVersions
 
 _log = logging.getLogger(__name__)
 
@@ -114,10 +115,13 @@ async def run_job_loop(
     pods: Callable[[], Iterable[Mapping[str, Any]]],
     stopped: Any,
     settings: LoopSettings | None = None,
+    watched: Callable[[], WatchedVersions] | None = None,
 ) -> Outcome | None:
     """Reconcile ``namespace/name`` until the job is gone or the operator stops.
 
-    ``pods`` returns the job's pods from the index at the moment of each pass.
+    ``pods`` returns the job's pods from the index at the moment of each pass;
+    ``watched`` what the watches last delivered of the job and its store, which lets
+    a pass plan from its previous readings when nothing changed.
     Returns the last outcome (None when stopped before the first pass).
     """
     settings = settings or LoopSettings()
@@ -128,9 +132,11 @@ async def run_job_loop(
         while not stopped:
             event.clear()
             snapshot = list(pods())
-            outcome = await asyncio.to_thread(
-                reconciler.reconcile, namespace=namespace, name=name, pods=snapshot
-            )
+            call = functools.partial(reconciler.reconcile, namespace=namespace, name=name,
+                                     pods=snapshot)
+            if watched is not None:
+                call = functools.partial(call, watched=watched())
+            outcome = await asyncio.to_thread(call)
             if outcome.gone or outcome.finalized:
                 return outcome
             delay = outcome.requeue_after

@@ -13,6 +13,8 @@ is logged and skipped, because losing a message must never stop a job's recovery
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import secrets
 import threading
@@ -72,6 +74,7 @@ from cjob_operator.cluster import (
     Cluster,
     ClusterError,
     JobRef,
+    Manifest,
     StatusConflictError,
     StoreReading,
 )
@@ -119,6 +122,93 @@ class Outcome:
     """The job no longer exists."""
     error: str | None = None
     phase: Phase | None = None
+
+
+@dataclass(frozen=True)
+class WatchedVersions:
+    """The ``resourceVersion`` of the job and of its store as the operator's watches
+    last delivered them (None: not known).
+
+    A pass reads the job or the store from the API server only when its watch
+    delivered a version the pass's last reading does not already cover; otherwise it
+    plans from that reading. With a thousand jobs, every pod event and every resync
+    would otherwise cost two GETs that only return what the operator already knows.
+    """
+
+    job: str | None = None
+    store: str | None = None
+    """None: the watch knows no such ConfigMap (the store does not exist)."""
+
+
+@dataclass(frozen=True)
+class ReadSettings:
+    reuse_seconds: float = 600.0
+    """Longest a reading is planned from while the watches report no change; then the
+    pass reads again, so a watch that silently lost an event cannot hide it forever."""
+
+
+@dataclass(frozen=True)
+class _JobMemo:
+    """A reading of the job, kept small: at a thousand jobs each kilobyte kept per job
+    is a megabyte of the operator's memory. It is kept as compact JSON without
+    ``metadata.managedFields`` (kilobytes the plan never reads), and decoded per pass."""
+
+    encoded: bytes
+    versions: frozenset[str]
+    """Versions this body is at least as new as: the one read or written, and the one
+    the watch had delivered when it was read."""
+    read_at: float
+
+    @classmethod
+    def of(cls, body: Mapping[str, Any], *, versions: frozenset[str],
+           read_at: float) -> _JobMemo:
+        kept = dict(body)
+        metadata = dict(kept.get("metadata") or {})
+        metadata.pop("managedFields", None)
+        kept["metadata"] = metadata
+        encoded = json.dumps(kept, separators=(",", ":"), default=str).encode()
+        return cls(encoded=encoded, versions=versions, read_at=read_at)
+
+    @property
+    def body(self) -> Mapping[str, Any]:
+        body: Mapping[str, Any] = json.loads(self.encoded)
+        return body
+
+
+@dataclass(frozen=True)
+class _StoreMemo:
+    reading: StoreReading | None
+    version: str | None
+    """The store's version the watch had delivered when it was read (None: none)."""
+    read_at: float
+
+
+@dataclass(frozen=True)
+class _Planned:
+    body: Mapping[str, Any]
+    job: CheckpointedJob
+    reading: StoreReading | None
+    result: Plan
+    remembered: bool
+    """Whether the job or the store came from an earlier reading, not the API server."""
+
+
+STORE_WRITES = (EnsureCheckpointConfigMap, AdvanceFence, RequestCheckpoint,
+                DeleteCheckpointStore)
+"""Actions that change the store: the pass's reading of it is stale afterwards."""
+PASSIVE = (RequeueAfter, EmitEvent)
+"""Actions that change nothing the plan decides by."""
+
+
+def _version(body: Mapping[str, Any] | None) -> str | None:
+    metadata = (body or {}).get("metadata") or {}
+    version = metadata.get("resourceVersion")
+    return str(version) if version else None
+
+
+def _acts(result: Plan) -> bool:
+    """Whether the plan changes anything besides the job's status and Events."""
+    return any(not isinstance(action, PASSIVE) for action in result.actions)
 
 
 @dataclass(frozen=True)
@@ -210,11 +300,48 @@ def _own_pods(
 
 
 class ActionExecutor:
-    """Carries out a plan's actions against a :class:`Cluster`, in order."""
+    """Carries out a plan's actions against a :class:`Cluster`, in order.
 
-    def __init__(self, *, cluster: Cluster, operator_config: OperatorConfig) -> None:
+    A job's companions (ServiceAccount, Role, RoleBinding, Service, Secret,
+    NetworkPolicy) are ensured at every attempt's start; sending an unchanged one
+    again costs a create that answers "already exists" and a patch that changes
+    nothing, seven requests per restart. So an object this executor ensured with the
+    same manifest (same owner, hence the same job) less than ``reuse_seconds`` ago
+    is not sent again; after that it is, so one deleted by hand comes back, and at
+    once after any failed call for the job.
+    """
+
+    def __init__(self, *, cluster: Cluster, operator_config: OperatorConfig,
+                 reuse_seconds: float = ReadSettings.reuse_seconds) -> None:
         self.cluster = cluster
         self.operator_config = operator_config
+        self.reuse_seconds = reuse_seconds
+        self._ensured: dict[tuple[str, str], dict[tuple[str, str], tuple[bytes, float]]] = {}
+
+    def _ensure(self, job: CheckpointedJob, manifest: Manifest, *,
+                same_as: Manifest | None = None) -> None:
+        """Create or update ``manifest`` unless it was ensured unchanged lately.
+
+        ``same_as`` is what decides "unchanged" when it differs from what is sent
+        (a Secret's random key is not part of its identity).
+        """
+        metadata = manifest.get("metadata") or {}
+        ensured = self._ensured.setdefault((job.metadata.namespace, job.metadata.name), {})
+        key = (str(manifest.get("kind")), str(metadata.get("name")))
+        fingerprint = hashlib.sha256(json.dumps(
+            same_as if same_as is not None else manifest, sort_keys=True, default=str
+        ).encode()).digest()
+        previous = ensured.get(key)
+        now = time.monotonic()
+        if previous is not None and previous[0] == fingerprint \
+                and now - previous[1] < self.reuse_seconds:
+            return
+        self.cluster.ensure_object(manifest=manifest)
+        ensured[key] = (fingerprint, now)
+
+    def forget(self, *, namespace: str, name: str) -> None:
+        """Forget what was ensured for the job ``namespace/name`` (it is gone)."""
+        self._ensured.pop((namespace, name), None)
 
     def execute(self, actions: Iterable[Action], *, job: CheckpointedJob) -> ExecutionReport:
         executed: list[Action] = []
@@ -222,6 +349,9 @@ class ActionExecutor:
             try:
                 self.execute_one(action, job=job)
             except ClusterError as exc:
+                # A refused call may come from a companion deleted by hand (a pod whose
+                # ServiceAccount is gone): the next pass sends them all again.
+                self.forget(namespace=job.metadata.namespace, name=job.metadata.name)
                 return ExecutionReport(executed=tuple(executed), error=exc, failed_action=action)
             executed.append(action)
         return ExecutionReport(executed=tuple(executed))
@@ -240,18 +370,19 @@ class ActionExecutor:
                 labels=standard_labels(job, component="checkpoint-store"),
             )
         elif isinstance(action, EnsureServiceAccount):
-            cluster.ensure_object(manifest=build_service_account(job))
+            self._ensure(job, build_service_account(job))
         elif isinstance(action, EnsureRole):
-            cluster.ensure_object(manifest=build_role(job))
+            self._ensure(job, build_role(job))
         elif isinstance(action, EnsureRoleBinding):
-            cluster.ensure_object(manifest=build_role_binding(job))
+            self._ensure(job, build_role_binding(job))
         elif isinstance(action, EnsureService):
-            cluster.ensure_object(manifest=build_driver_service(job, operator_config=config))
+            self._ensure(job, build_driver_service(job, operator_config=config))
         elif isinstance(action, EnsureSparkAuthSecret):
             key = secrets.token_bytes(SPARK_AUTH_SECRET_BYTES)
-            cluster.ensure_object(manifest=build_spark_auth_secret(job, key=key))
+            secret = build_spark_auth_secret(job, key=key)
+            self._ensure(job, secret, same_as={k: v for k, v in secret.items() if k != "data"})
         elif isinstance(action, EnsureNetworkPolicy):
-            cluster.ensure_object(manifest=build_network_policy(job, operator_config=config))
+            self._ensure(job, build_network_policy(job, operator_config=config))
         elif isinstance(action, AdvanceFence):
             cluster.advance_fence(
                 namespace=namespace, name=checkpoint_configmap_name(name), attempt=action.attempt
@@ -310,6 +441,7 @@ class Reconciler:
         retry: RetrySettings | None = None,
         metrics: OperatorMetrics | None = None,
         clock: Clock = utc_now,
+        reads: ReadSettings | None = None,
     ) -> None:
         self.cluster = cluster
         self.operator_config = operator_config or OperatorConfig()
@@ -317,24 +449,39 @@ class Reconciler:
         self.retry = retry or RetrySettings()
         self.metrics = metrics
         self.clock = clock
-        self.executor = ActionExecutor(cluster=cluster, operator_config=self.operator_config)
+        self.reads = reads or ReadSettings()
+        self.executor = ActionExecutor(cluster=cluster, operator_config=self.operator_config,
+                                       reuse_seconds=self.reads.reuse_seconds)
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self._failures: dict[tuple[str, str], int] = {}
         self._last_error: dict[tuple[str, str], str] = {}
+        self._jobs: dict[tuple[str, str], _JobMemo] = {}
+        self._stores: dict[tuple[str, str], _StoreMemo] = {}
 
     # --- entry point -----------------------------------------------------------------
 
     def reconcile(
-        self, *, namespace: str, name: str, pods: Iterable[Mapping[str, Any]]
+        self,
+        *,
+        namespace: str,
+        name: str,
+        pods: Iterable[Mapping[str, Any]],
+        watched: WatchedVersions | None = None,
     ) -> Outcome:
-        """One pass over ``namespace/name``; ``pods`` are the job's pods from the index."""
+        """One pass over ``namespace/name``; ``pods`` are the job's pods from the index.
+
+        With ``watched`` (what the watches last saw of the job and its store) the pass
+        may plan from its previous readings; without, it reads both.
+        """
         started = time.monotonic()
         key = (namespace, name)
         with self._lock_for(key):
             try:
-                outcome = self._pass(namespace=namespace, name=name, pods=list(pods))
+                outcome = self._pass(namespace=namespace, name=name, pods=list(pods),
+                                     watched=watched)
             except Exception as exc:  # any bug must surface on the job, not end its loop
+                self._drop_readings(key)
                 outcome = self._unexpected(key, error=exc)
             finally:
                 if self.metrics is not None:
@@ -352,17 +499,128 @@ class Reconciler:
             self._locks.pop(key, None)
         self._failures.pop(key, None)
         self._last_error.pop(key, None)
+        self._drop_readings(key)
+        self.executor.forget(namespace=key[0], name=key[1])
         if self.metrics is not None:
             self.metrics.forget_job(namespace=key[0], name=key[1])
+
+    def _drop_readings(self, key: tuple[str, str]) -> None:
+        self._jobs.pop(key, None)
+        self._stores.pop(key, None)
+
+    # --- reading, or planning from the last reading ----------------------------------------
+
+    def _fresh(self, read_at: float) -> bool:
+        return time.monotonic() - read_at < self.reads.reuse_seconds
+
+    def _read_job(
+        self, key: tuple[str, str], watched: WatchedVersions | None, *, reuse: bool
+    ) -> tuple[Mapping[str, Any] | None, bool]:
+        """The job, and whether it came from the last reading instead of the API."""
+        memo = self._jobs.get(key)
+        seen = watched.job if watched is not None else None
+        if reuse and memo is not None and seen is not None and seen in memo.versions \
+                and self._fresh(memo.read_at):
+            return memo.body, True
+        body = self.cluster.read_job(namespace=key[0], name=key[1])
+        versions = {v for v in (_version(body), seen) if v}
+        if body is None or not versions:
+            self._jobs.pop(key, None)
+        else:
+            self._jobs[key] = _JobMemo.of(body, versions=frozenset(versions),
+                                          read_at=time.monotonic())
+        return body, False
+
+    def _read_store(
+        self, key: tuple[str, str], watched: WatchedVersions | None, *, reuse: bool
+    ) -> tuple[StoreReading | None, bool]:
+        """The job's store, and whether it came from the last reading instead of the API."""
+        memo = self._stores.get(key)
+        if reuse and memo is not None and watched is not None \
+                and watched.store == memo.version and self._fresh(memo.read_at):
+            return memo.reading, True
+        reading = self.cluster.read_store(
+            namespace=key[0], name=checkpoint_configmap_name(key[1])
+        )
+        if watched is None:
+            self._stores.pop(key, None)
+        else:
+            self._stores[key] = _StoreMemo(reading=reading, version=watched.store,
+                                           read_at=time.monotonic())
+        return reading, False
+
+    def _remember_written(self, key: tuple[str, str], written: Mapping[str, Any] | None) -> None:
+        """The job as the status write left it is what the next pass plans from."""
+        memo = self._jobs.get(key)
+        version = _version(written)
+        if memo is None or written is None or version is None:
+            self._jobs.pop(key, None)
+            return
+        self._jobs[key] = _JobMemo.of(written, versions=memo.versions | {version},
+                                      read_at=memo.read_at)
 
     # --- the pass ----------------------------------------------------------------------
 
     def _pass(
-        self, *, namespace: str, name: str, pods: list[Mapping[str, Any]]
+        self,
+        *,
+        namespace: str,
+        name: str,
+        pods: list[Mapping[str, Any]],
+        watched: WatchedVersions | None,
     ) -> Outcome:
         key = (namespace, name)
+        planned = self._plan(key, pods=pods, watched=watched, reuse=True)
+        if isinstance(planned, _Planned) and planned.remembered and _acts(planned.result):
+            # A plan that acts is made from what the API server has now, never from
+            # a reading that a watch event still in flight may have overtaken.
+            planned = self._plan(key, pods=pods, watched=watched, reuse=False)
+        if isinstance(planned, Outcome):
+            return planned
+        body, job, result, reading = planned.body, planned.job, planned.result, planned.reading
+        report = self.executor.execute(result.actions, job=job)
+        if any(isinstance(a, STORE_WRITES) for a in (*report.executed, report.failed_action)):
+            self._stores.pop(key, None)
+        if report.error is not None:
+            self._drop_readings(key)
+            step = type(report.failed_action).__name__ if report.failed_action else "execute"
+            if isinstance(report.failed_action, CreateDriver) and not report.error.retryable:
+                self._record_refused_driver(body, result, report.error)
+            failed = report.failed_action
+            if isinstance(failed, CreateCleanupPod) and not report.error.retryable:
+                return self._cleanup_refused(job, failed, report.error)
+            return self._failed(key, step=step, error=report.error, job=job)
+        if report.finalized:
+            self._record(job, status=result.status, reading=reading, pending=None)
+            return Outcome(finalized=True, phase=result.status.phase)
         try:
-            body = self.cluster.read_job(namespace=namespace, name=name)
+            wrote, written = self._write_status(body, result)
+        except StatusConflictError as exc:
+            self._drop_readings(key)
+            _log.info("%s/%s: %s; planning again", namespace, name, exc)
+            return Outcome(requeue_after=self.retry.conflict_delay, error=str(exc))
+        except ClusterError as exc:
+            self._drop_readings(key)
+            return self._failed(key, step="write-status", error=exc, job=job)
+        if wrote:
+            self._remember_written(key, written)
+        self._record(job, status=result.status, reading=reading, pending=report)
+        self._failures.pop(key, None)
+        self._last_error.pop(key, None)
+        return Outcome(requeue_after=result.requeue_after, phase=result.status.phase)
+
+    def _plan(
+        self, key: tuple[str, str], *, pods: list[Mapping[str, Any]],
+        watched: WatchedVersions | None, reuse: bool,
+    ) -> _Planned | Outcome:
+        """Observe and plan; the Outcome of a pass that ends before planning.
+
+        With ``reuse`` the job and the store are remembered instead of read when the
+        watches allow it.
+        """
+        namespace, name = key
+        try:
+            body, job_remembered = self._read_job(key, watched, reuse=reuse)
         except ClusterError as exc:
             return self._failed(key, step="read-job", error=exc, job=None)
         if body is None:
@@ -374,11 +632,10 @@ class Reconciler:
         try:
             job = parse_job(body)
         except SpecError as exc:
+            self._drop_readings(key)
             return self._invalid_spec(body, status=status, error=exc, now=now, deleting=deleting)
         try:
-            reading = self.cluster.read_store(
-                namespace=namespace, name=checkpoint_configmap_name(name)
-            )
+            reading, store_remembered = self._read_store(key, watched, reuse=reuse)
         except ClusterError as exc:
             return self._failed(key, step="read-store", error=exc, job=job)
         cleanup: list[Mapping[str, Any]] = []
@@ -398,30 +655,9 @@ class Reconciler:
             deleting=deleting,
             default_image=self.operator_config.default_image,
         )
-        result = plan(observed, now=now, settings=self.plan_settings)
-        report = self.executor.execute(result.actions, job=job)
-        if report.error is not None:
-            step = type(report.failed_action).__name__ if report.failed_action else "execute"
-            if isinstance(report.failed_action, CreateDriver) and not report.error.retryable:
-                self._record_refused_driver(body, result, report.error)
-            failed = report.failed_action
-            if isinstance(failed, CreateCleanupPod) and not report.error.retryable:
-                return self._cleanup_refused(job, failed, report.error)
-            return self._failed(key, step=step, error=report.error, job=job)
-        if report.finalized:
-            self._record(job, status=result.status, reading=reading, pending=None)
-            return Outcome(finalized=True, phase=result.status.phase)
-        try:
-            self._write_status(body, result)
-        except StatusConflictError as exc:
-            _log.info("%s/%s: %s; planning again", namespace, name, exc)
-            return Outcome(requeue_after=self.retry.conflict_delay, error=str(exc))
-        except ClusterError as exc:
-            return self._failed(key, step="write-status", error=exc, job=job)
-        self._record(job, status=result.status, reading=reading, pending=report)
-        self._failures.pop(key, None)
-        self._last_error.pop(key, None)
-        return Outcome(requeue_after=result.requeue_after, phase=result.status.phase)
+        return _Planned(body=body, job=job, reading=reading,
+                        result=plan(observed, now=now, settings=self.plan_settings),
+                        remembered=job_remembered or store_remembered)
 
     def _cleanup_refused(
         self, job: CheckpointedJob, action: CreateCleanupPod, error: ClusterError
@@ -453,10 +689,14 @@ class Reconciler:
         except ClusterError as exc:
             _log.warning("could not record the refused driver pod: %s", exc)
 
-    def _write_status(self, body: Mapping[str, Any], result: Plan) -> None:
+    def _write_status(
+        self, body: Mapping[str, Any], result: Plan
+    ) -> tuple[bool, Mapping[str, Any] | None]:
+        """Write the planned status if it differs; whether it did, and the job written."""
         new = result.status.to_dict()
-        if new != (body.get("status") or {}):
-            self.cluster.write_status(job=body, status=new)
+        if new == (body.get("status") or {}):
+            return False, None
+        return True, self.cluster.write_status(job=body, status=new)
 
     def _invalid_spec(
         self,

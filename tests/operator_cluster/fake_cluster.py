@@ -78,13 +78,29 @@ class FakeCluster:
         self._enter("read_job")
         return copy.deepcopy(self.job) if self.job is not None else None
 
-    def write_status(self, *, job: Mapping[str, Any], status: Mapping[str, Any]) -> None:
+    def write_status(
+        self, *, job: Mapping[str, Any], status: Mapping[str, Any]
+    ) -> Mapping[str, Any] | None:
         self._enter("write_status")
         assert self.job is not None
         if self.conflict_status_once:
             self.conflict_status_once = False
             raise StatusConflictError(namespace="team", name="sums")
         self.job["status"] = copy.deepcopy(dict(status))
+        self.bump_version()
+        return copy.deepcopy(self.job)
+
+    def bump_version(self) -> str:
+        """A new ``resourceVersion`` for the job, as every write to it gets."""
+        assert self.job is not None
+        metadata = self.job["metadata"]
+        metadata["resourceVersion"] = str(int(metadata["resourceVersion"]) + 1)
+        return str(metadata["resourceVersion"])
+
+    @property
+    def version(self) -> str:
+        assert self.job is not None
+        return str(self.job["metadata"]["resourceVersion"])
 
     @property
     def status(self) -> dict[str, Any]:
