@@ -61,6 +61,7 @@ from bench.common import (
 )
 
 TARGET_SECONDS = 15.0
+SUBTASK_TARGET_SECONDS = 5.0
 PHASES = ["detection", "restart delay", "driver start", "Spark start", "subtasks scheduled",
           "state load", "replay"]
 
@@ -101,17 +102,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1")
     parser.add_argument("--timeout", type=float, default=600.0,
                         help="give up on one repetition after this many seconds")
+    parser.add_argument("--kill", choices=["driver", "subtask"], default="driver",
+                        help="what dies: the driver's process group, or one Python worker "
+                             "of the barrier stage (Spark relaunches the stage in place)")
 
 
 class _Runner:
     """``cjob run`` in its own session, with every output line timestamped on arrival."""
 
-    def __init__(self, *, job_file: Path, state_dir: Path) -> None:
+    def __init__(self, *, job_file: Path, state_dir: Path,
+                 env: dict[str, str] | None = None) -> None:
         self.lines: list[tuple[float, str]] = []
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "cjob", "run", str(job_file), "--state-dir", str(state_dir),
              "--fresh"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            env=python_env(), start_new_session=True)
+            env={**python_env(), **(env or {})}, start_new_session=True)
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -228,6 +233,95 @@ def measure_recovery(ns: argparse.Namespace) -> dict[str, Any]:
             "state_read_s": t.get("restoreSecondsMax")}
 
 
+SUBTASK_PHASES = ["relaunch", "state load", "replay"]
+
+
+def measure_subtask_recovery(ns: argparse.Namespace) -> dict[str, Any]:
+    """One Python worker of the barrier stage dies; Spark relaunches the stage in place.
+
+    The kill is the runtime's own fault point ``subtask.after-snapshot`` (the worker
+    SIGKILLs itself right after snapshotting checkpoint ``--kill-after-checkpoints`` + 1,
+    so that checkpoint never completes); its marker file's modification time is the
+    moment of the kill. Phases: **relaunch** (kill until the first subtask of the new
+    stage attempt registered: Spark saw the lost task, failed and resubmitted the
+    stage, started Python workers and the subtasks exchanged addresses), **state
+    load** (until that subtask restored its state and started its tasks), **replay**
+    (until the first record was processed).
+    """
+    work = fresh_dir("recovery-subtask")
+    name = "bench-recovery-subtask"
+    faults = work / "faults"
+    faults.mkdir()
+    point = f"subtask.after-snapshot@{ns.kill_after_checkpoints + 1}"
+    runner = _Runner(job_file=_job_file(work, name=name, ns=ns), state_dir=work / "state",
+                     env={"CJOB_FAULTS": point, "CJOB_FAULTS_DIR": str(faults)})
+    progress = work / "state" / name / "attempt-1.progress.json"
+    pids: list[int] = []
+    try:
+        def killed() -> float | None:
+            markers = list(faults.glob(".cjob-fault-*"))
+            return markers[0].stat().st_mtime if markers else None
+
+        killed_at = _wait_for(killed, timeout=ns.timeout, runner=runner,
+                              what=f"the fault point {point}")
+
+        def relaunched() -> dict[str, Any] | None:
+            status = _read_json(progress)
+            if status and status.get("subtaskRestarts", 0) >= 1 \
+                    and "firstRecordAt" in status.get("timeline", {}):
+                return status
+            return None
+
+        after = _wait_for(relaunched, timeout=ns.timeout, runner=runner,
+                          what="the relaunched subtasks processing")
+        pids.append(int(after["pid"]))
+    finally:
+        runner.stop(pids)
+    if runner.first_line("attempt 1 failed") is not None:
+        raise BenchmarkError(benchmark="recovery",
+                             problem="the driver failed instead of relaunching the subtasks")
+    t = after["timeline"]
+    first = float(t["firstRecordAt"])
+    registered = float(t["epochStartedAt"])
+    restored = min(float(t.get("firstReadyAt", first)), first)
+    remove_dir(work)
+    return {"total_s": first - killed_at,
+            "phases_s": {"relaunch": registered - killed_at, "state load": restored - registered,
+                         "replay": first - restored},
+            "restored_from": (after.get("restoredFrom") or {}).get("id"),
+            "state_read_s": t.get("restoreSecondsMax")}
+
+
+def run_subtask_kill(ns: argparse.Namespace) -> dict[str, Any]:
+    runs = []
+    for i in range(ns.repeat):
+        print(f"[recovery] repetition {i + 1}/{ns.repeat}: subtask kill", flush=True)
+        runs.append(measure_subtask_recovery(ns))
+        print(f"[recovery]   {runs[-1]['total_s']:.1f}s to the first record after restoring "
+              f"checkpoint {runs[-1]['restored_from']}", flush=True)
+    medians = {p: median(r["phases_s"][p] for r in runs) for p in SUBTASK_PHASES}
+    total = median(r["total_s"] for r in runs)
+    rows = [[p, *[r["phases_s"][p] for r in runs], medians[p]] for p in SUBTASK_PHASES]
+    rows.append(["total (kill -> first record)", *[r["total_s"] for r in runs], total])
+    print_table("recovery after a subtask kill (embedded mode, seconds)",
+                ["phase", *[f"#{i + 1}" for i in range(len(runs))], "median"], rows)
+    met = total <= SUBTASK_TARGET_SECONDS
+    data = {"scale": {"keys": ns.keys, "rate": ns.rate, "parallelism": 2,
+                      "kill_after_checkpoints": ns.kill_after_checkpoints,
+                      "repeat": ns.repeat, "spark_conf": ns.spark_conf},
+            "runs": runs, "median": {"total_s": total, "phases_s": medians},
+            "target": {"seconds": SUBTASK_TARGET_SECONDS, "met": met}}
+    write_result("recovery-subtask", data)
+    update_summary({
+        "recovery_subtask_seconds": target_entry(
+            value=total, target=SUBTASK_TARGET_SECONDS,
+            unit="s from a subtask's Python worker SIGKILL to first record processed after "
+                 "restore (embedded)", met=met, baseline=None,
+            note="phases in recovery-subtask.json"),
+    })
+    return data
+
+
 def measure_cold_start(ns: argparse.Namespace) -> dict[str, Any]:
     """The baseline: ``cjob run`` of the same job until its first record, no restore."""
     work = fresh_dir("recovery-cold")
@@ -253,6 +347,8 @@ def measure_cold_start(ns: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(ns: argparse.Namespace) -> dict[str, Any]:
+    if ns.kill == "subtask":
+        return run_subtask_kill(ns)
     recoveries: list[dict[str, Any]] = []
     cold: list[dict[str, Any]] = []
     for i in range(ns.repeat):

@@ -132,6 +132,7 @@ ON_UNREADABLE = TextField(path="spec.restore.onUnreadable", default="Fail")
 ALLOW_FOREIGN_JOB = FlagField(path="spec.restore.allowForeignJob", default=False)
 
 SUSPEND = FlagField(path="spec.suspend", default=False)
+STANDBY_ENABLED = FlagField(path="spec.standby.enabled", default=False)
 CLEANUP_CHECKPOINTS = TextField(path="spec.cleanupPolicy.checkpoints", default="Retain")
 
 SPEC_FIELDS: tuple[SpecField, ...] = (
@@ -161,6 +162,7 @@ SPEC_FIELDS: tuple[SpecField, ...] = (
     ON_UNREADABLE,
     ALLOW_FOREIGN_JOB,
     SUSPEND,
+    STANDBY_ENABLED,
     CLEANUP_CHECKPOINTS,
 )
 """Every field of the spec that has a default (the CRD test walks them)."""

@@ -61,6 +61,7 @@ from cjob_spec.model import (
     RestoreSpec,
     S3Settings,
     SparkSpec,
+    StandbySpec,
 )
 from cjob_spec.names import API_VERSION, KIND
 from cjob_spec.quantities import Memory
@@ -366,6 +367,7 @@ def parse_job(document: Mapping[str, Any]) -> CheckpointedJob:
             "restartPolicy",
             "restore",
             "suspend",
+            "standby",
             "cleanupPolicy",
             "pod",
         ),
@@ -474,6 +476,12 @@ def _read_spec(node: _Node) -> JobSpec:
         default=CleanupPolicy,
     )
     pod = node.child("pod", POD_FIELDS, _read_pod, default=PodSettings)
+    standby = node.child(
+        "standby",
+        ("enabled",),
+        lambda child: StandbySpec(enabled=child.flag_field(defaults.STANDBY_ENABLED)),
+        default=StandbySpec,
+    )
     return JobSpec(
         pod=pod,
         image=image,
@@ -485,6 +493,7 @@ def _read_spec(node: _Node) -> JobSpec:
         restart_policy=restart_policy,
         restore=restore,
         suspend=node.flag_field(defaults.SUSPEND),
+        standby=standby,
         cleanup_policy=cleanup,
     )
 

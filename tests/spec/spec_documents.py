@@ -79,6 +79,7 @@ FULL: dict[str, Any] = {
         "restore": {"from": "s3://old/chk-7/_metadata", "onUnreadable": "FallbackToPrevious",
                     "allowForeignJob": True},
         "suspend": True,
+        "standby": {"enabled": True},
         "cleanupPolicy": {"checkpoints": "Delete"},
         "pod": {
             "volumes": [{"name": "scratch", "persistentVolumeClaim": {"claimName": "scratch"}}],
