@@ -95,9 +95,11 @@ class CreateStandby:
 
     It belongs to no attempt and never writes to the store until it is promoted
     (``PromoteStandby``); the name is deterministic, so creating it twice is harmless.
+    ``attempt`` is the attempt running when it is started.
     """
 
     name: str
+    attempt: int
     image: str
 
 

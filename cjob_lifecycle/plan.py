@@ -510,7 +510,7 @@ def _manage_standby(draft: _Draft) -> None:
     if wanted and keep is None and image is not None:
         name = standby_pod_name(draft.name, draft.status.attempt)
         if draft.observed.pod(name) is None:
-            draft.act(CreateStandby(name=name, image=image))
+            draft.act(CreateStandby(name=name, attempt=draft.status.attempt, image=image))
         else:
             draft.requeue_in(draft.settings.poll_seconds)  # its old pod goes first
 

@@ -89,6 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--status-file", default=None)
     run.add_argument("--task-attempts", type=int, default=_DRIVER.task_attempts)
     run.add_argument("--credits", type=int, default=_DRIVER.credits)
+    run.add_argument("--standby", default=None, metavar="PROMOTION_FILE",
+                     help="wait as a warm standby (Spark started, job code loaded) until "
+                          "PROMOTION_FILE names the attempt to take over")
     cleanup = sub.add_parser("cleanup", help="delete a deleted job's checkpoint directory")
     cleanup.add_argument("--uri", required=True,
                          help="the job's checkpoint directory, <storage>/<job-name>-<job-uid>")
@@ -119,7 +122,7 @@ def settings_from_args(ns: argparse.Namespace) -> DriverSettings:
         restore=ns.restore, on_unreadable=ns.on_unreadable,
         allow_foreign_restore=ns.allow_foreign_restore, attempt=ns.attempt, store=ns.store,
         metrics_port=ns.metrics_port, status_file=ns.status_file,
-        task_attempts=ns.task_attempts, credits=ns.credits)
+        task_attempts=ns.task_attempts, credits=ns.credits, standby_file=ns.standby)
 
 
 def exit_on_sigterm() -> None:

@@ -39,6 +39,9 @@ class DriverSettings:
     status_file: str | None = None
     task_attempts: int = 4
     credits: int = 4
+    standby_file: str | None = None
+    """Run as a warm standby: start Spark, then wait for a promotion in this file
+    (:mod:`cjob_spec.standby_signal`), which names the attempt to take over."""
 
     @property
     def job_id(self) -> str:

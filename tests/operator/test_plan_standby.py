@@ -68,7 +68,7 @@ def test_the_fence_moves_to_the_new_attempt_before_the_standby_is_promoted() -> 
 def test_a_new_standby_is_started_for_the_next_failure_once_one_is_promoted() -> None:
     job = standby_job()
     result = run(failed_attempt_one(job, standby(1, job=job)), at(120))
-    assert result.of_type(CreateStandby) == [CreateStandby(name="clicks-standby-2", image=IMAGE)]
+    assert result.of_type(CreateStandby) == [CreateStandby(name="clicks-standby-2", attempt=2, image=IMAGE)]
     assert kinds(result).index("PromoteStandby") < kinds(result).index("CreateStandby")
 
 
@@ -115,7 +115,7 @@ def test_a_running_job_that_asks_for_a_standby_gets_one() -> None:
     job = standby_job()
     result = run(observe(job, status(Phase.RUNNING, 1, job=job), driver(1, job=job,
                                                                           hash_of=job)), at(60))
-    assert result.of_type(CreateStandby) == [CreateStandby(name="clicks-standby-1", image=IMAGE)]
+    assert result.of_type(CreateStandby) == [CreateStandby(name="clicks-standby-1", attempt=1, image=IMAGE)]
 
 
 def test_a_running_standby_is_kept_and_not_mistaken_for_a_stale_attempt() -> None:

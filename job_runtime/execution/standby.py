@@ -1,0 +1,70 @@
+"""A warm standby driver: Spark started, job code loaded, waiting to take over an attempt.
+
+Most of a driver restart is not the restore but the start: a new process, its imports,
+the JVM and the scheduler, the first Spark job's Python workers. A standby pays all of
+that while the active driver runs, then waits for the supervisor's promotion
+(:mod:`cjob_spec.standby_signal`). The supervisor promotes it only after advancing the
+store's fence to the new attempt, so the driver being replaced (if it still lives)
+can no longer commit a checkpoint; the standby itself never touches the store before
+it is promoted, and everything it does afterwards is what any driver of that attempt
+does: resolve the restore point, start the coordinator, launch the barrier stage.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import time
+from typing import Any
+
+from cjob_spec.standby_signal import (
+    StandbyReady,
+    StandbySignalError,
+    read_promotion,
+    ready_path,
+    write_signal,
+)
+from job_runtime.errors import ConfigurationError
+from job_runtime.execution.settings import DriverSettings
+
+log = logging.getLogger("job_runtime.driver")
+
+POLL_SECONDS = 0.01
+"""How often a waiting standby looks for its promotion: a stat call, cheap enough to
+make the wait a negligible part of a takeover."""
+
+
+def warm_up(spark_context: Any, *, parallelism: int) -> None:
+    """Run one small job across ``parallelism`` tasks.
+
+    The first job of a new ``SparkContext`` starts the Python worker daemon, and loads
+    and compiles the scheduler's and the task serializer's code paths; doing it here
+    keeps that off the promoted driver's barrier stage.
+    """
+    spark_context.parallelize(range(parallelism), parallelism).map(_touch).collect()
+
+
+def _touch(value: int) -> int:
+    return value
+
+
+def wait_as_standby(*, settings: DriverSettings, spark_context: Any) -> DriverSettings:
+    """Warm up, say so, wait for the promotion; the settings of the attempt taken over."""
+    assert settings.standby_file is not None
+    warm_up(spark_context, parallelism=settings.parallelism)
+    write_signal(ready_path(settings.standby_file),
+                 StandbyReady(pid=os.getpid(), ready_at=time.time()))
+    log.info("standby ready: waiting for a promotion in %s", settings.standby_file)
+    while True:
+        try:
+            promotion = read_promotion(settings.standby_file)
+        except StandbySignalError as exc:
+            raise ConfigurationError(setting="--standby", problem=str(exc)) from None
+        if promotion is not None:
+            break
+        time.sleep(POLL_SECONDS)
+    log.info("promoted to attempt %d (restore: %s)", promotion.attempt, promotion.restore)
+    return dataclasses.replace(settings, attempt=promotion.attempt, restore=promotion.restore,
+                               status_file=promotion.status_file or settings.status_file,
+                               standby_file=None)
