@@ -13,6 +13,7 @@ does: resolve the restore point, start the coordinator, launch the barrier stage
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import logging
 import os
 import time
@@ -33,19 +34,27 @@ log = logging.getLogger("job_runtime.driver")
 POLL_SECONDS = 0.01
 """How often a waiting standby looks for its promotion: a stat call, cheap enough to
 make the wait a negligible part of a takeover."""
+REWARM_SECONDS = 20.0
+"""How often a waiting standby runs its warm-up again: Spark stops Python workers that
+were idle for a minute, and the warm-up is what keeps them (reused) alive."""
 
 
 def warm_up(spark_context: Any, *, parallelism: int) -> None:
-    """Run one small job across ``parallelism`` tasks.
+    """Run one small job across ``parallelism`` tasks that imports the subtask's code.
 
     The first job of a new ``SparkContext`` starts the Python worker daemon, and loads
-    and compiles the scheduler's and the task serializer's code paths; doing it here
-    keeps that off the promoted driver's barrier stage.
+    and compiles the scheduler's and the task serializer's code paths. Its workers
+    import what a subtask runs (the runtime, Arrow, pandas) and stay in Spark's pool
+    of reusable workers, so the promoted driver's barrier stage starts in them
+    instead of forking and importing anew.
     """
-    spark_context.parallelize(range(parallelism), parallelism).map(_touch).collect()
+    spark_context.parallelize(range(parallelism), parallelism).map(_import_subtask).collect()
 
 
-def _touch(value: int) -> int:
+def _import_subtask(value: int) -> int:
+    # Loaded for the barrier stage, which runs in these workers.
+    for module in ("job_runtime.execution.subtask", "job_runtime.execution.tasks"):
+        importlib.import_module(module)
     return value
 
 
@@ -56,6 +65,7 @@ def wait_as_standby(*, settings: DriverSettings, spark_context: Any) -> DriverSe
     write_signal(ready_path(settings.standby_file),
                  StandbyReady(pid=os.getpid(), ready_at=time.time()))
     log.info("standby ready: waiting for a promotion in %s", settings.standby_file)
+    warmed = time.monotonic()
     while True:
         try:
             promotion = read_promotion(settings.standby_file)
@@ -63,6 +73,9 @@ def wait_as_standby(*, settings: DriverSettings, spark_context: Any) -> DriverSe
             raise ConfigurationError(setting="--standby", problem=str(exc)) from None
         if promotion is not None:
             break
+        if time.monotonic() - warmed >= REWARM_SECONDS:
+            warm_up(spark_context, parallelism=settings.parallelism)
+            warmed = time.monotonic()
         time.sleep(POLL_SECONDS)
     log.info("promoted to attempt %d (restore: %s)", promotion.attempt, promotion.restore)
     return dataclasses.replace(settings, attempt=promotion.attempt, restore=promotion.restore,
