@@ -149,6 +149,10 @@ file:// storage is the state directory here, not a container's disk, so it persi
 
 TICK_SECONDS = 0.5
 """How often a running attempt's progress file is read and its process polled."""
+EXIT_POLL_SECONDS = 0.05
+"""How often the driver processes are polled for an exit: a failed driver is replaced
+(a standby promoted) the moment it is seen gone, so this bounds the detection part of
+a recovery. Polling a child is a cheap system call."""
 PASS_SECONDS = 1.0
 """Longest time between two passes of the plan while a driver runs, so that the
 status follows the store's checkpoints about as closely as it did before."""
@@ -394,8 +398,11 @@ class EmbeddedRunner:
         wait = PASS_SECONDS if wake_after is None else min(wake_after, PASS_SECONDS)
         deadline = time.monotonic() + wait
         name = status.driver_pod
+        followed = 0.0
         while True:
-            if name is not None and name in backend.live:
+            now = time.monotonic()
+            if name is not None and name in backend.live and now - followed >= TICK_SECONDS:
+                followed = now
                 self._follow(backend, name=name, attempt=status.attempt,
                              restarts=status.restarts)
             if backend.poll():
@@ -403,7 +410,7 @@ class EmbeddedRunner:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return
-            time.sleep(min(TICK_SECONDS, remaining))
+            time.sleep(min(EXIT_POLL_SECONDS, remaining))
 
     def _follow(self, backend: LocalBackend, *, name: str, attempt: int, restarts: int
                 ) -> None:
