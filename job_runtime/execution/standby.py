@@ -17,9 +17,12 @@ import importlib
 import logging
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
+from cjob_spec.exit_codes import ExitCode
 from cjob_spec.standby_signal import (
+    StandbyPromotion,
     StandbyReady,
     StandbySignalError,
     read_promotion,
@@ -58,6 +61,32 @@ def _import_subtask(value: int) -> int:
     return value
 
 
+def wait_for_promotion(path: str, *, rewarm: Callable[[], None]) -> StandbyPromotion:
+    """The promotion written to ``path``, once there is one; ``rewarm`` runs every
+    :data:`REWARM_SECONDS` meanwhile.
+
+    A standby whose supervisor is gone (its parent process changed) can never be
+    promoted: it exits 0 rather than hold a JVM forever. A promotion this release
+    cannot read is a configuration error, never a guess at the attempt.
+    """
+    parent = os.getppid()
+    warmed = time.monotonic()
+    while True:
+        try:
+            promotion = read_promotion(path)
+        except StandbySignalError as exc:
+            raise ConfigurationError(setting="--standby", problem=str(exc)) from None
+        if promotion is not None:
+            return promotion
+        if os.getppid() != parent:
+            log.info("standby: the supervisor that started it is gone; exiting")
+            raise SystemExit(ExitCode.FINISHED)
+        if time.monotonic() - warmed >= REWARM_SECONDS:
+            rewarm()
+            warmed = time.monotonic()
+        time.sleep(POLL_SECONDS)
+
+
 def wait_as_standby(*, settings: DriverSettings, spark_context: Any) -> DriverSettings:
     """Warm up, say so, wait for the promotion; the settings of the attempt taken over."""
     assert settings.standby_file is not None
@@ -65,18 +94,9 @@ def wait_as_standby(*, settings: DriverSettings, spark_context: Any) -> DriverSe
     write_signal(ready_path(settings.standby_file),
                  StandbyReady(pid=os.getpid(), ready_at=time.time()))
     log.info("standby ready: waiting for a promotion in %s", settings.standby_file)
-    warmed = time.monotonic()
-    while True:
-        try:
-            promotion = read_promotion(settings.standby_file)
-        except StandbySignalError as exc:
-            raise ConfigurationError(setting="--standby", problem=str(exc)) from None
-        if promotion is not None:
-            break
-        if time.monotonic() - warmed >= REWARM_SECONDS:
-            warm_up(spark_context, parallelism=settings.parallelism)
-            warmed = time.monotonic()
-        time.sleep(POLL_SECONDS)
+    promotion = wait_for_promotion(
+        settings.standby_file,
+        rewarm=lambda: warm_up(spark_context, parallelism=settings.parallelism))
     log.info("promoted to attempt %d (restore: %s)", promotion.attempt, promotion.restore)
     return dataclasses.replace(settings, attempt=promotion.attempt, restore=promotion.restore,
                                status_file=promotion.status_file or settings.status_file,
