@@ -29,11 +29,12 @@ from typing import Any, TextIO
 
 from cjob.local_backend import LOCAL_SETTINGS, DriverLaunch, LocalBackend
 from cjob_checkpoint.driver_status import DriverStatus, StatusFileError, read_status_file
-from cjob_lifecycle.actions import CreateDriver, EmitEvent
+from cjob_lifecycle.actions import CreateDriver, CreateStandby, EmitEvent, PromoteStandby
 from cjob_lifecycle.plan import plan
 from cjob_spec import CheckpointedJob, JobStatus, Phase, file_store_arg, to_runtime_args
 from cjob_spec.driver_env import driver_env as spec_driver_env
 from cjob_spec.model import is_s3_code
+from cjob_spec.standby_signal import StandbyPromotion, ready_path
 
 Clock = Callable[[], datetime]
 
@@ -76,6 +77,13 @@ class JobPaths:
 
     def runtime_status(self, attempt: int) -> Path:
         return self.root / f"attempt-{attempt}.progress.json"
+
+    def standby_log(self, name: str) -> Path:
+        return self.root / f"{name}.log"
+
+    def promotion(self, name: str) -> Path:
+        """Where standby driver ``name`` waits for its promotion."""
+        return self.root / f"{name}.promote"
 
 
 def job_paths(state_dir: str, name: str) -> JobPaths:
@@ -141,6 +149,10 @@ file:// storage is the state directory here, not a container's disk, so it persi
 
 TICK_SECONDS = 0.5
 """How often a running attempt's progress file is read and its process polled."""
+EXIT_POLL_SECONDS = 0.05
+"""How often the driver processes are polled for an exit: a failed driver is replaced
+(a standby promoted) the moment it is seen gone, so this bounds the detection part of
+a recovery. Polling a child is a cheap system call."""
 PASS_SECONDS = 1.0
 """Longest time between two passes of the plan while a driver runs, so that the
 status follows the store's checkpoints about as closely as it did before."""
@@ -238,6 +250,37 @@ class EmbeddedRunner:
                             env=driver_environment(self.job, os.environ),
                             log=self.paths.log(attempt))
 
+    def _launch_standby(self, action: CreateStandby) -> DriverLaunch:
+        """A standby driver: the next attempt's arguments, and the file to wait on.
+
+        Its attempt and restore point are the promotion's; until then it only starts
+        Spark and loads the job's code, and writes no status file.
+        """
+        promotion = self.paths.promotion(action.name)
+        promotion.unlink(missing_ok=True)
+        ready_path(promotion).unlink(missing_ok=True)
+        args = to_runtime_args(self._job_for_attempt(), restore_pointer="latest",
+                               attempt=action.attempt + 1,
+                               store=file_store_arg(str(self.paths.store)),
+                               master=_local_master(self.job), job_uid=self._uid,
+                               metrics_port=self.options.metrics_port)
+        return DriverLaunch(argv=(*self.options.driver_command, *args, "--standby",
+                                  str(promotion)),
+                            env=driver_environment(self.job, os.environ),
+                            log=self.paths.standby_log(action.name), promotion_file=promotion)
+
+    def _promotion(self, action: PromoteStandby) -> StandbyPromotion:
+        status_file = self.paths.runtime_status(action.attempt)
+        status_file.unlink(missing_ok=True)  # see _launch: an earlier run's file
+        return StandbyPromotion(attempt=action.attempt, restore=action.restore_pointer,
+                                status_file=str(status_file))
+
+    def _on_promote(self, action: PromoteStandby, log: Path) -> None:
+        self._end_progress_line()
+        self._attempt_started[action.attempt] = time.monotonic()
+        self._say(f"starting attempt {action.attempt} (restore: {action.restore_pointer}, "
+                  f"promoted standby {action.name}, log: {log})")
+
     # ------------------------------------------------------------------ output
 
     def _say(self, text: str) -> None:
@@ -311,9 +354,11 @@ class EmbeddedRunner:
         """
         status, self._uid = self._prepare()
         # The plan sees the job as it runs here: its checkpoints in the state directory.
-        backend = LocalBackend(job=self._job_for_attempt(), store=self.paths.store, launch_for=self._launch,
-                               on_event=self._on_event, on_start=self._on_start,
-                               clock=self.clock)
+        backend = LocalBackend(job=self._job_for_attempt(), store=self.paths.store,
+                               launch_for=self._launch, on_event=self._on_event,
+                               on_start=self._on_start, clock=self.clock,
+                               standby_launch_for=self._launch_standby,
+                               promotion_for=self._promotion, on_promote=self._on_promote)
         written: dict[str, Any] | None = None
         try:
             while True:
@@ -353,8 +398,11 @@ class EmbeddedRunner:
         wait = PASS_SECONDS if wake_after is None else min(wake_after, PASS_SECONDS)
         deadline = time.monotonic() + wait
         name = status.driver_pod
+        followed = 0.0
         while True:
-            if name is not None and name in backend.live:
+            now = time.monotonic()
+            if name is not None and name in backend.live and now - followed >= TICK_SECONDS:
+                followed = now
                 self._follow(backend, name=name, attempt=status.attempt,
                              restarts=status.restarts)
             if backend.poll():
@@ -362,7 +410,7 @@ class EmbeddedRunner:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return
-            time.sleep(min(TICK_SECONDS, remaining))
+            time.sleep(min(EXIT_POLL_SECONDS, remaining))
 
     def _follow(self, backend: LocalBackend, *, name: str, attempt: int, restarts: int
                 ) -> None:

@@ -32,14 +32,23 @@ from cjob_lifecycle.actions import (
     Action,
     AdvanceFence,
     CreateDriver,
+    CreateStandby,
     DeleteDriver,
     EmitEvent,
     EnsureCheckpointConfigMap,
+    PromoteStandby,
     RequestCheckpoint,
 )
 from cjob_lifecycle.observed import DriverPod, Observed, StoreOwnership, StoreView
 from cjob_lifecycle.plan import PlanSettings
 from cjob_spec.model import CheckpointedJob, spec_hash
+from cjob_spec.standby_signal import (
+    StandbyPromotion,
+    StandbySignalError,
+    read_ready,
+    ready_path,
+    write_signal,
+)
 from cjob_spec.status import CheckpointRef, JobStatus
 
 Clock = Callable[[], datetime]
@@ -53,6 +62,7 @@ LOCAL_SETTINGS = PlanSettings(
     kill_grace_seconds=30.0,
     poll_seconds=1.0,
     network_policies=False,
+    standby_drivers=True,
 )
 """The plan's timing knobs for local processes: a process is in the table the moment
 it is spawned, and nothing needs a network policy."""
@@ -84,6 +94,10 @@ class LocalDriver:
     message: str | None = None
     spawn_error: str | None = None
     stop_deadline: datetime | None = None
+    promotion_file: Path | None = None
+    """Set while the process is a standby driver: where its promotion is written."""
+    ready: bool = False
+    """A standby that said it is ready (Spark started, job code loaded)."""
 
 
 def driver_pod(driver: LocalDriver) -> DriverPod:
@@ -107,6 +121,8 @@ def driver_pod(driver: LocalDriver) -> DriverPod:
         message=message,
         deletion_timestamp=driver.stop_deadline,
         spec_hash=driver.spec_hash,
+        standby=driver.promotion_file is not None,
+        ready=driver.ready,
     )
 
 
@@ -163,10 +179,16 @@ class DriverLaunch:
     argv: tuple[str, ...]
     env: Mapping[str, str]
     log: Path
+    promotion_file: Path | None = None
+    """For a standby driver: the file its promotion is written to."""
 
 
 LaunchFor = Callable[[CreateDriver], DriverLaunch]
 """Builds the launch of the driver a ``CreateDriver`` asks for (runtime arguments)."""
+StandbyLaunchFor = Callable[[CreateStandby], DriverLaunch]
+"""Builds the launch of a standby driver (runtime arguments and ``--standby FILE``)."""
+PromotionFor = Callable[[PromoteStandby], StandbyPromotion]
+"""What a promoted standby is told: its attempt, restore point and status file."""
 
 
 class _Running:
@@ -189,8 +211,13 @@ class LocalBackend:
     def __init__(self, *, job: CheckpointedJob, store: Path, launch_for: LaunchFor,
                  on_event: Callable[[EmitEvent], None],
                  on_start: Callable[[CreateDriver, Path], None],
-                 clock: Clock) -> None:
+                 clock: Clock, standby_launch_for: StandbyLaunchFor | None = None,
+                 promotion_for: PromotionFor | None = None,
+                 on_promote: Callable[[PromoteStandby, Path], None] | None = None) -> None:
         self.job = job
+        self.standby_launch_for = standby_launch_for
+        self.promotion_for = promotion_for
+        self.on_promote = on_promote
         self.store = store
         self.launch_for = launch_for
         self.on_event = on_event
@@ -205,6 +232,7 @@ class LocalBackend:
         """Everything the plan decides on, as of now."""
         self.poll()
         self._enforce_stop_deadlines()
+        self._look_for_ready_standbys()
         pods = tuple(sorted((driver_pod(d) for d in self.drivers.values()),
                             key=lambda pod: (pod.attempt, pod.name)))
         return Observed(job=self.job, status=status, pods=pods,
@@ -225,6 +253,17 @@ class LocalBackend:
                 finished_at=self.clock(), message=last_error_line(running.log_path))
             changed = True
         return changed
+
+    def _look_for_ready_standbys(self) -> None:
+        for name, driver in list(self.drivers.items()):
+            if driver.promotion_file is None or driver.ready or name not in self._running:
+                continue
+            try:
+                ready = read_ready(ready_path(driver.promotion_file)) is not None
+            except StandbySignalError:
+                ready = False  # a file from another release: never promote blindly
+            if ready:
+                self.drivers[name] = replace(driver, ready=True)
 
     @property
     def live(self) -> list[str]:
@@ -251,6 +290,10 @@ class LocalBackend:
             advance_attempt(str(self.store), action.attempt)
         elif isinstance(action, CreateDriver):
             self._create(action)
+        elif isinstance(action, CreateStandby):
+            self._create_standby(action)
+        elif isinstance(action, PromoteStandby):
+            self._promote(action)
         elif isinstance(action, DeleteDriver):
             self._delete(action)
         elif isinstance(action, RequestCheckpoint):
@@ -266,22 +309,46 @@ class LocalBackend:
         if action.name in self.drivers:
             return
         launch = self.launch_for(action)
-        now = self.clock()
-        driver = LocalDriver(name=action.name, attempt=action.attempt, created_at=now,
-                             spec_hash=spec_hash(self.job))
         self.on_start(action, launch.log)
+        self._spawn(name=action.name, attempt=action.attempt, launch=launch)
+
+    def _create_standby(self, action: CreateStandby) -> None:
+        if action.name in self.drivers or self.standby_launch_for is None:
+            return
+        launch = self.standby_launch_for(action)
+        self._spawn(name=action.name, attempt=action.attempt, launch=launch)
+
+    def _promote(self, action: PromoteStandby) -> None:
+        """Tell the standby which attempt it now runs; from here on it is that attempt's
+        driver (the plan advanced the fence before asking for this)."""
+        driver = self.drivers.get(action.name)
+        if driver is None or driver.promotion_file is None or self.promotion_for is None:
+            return
+        if action.name in self._running:
+            write_signal(driver.promotion_file, self.promotion_for(action))
+        self.drivers[action.name] = replace(driver, attempt=action.attempt,
+                                            promotion_file=None, started_at=self.clock())
+        if self.on_promote is not None:
+            running = self._running.get(action.name)
+            self.on_promote(action, running.log_path if running is not None else Path())
+
+    def _spawn(self, *, name: str, attempt: int, launch: DriverLaunch) -> None:
+        now = self.clock()
+        driver = LocalDriver(name=name, attempt=attempt, created_at=now,
+                             spec_hash=spec_hash(self.job),
+                             promotion_file=launch.promotion_file)
         log = open(launch.log, "wb")  # noqa: SIM115 - closed when the process exits
         try:
             process = subprocess.Popen(list(launch.argv), stdout=log, stderr=subprocess.STDOUT,
                                        env=dict(launch.env), start_new_session=True)
         except OSError as exc:
             log.close()
-            self.drivers[action.name] = replace(
+            self.drivers[name] = replace(
                 driver, spawn_error=f"could not start {launch.argv[0]}: {exc.strerror or exc}",
                 finished_at=now)
             return
-        self.drivers[action.name] = replace(driver, started_at=now)
-        self._running[action.name] = _Running(process=process, log=log, log_path=launch.log)
+        self.drivers[name] = replace(driver, started_at=now)
+        self._running[name] = _Running(process=process, log=log, log_path=launch.log)
 
     def _delete(self, action: DeleteDriver) -> None:
         driver = self.drivers.get(action.name)

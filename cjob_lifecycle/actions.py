@@ -90,6 +90,34 @@ class CreateDriver:
 
 
 @dataclass(frozen=True)
+class CreateStandby:
+    """Start standby driver ``name``: Spark started, the job's code loaded, waiting.
+
+    It belongs to no attempt and never writes to the store until it is promoted
+    (``PromoteStandby``); the name is deterministic, so creating it twice is harmless.
+    ``attempt`` is the attempt running when it is started.
+    """
+
+    name: str
+    attempt: int
+    image: str
+
+
+@dataclass(frozen=True)
+class PromoteStandby:
+    """Make standby driver ``name`` the driver of ``attempt``, restoring ``restore_pointer``.
+
+    Comes after the ``AdvanceFence`` to ``attempt``, like a ``CreateDriver``: the driver
+    it replaces, if still alive, can no longer commit. Promoting a standby that was
+    already promoted to the same attempt changes nothing.
+    """
+
+    name: str
+    attempt: int
+    restore_pointer: str
+
+
+@dataclass(frozen=True)
 class DeleteDriver:
     """Delete a driver pod; ``force`` means grace period 0 (its node is lost)."""
 
@@ -166,6 +194,8 @@ Action = (
     | EnsureSparkAuthSecret
     | AdvanceFence
     | CreateDriver
+    | CreateStandby
+    | PromoteStandby
     | DeleteDriver
     | RequestCheckpoint
     | EmitEvent

@@ -42,6 +42,11 @@ class DriverPod:
     message: str | None = None
     deletion_timestamp: datetime | None = None
     spec_hash: str | None = None
+    standby: bool = False
+    """A standby driver waiting to be promoted (``spec.standby``); ``attempt`` is the
+    attempt during which it was created. A promoted one is an ordinary driver."""
+    ready: bool = False
+    """For a standby: its Spark is started and its job code loaded."""
 
     @property
     def is_live(self) -> bool:

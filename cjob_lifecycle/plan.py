@@ -36,6 +36,7 @@ from cjob_lifecycle.actions import (
     AdvanceFence,
     CreateCleanupPod,
     CreateDriver,
+    CreateStandby,
     DeleteCheckpointStore,
     DeleteCleanupPod,
     DeleteDriver,
@@ -48,6 +49,7 @@ from cjob_lifecycle.actions import (
     EnsureServiceAccount,
     EnsureSparkAuthSecret,
     EventType,
+    PromoteStandby,
     RemoveFinalizer,
     RequestCheckpoint,
     RequeueAfter,
@@ -72,6 +74,7 @@ from cjob_spec.names import (
     role_name,
     service_account_name,
     spark_auth_secret_name,
+    standby_pod_name,
 )
 from cjob_spec.restart import AttemptEnd, Finish, GiveUp, Restart, decide_restart
 from cjob_spec.status import (
@@ -128,6 +131,9 @@ class PlanSettings:
     network_policies: bool = True
     """Give each job a NetworkPolicy admitting only its own pods (``--no-network-policies``
     turns it off, for clusters that manage policies themselves)."""
+    standby_drivers: bool = False
+    """Whether this backend can run standby drivers (``spec.standby``); where it cannot,
+    the field is ignored and every restart starts a new driver."""
 
 
 @dataclass(frozen=True)
@@ -157,6 +163,7 @@ class _Draft:
         self.actions: list[Action] = []
         self.deadlines: list[datetime] = []
         self.deleted: set[str] = set()
+        self.promoted: str | None = None
 
     def act(self, action: Action) -> None:
         if action not in self.actions:
@@ -201,6 +208,7 @@ def plan(observed: Observed, *, now: datetime, settings: PlanSettings | None = N
     else:
         _clean_up_other_attempts(draft)
         _run_state_machine(draft)
+        _manage_standby(draft)
         _take_restore_report(draft)
         _set_conditions(draft)
         if draft.status.phase is not None and not draft.status.phase.is_terminal:
@@ -314,7 +322,7 @@ def _clean_up_other_attempts(draft: _Draft) -> None:
     """Stop drivers of other attempts and prune old finished pods."""
     current = draft.status.attempt
     for pod in draft.observed.pods:
-        if pod.attempt == current:
+        if pod.attempt == current or pod.standby:
             continue
         if pod.is_live or pod.phase == "Unknown":
             _delete(draft, pod, "StaleAttempt")
@@ -328,10 +336,15 @@ def _delete_finished(draft: _Draft, pod: DriverPod) -> None:
         draft.act(DeleteDriver(name=pod.name, reason="PrunedHistory"))
 
 
-def _wait_for_blocking_pods(draft: _Draft, reason: str) -> bool:
-    """Delete live driver pods; True (and a requeue) if some must still be waited for."""
-    blocking = [pod for pod in draft.observed.pods if _is_blocking(draft, pod)]
-    for pod in draft.observed.pods:
+def _wait_for_blocking_pods(draft: _Draft, reason: str, *, standby_too: bool = False) -> bool:
+    """Delete live driver pods; True (and a requeue) if some must still be waited for.
+
+    A standby driver never overlaps an attempt (it writes nothing until promoted, and
+    its promotion fences the attempt before it), so only the job's deletion waits for it.
+    """
+    pods = [pod for pod in draft.observed.pods if standby_too or not pod.standby]
+    blocking = [pod for pod in pods if _is_blocking(draft, pod)]
+    for pod in pods:
         if pod.is_live or pod.phase == "Unknown":
             _delete(draft, pod, reason)
     if blocking:
@@ -428,8 +441,16 @@ def _start_attempt(draft: _Draft, *, reason: str, reset_restarts: bool) -> None:
     if draft.settings.network_policies:
         draft.act(EnsureNetworkPolicy(name=network_policy_name(draft.name)))
     draft.act(AdvanceFence(attempt=attempt))
-    draft.act(CreateDriver(name=pod_name, attempt=attempt, restore_pointer=pointer, image=image))
-    message = f"started attempt {attempt} (pod {pod_name}) from {origin}"
+    standby = _ready_standby(draft)
+    if standby is not None:
+        pod_name = standby.name
+        draft.promoted = pod_name
+        draft.act(PromoteStandby(name=pod_name, attempt=attempt, restore_pointer=pointer))
+        message = f"promoted standby driver {pod_name} to attempt {attempt} from {origin}"
+    else:
+        draft.act(CreateDriver(name=pod_name, attempt=attempt, restore_pointer=pointer,
+                               image=image))
+        message = f"started attempt {attempt} (pod {pod_name}) from {origin}"
     draft.event("Normal", reason, message)
     problem = ephemeral_storage_problem(job.spec)
     if problem is not None:
@@ -450,6 +471,48 @@ def _start_attempt(draft: _Draft, *, reason: str, reset_restarts: bool) -> None:
         suspend_requested_at=None,
     )
     draft.requeue_in(draft.settings.pod_appear_grace_seconds)
+
+
+def _ready_standby(draft: _Draft) -> DriverPod | None:
+    """A standby driver that can take the next attempt now: running, ready, not being
+    stopped, and started for the current spec (an outdated one would run old code)."""
+    if not draft.settings.standby_drivers or not draft.job.spec.standby.enabled:
+        return None
+    current = spec_hash(draft.job)
+    ready = [pod for pod in draft.observed.pods
+             if pod.standby and pod.ready and pod.phase == "Running" and not pod.is_terminating
+             and pod.name not in draft.deleted and (pod.spec_hash or current) == current]
+    return max(ready, key=lambda pod: pod.attempt) if ready else None
+
+
+def _manage_standby(draft: _Draft) -> None:
+    """Keep one standby driver while the job is active and asks for one; stop the rest.
+
+    A standby is started for the spec of its time: after a spec change it is replaced,
+    as is one that exited. The one promoted in this pass is the attempt's driver now.
+    """
+    phase = draft.status.phase
+    wanted = (draft.settings.standby_drivers and draft.job.spec.standby.enabled
+              and phase in (Phase.PENDING, Phase.RUNNING))
+    current = spec_hash(draft.job)
+    keep: DriverPod | None = None
+    for pod in draft.observed.pods:
+        if not pod.standby or pod.name == draft.promoted:
+            continue
+        usable = pod.is_live and not pod.is_terminating and (pod.spec_hash or current) == current
+        if wanted and usable and keep is None:
+            keep = pod
+        elif pod.is_live:
+            _delete(draft, pod, "StandbyNotNeeded" if not wanted else "StandbyOutdated")
+        else:
+            _delete_finished(draft, pod)
+    image = draft.observed.image
+    if wanted and keep is None and image is not None:
+        name = standby_pod_name(draft.name, draft.status.attempt)
+        if draft.observed.pod(name) is None:
+            draft.act(CreateStandby(name=name, attempt=draft.status.attempt, image=image))
+        else:
+            draft.requeue_in(draft.settings.poll_seconds)  # its old pod goes first
 
 
 def _lost_checkpoint(draft: _Draft) -> CheckpointRef | None:
@@ -876,7 +939,7 @@ def _plan_deletion(draft: _Draft) -> None:
     ``CheckpointsRetained`` Warning once it failed or overran its deadline: a deletion
     is never held forever.
     """
-    if _wait_for_blocking_pods(draft, "JobDeleted"):
+    if _wait_for_blocking_pods(draft, "JobDeleted", standby_too=True):
         draft.set(reason="Terminating", message="waiting for the driver pods to stop")
         return
     job = draft.job

@@ -133,6 +133,7 @@ ALLOW_FOREIGN_JOB = FlagField(path="spec.restore.allowForeignJob", default=False
 
 SUSPEND = FlagField(path="spec.suspend", default=False)
 STATE_BACKEND = TextField(path="spec.state.backend", default="hashmap")
+STANDBY_ENABLED = FlagField(path="spec.standby.enabled", default=False)
 CLEANUP_CHECKPOINTS = TextField(path="spec.cleanupPolicy.checkpoints", default="Retain")
 
 SPEC_FIELDS: tuple[SpecField, ...] = (
@@ -163,6 +164,7 @@ SPEC_FIELDS: tuple[SpecField, ...] = (
     ALLOW_FOREIGN_JOB,
     SUSPEND,
     STATE_BACKEND,
+    STANDBY_ENABLED,
     CLEANUP_CHECKPOINTS,
 )
 """Every field of the spec that has a default (the CRD test walks them)."""

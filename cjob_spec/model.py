@@ -227,6 +227,19 @@ class StateSpec:
 
 
 @dataclass(frozen=True)
+class StandbySpec:
+    """A warm standby driver: a second driver process whose Spark is started and whose
+    job code is loaded, waiting to take over when the active driver ends.
+
+    Promoting it skips the driver's start (process, imports, Spark), which is most of a
+    restart; it advances the store's fence first, so the driver it replaces can no
+    longer commit. It costs a second driver's memory and cores while the job runs.
+    """
+
+    enabled: bool = defaults.STANDBY_ENABLED.default
+
+
+@dataclass(frozen=True)
 class CleanupPolicy:
     checkpoints: CheckpointCleanup = DEFAULT_CLEANUP
 
@@ -334,6 +347,7 @@ class JobSpec:
     restart_policy: RestartPolicy = field(default_factory=RestartPolicy)
     restore: RestoreSpec = field(default_factory=RestoreSpec)
     suspend: bool = defaults.SUSPEND.default
+    standby: StandbySpec = field(default_factory=StandbySpec)
     cleanup_policy: CleanupPolicy = field(default_factory=CleanupPolicy)
     pod: PodSettings = field(default_factory=PodSettings)
     state: StateSpec = field(default_factory=StateSpec)

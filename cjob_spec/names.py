@@ -40,6 +40,11 @@ def driver_pod_name(job_name: str, attempt: int) -> str:
     return f"{job_name}-attempt-{attempt}"
 
 
+def standby_pod_name(job_name: str, attempt: int) -> str:
+    """The standby driver started while ``attempt`` runs (the next one's, if promoted)."""
+    return f"{job_name}-standby-{attempt}"
+
+
 def driver_service_name(job_name: str) -> str:
     return f"{job_name}-driver"
 

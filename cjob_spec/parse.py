@@ -61,6 +61,7 @@ from cjob_spec.model import (
     RestoreSpec,
     S3Settings,
     SparkSpec,
+    StandbySpec,
     StateBackend,
     StateSpec,
 )
@@ -369,6 +370,7 @@ def parse_job(document: Mapping[str, Any]) -> CheckpointedJob:
             "restore",
             "suspend",
             "state",
+            "standby",
             "cleanupPolicy",
             "pod",
         ),
@@ -483,6 +485,12 @@ def _read_spec(node: _Node) -> JobSpec:
         lambda child: StateSpec(backend=child.enum_field(defaults.STATE_BACKEND, StateBackend)),
         default=StateSpec,
     )
+    standby = node.child(
+        "standby",
+        ("enabled",),
+        lambda child: StandbySpec(enabled=child.flag_field(defaults.STANDBY_ENABLED)),
+        default=StandbySpec,
+    )
     return JobSpec(
         state=state,
         pod=pod,
@@ -495,6 +503,7 @@ def _read_spec(node: _Node) -> JobSpec:
         restart_policy=restart_policy,
         restore=restore,
         suspend=node.flag_field(defaults.SUSPEND),
+        standby=standby,
         cleanup_policy=cleanup,
     )
 

@@ -94,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
                      default=_DRIVER.state_backend)
     run.add_argument("--state-dir", default=_DRIVER.state_dir,
                      help="local working directory of the rocksdb state backend")
+    run.add_argument("--standby", default=None, metavar="PROMOTION_FILE",
+                     help="wait as a warm standby (Spark started, job code loaded) until "
+                          "PROMOTION_FILE names the attempt to take over")
     cleanup = sub.add_parser("cleanup", help="delete a deleted job's checkpoint directory")
     cleanup.add_argument("--uri", required=True,
                          help="the job's checkpoint directory, <storage>/<job-name>-<job-uid>")
@@ -125,7 +128,7 @@ def settings_from_args(ns: argparse.Namespace) -> DriverSettings:
         allow_foreign_restore=ns.allow_foreign_restore, attempt=ns.attempt, store=ns.store,
         metrics_port=ns.metrics_port, status_file=ns.status_file,
         task_attempts=ns.task_attempts, credits=ns.credits, state_backend=ns.state_backend,
-        state_dir=ns.state_dir)
+        state_dir=ns.state_dir, standby_file=ns.standby)
 
 
 def exit_on_sigterm() -> None:

@@ -47,6 +47,7 @@ from job_runtime.execution.restore import record_restore, resolve_restore
 from job_runtime.execution.settings import DriverSettings
 from job_runtime.execution.spark_start import SparkStarter
 from job_runtime.execution.stages import plan_stages
+from job_runtime.execution.standby import wait_as_standby
 from job_runtime.execution.status_writer import StatusWriter
 from job_runtime.execution.subtask import run_subtask
 from job_runtime.metrics import DriverMetrics
@@ -172,6 +173,16 @@ def _run(settings: DriverSettings) -> int:
     master = resolve_master(settings.master, parallelism=settings.parallelism,
                             task_attempts=settings.task_attempts)
     spark = SparkStarter(settings=settings, master=master)
+    shipped = False
+    promoted_at: float | None = None
+    if settings.standby_file:
+        # A warm standby: everything that does not depend on the attempt or the
+        # restore point is done now, the rest once the supervisor promotes it.
+        sc = spark.context()
+        ship_job_code(sc, code)
+        shipped = True
+        settings = wait_as_standby(settings=settings, spark_context=sc)
+        promoted_at = time.time()
     storage = CheckpointStorage(settings.checkpoint_storage, settings.job_id,
                                 fs=get_filesystem(settings.checkpoint_storage, s3=s3))
     store, counter = open_store(settings)
@@ -235,9 +246,12 @@ def _run(settings: DriverSettings) -> int:
     sc = spark.context()
     status.timeline["sparkStartingAt"] = spark.started_at
     status.timeline["sparkReadyAt"] = spark.ready_at or time.time()
+    if promoted_at is not None:
+        status.timeline["promotedAt"] = promoted_at
     try:
         # Before any Spark job: the source's preparation may already run the job's code.
-        ship_job_code(sc, code)
+        if not shipped:
+            ship_job_code(sc, code)
         assert pipeline.source_op is not None
         pipeline.source_op.prepare_on_driver(spark_context=sc, staging_uri=staging)
         outcome = _run_stage(sc=sc, settings=settings, config=config,

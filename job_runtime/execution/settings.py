@@ -43,6 +43,9 @@ class DriverSettings:
     """``hashmap`` or ``rocksdb`` (``spec.state.backend``)."""
     state_dir: str = ""
     """Local working directory of the ``rocksdb`` backend; empty: Spark's scratch dir."""
+    standby_file: str | None = None
+    """Run as a warm standby: start Spark, then wait for a promotion in this file
+    (:mod:`cjob_spec.standby_signal`), which names the attempt to take over."""
 
     @property
     def job_id(self) -> str:

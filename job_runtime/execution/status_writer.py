@@ -19,6 +19,7 @@ from cjob_checkpoint.driver_status import (
     write_status_file,
 )
 from job_runtime.coordinator.coordinator import CheckpointCoordinator
+from job_runtime.execution.process_clock import process_started_at
 from job_runtime.metrics import DriverMetrics
 
 log = logging.getLogger("job_runtime.driver")
@@ -91,16 +92,3 @@ class StatusWriter:
             self.write(state=state, history=True)
         except Exception as exc:
             log.warning("final status write failed: %s", exc)
-
-
-def process_started_at() -> float:
-    """When this process started (wall clock), from ``/proc``; now where that is unknown."""
-    try:
-        with open("/proc/self/stat") as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
-        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")
-        with open("/proc/uptime") as handle:
-            uptime = float(handle.read().split()[0])
-        return time.time() - (uptime - started)
-    except (OSError, ValueError, IndexError):
-        return time.time()

@@ -42,6 +42,7 @@ from job_runtime.coordinator.rpc import ConnectionLost, SubtaskConnection, conne
 from job_runtime.errors import RuntimeJobError, UserCodeError
 from job_runtime.execution.config import SubtaskConfig
 from job_runtime.execution.entrypoint import add_python_path, build_pipeline
+from job_runtime.execution.process_clock import process_started_at
 from job_runtime.execution.stages import plan_stages
 from job_runtime.execution.tasks import KeyedTask, SourceTask, Task
 from job_runtime.execution.uploader import Uploader, UploadJob
@@ -313,6 +314,7 @@ def run_subtask(config: SubtaskConfig, _: Iterator[Any]) -> Iterator[tuple[int, 
     """The function of the barrier stage's ``mapPartitions``."""
     from pyspark import BarrierTaskContext
 
+    entered = time.time()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s subtask %(levelname)s %(message)s")
     context = BarrierTaskContext.get()
     subtask = context.partitionId()
@@ -330,8 +332,14 @@ def run_subtask(config: SubtaskConfig, _: Iterator[Any]) -> Iterator[tuple[int, 
         attempt_ids.append(int(attempt_id))
         peers.append((peer_host, int(peer_port)))
     epoch = max(attempt_ids)
+    gathered_at = time.time()
     runtime = SubtaskRuntime(config=config, subtask=subtask, epoch=epoch, peers=peers,
                              listener=listener)
+    # Where a (re)launch spends its time before the subtask registers: the worker's
+    # fork, its imports and the job's closure, then waiting for the peers.
+    log.info("subtask %d (epoch %d) launched: worker process %.2fs before the task "
+             "function, peers gathered %.2fs after it", subtask, epoch,
+             entered - process_started_at(), gathered_at - entered)
     try:
         summary = runtime.run()
     except UserCodeError:

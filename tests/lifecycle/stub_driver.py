@@ -4,6 +4,10 @@ It takes the runtime's arguments, checks that the store is fenced to its attempt
 the real driver's store would refuse it otherwise), runs for ``STUB_SECONDS`` and then
 ends as ``STUB_EXITS`` says for its attempt: a comma-separated list of exit codes, the
 last one repeated for later attempts; ``137`` is a real SIGKILL of itself.
+
+With ``--standby FILE`` it is a standby driver: it says it is ready at once, waits
+for its promotion and then checks the fence against the promoted attempt, as a
+driver started for that attempt would.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ import signal
 import sys
 import time
 
+from cjob_spec.standby_signal import StandbyReady, read_promotion, ready_path, write_signal
+
 FENCE_MISMATCH = 9
 
 
@@ -21,7 +27,10 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--attempt", type=int, required=True)
     parser.add_argument("--store", required=True)
+    parser.add_argument("--standby", default=None)
     ns, _ = parser.parse_known_args()
+    if ns.standby is not None:
+        ns.attempt = wait_for_promotion(ns.standby)
     store = ns.store.removeprefix("file:")
     with open(os.path.join(store, "attempt")) as handle:
         if int(handle.read()) != ns.attempt:
@@ -32,6 +41,13 @@ def main() -> int:
     if code == 137:
         os.kill(os.getpid(), signal.SIGKILL)
     return code
+
+
+def wait_for_promotion(path: str) -> int:
+    write_signal(ready_path(path), StandbyReady(pid=os.getpid(), ready_at=time.time()))
+    while (promotion := read_promotion(path)) is None:
+        time.sleep(0.01)
+    return promotion.attempt
 
 
 if __name__ == "__main__":

@@ -80,6 +80,7 @@ FULL: dict[str, Any] = {
                     "allowForeignJob": True},
         "suspend": True,
         "state": {"backend": "rocksdb"},
+        "standby": {"enabled": True},
         "cleanupPolicy": {"checkpoints": "Delete"},
         "pod": {
             "volumes": [{"name": "scratch", "persistentVolumeClaim": {"claimName": "scratch"}}],

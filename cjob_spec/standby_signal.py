@@ -1,0 +1,124 @@
+"""The files through which a supervisor promotes a standby driver, and learns it is ready.
+
+A standby driver (``python -m job_runtime run ... --standby PROMOTION``) starts Spark,
+loads the job's code and then waits for the file ``PROMOTION`` to appear. Once it is
+ready it writes ``<PROMOTION>.ready``; the supervisor (``cjob run``) promotes only a
+ready standby, by writing ``PROMOTION`` after it advanced the store's fence to the new
+attempt. Both files cross a process boundary and may be written and read by different
+releases, so each is a typed structure with a format ``version``, written whole (a
+reader sees nothing or all of it).
+
+The contract lives with the runtime's other arguments (:mod:`cjob_spec.runtime_args`)
+because the supervisor writes it and must not import the runtime to do so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+FORMAT_VERSION = 1
+
+
+class StandbySignalError(ValueError):
+    """A promotion or readiness file that cannot be read; the message names the problem."""
+
+
+def ready_path(promotion: str | Path) -> Path:
+    """Where the standby waiting for ``promotion`` says it is ready."""
+    return Path(f"{os.fspath(promotion)}.ready")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StandbyPromotion:
+    """Take over ``attempt``: restore ``restore`` (a runtime ``--restore`` value) and write
+    the driver status to ``status_file``, as a driver started for that attempt would."""
+
+    attempt: int
+    restore: str
+    status_file: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": FORMAT_VERSION, "attempt": self.attempt, "restore": self.restore,
+                "statusFile": self.status_file}
+
+    @classmethod
+    def from_json(cls, data: object) -> StandbyPromotion:
+        body = _versioned(data, what="promotion")
+        attempt = body.get("attempt")
+        restore = body.get("restore")
+        status_file = body.get("statusFile")
+        if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1:
+            raise StandbySignalError(f"promotion: attempt must be a number >= 1, got {attempt!r}")
+        if not isinstance(restore, str) or not restore:
+            raise StandbySignalError(f"promotion: restore must be a non-empty string, "
+                                     f"got {restore!r}")
+        if status_file is not None and not isinstance(status_file, str):
+            raise StandbySignalError(f"promotion: statusFile must be a string, "
+                                     f"got {status_file!r}")
+        return cls(attempt=attempt, restore=restore, status_file=status_file)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StandbyReady:
+    """The standby process ``pid`` has its Spark started and its job code loaded."""
+
+    pid: int
+    ready_at: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": FORMAT_VERSION, "pid": self.pid, "readyAt": self.ready_at}
+
+    @classmethod
+    def from_json(cls, data: object) -> StandbyReady:
+        body = _versioned(data, what="readiness")
+        pid, ready_at = body.get("pid"), body.get("readyAt")
+        if not isinstance(pid, int) or isinstance(pid, bool):
+            raise StandbySignalError(f"readiness: pid must be a number, got {pid!r}")
+        if not isinstance(ready_at, int | float) or isinstance(ready_at, bool):
+            raise StandbySignalError(f"readiness: readyAt must be a number, got {ready_at!r}")
+        return cls(pid=pid, ready_at=float(ready_at))
+
+
+def _versioned(data: object, *, what: str) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise StandbySignalError(f"{what}: expected a JSON object")
+    version = data.get("version")
+    if version != FORMAT_VERSION:
+        raise StandbySignalError(f"{what}: format version {version!r} is not "
+                                 f"{FORMAT_VERSION}, the one this release reads")
+    return data
+
+
+def write_signal(path: str | Path, signal: StandbyPromotion | StandbyReady) -> None:
+    """Write ``signal`` to ``path`` whole: to a temporary name, then renamed."""
+    target = Path(path)
+    temporary = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    temporary.write_text(json.dumps(signal.to_json()))
+    os.replace(temporary, target)
+
+
+def read_promotion(path: str | Path) -> StandbyPromotion | None:
+    """The promotion at ``path``; ``None`` while there is none."""
+    data = _read(path)
+    return None if data is None else StandbyPromotion.from_json(data)
+
+
+def read_ready(path: str | Path) -> StandbyReady | None:
+    """The readiness at ``path``; ``None`` while the standby is not ready."""
+    data = _read(path)
+    return None if data is None else StandbyReady.from_json(data)
+
+
+def _read(path: str | Path) -> object:
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise StandbySignalError(f"{path} is not valid JSON: {exc}") from None

@@ -1,0 +1,168 @@
+"""plan() with a warm standby driver (spec.standby): promote it instead of creating a driver."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime
+
+from operator_world import IMAGE, T0, at, driver, kinds, make_job, observe, status
+
+from cjob_lifecycle.actions import (
+    AdvanceFence,
+    CreateDriver,
+    CreateStandby,
+    DeleteDriver,
+    PromoteStandby,
+)
+from cjob_lifecycle.observed import DriverPod, Observed
+from cjob_lifecycle.plan import Plan, PlanSettings, plan
+from cjob_spec import CheckpointedJob, Phase, spec_hash
+
+WITH_STANDBY = PlanSettings(standby_drivers=True)
+
+
+def standby_job(**fields: object) -> CheckpointedJob:
+    return make_job(**{"standby.enabled": True, **fields})
+
+
+def standby(created_in: int, *, job: CheckpointedJob, ready: bool = True,
+            phase: str = "Running", deleting: datetime | None = None,
+            exit_code: int | None = None) -> DriverPod:
+    return DriverPod(name=f"clicks-standby-{created_in}", attempt=created_in, phase=phase,
+                     created_at=T0, started_at=at(1), standby=True, ready=ready,
+                     spec_hash=spec_hash(job), deletion_timestamp=deleting,
+                     exit_code=exit_code)
+
+
+def run(observed: Observed, now: datetime) -> Plan:
+    return plan(observed, now=now, settings=WITH_STANDBY)
+
+
+def failed_attempt_one(job: CheckpointedJob, *extra: DriverPod) -> Observed:
+    return observe(job, status(Phase.RUNNING, 1, job=job),
+                   driver(1, "Failed", job=job, exit_code=137, hash_of=job), *extra)
+
+
+# --- promotion -----------------------------------------------------------------------
+
+
+def test_a_failed_attempt_promotes_the_ready_standby_instead_of_creating_a_driver() -> None:
+    job = standby_job()
+    result = run(failed_attempt_one(job, standby(1, job=job)), at(120))
+    assert result.of_type(CreateDriver) == []
+    assert result.of_type(PromoteStandby) == [
+        PromoteStandby(name="clicks-standby-1", attempt=2, restore_pointer="latest")]
+    assert result.status.attempt == 2
+    assert result.status.driver_pod == "clicks-standby-1"
+    assert result.status.phase is Phase.PENDING
+
+
+def test_the_fence_moves_to_the_new_attempt_before_the_standby_is_promoted() -> None:
+    job = standby_job()
+    names = kinds(run(failed_attempt_one(job, standby(1, job=job)), at(120)))
+    assert names.index("AdvanceFence") < names.index("PromoteStandby")
+    assert AdvanceFence(attempt=2) in run(
+        failed_attempt_one(job, standby(1, job=job)), at(120)).actions
+
+
+def test_a_new_standby_is_started_for_the_next_failure_once_one_is_promoted() -> None:
+    job = standby_job()
+    result = run(failed_attempt_one(job, standby(1, job=job)), at(120))
+    assert result.of_type(CreateStandby) == [CreateStandby(name="clicks-standby-2", attempt=2, image=IMAGE)]
+    assert kinds(result).index("PromoteStandby") < kinds(result).index("CreateStandby")
+
+
+def test_a_standby_still_starting_its_spark_is_not_promoted() -> None:
+    job = standby_job()
+    result = run(failed_attempt_one(job, standby(1, job=job, ready=False)), at(120))
+    assert [a.attempt for a in result.of_type(CreateDriver)] == [2]
+    assert result.of_type(PromoteStandby) == []
+
+
+def test_a_standby_of_an_older_spec_is_not_promoted_and_is_replaced() -> None:
+    old = standby_job(parallelism=1)
+    job = standby_job(parallelism=2, **{"spark.executor.instances": 2})
+    result = run(failed_attempt_one(job, standby(1, job=old)), at(120))
+    assert result.of_type(PromoteStandby) == []
+    assert [a.attempt for a in result.of_type(CreateDriver)] == [2]
+    assert DeleteDriver(name="clicks-standby-1", reason="StandbyOutdated") in result.actions
+
+
+def test_a_backend_without_standby_drivers_ignores_the_field() -> None:
+    job = standby_job()
+    result = plan(failed_attempt_one(job, standby(1, job=job)), now=at(120),
+                  settings=PlanSettings())
+    assert result.of_type(PromoteStandby) == []
+    assert result.of_type(CreateStandby) == []
+    assert [a.attempt for a in result.of_type(CreateDriver)] == [2]
+
+
+def test_a_promoted_standby_is_watched_as_the_attempts_driver() -> None:
+    job = standby_job()
+    promoted = dataclasses.replace(standby(1, job=job), attempt=2, standby=False)
+    job_status = status(Phase.PENDING, 2, job=job).replace(driver_pod="clicks-standby-1")
+    result = run(observe(job, job_status, promoted,
+                         standby(2, job=job)), at(130))
+    assert result.status.phase is Phase.RUNNING
+    assert "DeleteDriver" not in kinds(result)
+    assert "CreateStandby" not in kinds(result)
+
+
+# --- keeping one standby ---------------------------------------------------------------
+
+
+def test_a_running_job_that_asks_for_a_standby_gets_one() -> None:
+    job = standby_job()
+    result = run(observe(job, status(Phase.RUNNING, 1, job=job), driver(1, job=job,
+                                                                          hash_of=job)), at(60))
+    assert result.of_type(CreateStandby) == [CreateStandby(name="clicks-standby-1", attempt=1, image=IMAGE)]
+
+
+def test_a_running_standby_is_kept_and_not_mistaken_for_a_stale_attempt() -> None:
+    job = standby_job()
+    result = run(observe(job, status(Phase.RUNNING, 1, job=job),
+                         driver(1, job=job, hash_of=job), standby(1, job=job)), at(60))
+    assert "CreateStandby" not in kinds(result)
+    assert "DeleteDriver" not in kinds(result)
+
+
+def test_turning_the_standby_off_stops_it() -> None:
+    job = make_job()
+    result = run(observe(job, status(Phase.RUNNING, 1, job=job),
+                         driver(1, job=job, hash_of=job), standby(1, job=job)), at(60))
+    assert result.of_type(DeleteDriver) == [
+        DeleteDriver(name="clicks-standby-1", reason="StandbyNotNeeded")]
+
+
+def test_a_finished_job_stops_its_standby() -> None:
+    job = standby_job()
+    result = run(observe(job, status(Phase.RUNNING, 1, job=job),
+                         driver(1, "Succeeded", job=job, hash_of=job),
+                         standby(1, job=job)), at(60))
+    assert result.status.phase is Phase.SUCCEEDED
+    assert DeleteDriver(name="clicks-standby-1", reason="StandbyNotNeeded") in result.actions
+
+
+def test_a_standby_that_exited_is_cleared_away_before_it_is_replaced() -> None:
+    job = standby_job()
+    dead = standby(1, job=job, phase="Failed", exit_code=1)
+    result = run(observe(job, status(Phase.RUNNING, 1, job=job),
+                         driver(1, job=job, hash_of=job), dead), at(60))
+    assert DeleteDriver(name="clicks-standby-1", reason="PrunedHistory") in result.actions
+    assert result.of_type(CreateStandby) == []
+
+
+def test_a_standby_does_not_hold_back_a_restart() -> None:
+    job = standby_job()
+    result = run(failed_attempt_one(job, standby(1, job=job, ready=False)), at(120))
+    assert result.status.attempt == 2
+    assert "clicks-standby-1" not in [a.name for a in result.of_type(DeleteDriver)]
+
+
+def test_deleting_the_job_stops_and_waits_for_its_standby() -> None:
+    job = standby_job()
+    observed = dataclasses.replace(
+        observe(job, status(Phase.RUNNING, 1, job=job), standby(1, job=job)), deleting=True)
+    result = run(observed, at(60))
+    assert DeleteDriver(name="clicks-standby-1", reason="JobDeleted") in result.actions
+    assert "RemoveFinalizer" not in kinds(result)
