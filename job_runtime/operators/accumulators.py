@@ -61,6 +61,70 @@ def initial(func: str, n: int) -> np.ndarray:
     return np.full(n, -np.inf)
 
 
+DENSE_SPAN_FACTOR = 4
+"""Integer keys whose range is at most this many times their number are numbered by
+direct addressing (see :func:`factorize`)."""
+
+
+def dense_offsets(keys: np.ndarray) -> tuple[np.ndarray, int, int] | None:
+    """``(keys - low, low, span)`` for integer keys that fill their range densely.
+
+    Such keys (ids, buckets, ``seq % n``) can be numbered by their offset from the
+    smallest one, with arrays as long as the range and no hashing: several times
+    faster than a hash table over a million keys. ``None`` for other keys.
+    """
+    if keys.dtype.kind not in "iu" or not len(keys):
+        return None
+    low, high = int(keys.min()), int(keys.max())
+    span = high - low + 1
+    if span > max(DENSE_SPAN_FACTOR * len(keys), 1 << 16):
+        return None
+    offsets = np.asarray(keys - keys.dtype.type(low)).astype(np.intp, copy=False)
+    return offsets, low, span
+
+
+def factorize(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(codes, uniques)``: ``uniques[codes]`` equals ``keys``, ``uniques`` distinct.
+
+    Dense integer keys are numbered by :func:`dense_offsets`, others by pandas'
+    hash table. Only the order of ``uniques`` differs between the two (sorted
+    here, first appearance there); nothing depends on it.
+    """
+    dense = dense_offsets(keys)
+    if dense is not None:
+        offsets, low, span = dense
+        present = np.zeros(span, dtype=bool)
+        present[offsets] = True
+        found = np.flatnonzero(present)
+        numbers = np.empty(span, dtype=np.intp)
+        numbers[found] = np.arange(len(found))
+        return numbers[offsets], (found + low).astype(keys.dtype)
+    import pandas as pd
+
+    codes, uniques = pd.factorize(keys)
+    return np.asarray(codes), np.asarray(uniques)
+
+
+def fold_keys(*, keys: np.ndarray, column: Callable[[str], np.ndarray],
+              specs: AccumulatorSpecs) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """``(distinct keys, their folded accumulators)`` for records (the combiner's flush).
+
+    Dense integer keys are folded straight into arrays over their range, which
+    are then cut down to the keys present: no numbering pass at all.
+    """
+    dense = dense_offsets(keys)
+    if dense is None:
+        codes, uniques = factorize(keys)
+        return uniques, fold(column=column, codes=codes, n_unique=len(uniques), specs=specs,
+                             partial=False)
+    offsets, low, span = dense
+    folded = fold(column=column, codes=offsets, n_unique=span, specs=specs, partial=False)
+    counts = folded["count"] if "count" in folded else np.bincount(offsets, minlength=span)
+    found = np.flatnonzero(counts)
+    return ((found + low).astype(keys.dtype),
+            {name: values[found] for name, values in folded.items()})
+
+
 def is_partial(arrow: pa.RecordBatch) -> bool:
     """Whether ``arrow`` holds partial aggregates (of any version) rather than records."""
     return any(name.startswith(_ANY_PARTIAL) for name in arrow.schema.names)

@@ -28,7 +28,11 @@ import time
 import numpy as np
 import pyarrow as pa
 
-from job_runtime.operators.accumulators import accumulator_specs, fold, partial_batch
+from job_runtime.operators.accumulators import (
+    accumulator_specs,
+    fold_keys,
+    partial_batch,
+)
 from job_runtime.pipeline import KeyedOp
 from job_runtime.records import Batch
 
@@ -82,8 +86,6 @@ class Combiner:
         """One partial row per distinct key buffered, or ``None`` when nothing is."""
         if not self._records:
             return None
-        import pandas as pd
-
         key_type = self._parts[self.key_column][0].type
         columns: dict[str, np.ndarray] = {}
         for column, parts in self._parts.items():
@@ -91,9 +93,8 @@ class Combiner:
             columns[column] = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
         self._parts = {c: [] for c in self.columns}
         self._records = 0
-        codes, uniques = pd.factorize(columns[self.key_column])
-        folded = fold(column=columns.__getitem__, codes=codes, n_unique=len(uniques),
-                      specs=self.specs, partial=False)
+        uniques, folded = fold_keys(keys=columns[self.key_column],
+                                    column=columns.__getitem__, specs=self.specs)
         out = partial_batch(key_column=self.key_column,
                             keys=pa.array(np.asarray(uniques), type=key_type), folded=folded)
         self.rows_out += out.num_rows

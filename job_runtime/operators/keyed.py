@@ -22,6 +22,7 @@ from job_runtime.operators.accumulators import (
     accumulator_specs,
     arrow_columns,
     check_partial,
+    factorize,
     fold,
     initial,
     is_partial,
@@ -225,8 +226,6 @@ class AggregateOperator(KeyedOperator):
             raise self._fail(exc) from exc
 
     def _process(self, batch: Batch) -> Batch:
-        import pandas as pd
-
         arrow = batch.arrow
         # Partial aggregates from a combiner before the exchange, or records (a job
         # without a combiner, or records replayed from an older checkpoint).
@@ -234,7 +233,7 @@ class AggregateOperator(KeyedOperator):
         if partial:
             check_partial(arrow.schema.names, self._acc_specs)
         keys = arrow.column(self.key_column).to_numpy(zero_copy_only=False)
-        codes, uniques = pd.factorize(keys)
+        codes, uniques = factorize(np.asarray(keys))
         slots_u = self._index.get_indexer(uniques) if self._size else np.full(len(uniques), -1)
         missing = slots_u < 0
         if missing.any():

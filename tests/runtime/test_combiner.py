@@ -13,7 +13,7 @@ import pytest
 from job_runtime import Pipeline
 from job_runtime.errors import UserCodeError
 from job_runtime.execution.stages import plan_stages
-from job_runtime.operators.accumulators import PARTIAL_PREFIX, is_partial
+from job_runtime.operators.accumulators import PARTIAL_PREFIX, factorize, is_partial
 from job_runtime.operators.combiner import Combiner
 from job_runtime.operators.keyed import AggregateOperator, build_keyed_operator
 from job_runtime.pipeline import KeyedOp
@@ -185,6 +185,23 @@ class TestCombinedAggregates:
             operator.process(Batch(arrow=foreign))
 
         assert "version 1" in str(caught.value.details)
+
+
+class TestFactorize:
+    @pytest.mark.parametrize("keys", [
+        np.array([5, 3, 5, 9, 3, 3], dtype=np.int64),
+        np.array([-4, 7, -4, 0], dtype=np.int32),
+        np.array([2**63 - 1, -(2**63), 0, 2**63 - 1], dtype=np.int64),
+        np.array([10**12, 1, 10**12], dtype=np.int64),
+        np.array([7, 7, 1], dtype=np.uint64),
+        np.array(["b", "a", "b"], dtype=object),
+        np.array([], dtype=np.int64),
+    ], ids=["dense", "negative", "extremes", "sparse", "unsigned", "strings", "empty"])
+    def test_codes_number_the_distinct_keys(self, keys: np.ndarray) -> None:
+        codes, uniques = factorize(keys)
+        assert len(set(uniques.tolist())) == len(uniques) == len(set(keys.tolist()))
+        assert uniques[codes].tolist() == keys.tolist()
+        assert uniques.dtype == keys.dtype or keys.dtype == object
 
 
 class TestPartitioning:
