@@ -98,9 +98,16 @@ class DriverRun:
         return int(self.status.get("recordsIn", 0))
 
     def processing_seconds(self) -> float:
-        """From the first record the keyed stage processed to the last one."""
+        """From the first subtask being ready (its source starts reading) to the last
+        record the keyed stage processed.
+
+        Not from the keyed stage's first record: with a combiner before the
+        exchange that record arrives only after the first flush, and a window
+        starting there would leave out the source's first moments of work.
+        """
         t = self.timeline
-        return float(t["lastRecordAt"]) - float(t["firstRecordAt"])
+        start = t.get("firstReadyAt") or t["firstRecordAt"]
+        return float(t["lastRecordAt"]) - float(start)
 
     def records_per_second(self) -> float:
         return self.records / self.processing_seconds()

@@ -187,6 +187,10 @@ class KeyedStream:
         """Vectorised per-key aggregates, e.g. ``aggregate(n="count", total=("sum", "v"))``.
 
         Emits, after each input batch, the current aggregates of the keys it touched.
+        The records are partially aggregated before the keyed exchange (one row per
+        key and flush, flushed at the latest every 0.25 s, after 1M records, and
+        before every checkpoint barrier), so an input batch here holds the updates of
+        many records: a key is emitted once per flush, with the same aggregates.
         """
         if not isinstance(self._key.key, str):
             raise PipelineDefinitionError(problem="aggregate() needs key_by(<column name>)")

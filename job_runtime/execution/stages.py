@@ -20,6 +20,9 @@ class StagePlan:
     keyed: KeyedOp | None = None
     chain: list[RecordOp] = dataclasses.field(default_factory=list)
     out_key: KeyBy | None = None
+    combine: KeyedOp | None = None
+    """The next stage's ``aggregate``, whose partial aggregates this stage computes
+    before the exchange (see :mod:`job_runtime.operators.combiner`)."""
     has_sink: bool = False
 
     @property
@@ -35,6 +38,8 @@ def plan_stages(pipeline: Pipeline) -> list[StagePlan]:
         if expect_keyed is not None:
             if not isinstance(op, KeyedOp):
                 raise PipelineDefinitionError(problem="key_by() must be followed by a keyed operator")
+            if op.kind == "aggregate":
+                current.combine = op
             stages.append(StagePlan(index=len(stages), keyed=op))
             expect_keyed = None
         elif isinstance(op, KeyBy):

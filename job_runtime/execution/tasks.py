@@ -12,6 +12,7 @@ import pickle
 import queue
 import threading
 import time
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +21,7 @@ from cjob_checkpoint.metadata import CheckpointMetadata
 from cjob_checkpoint.storage.filesystem import get_filesystem
 from job_runtime.barriers import BarrierHandler, build_barrier_handler
 from job_runtime.coordinator.messages import Abort, Complete, ToSubtask, Trigger
+from job_runtime.errors import UserCodeError
 from job_runtime.execution.recent import RecentIds
 from job_runtime.execution.stages import StagePlan
 from job_runtime.execution.task_context import TaskContext
@@ -28,6 +30,7 @@ from job_runtime.faults import maybe_fail
 from job_runtime.network.channels import InputGate, OutputChannel
 from job_runtime.network.framing import Kind
 from job_runtime.operators.chain import RecordChain
+from job_runtime.operators.combiner import Combiner
 from job_runtime.operators.keyed import KeyedOperator, build_keyed_operator
 from job_runtime.records import Batch, key_group_of, key_group_range, split_by_target
 from job_runtime.sinks.base import SinkWriter
@@ -48,6 +51,7 @@ class Task(threading.Thread):
         self.outputs = outputs
         self.sink = sink
         self.chain = RecordChain(ops=plan.chain, subtask=runtime.subtask)
+        self.combiner = None if plan.combine is None else Combiner(op=plan.combine)
         self.control: queue.Queue[Control] = queue.Queue()
         self.error: BaseException | None = None
         self.finished = False
@@ -76,12 +80,38 @@ class Task(threading.Thread):
             self.sink.write(batch)
             self.records_out += len(batch)
             return
+        if self.combiner is not None:
+            self.combiner.add(batch)
+            if self.combiner.due():
+                self.flush_combiner()
+            return
+        self._send(batch)
+
+    def _send(self, batch: Batch) -> None:
         key = self.plan.out_key
         assert key is not None
         config = self.runtime.config
         for target, part in split_by_target(batch, key.key, parallelism=config.parallelism,
                                             max_parallelism=config.max_parallelism):
             self.outputs[target].send_batch(part, cancelled=self._cancelled)
+
+    def flush_combiner(self) -> None:
+        """Send the combiner's partial aggregates; before every barrier and at the end."""
+        if self.combiner is None:
+            return
+        try:
+            partial = self.combiner.flush()
+        except Exception as exc:
+            raise UserCodeError(operator=self.plan.combine.uid if self.plan.combine else "",
+                                subtask=self.runtime.subtask,
+                                details="".join(traceback.format_exception(exc))) from exc
+        if partial is not None:
+            self._send(partial)
+
+    def flush_if_due(self) -> None:
+        """The combiner's latency bound, checked while the task waits for input."""
+        if self.combiner is not None and self.combiner.due():
+            self.flush_combiner()
 
     def broadcast(self, kind: Kind, arg: int) -> None:
         for out in self.outputs:
@@ -108,6 +138,8 @@ class Task(threading.Thread):
             stats={"sync_ms": (time.perf_counter() - started) * 1000.0,
                    "alignment_ms": alignment_seconds * 1000.0})
         final = checkpoint_id in self.final_checkpoints
+        # Records read before this snapshot reach the next stage before its barrier.
+        self.flush_combiner()
         self.broadcast(Kind.FINAL_BARRIER if final else Kind.BARRIER, checkpoint_id)
         self.emitted_barriers.add(checkpoint_id)
         maybe_fail("subtask.after-snapshot", checkpoint_id)
@@ -127,6 +159,7 @@ class Task(threading.Thread):
             self.finish()
 
     def finish(self) -> None:
+        self.flush_combiner()
         for out in self.outputs:
             try:
                 out.send_event(Kind.END, 0)
@@ -236,11 +269,13 @@ class SourceTask(Task):
                 continue
             batch = self._next_batch()
             if batch is None:
+                self.flush_combiner()
                 self.exhausted = True
                 self.runtime.source_finished()
                 continue
             self.records_in += len(batch)
             self.emit(batch)
+            self.flush_if_due()
 
 
 class KeyedTask(Task):
@@ -362,6 +397,7 @@ class KeyedTask(Task):
                 continue
             item = gate.next(blocked=handler.blocked, timeout=0.05)
             if item is None:
+                self.flush_if_due()
                 continue
             channel, (kind, arg, payload) = item
             if payload is not None:

@@ -18,6 +18,16 @@ import numpy as np
 import pyarrow as pa
 
 from job_runtime.errors import UserCodeError
+from job_runtime.operators.accumulators import (
+    accumulator_specs,
+    arrow_columns,
+    check_partial,
+    factorize,
+    fold,
+    initial,
+    is_partial,
+    merge_into,
+)
 from job_runtime.pipeline import KeyedOp
 from job_runtime.records import Batch, Record, key_group_of, key_groups_of_array
 from job_runtime.state.backend import (
@@ -190,35 +200,23 @@ class AggregateOperator(KeyedOperator):
         self.array_copies = 0
         """Accumulator arrays copied because a snapshot still held them (observable
         by tests and benchmarks: at most one per accumulator and interval)."""
-        self._acc_specs: dict[str, tuple[str, str | None]] = {}
-        for _, func, column in self.op.aggregates:
-            if func in ("count", "mean"):
-                self._acc_specs["count"] = ("count", None)
-            if func in ("sum", "mean"):
-                self._acc_specs[f"sum:{column}"] = ("sum", column)
-            if func in ("min", "max"):
-                self._acc_specs[f"{func}:{column}"] = (func, column)
-
-    def _initial(self, func: str, n: int) -> np.ndarray:
-        if func == "count":
-            return np.zeros(n, dtype=np.int64)
-        if func == "sum":
-            return np.zeros(n, dtype=np.float64)
-        if func == "min":
-            return np.full(n, np.inf)
-        return np.full(n, -np.inf)
+        self._acc_specs = accumulator_specs(self.op.aggregates)
 
     def _grow(self, new_keys: np.ndarray) -> None:
         import pandas as pd
 
         n_new = len(new_keys)
-        self._index = self._index.append(pd.Index(new_keys))
+        # Restored keys come as objects: a list lets pandas infer their type again.
+        added = pd.Index(new_keys.tolist() if new_keys.dtype == object else new_keys)
+        # Started from the new keys' own index while empty: an empty index has no
+        # type, and the keys' type (int64 rather than object) keeps lookups fast.
+        self._index = added if not self._size else self._index.append(added)
         self._keys = np.concatenate([self._keys, new_keys.astype(object)])
         groups = key_groups_of_array(pa.array(new_keys.tolist()), self.max_parallelism)
         self._groups = np.concatenate([self._groups, groups])
         for name, (func, _) in self._acc_specs.items():
-            current = self._acc.get(name, self._initial(func, 0))
-            self._acc[name] = np.concatenate([current, self._initial(func, n_new)])
+            current = self._acc.get(name, initial(func, 0))
+            self._acc[name] = np.concatenate([current, initial(func, n_new)])
         # New arrays throughout: a snapshot holding the old ones is safe from here on.
         self._acc_shared = False
         self._size += n_new
@@ -240,11 +238,14 @@ class AggregateOperator(KeyedOperator):
             raise self._fail(exc) from exc
 
     def _process(self, batch: Batch) -> Batch:
-        import pandas as pd
-
         arrow = batch.arrow
+        # Partial aggregates from a combiner before the exchange, or records (a job
+        # without a combiner, or records replayed from an older checkpoint).
+        partial = is_partial(arrow)
+        if partial:
+            check_partial(arrow.schema.names, self._acc_specs)
         keys = arrow.column(self.key_column).to_numpy(zero_copy_only=False)
-        codes, uniques = pd.factorize(keys)
+        codes, uniques = factorize(np.asarray(keys))
         slots_u = self._index.get_indexer(uniques) if self._size else np.full(len(uniques), -1)
         missing = slots_u < 0
         if missing.any():
@@ -253,32 +254,24 @@ class AggregateOperator(KeyedOperator):
             slots_u = slots_u.copy()
             slots_u[missing] = np.arange(start, self._size)
         self._own_accumulators()
-        n_unique = len(uniques)
-        for name, (func, column) in self._acc_specs.items():
-            acc = self._acc[name]
-            if func == "count":
-                acc[slots_u] += np.bincount(codes, minlength=n_unique)
-                continue
-            values = arrow.column(column).to_numpy(zero_copy_only=False).astype(np.float64)
-            if func == "sum":
-                acc[slots_u] += np.bincount(codes, weights=values, minlength=n_unique)
-            elif func == "min":
-                partial = np.full(n_unique, np.inf)
-                np.minimum.at(partial, codes, values)
-                acc[slots_u] = np.minimum(acc[slots_u], partial)
-            else:
-                partial = np.full(n_unique, -np.inf)
-                np.maximum.at(partial, codes, values)
-                acc[slots_u] = np.maximum(acc[slots_u], partial)
-        columns: dict[str, Any] = {str(self.key_column): self._keys[slots_u].tolist()}
+        folded = fold(column=arrow_columns(arrow), codes=codes, n_unique=len(uniques),
+                      specs=self._acc_specs, partial=partial)
+        merge_into(self._acc, slots_u, folded, self._acc_specs)
+        # The batch's distinct keys are the touched keys, in the order of ``slots_u``,
+        # already typed: no Python object per key on the way out.
+        key_type = arrow.schema.field(self.key_column).type
+        names = [str(self.key_column)]
+        arrays: list[pa.Array] = [pa.array(np.asarray(uniques), type=key_type)]
         for out, func, column in self.op.aggregates:
             if func == "count":
-                columns[out] = self._acc["count"][slots_u]
+                values = self._acc["count"][slots_u]
             elif func == "mean":
-                columns[out] = self._acc[f"sum:{column}"][slots_u] / self._acc["count"][slots_u]
+                values = self._acc[f"sum:{column}"][slots_u] / self._acc["count"][slots_u]
             else:
-                columns[out] = self._acc[f"{func}:{column}"][slots_u]
-        return Batch(arrow=pa.RecordBatch.from_pydict(columns))
+                values = self._acc[f"{func}:{column}"][slots_u]
+            names.append(out)
+            arrays.append(pa.array(values))
+        return Batch(arrow=pa.RecordBatch.from_arrays(arrays, names=names))
 
     def snapshot(self) -> StateSnapshot:
         """References only: the arrays are copied by the next write that needs it."""
