@@ -85,6 +85,8 @@ class ProcessContext:
         self._backend = backend
         self._operator = operator
         self._scope = _KeyScope()
+        self._values: dict[str, ValueState] = {}
+        self._maps: dict[str, MapState] = {}
 
     @property
     def key(self) -> Any:
@@ -95,8 +97,18 @@ class ProcessContext:
         self._scope.key_group = key_group
 
     def value_state(self, name: str) -> ValueState:
-        return ValueState(backend=self._backend, name=f"{self._operator}/{name}",
-                          scope=self._scope)
+        # Asked for once per record by most functions: made once per name.
+        handle = self._values.get(name)
+        if handle is None:
+            handle = ValueState(backend=self._backend, name=f"{self._operator}/{name}",
+                                scope=self._scope)
+            self._values[name] = handle
+        return handle
 
     def map_state(self, name: str) -> MapState:
-        return MapState(backend=self._backend, name=f"{self._operator}/{name}", scope=self._scope)
+        handle = self._maps.get(name)
+        if handle is None:
+            handle = MapState(backend=self._backend, name=f"{self._operator}/{name}",
+                              scope=self._scope)
+            self._maps[name] = handle
+        return handle

@@ -118,9 +118,18 @@ class HashMapStateBackend:
         return self._table(name)[key_group - self._offset]
 
     def put(self, name: str, key_group: int, key: Any, value: Any) -> None:
-        self.writable(name, key_group)[key] = value
-        # The caller may keep ``value``: it is no longer the runtime's own copy.
-        self._owned[name][key_group - self._offset].discard(key)
+        # The per-record path of ``ValueState.update``: the common case (the group is
+        # not shared with a snapshot, no map of it is owned) costs two list lookups.
+        i = key_group - self._offset
+        shared = self._shared.get(name)
+        if shared is None or shared[i]:
+            self.writable(name, key_group)[key] = value
+        else:
+            self._tables[name][i][key] = value
+        owned = self._owned[name][i]
+        if owned:
+            # The caller may keep ``value``: it is no longer the runtime's own copy.
+            owned.discard(key)
 
     def delete(self, name: str, key_group: int, key: Any) -> None:
         self.writable(name, key_group).pop(key, None)
