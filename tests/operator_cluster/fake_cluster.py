@@ -10,7 +10,7 @@ import copy
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from cjob_operator.cluster import ClusterError, JobRef, Manifest, StatusConflictError, StoreReading
@@ -222,3 +222,20 @@ class FakeCluster:
 
     def reasons(self) -> list[str]:
         return [event.reason for event in self.events]
+
+
+T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
+"""When every test's :class:`Clock` starts."""
+
+
+class Clock:
+    """The reconciler's clock in a test: stands still until the test advances it."""
+
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)

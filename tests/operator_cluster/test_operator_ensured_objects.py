@@ -5,24 +5,9 @@ they would differ, and after a while in any case, so a deleted one comes back.""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-
 from cjob_operator.cluster import ClusterError
 from cjob_operator.reconcile import ReadSettings, Reconciler
-from fake_cluster import FakeCluster
-
-T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
+from fake_cluster import Clock, FakeCluster
 
 
 def run_pass(subject: Reconciler, cluster: FakeCluster) -> None:

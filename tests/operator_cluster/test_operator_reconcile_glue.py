@@ -2,27 +2,14 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 from cjob_operator.cluster import ClusterError
 from cjob_operator.metrics import OperatorMetrics
 from cjob_operator.reconcile import Reconciler, observe_pods
-from fake_cluster import FakeCluster, job_document
+from fake_cluster import T0, Clock, FakeCluster, job_document
 from prometheus_client import generate_latest
-
-T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
 
 
 @pytest.fixture

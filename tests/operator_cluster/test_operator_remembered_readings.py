@@ -4,23 +4,10 @@ from fresh reads."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 from cjob_operator.reconcile import ReadSettings, Reconciler, WatchedVersions
-from fake_cluster import FakeCluster
-
-T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
+from fake_cluster import T0, Clock, FakeCluster
 
 
 def run_pass(subject: Reconciler, cluster: FakeCluster, watched: WatchedVersions) -> None:

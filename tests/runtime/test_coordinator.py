@@ -11,9 +11,10 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
+from coordinator_stand_in import KEY, WAIT, StandIn
 
 from cjob_checkpoint.checkpoint_storage import CheckpointStorage
 from cjob_checkpoint.metadata import CheckpointMetadata
@@ -23,60 +24,21 @@ from cjob_checkpoint.store.triggers import FileTriggerSource, request_checkpoint
 from job_runtime.coordinator.coordinator import CheckpointCoordinator
 from job_runtime.coordinator.messages import (
     Abort,
-    Ack,
     AckState,
-    AckStats,
     Complete,
-    Decline,
-    Ready,
-    Register,
     Registered,
     Rejected,
-    ToSubtask,
     Trigger,
 )
-from job_runtime.coordinator.rpc import SubtaskConnection, connect
 from job_runtime.coordinator.settings import CheckpointSettings
 from job_runtime.errors import CheckpointFailureBudgetExceeded
 
 JOB = "job-uid1"
-KEY = b"k" * 32
-WAIT = 30.0
-M = TypeVar("M", Trigger, Complete, Abort)
 
 
-class StandIn:
-    """One subtask's connection to the coordinator."""
-
-    def __init__(self, coordinator: CheckpointCoordinator, *, subtask: int, epoch: int) -> None:
-        self.conn: SubtaskConnection = connect("127.0.0.1", coordinator.port, key=KEY)
-        self.conn.sock.settimeout(WAIT)  # an unanswered message fails the test, not hangs it
-        self.subtask = subtask
-        self.epoch = epoch
-
-    def register(self) -> ToSubtask:
-        self.conn.send(Register(epoch=self.epoch, subtask=self.subtask, host="localhost",
-                                pid=0))
-        return self.conn.receive()
-
-    def ready(self) -> None:
-        self.conn.send(Ready(epoch=self.epoch, subtask=self.subtask))
-
-    def decline(self, checkpoint_id: int, *, reason: str, subsumed: bool = False) -> None:
-        self.conn.send(Decline(epoch=self.epoch, subtask=self.subtask,
-                               checkpoint_id=checkpoint_id, reason=reason, subsumed=subsumed))
-
-    def expect(self, kind: type[M]) -> M:
-        while True:
-            got = self.conn.receive()
-            if isinstance(got, kind):
-                return got
-            assert isinstance(got, (Trigger, Complete, Abort)), got
-
-    def ack(self, checkpoint_id: int, *, position: int) -> None:
-        self.conn.send(Ack(epoch=self.epoch, subtask=self.subtask, checkpoint_id=checkpoint_id,
-                           stage=0, state=AckState(sources={str(self.subtask): position}),
-                           stats=AckStats(bytes=10)))
+def position(subtask: int, value: int) -> AckState:
+    """An acknowledgement's state: the subtask's one source at ``value``."""
+    return AckState(sources={str(subtask): value})
 
 
 @pytest.fixture
@@ -106,7 +68,7 @@ def running(storage: CheckpointStorage) -> Iterator[tuple[CheckpointCoordinator,
                                                           list[StandIn]]]:
     store = InMemoryCheckpointStore(retained=3)
     coordinator = make_coordinator(storage, store, tolerable=1)
-    subtasks = [StandIn(coordinator, subtask=i, epoch=1) for i in range(2)]
+    subtasks = [StandIn(port=coordinator.port, subtask=i, epoch=1) for i in range(2)]
     for s in subtasks:
         assert s.register() == Registered(restore=None)
         s.ready()
@@ -139,9 +101,9 @@ def test_a_checkpoint_completes_when_every_task_acknowledged(
     _, store, subtasks = running
     checkpoint_id = subtasks[0].expect(Trigger).checkpoint_id
     subtasks[1].expect(Trigger)
-    subtasks[0].ack(checkpoint_id, position=11)
+    subtasks[0].ack(checkpoint_id, state=position(0, 11))
     assert store.latest() is None, "completed before every task acknowledged"
-    subtasks[1].ack(checkpoint_id, position=22)
+    subtasks[1].ack(checkpoint_id, state=position(1, 22))
 
     for s in subtasks:
         assert s.expect(Complete).checkpoint_id == checkpoint_id
@@ -188,13 +150,13 @@ def test_a_zombie_of_an_older_epoch_is_ignored_and_refused(
     coordinator, store, subtasks = running
     checkpoint_id = subtasks[0].expect(Trigger).checkpoint_id
     # Spark relaunched the stage: epoch 2 registers and aborts what was pending.
-    fresh = [StandIn(coordinator, subtask=i, epoch=2) for i in range(2)]
+    fresh = [StandIn(port=coordinator.port, subtask=i, epoch=2) for i in range(2)]
     assert isinstance(fresh[0].register(), Registered)
     for s in subtasks:
-        s.ack(checkpoint_id, position=1)
+        s.ack(checkpoint_id, state=position(s.subtask, 1))
     time.sleep(0.2)
     assert store.latest() is None, "acks of a dead epoch completed a checkpoint"
-    late = StandIn(coordinator, subtask=1, epoch=1)
+    late = StandIn(port=coordinator.port, subtask=1, epoch=1)
     assert isinstance(late.register(), Rejected)
 
 
@@ -211,13 +173,13 @@ def test_a_relaunch_after_a_fallback_restores_the_checkpoint_the_driver_started_
 
     coordinator = make_coordinator(storage, store, restore=fallback)
     try:
-        first = StandIn(coordinator, subtask=0, epoch=1)
+        first = StandIn(port=coordinator.port, subtask=0, epoch=1)
         answer = first.register()
         assert isinstance(answer, Registered) and answer.restore is not None
         assert answer.restore.checkpoint_id == 2
         # A subtask dies before any new checkpoint: the relaunch must not pick
         # the store's newest (damaged) checkpoint, nor hang on it.
-        relaunched = StandIn(coordinator, subtask=0, epoch=2)
+        relaunched = StandIn(port=coordinator.port, subtask=0, epoch=2)
         answer = relaunched.register()
         assert isinstance(answer, Registered) and answer.restore is not None, answer
         assert answer.restore.checkpoint_id == 2
@@ -233,9 +195,9 @@ def test_a_relaunch_that_cannot_read_its_checkpoint_fails_the_job_instead_of_han
     store.add_checkpoint_and_subsume_oldest(checkpoint, discard=storage.discard)
     coordinator = make_coordinator(storage, store, restore=checkpoint)
     try:
-        assert isinstance(StandIn(coordinator, subtask=0, epoch=1).register(), Registered)
+        assert isinstance(StandIn(port=coordinator.port, subtask=0, epoch=1).register(), Registered)
         Path(checkpoint.metadata_path.removeprefix("file://")).unlink()
-        answer = StandIn(coordinator, subtask=0, epoch=2).register()
+        answer = StandIn(port=coordinator.port, subtask=0, epoch=2).register()
         assert isinstance(answer, Rejected)
         assert "cannot load the checkpoint to restore" in answer.reason
         assert coordinator.failed_event.wait(WAIT)
@@ -255,7 +217,7 @@ def test_a_manual_request_whose_checkpoint_aborted_is_served_by_the_next_one(
         initial_restore=None, initial_restore_pointer=None, key=KEY,
         triggers=FileTriggerSource(str(requests)))
     try:
-        subtasks = [StandIn(coordinator, subtask=i, epoch=1) for i in range(2)]
+        subtasks = [StandIn(port=coordinator.port, subtask=i, epoch=1) for i in range(2)]
         for s in subtasks:
             s.register()
             s.ready()
@@ -267,7 +229,7 @@ def test_a_manual_request_whose_checkpoint_aborted_is_served_by_the_next_one(
         second = subtasks[0].expect(Trigger).checkpoint_id
         assert second > first
         for s in subtasks:
-            s.ack(second, position=1)
+            s.ack(second, state=position(s.subtask, 1))
         assert subtasks[0].expect(Complete).checkpoint_id == second
         wait_until(lambda: (requests / "trigger.ack").exists(), what="the request is answered")
         assert (requests / "trigger.ack").read_text() == f"request-1:{second}"

@@ -10,9 +10,10 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
+from coordinator_stand_in import KEY, WAIT, StandIn
 
 from cjob_checkpoint.checkpoint_storage import CheckpointStorage, StateHandle
 from cjob_checkpoint.metadata import SharedStateFile
@@ -21,40 +22,25 @@ from cjob_checkpoint.store.memory import InMemoryCheckpointIdCounter, InMemoryCh
 from job_runtime.coordinator.coordinator import CheckpointCoordinator
 from job_runtime.coordinator.messages import (
     Abort,
-    Ack,
     AckState,
-    AckStats,
     Complete,
     OperatorState,
-    Ready,
-    Register,
     Registered,
     Trigger,
 )
-from job_runtime.coordinator.rpc import SubtaskConnection, connect
 from job_runtime.coordinator.settings import CheckpointSettings
 
 JOB = "job-uid1"
-KEY = b"k" * 32
-WAIT = 30.0
-M = TypeVar("M", Trigger, Complete, Abort)
 
 
 class Subtask:
-    def __init__(self, coordinator: CheckpointCoordinator, storage: CheckpointStorage) -> None:
-        self.conn: SubtaskConnection = connect("127.0.0.1", coordinator.port, key=KEY)
-        self.conn.sock.settimeout(WAIT)
-        self.storage = storage
-        self.conn.send(Register(epoch=1, subtask=0, host="localhost", pid=0))
-        assert self.conn.receive() == Registered(restore=None)
-        self.conn.send(Ready(epoch=1, subtask=0))
+    """The stand-in subtask, acknowledging with incremental state handles."""
 
-    def expect(self, kind: type[M]) -> M:
-        while True:
-            got = self.conn.receive()
-            if isinstance(got, kind):
-                return got
-            assert isinstance(got, (Trigger, Complete, Abort)), got
+    def __init__(self, coordinator: CheckpointCoordinator, storage: CheckpointStorage) -> None:
+        self.stand_in = StandIn(port=coordinator.port)
+        self.storage = storage
+        assert self.stand_in.register() == Registered(restore=None)
+        self.stand_in.ready()
 
     def shared(self, name: str) -> SharedStateFile:
         """A shared file as an upload leaves it (written once, then only referenced)."""
@@ -66,10 +52,8 @@ class Subtask:
 
     def ack(self, checkpoint_id: int, *shared: SharedStateFile) -> None:
         handle = self.storage.write_state(checkpoint_id, "count-1", 0, b"private")
-        state = AckState(sources={"0": checkpoint_id}, operators={
-            "count-1": OperatorState(handle=handle, key_groups=(0, 128), shared=shared)})
-        self.conn.send(Ack(epoch=1, subtask=0, checkpoint_id=checkpoint_id, stage=0,
-                           state=state, stats=AckStats(bytes=10)))
+        self.stand_in.ack(checkpoint_id, state=AckState(sources={"0": checkpoint_id}, operators={
+            "count-1": OperatorState(handle=handle, key_groups=(0, 128), shared=shared)}))
 
 
 @pytest.fixture
@@ -104,16 +88,16 @@ def exists(shared: SharedStateFile) -> bool:
 def test_a_pruned_checkpoints_shared_file_goes_only_once_no_retained_one_uses_it(
         job: tuple[CheckpointCoordinator, InMemoryCheckpointStore, Subtask]) -> None:
     coordinator, store, subtask = job
-    first = subtask.expect(Trigger).checkpoint_id
+    first = subtask.stand_in.expect(Trigger).checkpoint_id
     a, b = subtask.shared("a"), subtask.shared("b")
     subtask.ack(first, a, b)
-    subtask.expect(Complete)
+    subtask.stand_in.expect(Complete)
 
     second = coordinator.trigger()
     assert second is not None
-    subtask.expect(Trigger)
+    subtask.stand_in.expect(Trigger)
     subtask.ack(second, b)                       # a was compacted away, b is reused
-    assert subtask.expect(Complete).checkpoint_id == second
+    assert subtask.stand_in.expect(Complete).checkpoint_id == second
     assert [c.checkpoint_id for c in store.all()] == [second]
     assert not exists(a) and exists(b)
 
@@ -121,22 +105,22 @@ def test_a_pruned_checkpoints_shared_file_goes_only_once_no_retained_one_uses_it
 def test_a_checkpoint_referencing_a_deleted_shared_file_fails_instead_of_completing(
         job: tuple[CheckpointCoordinator, InMemoryCheckpointStore, Subtask]) -> None:
     coordinator, store, subtask = job
-    first = subtask.expect(Trigger).checkpoint_id
+    first = subtask.stand_in.expect(Trigger).checkpoint_id
     a = subtask.shared("a")
     subtask.ack(first, a)
-    subtask.expect(Complete)
+    subtask.stand_in.expect(Complete)
     second = coordinator.trigger()
     assert second is not None
-    subtask.expect(Trigger)
+    subtask.stand_in.expect(Trigger)
     subtask.ack(second, subtask.shared("c"))
-    subtask.expect(Complete)
+    subtask.stand_in.expect(Complete)
     assert not exists(a)
 
     late = coordinator.trigger()                 # a snapshot that still reused ``a``
     assert late is not None
-    subtask.expect(Trigger)
+    subtask.stand_in.expect(Trigger)
     subtask.ack(late, a)
-    aborted = subtask.expect(Abort)
+    aborted = subtask.stand_in.expect(Abort)
     assert aborted.checkpoint_id == late
     assert "shared file" in aborted.reason
     assert [c.checkpoint_id for c in store.all()] == [second]

@@ -11,10 +11,10 @@ import json
 from pathlib import Path
 
 import pytest
+from runtime_harness import write_completed_checkpoints
 
 from cjob_checkpoint.checkpoint_storage import CheckpointStorage
-from cjob_checkpoint.metadata import CheckpointMetadata
-from cjob_checkpoint.store.base import CompletedCheckpoint, FencedError
+from cjob_checkpoint.store.base import FencedError
 from cjob_checkpoint.store.file import FileCheckpointStore, advance_attempt
 from cjob_checkpoint.store.memory import InMemoryCheckpointStore
 from cjob_checkpoint.store.restore_report import (
@@ -37,14 +37,7 @@ def settings(*, attempt: int, on_unreadable: str = "fallback") -> DriverSettings
 
 def storage_with(tmp_path: Path, store: FileCheckpointStore, ids: list[int]) -> CheckpointStorage:
     storage = CheckpointStorage(f"file://{tmp_path}/ckpt", f"{JOB}-{UID}")
-    for checkpoint_id in ids:
-        metadata = CheckpointMetadata(job=f"{JOB}-{UID}", checkpoint_id=checkpoint_id,
-                                      timestamp=1.0, final=False, attempt=1, parallelism=1,
-                                      max_parallelism=128)
-        path = storage.write_metadata(checkpoint_id, metadata.to_bytes())
-        store.add_checkpoint_and_subsume_oldest(
-            CompletedCheckpoint(checkpoint_id=checkpoint_id, metadata_path=path, timestamp=1.0),
-            discard=storage.discard)
+    write_completed_checkpoints(storage, store, ids, job=f"{JOB}-{UID}")
     return storage
 
 

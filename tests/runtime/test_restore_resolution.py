@@ -11,10 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from runtime_harness import write_completed_checkpoints
 
 from cjob_checkpoint.checkpoint_storage import CheckpointStorage
-from cjob_checkpoint.metadata import CheckpointMetadata
-from cjob_checkpoint.store.base import CompletedCheckpoint
 from cjob_checkpoint.store.file import FileCheckpointStore, advance_attempt
 from cjob_checkpoint.store.restore_report import RestoredCheckpoint
 from job_runtime.errors import RestoreError
@@ -35,14 +34,7 @@ def store_with(tmp_path: Path, ids: list[int]) -> tuple[FileCheckpointStore, Che
     advance_attempt(directory, 1)
     writer = FileCheckpointStore(directory, retained=3, attempt=1)
     storage = CheckpointStorage(f"file://{tmp_path}/ckpt", f"{JOB}-{UID}")
-    for checkpoint_id in ids:
-        metadata = CheckpointMetadata(job=f"{JOB}-{UID}", checkpoint_id=checkpoint_id,
-                                      timestamp=1.0, final=False, attempt=1, parallelism=1,
-                                      max_parallelism=128)
-        path = storage.write_metadata(checkpoint_id, metadata.to_bytes())
-        writer.add_checkpoint_and_subsume_oldest(
-            CompletedCheckpoint(checkpoint_id=checkpoint_id, metadata_path=path, timestamp=1.0),
-            discard=storage.discard)
+    write_completed_checkpoints(storage, writer, ids, job=f"{JOB}-{UID}")
     advance_attempt(directory, 2)
     return FileCheckpointStore(directory, retained=3, attempt=2), storage
 

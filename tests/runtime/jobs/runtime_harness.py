@@ -260,3 +260,20 @@ def run_embedded(job_file: Path, *, state_dir: Path, name: str, env: dict[str, s
     reap(proc.pid)
     return EmbeddedRun(returncode=returncode, output=log.read_text(errors="replace"),
                        state_dir=state_dir, name=name)
+
+
+def write_completed_checkpoints(storage: Any, store: Any, ids: list[int], *,
+                                job: str) -> None:
+    """Checkpoints ``ids`` of ``job`` as a driver completes them: a readable
+    ``_metadata`` in ``storage``, then its pointer added to ``store``."""
+    from cjob_checkpoint.metadata import CheckpointMetadata
+    from cjob_checkpoint.store.base import CompletedCheckpoint
+
+    for checkpoint_id in ids:
+        metadata = CheckpointMetadata(job=job, checkpoint_id=checkpoint_id, timestamp=1.0,
+                                      final=False, attempt=1, parallelism=1,
+                                      max_parallelism=128)
+        path = storage.write_metadata(checkpoint_id, metadata.to_bytes())
+        store.add_checkpoint_and_subsume_oldest(
+            CompletedCheckpoint(checkpoint_id=checkpoint_id, metadata_path=path, timestamp=1.0),
+            discard=storage.discard)
