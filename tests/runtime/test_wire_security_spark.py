@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 from runtime_harness import JobHarness
 
+from job_runtime.execution.spark_start import WORKER_DAEMON
+
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 COUNT = 6000
@@ -111,8 +113,9 @@ def _cmdline(pid: int) -> str:
 
 
 def python_processes(*, session: int, driver: int, workers: bool) -> list[int]:
-    """The driver process, or the Python workers that run subtasks (children of
-    PySpark's daemon; the daemon's own socket serves the JVM and is left alone)."""
+    """The driver process, or the Python workers that run subtasks (children of the
+    Python worker daemon, the runtime's own or PySpark's; the daemon's own socket
+    serves the JVM and is left alone)."""
     if not workers:
         return [driver]
     found = []
@@ -123,9 +126,16 @@ def python_processes(*, session: int, driver: int, workers: bool) -> list[int]:
         if stat is None or stat[1] != session:
             continue
         parent, _ = stat
-        if "pyspark.daemon" in _cmdline(int(entry)) and "pyspark.daemon" in _cmdline(parent):
+        if _is_daemon(_cmdline(int(entry))) and _is_daemon(_cmdline(parent)):
             found.append(int(entry))
     return found
+
+
+def _is_daemon(cmdline: str) -> bool:
+    """A Python worker daemon, or a worker forked from one (it keeps the daemon's
+    command line). Matched on ``-m <module>``: the JVM's own command line names the
+    daemon module too, in its configuration."""
+    return f"-m {WORKER_DAEMON}" in cmdline or "-m pyspark.daemon" in cmdline
 
 
 def listening_sockets(pids: list[int]) -> list[tuple[str, int]]:
