@@ -11,10 +11,9 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from coordinator_stand_in import KEY, WAIT, StandIn
+from coordinator_stand_in import KEY, WAIT, StandIn, wait_until
 
 from cjob_checkpoint.checkpoint_storage import CheckpointStorage
 from cjob_checkpoint.metadata import CheckpointMetadata
@@ -79,11 +78,6 @@ def running(storage: CheckpointStorage) -> Iterator[tuple[CheckpointCoordinator,
         coordinator.stop()
 
 
-def wait_until(condition: Any, *, what: str) -> None:
-    deadline = time.monotonic() + WAIT
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        time.sleep(0.01)
 
 
 def write_checkpoint(storage: CheckpointStorage, checkpoint_id: int) -> CompletedCheckpoint:

@@ -7,13 +7,11 @@ acknowledgements carry incremental state handles, as the ``rocksdb`` backend's d
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from coordinator_stand_in import KEY, WAIT, StandIn
+from coordinator_stand_in import KEY, StandIn, wait_until
 
 from cjob_checkpoint.checkpoint_storage import CheckpointStorage, StateHandle
 from cjob_checkpoint.metadata import SharedStateFile
@@ -74,11 +72,6 @@ def job(tmp_path: Path) -> Iterator[tuple[CheckpointCoordinator, InMemoryCheckpo
         coordinator.stop()
 
 
-def wait_until(condition: Any, *, what: str) -> None:
-    deadline = time.monotonic() + WAIT
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        time.sleep(0.01)
 
 
 def exists(shared: SharedStateFile) -> bool:

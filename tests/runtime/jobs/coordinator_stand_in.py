@@ -7,6 +7,8 @@ subtask would, with whatever state a test wants in its acknowledgements.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from typing import TypeVar
 
 from job_runtime.coordinator.messages import (
@@ -61,3 +63,11 @@ class StandIn:
     def ack(self, checkpoint_id: int, *, state: AckState) -> None:
         self.conn.send(Ack(epoch=self.epoch, subtask=self.subtask, checkpoint_id=checkpoint_id,
                            stage=0, state=state, stats=AckStats(bytes=10)))
+
+
+def wait_until(condition: Callable[[], object], *, what: str) -> None:
+    """Poll ``condition`` until it holds; fail the test after :data:`WAIT` seconds."""
+    deadline = time.monotonic() + WAIT
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.01)
