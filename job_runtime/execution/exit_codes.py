@@ -30,8 +30,6 @@ log = logging.getLogger("job_runtime.driver")
 FENCED = 1
 """A newer attempt owns the store: end quietly with a plain failure."""
 
-_BUDGET_EXCEEDED = ExitCode.CHECKPOINT_FAILURES_EXCEEDED
-
 
 @dataclasses.dataclass(frozen=True)
 class _Mapping:
@@ -50,7 +48,7 @@ _MAPPINGS = (
     # Checkpoint storage, or an S3 archive of the job's code: the error names which.
     _Mapping((StorageUnavailableError,), ExitCode.STORAGE_UNREACHABLE, "storage unreachable: %s"),
     _Mapping((FencedError,), FENCED),
-    _Mapping((CheckpointFailureBudgetExceeded,), _BUDGET_EXCEEDED),
+    _Mapping((CheckpointFailureBudgetExceeded,), ExitCode.CHECKPOINT_FAILURES_EXCEEDED),
     _Mapping((StoreError, StorageError), ExitCode.STORAGE_UNREACHABLE,
              "checkpoint store or storage failed: %s"),
 )
