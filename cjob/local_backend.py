@@ -62,7 +62,6 @@ LOCAL_SETTINGS = PlanSettings(
     kill_grace_seconds=30.0,
     poll_seconds=1.0,
     network_policies=False,
-    standby_drivers=True,
 )
 """The plan's timing knobs for local processes: a process is in the table the moment
 it is spawned, and nothing needs a network policy."""

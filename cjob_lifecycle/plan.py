@@ -131,9 +131,6 @@ class PlanSettings:
     network_policies: bool = True
     """Give each job a NetworkPolicy admitting only its own pods (``--no-network-policies``
     turns it off, for clusters that manage policies themselves)."""
-    standby_drivers: bool = False
-    """Whether this backend can run standby drivers (``spec.standby``); where it cannot,
-    the field is ignored and every restart starts a new driver."""
 
 
 @dataclass(frozen=True)
@@ -476,7 +473,7 @@ def _start_attempt(draft: _Draft, *, reason: str, reset_restarts: bool) -> None:
 def _ready_standby(draft: _Draft) -> DriverPod | None:
     """A standby driver that can take the next attempt now: running, ready, not being
     stopped, and started for the current spec (an outdated one would run old code)."""
-    if not draft.settings.standby_drivers or not draft.job.spec.standby.enabled:
+    if not draft.job.spec.standby.enabled:
         return None
     current = spec_hash(draft.job)
     ready = [pod for pod in draft.observed.pods
@@ -492,7 +489,7 @@ def _manage_standby(draft: _Draft) -> None:
     as is one that exited. The one promoted in this pass is the attempt's driver now.
     """
     phase = draft.status.phase
-    wanted = (draft.settings.standby_drivers and draft.job.spec.standby.enabled
+    wanted = (draft.job.spec.standby.enabled
               and phase in (Phase.PENDING, Phase.RUNNING))
     current = spec_hash(draft.job)
     keep: DriverPod | None = None

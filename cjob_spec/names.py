@@ -15,6 +15,8 @@ PLURAL = "checkpointedjobs"
 LABEL_JOB = "checkpointed.io/job"
 LABEL_ATTEMPT = "checkpointed.io/attempt"
 LABEL_ROLE = "checkpointed.io/role"
+ROLE_STANDBY = "standby"
+"""The role label of a warm standby driver pod, until it is promoted (then ``driver``)."""
 LABEL_NAME = "app.kubernetes.io/name"
 LABEL_INSTANCE = "app.kubernetes.io/instance"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -85,6 +87,12 @@ def checkpoint_key(checkpoint_id: int) -> str:
 def executor_pod_name_prefix(job_name: str, attempt: int) -> str:
     """Spark executor pod name prefix; job names are at most 40 characters for this."""
     return f"{job_name}-{attempt}"
+
+
+def standby_executor_pod_name_prefix(job_name: str, attempt: int) -> str:
+    """The executors' prefix of the standby driver started while ``attempt`` runs: its
+    own, because it runs beside that attempt's driver and its executors."""
+    return f"{job_name}-s{attempt}"
 
 
 def job_checkpoint_dir(storage: str, *, job_name: str, job_uid: str) -> str:

@@ -1,10 +1,18 @@
-"""The files through which a supervisor promotes a standby driver, and learns it is ready.
+"""How a supervisor promotes a standby driver, and learns it is ready.
 
-A standby driver (``python -m job_runtime run ... --standby PROMOTION``) starts Spark,
-loads the job's code and then waits for the file ``PROMOTION`` to appear. Once it is
-ready it writes ``<PROMOTION>.ready``; the supervisor (``cjob run``) promotes only a
-ready standby, by writing ``PROMOTION`` after it advanced the store's fence to the new
-attempt. Both files cross a process boundary and may be written and read by different
+A standby driver starts Spark, loads the job's code, says it is ready and waits for
+its promotion, which the supervisor writes only after it advanced the store's fence
+to the new attempt. Two channels carry the promotion:
+
+- ``cjob run``: ``--standby PROMOTION``. The promotion is the file ``PROMOTION``;
+  readiness is ``<PROMOTION>.ready``, which the supervisor reads.
+- The operator: ``--standby-pod POD`` with a ConfigMap store. The promotion is the
+  annotation :data:`PROMOTION_ANNOTATION` of the job's checkpoint ConfigMap, naming
+  the pod it promotes (every standby the job ever had watches the same ConfigMap).
+  Readiness is ``--standby-ready-file``, which the pod's readiness probe tests, so
+  the pod's Ready condition says it.
+
+Every signal crosses a process boundary and may be written and read by different
 releases, so each is a typed structure with a format ``version``, written whole (a
 reader sees nothing or all of it).
 
@@ -21,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 FORMAT_VERSION = 1
+PROMOTION_ANNOTATION = "checkpointed.io/standby-promotion"
+"""The checkpoint ConfigMap's annotation holding the operator's latest promotion."""
 
 
 class StandbySignalError(ValueError):
@@ -35,15 +45,23 @@ def ready_path(promotion: str | Path) -> Path:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class StandbyPromotion:
     """Take over ``attempt``: restore ``restore`` (a runtime ``--restore`` value) and write
-    the driver status to ``status_file``, as a driver started for that attempt would."""
+    the driver status to ``status_file``, as a driver started for that attempt would.
+
+    ``pod`` names the standby promoted, where one channel serves several standbys (the
+    ConfigMap's annotation); a promotion naming another pod is not this standby's.
+    """
 
     attempt: int
     restore: str
     status_file: str | None = None
+    pod: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"version": FORMAT_VERSION, "attempt": self.attempt, "restore": self.restore,
-                "statusFile": self.status_file}
+        body: dict[str, Any] = {"version": FORMAT_VERSION, "attempt": self.attempt,
+                                "restore": self.restore, "statusFile": self.status_file}
+        if self.pod is not None:
+            body["pod"] = self.pod
+        return body
 
     @classmethod
     def from_json(cls, data: object) -> StandbyPromotion:
@@ -51,6 +69,7 @@ class StandbyPromotion:
         attempt = body.get("attempt")
         restore = body.get("restore")
         status_file = body.get("statusFile")
+        pod = body.get("pod")
         if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1:
             raise StandbySignalError(f"promotion: attempt must be a number >= 1, got {attempt!r}")
         if not isinstance(restore, str) or not restore:
@@ -59,7 +78,22 @@ class StandbyPromotion:
         if status_file is not None and not isinstance(status_file, str):
             raise StandbySignalError(f"promotion: statusFile must be a string, "
                                      f"got {status_file!r}")
-        return cls(attempt=attempt, restore=restore, status_file=status_file)
+        if pod is not None and (not isinstance(pod, str) or not pod):
+            raise StandbySignalError(f"promotion: pod must be a non-empty string, got {pod!r}")
+        return cls(attempt=attempt, restore=restore, status_file=status_file, pod=pod)
+
+    def encode(self) -> str:
+        """The promotion as the text of :data:`PROMOTION_ANNOTATION`."""
+        return json.dumps(self.to_json(), separators=(",", ":"))
+
+    @classmethod
+    def decode(cls, text: str) -> StandbyPromotion:
+        """Read :data:`PROMOTION_ANNOTATION`; a text this release cannot read is an error."""
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise StandbySignalError(f"promotion: not valid JSON: {exc}") from None
+        return cls.from_json(data)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -97,6 +97,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--standby", default=None, metavar="PROMOTION_FILE",
                      help="wait as a warm standby (Spark started, job code loaded) until "
                           "PROMOTION_FILE names the attempt to take over")
+    run.add_argument("--standby-pod", default=None, metavar="POD",
+                     help="wait as the warm standby pod POD until the ConfigMap store "
+                          "records its promotion (set by the operator)")
+    run.add_argument("--standby-ready-file", default=None, metavar="PATH",
+                     help="with --standby-pod: the file written once the standby is ready "
+                          "(a relative PATH is in the temporary directory)")
     cleanup = sub.add_parser("cleanup", help="delete a deleted job's checkpoint directory")
     cleanup.add_argument("--uri", required=True,
                          help="the job's checkpoint directory, <storage>/<job-name>-<job-uid>")
@@ -128,7 +134,8 @@ def settings_from_args(ns: argparse.Namespace) -> DriverSettings:
         allow_foreign_restore=ns.allow_foreign_restore, attempt=ns.attempt, store=ns.store,
         metrics_port=ns.metrics_port, status_file=ns.status_file,
         task_attempts=ns.task_attempts, credits=ns.credits, state_backend=ns.state_backend,
-        state_dir=ns.state_dir, standby_file=ns.standby)
+        state_dir=ns.state_dir, standby_file=ns.standby, standby_pod=ns.standby_pod,
+        standby_ready_file=ns.standby_ready_file)
 
 
 def exit_on_sigterm() -> None:

@@ -3,8 +3,9 @@
 The image is ignored: the host (its Python virtualenv first on ``PATH``) is the
 image. Everything a workload can observe through the API behaves like a kubelet:
 the Node with its Ready condition and heartbeat Lease, pod phases and container
-states, restart counts, graceful deletion, service account tokens and the
-``KUBERNETES_SERVICE_*`` variables. The node talks to the apiserver as
+states, restart counts, graceful deletion, service account tokens, the
+``KUBERNETES_SERVICE_*`` variables, exec readiness probes, and a temporary directory
+of each pod's own (``TMPDIR``), as each container has its own ``/tmp``. The node talks to the apiserver as
 ``system:node:<name>`` so the Node authorizer limits it exactly as it would a kubelet,
 and each pod talks to the apiserver with its own service account's token, so RBAC in
 tests is the real thing.
@@ -124,9 +125,24 @@ class ContainerRun:
     done: bool = False
     succeeded: bool = False
     restart_pending: bool = False
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: str = ""
+    probe_passed: bool = False
+    next_probe: float = 0.0
 
     def is_running(self) -> bool:
         return self.process is not None and self.process.poll() is None
+
+    @property
+    def readiness_probe(self) -> dict[str, Any] | None:
+        probe = self.spec.get("readinessProbe")
+        return probe if isinstance(probe, dict) else None
+
+    def is_ready(self) -> bool:
+        """Running, and its readiness probe (if it has one) passed the last time."""
+        if self.is_init or not self.is_running():
+            return False
+        return self.readiness_probe is None or self.probe_passed
 
 
 class PodWorker(threading.Thread):
@@ -249,8 +265,40 @@ class PodWorker(threading.Thread):
             changed |= self._reap(run)
             if not run.done:
                 changed |= self._maybe_start(run)
+            changed |= self._probe(run)
         changed |= self._derive_phase()
         return changed
+
+    def _probe(self, run: ContainerRun) -> bool:
+        """Run an exec readiness probe when it is due; True if readiness changed.
+
+        The command runs as the container would run it (its environment and working
+        directory); only ``exec`` probes are supported, as the node runs no network
+        namespace of the pod's own to reach.
+        """
+        probe = run.readiness_probe
+        if probe is None or not run.is_running():
+            was, run.probe_passed = run.probe_passed, False
+            return was
+        now = time.monotonic()
+        if now < run.next_probe:
+            return False
+        command = (probe.get("exec") or {}).get("command")
+        period = float(probe.get("periodSeconds") or 10)
+        timeout = float(probe.get("timeoutSeconds") or 1)
+        run.next_probe = now + period
+        passed = False
+        if isinstance(command, list) and command:
+            try:
+                passed = subprocess.run(
+                    [str(part) for part in command], cwd=run.cwd or None, env=run.env,
+                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL, timeout=timeout, check=False,
+                ).returncode == 0
+            except (OSError, subprocess.TimeoutExpired):
+                passed = False
+        was, run.probe_passed = run.probe_passed, passed
+        return was != passed
 
     def _reap(self, run: ContainerRun) -> bool:
         proc = run.process
@@ -314,6 +362,7 @@ class PodWorker(threading.Thread):
         log_file = self.log_path(run.name, restart=run.restart_count)
         log_file.parent.mkdir(parents=True, exist_ok=True)
         run.started_at = now_rfc3339()
+        run.env, run.cwd, run.probe_passed, run.next_probe = env, cwd, False, 0.0
         try:
             with log_file.open("ab") as log:
                 run.process = subprocess.Popen(
@@ -363,7 +412,7 @@ class PodWorker(threading.Thread):
             r.started_at is not None for r in runs
         ):
             self.phase = "Running"
-        ready = all(r.is_running() for r in runs)
+        ready = all(r.is_ready() for r in runs)
         self._set_condition("ContainersReady", "True" if ready else "False")
         self._set_condition("Ready", "True" if ready else "False")
         return (self.phase, self.conditions) != before
@@ -508,6 +557,9 @@ class PodWorker(threading.Thread):
         env["KUBERNETES_SERVICE_PORT"] = str(node.control_plane.apiserver_port)
         env["KUBERNETES_SERVICE_PORT_HTTPS"] = str(node.control_plane.apiserver_port)
         env[POD_DIR_ENV] = str(self.pod_dir)
+        tmp = self.pod_dir / "tmp"
+        tmp.mkdir(parents=True, exist_ok=True)
+        env["TMPDIR"] = str(tmp)
         if self._uses_service_account_token():
             sa_dir = self._write_service_account_files()
             env[SERVICEACCOUNT_DIR_ENV] = str(sa_dir)
@@ -662,7 +714,7 @@ class PodWorker(threading.Thread):
             "name": run.name,
             "image": run.spec.get("image") or "process",
             "imageID": "",
-            "ready": run.is_running() and not run.is_init,
+            "ready": run.is_ready(),
             "started": run.is_running(),
             "restartCount": run.restart_count,
             "state": run.state,

@@ -175,7 +175,7 @@ def _run(settings: DriverSettings) -> int:
     spark = SparkStarter(settings=settings, master=master)
     shipped = False
     promoted_at: float | None = None
-    if settings.standby_file:
+    if settings.is_standby:
         # A warm standby: everything that does not depend on the attempt or the
         # restore point is done now, the rest once the supervisor promotes it.
         sc = spark.context()

@@ -46,6 +46,15 @@ class DriverSettings:
     standby_file: str | None = None
     """Run as a warm standby: start Spark, then wait for a promotion in this file
     (:mod:`cjob_spec.standby_signal`), which names the attempt to take over."""
+    standby_pod: str | None = None
+    """Run as the warm standby pod of this name: the promotion comes through the
+    ConfigMap store (``--store configmap:...``). ``attempt`` is the lowest it takes."""
+    standby_ready_file: str | None = None
+    """Where a standby pod says it is ready (its readiness probe tests the file)."""
+
+    @property
+    def is_standby(self) -> bool:
+        return self.standby_file is not None or self.standby_pod is not None
 
     @property
     def job_id(self) -> str:

@@ -3,8 +3,9 @@
 Most of a driver restart is not the restore but the start: a new process, its imports,
 the JVM and the scheduler, the first Spark job's Python workers. A standby pays all of
 that while the active driver runs, then waits for the supervisor's promotion
-(:mod:`cjob_spec.standby_signal`). The supervisor promotes it only after advancing the
-store's fence to the new attempt, so the driver being replaced (if it still lives)
+(:mod:`cjob_spec.standby_signal`): a file ``cjob run`` writes, or the annotation the
+operator sets on the job's checkpoint ConfigMap. The supervisor promotes it only after
+advancing the store's fence to the new attempt, so the driver being replaced (if it still lives)
 can no longer commit a checkpoint; the standby itself never touches the store before
 it is promoted, and everything it does afterwards is what any driver of that attempt
 does: resolve the restore point, start the coordinator, launch the barrier stage.
@@ -16,9 +17,10 @@ import dataclasses
 import importlib
 import logging
 import os
+import tempfile
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from cjob_spec.exit_codes import ExitCode
 from cjob_spec.standby_signal import (
@@ -61,43 +63,103 @@ def _import_subtask(value: int) -> int:
     return value
 
 
-def wait_for_promotion(path: str, *, rewarm: Callable[[], None]) -> StandbyPromotion:
-    """The promotion written to ``path``, once there is one; ``rewarm`` runs every
-    :data:`REWARM_SECONDS` meanwhile.
+class PromotionSource(Protocol):
+    """Where a standby's promotion comes from."""
+
+    @property
+    def where(self) -> str: ...
+
+    def wait(self, *, seconds: float) -> StandbyPromotion | None:
+        """The promotion, if there is one now or within about ``seconds``."""
+
+
+class FilePromotionSource:
+    """The promotion file ``cjob run`` writes, looked for every :data:`POLL_SECONDS`.
 
     A standby whose supervisor is gone (its parent process changed) can never be
-    promoted: it exits 0 rather than hold a JVM forever. A promotion this release
-    cannot read is a configuration error, never a guess at the attempt.
+    promoted: it exits 0 rather than hold a JVM forever.
     """
-    parent = os.getppid()
-    warmed = time.monotonic()
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._parent = os.getppid()
+
+    @property
+    def where(self) -> str:
+        return self.path
+
+    def wait(self, *, seconds: float) -> StandbyPromotion | None:
+        deadline = time.monotonic() + seconds
+        while True:
+            promotion = read_promotion(self.path)
+            if promotion is not None:
+                return promotion
+            if os.getppid() != self._parent:
+                log.info("standby: the supervisor that started it is gone; exiting")
+                raise SystemExit(ExitCode.FINISHED)
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(POLL_SECONDS)
+
+
+def await_promotion(source: PromotionSource, *, rewarm: Callable[[], None],
+                    setting: str = "--standby") -> StandbyPromotion:
+    """The promotion ``source`` delivers, once there is one; ``rewarm`` runs every
+    :data:`REWARM_SECONDS` meanwhile.
+
+    A promotion this release cannot read is a configuration error (of ``setting``),
+    never a guess at the attempt.
+    """
     while True:
         try:
-            promotion = read_promotion(path)
+            promotion = source.wait(seconds=REWARM_SECONDS)
         except StandbySignalError as exc:
-            raise ConfigurationError(setting="--standby", problem=str(exc)) from None
+            raise ConfigurationError(setting=setting, problem=str(exc)) from None
         if promotion is not None:
             return promotion
-        if os.getppid() != parent:
-            log.info("standby: the supervisor that started it is gone; exiting")
-            raise SystemExit(ExitCode.FINISHED)
-        if time.monotonic() - warmed >= REWARM_SECONDS:
-            rewarm()
-            warmed = time.monotonic()
-        time.sleep(POLL_SECONDS)
+        rewarm()
+
+
+def wait_for_promotion(path: str, *, rewarm: Callable[[], None]) -> StandbyPromotion:
+    """The promotion written to the file ``path`` (see :class:`FilePromotionSource`)."""
+    return await_promotion(FilePromotionSource(path), rewarm=rewarm)
+
+
+def promotion_source(settings: DriverSettings) -> tuple[PromotionSource, str, str | None]:
+    """The standby's promotion source, the flag that chose it, and its readiness file."""
+    if settings.standby_file is not None:
+        return (FilePromotionSource(settings.standby_file), "--standby",
+                str(ready_path(settings.standby_file)))
+    assert settings.standby_pod is not None
+    kind, _, where = settings.store.partition(":")
+    namespace, _, name = where.partition("/")
+    if kind != "configmap" or not namespace or not name:
+        raise ConfigurationError(setting="--standby-pod",
+                                 problem=f"needs a configmap:NAMESPACE/NAME store, "
+                                         f"got --store {settings.store!r}")
+    from cjob_checkpoint.store.configmap_promotion import open_promotion_watch
+
+    watch = open_promotion_watch(namespace=namespace, name=name, pod=settings.standby_pod,
+                                 min_attempt=settings.attempt)
+    ready_file = settings.standby_ready_file
+    if ready_file is not None:
+        # A relative name is in the temporary directory: a container's own /tmp, where
+        # the pod's readiness probe looks.
+        ready_file = os.path.join(tempfile.gettempdir(), ready_file)
+    return watch, "--standby-pod", ready_file
 
 
 def wait_as_standby(*, settings: DriverSettings, spark_context: Any) -> DriverSettings:
     """Warm up, say so, wait for the promotion; the settings of the attempt taken over."""
-    assert settings.standby_file is not None
+    source, setting, ready_file = promotion_source(settings)
     warm_up(spark_context, parallelism=settings.parallelism)
-    write_signal(ready_path(settings.standby_file),
-                 StandbyReady(pid=os.getpid(), ready_at=time.time()))
-    log.info("standby ready: waiting for a promotion in %s", settings.standby_file)
-    promotion = wait_for_promotion(
-        settings.standby_file,
+    if ready_file is not None:
+        write_signal(ready_file, StandbyReady(pid=os.getpid(), ready_at=time.time()))
+    log.info("standby ready: waiting for a promotion in %s", source.where)
+    promotion = await_promotion(
+        source, setting=setting,
         rewarm=lambda: warm_up(spark_context, parallelism=settings.parallelism))
     log.info("promoted to attempt %d (restore: %s)", promotion.attempt, promotion.restore)
     return dataclasses.replace(settings, attempt=promotion.attempt, restore=promotion.restore,
                                status_file=promotion.status_file or settings.status_file,
-                               standby_file=None)
+                               standby_file=None, standby_pod=None)

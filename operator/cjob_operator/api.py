@@ -44,7 +44,8 @@ from cjob_operator.cluster import (
     StatusConflictError,
     StoreReading,
 )
-from cjob_spec.names import API_GROUP, API_VERSION, KIND, PLURAL
+from cjob_spec.names import API_GROUP, API_VERSION, KIND, LABEL_ATTEMPT, LABEL_ROLE, PLURAL
+from cjob_spec.standby_signal import PROMOTION_ANNOTATION, StandbyPromotion
 from cjob_spec.status import CheckpointRef
 from cjob_spec.times import format_time
 
@@ -235,6 +236,28 @@ class KubeCluster:
             f"request checkpoint {nonce!r} through {namespace}/{name}",
             lambda: self.core.patch_namespaced_config_map(
                 name, namespace, patch, _content_type=MERGE_PATCH,
+                _request_timeout=REQUEST_TIMEOUT,
+            ),
+        )
+
+    def promote_standby(self, *, namespace: str, store: str, promotion: StandbyPromotion,
+                        role: str) -> None:
+        pod = promotion.pod
+        assert pod is not None
+        annotation = {"metadata": {"annotations": {PROMOTION_ANNOTATION: promotion.encode()}}}
+        _call(
+            f"promote standby {namespace}/{pod} through {namespace}/{store}",
+            lambda: self.core.patch_namespaced_config_map(
+                store, namespace, annotation, _content_type=MERGE_PATCH,
+                _request_timeout=REQUEST_TIMEOUT,
+            ),
+        )
+        labels = {"metadata": {"labels": {LABEL_ROLE: role,
+                                          LABEL_ATTEMPT: str(promotion.attempt)}}}
+        _call(
+            f"label the promoted standby {namespace}/{pod} as attempt {promotion.attempt}",
+            lambda: self.core.patch_namespaced_pod(
+                pod, namespace, labels, _content_type=MERGE_PATCH,
                 _request_timeout=REQUEST_TIMEOUT,
             ),
         )

@@ -44,6 +44,7 @@ from cjob_spec.names import (
     LABEL_NAME,
     LABEL_ROLE,
     MANAGED_BY,
+    ROLE_STANDBY,
     checkpoint_configmap_name,
     cleanup_pod_name,
     driver_pod_name,
@@ -54,6 +55,8 @@ from cjob_spec.names import (
     role_name,
     service_account_name,
     spark_auth_secret_name,
+    standby_executor_pod_name_prefix,
+    standby_pod_name,
 )
 from cjob_spec.quantities import MIB, format_kubernetes_memory
 from cjob_spec.runtime_args import configmap_store_arg, to_runtime_args
@@ -87,6 +90,12 @@ SPARK_AUTH_ENV_KEY = "key.base64"
 them from their environment, set from the Secret by reference."""
 SPARK_AUTH_FILE = f"{SPARK_AUTH_DIR}/{SPARK_AUTH_FILE_KEY}"
 SPARK_AUTH_ENV = "_SPARK_AUTH_SECRET"
+STANDBY_READY_FILE = "checkpointed-jobs-standby.ready"
+"""Where a standby pod's driver says it is ready, in its temporary directory (the
+runtime takes a relative ``--standby-ready-file`` there); its readiness probe tests
+the same file, in the container's ``$TMPDIR`` or ``/tmp``."""
+STANDBY_READY_PERIOD_SECONDS = 2
+"""Each probe is an exec into the container: cheap, but not free on a small node."""
 
 
 def standard_labels(job: CheckpointedJob, *, component: str) -> dict[str, str]:
@@ -147,12 +156,15 @@ def driver_memory_request_bytes(job: CheckpointedJob, config: OperatorConfig) ->
 
 
 def driver_spark_conf(
-    job: CheckpointedJob, *, attempt: int, image: str, config: OperatorConfig
+    job: CheckpointedJob, *, attempt: int, image: str, config: OperatorConfig,
+    standby: bool = False,
 ) -> dict[str, str]:
     """Spark settings the operator owns (users cannot override them in ``spark.conf``).
 
     Executors run ``image``, the driver's own: Spark's Python workers must unpickle
-    what the driver's runtime pickles."""
+    what the driver's runtime pickles. A ``standby`` driver (started during
+    ``attempt``) names its own pod and executors, and is reached at its pod's address:
+    the Service selects only the promoted driver, and it must be reachable before."""
     spark = job.spec.spark
     conf = {
         "spark.driver.memory": spark.driver.memory.to_spark(),
@@ -168,17 +180,21 @@ def driver_spark_conf(
         {
             "spark.submit.deployMode": "client",
             "spark.kubernetes.namespace": namespace,
-            "spark.kubernetes.driver.pod.name": driver_pod_name(name, attempt),
+            "spark.kubernetes.driver.pod.name": (standby_pod_name(name, attempt) if standby
+                                                 else driver_pod_name(name, attempt)),
             "spark.kubernetes.container.image": image,
             "spark.kubernetes.container.image.pullPolicy": config.image_pull_policy,
             "spark.kubernetes.authenticate.caCertFile": f"{account_dir}/ca.crt",
             "spark.kubernetes.authenticate.oauthTokenFile": f"{account_dir}/token",
-            "spark.kubernetes.executor.podNamePrefix": executor_pod_name_prefix(name, attempt),
+            "spark.kubernetes.executor.podNamePrefix": (
+                standby_executor_pod_name_prefix(name, attempt) if standby
+                else executor_pod_name_prefix(name, attempt)),
             f"{executor_label}{LABEL_JOB}": name,
             f"{executor_label}{LABEL_ATTEMPT}": str(attempt),
             f"{executor_label}{LABEL_ROLE}": ROLE_EXECUTOR,
             f"{executor_label}{LABEL_MANAGED_BY}": MANAGED_BY,
-            "spark.driver.host": f"{driver_service_name(name)}.{namespace}.svc",
+            "spark.driver.host": ("$(POD_IP)" if standby
+                                  else f"{driver_service_name(name)}.{namespace}.svc"),
             "spark.driver.port": str(config.driver_port),
             "spark.driver.blockManager.port": str(config.block_manager_port),
             # Spark 4.1+ hands executors the driver's bind address, not spark.driver.host
@@ -380,20 +396,77 @@ def build_driver_pod(
 
     ``image`` is what ``plan`` chose: ``spec.image`` or the operator's runtime image.
     """
-    config = operator_config
-    name = job.metadata.name
     namespace = job.metadata.namespace
-    spark = job.spec.spark
-    master = KUBERNETES_MASTER if spark.is_kubernetes else spark.master
     args = to_runtime_args(
         job,
         restore_pointer=restore_pointer,
         attempt=attempt,
-        store=configmap_store_arg(namespace=namespace, name=checkpoint_configmap_name(name)),
-        master=master,
-        extra_spark_conf=driver_spark_conf(job, attempt=attempt, image=image, config=config),
-        metrics_port=config.metrics_port,
+        store=configmap_store_arg(namespace=namespace,
+                                  name=checkpoint_configmap_name(job.metadata.name)),
+        master=KUBERNETES_MASTER if job.spec.spark.is_kubernetes else job.spec.spark.master,
+        extra_spark_conf=driver_spark_conf(job, attempt=attempt, image=image,
+                                           config=operator_config),
+        metrics_port=operator_config.metrics_port,
     )
+    return _driver_pod(job, name=driver_pod_name(job.metadata.name, attempt), role=ROLE_DRIVER,
+                       attempt=attempt, args=args, image=image,
+                       annotations={ANNOTATION_RESTORE: restore_pointer},
+                       operator_config=operator_config)
+
+
+def build_standby_pod(
+    job: CheckpointedJob,
+    *,
+    attempt: int,
+    image: str,
+    operator_config: OperatorConfig,
+) -> Manifest:
+    """The warm standby driver started while ``attempt`` runs (``spec.standby``).
+
+    It runs the next attempt's driver, but with ``--standby-pod``: it starts Spark (and
+    with ``k8s``, its own executors), loads the job's code, writes
+    :data:`STANDBY_READY_FILE` (which its readiness probe tests: the pod turns Ready) and waits for
+    the operator to record its promotion on the checkpoint ConfigMap. Its role label
+    is ``standby`` until then, so the driver Service does not select it.
+    """
+    namespace = job.metadata.namespace
+    name = standby_pod_name(job.metadata.name, attempt)
+    args = to_runtime_args(
+        job,
+        restore_pointer="latest",
+        attempt=attempt + 1,
+        store=configmap_store_arg(namespace=namespace,
+                                  name=checkpoint_configmap_name(job.metadata.name)),
+        master=KUBERNETES_MASTER if job.spec.spark.is_kubernetes else job.spec.spark.master,
+        extra_spark_conf=driver_spark_conf(job, attempt=attempt, image=image,
+                                           config=operator_config, standby=True),
+        metrics_port=operator_config.metrics_port,
+    )
+    args += ["--standby-pod", name, "--standby-ready-file", STANDBY_READY_FILE]
+    pod = _driver_pod(job, name=name, role=ROLE_STANDBY, attempt=attempt, args=args,
+                      image=image, annotations={}, operator_config=operator_config)
+    pod["spec"]["containers"][0]["readinessProbe"] = {
+        "exec": {"command": ["sh", "-c", f'test -f "${{TMPDIR:-/tmp}}/{STANDBY_READY_FILE}"']},
+        "periodSeconds": STANDBY_READY_PERIOD_SECONDS,
+        "failureThreshold": 1,
+    }
+    return pod
+
+
+def _driver_pod(
+    job: CheckpointedJob,
+    *,
+    name: str,
+    role: str,
+    attempt: int,
+    args: list[str],
+    image: str,
+    annotations: dict[str, str],
+    operator_config: OperatorConfig,
+) -> Manifest:
+    """A pod running ``python -m job_runtime run ARGS``: a driver, or a standby one."""
+    config = operator_config
+    spark = job.spec.spark
     memory = format_kubernetes_memory(driver_memory_request_bytes(job, config))
     ports = [{"name": "metrics", "containerPort": config.metrics_port, "protocol": "TCP"}]
     if spark.is_kubernetes:
@@ -420,7 +493,7 @@ def build_driver_pod(
     volumes = [dict(v) for v in job.spec.pod.volumes]
     annotations = {
         ANNOTATION_SPEC_HASH: spec_hash(job),
-        ANNOTATION_RESTORE: restore_pointer,
+        **annotations,
         "prometheus.io/scrape": "true",
         "prometheus.io/port": str(config.metrics_port),
     }
@@ -442,7 +515,7 @@ def build_driver_pod(
         mounts.append({"name": SPARK_AUTH_VOLUME, "mountPath": SPARK_AUTH_DIR, "readOnly": True})
         volumes.append({
             "name": SPARK_AUTH_VOLUME,
-            "secret": {"secretName": spark_auth_secret_name(name),
+            "secret": {"secretName": spark_auth_secret_name(job.metadata.name),
                        "items": [{"key": SPARK_AUTH_FILE_KEY, "path": SPARK_AUTH_FILE_KEY}]},
         })
     if mounts:
@@ -455,14 +528,14 @@ def build_driver_pod(
         "kind": "Pod",
         "metadata": _metadata(
             job,
-            name=driver_pod_name(name, attempt),
+            name=name,
             component=ROLE_DRIVER,
-            extra_labels={LABEL_ROLE: ROLE_DRIVER, LABEL_ATTEMPT: str(attempt)},
+            extra_labels={LABEL_ROLE: role, LABEL_ATTEMPT: str(attempt)},
             annotations=annotations,
         ),
         "spec": {
             "restartPolicy": "Never",
-            "serviceAccountName": service_account_name(name),
+            "serviceAccountName": service_account_name(job.metadata.name),
             "automountServiceAccountToken": True,
             "terminationGracePeriodSeconds": config.termination_grace_seconds,
             "securityContext": pod_security_context(job.spec.pod.security_context),
@@ -533,9 +606,9 @@ def build_service_account(job: CheckpointedJob) -> Manifest:
 def build_role(job: CheckpointedJob) -> Manifest:
     """The driver's rights, and nothing more.
 
-    Every driver may read and update only its own checkpoint ConfigMap (the store's
-    compare-and-swap; checkpoint requests arrive as an annotation on it) and create
-    events. With Spark on Kubernetes it also manages its executor pods, as Spark's
+    Every driver may read, watch and update only its own checkpoint ConfigMap (the
+    store's compare-and-swap; checkpoint requests and a standby's promotion arrive as
+    annotations on it) and create events. With Spark on Kubernetes it also manages its executor pods, as Spark's
     scheduler backend does in client mode: create them, list and watch them (by
     label), get the driver pod (the executors' owner), delete them one by one and by
     label. Kubernetes cannot narrow create, list, watch or deletecollection by name,
@@ -553,7 +626,9 @@ def build_role(job: CheckpointedJob) -> Manifest:
             "apiGroups": [""],
             "resources": ["configmaps"],
             "resourceNames": [checkpoint_configmap_name(name)],
-            "verbs": ["get", "update", "patch"],
+            # list and watch are narrowed to the one ConfigMap by name as well: a
+            # standby driver watches it for its promotion (fieldSelector metadata.name).
+            "verbs": ["get", "list", "watch", "update", "patch"],
         },
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
         {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from cjob_checkpoint.store.configmap_layout import StoreOwner
 from cjob_checkpoint.store.restore_report import RestoreReport
+from cjob_spec.standby_signal import StandbyPromotion
 from cjob_spec.status import CheckpointRef
 
 Manifest = dict[str, Any]
@@ -126,6 +127,14 @@ class Cluster(Protocol):
 
     def request_checkpoint(self, *, namespace: str, name: str, nonce: str) -> None:
         """Ask the driver using the store ``name`` for one checkpoint tagged ``nonce``."""
+
+    def promote_standby(self, *, namespace: str, store: str, promotion: StandbyPromotion,
+                        role: str) -> None:
+        """Promote the standby pod ``promotion.pod``: record ``promotion`` on the store
+        ``store`` (the standby watches it), then label the pod with its new attempt and
+        ``role``, so it is observed, selected and listed as that attempt's driver.
+
+        Both steps are idempotent; if the second fails, the next pass promotes again."""
 
     def post_event(self, *, job: JobRef, type: str, reason: str, message: str) -> None:
         """Record a Kubernetes Event about ``job``."""

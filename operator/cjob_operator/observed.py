@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from cjob_lifecycle.observed import POD_PHASES, CleanupPod, DriverPod
-from cjob_spec.names import ANNOTATION_SPEC_HASH, LABEL_ATTEMPT, LABEL_ROLE
+from cjob_spec.names import ANNOTATION_SPEC_HASH, LABEL_ATTEMPT, LABEL_ROLE, ROLE_STANDBY
 from cjob_spec.times import parse_time
 
 DRIVER_CONTAINER = "driver"
@@ -86,6 +86,7 @@ def observe_driver_pod(pod: Mapping[str, Any]) -> DriverPod | None:
     if state is None:
         return None
     spec_hash = annotations.get(ANNOTATION_SPEC_HASH)
+    standby = labels.get(LABEL_ROLE) == ROLE_STANDBY
     return DriverPod(
         name=state.name,
         attempt=int(attempt_text),
@@ -98,6 +99,8 @@ def observe_driver_pod(pod: Mapping[str, Any]) -> DriverPod | None:
         message=state.message,
         deletion_timestamp=state.deletion_timestamp,
         spec_hash=spec_hash if isinstance(spec_hash, str) else None,
+        standby=standby,
+        ready=standby and _condition(pod, "Ready"),
     )
 
 
@@ -121,6 +124,16 @@ def observe_cleanup_pod(pod: Mapping[str, Any]) -> CleanupPod | None:
         message=lines[-1] if lines else None,
         deletion_timestamp=state.deletion_timestamp,
     )
+
+
+def _condition(pod: Mapping[str, Any], kind: str) -> bool:
+    """Whether the pod's condition ``kind`` is ``True`` (a standby's Ready: its readiness
+    probe found the runtime's readiness file)."""
+    conditions = _mapping(pod.get("status")).get("conditions")
+    if not isinstance(conditions, list):
+        return False
+    return any(isinstance(c, Mapping) and c.get("type") == kind and c.get("status") == "True"
+               for c in conditions)
 
 
 def _container_status(status: Mapping[str, Any], name: str) -> Mapping[str, Any]:

@@ -29,6 +29,7 @@ from cjob_lifecycle.actions import (
     AdvanceFence,
     CreateCleanupPod,
     CreateDriver,
+    CreateStandby,
     DeleteCheckpointStore,
     DeleteCleanupPod,
     DeleteDriver,
@@ -40,6 +41,7 @@ from cjob_lifecycle.actions import (
     EnsureService,
     EnsureServiceAccount,
     EnsureSparkAuthSecret,
+    PromoteStandby,
     RemoveFinalizer,
     RequestCheckpoint,
     RequeueAfter,
@@ -59,6 +61,7 @@ from cjob_lifecycle.plan import (
     plan_invalid_spec,
 )
 from cjob_operator.builders import (
+    ROLE_DRIVER,
     build_cleanup_pod,
     build_driver_pod,
     build_driver_service,
@@ -67,6 +70,7 @@ from cjob_operator.builders import (
     build_role_binding,
     build_service_account,
     build_spark_auth_secret,
+    build_standby_pod,
     owner_reference,
     standard_labels,
 )
@@ -85,6 +89,7 @@ from cjob_spec.errors import SpecError
 from cjob_spec.model import CheckpointCleanup, CheckpointedJob
 from cjob_spec.names import LABEL_JOB, checkpoint_configmap_name, cleanup_pod_name
 from cjob_spec.parse import parse_job
+from cjob_spec.standby_signal import StandbyPromotion
 from cjob_spec.status import JobStatus, Phase
 
 _log = logging.getLogger(__name__)
@@ -194,7 +199,7 @@ class _Planned:
 
 
 STORE_WRITES = (EnsureCheckpointConfigMap, AdvanceFence, RequestCheckpoint,
-                DeleteCheckpointStore)
+                PromoteStandby, DeleteCheckpointStore)
 """Actions that change the store: the pass's reading of it is stale afterwards."""
 PASSIVE = (RequeueAfter, EmitEvent)
 """Actions that change nothing the plan decides by."""
@@ -396,6 +401,14 @@ class ActionExecutor:
                 operator_config=config,
             )
             cluster.create_pod(manifest=manifest)
+        elif isinstance(action, CreateStandby):
+            cluster.create_pod(manifest=build_standby_pod(
+                job, attempt=action.attempt, image=action.image, operator_config=config))
+        elif isinstance(action, PromoteStandby):
+            cluster.promote_standby(
+                namespace=namespace, store=checkpoint_configmap_name(name), role=ROLE_DRIVER,
+                promotion=StandbyPromotion(attempt=action.attempt,
+                                           restore=action.restore_pointer, pod=action.name))
         elif isinstance(action, DeleteDriver):
             cluster.delete_pod(namespace=namespace, name=action.name, force=action.force)
         elif isinstance(action, RequestCheckpoint):

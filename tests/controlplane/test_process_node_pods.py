@@ -348,3 +348,45 @@ class TestLogsThroughTheApi:
             kube_rest.get_text(f"/api/v1/namespaces/{kube_namespace}/pods/quiet/log?container=nope")
 
         assert missing.value.status in (400, 404)
+
+
+class TestReadiness:
+    def test_an_exec_readiness_probe_holds_ready_until_its_command_succeeds(
+        self, kube_rest: RestClient, kube_namespace: str, process_node: ProcessNode
+    ) -> None:
+        # Each pod has a temporary directory of its own, as a container has its own
+        # /tmp: the probe, run with the container's environment, finds the file there.
+        code = textwrap.dedent("""\
+            import os, pathlib, time
+            time.sleep(1.5)
+            pathlib.Path(os.environ["TMPDIR"], "up").write_text("")
+            time.sleep(600)
+            """)
+        pod = python_pod(name="warming", code=code)
+        pod["spec"]["containers"][0]["readinessProbe"] = {
+            "exec": {"command": ["sh", "-c", 'test -f "${TMPDIR:-/tmp}/up"']},
+            "periodSeconds": 1,
+        }
+        other = python_pod(name="other", code="import time; time.sleep(600)")
+        create_pod(kube_rest, kube_namespace, pod)
+        create_pod(kube_rest, kube_namespace, other)
+        running = wait_running(kube_rest, kube_namespace, "warming")
+        assert _condition(running, "Ready") == "False", "ready before the probe passed"
+
+        ready = wait_for(
+            lambda: (p := get_pod(kube_rest, namespace=kube_namespace, name="warming"))
+            and _condition(p, "Ready") == "True" and p,
+            what="the probe to pass", timeout=30)
+        assert ready["status"]["containerStatuses"][0]["ready"] is True
+        other_pod = wait_running(kube_rest, kube_namespace, "other")
+        pods_tmp = {process_node.pod_dir(namespace=kube_namespace, name=name) / "tmp"
+                    for name in ("warming", "other")}
+        assert len(pods_tmp) == 2 and all(path.is_dir() for path in pods_tmp)
+        assert _condition(other_pod, "Ready") == "True", "no probe: ready when running"
+
+
+def _condition(pod: dict[str, Any], kind: str) -> str | None:
+    for condition in pod.get("status", {}).get("conditions") or []:
+        if condition.get("type") == kind:
+            return str(condition.get("status"))
+    return None

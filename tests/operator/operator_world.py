@@ -192,5 +192,8 @@ class RecordingCluster:
     def request_checkpoint(self, **_: Any) -> None:
         pass
 
+    def promote_standby(self, **_: Any) -> None:
+        pass
+
     def post_event(self, *, job: JobRef, type: str, reason: str, message: str) -> None:
         self.events.append((type, reason, message))

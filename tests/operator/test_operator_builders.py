@@ -19,6 +19,7 @@ from cjob_operator.builders import (
     build_role_binding,
     build_service_account,
     build_spark_auth_secret,
+    build_standby_pod,
 )
 from cjob_operator.config import OperatorConfig
 from cjob_operator.observed import observe_driver_pod
@@ -330,7 +331,8 @@ def test_the_driver_role_is_least_privilege() -> None:
             "apiGroups": [""],
             "resources": ["configmaps"],
             "resourceNames": ["clicks-checkpoints"],
-            "verbs": ["get", "update", "patch"],
+            # list and watch by name only: a standby driver watches for its promotion.
+            "verbs": ["get", "list", "watch", "update", "patch"],
         }
     ]
     other_configmap_verbs = {
@@ -562,3 +564,39 @@ def test_the_cleanup_pod_has_the_drivers_security_contexts() -> None:
     assert cleanup["containers"][0]["securityContext"] == driver["containers"][0][
         "securityContext"]
     assert cleanup["securityContext"]["runAsUser"] == 1000
+
+
+# --- the standby driver pod -------------------------------------------------------------------
+
+
+def test_a_standby_pod_runs_its_own_spark_beside_the_attempt_it_may_replace() -> None:
+    job = make_job()
+    config = OperatorConfig()
+    driver = build_driver_pod(job, attempt=3, restore_pointer="latest", image="img",
+                              operator_config=config)
+    standby = build_standby_pod(job, attempt=3, image="img", operator_config=config)
+    assert standby["metadata"]["name"] == "clicks-standby-3"
+    assert standby["metadata"]["labels"]["checkpointed.io/role"] == "standby"
+    conf = spark_conf(standby["spec"]["containers"][0]["args"])
+    driver_conf = spark_conf(driver["spec"]["containers"][0]["args"])
+    # Its executors are its own (owned by its pod, named apart from the attempt's) and
+    # reach it at its pod address: the driver Service selects the promoted driver only.
+    assert conf["spark.kubernetes.driver.pod.name"] == "clicks-standby-3"
+    assert conf["spark.kubernetes.executor.podNamePrefix"] \
+        != driver_conf["spark.kubernetes.executor.podNamePrefix"]
+    assert conf["spark.driver.host"] == "$(POD_IP)"
+    assert observe_driver_pod(standby) is not None
+    observed = observe_driver_pod(standby)
+    assert observed is not None and observed.standby and not observed.ready
+
+
+def test_a_standby_pod_is_observed_ready_only_once_its_readiness_probe_passed() -> None:
+    standby = build_standby_pod(make_job(), attempt=1, image="img",
+                                operator_config=OperatorConfig())
+    standby["status"] = {"phase": "Running", "conditions": [
+        {"type": "ContainersReady", "status": "True"}, {"type": "Ready", "status": "True"}]}
+    observed = observe_driver_pod(standby)
+    assert observed is not None and observed.ready
+    standby["status"]["conditions"][1]["status"] = "False"
+    observed = observe_driver_pod(standby)
+    assert observed is not None and not observed.ready

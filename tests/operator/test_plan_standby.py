@@ -18,7 +18,7 @@ from cjob_lifecycle.observed import DriverPod, Observed
 from cjob_lifecycle.plan import Plan, PlanSettings, plan
 from cjob_spec import CheckpointedJob, Phase, spec_hash
 
-WITH_STANDBY = PlanSettings(standby_drivers=True)
+WITH_STANDBY = PlanSettings()
 
 
 def standby_job(**fields: object) -> CheckpointedJob:
@@ -86,15 +86,6 @@ def test_a_standby_of_an_older_spec_is_not_promoted_and_is_replaced() -> None:
     assert result.of_type(PromoteStandby) == []
     assert [a.attempt for a in result.of_type(CreateDriver)] == [2]
     assert DeleteDriver(name="clicks-standby-1", reason="StandbyOutdated") in result.actions
-
-
-def test_a_backend_without_standby_drivers_ignores_the_field() -> None:
-    job = standby_job()
-    result = plan(failed_attempt_one(job, standby(1, job=job)), now=at(120),
-                  settings=PlanSettings())
-    assert result.of_type(PromoteStandby) == []
-    assert result.of_type(CreateStandby) == []
-    assert [a.attempt for a in result.of_type(CreateDriver)] == [2]
 
 
 def test_a_promoted_standby_is_watched_as_the_attempts_driver() -> None:

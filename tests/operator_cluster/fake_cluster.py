@@ -16,6 +16,7 @@ from typing import Any
 from cjob_operator.cluster import ClusterError, JobRef, Manifest, StatusConflictError, StoreReading
 
 from cjob_checkpoint.store.configmap_layout import StoreOwner
+from cjob_spec.standby_signal import PROMOTION_ANNOTATION, StandbyPromotion
 from cjob_spec.status import CheckpointRef
 
 BASE_JOB: dict[str, Any] = {
@@ -149,6 +150,14 @@ class FakeCluster:
         self._enter("request_checkpoint", f"{name}, {nonce}")
         self.store_annotations["checkpointed.io/checkpoint-request"] = nonce
 
+    def promote_standby(self, *, namespace: str, store: str, promotion: StandbyPromotion,
+                        role: str) -> None:
+        self._enter("promote_standby", f"{promotion.pod}, {promotion.attempt}")
+        self.store_annotations[PROMOTION_ANNOTATION] = promotion.encode()
+        labels = self.pods[str(promotion.pod)]["metadata"]["labels"]
+        labels.update({"checkpointed.io/role": role,
+                       "checkpointed.io/attempt": str(promotion.attempt)})
+
     def delete_configmap(self, *, namespace: str, name: str) -> None:
         self._enter("delete_configmap", name)
         self.store = None
@@ -190,9 +199,10 @@ class FakeCluster:
         started: str = "2024-05-01T12:00:05Z",
         exit_code: int | None = None,
         message: str | None = None,
+        ready: bool = False,
     ) -> None:
         """Report a pod's status the way the kubelet would (``message``: the
-        container's termination message)."""
+        container's termination message; ``ready``: its readiness probe passes)."""
         pod = self.pods[name]
         state: dict[str, Any]
         if phase == "Running":
@@ -214,6 +224,7 @@ class FakeCluster:
             "containerStatuses": [
                 {"name": pod["spec"]["containers"][0]["name"], "state": state}
             ],
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
         }
         pod["metadata"].setdefault("creationTimestamp", "2024-05-01T12:00:00Z")
 

@@ -169,6 +169,80 @@ def test_a_killed_driver_restarts_from_its_checkpoint_suspends_resumes_and_finis
     wait_for(lambda: sums.configmap() is None, what="the checkpoint ConfigMap to go", timeout=60)
 
 
+def test_a_killed_driver_is_replaced_by_its_warm_standby_with_exactly_once_output(
+    kubectl: Kubectl, kube_rest: Any, kube_namespace: str, process_node: Any,
+    cjob_operator: OperatorProcess, tmp_path: Path,
+) -> None:
+    count = 12_000
+    job = running_sum_job(name="warm", namespace=kube_namespace, work_dir=tmp_path,
+                          count=count, rate=500, backoff=("0s", "0s"))
+    job["spec"]["standby"] = {"enabled": True}
+    applied = kubectl.apply(job)
+    assert applied.returncode == 0, applied.stderr
+    warm = watcher(kube_rest, kube_namespace, "warm", cjob_operator)
+    pods = f"/api/v1/namespaces/{kube_namespace}/pods"
+
+    # Attempt 1 runs and checkpoints; its standby is started and turns Ready once its
+    # Spark is started and the job's code loaded (the readiness probe).
+    warm.until(lambda s: s.get("phase") == "Running"
+               and s.get("latestCheckpoint", {}).get("id", 0) >= 2,
+               what="attempt 1 to run and complete two checkpoints", timeout=180)
+    wait_for(lambda: _is_ready(kube_rest.get(f"{pods}/warm-standby-1")),
+             what="the standby to turn Ready", timeout=180)
+    standby = kube_rest.get(f"{pods}/warm-standby-1")
+    assert standby["metadata"]["labels"]["checkpointed.io/role"] == "standby"
+
+    # Kill the driver: the standby takes attempt 2 through the store; no new driver pod.
+    killed_at = warm.status()["latestCheckpoint"]["id"]
+    assert process_node.kill_pod_process(namespace=kube_namespace, name="warm-attempt-1") > 0
+    second = warm.until(lambda s: s.get("attempt") == 2 and s.get("phase") == "Running"
+                        and "restoredFrom" in s,
+                        what="the standby to run attempt 2 and report its restore",
+                        timeout=120)
+    assert second["driverPod"] == "warm-standby-1"
+    assert second["restoredFrom"]["id"] >= killed_at
+    assert second["restarts"] == 1
+    assert "warm-attempt-2" not in warm.pod_names()
+    promoted = kube_rest.get(f"{pods}/warm-standby-1")["metadata"]["labels"]
+    assert (promoted["checkpointed.io/role"], promoted["checkpointed.io/attempt"]) \
+        == ("driver", "2")
+    store = warm.configmap()["metadata"]["annotations"]  # type: ignore[index]
+    assert store["checkpointed.io/fence-attempt"] == "2"
+    assert json.loads(store["checkpointed.io/standby-promotion"])["pod"] == "warm-standby-1"
+    assert any("promoted standby driver warm-standby-1" in str(e.get("message"))
+               for e in warm.events())
+    # A new standby waits beside the promoted driver.
+    wait_for(lambda: "warm-standby-2" in warm.pod_names(), what="a new standby",
+             timeout=60)
+
+    done = warm.until(lambda s: s.get("phase") in ("Succeeded", "Failed"),
+                      what="the job to finish", timeout=300)
+    assert done["phase"] == "Succeeded", done
+    assert done["attempt"] == 2
+    problems = verify(read_output(tmp_path / "output"), count=count)
+    assert problems == [], problems[:5]
+    # A finished job keeps no standby.
+    wait_for(lambda: not any("standby" in name and _is_live(kube_rest, pods, name)
+                             for name in warm.pod_names()),
+             what="the standby to be stopped once the job finished", timeout=120)
+
+
+def _is_ready(pod: dict[str, Any]) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in pod.get("status", {}).get("conditions") or [])
+
+
+def _is_live(kube_rest: Any, pods: str, name: str) -> bool:
+    try:
+        pod = kube_rest.get(f"{pods}/{name}")
+    except ApiError as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return pod.get("status", {}).get("phase") in ("Pending", "Running") \
+        and not pod["metadata"].get("deletionTimestamp")
+
+
 def test_a_recreated_job_never_adopts_its_orphaned_store_and_continues_it_only_when_told(
     kubectl: Kubectl, kube_rest: Any, kube_namespace: str, process_node: Any,
     cjob_operator: OperatorProcess, tmp_path: Path,

@@ -119,10 +119,11 @@ driver's; this avoids the much broader "escalate" and "bind" verbs.
 # Driver pods (and, with spark.master k8s, the driver's executor pods, which the
 # driver's Role may manage, so the operator must hold the same verbs), and the
 # cleanup pod that deletes a deleted job's checkpoint data. No Secrets: the kubelet
-# hands a job's S3 credentials to its pods, the operator never reads them.
+# hands a job's S3 credentials to its pods, the operator never reads them. Patch: a
+# promoted standby driver is relabelled as its attempt's driver.
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["get", "list", "watch", "create", "delete", "deletecollection"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete", "deletecollection"]
 # Checkpoint metadata ConfigMaps (<job>-checkpoints): created, fenced and annotated by
 # the operator, deleted with cleanupPolicy Delete.
 - apiGroups: [""]
