@@ -744,7 +744,24 @@ def _read_spark_conf(value: object, path: str) -> dict[str, str]:
                 hint="quote booleans and decimals, e.g. 'true'",
             )
         conf[key] = str(item)
+    request = conf.get(DRIVER_REQUEST_CORES)
+    if request is not None and not _is_cpu_quantity(request):
+        raise SpecError(field=f"{path}.{DRIVER_REQUEST_CORES}",
+                        problem=f"must be a CPU quantity above 0, got {request!r}",
+                        hint="e.g. '500m' or '1'; the driver pod's CPU request")
     return conf
+
+
+DRIVER_REQUEST_CORES = "spark.kubernetes.driver.request.cores"
+"""Spark's setting for the driver pod's CPU request, which ``spark.driver.cores`` (whole
+cores, the driver's threads) otherwise sets: honoured as Spark honours it."""
+CPU_QUANTITY = re.compile(r"^(?:[0-9]+(?:\.[0-9]+)?|\.[0-9]+|[0-9]+m)$")
+
+
+def _is_cpu_quantity(text: str) -> bool:
+    if not CPU_QUANTITY.match(text):
+        return False
+    return (float(text[:-1]) / 1000 if text.endswith("m") else float(text)) > 0
 
 
 def _check_task_slots(spark: SparkSpec, parallelism: int) -> None:

@@ -94,10 +94,13 @@ CODE_MOUNT = {"name": "code", "mountPath": "/opt/cjob/jobs/running-sum", "readOn
 
 def _apply_s3_job(
     *, rest: RestClient, kubectl: scenario.Kubectl, s3: ClusterS3, namespace: str, name: str,
-    master: str, cleanup: str = "Retain",
+    master: str, cleanup: str = "Retain", standby: bool = False,
 ) -> tuple[scenario.JobHandle, str]:  # fmt: skip
     """The running sum with its code from a ConfigMap and its checkpoints and output in
-    an S3 bucket of its own, applied with kubectl; returns the job and the bucket."""
+    an S3 bucket of its own, applied with kubectl; returns the job and the bucket.
+
+    With ``standby`` it asks for a warm standby driver; both drivers then ask for a
+    fraction of a core, or the two-CPU node could not schedule the second."""
     bucket = f"{name}-{namespace[-6:]}"
     s3.client().create_bucket(Bucket=bucket)
     kubectl("apply", "--namespace", namespace, "-f", "-",
@@ -108,6 +111,10 @@ def _apply_s3_job(
         master=master, s3={"endpoint": s3.cluster_endpoint, "credentialsSecret": "s3-credentials"},
         pod={"volumes": [CODE_VOLUME], "volumeMounts": [CODE_MOUNT]}, cleanup=cleanup,
     )  # fmt: skip
+    if standby:
+        manifest["spec"]["standby"] = {"enabled": True}
+        manifest["spec"]["spark"].setdefault("conf", {})[
+            "spark.kubernetes.driver.request.cores"] = "300m"
     kubectl("apply", "--namespace", namespace, "-f", "-", stdin=yaml.safe_dump(manifest))
     return scenario.JobHandle(rest=rest, namespace=namespace, name=name), bucket
 
@@ -223,6 +230,72 @@ def test_a_k8s_job_survives_an_executor_kill_and_a_driver_kill_with_exactly_once
           f"({executor_recovery / cold_start:.2f}x); "
           f"driver kill -> first record {driver_recovery:.1f}s "
           f"({driver_recovery / cold_start:.2f}x)")  # fmt: skip
+
+
+def test_a_k8s_job_with_a_warm_standby_recovers_from_a_driver_kill_by_promoting_it(
+    real_cluster: RealCluster,
+    restricted_namespace: str,
+    operator: ChartRelease,
+    cluster_s3: ClusterS3,
+    kubectl: scenario.Kubectl,
+    record_property: Any,
+) -> None:
+    rest = real_cluster.rest()
+    created_at = time.monotonic()
+    job, bucket = _apply_s3_job(rest=rest, kubectl=kubectl, s3=cluster_s3,
+                                namespace=restricted_namespace, name="warm", master="k8s",
+                                standby=True)  # fmt: skip
+
+    def records_in(pod_name: str) -> bool:
+        pod = job.pod(pod_name)
+        return bool(pod and pod["status"].get("podIP")) and (
+            scenario.driver_metrics(pod or {}).get("cjob_job_records_in", 0) > 0)
+
+    scenario.wait_until(lambda: records_in("warm-attempt-1"), what="the first records",
+                        timeout=300, detail=job.describe)  # fmt: skip
+    cold_start = time.monotonic() - created_at
+
+    # The standby: its own Spark and executors, Ready once its readiness probe found
+    # the runtime's readiness file (the kubelet runs the probe in the container).
+    def standby_ready() -> bool:
+        pod = job.pod("warm-standby-1")
+        return bool(pod) and any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in (pod or {}).get("status", {}).get("conditions") or [])
+
+    scenario.wait_until(standby_ready, what="the standby to be Ready", timeout=300,
+                        detail=job.describe)  # fmt: skip
+    scenario.wait_until(lambda: len(job.running_executors()) == 4,
+                        what="two executors for each driver", timeout=240,
+                        detail=job.describe)  # fmt: skip
+    checkpoint_before_kill = scenario.wait_until(
+        lambda: job.latest_checkpoint_id() or None, what="a checkpoint", timeout=60)
+
+    killed_at = time.monotonic()
+    scenario.kill_container(real_cluster.node.ctr, job.driver() or {})
+    scenario.wait_until(lambda: job.status().get("driverPod") == "warm-standby-1",
+                        what="the standby to be promoted", timeout=120,
+                        detail=job.describe)  # fmt: skip
+    scenario.wait_until(lambda: records_in("warm-standby-1"),
+                        what="records flowing in the promoted standby", timeout=240,
+                        detail=job.describe)  # fmt: skip
+    takeover = time.monotonic() - killed_at
+    record_property("standby_driver_kill_to_first_record_s", round(takeover, 1))
+    assert job.pod("warm-attempt-2") is None, "the standby was promoted: no new driver pod"
+    promoted = job.pod("warm-standby-1") or {}
+    assert promoted["metadata"]["labels"]["checkpointed.io/role"] == "driver"
+    assert promoted["metadata"]["labels"]["checkpointed.io/attempt"] == "2"
+
+    done = finished(job)
+    assert done["phase"] == "Succeeded", job.describe()
+    assert done["restarts"] == 1
+    restored = scenario.restored_id_from_logs(job.logs("warm-standby-1"))
+    assert restored is not None and restored >= checkpoint_before_kill
+    assert done["restoredFrom"]["id"] == restored
+    records = scenario.read_jsonl_objects(cluster_s3.client(), bucket=bucket, prefix="output/")
+    assert verify(records, count=COUNT) == []
+    print(f"cold start -> first record {cold_start:.1f}s; driver kill -> first record in "
+          f"the promoted standby {takeover:.1f}s ({takeover / cold_start:.2f}x)")
 
 
 def test_file_checkpoints_on_a_claim_survive_a_driver_kill(

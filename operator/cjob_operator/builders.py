@@ -58,6 +58,7 @@ from cjob_spec.names import (
     standby_executor_pod_name_prefix,
     standby_pod_name,
 )
+from cjob_spec.parse import DRIVER_REQUEST_CORES
 from cjob_spec.quantities import MIB, format_kubernetes_memory
 from cjob_spec.runtime_args import configmap_store_arg, to_runtime_args
 from cjob_spec.security import container_security_context, pod_security_context
@@ -484,7 +485,8 @@ def _driver_pod(
         "env": driver_env(job, config),
         "ports": ports,
         "resources": {
-            "requests": {"cpu": str(spark.driver.cores), "memory": memory},
+            "requests": {"cpu": spark.conf.get(DRIVER_REQUEST_CORES, str(spark.driver.cores)),
+                         "memory": memory},
             "limits": {"memory": memory},
         },
         "securityContext": container_security_context(job.spec.pod.container_security_context),

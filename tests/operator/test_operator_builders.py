@@ -600,3 +600,16 @@ def test_a_standby_pod_is_observed_ready_only_once_its_readiness_probe_passed() 
     standby["status"]["conditions"][1]["status"] = "False"
     observed = observe_driver_pod(standby)
     assert observed is not None and not observed.ready
+
+
+def test_the_driver_pods_cpu_request_follows_sparks_own_setting_when_given() -> None:
+    config = OperatorConfig()
+    job = make_job(spark={"master": "k8s", "executor": {"instances": 2},
+                          "conf": {"spark.kubernetes.driver.request.cores": "300m"}})
+    for pod in (build_driver_pod(job, attempt=1, restore_pointer="latest", image="img",
+                                 operator_config=config),
+                build_standby_pod(job, attempt=1, image="img", operator_config=config)):
+        assert pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "300m"
+    plain = build_driver_pod(make_job(), attempt=1, restore_pointer="latest", image="img",
+                             operator_config=config)
+    assert plain["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "1"

@@ -51,3 +51,20 @@ def test_turning_the_standby_on_or_off_does_not_restart_the_running_driver() -> 
     before = spec_hash(parse_job(document))
     document["spec"]["standby"] = {"enabled": True}
     assert spec_hash(parse_job(document)) == before
+
+
+@pytest.mark.parametrize("value", ["250m", "0.5", "2"])
+def test_the_driver_pods_cpu_request_may_be_a_fraction_of_a_core(value: str) -> None:
+    # A standby doubles the driver's requests; a fractional request keeps it schedulable.
+    document = minimal()
+    document["spec"]["spark"] = {"conf": {"spark.kubernetes.driver.request.cores": value}}
+    assert parse_job(document).spec.spark.conf["spark.kubernetes.driver.request.cores"] == value
+
+
+@pytest.mark.parametrize("value", ["half", "0", "0m", "-1", "1.5.2"])
+def test_a_driver_cpu_request_that_is_no_quantity_is_refused_with_its_field(value: str) -> None:
+    document = minimal()
+    document["spec"]["spark"] = {"conf": {"spark.kubernetes.driver.request.cores": value}}
+    with pytest.raises(SpecError) as caught:
+        parse_job(document)
+    assert caught.value.field == "spec.spark.conf.spark.kubernetes.driver.request.cores"
