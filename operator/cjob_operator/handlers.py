@@ -27,13 +27,22 @@ from cjob_spec.names import (
     LABEL_JOB,
     LABEL_ROLE,
     PLURAL,
+    ROLE_STANDBY,
     checkpoint_configmap_name,
 )
 
 VERSION = API_VERSION.split("/", 1)[1]
+DRIVER_ROLES = frozenset({"driver", ROLE_STANDBY})
+
+
+def _is_driver_role(value: object, **_: Any) -> bool:
+    """A driver pod, or a standby driver pod (``spec.standby``), never an executor."""
+    return value in DRIVER_ROLES
+
+
 DRIVER_LABELS: dict[str, Any] = {
     LABEL_JOB: kopf.PRESENT,
-    LABEL_ROLE: "driver",
+    LABEL_ROLE: _is_driver_role,
 }
 STORE_LABELS: dict[str, Any] = {LABEL_JOB: kopf.PRESENT}
 FINALIZE_RETRY_SECONDS = 5.0
