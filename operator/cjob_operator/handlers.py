@@ -27,17 +27,13 @@ from cjob_spec.names import (
     LABEL_JOB,
     LABEL_ROLE,
     PLURAL,
-    ROLE_STANDBY,
     checkpoint_configmap_name,
 )
 
 VERSION = API_VERSION.split("/", 1)[1]
-DRIVER_ROLES = frozenset({"driver", ROLE_STANDBY})
-
-
 def _is_driver_role(value: object, **_: Any) -> bool:
     """A driver pod, or a standby driver pod (``spec.standby``), never an executor."""
-    return value in DRIVER_ROLES
+    return value in startup.DRIVER_ROLES
 
 
 DRIVER_LABELS: dict[str, Any] = {

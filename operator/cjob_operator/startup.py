@@ -23,12 +23,14 @@ from cjob_operator.loops import LoopSettings, Wakeups
 from cjob_operator.metrics import OperatorMetrics
 from cjob_operator.options import OperatorOptions
 from cjob_operator.reconcile import Reconciler
-from cjob_spec.names import API_GROUP, LABEL_JOB, LABEL_ROLE
+from cjob_spec.names import API_GROUP, LABEL_JOB, LABEL_ROLE, ROLE_STANDBY
 
 FINALIZER = "checkpointed.io/finalizer"
 ANNOTATION_PREFIX = "checkpointed.io"
 REPORTING_COMPONENT = "checkpointed-jobs-operator"
-DRIVER_POD_SELECTOR = f"{LABEL_JOB},{LABEL_ROLE}=driver"
+DRIVER_ROLES = ("driver", ROLE_STANDBY)
+"""The role labels of the pods the operator watches: drivers, and standby drivers."""
+DRIVER_POD_SELECTOR = f"{LABEL_JOB},{LABEL_ROLE} in ({','.join(DRIVER_ROLES)})"
 STORE_SELECTOR = LABEL_JOB
 
 _log = logging.getLogger(__name__)

@@ -142,7 +142,8 @@ def test_pods_and_configmaps_are_watched_with_server_side_selectors() -> None:
     settings = kopf.OperatorSettings()
     apply_settings(settings, options=parse_options(["--namespace", "a"]))
     selectors = {str(key): value for key, value in settings.watching.label_selectors.items()}
-    assert "checkpointed.io/job,checkpointed.io/role=driver" in selectors.values()
+    # Drivers and standby drivers, never executors or cleanup pods.
+    assert "checkpointed.io/job,checkpointed.io/role in (driver,standby)" in selectors.values()
     assert "checkpointed.io/job" in selectors.values()
 
 
