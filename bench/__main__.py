@@ -1,6 +1,6 @@
 """``python -m bench all`` or one benchmark: ``throughput``, ``python-state``, ``overhead``,
-``barriers``, ``state-size``, ``recovery``, ``operator``, ``recovery-operator``,
-``channel-mac``, ``rocksdb-state``.
+``barriers``, ``state-size``, ``recovery``, ``sync-part``, ``recovery-operator``,
+``rocksdb-state``, ``ss-rocksdb-state``, ``operator``, ``channel-mac``.
 
 Each benchmark prints a table, writes ``bench/results/<name>.json`` and a PNG
 plot, and rewrites its own entries of ``bench/results/summary.json``.
@@ -30,7 +30,11 @@ BENCHMARKS = {
     "ss-rocksdb-state": "bench.ss_rocksdb_state",
     "rocksdb-state": "bench.rocksdb_state",
 }
-ALL = ["throughput", "python-state", "overhead", "barriers", "state-size", "recovery"]
+ALL = ["throughput", "python-state", "overhead", "barriers", "state-size", "recovery",
+       "sync-part", "recovery-operator", "rocksdb-state", "ss-rocksdb-state", "operator"]
+"""Every benchmark with a target, the long ones last (about an hour in all here)."""
+REPEATABLE = frozenset(ALL) - {"rocksdb-state", "ss-rocksdb-state"}
+"""Those that take ``--repeat``; the state benchmarks measure one database each."""
 
 
 def _module(name: str) -> ModuleType:
@@ -40,13 +44,15 @@ def _module(name: str) -> ModuleType:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     sub = parser.add_subparsers(dest="benchmark", required=True)
-    every = sub.add_parser("all", help="benchmarks 1-5 at their default scale, one after another")
+    every = sub.add_parser("all", help="every benchmark with a target, at its default scale, "
+                                       "one after another")
     every.add_argument("--repeat", type=int, default=None,
                        help="repetitions for every benchmark (default: each one's own)")
     for name in BENCHMARKS:
         doc = _module(name).__doc__ or ""
-        one = sub.add_parser(name, help=doc.splitlines()[0] if doc else name,
-                             description=doc)
+        # argparse formats a help string with "%": a "1%" in a summary is text.
+        summary = (doc.splitlines()[0] if doc else name).replace("%", "%%")
+        one = sub.add_parser(name, help=summary, description=doc)
         _module(name).add_arguments(one)
     return parser
 
@@ -73,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in ALL:
         started = time.monotonic()
         print(f"==> {name}", flush=True)
-        args = [name] + (["--repeat", str(ns.repeat)] if ns.repeat else [])
+        args = [name] + (["--repeat", str(ns.repeat)]
+                         if ns.repeat and name in REPEATABLE else [])
         try:
             _module(name).run(parser.parse_args(args))
         except Exception as exc:
