@@ -41,12 +41,15 @@ Baseline in the same run: the same bytes as one plain file write + fsync.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
 import json
 import os
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -596,22 +599,44 @@ def _worker(*, phase: str, work: Path, keys: int, ns: argparse.Namespace) -> Wor
                "--parallelism", str(ns.parallelism),
                "--maintenance-seconds", str(ns.maintenance_seconds),
                "--timeout", str(ns.timeout), "--launched-at", repr(launched_at)]
-    try:
-        proc = subprocess.run(command, capture_output=True, text=True, env=python_env(),
-                              timeout=ns.timeout + 120, check=False)
-    except subprocess.TimeoutExpired:
+    returncode, output = run_worker_process(command, timeout=ns.timeout + 120,
+                                            env=python_env())
+    if returncode is None:
         raise BenchmarkError(benchmark=NAME, problem=f"the {phase} worker did not finish "
-                             f"within {ns.timeout + 120:.0f} s (stopped)") from None
-    line = next((x for x in proc.stdout.splitlines() if x.startswith(RESULT_PREFIX)), None)
-    if proc.returncode != 0 or line is None:
-        tail = "\n".join(x for x in (proc.stdout + proc.stderr).splitlines()
-                         if "WARN" not in x)[-3000:]
+                             f"within {ns.timeout + 120:.0f} s (stopped)")
+    line = next((x for x in output.splitlines() if x.startswith(RESULT_PREFIX)), None)
+    if returncode != 0 or line is None:
+        tail = "\n".join(x for x in output.splitlines() if "WARN" not in x)[-3000:]
         raise BenchmarkError(benchmark=NAME, problem=f"the {phase} worker exited "
-                             f"{proc.returncode}:\n{tail}")
+                             f"{returncode}:\n{tail}")
     try:
         return parse(line)
     except ReportFormatError as exc:
         raise BenchmarkError(benchmark=NAME, problem=str(exc)) from None
+
+
+def run_worker_process(command: Sequence[str], *, timeout: float,
+                       env: dict[str, str] | None = None) -> tuple[int | None, str]:
+    """Run ``command`` in a session of its own; its exit code (None: stopped at
+    ``timeout``) and its output.
+
+    The worker is done when it exits: its output goes to a file, not a pipe, so a
+    child still running (PySpark's JVM, shutting down after a large state) cannot
+    hold the benchmark, and whatever is left of the session is then stopped.
+    """
+    with tempfile.TemporaryFile(mode="w+") as output:
+        process = subprocess.Popen(list(command), stdout=output, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        try:
+            returncode: int | None = process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            returncode = None
+        finally:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        output.seek(0)
+        return returncode, output.read()
 
 
 def plain_write_seconds(*, directory: Path, size: int, repeat: int) -> float:
