@@ -121,6 +121,10 @@ class PlanSettings:
     the next attempt (its node is probably gone; the fence keeps it harmless)."""
     poll_seconds: float = 5.0
     """Requeue delay while waiting for something that emits no event of its own."""
+    standby_retry_seconds: float = 60.0
+    """A standby driver that failed is replaced this long after it ended, not at once:
+    one that cannot start (a refused watch, a bad image) would otherwise start a JVM
+    every few seconds. The failed pod is kept meanwhile, for its logs."""
     resync_seconds: float = 60.0
     """Longest time between two passes over a job that is not finished."""
     keep_finished_attempts: int = 3
@@ -493,6 +497,7 @@ def _manage_standby(draft: _Draft) -> None:
               and phase in (Phase.PENDING, Phase.RUNNING))
     current = spec_hash(draft.job)
     keep: DriverPod | None = None
+    retry_in = 0.0
     for pod in draft.observed.pods:
         if not pod.standby or pod.name == draft.promoted:
             continue
@@ -501,10 +506,20 @@ def _manage_standby(draft: _Draft) -> None:
             keep = pod
         elif pod.is_live:
             _delete(draft, pod, "StandbyNotNeeded" if not wanted else "StandbyOutdated")
+        elif wanted and pod.phase == "Failed" and pod.finished_at is not None and (
+                wait := draft.settings.standby_retry_seconds
+                - draft.seconds_since(pod.finished_at)) > 0:
+            retry_in = max(retry_in, wait)
         else:
+            if pod.phase == "Failed" and not pod.is_terminating and pod.name not in draft.deleted:
+                why = f": {pod.message}" if pod.message else ""
+                draft.event("Warning", "StandbyFailed", f"standby driver {pod.name} failed, "
+                            f"{describe_exit(pod.exit_code)}{why}; a new one is started")
             _delete_finished(draft, pod)
     image = draft.observed.image
-    if wanted and keep is None and image is not None:
+    if wanted and keep is None and retry_in > 0:
+        draft.requeue_in(retry_in)
+    elif wanted and keep is None and image is not None:
         name = standby_pod_name(draft.name, draft.status.attempt)
         if draft.observed.pod(name) is None:
             draft.act(CreateStandby(name=name, attempt=draft.status.attempt, image=image))

@@ -12,6 +12,7 @@ from cjob_lifecycle.actions import (
     CreateDriver,
     CreateStandby,
     DeleteDriver,
+    EmitEvent,
     PromoteStandby,
 )
 from cjob_lifecycle.observed import DriverPod, Observed
@@ -27,11 +28,12 @@ def standby_job(**fields: object) -> CheckpointedJob:
 
 def standby(created_in: int, *, job: CheckpointedJob, ready: bool = True,
             phase: str = "Running", deleting: datetime | None = None,
-            exit_code: int | None = None) -> DriverPod:
+            exit_code: int | None = None, finished_at: datetime | None = None,
+            message: str | None = None) -> DriverPod:
     return DriverPod(name=f"clicks-standby-{created_in}", attempt=created_in, phase=phase,
                      created_at=T0, started_at=at(1), standby=True, ready=ready,
                      spec_hash=spec_hash(job), deletion_timestamp=deleting,
-                     exit_code=exit_code)
+                     exit_code=exit_code, finished_at=finished_at, message=message)
 
 
 def run(observed: Observed, now: datetime) -> Plan:
@@ -141,6 +143,23 @@ def test_a_standby_that_exited_is_cleared_away_before_it_is_replaced() -> None:
                          driver(1, job=job, hash_of=job), dead), at(60))
     assert DeleteDriver(name="clicks-standby-1", reason="PrunedHistory") in result.actions
     assert result.of_type(CreateStandby) == []
+
+
+def test_a_standby_that_just_failed_is_replaced_only_after_the_retry_delay() -> None:
+    # One that cannot start (a refused watch, say) must not start a JVM every few seconds.
+    job = standby_job()
+    dead = standby(1, job=job, phase="Failed", exit_code=2, finished_at=at(50),
+                   message="cannot watch configmap:team/clicks-checkpoints: 403 Forbidden")
+    observed = observe(job, status(Phase.RUNNING, 1, job=job),
+                       driver(1, job=job, hash_of=job), dead)
+    early = run(observed, at(60))
+    assert "DeleteDriver" not in kinds(early) and "CreateStandby" not in kinds(early)
+    assert early.requeue_after is not None and early.requeue_after <= 50.0
+    late = run(observed, at(50 + WITH_STANDBY.standby_retry_seconds + 1))
+    assert DeleteDriver(name="clicks-standby-1", reason="PrunedHistory") in late.actions
+    (warning,) = [a for a in late.of_type(EmitEvent) if a.reason == "StandbyFailed"]
+    assert warning.type == "Warning"
+    assert "clicks-standby-1" in warning.message and "403 Forbidden" in warning.message
 
 
 def test_a_standby_does_not_hold_back_a_restart() -> None:
