@@ -307,7 +307,8 @@ def open_configmap_store(
     missing store or missing rights fail the driver at start, not at its first
     checkpoint.
     """
-    client = api_client if api_client is not None else new_api_client()
+    client = (api_client if api_client is not None
+              else new_api_client(where=f"configmap:{namespace}/{name}"))
     api = core_v1_api(client)
     store = ConfigMapCheckpointStore(api=api, namespace=namespace, name=name,
                                      retained=retained, attempt=attempt,

@@ -42,6 +42,7 @@ from cjob_checkpoint.store.configmap_errors import (
     AmbiguousConfigMapWriteError,
     StoreAccessDeniedError,
     StoreConflictError,
+    StoreCredentialsError,
     StoreNotFoundError,
     StoreRejectedError,
     StoreUnavailableError,
@@ -81,12 +82,14 @@ def is_in_cluster() -> bool:
         SERVICE_ACCOUNT_TOKEN)
 
 
-def new_api_client(*, kubeconfig: str | None = None) -> Any:
+def new_api_client(*, kubeconfig: str | None = None,
+                   where: str = "the Kubernetes API") -> Any:
     """An ``ApiClient`` for the store: in-cluster config inside a pod, else kubeconfig.
 
     Outside a pod (or when a pod gets its identity through ``KUBECONFIG``, as on
     the test process node) the kubeconfig named by ``kubeconfig``, ``$KUBECONFIG``
-    or ``~/.kube/config`` is used.
+    or ``~/.kube/config`` is used. Without any, :class:`StoreCredentialsError`
+    names ``where`` (the store that was to be reached).
     """
     configuration = k8s_client.Configuration()
     # The client ships without type hints; name its loaders as ``Any``.
@@ -97,7 +100,10 @@ def new_api_client(*, kubeconfig: str | None = None) -> Any:
     else:
         # Read $KUBECONFIG now: the client reads it once, when it is imported.
         path = kubeconfig or os.environ.get("KUBECONFIG") or None
-        load_kube(config_file=path, client_configuration=configuration)
+        try:
+            load_kube(config_file=path, client_configuration=configuration)
+        except k8s_config.ConfigException as exc:
+            raise StoreCredentialsError(where=where, cause=str(exc)) from None
     configure_for_store(configuration)
     return k8s_client.ApiClient(configuration)
 

@@ -18,6 +18,21 @@ from cjob_checkpoint.store.base import (
 
 
 @keyword_error
+class StoreCredentialsError(StoreError):
+    """No credentials for any API server: not in a pod, and no kubeconfig.
+
+    A setup mistake, not an outage: no retry or restart finds credentials."""
+
+    reason = "StoreCredentialsMissing"
+    where: str
+    cause: str
+
+    def describe(self) -> str:
+        return (f"cannot reach {self.where}: no Kubernetes credentials (not in a pod, and no "
+                f"kubeconfig in $KUBECONFIG or ~/.kube/config: {self.cause})")
+
+
+@keyword_error
 class StoreUnavailableError(StoreError):
     """The apiserver could not be reached or kept failing; nothing was written.
 

@@ -133,5 +133,6 @@ class ConfigMapPromotionWatch:
 
 def open_promotion_watch(*, namespace: str, name: str, pod: str,
                          min_attempt: int) -> ConfigMapPromotionWatch:
-    return ConfigMapPromotionWatch(api=core_v1_api(new_api_client()), namespace=namespace,
+    api = core_v1_api(new_api_client(where=f"configmap:{namespace}/{name}"))
+    return ConfigMapPromotionWatch(api=api, namespace=namespace,
                                    name=name, pod=pod, min_attempt=min_attempt)

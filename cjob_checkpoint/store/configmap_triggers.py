@@ -61,5 +61,6 @@ class ConfigMapTriggerSource(TriggerSource):
 
 
 def open_configmap_triggers(*, namespace: str, name: str) -> ConfigMapTriggerSource:
-    return ConfigMapTriggerSource(api=core_v1_api(new_api_client()), namespace=namespace,
+    api = core_v1_api(new_api_client(where=f"configmap:{namespace}/{name}"))
+    return ConfigMapTriggerSource(api=api, namespace=namespace,
                                   name=name)

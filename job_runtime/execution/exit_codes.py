@@ -14,6 +14,7 @@ import logging
 
 from cjob_checkpoint.storage.errors import StorageError, StorageUnavailableError
 from cjob_checkpoint.store.base import FencedError, StoreError
+from cjob_checkpoint.store.configmap_errors import StoreCredentialsError
 from cjob_spec.exit_codes import ExitCode
 from job_runtime.errors import (
     CheckpointFailureBudgetExceeded,
@@ -41,8 +42,8 @@ class _Mapping:
 
 
 _MAPPINGS = (
-    _Mapping((EntrypointError, PipelineDefinitionError, ConfigurationError, JobCodeError),
-             ExitCode.BAD_CONFIG),
+    _Mapping((EntrypointError, PipelineDefinitionError, ConfigurationError, JobCodeError,
+              StoreCredentialsError), ExitCode.BAD_CONFIG),
     _Mapping((UserCodeError,), ExitCode.USER_CODE_ERROR),
     _Mapping((RestoreError,), ExitCode.RESTORE_FAILED),
     # Checkpoint storage, or an S3 archive of the job's code: the error names which.

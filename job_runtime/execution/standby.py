@@ -125,11 +125,23 @@ def wait_for_promotion(path: str, *, rewarm: Callable[[], None]) -> StandbyPromo
     return await_promotion(FilePromotionSource(path), rewarm=rewarm)
 
 
-def promotion_source(settings: DriverSettings) -> tuple[PromotionSource, str, str | None]:
-    """The standby's promotion source, the flag that chose it, and its readiness file."""
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StandbyChannel:
+    """How a standby hears of its promotion and says it is ready."""
+
+    source: PromotionSource
+    setting: str
+    """The flag that chose the channel, named in configuration errors."""
+    ready_file: str | None
+    """Where readiness is written (``None``: nowhere)."""
+
+
+def standby_channel(settings: DriverSettings) -> StandbyChannel:
+    """``--standby FILE`` (``cjob run``) or ``--standby-pod POD`` (the operator)."""
     if settings.standby_file is not None:
-        return (FilePromotionSource(settings.standby_file), "--standby",
-                str(ready_path(settings.standby_file)))
+        return StandbyChannel(source=FilePromotionSource(settings.standby_file),
+                              setting="--standby",
+                              ready_file=str(ready_path(settings.standby_file)))
     assert settings.standby_pod is not None
     kind, _, where = settings.store.partition(":")
     namespace, _, name = where.partition("/")
@@ -146,18 +158,18 @@ def promotion_source(settings: DriverSettings) -> tuple[PromotionSource, str, st
         # A relative name is in the temporary directory: a container's own /tmp, where
         # the pod's readiness probe looks.
         ready_file = os.path.join(tempfile.gettempdir(), ready_file)
-    return watch, "--standby-pod", ready_file
+    return StandbyChannel(source=watch, setting="--standby-pod", ready_file=ready_file)
 
 
 def wait_as_standby(*, settings: DriverSettings, spark_context: Any) -> DriverSettings:
     """Warm up, say so, wait for the promotion; the settings of the attempt taken over."""
-    source, setting, ready_file = promotion_source(settings)
+    channel = standby_channel(settings)
     warm_up(spark_context, parallelism=settings.parallelism)
-    if ready_file is not None:
-        write_signal(ready_file, StandbyReady(pid=os.getpid(), ready_at=time.time()))
-    log.info("standby ready: waiting for a promotion in %s", source.where)
+    if channel.ready_file is not None:
+        write_signal(channel.ready_file, StandbyReady(pid=os.getpid(), ready_at=time.time()))
+    log.info("standby ready: waiting for a promotion in %s", channel.source.where)
     promotion = await_promotion(
-        source, setting=setting,
+        channel.source, setting=channel.setting,
         rewarm=lambda: warm_up(spark_context, parallelism=settings.parallelism))
     log.info("promoted to attempt %d (restore: %s)", promotion.attempt, promotion.restore)
     return dataclasses.replace(settings, attempt=promotion.attempt, restore=promotion.restore,

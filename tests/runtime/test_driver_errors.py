@@ -59,3 +59,19 @@ def test_an_exception_in_map_exits_3_with_the_users_traceback(harness: JobHarnes
     assert "failing_jobs.py" in run.output, "the traceback should point into the user's file"
     assert any("user code in operator" in line for line in error_lines(run.output))
     assert run.status is not None and run.status["state"] == "failed"
+
+
+def test_a_configmap_store_without_kubernetes_credentials_exits_2_with_one_line(
+        harness: JobHarness) -> None:
+    # Outside a pod and without a kubeconfig the store cannot reach any API server:
+    # a setup mistake, which no restart fixes.
+    run = harness.run(entrypoint="crashing_jobs:running_sum",
+                      args={"count": 10, "output": str(harness.output)},
+                      extra=["--store", "configmap:team/sums-checkpoints"],
+                      env={"KUBECONFIG": str(harness.base / "no-such-kubeconfig"),
+                           "KUBERNETES_SERVICE_HOST": ""},
+                      timeout=180)
+    assert run.returncode == ExitCode.BAD_CONFIG, run.explain()
+    assert "Traceback" not in run.output
+    [line] = error_lines(run.output)
+    assert "configmap:team/sums-checkpoints" in line and "kubeconfig" in line

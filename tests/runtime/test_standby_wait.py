@@ -103,3 +103,37 @@ def _alive(pid: int) -> bool:
             return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_a_standby_pod_needs_a_configmap_store_and_says_so() -> None:
+    from job_runtime.execution.settings import DriverSettings
+    from job_runtime.execution.standby import standby_channel
+
+    settings = DriverSettings(job_name="j", job_uid="u", entrypoint="m:f", store="file:/tmp/s",
+                              standby_pod="j-standby-1")
+    with pytest.raises(ConfigurationError, match=r"--standby-pod.*configmap:NAMESPACE/NAME"):
+        standby_channel(settings)
+
+
+def test_a_standby_pods_relative_readiness_file_is_in_the_temporary_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tempfile
+
+    from job_runtime.execution.settings import DriverSettings
+    from job_runtime.execution.standby import standby_channel
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    kubeconfig = tmp_path / "kubeconfig"  # the watch is only built here, never opened
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "k", "cluster": {"server": "https://127.0.0.1:1"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}]}))
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    settings = DriverSettings(job_name="j", job_uid="u", entrypoint="m:f",
+                              store="configmap:team/j-checkpoints", attempt=3,
+                              standby_pod="j-standby-2", standby_ready_file="ready")
+    channel = standby_channel(settings)
+    assert channel.ready_file == str(tmp_path / "ready")
+    assert channel.setting == "--standby-pod"
+    assert channel.source.where == "configmap:team/j-checkpoints"
