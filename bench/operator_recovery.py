@@ -301,14 +301,13 @@ def wait_for(check: Callable[[], Any], *, what: str, timeout: float,
 def standby_ready(cluster: Cluster, *, pod: str, timeout: float) -> None:
     """Wait until the standby pod is Ready: Spark started and the job's code loaded."""
     from e2e.controlplane.rest import ApiError
+    from e2e.controlplane.waiting import pod_is_ready
 
     def ready() -> bool:
         try:
-            manifest = cluster.rest.get(f"/api/v1/namespaces/{NAMESPACE}/pods/{pod}")
+            return pod_is_ready(cluster.rest.get(f"/api/v1/namespaces/{NAMESPACE}/pods/{pod}"))
         except ApiError:
             return False
-        return any(c.get("type") == "Ready" and c.get("status") == "True"
-                   for c in manifest.get("status", {}).get("conditions") or [])
 
     wait_for(ready, cluster=cluster, timeout=timeout, what=f"the standby {pod} to be Ready")
 

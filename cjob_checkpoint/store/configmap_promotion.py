@@ -120,15 +120,18 @@ class ConfigMapPromotionWatch:
             if exc.status in REFUSED:
                 raise PromotionRefusedError(where=self.where, status=int(exc.status),
                                             reason=str(exc.reason)) from None
-            log.warning("standby: watching %s failed (%s %s); watching again",
-                        self.where, exc.status, exc.reason)
-            time.sleep(min(RETRY_SECONDS, max(0.0, deadline - time.monotonic())))
-        except Exception as exc:
-            log.warning("standby: watching %s failed (%s); watching again", self.where, exc)
-            time.sleep(min(RETRY_SECONDS, max(0.0, deadline - time.monotonic())))
+            self._pause_after(f"{exc.status} {exc.reason}", deadline=deadline)
+        except Exception as exc:  # a broken connection: watch again
+            self._pause_after(str(exc), deadline=deadline)
         finally:
             stream.stop()
         return None
+
+
+    def _pause_after(self, failure: str, *, deadline: float) -> None:
+        """A watch that failed for a reason time may mend: say so, pause, watch again."""
+        log.warning("standby: watching %s failed (%s); watching again", self.where, failure)
+        time.sleep(min(RETRY_SECONDS, max(0.0, deadline - time.monotonic())))
 
 
 def open_promotion_watch(*, namespace: str, name: str, pod: str,

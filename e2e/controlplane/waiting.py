@@ -88,6 +88,19 @@ def wait_for_pod_gone(
     )
 
 
+def pod_condition(pod: dict[str, Any], kind: str) -> str | None:
+    """The status (``"True"``, ``"False"``...) of the pod's condition ``kind``, if it has one."""
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == kind:
+            return str(condition.get("status"))
+    return None
+
+
+def pod_is_ready(pod: dict[str, Any] | None) -> bool:
+    """Whether the pod's Ready condition is True (its readiness probes pass)."""
+    return pod is not None and pod_condition(pod, "Ready") == "True"
+
+
 def container_state(pod: dict[str, Any], *, container: str | None = None) -> dict[str, Any]:
     """The ``state`` of a container (the first one when ``container`` is omitted)."""
     statuses = (pod.get("status") or {}).get("containerStatuses") or []

@@ -235,6 +235,12 @@ def driver_metrics(pod: dict[str, Any], *, port: int = 9108) -> dict[str, float]
     return samples
 
 
+def records_flowing(pod: dict[str, Any] | None) -> bool:
+    """Whether the driver in ``pod`` has processed records (its metrics say so)."""
+    return bool(pod and pod["status"].get("podIP")) and (
+        driver_metrics(pod or {}).get("cjob_job_records_in", 0) > 0)
+
+
 def container_id(pod: dict[str, Any]) -> str:
     statuses = pod["status"].get("containerStatuses") or []
     raw = str(statuses[0].get("containerID", ""))

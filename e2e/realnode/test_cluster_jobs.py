@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from e2e.controlplane.rest import RestClient, quote
+from e2e.controlplane.waiting import pod_is_ready
 from e2e.kind.chart import ChartRelease
 from e2e.realnode import scenario
 from e2e.realnode.pytest_plugin import RealCluster
@@ -135,13 +136,8 @@ def test_a_k8s_job_survives_an_executor_kill_and_a_driver_kill_with_exactly_once
                                 namespace=real_namespace, name="sum", master="k8s")  # fmt: skip
 
     # The baseline of the recovery times below, in the same run: a cold start.
-    def first_records() -> bool:
-        pod = job.driver()
-        return bool(pod and pod["status"].get("podIP")) and (
-            scenario.driver_metrics(pod or {}).get("cjob_job_records_in", 0) > 0
-        )
-
-    scenario.wait_until(first_records, what="the first records", timeout=300,
+    scenario.wait_until(lambda: scenario.records_flowing(job.driver()),
+                        what="the first records", timeout=300,
                         detail=job.describe)  # fmt: skip
     cold_start = time.monotonic() - created_at
     record_property("cold_start_to_first_record_s", round(cold_start, 1))
@@ -206,12 +202,9 @@ def test_a_k8s_job_survives_an_executor_kill_and_a_driver_kill_with_exactly_once
 
     second = scenario.wait_until(next_driver, what="a second attempt", timeout=120,
                                  detail=job.describe)  # fmt: skip
-    scenario.wait_until(
-        lambda: (p := job.pod(second)) is not None
-        and p["status"].get("podIP")
-        and scenario.driver_metrics(p).get("cjob_job_records_in", 0) > 0,
-        what="records flowing in the second attempt", timeout=240, detail=job.describe,
-    )  # fmt: skip
+    scenario.wait_until(lambda: scenario.records_flowing(job.pod(second)),
+                        what="records flowing in the second attempt", timeout=240,
+                        detail=job.describe)  # fmt: skip
     driver_recovery = time.monotonic() - killed_at
     record_property("driver_kill_to_first_record_s", round(driver_recovery, 1))
 
@@ -246,24 +239,15 @@ def test_a_k8s_job_with_a_warm_standby_recovers_from_a_driver_kill_by_promoting_
                                 namespace=restricted_namespace, name="warm", master="k8s",
                                 standby=True)  # fmt: skip
 
-    def records_in(pod_name: str) -> bool:
-        pod = job.pod(pod_name)
-        return bool(pod and pod["status"].get("podIP")) and (
-            scenario.driver_metrics(pod or {}).get("cjob_job_records_in", 0) > 0)
-
-    scenario.wait_until(lambda: records_in("warm-attempt-1"), what="the first records",
+    scenario.wait_until(lambda: scenario.records_flowing(job.pod("warm-attempt-1")),
+                        what="the first records",
                         timeout=300, detail=job.describe)  # fmt: skip
     cold_start = time.monotonic() - created_at
 
     # The standby: its own Spark and executors, Ready once its readiness probe found
     # the runtime's readiness file (the kubelet runs the probe in the container).
-    def standby_ready() -> bool:
-        pod = job.pod("warm-standby-1")
-        return bool(pod) and any(
-            c.get("type") == "Ready" and c.get("status") == "True"
-            for c in (pod or {}).get("status", {}).get("conditions") or [])
-
-    scenario.wait_until(standby_ready, what="the standby to be Ready", timeout=300,
+    scenario.wait_until(lambda: pod_is_ready(job.pod("warm-standby-1")),
+                        what="the standby to be Ready", timeout=300,
                         detail=job.describe)  # fmt: skip
     scenario.wait_until(lambda: len(job.running_executors()) == 4,
                         what="two executors for each driver", timeout=240,
@@ -277,7 +261,7 @@ def test_a_k8s_job_with_a_warm_standby_recovers_from_a_driver_kill_by_promoting_
                         what="the standby to be promoted", timeout=120,
                         detail=job.describe)  # fmt: skip
     promoted_after = time.monotonic() - killed_at  # detection and the operator's pass
-    scenario.wait_until(lambda: records_in("warm-standby-1"),
+    scenario.wait_until(lambda: scenario.records_flowing(job.pod("warm-standby-1")),
                         what="records flowing in the promoted standby", timeout=240,
                         detail=job.describe)  # fmt: skip
     takeover = time.monotonic() - killed_at

@@ -397,18 +397,8 @@ def build_driver_pod(
 
     ``image`` is what ``plan`` chose: ``spec.image`` or the operator's runtime image.
     """
-    namespace = job.metadata.namespace
-    args = to_runtime_args(
-        job,
-        restore_pointer=restore_pointer,
-        attempt=attempt,
-        store=configmap_store_arg(namespace=namespace,
-                                  name=checkpoint_configmap_name(job.metadata.name)),
-        master=KUBERNETES_MASTER if job.spec.spark.is_kubernetes else job.spec.spark.master,
-        extra_spark_conf=driver_spark_conf(job, attempt=attempt, image=image,
-                                           config=operator_config),
-        metrics_port=operator_config.metrics_port,
-    )
+    args = _runtime_args(job, attempt=attempt, restore_pointer=restore_pointer, image=image,
+                         operator_config=operator_config)
     return _driver_pod(job, name=driver_pod_name(job.metadata.name, attempt), role=ROLE_DRIVER,
                        attempt=attempt, args=args, image=image,
                        annotations={ANNOTATION_RESTORE: restore_pointer},
@@ -430,20 +420,13 @@ def build_standby_pod(
     the operator to record its promotion on the checkpoint ConfigMap. Its role label
     is ``standby`` until then, so the driver Service does not select it.
     """
-    namespace = job.metadata.namespace
     name = standby_pod_name(job.metadata.name, attempt)
-    args = to_runtime_args(
-        job,
-        restore_pointer="latest",
-        attempt=attempt + 1,
-        store=configmap_store_arg(namespace=namespace,
-                                  name=checkpoint_configmap_name(job.metadata.name)),
-        master=KUBERNETES_MASTER if job.spec.spark.is_kubernetes else job.spec.spark.master,
-        extra_spark_conf=driver_spark_conf(job, attempt=attempt, image=image,
-                                           config=operator_config, standby=True),
-        metrics_port=operator_config.metrics_port,
-    )
-    args += ["--standby-pod", name, "--standby-ready-file", STANDBY_READY_FILE]
+    # The next attempt's driver (it takes no attempt before it), with Spark settings
+    # of its own: its pod and executors are named apart from the running attempt's.
+    args = [*_runtime_args(job, attempt=attempt + 1, restore_pointer="latest", image=image,
+                           operator_config=operator_config, spark_conf_attempt=attempt,
+                           standby=True),
+            "--standby-pod", name, "--standby-ready-file", STANDBY_READY_FILE]
     pod = _driver_pod(job, name=name, role=ROLE_STANDBY, attempt=attempt, args=args,
                       image=image, annotations={}, operator_config=operator_config)
     pod["spec"]["containers"][0]["readinessProbe"] = {
@@ -452,6 +435,33 @@ def build_standby_pod(
         "failureThreshold": 1,
     }
     return pod
+
+
+def _runtime_args(
+    job: CheckpointedJob,
+    *,
+    attempt: int,
+    restore_pointer: str,
+    image: str,
+    operator_config: OperatorConfig,
+    spark_conf_attempt: int | None = None,
+    standby: bool = False,
+) -> list[str]:
+    """``python -m job_runtime run`` arguments of a driver pod: the job's flags, the
+    ConfigMap store, the master and the operator's Spark settings (for
+    ``spark_conf_attempt``, by default ``attempt``)."""
+    return to_runtime_args(
+        job,
+        restore_pointer=restore_pointer,
+        attempt=attempt,
+        store=configmap_store_arg(namespace=job.metadata.namespace,
+                                  name=checkpoint_configmap_name(job.metadata.name)),
+        master=KUBERNETES_MASTER if job.spec.spark.is_kubernetes else job.spec.spark.master,
+        extra_spark_conf=driver_spark_conf(
+            job, attempt=attempt if spark_conf_attempt is None else spark_conf_attempt,
+            image=image, config=operator_config, standby=standby),
+        metrics_port=operator_config.metrics_port,
+    )
 
 
 def _driver_pod(

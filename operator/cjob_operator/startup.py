@@ -18,6 +18,7 @@ from prometheus_client import start_http_server
 
 from cjob_lifecycle.plan import PlanSettings
 from cjob_operator.api import connect
+from cjob_operator.builders import ROLE_DRIVER
 from cjob_operator.config import OperatorConfig
 from cjob_operator.loops import LoopSettings, Wakeups
 from cjob_operator.metrics import OperatorMetrics
@@ -28,7 +29,7 @@ from cjob_spec.names import API_GROUP, LABEL_JOB, LABEL_ROLE, ROLE_STANDBY
 FINALIZER = "checkpointed.io/finalizer"
 ANNOTATION_PREFIX = "checkpointed.io"
 REPORTING_COMPONENT = "checkpointed-jobs-operator"
-DRIVER_ROLES = ("driver", ROLE_STANDBY)
+DRIVER_ROLES = (ROLE_DRIVER, ROLE_STANDBY)
 """The role labels of the pods the operator watches: drivers, and standby drivers."""
 DRIVER_POD_SELECTOR = f"{LABEL_JOB},{LABEL_ROLE} in ({','.join(DRIVER_ROLES)})"
 STORE_SELECTOR = LABEL_JOB

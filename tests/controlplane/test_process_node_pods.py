@@ -17,6 +17,7 @@ from e2e.controlplane.rest import quote
 from e2e.controlplane.waiting import (
     container_state,
     get_pod,
+    pod_condition,
     wait_for,
     wait_for_pod_gone,
     wait_for_pod_phase,
@@ -371,22 +372,16 @@ class TestReadiness:
         create_pod(kube_rest, kube_namespace, pod)
         create_pod(kube_rest, kube_namespace, other)
         running = wait_running(kube_rest, kube_namespace, "warming")
-        assert _condition(running, "Ready") == "False", "ready before the probe passed"
+        assert pod_condition(running, "Ready") == "False", "ready before the probe passed"
 
         ready = wait_for(
             lambda: (p := get_pod(kube_rest, namespace=kube_namespace, name="warming"))
-            and _condition(p, "Ready") == "True" and p,
+            and pod_condition(p, "Ready") == "True" and p,
             what="the probe to pass", timeout=30)
         assert ready["status"]["containerStatuses"][0]["ready"] is True
         other_pod = wait_running(kube_rest, kube_namespace, "other")
         pods_tmp = {process_node.pod_dir(namespace=kube_namespace, name=name) / "tmp"
                     for name in ("warming", "other")}
         assert len(pods_tmp) == 2 and all(path.is_dir() for path in pods_tmp)
-        assert _condition(other_pod, "Ready") == "True", "no probe: ready when running"
+        assert pod_condition(other_pod, "Ready") == "True", "no probe: ready when running"
 
-
-def _condition(pod: dict[str, Any], kind: str) -> str | None:
-    for condition in pod.get("status", {}).get("conditions") or []:
-        if condition.get("type") == kind:
-            return str(condition.get("status"))
-    return None

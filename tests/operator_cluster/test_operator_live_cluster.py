@@ -24,7 +24,7 @@ from operator_live import (
 )
 
 from e2e.controlplane.rest import ApiError, quote
-from e2e.controlplane.waiting import wait_for
+from e2e.controlplane.waiting import pod_is_ready, wait_for
 from e2e.jobs import RUNNING_SUM_DIR, running_sum_job
 
 sys.path.insert(0, str(RUNNING_SUM_DIR))
@@ -187,7 +187,7 @@ def test_a_killed_driver_is_replaced_by_its_warm_standby_with_exactly_once_outpu
     warm.until(lambda s: s.get("phase") == "Running"
                and s.get("latestCheckpoint", {}).get("id", 0) >= 2,
                what="attempt 1 to run and complete two checkpoints", timeout=180)
-    wait_for(lambda: _is_ready(kube_rest.get(f"{pods}/warm-standby-1")),
+    wait_for(lambda: pod_is_ready(kube_rest.get(f"{pods}/warm-standby-1")),
              what="the standby to turn Ready", timeout=180)
     standby = kube_rest.get(f"{pods}/warm-standby-1")
     assert standby["metadata"]["labels"]["checkpointed.io/role"] == "standby"
@@ -225,11 +225,6 @@ def test_a_killed_driver_is_replaced_by_its_warm_standby_with_exactly_once_outpu
     wait_for(lambda: not any("standby" in name and _is_live(kube_rest, pods, name)
                              for name in warm.pod_names()),
              what="the standby to be stopped once the job finished", timeout=120)
-
-
-def _is_ready(pod: dict[str, Any]) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in pod.get("status", {}).get("conditions") or [])
 
 
 def _is_live(kube_rest: Any, pods: str, name: str) -> bool:
