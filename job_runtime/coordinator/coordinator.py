@@ -49,6 +49,7 @@ from cjob_checkpoint.store.base import (
     StoreFullError,
 )
 from cjob_checkpoint.store.triggers import TriggerSource
+from job_runtime.coordinator.endpoint import CoordinatorEndpoint
 from job_runtime.coordinator.failure_budget import FailureBudget
 from job_runtime.coordinator.messages import (
     Abort,
@@ -69,7 +70,7 @@ from job_runtime.coordinator.messages import (
     UserError,
 )
 from job_runtime.coordinator.request_decider import RequestDecider
-from job_runtime.coordinator.rpc import ConnectionLost, RpcConnection, RpcServer
+from job_runtime.coordinator.rpc import ConnectionLost, RpcConnection
 from job_runtime.coordinator.settings import CheckpointSettings
 from job_runtime.coordinator.stats import CheckpointStats, CheckpointStatsTracker
 from job_runtime.coordinator.streak import FailureStreak
@@ -129,7 +130,11 @@ class CheckpointCoordinator:
         host: str = "127.0.0.1",
         port: int = 0,
         triggers: TriggerSource | None = None,
+        endpoint: CoordinatorEndpoint | None = None,
     ) -> None:
+        """``endpoint``: one opened earlier, whose registrations this coordinator answers
+        (a promoted standby's, see :mod:`job_runtime.coordinator.endpoint`); without it
+        the coordinator opens its own at ``host``/``port`` with ``key``."""
         self.job_id = job_id
         self.attempt = attempt
         self.parallelism = parallelism
@@ -180,12 +185,13 @@ class CheckpointCoordinator:
                                           what="cannot read manual checkpoint requests")
         self._stop = threading.Event()
         self._worker = SerialWorker(name="checkpoint-io", on_error=self._fail_job)
-        self._server = RpcServer(host=host, port=port, key=key, handler=self._handle)
+        self._server = endpoint or CoordinatorEndpoint(host=host, port=port, key=key)
         self.port = self._server.port
         self.host = self._server.host
         self._timer = threading.Thread(target=self._run_timer, daemon=True,
                                        name="checkpoint-timer")
         self._timer.start()
+        self._server.attach(self._handle)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -264,7 +270,7 @@ class CheckpointCoordinator:
                 self._connections[message.subtask] = conn
                 if len(self._connections) == self.parallelism:
                     self.timeline.setdefault("allRegisteredAt", time.time())
-                conn.send(Registered(restore=self._epoch_restore))
+                conn.send(Registered(attempt=self.attempt, restore=self._epoch_restore))
 
     def _start_epoch(self, epoch: int, *, restore: CheckpointMetadata | None,
                      source: CompletedCheckpoint | None) -> None:

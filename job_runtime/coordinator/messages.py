@@ -24,7 +24,9 @@ from cjob_checkpoint.checkpoint_storage import StateHandle
 from cjob_checkpoint.fields import Json, JsonFields
 from cjob_checkpoint.metadata import CheckpointMetadata, MetadataError, SharedStateFile
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""Version 2: ``registered`` names the driver attempt (a standby's subtasks register
+before it is promoted, so the attempt cannot travel in the Spark closure)."""
 
 
 class MessageError(ValueError):
@@ -288,19 +290,23 @@ ToCoordinator: TypeAlias = (Register | Ready | SourcesFinished | Progress | Done
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Registered:
     TYPE: ClassVar[str] = "registered"
+    attempt: int
+    """The driver attempt the subtask now works for (it tags the sink's files)."""
     restore: CheckpointMetadata | None
     """The ``_metadata`` of the checkpoint to restore, ``None`` for an empty start."""
 
     def to_json(self) -> dict[str, Json]:
-        return {"restore": None if self.restore is None else self.restore.to_json()}
+        return {"attempt": self.attempt,
+                "restore": None if self.restore is None else self.restore.to_json()}
 
     @classmethod
     def from_json(cls, f: _Fields) -> Registered:
+        attempt = f.integer("attempt")
         restore = f.optional_object("restore")
         if restore is None:
-            return cls(restore=None)
+            return cls(attempt=attempt, restore=None)
         try:
-            return cls(restore=CheckpointMetadata.from_json(restore))
+            return cls(attempt=attempt, restore=CheckpointMetadata.from_json(restore))
         except MetadataError as exc:
             raise MessageError(f"the checkpoint to restore in {f.where}: {exc}") from None
 

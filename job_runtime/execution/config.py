@@ -2,7 +2,9 @@
 
 The closure travels over Spark's own channels (in-process or loopback in local
 mode; authenticated and encrypted Spark RPC on Kubernetes, see ``spark_start``),
-which is how the per-attempt ``key`` reaches the subtasks and nobody else.
+which is how the per-attempt ``key`` reaches the subtasks and nobody else. The
+attempt itself is not here: a standby's subtasks start before it is promoted, so they
+learn it when they register (:class:`~job_runtime.coordinator.messages.Registered`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from typing import Any
 class SubtaskConfig:
     job_id: str
     job_name: str
-    attempt: int
     entrypoint: str
     python_path: tuple[str, ...]
     args: dict[str, Any]

@@ -20,7 +20,6 @@ import re
 import shutil
 import socket
 import tempfile
-import threading
 import time
 from typing import Any
 
@@ -35,7 +34,9 @@ from cjob_checkpoint.store.base import (
 from cjob_checkpoint.store.triggers import FileTriggerSource, TriggerSource
 from cjob_spec.exit_codes import ExitCode
 from job_runtime.coordinator.coordinator import CheckpointCoordinator
-from job_runtime.errors import ConfigurationError, EntrypointError, RestoreError, UserCodeError
+from job_runtime.coordinator.endpoint import CoordinatorEndpoint
+from job_runtime.errors import ConfigurationError, RestoreError
+from job_runtime.execution.barrier_stage import BarrierStage
 from job_runtime.execution.code import prepare_job_code, ship_job_code
 from job_runtime.execution.config import SubtaskConfig
 from job_runtime.execution.entrypoint import add_python_path, build_pipeline
@@ -47,16 +48,14 @@ from job_runtime.execution.restore import record_restore, resolve_restore
 from job_runtime.execution.settings import DriverSettings
 from job_runtime.execution.spark_start import SparkStarter
 from job_runtime.execution.stages import plan_stages
-from job_runtime.execution.standby import wait_as_standby
+from job_runtime.execution.standby import ParkedStageEnded, wait_as_standby
 from job_runtime.execution.status_writer import StatusWriter
-from job_runtime.execution.subtask import run_subtask
 from job_runtime.metrics import DriverMetrics
 from job_runtime.network.handshake import new_key
 
 log = logging.getLogger("job_runtime.driver")
 
 _LOCAL = re.compile(r"^local\[(\*|\d+)(?:,(\d+))?\]$")
-_EXECUTOR_ENTRYPOINT_ERROR = re.compile(r"EntrypointError: entrypoint '([^']*)': ([^\n]*)")
 
 
 def resolve_master(master: str, *, parallelism: int, task_attempts: int) -> str:
@@ -169,10 +168,22 @@ def _run(settings: DriverSettings) -> int:
     add_python_path(code.driver_path)
     pipeline = build_pipeline(entrypoint=settings.entrypoint, args=settings.args,
                               name=settings.job_name)
+    assert pipeline.source_op is not None and pipeline.sink_op is not None
     stages = plan_stages(pipeline)
     master = resolve_master(settings.master, parallelism=settings.parallelism,
                             task_attempts=settings.task_attempts)
     spark = SparkStarter(settings=settings, master=master)
+    storage = CheckpointStorage(settings.checkpoint_storage, settings.job_id,
+                                fs=get_filesystem(settings.checkpoint_storage, s3=s3))
+    bind, advertised = _driver_host(master, settings.spark_conf)
+    # One key per driver process: a relaunched driver's subtasks get a new one, and
+    # anything left of an earlier attempt can no longer talk to this one.
+    key = new_key()
+    subtasks = functools.partial(
+        _subtask_config, settings=settings, code=code, storage=storage, s3=s3,
+        coordinator_host=advertised, key=key, loopback=is_local_master(master))
+    endpoint: CoordinatorEndpoint | None = None
+    stage: BarrierStage | None = None
     shipped = False
     promoted_at: float | None = None
     if settings.is_standby:
@@ -181,10 +192,16 @@ def _run(settings: DriverSettings) -> int:
         sc = spark.context()
         ship_job_code(sc, code)
         shipped = True
-        settings = wait_as_standby(settings=settings, spark_context=sc)
+        parked = None
+        if not pipeline.source_op.prepares_on_driver:
+            endpoint = CoordinatorEndpoint(host=bind, key=key)
+            stage = BarrierStage(spark_context=sc, config=subtasks(coordinator_port=endpoint.port))
+            parked = (stage, endpoint)
+        try:
+            settings = wait_as_standby(settings=settings, spark_context=sc, parked=parked)
+        except ParkedStageEnded as exc:
+            return exit_code(exc.cause)
         promoted_at = time.time()
-    storage = CheckpointStorage(settings.checkpoint_storage, settings.job_id,
-                                fs=get_filesystem(settings.checkpoint_storage, s3=s3))
     store, counter = open_store(settings)
     resolution = resolve_restore(settings=settings, storage=storage, store=store)
     restored, metadata, notes = resolution.checkpoint, resolution.metadata, resolution.notes
@@ -198,7 +215,6 @@ def _run(settings: DriverSettings) -> int:
             raise RestoreError(pointer=restored.metadata_path,
                                problem="maxParallelism differs from the checkpoint's "
                                        f"{metadata.max_parallelism}; it cannot change")
-        assert pipeline.sink_op is not None
         pipeline.sink_op.prepare_restore(checkpoint_id=restored.checkpoint_id,
                                          job_id=settings.job_id, s3=s3)
         if resolution.origin_job is not None:
@@ -218,30 +234,16 @@ def _run(settings: DriverSettings) -> int:
                                      timestamp=completed.timestamp, size=completed.size_bytes,
                                      stats=stats)
 
-    bind, advertised = _driver_host(master, settings.spark_conf)
-    # One key per driver attempt: a relaunched driver's subtasks get a new one, and
-    # anything left of an earlier attempt can no longer talk to this one.
-    key = new_key()
+    # A parked stage's subtasks get their answer as soon as the coordinator exists.
     coordinator = CheckpointCoordinator(
         job_id=settings.job_id, attempt=settings.attempt, parallelism=settings.parallelism,
         max_parallelism=settings.max_parallelism, stages=len(stages), storage=storage,
         store=store, counter=counter, settings=settings.checkpoint,
         initial_restore=metadata, initial_restore_pointer=restored, on_complete=on_complete,
-        host=bind, key=key, triggers=open_triggers(settings))
+        host=bind, key=key, endpoint=endpoint, triggers=open_triggers(settings))
     status = StatusWriter(path=settings.status_file or "", coordinator=coordinator,
                           metrics=metrics, attempt=settings.attempt,
                           fallback_notes=tuple(notes))
-    staging = join_uri(storage.job_dir, "staging")
-    config = SubtaskConfig(
-        job_id=settings.job_id, job_name=settings.job_name, attempt=settings.attempt,
-        entrypoint=settings.entrypoint, python_path=code.executor_path, args=settings.args,
-        parallelism=settings.parallelism, max_parallelism=settings.max_parallelism,
-        coordinator_host=advertised, coordinator_port=coordinator.port,
-        checkpoint_root=settings.checkpoint_storage, staging_uri=staging, mode=settings.mode,
-        unaligned=settings.unaligned, credits=settings.credits,
-        s3=dataclasses.asdict(s3) if s3.to_env() else None, key=key,
-        loopback=is_local_master(master), state_backend=settings.state_backend,
-        state_dir=settings.state_dir)
 
     sc = spark.context()
     status.timeline["sparkStartingAt"] = spark.started_at
@@ -252,14 +254,17 @@ def _run(settings: DriverSettings) -> int:
         # Before any Spark job: the source's preparation may already run the job's code.
         if not shipped:
             ship_job_code(sc, code)
-        assert pipeline.source_op is not None
-        pipeline.source_op.prepare_on_driver(spark_context=sc, staging_uri=staging)
-        outcome = _run_stage(sc=sc, settings=settings, config=config,
-                             coordinator=coordinator)
+        pipeline.source_op.prepare_on_driver(spark_context=sc, staging_uri=_staging(storage))
+        if stage is None:
+            stage = BarrierStage(spark_context=sc,
+                                 config=subtasks(coordinator_port=coordinator.port))
+            stage.start()
+        assert stage.launched_at is not None
+        status.timeline["stageLaunchedAt"] = stage.launched_at
+        outcome = stage.wait(coordinator=coordinator)
     finally:
         coordinator.stop()
     if outcome is None:
-        assert pipeline.sink_op is not None
         pipeline.sink_op.finish_job(job_id=settings.job_id, s3=s3)
         store.shutdown(JobOutcome.FINISHED, discard=coordinator.shared_files.discard)
         latest = coordinator.latest
@@ -277,47 +282,19 @@ def _run(settings: DriverSettings) -> int:
     return exit_code(outcome)
 
 
-def _run_stage(*, sc: Any, settings: DriverSettings, config: SubtaskConfig,
-               coordinator: CheckpointCoordinator) -> BaseException | None:
-    """Run the barrier stage; ``None`` on success, else why the job failed."""
-    result: dict[str, Any] = {}
-
-    def job() -> None:
-        try:
-            rdd = sc.parallelize(range(settings.parallelism), settings.parallelism)
-            summaries = (rdd.barrier()
-                         .mapPartitions(functools.partial(run_subtask, config))
-                         .groupByKey(1)
-                         .collect())
-            result["summaries"] = summaries
-        except BaseException as exc:
-            result["error"] = exc
-
-    thread = threading.Thread(target=job, daemon=True, name="spark-job")
-    thread.start()
-    while thread.is_alive():
-        if coordinator.failed_event.wait(0.2):
-            sc.cancelAllJobs()
-            thread.join(timeout=60)
-            return coordinator.failure
-    if coordinator.failure is not None:
-        return coordinator.failure
-    if "error" in result:
-        return _spark_failure(result["error"])
-    return None
+def _staging(storage: CheckpointStorage) -> str:
+    """Where sources stage their input (a DataFrame's rows), beside the checkpoints."""
+    return join_uri(storage.job_dir, "staging")
 
 
-def _spark_failure(exc: BaseException) -> BaseException:
-    text = str(exc)
-    missing = _EXECUTOR_ENTRYPOINT_ERROR.search(text)
-    if missing is not None:
-        # The executors cannot import the job (its code is not in their image and
-        # was not shipped): as permanent as on the driver, and far clearer than
-        # Spark's own summary.
-        return EntrypointError(entrypoint=missing.group(1),
-                               problem=f"{missing.group(2).strip()} on an executor")
-    marker = "UserCodeError"
-    if marker in text:
-        return UserCodeError(operator="?", subtask=-1, details=text[-4000:])
-    return RuntimeError(f"Spark gave up on the job after repeated task failures: "
-                        f"{text.splitlines()[0] if text else type(exc).__name__}")
+def _subtask_config(*, settings: DriverSettings, code: Any, storage: CheckpointStorage,
+                    s3: S3Config, coordinator_host: str, coordinator_port: int, key: bytes,
+                    loopback: bool) -> SubtaskConfig:
+    return SubtaskConfig(
+        job_id=settings.job_id, job_name=settings.job_name, entrypoint=settings.entrypoint,
+        python_path=code.executor_path, args=settings.args, parallelism=settings.parallelism,
+        max_parallelism=settings.max_parallelism, coordinator_host=coordinator_host,
+        coordinator_port=coordinator_port, checkpoint_root=settings.checkpoint_storage,
+        staging_uri=_staging(storage), mode=settings.mode, unaligned=settings.unaligned,
+        credits=settings.credits, s3=dataclasses.asdict(s3) if s3.to_env() else None, key=key,
+        loopback=loopback, state_backend=settings.state_backend, state_dir=settings.state_dir)

@@ -1,19 +1,25 @@
-"""A warm standby driver: Spark started, job code loaded, waiting to take over an attempt.
+"""A warm standby driver: Spark started, barrier stage parked, waiting to take over.
 
 Most of a driver restart is not the restore but the start: a new process, its imports,
-the JVM and the scheduler, the first Spark job's Python workers. A standby pays all of
-that while the active driver runs, then waits for the supervisor's promotion
-(:mod:`cjob_spec.standby_signal`): a file ``cjob run`` writes, or the annotation the
-operator sets on the job's checkpoint ConfigMap. The supervisor promotes it only after
-advancing the store's fence to the new attempt, so the driver being replaced (if it still lives)
-can no longer commit a checkpoint; the standby itself never touches the store before
-it is promoted, and everything it does afterwards is what any driver of that attempt
-does: resolve the restore point, start the coordinator, launch the barrier stage.
+the JVM and the scheduler, the barrier stage's scheduling and its Python workers. A
+standby pays all of that while the active driver runs. It launches its own barrier
+stage, whose subtasks connect, load the job's code, register, and then wait for an
+answer that only the promotion allows (:mod:`job_runtime.coordinator.endpoint`).
+
+The promotion comes from the supervisor (:mod:`cjob_spec.standby_signal`): a file
+``cjob run`` writes, or the annotation the operator sets on the job's checkpoint
+ConfigMap. The supervisor promotes it only after advancing the store's fence to the
+new attempt, so the driver being replaced (if it still lives) can no longer commit a
+checkpoint. The standby itself never touches the store before it is promoted. What it
+does afterwards is what any driver of that attempt does: resolve the restore point and
+start the coordinator, which answers the parked subtasks with the attempt and the
+checkpoint to restore.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import logging
 import os
@@ -31,7 +37,9 @@ from cjob_spec.standby_signal import (
     ready_path,
     write_signal,
 )
+from job_runtime.coordinator.endpoint import CoordinatorEndpoint
 from job_runtime.errors import ConfigurationError
+from job_runtime.execution.barrier_stage import BarrierStage
 from job_runtime.execution.settings import DriverSettings
 
 log = logging.getLogger("job_runtime.driver")
@@ -39,9 +47,13 @@ log = logging.getLogger("job_runtime.driver")
 POLL_SECONDS = 0.01
 """How often a waiting standby looks for its promotion: a stat call, cheap enough to
 make the wait a negligible part of a takeover."""
-REWARM_SECONDS = 20.0
-"""How often a waiting standby runs its warm-up again: Spark stops Python workers that
-were idle for a minute, and the warm-up is what keeps them (reused) alive."""
+WAIT_SLICE_SECONDS = 20.0
+"""How often a waiting standby looks up from the wait: to run its warm-up again (Spark
+stops Python workers idle for a minute, and the warm-up keeps them alive), or to check
+that Spark has not given up on its parked stage. Each slice of a ConfigMap wait is one
+watch request, so a slice is long."""
+PARKED_CHECK_SECONDS = 0.5
+"""How often a standby parking its stage checks that Spark has not given up on it."""
 
 
 def warm_up(spark_context: Any, *, parallelism: int) -> None:
@@ -102,27 +114,28 @@ class FilePromotionSource:
             time.sleep(POLL_SECONDS)
 
 
-def await_promotion(source: PromotionSource, *, rewarm: Callable[[], None],
+def await_promotion(source: PromotionSource, *, meanwhile: Callable[[], None],
+                    every: float = WAIT_SLICE_SECONDS,
                     setting: str = "--standby") -> StandbyPromotion:
-    """The promotion ``source`` delivers, once there is one; ``rewarm`` runs every
-    :data:`REWARM_SECONDS` meanwhile.
+    """The promotion ``source`` delivers, once there is one; ``meanwhile`` runs every
+    ``every`` seconds until then (and may raise to end the wait).
 
     A promotion this release cannot read is a configuration error (of ``setting``),
     never a guess at the attempt.
     """
     while True:
         try:
-            promotion = source.wait(seconds=REWARM_SECONDS)
+            promotion = source.wait(seconds=every)
         except StandbySignalError as exc:
             raise ConfigurationError(setting=setting, problem=str(exc)) from None
         if promotion is not None:
             return promotion
-        rewarm()
+        meanwhile()
 
 
 def wait_for_promotion(path: str, *, rewarm: Callable[[], None]) -> StandbyPromotion:
     """The promotion written to the file ``path`` (see :class:`FilePromotionSource`)."""
-    return await_promotion(FilePromotionSource(path), rewarm=rewarm)
+    return await_promotion(FilePromotionSource(path), meanwhile=rewarm)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -161,16 +174,56 @@ def standby_channel(settings: DriverSettings) -> StandbyChannel:
     return StandbyChannel(source=watch, setting="--standby-pod", ready_file=ready_file)
 
 
-def wait_as_standby(*, settings: DriverSettings, spark_context: Any) -> DriverSettings:
-    """Warm up, say so, wait for the promotion; the settings of the attempt taken over."""
+class ParkedStageEnded(Exception):
+    """The standby's barrier stage ended before the promotion: Spark gave up on it."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(f"the standby's barrier stage ended before a promotion: {cause}")
+        self.cause = cause
+
+
+def park_stage(stage: BarrierStage, *, endpoint: CoordinatorEndpoint,
+               parallelism: int) -> None:
+    """Launch the barrier stage and wait until every subtask waits for the coordinator.
+
+    A parked subtask has connected, loaded the job's code and registered; what is left
+    after the promotion is the coordinator's answer, the restore and the channels.
+    """
+    stage.start()
+    while not endpoint.wait_parked(parallelism, timeout=PARKED_CHECK_SECONDS):
+        _check_parked(stage)
+
+
+def _check_parked(stage: BarrierStage) -> None:
+    if stage.ended:
+        raise ParkedStageEnded(stage.spark_failure()
+                               or RuntimeError("it finished without a coordinator"))
+
+
+def wait_as_standby(*, settings: DriverSettings, spark_context: Any,
+                    parked: tuple[BarrierStage, CoordinatorEndpoint] | None) -> DriverSettings:
+    """Get warm, say so, wait for the promotion; the settings of the attempt taken over.
+
+    With ``parked`` (a stage and the endpoint its subtasks register at), the standby
+    launches the barrier stage now and is ready once every subtask is parked; Spark
+    keeps the busy Python workers, so nothing needs warming again. Without it (a
+    source that prepares on the driver, whose Spark job needs the task slots) the
+    standby runs a warm-up job, and runs it again while it waits.
+    """
     channel = standby_channel(settings)
-    warm_up(spark_context, parallelism=settings.parallelism)
+    meanwhile: Callable[[], None]
+    if parked is None:
+        warm_up(spark_context, parallelism=settings.parallelism)
+        meanwhile = functools.partial(warm_up, spark_context, parallelism=settings.parallelism)
+    else:
+        stage, endpoint = parked
+        park_stage(stage, endpoint=endpoint, parallelism=settings.parallelism)
+        meanwhile = functools.partial(_check_parked, stage)
     if channel.ready_file is not None:
         write_signal(channel.ready_file, StandbyReady(pid=os.getpid(), ready_at=time.time()))
-    log.info("standby ready: waiting for a promotion in %s", channel.source.where)
-    promotion = await_promotion(
-        channel.source, setting=channel.setting,
-        rewarm=lambda: warm_up(spark_context, parallelism=settings.parallelism))
+    log.info("standby ready%s: waiting for a promotion in %s",
+             "" if parked is None else ", its barrier stage parked", channel.source.where)
+    promotion = await_promotion(channel.source, setting=channel.setting, meanwhile=meanwhile)
     log.info("promoted to attempt %d (restore: %s)", promotion.attempt, promotion.restore)
     return dataclasses.replace(settings, attempt=promotion.attempt, restore=promotion.restore,
                                status_file=promotion.status_file or settings.status_file,

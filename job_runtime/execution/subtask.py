@@ -1,7 +1,8 @@
 """One subtask of the job, running inside one task of a Spark barrier stage.
 
-The subtask exchanges addresses with its peers once (``allGather``), registers
-with the coordinator (which answers with the checkpoint to restore), opens its
+The subtask exchanges addresses with its peers once (``allGather``), loads the
+job's code, registers with the coordinator (which answers with the attempt and the
+checkpoint to restore; a standby's answers only once it is promoted), opens its
 own TCP channels for the keyed exchanges and runs one thread per stage until
 the final checkpoint completes. When Spark relaunches the stage after a crash,
 all of this happens again and the subtasks restore the latest checkpoint.
@@ -20,7 +21,6 @@ from collections.abc import Iterator
 from typing import Any
 
 from cjob_checkpoint.checkpoint_storage import CheckpointStorage, StateHandle
-from cjob_checkpoint.metadata import CheckpointMetadata
 from cjob_checkpoint.storage.filesystem import S3Config, get_filesystem
 from job_runtime.coordinator.messages import (
     Abort,
@@ -116,13 +116,18 @@ class SubtaskRuntime:
             self._sources_finished = True
             self.send(SourcesFinished(epoch=self.epoch, subtask=self.subtask))
 
-    def register(self) -> CheckpointMetadata | None:
+    def register(self) -> Registered:
+        """Register and wait for the answer: the attempt and the checkpoint to restore.
+
+        A standby's subtasks wait here, with the job's code loaded, until the standby
+        is promoted; an active driver answers at once.
+        """
         self.send(Register(epoch=self.epoch, subtask=self.subtask, host=socket.gethostname(),
                            pid=os.getpid()))
         answer = self.conn.receive()
         match answer:
-            case Registered(restore=restore):
-                return restore
+            case Registered():
+                return answer
             case Rejected(reason=reason):
                 raise SubtaskFailed(f"coordinator refused registration: {reason}")
             case _:
@@ -216,11 +221,13 @@ class SubtaskRuntime:
 
     def run(self) -> dict[str, Any]:
         config = self.config
-        restore = self.register()
+        # The job's code first: a parked subtask (see ``register``) has it loaded.
         add_python_path(config.python_path)
         pipeline = build_pipeline(entrypoint=config.entrypoint, args=config.args,
                                   name=config.job_name)
         stages = plan_stages(pipeline)
+        registered = self.register()
+        restore = registered.restore
         unaligned = config.unaligned and config.mode == "exactly_once"
         for plan in stages[1:]:
             self.gates[plan.index] = InputGate(channels=config.parallelism,
@@ -231,7 +238,7 @@ class SubtaskRuntime:
         assert pipeline.sink_op is not None
         sink_writer = pipeline.sink_op.open(context=SinkContext(
             subtask=self.subtask, parallelism=config.parallelism,
-            attempt_tag=f"a{config.attempt}e{self.epoch}", s3=self.s3_config,
+            attempt_tag=f"a{registered.attempt}e{self.epoch}", s3=self.s3_config,
             job_id=config.job_id))
         if restore is not None:
             sink_writer.restore(restore.sink_transactions(subtask=self.subtask,

@@ -49,6 +49,10 @@ class Source(abc.ABC):
 
     name: str = "source"
     rate: float | None = None
+    prepares_on_driver: bool = False
+    """Whether :meth:`prepare_on_driver` runs a Spark job. A warm standby launches its
+    barrier stage before it is promoted only for a source that does not: that job
+    would wait for task slots the parked stage holds."""
 
     @abc.abstractmethod
     def splits(self, *, context: SourceContext) -> list[Split]:

@@ -19,6 +19,7 @@ from job_runtime.sources.files import FilesSource
 
 class DataFrameSource(Source):
     name = "dataframe"
+    prepares_on_driver = True
 
     def __init__(self, *, build: Callable[[Any], Any], name: str, batch_size: int) -> None:
         self.build = build

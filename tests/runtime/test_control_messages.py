@@ -15,6 +15,7 @@ from cjob_checkpoint.metadata import (
     SinkTransactions,
 )
 from job_runtime.coordinator.messages import (
+    FORMAT_VERSION,
     Abort,
     Ack,
     AckState,
@@ -64,8 +65,8 @@ TO_COORDINATOR: list[Message] = [
     UserError(epoch=4, subtask=0, operator="map-1", details="ZeroDivisionError"),
 ]
 TO_SUBTASK: list[Message] = [
-    Registered(restore=None),
-    Registered(restore=CheckpointMetadata(
+    Registered(attempt=1, restore=None),
+    Registered(attempt=3, restore=CheckpointMetadata(
         job="clicks-u1", checkpoint_id=7, timestamp=1700000000.5, final=False, attempt=2,
         parallelism=2, max_parallelism=128, sources={0: 5, 1: {"file": "a.txt", "offset": 9}},
         operators={"reduce": (KeyedStateHandle(subtask=0, handle=HANDLE, key_groups=(0, 64)),),
@@ -92,7 +93,8 @@ class TestEveryMessageKind:
 
     def test_the_wire_form_is_json_with_a_version_and_a_type_tag(self) -> None:
         wire = json.loads(encode(Complete(checkpoint_id=2, final=True)))
-        assert wire == {"v": 1, "type": "complete", "checkpoint_id": 2, "final": True}
+        assert wire == {"v": FORMAT_VERSION, "type": "complete", "checkpoint_id": 2,
+                        "final": True}
 
 
 def wire(**fields: object) -> bytes:
@@ -102,7 +104,7 @@ def wire(**fields: object) -> bytes:
 class TestRejectedMessages:
     def test_an_unknown_type_is_rejected_naming_it(self) -> None:
         with pytest.raises(MessageError, match="unknown control message type 'shutdown'"):
-            decode_to_coordinator(wire(v=1, type="shutdown", epoch=1, subtask=0))
+            decode_to_coordinator(wire(v=FORMAT_VERSION, type="shutdown", epoch=1, subtask=0))
 
     def test_a_message_for_the_other_end_is_an_unknown_type_here(self) -> None:
         with pytest.raises(MessageError, match="unknown control message type 'trigger'"):
@@ -111,21 +113,23 @@ class TestRejectedMessages:
             decode_to_subtask(encode(Ready(epoch=1, subtask=0)))
 
     def test_another_format_version_is_rejected_naming_both_versions(self) -> None:
-        with pytest.raises(MessageError, match=r"version 2 is not supported.*speaks version 1"):
-            decode_to_subtask(wire(v=2, type="abort", checkpoint_id=1, reason="x"))
+        with pytest.raises(MessageError, match=r"version 1 is not supported.*speaks version 2"):
+            decode_to_subtask(wire(v=1, type="abort", checkpoint_id=1, reason="x"))
         with pytest.raises(MessageError, match="version None"):
             decode_to_subtask(wire(type="abort", checkpoint_id=1, reason="x"))
 
     def test_a_field_of_the_wrong_type_is_rejected_naming_the_field(self) -> None:
         with pytest.raises(MessageError, match="'checkpoint_id' of a abort message must be an "
                                                "integer, got str"):
-            decode_to_subtask(wire(v=1, type="abort", checkpoint_id="1", reason="x"))
+            decode_to_subtask(wire(v=FORMAT_VERSION, type="abort", checkpoint_id="1", reason="x"))
         with pytest.raises(MessageError, match=r"'final'.*true or false"):
-            decode_to_subtask(wire(v=1, type="complete", checkpoint_id=1, final=1))
+            decode_to_subtask(wire(v=FORMAT_VERSION, type="complete", checkpoint_id=1, final=1))
 
     def test_a_missing_field_is_rejected_naming_the_field(self) -> None:
         with pytest.raises(MessageError, match="lacks the field 'reason'"):
-            decode_to_subtask(wire(v=1, type="rejected"))
+            decode_to_subtask(wire(v=FORMAT_VERSION, type="rejected"))
+        with pytest.raises(MessageError, match="lacks the field 'attempt'"):
+            decode_to_subtask(wire(v=FORMAT_VERSION, type="registered", restore=None))
 
     def test_a_bad_nested_state_handle_is_rejected(self) -> None:
         ack = json.loads(encode(TO_COORDINATOR[5]))

@@ -69,7 +69,7 @@ def running(storage: CheckpointStorage) -> Iterator[tuple[CheckpointCoordinator,
     coordinator = make_coordinator(storage, store, tolerable=1)
     subtasks = [StandIn(port=coordinator.port, subtask=i, epoch=1) for i in range(2)]
     for s in subtasks:
-        assert s.register() == Registered(restore=None)
+        assert s.register() == Registered(attempt=1, restore=None)
         s.ready()
     wait_until(lambda: coordinator.trigger() is not None, what="both subtasks are ready")
     try:

@@ -37,7 +37,7 @@ class Subtask:
     def __init__(self, coordinator: CheckpointCoordinator, storage: CheckpointStorage) -> None:
         self.stand_in = StandIn(port=coordinator.port)
         self.storage = storage
-        assert self.stand_in.register() == Registered(restore=None)
+        assert self.stand_in.register() == Registered(attempt=1, restore=None)
         self.stand_in.ready()
 
     def shared(self, name: str) -> SharedStateFile:

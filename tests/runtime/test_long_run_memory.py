@@ -84,7 +84,7 @@ def test_thousands_of_checkpoints_leave_memory_flat(tmp_path: Path) -> None:
         initial_restore=None, initial_restore_pointer=None, key=key)
     listener = socket.create_server(("127.0.0.1", 0))
     config = SubtaskConfig(
-        job_id=JOB, job_name="long-run", attempt=1, entrypoint="long_run_job:build",
+        job_id=JOB, job_name="long-run", entrypoint="long_run_job:build",
         python_path=(str(JOBS),), args={"output": str(tmp_path / "out"), "rate": 2000},
         parallelism=1, max_parallelism=128, coordinator_host="127.0.0.1",
         coordinator_port=coordinator.port, checkpoint_root=(tmp_path / "ckpt").as_uri(),

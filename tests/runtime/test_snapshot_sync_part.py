@@ -208,7 +208,7 @@ class InProcessContext:
     def __init__(self) -> None:
         self.submitted: list[UploadJob] = []
         self.config = SubtaskConfig(
-            job_id="job-uid1", job_name="job", attempt=1, entrypoint="m:f", python_path=(),
+            job_id="job-uid1", job_name="job", entrypoint="m:f", python_path=(),
             args={}, parallelism=1, max_parallelism=MAX_P, coordinator_host="127.0.0.1",
             coordinator_port=0, checkpoint_root="", staging_uri="", mode="exactly_once",
             unaligned=False)

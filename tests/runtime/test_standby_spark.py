@@ -90,6 +90,9 @@ def test_a_killed_driver_is_taken_over_by_its_standby_and_the_output_stays_exact
     assert status["driverPod"] == "takeover-standby-1", "attempt 2 was not the standby"
     assert "promoted standby takeover-standby-1" in run.output
     assert status["restoredFrom"] is not None
-    assert run.attempt_progress(2)["restoredFrom"] is not None
+    taken_over = run.attempt_progress(2)
+    assert taken_over["restoredFrom"] is not None
+    # The standby's barrier stage was launched (and parked) before it was promoted.
+    assert taken_over["timeline"]["stageLaunchedAt"] < taken_over["timeline"]["promotedAt"]
     verify = load_example("examples/running_sum/verify.py")
     assert verify.verify(read_output(output), count=COUNT) == []

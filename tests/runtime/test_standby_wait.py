@@ -22,8 +22,12 @@ from cjob_spec.standby_signal import (
     ready_path,
     write_signal,
 )
+from job_runtime.coordinator.endpoint import CoordinatorEndpoint
 from job_runtime.errors import ConfigurationError
-from job_runtime.execution.standby import wait_for_promotion
+from job_runtime.execution.barrier_stage import BarrierStage
+from job_runtime.execution.config import SubtaskConfig
+from job_runtime.execution.exit_codes import exit_code
+from job_runtime.execution.standby import ParkedStageEnded, park_stage, wait_for_promotion
 
 
 def test_the_standby_takes_the_attempt_and_restore_point_its_promotion_names(
@@ -137,3 +141,26 @@ def test_a_standby_pods_relative_readiness_file_is_in_the_temporary_directory(
     assert channel.ready_file == str(tmp_path / "ready")
     assert channel.setting == "--standby-pod"
     assert channel.source.where == "configmap:team/j-checkpoints"
+
+
+class _GivingUpSpark:
+    """A SparkContext whose every job fails the way Spark fails a job after its retries."""
+
+    def parallelize(self, *args: object, **kwargs: object) -> object:
+        raise RuntimeError("Job aborted due to stage failure: Task 0 failed 4 times")
+
+
+def test_a_standby_whose_parked_stage_spark_gives_up_on_ends_with_sparks_reason() -> None:
+    config = SubtaskConfig(
+        job_id="j", job_name="j", entrypoint="m:f", python_path=(), args={}, parallelism=2,
+        max_parallelism=128, coordinator_host="127.0.0.1", coordinator_port=1,
+        checkpoint_root="", staging_uri="", mode="exactly_once", unaligned=False)
+    endpoint = CoordinatorEndpoint(host="127.0.0.1", key=b"k" * 32)
+    try:
+        stage = BarrierStage(spark_context=_GivingUpSpark(), config=config)
+        with pytest.raises(ParkedStageEnded, match="Spark gave up on the job") as raised:
+            park_stage(stage, endpoint=endpoint, parallelism=2)
+        assert "Task 0 failed 4 times" in str(raised.value.cause)
+        assert exit_code(raised.value.cause) == 1
+    finally:
+        endpoint.stop()

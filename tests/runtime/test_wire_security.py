@@ -20,7 +20,7 @@ import pytest
 from cjob_checkpoint.checkpoint_storage import CheckpointStorage
 from cjob_checkpoint.store.memory import InMemoryCheckpointIdCounter, InMemoryCheckpointStore
 from job_runtime.coordinator.coordinator import CheckpointCoordinator
-from job_runtime.coordinator.messages import Ready, Register, Registered
+from job_runtime.coordinator.messages import FORMAT_VERSION, Ready, Register, Registered
 from job_runtime.coordinator.rpc import ConnectionLost, SubtaskConnection, connect
 from job_runtime.coordinator.settings import CheckpointSettings
 from job_runtime.execution.driver import _driver_host
@@ -129,7 +129,7 @@ class TestAStrangerAtTheCoordinator:
     def test_a_malformed_message_after_the_handshake_closes_only_that_connection(
             self, coordinator: CheckpointCoordinator, caplog: pytest.LogCaptureFixture) -> None:
         conn = register(coordinator)
-        data = b'{"v":1,"type":"shutdown"}'
+        data = b'{"v":%d,"type":"shutdown"}' % FORMAT_VERSION
         tag = conn._session.outgoing.tag(data)
         conn.sock.sendall(struct.pack(">I", len(data)) + data + tag)
         assert closed_by_peer(conn.sock)
@@ -141,7 +141,7 @@ class TestAStrangerAtTheCoordinator:
     def test_a_forged_frame_on_an_authenticated_connection_closes_it(
             self, coordinator: CheckpointCoordinator) -> None:
         conn = register(coordinator)
-        data = b'{"v":1,"type":"ready","epoch":1,"subtask":0}'
+        data = b'{"v":%d,"type":"ready","epoch":1,"subtask":0}' % FORMAT_VERSION
         conn.sock.sendall(struct.pack(">I", len(data)) + data + b"\0" * 32)
         assert closed_by_peer(conn.sock)
         wait_until(lambda: coordinator.rejected_connections == 1, what="it is counted")

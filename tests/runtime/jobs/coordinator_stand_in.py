@@ -41,9 +41,13 @@ class StandIn:
         self.epoch = epoch
 
     def register(self) -> ToSubtask:
+        self.send_registration()
+        return self.conn.receive()
+
+    def send_registration(self) -> None:
+        """Register without waiting for the answer (a parked subtask waits for it)."""
         self.conn.send(Register(epoch=self.epoch, subtask=self.subtask, host="localhost",
                                 pid=0))
-        return self.conn.receive()
 
     def ready(self) -> None:
         self.conn.send(Ready(epoch=self.epoch, subtask=self.subtask))
