@@ -200,7 +200,9 @@ def _run(settings: DriverSettings) -> int:
         try:
             settings = wait_as_standby(settings=settings, spark_context=sc, parked=parked)
         except ParkedStageEnded as exc:
-            return exit_code(exc.cause)
+            # Only this standby failed, not the job: say so, not "job failed".
+            log.error("%s", exc)
+            return exit_code(exc.cause, logged=True)
         promoted_at = time.time()
     store, counter = open_store(settings)
     resolution = resolve_restore(settings=settings, storage=storage, store=store)

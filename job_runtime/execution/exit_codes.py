@@ -61,15 +61,18 @@ STARTUP_ERRORS: tuple[type[BaseException], ...] = tuple(
 """What the driver maps while it starts; anything else is a bug and keeps its traceback."""
 
 
-def exit_code(error: BaseException) -> int:
+def exit_code(error: BaseException, *, logged: bool = False) -> int:
     """The exit code of an error raised while the driver started, or of the reason the
-    running job ended (from the coordinator or Spark); logs it once."""
+    running job ended (from the coordinator or Spark); logs it once, unless the caller
+    already said what ended the process (``logged``)."""
     for mapping in _MAPPINGS:
         if isinstance(error, mapping.errors):
-            log.error(mapping.message, error)
+            if not logged:
+                log.error(mapping.message, error)
             if isinstance(error, CheckpointFailureBudgetExceeded) and (
                     "unavailable" in error.last_reason or "unreachable" in error.last_reason):
                 return ExitCode.STORAGE_UNREACHABLE
             return mapping.code
-    log.error("job failed: %s", error)
+    if not logged:
+        log.error("job failed: %s", error)
     return 1
