@@ -30,9 +30,14 @@ BENCHMARKS = {
     "ss-rocksdb-state": "bench.ss_rocksdb_state",
     "rocksdb-state": "bench.rocksdb_state",
 }
-ALL = ["throughput", "python-state", "overhead", "barriers", "state-size", "recovery",
-       "sync-part", "recovery-operator", "rocksdb-state", "ss-rocksdb-state", "operator"]
-"""Every benchmark with a target, the long ones last (about an hour in all here)."""
+ALL: list[tuple[str, ...]] = [
+    ("throughput",), ("python-state",), ("overhead",), ("barriers",), ("state-size",),
+    ("recovery",), ("recovery", "--kill", "subtask"), ("recovery", "--standby"),
+    ("sync-part",), ("recovery-operator",), ("rocksdb-state",), ("ss-rocksdb-state",),
+    ("operator",)]
+"""Every benchmark with a target, with the options of each variant that has its own
+target (a driver kill, a subtask kill, a standby's takeover), the long ones last
+(about an hour in all here)."""
 REPEATABLE = frozenset(ALL) - {"rocksdb-state", "ss-rocksdb-state"}
 """Those that take ``--repeat``; the state benchmarks measure one database each."""
 
@@ -76,17 +81,18 @@ def main(argv: list[str] | None = None) -> int:
     if ns.benchmark != "all":
         return _run_one(ns)
     failures = []
-    for name in ALL:
+    for name, *options in ALL:
+        step = " ".join([name, *options])
         started = time.monotonic()
-        print(f"==> {name}", flush=True)
-        args = [name] + (["--repeat", str(ns.repeat)]
-                         if ns.repeat and name in REPEATABLE else [])
+        print(f"==> {step}", flush=True)
+        args = [name, *options] + (["--repeat", str(ns.repeat)]
+                                   if ns.repeat and name in REPEATABLE else [])
         try:
             _module(name).run(parser.parse_args(args))
         except Exception as exc:
-            failures.append(name)
-            print(f"==> {name} FAILED: {exc}", flush=True)
-        print(f"==> {name} took {time.monotonic() - started:.0f}s", flush=True)
+            failures.append(step)
+            print(f"==> {step} FAILED: {exc}", flush=True)
+        print(f"==> {step} took {time.monotonic() - started:.0f}s", flush=True)
     if failures:
         print(f"failed: {', '.join(failures)}", file=sys.stderr)
         return 1

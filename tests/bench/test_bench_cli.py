@@ -22,9 +22,17 @@ def test_the_help_names_every_benchmark_without_a_traceback() -> None:
 
 
 def test_all_runs_every_benchmark_with_a_target_and_passes_repeat_only_where_taken() -> None:
-    assert set(ALL) <= set(BENCHMARKS)
-    assert {"sync-part", "recovery-operator", "operator", "rocksdb-state"} <= set(ALL)
+    names = [step[0] for step in ALL]
+    assert set(names) <= set(BENCHMARKS)
+    assert {"sync-part", "recovery-operator", "operator", "rocksdb-state"} <= set(names)
     parser = build_parser()
-    for name in ALL:
-        args = [name] + (["--repeat", "2"] if name in REPEATABLE else [])
+    for name, *options in ALL:
+        args = [name, *options] + (["--repeat", "2"] if name in REPEATABLE else [])
         assert parser.parse_args(args).benchmark == name
+
+
+def test_all_measures_every_recovery_target_a_driver_kill_a_subtask_kill_and_a_standby() -> None:
+    parser = build_parser()
+    recoveries = [parser.parse_args(list(step)) for step in ALL if step[0] == "recovery"]
+    assert sorted((ns.kill, ns.standby) for ns in recoveries) == [
+        ("driver", False), ("driver", True), ("subtask", False)]
