@@ -36,3 +36,9 @@ def test_all_measures_every_recovery_target_a_driver_kill_a_subtask_kill_and_a_s
     recoveries = [parser.parse_args(list(step)) for step in ALL if step[0] == "recovery"]
     assert sorted((ns.kill, ns.standby) for ns in recoveries) == [
         ("driver", False), ("driver", True), ("subtask", False)]
+
+
+def test_all_compares_ours_and_structured_streamings_rocksdb_state_at_the_same_5_gib() -> None:
+    parser = build_parser()
+    steps = {step[0]: parser.parse_args(list(step)) for step in ALL}
+    assert steps["rocksdb-state"].size_gb == steps["ss-rocksdb-state"].state_gb == 5.0
