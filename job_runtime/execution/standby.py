@@ -115,17 +115,16 @@ class FilePromotionSource:
 
 
 def await_promotion(source: PromotionSource, *, meanwhile: Callable[[], None],
-                    every: float = WAIT_SLICE_SECONDS,
                     setting: str = "--standby") -> StandbyPromotion:
     """The promotion ``source`` delivers, once there is one; ``meanwhile`` runs every
-    ``every`` seconds until then (and may raise to end the wait).
+    :data:`WAIT_SLICE_SECONDS` until then (and may raise to end the wait).
 
     A promotion this release cannot read is a configuration error (of ``setting``),
     never a guess at the attempt.
     """
     while True:
         try:
-            promotion = source.wait(seconds=every)
+            promotion = source.wait(seconds=WAIT_SLICE_SECONDS)
         except StandbySignalError as exc:
             raise ConfigurationError(setting=setting, problem=str(exc)) from None
         if promotion is not None:
