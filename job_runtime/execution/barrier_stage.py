@@ -37,7 +37,6 @@ class BarrierStage:
         self._sc = spark_context
         self._config = config
         self._thread = threading.Thread(target=self._job, daemon=True, name="spark-job")
-        self._summaries: list[Any] | None = None
         self._error: BaseException | None = None
         self.launched_at: float | None = None
         """Wall-clock time the stage's Spark job was submitted."""
@@ -62,32 +61,30 @@ class BarrierStage:
         return _spark_failure(self._error)
 
     def wait(self, *, coordinator: FailureSource) -> BaseException | None:
-        """Wait for the end; ``None`` on success, else why the job failed.
+        """Wait for the end of the started stage; ``None`` on success, else why the job
+        failed.
 
         A failure the coordinator declares (a user error, too many failed checkpoints,
         a fence) cancels the stage at once instead of waiting for Spark to notice.
         """
         if not self.started:
-            self.start()
+            raise RuntimeError("the barrier stage was never started")
         while self._thread.is_alive():
             if coordinator.failed_event.wait(0.2):
                 self._sc.cancelAllJobs()
                 self._thread.join(timeout=60)
                 return coordinator.failure
-        if coordinator.failure is not None:
-            return coordinator.failure
-        if self._error is not None:
-            return _spark_failure(self._error)
-        return None
+        return coordinator.failure or self.spark_failure()
 
     def _job(self) -> None:
         parallelism = self._config.parallelism
         try:
             rdd = self._sc.parallelize(range(parallelism), parallelism)
-            self._summaries = (rdd.barrier()
-                               .mapPartitions(functools.partial(run_subtask, self._config))
-                               .groupByKey(1)
-                               .collect())
+            # The subtasks' summaries are not used: collect() is what runs the job.
+            (rdd.barrier()
+             .mapPartitions(functools.partial(run_subtask, self._config))
+             .groupByKey(1)
+             .collect())
         except BaseException as exc:
             self._error = exc
 

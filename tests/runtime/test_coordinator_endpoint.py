@@ -50,22 +50,25 @@ def no_answer_yet(stand_in: StandIn) -> bool:
     return not ready
 
 
+def parked_stand_ins(endpoint: CoordinatorEndpoint, *, epoch: int) -> list[StandIn]:
+    """Two subtasks of stage attempt ``epoch``, registered and parked at ``endpoint``."""
+    subtasks = [StandIn(port=endpoint.port, subtask=i, epoch=epoch) for i in range(2)]
+    for s in subtasks:
+        s.send_registration()
+    assert endpoint.wait_parked(2, timeout=30)
+    return subtasks
+
+
 class TestParkedRegistrations:
     def test_a_registration_before_any_coordinator_gets_no_answer_and_is_counted(
             self, endpoint: CoordinatorEndpoint) -> None:
-        subtasks = [StandIn(port=endpoint.port, subtask=i, epoch=5) for i in range(2)]
-        for s in subtasks:
-            s.send_registration()
-        assert endpoint.wait_parked(2, timeout=30)
+        subtasks = parked_stand_ins(endpoint, epoch=5)
         assert endpoint.parked() == 2
         assert all(no_answer_yet(s) for s in subtasks)
 
     def test_the_attached_coordinator_answers_with_its_attempt_and_restore_point(
             self, endpoint: CoordinatorEndpoint, tmp_path: Path) -> None:
-        subtasks = [StandIn(port=endpoint.port, subtask=i, epoch=5) for i in range(2)]
-        for s in subtasks:
-            s.send_registration()
-        assert endpoint.wait_parked(2, timeout=30)
+        subtasks = parked_stand_ins(endpoint, epoch=5)
         restore = CheckpointMetadata(job=JOB, checkpoint_id=7, timestamp=1.0, final=False,
                                      attempt=2, parallelism=2, max_parallelism=128)
         coordinator = coordinator_on(endpoint, tmp_path, attempt=3, restore=restore)
@@ -90,10 +93,7 @@ class TestParkedRegistrations:
 
     def test_a_relaunched_stage_refuses_the_older_attempts_subtasks_and_holds_only_its_own(
             self, endpoint: CoordinatorEndpoint) -> None:
-        old = [StandIn(port=endpoint.port, subtask=i, epoch=3) for i in range(2)]
-        for s in old:
-            s.send_registration()
-        assert endpoint.wait_parked(2, timeout=30)
+        old = parked_stand_ins(endpoint, epoch=3)
         new = StandIn(port=endpoint.port, subtask=0, epoch=4)
         new.send_registration()
         for s in old:
