@@ -12,7 +12,10 @@ _BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300
 class DriverMetrics:
     def __init__(self, *, job: str) -> None:
         self.registry = CollectorRegistry()
-        labels = ["job"]
+        # ``cjob_job``, not ``job``: Prometheus owns ``job`` (the scrape job's name) and
+        # would rename ours ``exported_job``, or, with ``honorLabels``, let the driver (which
+        # runs user code) overwrite any target label.
+        labels = ["cjob_job"]
         self._job = job
         r = self.registry
         self.completed = Counter("cjob_checkpoint_completed", "Completed checkpoints",
@@ -40,12 +43,10 @@ class DriverMetrics:
                                  labels, registry=r)
         self.restored = Gauge("cjob_job_restored_checkpoint_id",
                               "Checkpoint the job restored (-1 for none)", labels, registry=r)
-        # Label ``cjob_job``, not ``job``: Prometheus' scrape config owns ``job`` and
-        # would rename ours to ``exported_job``.
         self.prune_failures = Counter(
             "cjob_checkpoint_prune_failures",
             "Failed prunes of retained checkpoints (the store retries on the next add)",
-            ["cjob_job"], registry=r)
+            labels, registry=r)
         self.prune_failures.labels(job)
         self.in_run_restarts = Gauge("cjob_job_subtask_restarts",
                                      "Relaunches of the barrier stage in this driver", labels,

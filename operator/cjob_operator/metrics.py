@@ -147,12 +147,12 @@ class _JobCollector(Collector):
         age = GaugeMetricFamily(
             CHECKPOINT_AGE,
             "Seconds since the job's latest completed checkpoint.",
-            labels=["namespace", "job"],
+            labels=["namespace", "cjob_job"],
         )
         size = GaugeMetricFamily(
             STORE_BYTES,
             "Size of the job's checkpoint metadata ConfigMap in bytes.",
-            labels=["namespace", "job"],
+            labels=["namespace", "cjob_job"],
         )
         for (namespace, name), facts in sorted(jobs.items()):
             if facts.latest_completed_at is not None:

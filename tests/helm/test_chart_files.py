@@ -294,6 +294,13 @@ def test_the_dashboard_has_the_checkpoint_restart_and_throughput_panels() -> Non
     assert "rate(cjob_job_records_in[1m])" in joined.replace('{namespace=~"$namespace"}', "")
 
 
+def test_the_dashboard_splits_series_by_the_job_label_the_metrics_carry() -> None:
+    # ``job`` is the scrape job's name in Prometheus; the CheckpointedJob is ``cjob_job``.
+    exprs = [t["expr"] for p in dashboard()["panels"] for t in p["targets"]]
+    assert any("cjob_job" in e for e in exprs)
+    assert [e for e in exprs if "by (namespace, job" in e or "by (job" in e] == []
+
+
 def test_the_dashboard_panels_are_well_formed() -> None:
     board = dashboard()
     ids = [p["id"] for p in board["panels"]]

@@ -435,6 +435,9 @@ def test_the_pod_monitor_scrapes_the_driver_pods_of_the_managed_namespaces(
     assert everywhere["namespaceSelector"] == {"any": True}
     assert everywhere["selector"]["matchLabels"]["checkpointed.io/role"] == "driver"
     assert everywhere["podMetricsEndpoints"][0]["port"] == "metrics"
+    # A driver runs the user's code: its series must not overwrite the target's labels
+    # (its namespace among them).
+    assert not everywhere["podMetricsEndpoints"][0].get("honorLabels", False)
     some = one(render({"metrics": enabled, "watchNamespaces": ["team-a"]}), "PodMonitor")
     assert some["spec"]["namespaceSelector"] == {"matchNames": ["team-a"]}
 

@@ -41,9 +41,9 @@ def test_the_metrics_have_the_documented_names_and_labels() -> None:
     assert 'cjob_operator_restarts_total{reason="Killed"} 1.0' in text
     assert "cjob_operator_restore_total 1.0" in text
     assert "cjob_operator_reconcile_seconds_count 1.0" in text
-    assert 'cjob_operator_latest_checkpoint_age_seconds{job="sums",namespace="team"} 10.0' in text
-    assert 'cjob_operator_checkpoint_store_bytes{job="sums",namespace="team"} 2048.0' in text
-    assert 'job="other"' not in text, "no checkpoint, no age"
+    assert 'cjob_operator_latest_checkpoint_age_seconds{cjob_job="sums",namespace="team"} 10.0' in text
+    assert 'cjob_operator_checkpoint_store_bytes{cjob_job="sums",namespace="team"} 2048.0' in text
+    assert 'cjob_job="other"' not in text, "no checkpoint, no age"
 
 
 def test_the_checkpoint_age_grows_between_passes() -> None:
@@ -52,7 +52,7 @@ def test_the_checkpoint_age_grows_between_passes() -> None:
     metrics.record_job(namespace="team", name="sums", phase=Phase.RUNNING,
                        latest_completed_at=990.0, store_bytes=None)
     now[0] = 1060.0
-    assert 'cjob_operator_latest_checkpoint_age_seconds{job="sums",namespace="team"} 70.0' in (
+    assert 'cjob_operator_latest_checkpoint_age_seconds{cjob_job="sums",namespace="team"} 70.0' in (
         scrape(metrics)
     )
 

@@ -1,0 +1,47 @@
+"""The driver's metrics name their job in ``cjob_job``, never in ``job``.
+
+Prometheus owns the ``job`` label: it names the scrape job. A target's own ``job``
+is renamed ``exported_job`` or, with ``honorLabels``, overwrites the scrape job's name,
+and ``honorLabels`` on a driver (which runs user code) would let that code set any
+label, a team's ``namespace`` included. So the job's name travels in ``cjob_job``.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from job_runtime.metrics import DriverMetrics
+
+
+def _samples(metrics: DriverMetrics) -> list[tuple[str, dict[str, str]]]:
+    return [(sample.name, dict(sample.labels))
+            for family in metrics.registry.collect() for sample in family.samples]
+
+
+def _exercised() -> DriverMetrics:
+    metrics = DriverMetrics(job="clicks")
+    stats = SimpleNamespace(duration_ms=120.0, alignment_ms_max=3.0, sync_ms_max=2.0,
+                            prune_failures=1)
+    metrics.checkpoint_completed(checkpoint_id=4, timestamp=1700000000.0, size=2048,
+                                 stats=stats)
+    metrics.progress(records_in=10, records_out=9, failed=1, restarts=0)
+    return metrics
+
+
+def test_no_driver_series_has_a_job_label() -> None:
+    offending = [name for name, labels in _samples(_exercised()) if "job" in labels]
+    assert offending == []
+
+
+def test_every_driver_series_names_its_job_in_cjob_job() -> None:
+    samples = _samples(_exercised())
+    assert samples, "the registry has series"
+    unnamed = [name for name, labels in samples
+               if labels.get("cjob_job") != "clicks" and not name.endswith("_created")]
+    assert unnamed == []
+
+
+def test_the_records_series_reads_as_the_dashboard_queries_it() -> None:
+    values = {name: labels for name, labels in _samples(_exercised())}
+    assert values["cjob_job_records_in"] == {"cjob_job": "clicks"}
+    assert values["cjob_checkpoint_completed_total"] == {"cjob_job": "clicks"}
