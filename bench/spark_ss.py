@@ -36,6 +36,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from bench.batch_size_search import BatchSizeSearch
 from bench.ss_results import (
     RESULT_PREFIX,
     TUNED_PREFIX,
@@ -50,7 +51,6 @@ QUERIES = ("aggregate", "pandas-state", "transform-with-state")
 PROVIDERS = ("rocksdb", "hdfs")
 SINKS = ("noop", "files")
 TRIGGER_SECONDS = 1.0
-IMPROVEMENT = 1.10
 
 
 class TimedOut(Exception):
@@ -201,19 +201,15 @@ def measure(*, spark: Any, query: str, records: int, keys: int, rows_per_batch: 
 
 def tune(*, spark: Any, query: str, keys: int, start: int, limit: int, parallelism: int,
          sink: str, work: str, deadline: float) -> Tuning:
-    """The batch size a user tuning this query for throughput would pick.
+    """The batch size a user tuning this query for throughput would pick, holding it to
+    a checkpoint per trigger interval (:mod:`bench.batch_size_search`).
 
-    Double ``rowsPerBatch`` from ``start``; at each size run one warm-up batch
-    (two for the first size, which also warms the JVM) and two measured
-    batches. Stop once a batch takes at least the trigger interval and the
-    rate gained less than 10 % over the previous size, or the size reaches
-    ``limit`` (the run's record count: a larger batch is never full). The
-    chosen size is the one with the best rate (rows over trigger execution
-    time).
+    At each size the search tries, run one warm-up batch (two for the first size, which
+    also warms the JVM) and two measured batches.
     """
+    search = BatchSizeSearch(start=start, limit=limit, budget_ms=TRIGGER_SECONDS * 1000.0)
     points: list[TuningPoint] = []
-    size = start
-    while True:
+    while (size := search.next_size(points)) is not None:
         run = measure(spark=spark, query=query, records=2 * size, keys=keys,
                       rows_per_batch=size, warmup_batches=1 if points else 2,
                       parallelism=parallelism, sink=sink, work=work, spark_ready_at=0.0,
@@ -221,18 +217,12 @@ def tune(*, spark: Any, query: str, keys: int, start: int, limit: int, paralleli
         batch_ms = statistics.median(b.duration_ms for b in run.measured)
         point = TuningPoint(rows_per_batch=size, batch_ms_median=batch_ms,
                             records_per_second=run.measured_records / run.measured_seconds)
-        previous = points[-1] if points else None
         points.append(point)
         print(f"[tune] rowsPerBatch {size:,}: batch {batch_ms:,.0f} ms, "
-              f"{point.records_per_second:,.0f} records/s", file=sys.stderr, flush=True)
-        saturated = batch_ms >= TRIGGER_SECONDS * 1000.0
-        gained = (previous is None
-                  or point.records_per_second >= IMPROVEMENT * previous.records_per_second)
-        if (saturated and not gained) or size >= limit:
-            break
-        size = min(2 * size, limit)
-    best = max(points, key=lambda p: p.records_per_second)
-    return Tuning(points=tuple(points), chosen=best.rows_per_batch)
+              f"{point.records_per_second:,.0f} records/s"
+              f"{'' if search.fits(point) else ' (overruns the trigger)'}",
+              file=sys.stderr, flush=True)
+    return Tuning(points=tuple(points), chosen=search.chosen(points))
 
 
 def main() -> int:

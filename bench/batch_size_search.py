@@ -1,0 +1,78 @@
+"""The search for a Structured Streaming baseline's ``rowsPerBatch``.
+
+A micro-batch is Structured Streaming's checkpoint: it commits its offsets and its
+state once per batch. Ours checkpoints every trigger interval (1 s), so the baseline
+a user tuning for throughput *under the same checkpoint interval* would run is the
+fastest batch size whose batches still fit that interval. A larger batch is faster
+still (fewer per-batch costs), and one batch holding the whole input is fastest of
+all, but it never checkpoints within the run: that is a different promise, not a
+better tuning of the same one.
+
+The search doubles the size while batches fit, then narrows between the largest
+size that fitted and the smallest that overran until they are within a fifth of each
+other; if the first size already overruns, it halves. It is pure (the points measured
+so far in, the next size out) so it is tested without Spark.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+from bench.ss_results import TuningPoint
+
+CLOSE_ENOUGH = 0.2
+"""Stop narrowing once the overrun is within this fraction above the fit."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BatchSizeSearch:
+    start: int
+    """The first size tried."""
+    limit: int
+    """The largest size tried: the run's record count (a larger batch is never full)."""
+    budget_ms: float
+    """The longest batch that fits: the trigger interval."""
+    floor: int = 10_000
+    """The smallest size tried."""
+
+    def fits(self, point: TuningPoint) -> bool:
+        return point.batch_ms_median <= self.budget_ms
+
+    def next_size(self, points: Sequence[TuningPoint]) -> int | None:
+        """The next size to measure, or ``None`` once the search is over."""
+        if not points:
+            return max(self.floor, min(self.start, self.limit))
+        tried = {p.rows_per_batch for p in points}
+        fitted = [p.rows_per_batch for p in points if self.fits(p)]
+        if not fitted:
+            smallest = min(tried)
+            return None if smallest <= self.floor else max(self.floor, smallest // 2)
+        low = max(fitted)
+        overran = [p.rows_per_batch for p in points if not self.fits(p) and p.rows_per_batch > low]
+        if not overran:
+            if low >= self.limit:
+                return None
+            size = min(2 * low, self.limit)
+            return None if size in tried else size
+        high = min(overran)
+        if high - low <= CLOSE_ENOUGH * low:
+            return None
+        middle = _round(low + (high - low) / 2)
+        return None if middle in tried or not low < middle < high else middle
+
+    def chosen(self, points: Sequence[TuningPoint]) -> int:
+        """The fastest size whose batches fit; if none fit, the one with the shortest."""
+        if not points:
+            raise ValueError("no batch size was measured")
+        fitted = [p for p in points if self.fits(p)]
+        if not fitted:
+            return min(points, key=lambda p: p.batch_ms_median).rows_per_batch
+        return max(fitted, key=lambda p: p.records_per_second).rows_per_batch
+
+
+def _round(size: float) -> int:
+    """``size`` to two significant digits: sizes a person would type."""
+    step = 10 ** max(0, int(math.log10(size)) - 1)
+    return int(round(size / step) * step)

@@ -1,0 +1,99 @@
+"""How the Structured Streaming baselines' ``rowsPerBatch`` is chosen.
+
+A micro-batch is Structured Streaming's checkpoint: its offsets and state are
+committed once per batch. Ours checkpoints every second, so the fair baseline is the
+fastest batch size whose batches still fit the 1 s trigger, not one batch for the
+whole input (which is faster and never checkpoints within the run).
+"""
+
+from __future__ import annotations
+
+from bench.batch_size_search import BatchSizeSearch
+from bench.ss_results import TuningPoint
+
+SEARCH = BatchSizeSearch(start=500_000, limit=200_000_000, budget_ms=1000.0)
+
+
+def point(size: int, batch_ms: float) -> TuningPoint:
+    return TuningPoint(rows_per_batch=size, batch_ms_median=batch_ms,
+                       records_per_second=size / batch_ms * 1000.0)
+
+
+def probe(search: BatchSizeSearch, ms_per_row: float) -> list[TuningPoint]:
+    """Run the search against an engine whose batches take ``ms_per_row`` each row."""
+    points: list[TuningPoint] = []
+    while (size := search.next_size(points)) is not None:
+        assert size not in [p.rows_per_batch for p in points], "a size is tried once"
+        points.append(point(size, 50.0 + size * ms_per_row))
+        assert len(points) < 40, "the search ends"
+    return points
+
+
+# --- the chosen size -------------------------------------------------------------------
+
+
+def test_a_faster_batch_that_overruns_the_trigger_is_not_chosen() -> None:
+    points = [point(4_000_000, 800.0), point(20_000_000, 1_400.0)]
+    assert SEARCH.chosen(points) == 4_000_000
+
+
+def test_the_fastest_of_the_batches_that_fit_is_chosen() -> None:
+    points = [point(1_000_000, 400.0), point(2_000_000, 600.0), point(3_000_000, 990.0)]
+    assert SEARCH.chosen(points) == 2_000_000
+
+
+def test_when_no_batch_fits_the_shortest_is_chosen() -> None:
+    points = [point(200_000, 1_300.0), point(100_000, 1_100.0)]
+    assert SEARCH.chosen(points) == 100_000
+
+
+# --- the search ------------------------------------------------------------------------
+
+
+def test_it_starts_at_the_first_size() -> None:
+    assert SEARCH.next_size([]) == 500_000
+
+
+def test_it_doubles_while_batches_fit() -> None:
+    assert SEARCH.next_size([point(500_000, 200.0)]) == 1_000_000
+
+
+def test_after_an_overrun_it_tries_between_the_last_fit_and_the_overrun() -> None:
+    assert SEARCH.next_size([point(4_000_000, 800.0), point(8_000_000, 1_500.0)]) == 6_000_000
+
+
+def test_it_stops_once_the_fit_and_the_overrun_are_close() -> None:
+    points = [point(4_000_000, 800.0), point(8_000_000, 1_500.0), point(6_000_000, 1_100.0),
+              point(5_000_000, 970.0)]
+    assert SEARCH.next_size(points) is None
+
+
+def test_it_halves_when_the_first_size_overruns() -> None:
+    assert SEARCH.next_size([point(500_000, 2_400.0)]) == 250_000
+
+
+def test_it_never_passes_the_limit() -> None:
+    search = BatchSizeSearch(start=500_000, limit=3_000_000, budget_ms=1000.0)
+    assert search.next_size([point(2_000_000, 300.0)]) == 3_000_000
+    assert search.next_size([point(2_000_000, 300.0), point(3_000_000, 400.0)]) is None
+
+
+def test_it_never_goes_below_the_floor() -> None:
+    search = BatchSizeSearch(start=20_000, limit=1_000_000, budget_ms=1000.0, floor=10_000)
+    assert search.next_size([point(20_000, 3_000.0)]) == 10_000
+    assert search.next_size([point(20_000, 3_000.0), point(10_000, 2_000.0)]) is None
+
+
+def test_on_a_linear_engine_it_finds_a_size_within_a_fifth_of_the_best_fit() -> None:
+    ms_per_row = 0.00019  # 5M rows/s: the best fit is about 5,000,000 rows
+    points = probe(SEARCH, ms_per_row)
+    best_fit = (1000.0 - 50.0) / ms_per_row
+    chosen = SEARCH.chosen(points)
+    assert 0.8 * best_fit <= chosen <= best_fit
+    assert len(points) <= 10
+
+
+def test_on_a_slow_engine_it_comes_down_below_the_first_size() -> None:
+    ms_per_row = 0.005  # 200k rows/s
+    chosen = SEARCH.chosen(probe(SEARCH, ms_per_row))
+    assert 0.5 * (950.0 / ms_per_row) <= chosen <= 950.0 / ms_per_row
