@@ -39,8 +39,15 @@ ALL: list[tuple[str, ...]] = [
 target (a driver kill, a subtask kill, a standby's takeover) and the issue's scale where
 a default is smaller (5 GiB of RocksDB state, ours and Structured Streaming's alike),
 the long ones last (about an hour in all here)."""
-REPEATABLE = frozenset(ALL) - {"rocksdb-state", "ss-rocksdb-state"}
+REPEATABLE = frozenset(step[0] for step in ALL) - {"rocksdb-state", "ss-rocksdb-state"}
 """Those that take ``--repeat``; the state benchmarks measure one database each."""
+
+
+def all_steps(*, repeat: int | None) -> list[list[str]]:
+    """The command line of each step of ``all``, ``--repeat`` added where it is taken."""
+    return [[name, *options] + (["--repeat", str(repeat)]
+                                if repeat and name in REPEATABLE else [])
+            for name, *options in ALL]
 
 
 def _module(name: str) -> ModuleType:
@@ -82,14 +89,12 @@ def main(argv: list[str] | None = None) -> int:
     if ns.benchmark != "all":
         return _run_one(ns)
     failures = []
-    for name, *options in ALL:
-        step = " ".join([name, *options])
+    for args in all_steps(repeat=ns.repeat):
+        step = " ".join(args)
         started = time.monotonic()
         print(f"==> {step}", flush=True)
-        args = [name, *options] + (["--repeat", str(ns.repeat)]
-                                   if ns.repeat and name in REPEATABLE else [])
         try:
-            _module(name).run(parser.parse_args(args))
+            _module(args[0]).run(parser.parse_args(args))
         except Exception as exc:
             failures.append(step)
             print(f"==> {step} FAILED: {exc}", flush=True)

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.__main__ import ALL, BENCHMARKS, REPEATABLE, build_parser
+from bench.__main__ import ALL, BENCHMARKS, all_steps, build_parser
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -21,14 +21,21 @@ def test_the_help_names_every_benchmark_without_a_traceback() -> None:
         assert name in done.stdout
 
 
-def test_all_runs_every_benchmark_with_a_target_and_passes_repeat_only_where_taken() -> None:
+def test_all_runs_every_benchmark_with_a_target() -> None:
     names = [step[0] for step in ALL]
     assert set(names) <= set(BENCHMARKS)
     assert {"sync-part", "recovery-operator", "operator", "rocksdb-state"} <= set(names)
     parser = build_parser()
-    for name, *options in ALL:
-        args = [name, *options] + (["--repeat", "2"] if name in REPEATABLE else [])
-        assert parser.parse_args(args).benchmark == name
+    for args in all_steps(repeat=None):
+        assert parser.parse_args(args).benchmark == args[0]
+
+
+def test_all_passes_repeat_to_every_benchmark_that_takes_it() -> None:
+    parser = build_parser()
+    repeats = {" ".join(args): getattr(parser.parse_args(args), "repeat", None)
+               for args in all_steps(repeat=2)}
+    assert {step for step, repeat in repeats.items() if repeat != 2} == {
+        "rocksdb-state --size-gb 5", "ss-rocksdb-state --state-gb 5"}
 
 
 def test_all_measures_every_recovery_target_a_driver_kill_a_subtask_kill_and_a_standby() -> None:
