@@ -51,6 +51,10 @@ QUERIES = ("aggregate", "pandas-state", "transform-with-state")
 PROVIDERS = ("rocksdb", "hdfs")
 SINKS = ("noop", "files")
 TRIGGER_SECONDS = 1.0
+FIRST_SIZE_WARMUP_BATCHES = 8
+"""Warm-up batches of the search's first size: they also warm the JVM. With 2, the
+first size's batches ran 50 % slower than in a warm run, and the search, taking that
+for an overrun of the trigger, settled on a size a quarter of what a warm JVM fits."""
 
 
 class TimedOut(Exception):
@@ -204,14 +208,15 @@ def tune(*, spark: Any, query: str, keys: int, start: int, limit: int, paralleli
     """The batch size a user tuning this query for throughput would pick, holding it to
     a checkpoint per trigger interval (:mod:`bench.batch_size_search`).
 
-    At each size the search tries, run one warm-up batch (two for the first size, which
-    also warms the JVM) and two measured batches.
+    At each size the search tries, run one warm-up batch
+    (:data:`FIRST_SIZE_WARMUP_BATCHES` for the first size) and two measured batches.
     """
     search = BatchSizeSearch(start=start, limit=limit, budget_ms=TRIGGER_SECONDS * 1000.0)
     points: list[TuningPoint] = []
     while (size := search.next_size(points)) is not None:
         run = measure(spark=spark, query=query, records=2 * size, keys=keys,
-                      rows_per_batch=size, warmup_batches=1 if points else 2,
+                      rows_per_batch=size,
+                      warmup_batches=1 if points else FIRST_SIZE_WARMUP_BATCHES,
                       parallelism=parallelism, sink=sink, work=work, spark_ready_at=0.0,
                       deadline=deadline)
         batch_ms = statistics.median(b.duration_ms for b in run.measured)
