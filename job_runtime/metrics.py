@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+MILESTONES = {
+    "driverStartedAt": "driver_started",
+    "sparkStartingAt": "spark_starting",
+    "sparkReadyAt": "spark_ready",
+    "promotedAt": "promoted",
+    "stageLaunchedAt": "stage_launched",
+    "firstRecordAt": "first_record",
+    "lastRecordAt": "last_record",
+}
+"""The driver's status timeline entries served as ``milestone`` label values. A
+recovery is read from them (a kill's time to ``first_record``), which is exact where
+``cjob_job_records_in``, refreshed about once a second, is not."""
 
 _BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 
@@ -51,6 +65,12 @@ class DriverMetrics:
         self.in_run_restarts = Gauge("cjob_job_subtask_restarts",
                                      "Relaunches of the barrier stage in this driver", labels,
                                      registry=r)
+        self.milestone = Gauge(
+            "cjob_job_milestone_timestamp_seconds",
+            "When this driver reached a milestone of its start (Unix time): driver_started, "
+            "spark_starting, spark_ready, promoted (a standby), stage_launched, first_record "
+            "and last_record (of the current barrier stage)",
+            [*labels, "milestone"], registry=r)
         self.restored.labels(job).set(-1)
 
     def serve(self, port: int) -> None:
@@ -69,6 +89,13 @@ class DriverMetrics:
         failures = int(getattr(stats, "prune_failures", 0))
         if failures > 0:
             self.prune_failures.labels(job).inc(failures)
+
+    def milestones(self, timeline: Mapping[str, float]) -> None:
+        """Serve the timeline's known milestones; other entries are not timestamps."""
+        for key, value in timeline.items():
+            name = MILESTONES.get(key)
+            if name is not None:
+                self.milestone.labels(self._job, name).set(value)
 
     def progress(self, *, records_in: int, records_out: int, failed: int,
                  restarts: int) -> None:

@@ -235,6 +235,18 @@ def driver_metrics(pod: dict[str, Any], *, port: int = 9108) -> dict[str, float]
     return samples
 
 
+def driver_milestones(pod: dict[str, Any] | None, *, port: int = 9108) -> dict[str, float]:
+    """The driver's ``cjob_job_milestone_timestamp_seconds`` (milestone -> Unix time)."""
+    if not pod or not pod["status"].get("podIP"):
+        return {}
+    ip = pod["status"]["podIP"]
+    with urllib.request.urlopen(f"http://{ip}:{port}/metrics", timeout=3) as resp:
+        text = resp.read().decode()
+    found = re.findall(r'^cjob_job_milestone_timestamp_seconds\{[^}]*milestone="([a-z_]+)"'
+                       r'[^}]*\}\s+(\S+)', text, flags=re.MULTILINE)
+    return {name: float(value) for name, value in found}
+
+
 def records_flowing(pod: dict[str, Any] | None) -> bool:
     """Whether the driver in ``pod`` has processed records (its metrics say so)."""
     return bool(pod and pod["status"].get("podIP")) and (

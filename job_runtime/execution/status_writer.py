@@ -76,6 +76,7 @@ class StatusWriter:
             self.metrics.progress(records_in=status.records_in, records_out=status.records_out,
                                   failed=status.checkpoints.failed,
                                   restarts=status.subtask_restarts)
+            self.metrics.milestones(status.timeline)
         if self.path:
             write_status_file(self.path, status)
 
