@@ -4,9 +4,10 @@ Four runs of our driver, parallelism 2, 100k keys, exactly-once:
 
 * **no backpressure** - ``bench.jobs:keyed_aggregate`` with a rate-limited
   source well below what the job can do, so channels are nearly empty;
-* **backpressure** - ``bench.jobs:slow_keyed``: the keyed stage sleeps after
-  every batch, the source runs unthrottled and is stopped by exhausted credits,
-  so every channel is full when a barrier enters it;
+* **backpressure** - ``bench.jobs:slow_keyed``: a keyed ``process`` (count and
+  sum in a ``ValueState``) that sleeps every 1,024 records, the source runs
+  unthrottled and is stopped by exhausted credits, so every channel is full when a
+  barrier enters it;
 
 each with aligned and with unaligned checkpoints. The per-checkpoint numbers
 come from the driver's status file (``checkpointHistory``, the coordinator's
@@ -65,8 +66,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "checkpoints of all runs, so p99 is not just the maximum")
 
 
+def check_scale(*, name: str, completed: int, runs: int, seconds: float,
+                interval: float) -> None:
+    """Fail if the runs held far fewer checkpoints than their length promised.
+
+    A run that ends early (the job outgrew the scale it was given, as when the keyed
+    stage stopped being the bottleneck) leaves a handful of checkpoints, and
+    percentiles of a handful say nothing: better no number than that one.
+    """
+    expected = runs * seconds / interval
+    if completed < max(2.0, expected / 4):
+        raise BenchmarkError(
+            benchmark="barriers",
+            problem=f"{name}: {completed} periodic checkpoints in {runs} run(s), where about "
+                    f"{expected:.0f} were expected; the runs ended early, so their "
+                    f"percentiles would say nothing (raise --seconds or lower the rate)")
+
+
 def _configurations(ns: argparse.Namespace) -> list[dict[str, Any]]:
-    # The slow stage handles about one batch of ~1024 records per sleep per subtask.
+    # The slow stage handles about 1,024 records per sleep per subtask.
     slow_rate = 2 * 1024 * 1000.0 / max(ns.sleep_ms, 1.0)
     configs = []
     for unaligned in (False, True):
@@ -97,9 +115,8 @@ def _run_config(config: dict[str, Any], ns: argparse.Namespace) -> dict[str, Any
         history = result.history
         checkpoints += [h for h in history if h["status"] == "COMPLETED" and not h["final"]]
         failed += sum(1 for h in history if h["status"] == "FAILED")
-    if not checkpoints:
-        raise BenchmarkError(benchmark="barriers",
-                             problem=f"{config['name']}: no periodic checkpoint completed")
+    check_scale(name=config["name"], completed=len(checkpoints), runs=ns.repeat,
+                seconds=ns.seconds, interval=ns.interval)
     alignment = [float(h["alignment_ms_max"]) for h in checkpoints]
     sync = [float(h["sync_ms_max"]) for h in checkpoints]
     duration = [float(h["duration_ms"]) for h in checkpoints]

@@ -68,23 +68,29 @@ def keyed_process(p: Pipeline) -> None:
 
 
 def slow_keyed(p: Pipeline) -> None:
-    """A keyed ``process`` that sleeps per batch: the keyed stage is the bottleneck.
+    """A keyed ``process`` that pauses every ``batch`` records: the keyed stage is the
+    bottleneck.
 
-    The source produces faster than the keyed stage consumes, so credits run
-    out and the source blocks: this is the backpressure case of the barrier
-    benchmark. ``sleep_ms`` is the pause per batch of the keyed stage.
+    The source produces faster than the keyed stage consumes, so credits run out and
+    the source blocks: this is the backpressure case of the barrier benchmark, with
+    every channel full when a barrier enters it. The keyed stage must see every
+    record: ``aggregate`` would combine them before the exchange (one row per key and
+    flush), and a pause per batch there throttles nothing. ``sleep_ms`` is the pause.
     """
     count = int(p.args.get("count", 400_000))
     keys = int(p.args.get("keys", 100_000))
     sleep_s = float(p.args.get("sleep_ms", 20)) / 1000.0
+    every = int(p.args.get("batch_size", 1024))
+    seen = [0]
 
-    def slow(batch: pa.RecordBatch) -> pa.RecordBatch:
-        time.sleep(sleep_s)
-        return batch
+    def slow_count_sum(record: dict[str, Any], ctx: Any) -> None:
+        seen[0] += 1
+        if seen[0] % every == 0:
+            time.sleep(sleep_s)
+        _count_sum(record, ctx)
 
-    (p.source(sources.sequence(count=count, batch_size=int(p.args.get("batch_size", 2048))))
+    (p.source(sources.sequence(count=count, batch_size=every))
       .map_batches(_with_key(keys))
       .key_by("key")
-      .aggregate(n="count", total=("sum", "value"))
-      .map_batches(slow)
+      .process(slow_count_sum)
       .sink(sinks.discard()))

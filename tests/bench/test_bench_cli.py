@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from bench.__main__ import ALL, BENCHMARKS, all_steps, build_parser
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,3 +51,13 @@ def test_all_compares_ours_and_structured_streamings_rocksdb_state_at_the_same_5
     parser = build_parser()
     steps = {step[0]: parser.parse_args(list(step)) for step in ALL}
     assert steps["rocksdb-state"].size_gb == steps["ss-rocksdb-state"].state_gb == 5.0
+
+
+def test_barriers_refuses_to_report_percentiles_of_runs_that_ended_early() -> None:
+    from bench.barriers import check_scale
+    from bench.common import BenchmarkError
+
+    check_scale(name="backpressure, aligned", completed=90, runs=2, seconds=25, interval=0.5)
+    with pytest.raises(BenchmarkError, match="2 periodic checkpoints in 2 run"):
+        check_scale(name="backpressure, aligned", completed=2, runs=2, seconds=25,
+                    interval=0.5)
