@@ -8,9 +8,10 @@ still (fewer per-batch costs), and one batch holding the whole input is fastest 
 all, but it never checkpoints within the run: that is a different promise, not a
 better tuning of the same one.
 
-The search doubles the size while batches fit, then narrows between the largest
-size that fitted and the smallest that overran until they are within a fifth of each
-other; if the first size already overruns, it halves. It is pure (the points measured
+The search doubles the size while batches fit (or overran but the rate still grew by
+a tenth: a noisy batch of a small size), then narrows between the largest size that
+fitted and the smallest that overran until they are within a fifth of each other; if
+nothing fits, it halves below the smallest size tried. It is pure (the points measured
 so far in, the next size out) so it is tested without Spark.
 """
 
@@ -24,6 +25,10 @@ from bench.ss_results import TuningPoint
 
 CLOSE_ENOUGH = 0.2
 """Stop narrowing once the overrun is within this fraction above the fit."""
+STILL_GAINING = 1.10
+"""Doubling goes on past an overrun while the rate grows by this factor."""
+FAR_OVER = 2.0
+"""A first size whose batch takes this many trigger intervals is too large."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -45,6 +50,11 @@ class BatchSizeSearch:
         if not points:
             return max(self.floor, min(self.start, self.limit))
         tried = {p.rows_per_batch for p in points}
+        top = max(points, key=lambda p: p.rows_per_batch)
+        coming_down = min(tried) < min(self.start, self.limit)
+        if (not coming_down and top.rows_per_batch < self.limit
+                and self._still_doubling(top, points)):
+            return min(2 * top.rows_per_batch, self.limit)
         fitted = [p.rows_per_batch for p in points if self.fits(p)]
         if not fitted:
             smallest = min(tried)
@@ -52,15 +62,27 @@ class BatchSizeSearch:
         low = max(fitted)
         overran = [p.rows_per_batch for p in points if not self.fits(p) and p.rows_per_batch > low]
         if not overran:
-            if low >= self.limit:
-                return None
-            size = min(2 * low, self.limit)
-            return None if size in tried else size
+            return None
         high = min(overran)
         if high - low <= CLOSE_ENOUGH * low:
             return None
         middle = _round(low + (high - low) / 2)
         return None if middle in tried or not low < middle < high else middle
+
+    def _still_doubling(self, top: TuningPoint, points: Sequence[TuningPoint]) -> bool:
+        """Double on while the largest size fits, or while it overran but still gained.
+
+        Small batches cost mostly their fixed per-batch work, whose noise can push one
+        over the trigger; the rate still growing with the size says the search has not
+        reached the sizes where rows, not batches, cost the time. A first size far over
+        the trigger (twice) is a slow engine: the search comes down instead.
+        """
+        if self.fits(top):
+            return True
+        smaller = [p.records_per_second for p in points if p.rows_per_batch < top.rows_per_batch]
+        if not smaller:
+            return top.batch_ms_median < FAR_OVER * self.budget_ms
+        return top.records_per_second >= STILL_GAINING * max(smaller)
 
     def chosen(self, points: Sequence[TuningPoint]) -> int:
         """The fastest size whose batches fit; if none fit, the one with the shortest."""

@@ -209,12 +209,12 @@ def tune(*, spark: Any, query: str, keys: int, start: int, limit: int, paralleli
     a checkpoint per trigger interval (:mod:`bench.batch_size_search`).
 
     At each size the search tries, run one warm-up batch
-    (:data:`FIRST_SIZE_WARMUP_BATCHES` for the first size) and two measured batches.
+    (:data:`FIRST_SIZE_WARMUP_BATCHES` for the first size) and three measured batches.
     """
     search = BatchSizeSearch(start=start, limit=limit, budget_ms=TRIGGER_SECONDS * 1000.0)
     points: list[TuningPoint] = []
     while (size := search.next_size(points)) is not None:
-        run = measure(spark=spark, query=query, records=2 * size, keys=keys,
+        run = measure(spark=spark, query=query, records=3 * size, keys=keys,
                       rows_per_batch=size,
                       warmup_batches=1 if points else FIRST_SIZE_WARMUP_BATCHES,
                       parallelism=parallelism, sink=sink, work=work, spark_ready_at=0.0,

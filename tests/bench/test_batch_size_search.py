@@ -68,8 +68,30 @@ def test_it_stops_once_the_fit_and_the_overrun_are_close() -> None:
     assert SEARCH.next_size(points) is None
 
 
-def test_it_halves_when_the_first_size_overruns() -> None:
+def test_it_halves_when_the_first_size_overruns_by_far() -> None:
     assert SEARCH.next_size([point(500_000, 2_400.0)]) == 250_000
+
+
+def test_a_noisy_overrun_does_not_stop_the_doubling_while_the_rate_still_grows() -> None:
+    # Per-batch costs dominate small batches, and one slow batch reads as an overrun.
+    assert SEARCH.next_size([point(500_000, 1_042.0)]) == 1_000_000
+    points = [point(500_000, 700.0), point(1_000_000, 1_050.0)]
+    assert SEARCH.next_size(points) == 2_000_000
+
+
+def test_doubling_stops_at_an_overrun_that_gained_little() -> None:
+    points = [point(8_000_000, 805.0), point(16_000_000, 1_500.0)]
+    assert SEARCH.next_size(points) == 12_000_000
+
+
+def test_on_an_engine_with_a_large_fixed_cost_per_batch_it_finds_the_large_fit() -> None:
+    # 650 ms per batch whatever its size, then 25 ns per row: about 14M rows fit.
+    points: list[TuningPoint] = []
+    noisy = {500_000: 1_042.0}  # one unlucky first measurement
+    while (size := SEARCH.next_size(points)) is not None:
+        points.append(point(size, noisy.get(size, 650.0 + size * 0.000025)))
+        assert len(points) < 40
+    assert 11_000_000 <= SEARCH.chosen(points) <= 14_000_000
 
 
 def test_it_never_passes_the_limit() -> None:
