@@ -39,6 +39,7 @@ from bench.common import (
     print_table,
     pyplot,
     python_env,
+    require_checkpoints,
     run_driver,
     target_entry,
     update_summary,
@@ -68,19 +69,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def check_scale(*, name: str, completed: int, runs: int, seconds: float,
                 interval: float) -> None:
-    """Fail if the runs held far fewer checkpoints than their length promised.
-
-    A run that ends early (the job outgrew the scale it was given, as when the keyed
-    stage stopped being the bottleneck) leaves a handful of checkpoints, and
-    percentiles of a handful say nothing: better no number than that one.
-    """
-    expected = runs * seconds / interval
-    if completed < max(2.0, expected / 4):
-        raise BenchmarkError(
-            benchmark="barriers",
-            problem=f"{name}: {completed} periodic checkpoints in {runs} run(s), where about "
-                    f"{expected:.0f} were expected; the runs ended early, so their "
-                    f"percentiles would say nothing (raise --seconds or lower the rate)")
+    """Fail if the runs held far fewer checkpoints than their length promised (as when
+    the keyed stage stopped being the bottleneck and a run ended early)."""
+    require_checkpoints(benchmark="barriers", run=f"{name}, {runs} run(s)", completed=completed,
+                        expected=runs * seconds / interval,
+                        advice="raise --seconds or lower the rate")
 
 
 def _configurations(ns: argparse.Namespace) -> list[dict[str, Any]]:

@@ -36,6 +36,21 @@ class BenchmarkError(Exception):
         self.problem = problem
 
 
+def require_checkpoints(*, benchmark: str, run: str, completed: int, expected: float,
+                        advice: str) -> None:
+    """Refuse a measurement whose runs held far fewer checkpoints than expected.
+
+    A run that ends early, because the job outgrew the scale it was given, leaves a
+    handful of checkpoints; a rate or a percentile over a handful says nothing, and
+    no number is better than that one.
+    """
+    if completed < max(2.0, expected / 4):
+        raise BenchmarkError(
+            benchmark=benchmark,
+            problem=f"{run}: {completed} periodic checkpoints where about {expected:.0f} "
+                    f"were expected; the run is too short to measure ({advice})")
+
+
 def today() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 

@@ -20,6 +20,7 @@ from bench.common import (
     plot_path,
     print_table,
     pyplot,
+    require_checkpoints,
     run_driver,
     target_entry,
     update_summary,
@@ -73,6 +74,12 @@ def run(ns: argparse.Namespace) -> dict[str, Any]:
             result = run_ours(records=ns.records, keys=ns.keys,
                               checkpoint_interval=ns.interval if checkpointing else 0.0,
                               name="bench-overhead")
+            if checkpointing:
+                periodic = result["checkpoints"] - 1  # the final one is not periodic
+                require_checkpoints(benchmark="overhead", run=f"repetition {i + 1}",
+                                    completed=periodic,
+                                    expected=result["seconds"] / ns.interval,
+                                    advice="raise --records")
             (with_ckpt if checkpointing else without).append(result)
             print(f"[overhead]   {result['records_per_second']:,.0f} records/s, "
                   f"{result['checkpoints']} checkpoints", flush=True)

@@ -58,6 +58,16 @@ def test_barriers_refuses_to_report_percentiles_of_runs_that_ended_early() -> No
     from bench.common import BenchmarkError
 
     check_scale(name="backpressure, aligned", completed=90, runs=2, seconds=25, interval=0.5)
-    with pytest.raises(BenchmarkError, match="2 periodic checkpoints in 2 run"):
+    with pytest.raises(BenchmarkError, match=r"2 run.*: 2 periodic checkpoints where about 100"):
         check_scale(name="backpressure, aligned", completed=2, runs=2, seconds=25,
                     interval=0.5)
+
+
+def test_overhead_refuses_a_run_too_short_to_hold_its_checkpoints() -> None:
+    from bench.common import BenchmarkError, require_checkpoints
+
+    require_checkpoints(benchmark="overhead", run="repetition 1", completed=9, expected=10.0,
+                        advice="raise --records")
+    with pytest.raises(BenchmarkError, match="raise --records"):
+        require_checkpoints(benchmark="overhead", run="repetition 1", completed=1,
+                            expected=1.2, advice="raise --records")
