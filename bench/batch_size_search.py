@@ -8,8 +8,8 @@ still (fewer per-batch costs), and one batch holding the whole input is fastest 
 all, but it never checkpoints within the run: that is a different promise, not a
 better tuning of the same one.
 
-The search doubles the size while batches fit (or overran but the rate still grew by
-a tenth: a noisy batch of a small size), then narrows between the largest size that
+The search doubles the size while batches fit (or overran by less than 30 % while the
+rate still grew by a tenth: a noisy batch of a small size), then narrows between the largest size that
 fitted and the smallest that overran until they are within a fifth of each other; if
 nothing fits, it halves below the smallest size tried. It is pure (the points measured
 so far in, the next size out) so it is tested without Spark.
@@ -26,9 +26,9 @@ from bench.ss_results import TuningPoint
 CLOSE_ENOUGH = 0.2
 """Stop narrowing once the overrun is within this fraction above the fit."""
 STILL_GAINING = 1.10
-"""Doubling goes on past an overrun while the rate grows by this factor."""
-FAR_OVER = 2.0
-"""A first size whose batch takes this many trigger intervals is too large."""
+"""Doubling goes on past a noisy overrun while the rate grows by this factor."""
+NOISE_BAND = 1.3
+"""An overrun by less than this factor of the trigger may be one noisy batch."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -75,13 +75,17 @@ class BatchSizeSearch:
         Small batches cost mostly their fixed per-batch work, whose noise can push one
         over the trigger; the rate still growing with the size says the search has not
         reached the sizes where rows, not batches, cost the time. A first size far over
-        the trigger (twice) is a slow engine: the search comes down instead.
+        the trigger (twice) is a slow engine: the search comes down instead. An overrun
+        beyond the noise band ends the doubling, although larger batches always amortise
+        the per-batch work better.
         """
         if self.fits(top):
             return True
+        if top.batch_ms_median >= NOISE_BAND * self.budget_ms:
+            return False
         smaller = [p.records_per_second for p in points if p.rows_per_batch < top.rows_per_batch]
         if not smaller:
-            return top.batch_ms_median < FAR_OVER * self.budget_ms
+            return True
         return top.records_per_second >= STILL_GAINING * max(smaller)
 
     def chosen(self, points: Sequence[TuningPoint]) -> int:

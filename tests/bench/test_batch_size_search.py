@@ -79,6 +79,13 @@ def test_a_noisy_overrun_does_not_stop_the_doubling_while_the_rate_still_grows()
     assert SEARCH.next_size(points) == 2_000_000
 
 
+def test_doubling_stops_at_a_clear_overrun_even_while_the_rate_grows() -> None:
+    # Larger batches always amortise the per-batch cost better; past the noise band an
+    # overrun is an overrun.
+    points = [point(8_000_000, 805.0), point(16_000_000, 1_680.0)]
+    assert SEARCH.next_size(points) == 12_000_000
+
+
 def test_doubling_stops_at_an_overrun_that_gained_little() -> None:
     points = [point(8_000_000, 805.0), point(16_000_000, 1_500.0)]
     assert SEARCH.next_size(points) == 12_000_000

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import time
 import urllib.request
@@ -33,6 +34,14 @@ def scrape(port: int) -> dict[str, float]:
     return values
 
 
+def milestones(port: int) -> dict[str, float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    found = re.findall(r'^cjob_job_milestone_timestamp_seconds\{[^}]*milestone="(\w+)"[^}]*\}'
+                       r"\s+(\S+)$", text, flags=re.MULTILINE)
+    return {name: float(value) for name, value in found}
+
+
 def test_metrics_answer_while_running_and_a_requested_checkpoint_is_acknowledged(
     tmp_path: Path,
 ) -> None:
@@ -61,6 +70,9 @@ def test_metrics_answer_while_running_and_a_requested_checkpoint_is_acknowledged
         assert metrics["cjob_job_restored_checkpoint_id"] == -1
         assert "cjob_checkpoint_duration_seconds_count" in metrics
         assert "cjob_checkpoint_sync_seconds_count" in metrics
+        times = milestones(port)
+        assert (times["driver_started"] <= times["spark_ready"] <= times["stage_launched"]
+                <= times["first_record"]), times
     finally:
         finished = job.finish(proc, attempt=1)
     assert finished.returncode == 0, finished.explain()
