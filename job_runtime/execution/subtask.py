@@ -226,6 +226,8 @@ class SubtaskRuntime:
         pipeline = build_pipeline(entrypoint=config.entrypoint, args=config.args,
                                   name=config.job_name)
         stages = plan_stages(pipeline)
+        # And the storage's client: the restore is the first thing after the answer.
+        self.storage.fs.prepare()
         registered = self.register()
         restore = registered.restore
         unaligned = config.unaligned and config.mode == "exactly_once"

@@ -17,6 +17,7 @@ from cjob_checkpoint.storage.errors import (
 )
 from cjob_checkpoint.storage.filesystem import (
     MULTIPART_THRESHOLD,
+    LocalFileSystem,
     S3Config,
     S3FileSystem,
     get_filesystem,
@@ -189,6 +190,29 @@ class TestErrors:
 
         with pytest.raises(StorageAccessDeniedError, match="AWS_ACCESS_KEY_ID"):
             fs.read_bytes("s3://bucket/key")
+
+
+class TestPrepare:
+    """``prepare`` does the first request's one-time work ahead: a standby's parked
+    subtasks pay for the S3 client before the promotion, not after it."""
+
+    def test_prepare_creates_the_client_without_a_request(self) -> None:
+        endpoint = f"http://127.0.0.1:{find_free_port()}"  # nothing listens there
+        fs = S3FileSystem(config=build_config(endpoint, connect_timeout=1.0, max_attempts=1))
+        fs.prepare()
+        assert fs._client is not None
+
+    def test_the_prepared_client_is_the_one_requests_use(
+        self, fs: S3FileSystem, s3_bucket: S3Bucket
+    ) -> None:
+        fs.prepare()
+        prepared = fs._client
+        fs.write_bytes(f"{s3_bucket.uri}/k", b"v")
+        assert fs.read_bytes(f"{s3_bucket.uri}/k") == b"v"
+        assert fs.client is prepared
+
+    def test_a_local_file_system_has_nothing_to_prepare(self) -> None:
+        LocalFileSystem().prepare()
 
 
 class TestOutages:
