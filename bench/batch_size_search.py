@@ -8,10 +8,10 @@ still (fewer per-batch costs), and one batch holding the whole input is fastest 
 all, but it never checkpoints within the run: that is a different promise, not a
 better tuning of the same one.
 
-The search doubles the size while batches fit (or overran by less than 30 % while the
-rate still grew by a tenth: a noisy batch of a small size), then narrows between the largest size that
-fitted and the smallest that overran until they are within a fifth of each other; if
-nothing fits, it halves below the smallest size tried. It is pure (the points measured
+The search doubles the size while batches fit (or overran by less than 30 % while
+the rate still grew by a tenth: a noisy batch of a small size), then narrows between
+the largest size that fitted and the smallest that overran until they are within a
+fifth of each other; if nothing fits, it halves below the smallest size tried. It is pure (the points measured
 so far in, the next size out) so it is tested without Spark.
 """
 
@@ -74,10 +74,9 @@ class BatchSizeSearch:
 
         Small batches cost mostly their fixed per-batch work, whose noise can push one
         over the trigger; the rate still growing with the size says the search has not
-        reached the sizes where rows, not batches, cost the time. A first size far over
-        the trigger (twice) is a slow engine: the search comes down instead. An overrun
-        beyond the noise band ends the doubling, although larger batches always amortise
-        the per-batch work better.
+        reached the sizes where rows, not batches, cost the time. An overrun beyond the
+        noise band ends the doubling, although larger batches always amortise the
+        per-batch work better; at the first size, the search then comes down.
         """
         if self.fits(top):
             return True
