@@ -220,11 +220,16 @@ class JobHandle:
         return f"history={self.history} events={self.events()[-8:]}"
 
 
-def driver_metrics(pod: dict[str, Any], *, port: int = 9108) -> dict[str, float]:
-    """The driver's Prometheus samples (name without labels -> value)."""
+def _metrics_text(pod: dict[str, Any], *, port: int) -> str:
+    """The driver's metrics endpoint, as served."""
     ip = pod["status"]["podIP"]
     with urllib.request.urlopen(f"http://{ip}:{port}/metrics", timeout=3) as resp:
-        text = resp.read().decode()
+        return str(resp.read().decode())
+
+
+def driver_metrics(pod: dict[str, Any], *, port: int = 9108) -> dict[str, float]:
+    """The driver's Prometheus samples (name without labels -> value)."""
+    text = _metrics_text(pod, port=port)
     samples: dict[str, float] = {}
     for line in text.splitlines():
         if line.startswith("#") or not line.strip():
@@ -239,9 +244,7 @@ def driver_milestones(pod: dict[str, Any] | None, *, port: int = 9108) -> dict[s
     """The driver's ``cjob_job_milestone_timestamp_seconds`` (milestone -> Unix time)."""
     if not pod or not pod["status"].get("podIP"):
         return {}
-    ip = pod["status"]["podIP"]
-    with urllib.request.urlopen(f"http://{ip}:{port}/metrics", timeout=3) as resp:
-        text = resp.read().decode()
+    text = _metrics_text(pod, port=port)
     found = re.findall(r'^cjob_job_milestone_timestamp_seconds\{[^}]*milestone="([a-z_]+)"'
                        r'[^}]*\}\s+(\S+)', text, flags=re.MULTILINE)
     return {name: float(value) for name, value in found}

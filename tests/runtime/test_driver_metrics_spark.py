@@ -22,9 +22,13 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def scrape(port: int) -> dict[str, float]:
+def _metrics_text(port: int) -> str:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-        text = response.read().decode()
+        return str(response.read().decode())
+
+
+def scrape(port: int) -> dict[str, float]:
+    text = _metrics_text(port)
     values: dict[str, float] = {}
     for line in text.splitlines():
         if line.startswith("#") or not line.strip():
@@ -35,8 +39,7 @@ def scrape(port: int) -> dict[str, float]:
 
 
 def milestones(port: int) -> dict[str, float]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-        text = response.read().decode()
+    text = _metrics_text(port)
     found = re.findall(r'^cjob_job_milestone_timestamp_seconds\{[^}]*milestone="(\w+)"[^}]*\}'
                        r"\s+(\S+)$", text, flags=re.MULTILINE)
     return {name: float(value) for name, value in found}
