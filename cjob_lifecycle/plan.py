@@ -807,16 +807,28 @@ def _attempt_ended(draft: _Draft, pod: DriverPod | None, end: AttemptEnd) -> boo
         return True
     assert isinstance(decision, Restart)
     when = truncate_to_seconds(decision.not_before)
+    message = f"{decision.message} (at {format_time(when)})"
+    standby = _ready_standby(draft)
+    if standby is not None:
+        # The backoff spaces out driver starts, so that a driver failing as it starts
+        # does not start JVMs back to back. A ready standby has started already, and
+        # the next one needs a whole start before it is ready: its takeover is not
+        # delayed. It still counts as a restart, against maxRestarts.
+        when = truncate_to_seconds(draft.now)
+        policy = draft.job.spec.restart_policy
+        message = (f"{end.message or describe_exit(end.exit_code)}; restart {decision.restarts} of at most "
+                   f"{policy.max_restarts}, by the ready standby driver {standby.name}")
     draft.set(
         phase=Phase.RESTARTING,
         reason="BackingOff",
-        message=f"{decision.message} (at {format_time(when)})",
+        message=message,
         restarts=decision.restarts,
         next_restart_at=when,
         last_failure=last_failure,
     )
     kind: EventType = "Normal" if end.succeeded else "Warning"
-    draft.event(kind, "AttemptEnded" if end.succeeded else end.reason, decision.message)
+    draft.event(kind, "AttemptEnded" if end.succeeded else end.reason,
+                decision.message if standby is None else message)
     return True
 
 

@@ -176,3 +176,33 @@ def test_deleting_the_job_stops_and_waits_for_its_standby() -> None:
     result = run(observed, at(60))
     assert DeleteDriver(name="clicks-standby-1", reason="JobDeleted") in result.actions
     assert "RemoveFinalizer" not in kinds(result)
+
+
+# --- how soon ------------------------------------------------------------------------
+
+
+def test_a_ready_standby_takes_over_at_once_not_after_the_restart_backoff() -> None:
+    # The backoff (10 s by default) spaces out driver starts; a standby has started already.
+    job = standby_job()
+    result = run(failed_attempt_one(job, standby(1, job=job)), at(65.4))  # failed at 65
+    assert result.of_type(PromoteStandby) == [
+        PromoteStandby(name="clicks-standby-1", attempt=2, restore_pointer="latest")]
+    assert result.status.restarts == 1
+    assert result.status.phase is Phase.PENDING
+
+
+def test_the_takeover_counts_against_max_restarts() -> None:
+    job = standby_job(**{"restartPolicy.maxRestarts": 1})
+    failed = failed_attempt_one(job, standby(1, job=job))
+    result = run(dataclasses.replace(failed, status=failed.status.replace(restarts=1)), at(65.4))
+    assert result.of_type(PromoteStandby) == []
+    assert result.status.phase is Phase.FAILED
+    assert result.status.reason == "RestartLimitExceeded"
+
+
+def test_without_a_ready_standby_a_failure_still_waits_for_the_backoff() -> None:
+    job = standby_job()
+    result = run(failed_attempt_one(job, standby(1, job=job, ready=False)), at(65.4))
+    assert result.of_type(PromoteStandby) == [] and result.of_type(CreateDriver) == []
+    assert result.status.phase is Phase.RESTARTING
+    assert result.status.next_restart_at == at(75)
