@@ -15,6 +15,7 @@ from datetime import datetime
 from enum import Enum
 
 from cjob_checkpoint.store.restore_report import RestoreReport
+from cjob_spec.driver_beacon import DriverLost
 from cjob_spec.model import CheckpointedJob
 from cjob_spec.status import CheckpointRef, JobStatus
 
@@ -47,6 +48,9 @@ class DriverPod:
     attempt during which it was created. A promoted one is an ordinary driver."""
     ready: bool = False
     """For a standby: its Spark is started and its job code loaded."""
+    driver_lost: DriverLost | None = None
+    """For a standby: its report that the active driver it watched is gone (the
+    connection to its beacon closed without a goodbye, :mod:`cjob_spec.driver_beacon`)."""
 
     @property
     def is_live(self) -> bool:

@@ -94,6 +94,8 @@ _A = TypeVar("_A")
 POD_FAILURE_REASONS = frozenset({"OOMKilled", "Evicted", "DeadlineExceeded", "ContainerCannotRun"})
 """Pod or container reasons more telling than the exit code's."""
 NO_IMAGE_REASON = "NoImage"
+DRIVER_LOST_REASON = "DriverLost"
+"""A ready standby reports the active driver gone (:mod:`cjob_spec.driver_beacon`)."""
 STORE_LOST_REASON = "StoreLost"
 STORE_CONFLICT_REASON = "StoreConflict"
 WAITING_FOR_PREVIOUS_STORE_REASON = "WaitingForPreviousStore"
@@ -337,14 +339,16 @@ def _delete_finished(draft: _Draft, pod: DriverPod) -> None:
         draft.act(DeleteDriver(name=pod.name, reason="PrunedHistory"))
 
 
-def _wait_for_blocking_pods(draft: _Draft, reason: str, *, standby_too: bool = False) -> bool:
+def _wait_for_blocking_pods(draft: _Draft, reason: str, *, standby_too: bool = False,
+                            unless: frozenset[str] = frozenset()) -> bool:
     """Delete live driver pods; True (and a requeue) if some must still be waited for.
 
     A standby driver never overlaps an attempt (it writes nothing until promoted, and
     its promotion fences the attempt before it), so only the job's deletion waits for it.
+    Pods named in ``unless`` are deleted but not waited for.
     """
     pods = [pod for pod in draft.observed.pods if standby_too or not pod.standby]
-    blocking = [pod for pod in pods if _is_blocking(draft, pod)]
+    blocking = [pod for pod in pods if _is_blocking(draft, pod) and pod.name not in unless]
     for pod in pods:
         if pod.is_live or pod.phase == "Unknown":
             _delete(draft, pod, reason)
@@ -393,7 +397,7 @@ def _on_new(draft: _Draft) -> bool:
 
 def _start_attempt(draft: _Draft, *, reason: str, reset_restarts: bool) -> None:
     """Create the next attempt's driver once no earlier driver can overlap it."""
-    if _wait_for_blocking_pods(draft, "Superseded"):
+    if _wait_for_blocking_pods(draft, "Superseded", unless=_lost_to_standby(draft)):
         if draft.status.phase is None:
             draft.set(reason="WaitingForPreviousDriver")
         draft.set(message="waiting for the previous driver pod to stop")
@@ -434,7 +438,8 @@ def _start_attempt(draft: _Draft, *, reason: str, reset_restarts: bool) -> None:
     if not observed.store.exists:
         draft.act(EnsureCheckpointConfigMap(name=checkpoint_configmap_name(draft.name)))
     draft.act(EnsureServiceAccount(name=service_account_name(draft.name)))
-    draft.act(EnsureRole(name=role_name(draft.name)))
+    standby_pod = standby_pod_name(draft.name, attempt) if job.spec.standby.enabled else None
+    draft.act(EnsureRole(name=role_name(draft.name), standby_pod=standby_pod))
     draft.act(EnsureRoleBinding(name=role_binding_name(draft.name)))
     if job.spec.spark.is_kubernetes:
         draft.act(EnsureService(name=driver_service_name(draft.name)))
@@ -635,7 +640,7 @@ def _on_active(draft: _Draft) -> bool:
             message=f"driver pod {name} disappeared",
         )
         return _attempt_ended(draft, None, missing)
-    end = _pod_end(draft, pod)
+    end = _pod_end(draft, pod) or _reported_lost(draft, pod)
     if end is not None:
         return _attempt_ended(draft, pod, end)
     if _spec_changed(draft, pod):
@@ -684,6 +689,38 @@ def _pod_end(draft: _Draft, pod: DriverPod) -> AttemptEnd | None:
             message=f"driver pod {pod.name} is being deleted",
         )
     return None
+
+
+def _reported_lost(draft: _Draft, pod: DriverPod) -> AttemptEnd | None:
+    """The end of an attempt whose driver the ready standby reports gone.
+
+    A driver's connection to its standby closes the moment its process dies, long
+    before the kubelet reports the container's end. The report may be false (a
+    network fault): the attempt is then ended as for a lost node, the fence advanced
+    before the standby takes over, so the old driver can no longer commit.
+    """
+    standby = _ready_standby(draft)
+    report = standby.driver_lost if standby is not None else None
+    if standby is None or report is None or report.attempt != draft.status.attempt:
+        return None
+    return AttemptEnd(
+        reason=DRIVER_LOST_REASON,
+        exit_code=None,
+        at=draft.now,
+        message=f"driver pod {pod.name} is lost, as standby driver {standby.name} "
+                f"reports: {report.detail}",
+    )
+
+
+def _lost_to_standby(draft: _Draft) -> frozenset[str]:
+    """Driver pods the ready standby reported lost: they do not hold back its promotion,
+    which fences them first (their pods are deleted, and may still be terminating)."""
+    standby = _ready_standby(draft)
+    report = standby.driver_lost if standby is not None else None
+    if report is None:
+        return frozenset()
+    return frozenset(pod.name for pod in draft.observed.pods
+                     if not pod.standby and pod.attempt == report.attempt)
 
 
 def _spec_changed(draft: _Draft, pod: DriverPod) -> bool:

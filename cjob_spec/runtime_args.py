@@ -78,6 +78,7 @@ def to_runtime_args(
     extra_spark_conf: Mapping[str, str] | None = None,
     metrics_port: int | None = None,
     status_file: str | None = None,
+    beacon_host: str | None = None,
 ) -> list[str]:
     """Arguments (after ``python -m job_runtime run``) that run ``job``'s attempt.
 
@@ -155,6 +156,8 @@ def to_runtime_args(
         args += ["--metrics-port", str(metrics_port)]
     if status_file is not None:
         args += ["--status-file", status_file]
+    if beacon_host is not None:
+        args += ["--beacon-host", beacon_host]
     return args
 
 

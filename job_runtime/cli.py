@@ -103,6 +103,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--standby-ready-file", default=None, metavar="PATH",
                      help="with --standby-pod: the file written once the standby is ready "
                           "(a relative PATH is in the temporary directory)")
+    run.add_argument("--beacon-host", default=None, metavar="ADDRESS",
+                     help="with a configmap store: listen at ADDRESS for standby drivers, "
+                          "which then hear of this driver's death at once (set by the "
+                          "operator)")
     cleanup = sub.add_parser("cleanup", help="delete a deleted job's checkpoint directory")
     cleanup.add_argument("--uri", required=True,
                          help="the job's checkpoint directory, <storage>/<job-name>-<job-uid>")
@@ -135,7 +139,7 @@ def settings_from_args(ns: argparse.Namespace) -> DriverSettings:
         metrics_port=ns.metrics_port, status_file=ns.status_file,
         task_attempts=ns.task_attempts, credits=ns.credits, state_backend=ns.state_backend,
         state_dir=ns.state_dir, standby_file=ns.standby, standby_pod=ns.standby_pod,
-        standby_ready_file=ns.standby_ready_file)
+        standby_ready_file=ns.standby_ready_file, beacon_host=ns.beacon_host)
 
 
 def exit_on_sigterm() -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from kubernetes import watch
@@ -58,15 +59,20 @@ class ConfigMapPromotionWatch:
     A promotion naming another pod, or an older attempt, is not this standby's: the
     annotation holds only the operator's latest promotion, which may be of a standby
     that came before.
+
+    ``on_annotations`` sees the ConfigMap's annotations on every change while a wait
+    lasts: the standby reads the active driver's beacon address from the same watch.
     """
 
     def __init__(self, *, api: Any, namespace: str, name: str, pod: str,
-                 min_attempt: int) -> None:
+                 min_attempt: int,
+                 on_annotations: Callable[[Mapping[str, str]], None] | None = None) -> None:
         self.api = api
         self.namespace = namespace
         self.name = name
         self.pod = pod
         self.min_attempt = min_attempt
+        self.on_annotations = on_annotations
 
     @property
     def where(self) -> str:
@@ -109,6 +115,8 @@ class ConfigMapPromotionWatch:
                 obj = event.get("object")
                 metadata = getattr(obj, "metadata", None)
                 annotations = dict(getattr(metadata, "annotations", None) or {})
+                if self.on_annotations is not None:
+                    self.on_annotations(annotations)
                 promotion = self.mine(annotations.get(PROMOTION_ANNOTATION))
                 if promotion is not None:
                     return promotion
@@ -134,8 +142,10 @@ class ConfigMapPromotionWatch:
         time.sleep(min(RETRY_SECONDS, max(0.0, deadline - time.monotonic())))
 
 
-def open_promotion_watch(*, namespace: str, name: str, pod: str,
-                         min_attempt: int) -> ConfigMapPromotionWatch:
+def open_promotion_watch(
+    *, namespace: str, name: str, pod: str, min_attempt: int,
+    on_annotations: Callable[[Mapping[str, str]], None] | None = None,
+) -> ConfigMapPromotionWatch:
     api = core_v1_api(new_api_client(where=f"configmap:{namespace}/{name}"))
-    return ConfigMapPromotionWatch(api=api, namespace=namespace,
-                                   name=name, pod=pod, min_attempt=min_attempt)
+    return ConfigMapPromotionWatch(api=api, namespace=namespace, name=name, pod=pod,
+                                   min_attempt=min_attempt, on_annotations=on_annotations)

@@ -255,6 +255,10 @@ def test_a_k8s_job_with_a_warm_standby_recovers_from_a_driver_kill_by_promoting_
                         detail=job.describe)  # fmt: skip
     checkpoint_before_kill = scenario.wait_until(
         lambda: job.latest_checkpoint_id() or None, what="a checkpoint", timeout=60)
+    # The standby holds a connection to the active driver's beacon, at its pod address.
+    scenario.wait_until(lambda: "watching the driver of attempt 1" in job.logs("warm-standby-1"),
+                        what="the standby to watch the active driver", timeout=60,
+                        detail=job.describe)  # fmt: skip
 
     killed_at = time.time()
     scenario.kill_container(real_cluster.node.ctr, job.driver() or {})
@@ -287,6 +291,9 @@ def test_a_k8s_job_with_a_warm_standby_recovers_from_a_driver_kill_by_promoting_
     done = finished(job)
     assert done["phase"] == "Succeeded", job.describe()
     assert done["restarts"] == 1
+    # The standby reported the driver lost when its connection closed, before the kubelet
+    # noticed the container's end.
+    assert done["lastFailure"]["reason"] == "DriverLost", done["lastFailure"]
     restored = scenario.restored_id_from_logs(job.logs("warm-standby-1"))
     assert restored is not None and restored >= checkpoint_before_kill
     assert done["restoredFrom"]["id"] == restored

@@ -20,6 +20,7 @@ import re
 import shutil
 import socket
 import tempfile
+import threading
 import time
 from typing import Any
 
@@ -32,11 +33,13 @@ from cjob_checkpoint.store.base import (
     JobOutcome,
 )
 from cjob_checkpoint.store.triggers import FileTriggerSource, TriggerSource
+from cjob_spec.driver_beacon import BeaconAddress
 from cjob_spec.exit_codes import ExitCode
 from job_runtime.coordinator.coordinator import CheckpointCoordinator
 from job_runtime.coordinator.endpoint import CoordinatorEndpoint
 from job_runtime.errors import ConfigurationError, RestoreError
 from job_runtime.execution.barrier_stage import BarrierStage
+from job_runtime.execution.beacon import DriverBeacon
 from job_runtime.execution.code import prepare_job_code, ship_job_code
 from job_runtime.execution.config import SubtaskConfig
 from job_runtime.execution.entrypoint import add_python_path, build_pipeline
@@ -48,7 +51,7 @@ from job_runtime.execution.restore import record_restore, resolve_restore
 from job_runtime.execution.settings import DriverSettings
 from job_runtime.execution.spark_start import SparkStarter
 from job_runtime.execution.stages import plan_stages
-from job_runtime.execution.standby import ParkedStageEnded, wait_as_standby
+from job_runtime.execution.standby import ParkedStageEnded, configmap_store, wait_as_standby
 from job_runtime.execution.status_writer import StatusWriter
 from job_runtime.metrics import DriverMetrics
 from job_runtime.network.handshake import new_key
@@ -204,6 +207,7 @@ def _run(settings: DriverSettings) -> int:
             log.error("%s", exc)
             return exit_code(exc.cause, logged=True)
         promoted_at = time.time()
+    _start_beacon(settings)
     store, counter = open_store(settings)
     resolution = resolve_restore(settings=settings, storage=storage, store=store)
     restored, metadata, notes = resolution.checkpoint, resolution.metadata, resolution.notes
@@ -282,6 +286,41 @@ def _run(settings: DriverSettings) -> int:
     except Exception:
         pass
     return exit_code(outcome)
+
+
+def _start_beacon(settings: DriverSettings) -> DriverBeacon | None:
+    """Listen for standby drivers (``--beacon-host``) and record where, in the background.
+
+    The beacon only makes a standby's takeover faster: if it cannot listen or be
+    recorded, the job runs on and the kubelet's report of this driver's end is what a
+    standby waits for, as without it. Its ``bye`` is said at the interpreter's exit,
+    which every orderly end of the driver passes through and a killed one does not.
+    """
+    if settings.beacon_host is None:
+        return None
+    namespace, name = configmap_store(settings, setting="--beacon-host")
+    try:
+        beacon = DriverBeacon(host=settings.beacon_host, attempt=settings.attempt)
+    except OSError as exc:
+        log.warning("cannot listen for standby drivers at %s: %s; a standby then learns "
+                    "of this driver's end from the kubelet", settings.beacon_host, exc)
+        return None
+    atexit.register(beacon.close)
+    address = BeaconAddress(attempt=settings.attempt, host=beacon.host, port=beacon.port)
+
+    def publish() -> None:
+        from cjob_checkpoint.store.configmap_beacon import open_beacon_records
+
+        try:
+            open_beacon_records(namespace=namespace, store=name).publish(address)
+        except Exception as exc:
+            log.warning("cannot record this driver's beacon in configmap:%s/%s: %s",
+                        namespace, name, exc)
+            return
+        log.info("standby drivers can watch this driver at %s:%d", address.host, address.port)
+
+    threading.Thread(target=publish, name="beacon-publish", daemon=True).start()
+    return beacon
 
 
 def _staging(storage: CheckpointStorage) -> str:

@@ -51,6 +51,10 @@ class DriverSettings:
     ConfigMap store (``--store configmap:...``). ``attempt`` is the lowest it takes."""
     standby_ready_file: str | None = None
     """Where a standby pod says it is ready (its readiness probe tests the file)."""
+    beacon_host: str | None = None
+    """Listen for standby drivers at this address (the pod's own) and record where in
+    the ConfigMap store; a standby pod with it watches the active driver's beacon and
+    reports the driver lost when it dies (:mod:`cjob_spec.driver_beacon`)."""
 
     @property
     def is_standby(self) -> bool:

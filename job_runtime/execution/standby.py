@@ -25,7 +25,7 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from cjob_spec.exit_codes import ExitCode
@@ -40,6 +40,7 @@ from cjob_spec.standby_signal import (
 from job_runtime.coordinator.endpoint import CoordinatorEndpoint
 from job_runtime.errors import ConfigurationError
 from job_runtime.execution.barrier_stage import BarrierStage
+from job_runtime.execution.driver_watch import ActiveDriverWatch
 from job_runtime.execution.settings import DriverSettings
 
 log = logging.getLogger("job_runtime.driver")
@@ -146,6 +147,8 @@ class StandbyChannel:
     """The flag that chose the channel, named in configuration errors."""
     ready_file: str | None
     """Where readiness is written (``None``: nowhere)."""
+    watch: ActiveDriverWatch | None = None
+    """The watch over the active driver, which reports it lost (``--beacon-host``)."""
 
 
 def standby_channel(settings: DriverSettings) -> StandbyChannel:
@@ -154,23 +157,45 @@ def standby_channel(settings: DriverSettings) -> StandbyChannel:
         return StandbyChannel(source=FilePromotionSource(settings.standby_file),
                               setting="--standby",
                               ready_file=str(ready_path(settings.standby_file)))
-    assert settings.standby_pod is not None
-    kind, _, where = settings.store.partition(":")
-    namespace, _, name = where.partition("/")
-    if kind != "configmap" or not namespace or not name:
-        raise ConfigurationError(setting="--standby-pod",
-                                 problem=f"needs a configmap:NAMESPACE/NAME store, "
-                                         f"got --store {settings.store!r}")
+    pod = settings.standby_pod
+    assert pod is not None
+    namespace, name = configmap_store(settings, setting="--standby-pod")
+    from cjob_checkpoint.store.configmap_beacon import beacon_in, open_beacon_records
     from cjob_checkpoint.store.configmap_promotion import open_promotion_watch
 
-    watch = open_promotion_watch(namespace=namespace, name=name, pod=settings.standby_pod,
-                                 min_attempt=settings.attempt)
+    driver_watch = None
+    on_annotations = None
+    if settings.beacon_host is not None:
+        records = open_beacon_records(namespace=namespace, store=name)
+        driver_watch = ActiveDriverWatch(
+            attempt=settings.attempt,
+            report=lambda lost: records.report_lost(pod=pod, report=lost))
+
+        def on_annotations(annotations: Mapping[str, str]) -> None:
+            address = beacon_in(annotations)
+            if address is not None:
+                driver_watch.offer(address)
+
+    source = open_promotion_watch(namespace=namespace, name=name, pod=pod,
+                                  min_attempt=settings.attempt, on_annotations=on_annotations)
     ready_file = settings.standby_ready_file
     if ready_file is not None:
         # A relative name is in the temporary directory: a container's own /tmp, where
         # the pod's readiness probe looks.
         ready_file = os.path.join(tempfile.gettempdir(), ready_file)
-    return StandbyChannel(source=watch, setting="--standby-pod", ready_file=ready_file)
+    return StandbyChannel(source=source, setting="--standby-pod", ready_file=ready_file,
+                          watch=driver_watch)
+
+
+def configmap_store(settings: DriverSettings, *, setting: str) -> tuple[str, str]:
+    """The namespace and name of the ``configmap:NAMESPACE/NAME`` store ``setting`` needs."""
+    kind, _, where = settings.store.partition(":")
+    namespace, _, name = where.partition("/")
+    if kind != "configmap" or not namespace or not name:
+        raise ConfigurationError(setting=setting,
+                                 problem=f"needs a configmap:NAMESPACE/NAME store, "
+                                         f"got --store {settings.store!r}")
+    return namespace, name
 
 
 class ParkedStageEnded(Exception):
@@ -222,7 +247,14 @@ def wait_as_standby(*, settings: DriverSettings, spark_context: Any,
         write_signal(channel.ready_file, StandbyReady(pid=os.getpid(), ready_at=time.time()))
     log.info("standby ready%s: waiting for a promotion in %s",
              "" if parked is None else ", its barrier stage parked", channel.source.where)
-    promotion = await_promotion(channel.source, setting=channel.setting, meanwhile=meanwhile)
+    if channel.watch is not None:
+        channel.watch.start()
+    try:
+        promotion = await_promotion(channel.source, setting=channel.setting,
+                                    meanwhile=meanwhile)
+    finally:
+        if channel.watch is not None:
+            channel.watch.stop()
     log.info("promoted to attempt %d (restore: %s)", promotion.attempt, promotion.restore)
     return dataclasses.replace(settings, attempt=promotion.attempt, restore=promotion.restore,
                                status_file=promotion.status_file or settings.status_file,

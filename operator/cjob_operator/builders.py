@@ -91,6 +91,10 @@ SPARK_AUTH_ENV_KEY = "key.base64"
 them from their environment, set from the Secret by reference."""
 SPARK_AUTH_FILE = f"{SPARK_AUTH_DIR}/{SPARK_AUTH_FILE_KEY}"
 SPARK_AUTH_ENV = "_SPARK_AUTH_SECRET"
+POD_IP_REFERENCE = "$(POD_IP)"
+"""The pod's IP in a container's arguments: the kubelet expands it from ``env``."""
+
+
 STANDBY_READY_FILE = "checkpointed-jobs-standby.ready"
 """Where a standby pod's driver says it is ready, in its temporary directory (the
 runtime takes a relative ``--standby-ready-file`` there); its readiness probe tests
@@ -194,14 +198,14 @@ def driver_spark_conf(
             f"{executor_label}{LABEL_ATTEMPT}": str(attempt),
             f"{executor_label}{LABEL_ROLE}": ROLE_EXECUTOR,
             f"{executor_label}{LABEL_MANAGED_BY}": MANAGED_BY,
-            "spark.driver.host": ("$(POD_IP)" if standby
+            "spark.driver.host": (POD_IP_REFERENCE if standby
                                   else f"{driver_service_name(name)}.{namespace}.svc"),
             "spark.driver.port": str(config.driver_port),
             "spark.driver.blockManager.port": str(config.block_manager_port),
             # Spark 4.1+ hands executors the driver's bind address, not spark.driver.host
             # (spark.kubernetes.executor.useDriverPodIP): it must be the pod's own IP,
             # which the kubelet substitutes from the POD_IP variable of driver_env.
-            "spark.driver.bindAddress": "$(POD_IP)",
+            "spark.driver.bindAddress": POD_IP_REFERENCE,
             "spark.executor.instances": str(spark.executor.instances),
             "spark.executor.cores": str(spark.executor.cores),
             "spark.executor.memory": spark.executor.memory.to_spark(),
@@ -461,6 +465,9 @@ def _runtime_args(
             job, attempt=attempt if spark_conf_attempt is None else spark_conf_attempt,
             image=image, config=operator_config, standby=standby),
         metrics_port=operator_config.metrics_port,
+        # With a standby, every driver listens for it at the pod's address (the kubelet
+        # substitutes POD_IP, see driver_env), and the standby watches the active one.
+        beacon_host=POD_IP_REFERENCE if job.spec.standby.enabled else None,
     )
 
 
@@ -615,7 +622,7 @@ def build_service_account(job: CheckpointedJob) -> Manifest:
     }
 
 
-def build_role(job: CheckpointedJob) -> Manifest:
+def build_role(job: CheckpointedJob, *, standby_pod: str | None = None) -> Manifest:
     """The driver's rights, and nothing more.
 
     Every driver may read, watch and update only its own checkpoint ConfigMap (the
@@ -631,6 +638,10 @@ def build_role(job: CheckpointedJob) -> Manifest:
     right; in client mode Spark creates no Service, and without on-demand claims no
     PersistentVolumeClaim (it only lists them, and tolerates being refused). No
     Secrets, no access outside the namespace.
+
+    With ``spec.standby``, the standby of the current attempt (``standby_pod``) may
+    also patch its own pod, and no other: that is how it reports the active driver
+    lost (:mod:`cjob_spec.driver_beacon`). Every attempt's Role names its own standby.
     """
     name = job.metadata.name
     rules: list[dict[str, Any]] = [
@@ -652,6 +663,11 @@ def build_role(job: CheckpointedJob) -> Manifest:
                 "resources": ["pods"],
                 "verbs": ["create", "get", "list", "watch", "delete", "deletecollection"],
             }
+        )
+    if standby_pod is not None:
+        rules.append(
+            {"apiGroups": [""], "resources": ["pods"], "resourceNames": [standby_pod],
+             "verbs": ["patch"]}
         )
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",

@@ -377,7 +377,7 @@ class ActionExecutor:
         elif isinstance(action, EnsureServiceAccount):
             self._ensure(job, build_service_account(job))
         elif isinstance(action, EnsureRole):
-            self._ensure(job, build_role(job))
+            self._ensure(job, build_role(job, standby_pod=action.standby_pod))
         elif isinstance(action, EnsureRoleBinding):
             self._ensure(job, build_role_binding(job))
         elif isinstance(action, EnsureService):

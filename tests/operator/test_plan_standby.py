@@ -13,11 +13,13 @@ from cjob_lifecycle.actions import (
     CreateStandby,
     DeleteDriver,
     EmitEvent,
+    EnsureRole,
     PromoteStandby,
 )
 from cjob_lifecycle.observed import DriverPod, Observed
 from cjob_lifecycle.plan import Plan, PlanSettings, plan
 from cjob_spec import CheckpointedJob, Phase, spec_hash
+from cjob_spec.driver_beacon import DriverLost
 
 WITH_STANDBY = PlanSettings()
 
@@ -206,3 +208,75 @@ def test_without_a_ready_standby_a_failure_still_waits_for_the_backoff() -> None
     assert result.of_type(PromoteStandby) == [] and result.of_type(CreateDriver) == []
     assert result.status.phase is Phase.RESTARTING
     assert result.status.next_restart_at == at(75)
+
+
+# --- a standby's report that the active driver is lost -----------------------------------
+
+
+def lost(attempt: int) -> DriverLost:
+    return DriverLost(attempt=attempt, at=T0.timestamp() + 65,
+                      detail=f"the driver of attempt {attempt} is gone: its connection "
+                             f"closed without a goodbye")
+
+
+def running_attempt_one(job: CheckpointedJob, *extra: DriverPod) -> Observed:
+    # The kubelet has not noticed yet: the driver pod still runs, as far as the API says.
+    return observe(job, status(Phase.RUNNING, 1, job=job), driver(1, job=job, hash_of=job),
+                   *extra)
+
+
+def test_a_ready_standby_reporting_the_driver_lost_is_promoted_at_once() -> None:
+    job = standby_job()
+    reporter = dataclasses.replace(standby(1, job=job), driver_lost=lost(1))
+    result = run(running_attempt_one(job, reporter), at(65.2))
+    assert result.of_type(PromoteStandby) == [
+        PromoteStandby(name="clicks-standby-1", attempt=2, restore_pointer="latest")]
+    assert result.status.attempt == 2 and result.status.restarts == 1
+    assert result.status.last_failure is not None
+    assert result.status.last_failure.reason == "DriverLost"
+    assert "clicks-standby-1 reports" in result.status.last_failure.message
+
+
+def test_the_reported_driver_is_fenced_and_deleted_but_its_pod_is_not_waited_for() -> None:
+    job = standby_job()
+    reporter = dataclasses.replace(standby(1, job=job), driver_lost=lost(1))
+    names = kinds(run(running_attempt_one(job, reporter), at(65.2)))
+    result = run(running_attempt_one(job, reporter), at(65.2))
+    assert DeleteDriver(name="clicks-attempt-1", reason="DriverLost") in result.actions
+    assert names.index("AdvanceFence") < names.index("PromoteStandby")
+    assert result.requeue_after is not None and result.requeue_after > 5
+
+
+def test_a_report_about_an_earlier_attempt_changes_nothing() -> None:
+    job = standby_job()
+    reporter = dataclasses.replace(standby(2, job=job), driver_lost=lost(1))
+    observed = observe(job, status(Phase.RUNNING, 2, job=job),
+                       driver(2, job=job, hash_of=job), reporter)
+    result = run(observed, at(65.2))
+    assert result.of_type(PromoteStandby) == [] and result.of_type(DeleteDriver) == []
+    assert result.status.attempt == 2 and result.status.phase is Phase.RUNNING
+
+
+def test_a_report_from_a_standby_that_is_not_ready_is_not_acted_on() -> None:
+    job = standby_job()
+    reporter = dataclasses.replace(standby(1, job=job, ready=False), driver_lost=lost(1))
+    result = run(running_attempt_one(job, reporter), at(65.2))
+    assert result.of_type(DeleteDriver) == []
+    assert result.status.attempt == 1 and result.status.phase is Phase.RUNNING
+
+
+def test_a_suspending_job_takes_its_final_checkpoint_whatever_a_standby_reports() -> None:
+    job = standby_job(suspend=True)
+    reporter = dataclasses.replace(standby(1, job=job), driver_lost=lost(1))
+    result = run(running_attempt_one(job, reporter), at(65.2))
+    assert result.of_type(PromoteStandby) == []
+    assert result.status.reason == "Suspending"
+
+
+def test_each_attempt_lets_only_its_own_standby_report() -> None:
+    job = standby_job()
+    result = run(failed_attempt_one(job, standby(1, job=job)), at(120))
+    assert EnsureRole(name="clicks-driver", standby_pod="clicks-standby-2") in result.actions
+    plain = make_job()
+    first = run(observe(plain), at(0))
+    assert [a.standby_pod for a in first.of_type(EnsureRole)] == [None]

@@ -1,0 +1,73 @@
+"""The driver beacon's two records in the Kubernetes API (see :mod:`cjob_spec.driver_beacon`).
+
+- Where the active driver's beacon listens: an annotation of the job's checkpoint
+  ConfigMap, which every driver may already patch, and which a standby already
+  watches for its promotion. A merge patch touches only that annotation, never the
+  pointers or the fence.
+- That the active driver is lost: an annotation of the reporting standby's own pod,
+  because the operator watches its driver pods (not the ConfigMaps, which change with
+  every checkpoint). The job's Role allows the patch on the current standby's pod
+  alone.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from cjob_checkpoint.store.configmap_client import (
+    DEFAULT_REQUEST_TIMEOUT,
+    core_v1_api,
+    new_api_client,
+)
+from cjob_spec.driver_beacon import (
+    BEACON_ANNOTATION,
+    DRIVER_LOST_ANNOTATION,
+    BeaconAddress,
+    BeaconSignalError,
+    DriverLost,
+)
+
+log = logging.getLogger(__name__)
+
+
+def beacon_in(annotations: Mapping[str, str]) -> BeaconAddress | None:
+    """The beacon a ConfigMap's ``annotations`` record; ``None`` if none, or unreadable
+    (a newer release's: the standby then only waits for its promotion, as before)."""
+    text = annotations.get(BEACON_ANNOTATION)
+    if not text:
+        return None
+    try:
+        return BeaconAddress.decode(text)
+    except BeaconSignalError as exc:
+        log.warning("standby: ignoring the active driver's beacon address: %s", exc)
+        return None
+
+
+class BeaconRecords:
+    """Writes the beacon's address and loss reports, one bounded request each."""
+
+    def __init__(self, *, api: Any, namespace: str, store: str,
+                 request_timeout: tuple[float, float] = DEFAULT_REQUEST_TIMEOUT) -> None:
+        self.api = api
+        self.namespace = namespace
+        self.store = store
+        self.request_timeout = request_timeout
+
+    def publish(self, address: BeaconAddress) -> None:
+        """Record ``address`` on the store's ConfigMap."""
+        body = {"metadata": {"annotations": {BEACON_ANNOTATION: address.encode()}}}
+        self.api.patch_namespaced_config_map(self.store, self.namespace, body,
+                                             _request_timeout=self.request_timeout)
+
+    def report_lost(self, *, pod: str, report: DriverLost) -> None:
+        """Record ``report`` on the standby pod ``pod`` (this process's own)."""
+        body = {"metadata": {"annotations": {DRIVER_LOST_ANNOTATION: report.encode()}}}
+        self.api.patch_namespaced_pod(pod, self.namespace, body,
+                                      _request_timeout=self.request_timeout)
+
+
+def open_beacon_records(*, namespace: str, store: str) -> BeaconRecords:
+    api = core_v1_api(new_api_client(where=f"configmap:{namespace}/{store}"))
+    return BeaconRecords(api=api, namespace=namespace, store=store)

@@ -1,0 +1,146 @@
+"""How a standby driver learns, in milliseconds, that the active driver is gone.
+
+On a real node the kubelet notices a dead driver container on its next relist (about
+once a second), then reports it, and only then may the operator promote the standby.
+A driver's connections close the moment its process dies, whatever killed it, so a
+standby holding one connection to the active driver hears of a crash first:
+
+1. The active driver listens on a *beacon* port and records where
+   (:data:`BEACON_ANNOTATION` on the checkpoint ConfigMap: a :class:`BeaconAddress`).
+2. The standby connects and reads :class:`BeaconMessage` lines: ``hello`` names the
+   attempt; ``bye`` is sent when the driver ends in an orderly way (finished, failed
+   with an exit code), which the kubelet reports with its exit code, as before.
+3. A connection that closes without ``bye`` is a driver that died (killed, out of
+   memory, crashed). The standby records :class:`DriverLost` on its own pod
+   (:data:`DRIVER_LOST_ANNOTATION`), which the operator watches.
+
+A report is a claim, not a proof: a network fault could close the connection of a
+driver that still runs. The operator then ends that attempt as it would a lost node:
+it advances the store's fence before the standby takes over, so the old driver can no
+longer commit a checkpoint, and deletes its pod. A false report costs one recovery,
+never data.
+
+Every structure crosses a process boundary and carries a format ``version``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from typing import Any, Literal
+
+FORMAT_VERSION = 1
+BEACON_ANNOTATION = "checkpointed.io/driver-beacon"
+"""The checkpoint ConfigMap's annotation: where the active driver's beacon listens."""
+DRIVER_LOST_ANNOTATION = "checkpointed.io/driver-lost"
+"""A standby pod's annotation: the active driver it watched is gone."""
+MAX_LINE_BYTES = 256
+"""The longest beacon message a reader accepts; anything longer is not a beacon."""
+
+
+class BeaconSignalError(ValueError):
+    """A beacon address, message or loss report that cannot be read; the message says why."""
+
+
+def _body(data: object, *, what: str) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise BeaconSignalError(f"{what}: expected a JSON object")
+    version = data.get("version")
+    if version != FORMAT_VERSION:
+        raise BeaconSignalError(f"{what}: format version {version!r} is not "
+                                f"{FORMAT_VERSION}, the one this release reads")
+    return data
+
+
+def _attempt(body: dict[str, Any], *, what: str) -> int:
+    attempt = body.get("attempt")
+    if not isinstance(attempt, int) or isinstance(attempt, bool) or attempt < 1:
+        raise BeaconSignalError(f"{what}: attempt must be a number >= 1, got {attempt!r}")
+    return attempt
+
+
+def _decode(text: str | bytes, *, what: str) -> dict[str, Any]:
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise BeaconSignalError(f"{what}: not valid JSON: {exc}") from None
+    return _body(data, what=what)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BeaconAddress:
+    """The beacon of the driver of ``attempt`` listens at ``host``:``port``."""
+
+    attempt: int
+    host: str
+    port: int
+
+    def encode(self) -> str:
+        return json.dumps({"version": FORMAT_VERSION, "attempt": self.attempt,
+                           "host": self.host, "port": self.port}, separators=(",", ":"))
+
+    @classmethod
+    def decode(cls, text: str) -> BeaconAddress:
+        body = _decode(text, what="beacon address")
+        host, port = body.get("host"), body.get("port")
+        if not isinstance(host, str) or not host or len(host) > 253:
+            raise BeaconSignalError(f"beacon address: host must be a host name or address, "
+                                    f"got {host!r}")
+        if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
+            raise BeaconSignalError(f"beacon address: port must be within 1..65535, "
+                                    f"got {port!r}")
+        return cls(attempt=_attempt(body, what="beacon address"), host=host, port=port)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BeaconMessage:
+    """One line on a beacon connection: ``hello`` when it opens, ``bye`` before an
+    orderly end of the driver of ``attempt``."""
+
+    kind: Literal["hello", "bye"]
+    attempt: int
+
+    def encode(self) -> bytes:
+        return json.dumps({"version": FORMAT_VERSION, "kind": self.kind,
+                           "attempt": self.attempt}, separators=(",", ":")).encode() + b"\n"
+
+    @classmethod
+    def decode(cls, line: bytes) -> BeaconMessage:
+        if len(line) > MAX_LINE_BYTES:
+            raise BeaconSignalError(f"beacon message: longer than {MAX_LINE_BYTES} bytes")
+        body = _decode(line, what="beacon message")
+        kind = body.get("kind")
+        if kind == "hello":
+            return cls(kind="hello", attempt=_attempt(body, what="beacon message"))
+        if kind == "bye":
+            return cls(kind="bye", attempt=_attempt(body, what="beacon message"))
+        raise BeaconSignalError(f"beacon message: kind must be hello or bye, got {kind!r}")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DriverLost:
+    """The beacon connection to the driver of ``attempt`` closed without ``bye`` at
+    ``at`` (Unix seconds); ``detail`` says how, for the Event."""
+
+    attempt: int
+    at: float
+    detail: str
+
+    def encode(self) -> str:
+        return json.dumps({"version": FORMAT_VERSION, "attempt": self.attempt, "at": self.at,
+                           "detail": self.detail}, separators=(",", ":"))
+
+    @classmethod
+    def decode(cls, text: str) -> DriverLost:
+        body = _decode(text, what="driver-lost report")
+        at, detail = body.get("at"), body.get("detail")
+        if (not isinstance(at, int | float) or isinstance(at, bool)
+                or not math.isfinite(at) or at < 0):
+            raise BeaconSignalError(f"driver-lost report: at must be a time in Unix seconds, "
+                                    f"got {at!r}")
+        if not isinstance(detail, str):
+            raise BeaconSignalError(f"driver-lost report: detail must be a string, "
+                                    f"got {detail!r}")
+        return cls(attempt=_attempt(body, what="driver-lost report"), at=float(at),
+                   detail=detail[:200])
