@@ -30,14 +30,9 @@ class EnsureServiceAccount:
 
 @dataclass(frozen=True)
 class EnsureRole:
-    """Create or update the driver's Role (least privilege, see ``builders.build_role``).
-
-    ``standby_pod`` is the standby started during this attempt, which may annotate its
-    own pod (its report that the active driver is lost); ``None`` without a standby.
-    """
+    """Create or update the driver's Role (least privilege, see ``builders.build_role``)."""
 
     name: str
-    standby_pod: str | None = None
 
 
 @dataclass(frozen=True)

@@ -48,9 +48,6 @@ class DriverPod:
     attempt during which it was created. A promoted one is an ordinary driver."""
     ready: bool = False
     """For a standby: its Spark is started and its job code loaded."""
-    driver_lost: DriverLost | None = None
-    """For a standby: its report that the active driver it watched is gone (the
-    connection to its beacon closed without a goodbye, :mod:`cjob_spec.driver_beacon`)."""
 
     @property
     def is_live(self) -> bool:
@@ -117,6 +114,9 @@ class StoreView:
     restore_report: RestoreReport | None = None
     """What a driver reported it restored (``checkpointed.io/restored``); it is about
     ``restore_report.attempt``, which may be an earlier attempt than the current one."""
+    driver_lost: DriverLost | None = None
+    """A standby's report that the driver of ``driver_lost.attempt`` is gone (its beacon
+    connection closed without a goodbye, :mod:`cjob_spec.driver_beacon`)."""
 
     @property
     def is_own(self) -> bool:

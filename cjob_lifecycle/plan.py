@@ -17,6 +17,10 @@ Lifecycle of a job (``status.phase``)::
     suspend: Running --final checkpoint--> Suspended --resume--> Pending (latest checkpoint)
     spec change while Pending/Running: Restarting (Upgrading) --old driver gone--> Pending
 
+With a ready standby (``spec.standby``), Restarting passes without the backoff: the
+standby is promoted in the same pass. It may also end the attempt first: its report
+that the driver is gone (``cjob_spec.driver_beacon``) arrives before the kubelet's.
+
 Each attempt n runs in pod ``<job>-attempt-<n>``. Before creating it, the checkpoint
 store's fence is advanced to n, so older attempts (a zombie on a lost node) can no
 longer write. A new attempt restores from ``latest`` when the store holds a
@@ -55,6 +59,7 @@ from cjob_lifecycle.actions import (
     RequeueAfter,
 )
 from cjob_lifecycle.observed import CleanupPod, DriverPod, Observed, StoreOwnership
+from cjob_spec.driver_beacon import DriverLost
 from cjob_spec.errors import SpecError
 from cjob_spec.exit_codes import describe_exit, reason_for_exit
 from cjob_spec.model import (
@@ -76,7 +81,14 @@ from cjob_spec.names import (
     spark_auth_secret_name,
     standby_pod_name,
 )
-from cjob_spec.restart import AttemptEnd, Finish, GiveUp, Restart, decide_restart
+from cjob_spec.restart import (
+    AttemptEnd,
+    Finish,
+    GiveUp,
+    Restart,
+    RestartDecision,
+    decide_restart,
+)
 from cjob_spec.status import (
     CheckpointRef,
     ConditionStatus,
@@ -327,6 +339,8 @@ def _clean_up_other_attempts(draft: _Draft) -> None:
     for pod in draft.observed.pods:
         if pod.attempt == current or pod.standby:
             continue
+        if pod.is_live and _left_to_end(draft, pod):
+            continue
         if pod.is_live or pod.phase == "Unknown":
             _delete(draft, pod, "StaleAttempt")
         elif pod.attempt <= current - draft.settings.keep_finished_attempts:
@@ -345,10 +359,11 @@ def _wait_for_blocking_pods(draft: _Draft, reason: str, *, standby_too: bool = F
 
     A standby driver never overlaps an attempt (it writes nothing until promoted, and
     its promotion fences the attempt before it), so only the job's deletion waits for it.
-    Pods named in ``unless`` are deleted but not waited for.
+    Pods named in ``unless`` are neither deleted nor waited for.
     """
-    pods = [pod for pod in draft.observed.pods if standby_too or not pod.standby]
-    blocking = [pod for pod in pods if _is_blocking(draft, pod) and pod.name not in unless]
+    pods = [pod for pod in draft.observed.pods
+            if (standby_too or not pod.standby) and pod.name not in unless]
+    blocking = [pod for pod in pods if _is_blocking(draft, pod)]
     for pod in pods:
         if pod.is_live or pod.phase == "Unknown":
             _delete(draft, pod, reason)
@@ -438,8 +453,7 @@ def _start_attempt(draft: _Draft, *, reason: str, reset_restarts: bool) -> None:
     if not observed.store.exists:
         draft.act(EnsureCheckpointConfigMap(name=checkpoint_configmap_name(draft.name)))
     draft.act(EnsureServiceAccount(name=service_account_name(draft.name)))
-    standby_pod = standby_pod_name(draft.name, attempt) if job.spec.standby.enabled else None
-    draft.act(EnsureRole(name=role_name(draft.name), standby_pod=standby_pod))
+    draft.act(EnsureRole(name=role_name(draft.name)))
     draft.act(EnsureRoleBinding(name=role_binding_name(draft.name)))
     if job.spec.spark.is_kubernetes:
         draft.act(EnsureService(name=driver_service_name(draft.name)))
@@ -691,36 +705,64 @@ def _pod_end(draft: _Draft, pod: DriverPod) -> AttemptEnd | None:
     return None
 
 
+def _standby_report(draft: _Draft) -> tuple[DriverPod, DriverLost] | None:
+    """The ready standby, if it reports the current attempt's driver gone."""
+    store = draft.observed.store
+    report = store.driver_lost if store.is_own else None
+    standby = _ready_standby(draft)
+    if (report is None or standby is None or report.pod != standby.name
+            or report.attempt != draft.status.attempt):
+        return None
+    return standby, report
+
+
 def _reported_lost(draft: _Draft, pod: DriverPod) -> AttemptEnd | None:
     """The end of an attempt whose driver the ready standby reports gone.
 
-    A driver's connection to its standby closes the moment its process dies, long
-    before the kubelet reports the container's end. The report may be false (a
-    network fault): the attempt is then ended as for a lost node, the fence advanced
-    before the standby takes over, so the old driver can no longer commit.
+    A driver's connection to its standby closes the moment its process dies, about a
+    second before the kubelet reports the container's end. The report may be false (a
+    network fault), so it is acted on only to let the standby take over, which fences
+    the old driver first: where the policy would not restart (``Never``, or
+    ``maxRestarts`` spent), the kubelet's report, with its exit code, decides.
     """
-    standby = _ready_standby(draft)
-    report = standby.driver_lost if standby is not None else None
-    if standby is None or report is None or report.attempt != draft.status.attempt:
+    found = _standby_report(draft)
+    if found is None:
         return None
-    return AttemptEnd(
+    standby, report = found
+    end = AttemptEnd(
         reason=DRIVER_LOST_REASON,
         exit_code=None,
         at=draft.now,
         message=f"driver pod {pod.name} is lost, as standby driver {standby.name} "
                 f"reports: {report.detail}",
     )
+    return end if isinstance(_restart_decision(draft, pod, end), Restart) else None
 
 
 def _lost_to_standby(draft: _Draft) -> frozenset[str]:
-    """Driver pods the ready standby reported lost: they do not hold back its promotion,
-    which fences them first (their pods are deleted, and may still be terminating)."""
-    standby = _ready_standby(draft)
-    report = standby.driver_lost if standby is not None else None
-    if report is None:
+    """Driver pods the ready standby reports lost. They neither hold back its promotion,
+    which fences them first, nor are they deleted: a crashed driver's pod ends by
+    itself, with its logs and exit code (see ``_clean_up_other_attempts``)."""
+    found = _standby_report(draft)
+    if found is None:
         return frozenset()
+    _, report = found
     return frozenset(pod.name for pod in draft.observed.pods
                      if not pod.standby and pod.attempt == report.attempt)
+
+
+def _left_to_end(draft: _Draft, pod: DriverPod) -> bool:
+    """Whether ``pod`` is the driver a standby reported lost, still within the grace its
+    container has to be seen ending; past it, it still runs (a false report): stopped."""
+    failure = draft.status.last_failure
+    if (failure is None or failure.reason != DRIVER_LOST_REASON
+            or failure.attempt != pod.attempt):
+        return False
+    deadline = to_utc(failure.at) + timedelta(seconds=draft.settings.kill_grace_seconds)
+    if draft.now >= deadline:
+        return False
+    draft.requeue_at(deadline)
+    return True
 
 
 def _spec_changed(draft: _Draft, pod: DriverPod) -> bool:
@@ -799,19 +841,23 @@ def _watch_running(draft: _Draft, pod: DriverPod) -> bool:
     return False
 
 
-def _attempt_ended(draft: _Draft, pod: DriverPod | None, end: AttemptEnd) -> bool:
-    """Apply the restart policy to the end of the current attempt."""
-    if pod is not None:
-        _delete(draft, pod, end.reason)
-    status = draft.status
-    healthy_since = (pod.started_at if pod is not None else None) or status.running_since
-    decision = decide_restart(
+def _restart_decision(draft: _Draft, pod: DriverPod | None, end: AttemptEnd) -> RestartDecision:
+    healthy_since = (pod.started_at if pod is not None else None) or draft.status.running_since
+    return decide_restart(
         policy=draft.job.spec.restart_policy,
         end=end,
-        restarts=status.restarts,
+        restarts=draft.status.restarts,
         healthy_since=healthy_since,
         now=draft.now,
     )
+
+
+def _attempt_ended(draft: _Draft, pod: DriverPod | None, end: AttemptEnd) -> bool:
+    """Apply the restart policy to the end of the current attempt."""
+    if pod is not None and end.reason != DRIVER_LOST_REASON:
+        _delete(draft, pod, end.reason)
+    status = draft.status
+    decision = _restart_decision(draft, pod, end)
     failure = None
     if not end.succeeded:
         failure = FailureRecord(

@@ -11,14 +11,20 @@ standby holding one connection to the active driver hears of a crash first:
    attempt; ``bye`` is sent when the driver ends in an orderly way (finished, failed
    with an exit code), which the kubelet reports with its exit code, as before.
 3. A connection that closes without ``bye`` is a driver that died (killed, out of
-   memory, crashed). The standby records :class:`DriverLost` on its own pod
-   (:data:`DRIVER_LOST_ANNOTATION`), which the operator watches.
+   memory, crashed), or one that stopped answering TCP keepalives (its node is gone).
+   The standby records :class:`DriverLost` on the same ConfigMap
+   (:data:`DRIVER_LOST_ANNOTATION`, naming itself), whose every change wakes the
+   operator; the driver's Role already lets it patch that ConfigMap.
+
+A SIGTERM ends a driver at once, without ``bye``: it comes from a deletion of the pod,
+which the operator sees itself (a report of an attempt it already ended is ignored).
 
 A report is a claim, not a proof: a network fault could close the connection of a
-driver that still runs. The operator then ends that attempt as it would a lost node:
-it advances the store's fence before the standby takes over, so the old driver can no
-longer commit a checkpoint, and deletes its pod. A false report costs one recovery,
-never data.
+driver that still runs. The operator acts on it only when the standby is to take over
+anyway (a restart the policy allows), and it advances the store's fence first, so the
+old driver can no longer commit a checkpoint. The old pod is left to end by itself
+(its logs and exit code are kept) and deleted only if it still runs after a grace
+period. A false report costs one recovery, never data.
 
 Every structure crosses a process boundary and carries a format ``version``.
 """
@@ -34,7 +40,7 @@ FORMAT_VERSION = 1
 BEACON_ANNOTATION = "checkpointed.io/driver-beacon"
 """The checkpoint ConfigMap's annotation: where the active driver's beacon listens."""
 DRIVER_LOST_ANNOTATION = "checkpointed.io/driver-lost"
-"""A standby pod's annotation: the active driver it watched is gone."""
+"""The checkpoint ConfigMap's annotation: a standby's report that the active driver is gone."""
 MAX_LINE_BYTES = 256
 """The longest beacon message a reader accepts; anything longer is not a beacon."""
 
@@ -120,21 +126,24 @@ class BeaconMessage:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class DriverLost:
-    """The beacon connection to the driver of ``attempt`` closed without ``bye`` at
-    ``at`` (Unix seconds); ``detail`` says how, for the Event."""
+    """The standby pod ``pod`` lost its beacon connection to the driver of ``attempt``
+    without ``bye`` at ``at`` (Unix seconds); ``detail`` says how, for the Event."""
 
     attempt: int
+    pod: str
     at: float
     detail: str
 
     def encode(self) -> str:
-        return json.dumps({"version": FORMAT_VERSION, "attempt": self.attempt, "at": self.at,
-                           "detail": self.detail}, separators=(",", ":"))
+        return json.dumps({"version": FORMAT_VERSION, "attempt": self.attempt, "pod": self.pod,
+                           "at": self.at, "detail": self.detail}, separators=(",", ":"))
 
     @classmethod
     def decode(cls, text: str) -> DriverLost:
         body = _decode(text, what="driver-lost report")
-        at, detail = body.get("at"), body.get("detail")
+        pod, at, detail = body.get("pod"), body.get("at"), body.get("detail")
+        if not isinstance(pod, str) or not pod or len(pod) > 253:
+            raise BeaconSignalError(f"driver-lost report: pod must be a pod name, got {pod!r}")
         if (not isinstance(at, int | float) or isinstance(at, bool)
                 or not math.isfinite(at) or at < 0):
             raise BeaconSignalError(f"driver-lost report: at must be a time in Unix seconds, "
@@ -142,5 +151,5 @@ class DriverLost:
         if not isinstance(detail, str):
             raise BeaconSignalError(f"driver-lost report: detail must be a string, "
                                     f"got {detail!r}")
-        return cls(attempt=_attempt(body, what="driver-lost report"), at=float(at),
+        return cls(attempt=_attempt(body, what="driver-lost report"), pod=pod, at=float(at),
                    detail=detail[:200])

@@ -124,6 +124,10 @@ def settings_from_args(ns: argparse.Namespace) -> DriverSettings:
         raise SystemExit(f"--args-json is not valid JSON: {exc}") from None
     if not isinstance(args, dict):
         raise SystemExit("--args-json must be a JSON object")
+    if ns.beacon_host is not None and not ns.store.startswith("configmap:"):
+        # The beacon's address is recorded where standbys watch: the ConfigMap store.
+        raise SystemExit(f"--beacon-host needs a configmap:NAMESPACE/NAME store, "
+                         f"got --store {ns.store!r}")
     return DriverSettings(
         job_name=ns.job_name, job_uid=ns.job_uid, entrypoint=ns.entrypoint,
         python_path=tuple(ns.python_path), args=args, parallelism=ns.parallelism,

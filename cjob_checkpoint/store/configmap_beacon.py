@@ -1,13 +1,14 @@
-"""The driver beacon's two records in the Kubernetes API (see :mod:`cjob_spec.driver_beacon`).
+"""The driver beacon's two records on the job's checkpoint ConfigMap (see
+:mod:`cjob_spec.driver_beacon`).
 
-- Where the active driver's beacon listens: an annotation of the job's checkpoint
-  ConfigMap, which every driver may already patch, and which a standby already
-  watches for its promotion. A merge patch touches only that annotation, never the
-  pointers or the fence.
-- That the active driver is lost: an annotation of the reporting standby's own pod,
-  because the operator watches its driver pods (not the ConfigMaps, which change with
-  every checkpoint). The job's Role allows the patch on the current standby's pod
-  alone.
+- Where the active driver's beacon listens, which a standby reads from the watch it
+  holds for its promotion anyway.
+- A standby's report that the active driver is lost: every change of the ConfigMap
+  wakes the operator's pass over the job.
+
+Every driver may already patch this one ConfigMap, so neither needs a right of its
+own. A merge patch touches only its annotation, never the pointers or the fence; a
+driver's next compare-and-swap of the store reads the object again.
 """
 
 from __future__ import annotations
@@ -61,11 +62,11 @@ class BeaconRecords:
         self.api.patch_namespaced_config_map(self.store, self.namespace, body,
                                              _request_timeout=self.request_timeout)
 
-    def report_lost(self, *, pod: str, report: DriverLost) -> None:
-        """Record ``report`` on the standby pod ``pod`` (this process's own)."""
+    def report_lost(self, report: DriverLost) -> None:
+        """Record ``report`` on the store's ConfigMap."""
         body = {"metadata": {"annotations": {DRIVER_LOST_ANNOTATION: report.encode()}}}
-        self.api.patch_namespaced_pod(pod, self.namespace, body,
-                                      _request_timeout=self.request_timeout)
+        self.api.patch_namespaced_config_map(self.store, self.namespace, body,
+                                             _request_timeout=self.request_timeout)
 
 
 def open_beacon_records(*, namespace: str, store: str) -> BeaconRecords:

@@ -29,6 +29,7 @@ from cjob_checkpoint.store.base import CompletedCheckpoint, CorruptPointerError
 from cjob_checkpoint.store.configmap_errors import CorruptStoreDataError
 from cjob_checkpoint.store.restore_report import RestoreReport, UnreadableRestoreReportError
 from cjob_checkpoint.store.state import StoreState, marker_text, next_checkpoint_id
+from cjob_spec.driver_beacon import DRIVER_LOST_ANNOTATION, BeaconSignalError, DriverLost
 from cjob_spec.names import (
     ANNOTATION_FENCE,
     CONFIGMAP_CHECKPOINT_KEY_FORMAT,
@@ -109,6 +110,9 @@ class StoreSnapshot:
     """Why a recorded report could not be read, if it could not."""
     owners: tuple[StoreOwner, ...] = ()
     """The CheckpointedJobs among the object's owners (normally exactly its job)."""
+    driver_lost: DriverLost | None = None
+    """A standby's latest report that the active driver is gone; ``None`` if absent or
+    unreadable (no report: the kubelet's report of the driver's end still comes)."""
 
     @property
     def latest(self) -> CompletedCheckpoint | None:
@@ -208,6 +212,15 @@ class StoreObject:
             return RestoreReport.from_json(text), None
         except UnreadableRestoreReportError as exc:
             return None, f"annotation {ANNOTATION_RESTORED}: {exc}"
+
+    def _driver_lost(self) -> DriverLost | None:
+        text = self.annotations.get(DRIVER_LOST_ANNOTATION)
+        if not text:
+            return None
+        try:
+            return DriverLost.decode(text)
+        except BeaconSignalError:
+            return None
 
     @property
     def counter(self) -> int | None:
@@ -333,6 +346,7 @@ class StoreObject:
             restore_report=report,
             restore_report_problem=report_problem,
             owners=self.owners,
+            driver_lost=self._driver_lost(),
         )
 
 

@@ -8,11 +8,15 @@ that closes without ``bye`` means the process is gone: the kernel closes the soc
 of a killed process at once, long before its container's end is noticed and reported
 (see :mod:`cjob_spec.driver_beacon`).
 
+A SIGTERM ends the driver at once, without ``bye`` (``job_runtime.cli``): it comes
+from a deletion of the pod, which the operator sees for itself.
+
 Whoever reaches the port may connect (the job's NetworkPolicy admits only the job's
 own pods, where policies are enforced). A peer gains nothing but the attempt number:
 what it sends is read and dropped, it is cut off once it sent more than a beacon ever
 needs, and past :data:`MAX_WATCHERS` connections new ones are closed at once, without
-a greeting, so no flood of connections can push out the standby's.
+a greeting, so no flood of connections can push out a standby that holds one. A peer
+that vanished with its node is found by TCP keepalives and its place freed.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import logging
 import selectors
 import socket
 import threading
+import time
 
 from cjob_spec.driver_beacon import BeaconMessage
 
@@ -32,6 +37,22 @@ MAX_INBOUND_BYTES = 4096
 """What a peer may send before it is cut off: a standby sends nothing."""
 SEND_TIMEOUT_SECONDS = 0.5
 """Longest wait to hand a greeting or a ``bye`` to a peer's socket."""
+KEEPALIVE_IDLE_SECONDS = 5
+KEEPALIVE_INTERVAL_SECONDS = 2
+KEEPALIVE_PROBES = 3
+"""A silent peer is probed after 5 s, and given up 6 s later: a vanished node's
+connection is closed within about 11 s (both ends use these)."""
+
+
+def keep_alive(conn: socket.socket) -> None:
+    """Turn on TCP keepalives with :data:`KEEPALIVE_IDLE_SECONDS` and its companions."""
+    conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in (("TCP_KEEPIDLE", KEEPALIVE_IDLE_SECONDS),
+                        ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL_SECONDS),
+                        ("TCP_KEEPCNT", KEEPALIVE_PROBES)):
+        option = getattr(socket, name, None)
+        if option is not None:
+            conn.setsockopt(socket.IPPROTO_TCP, option, value)
 
 
 class DriverBeacon:
@@ -104,12 +125,23 @@ class DriverBeacon:
             peer, _ = self._listener.accept()
         except (BlockingIOError, InterruptedError):
             return
+        except OSError as exc:
+            # One connection failed (aborted, or no descriptor left): the beacon serves
+            # on; a short pause keeps a lasting shortage from spinning.
+            log.warning("driver beacon: a connection failed: %s", exc)
+            time.sleep(0.1)
+            return
         with self._lock:
             full = len(self._peers) >= MAX_WATCHERS
         if full or not _send(peer, BeaconMessage(kind="hello", attempt=self.attempt).encode()):
             peer.close()
             return
-        peer.setblocking(False)
+        try:
+            keep_alive(peer)
+            peer.setblocking(False)
+        except OSError:
+            peer.close()
+            return
         with self._lock:
             self._peers[peer] = 0
         selector.register(peer, selectors.EVENT_READ)

@@ -3,18 +3,20 @@
 The standby hears where the active driver's beacon listens from the checkpoint
 ConfigMap it watches for its promotion anyway, connects, and waits. A connection that
 closes without ``bye`` is reported once, through ``report`` (the operator's channel:
-an annotation on the standby's own pod). See :mod:`cjob_spec.driver_beacon` for why a
+an annotation on the same ConfigMap). See :mod:`cjob_spec.driver_beacon` for why a
 false report is safe.
 
 Only a connection that was greeted can be lost: an address that does not answer (an
-earlier attempt's, whose pod is gone) is passed over without a report, and the
-kubelet's own report stays the way such a driver's end is noticed.
+earlier attempt's, whose pod is gone, or a driver still starting) is tried again
+every :data:`RETRY_SECONDS` without a report, and until it answers the kubelet's
+report stays the way that driver's end is noticed.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
-import select
+import selectors
 import socket
 import threading
 import time
@@ -27,6 +29,7 @@ from cjob_spec.driver_beacon import (
     BeaconSignalError,
     DriverLost,
 )
+from job_runtime.execution.beacon import keep_alive
 
 log = logging.getLogger("job_runtime.driver")
 
@@ -34,14 +37,25 @@ CONNECT_TIMEOUT_SECONDS = 2.0
 """Longest wait to connect to a beacon and be greeted."""
 CHECK_SECONDS = 0.25
 """How often a held connection looks up for a stop or a newer beacon."""
+RETRY_SECONDS = 2.0
+"""Pause before an address that did not answer is tried again."""
+
+
+class _Outcome(enum.Enum):
+    UNREACHABLE = "unreachable"
+    """No connection, or no greeting in time: tried again later."""
+    NOT_A_BEACON = "not a beacon"
+    """Something else answers there, or another attempt's beacon: not watched."""
+    ENDED = "ended"
+    """Said ``bye``, reported lost, or superseded by a newer address."""
 
 
 class ActiveDriverWatch:
-    """Holds a connection to the beacon of the newest attempt before ``attempt`` (the
-    attempt this standby would take) and calls ``report`` when it is lost."""
+    """Holds a connection to the beacon of the newest attempt it was offered and calls
+    ``report`` when it is lost; ``pod`` is the standby's own pod, named in reports."""
 
-    def __init__(self, *, attempt: int, report: Callable[[DriverLost], None]) -> None:
-        self.attempt = attempt
+    def __init__(self, *, pod: str, report: Callable[[DriverLost], None]) -> None:
+        self.pod = pod
         self._report = report
         self._offered: BeaconAddress | None = None
         self._changed = threading.Condition()
@@ -51,6 +65,8 @@ class ActiveDriverWatch:
         """The last address connected to (or tried)."""
         self.holding: BeaconAddress | None = None
         """The beacon whose connection is held now, once it greeted."""
+        self.outcome: str | None = None
+        """How the last connection went: unreachable, not a beacon, or ended."""
         self._thread = threading.Thread(target=self._run, name="driver-watch", daemon=True)
 
     def start(self) -> None:
@@ -69,10 +85,8 @@ class ActiveDriverWatch:
         return not self._thread.is_alive()
 
     def offer(self, address: BeaconAddress) -> None:
-        """The beacon recorded now. Attempts only move forward: one of this standby's
-        attempt or later, or older than one offered before, is not the active driver's."""
-        if address.attempt >= self.attempt:
-            return
+        """The beacon recorded now. Attempts only move forward: an address of an older
+        attempt than one offered before is a stale record, not the active driver's."""
         with self._changed:
             offered = self._offered
             if offered is not None and address.attempt < offered.attempt:
@@ -88,43 +102,62 @@ class ActiveDriverWatch:
 
     def _run(self) -> None:
         tried: BeaconAddress | None = None
+        retry = False
         while True:
             with self._changed:
-                while not self._stopped and (self._offered is None or self._offered == tried):
-                    self._changed.wait()
+                deadline = time.monotonic() + RETRY_SECONDS
+                while not self._stopped and (
+                        self._offered is None
+                        or (self._offered == tried
+                            and not (retry and time.monotonic() >= deadline))):
+                    self._changed.wait(timeout=RETRY_SECONDS if retry else None)
                 if self._stopped:
                     return
                 address = self._offered
             assert address is not None
+            quiet = address == tried  # a retry: its failure was said already
             tried = self.tried = address
-            if address.attempt not in self._reported:
-                self._hold(address)
+            retry = False
+            if address.attempt in self._reported:
+                continue
+            try:
+                outcome = self._hold(address, quiet=quiet)
+                self.outcome = outcome.value
+                retry = outcome is _Outcome.UNREACHABLE
+            except Exception:  # the watch is an optimisation: never let it die silently
+                log.exception("standby: watching the driver of attempt %d failed; "
+                              "its end is left to the kubelet's report", address.attempt)
 
     def _current(self) -> BeaconAddress | None:
         with self._changed:
             return None if self._stopped else self._offered
 
-    def _hold(self, address: BeaconAddress) -> None:
-        """Connect to ``address``, wait until it closes, and say whether that was a loss."""
+    def _hold(self, address: BeaconAddress, *, quiet: bool) -> _Outcome:
+        """Connect to ``address`` and hold the connection until it ends; how it went."""
         try:
             conn = socket.create_connection((address.host, address.port),
                                             timeout=CONNECT_TIMEOUT_SECONDS)
         except OSError as exc:
-            log.info("standby: the beacon of attempt %d at %s:%d does not answer (%s)",
-                     address.attempt, address.host, address.port, exc)
-            return
-        with conn:
-            reader = _LineReader(conn)
+            (log.debug if quiet else log.info)(
+                "standby: the beacon of attempt %d at %s:%d does not answer (%s); trying "
+                "again", address.attempt, address.host, address.port, exc)
+            return _Outcome.UNREACHABLE
+        with conn, _LineReader(conn) as reader:
+            keep_alive(conn)
             try:
                 hello = reader.next_message(timeout=CONNECT_TIMEOUT_SECONDS)
-            except (OSError, BeaconSignalError) as exc:
+            except BeaconSignalError as exc:
                 log.warning("standby: %s:%d is not the beacon of attempt %d: %s",
                             address.host, address.port, address.attempt, exc)
-                return
-            if hello is None or hello.kind != "hello" or hello.attempt != address.attempt:
+                return _Outcome.NOT_A_BEACON
+            except OSError:
+                return _Outcome.UNREACHABLE
+            if hello is None:  # closed without a greeting: a beacon with no room left
+                return _Outcome.UNREACHABLE
+            if hello.kind != "hello" or hello.attempt != address.attempt:
                 log.info("standby: %s:%d did not greet as attempt %d's beacon; not watched",
                          address.host, address.port, address.attempt)
-                return
+                return _Outcome.NOT_A_BEACON
             log.info("standby: watching the driver of attempt %d (beacon %s:%d)",
                      address.attempt, address.host, address.port)
             self.holding = address
@@ -132,6 +165,7 @@ class ActiveDriverWatch:
                 self._wait_for_end(reader, address)
             finally:
                 self.holding = None
+            return _Outcome.ENDED
 
     def _wait_for_end(self, reader: _LineReader, address: BeaconAddress) -> None:
         while self._current() == address:
@@ -155,8 +189,10 @@ class ActiveDriverWatch:
                 return
 
     def _lost(self, address: BeaconAddress, how: str) -> None:
+        if self._current() is None:
+            return  # stopped meanwhile: promoted, or ending; nothing to tell
         self._reported.add(address.attempt)
-        report = DriverLost(attempt=address.attempt, at=time.time(),
+        report = DriverLost(attempt=address.attempt, pod=self.pod, at=time.time(),
                             detail=f"the driver of attempt {address.attempt} is gone: {how}")
         log.warning("standby: %s; reporting it", report.detail)
         try:
@@ -172,6 +208,14 @@ class _LineReader:
     def __init__(self, conn: socket.socket) -> None:
         self.conn = conn
         self.buffer = b""
+        self.selector = selectors.DefaultSelector()  # any descriptor number, unlike select()
+        self.selector.register(conn, selectors.EVENT_READ)
+
+    def __enter__(self) -> _LineReader:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.selector.close()
 
     def next_message(self, *, timeout: float) -> BeaconMessage | None:
         """The next message; ``None`` once the peer closed; TimeoutError meanwhile."""
@@ -180,10 +224,7 @@ class _LineReader:
             if len(self.buffer) > MAX_LINE_BYTES:
                 raise BeaconSignalError(f"a line longer than {MAX_LINE_BYTES} bytes")
             left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError("no message yet")
-            readable, _, _ = select.select([self.conn], [], [], left)
-            if not readable:
+            if left <= 0 or not self.selector.select(timeout=left):
                 raise TimeoutError("no message yet")
             data = self.conn.recv(MAX_LINE_BYTES)
             if not data:

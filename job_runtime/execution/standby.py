@@ -167,9 +167,7 @@ def standby_channel(settings: DriverSettings) -> StandbyChannel:
     on_annotations = None
     if settings.beacon_host is not None:
         records = open_beacon_records(namespace=namespace, store=name)
-        driver_watch = ActiveDriverWatch(
-            attempt=settings.attempt,
-            report=lambda lost: records.report_lost(pod=pod, report=lost))
+        driver_watch = ActiveDriverWatch(pod=pod, report=records.report_lost)
 
         def on_annotations(annotations: Mapping[str, str]) -> None:
             address = beacon_in(annotations)

@@ -195,6 +195,7 @@ class KubeCluster:
             size_bytes=snapshot.size_bytes,
             owners=snapshot.owners,
             restore_report=snapshot.restore_report,
+            driver_lost=snapshot.driver_lost,
         )
 
     def ensure_checkpoint_configmap(

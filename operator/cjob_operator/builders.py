@@ -622,7 +622,7 @@ def build_service_account(job: CheckpointedJob) -> Manifest:
     }
 
 
-def build_role(job: CheckpointedJob, *, standby_pod: str | None = None) -> Manifest:
+def build_role(job: CheckpointedJob) -> Manifest:
     """The driver's rights, and nothing more.
 
     Every driver may read, watch and update only its own checkpoint ConfigMap (the
@@ -638,10 +638,6 @@ def build_role(job: CheckpointedJob, *, standby_pod: str | None = None) -> Manif
     right; in client mode Spark creates no Service, and without on-demand claims no
     PersistentVolumeClaim (it only lists them, and tolerates being refused). No
     Secrets, no access outside the namespace.
-
-    With ``spec.standby``, the standby of the current attempt (``standby_pod``) may
-    also patch its own pod, and no other: that is how it reports the active driver
-    lost (:mod:`cjob_spec.driver_beacon`). Every attempt's Role names its own standby.
     """
     name = job.metadata.name
     rules: list[dict[str, Any]] = [
@@ -663,11 +659,6 @@ def build_role(job: CheckpointedJob, *, standby_pod: str | None = None) -> Manif
                 "resources": ["pods"],
                 "verbs": ["create", "get", "list", "watch", "delete", "deletecollection"],
             }
-        )
-    if standby_pod is not None:
-        rules.append(
-            {"apiGroups": [""], "resources": ["pods"], "resourceNames": [standby_pod],
-             "verbs": ["patch"]}
         )
     return {
         "apiVersion": "rbac.authorization.k8s.io/v1",

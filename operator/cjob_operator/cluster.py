@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from cjob_checkpoint.store.configmap_layout import StoreOwner
 from cjob_checkpoint.store.restore_report import RestoreReport
+from cjob_spec.driver_beacon import DriverLost
 from cjob_spec.standby_signal import StandbyPromotion
 from cjob_spec.status import CheckpointRef
 
@@ -74,6 +75,8 @@ class StoreReading:
     """The CheckpointedJobs that own the ConfigMap (its ``ownerReferences``)."""
     restore_report: RestoreReport | None = None
     """What the driver of ``restore_report.attempt`` says it restored."""
+    driver_lost: DriverLost | None = None
+    """A standby's report that the active driver is gone."""
 
 
 class Cluster(Protocol):

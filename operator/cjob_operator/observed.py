@@ -13,7 +13,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from cjob_lifecycle.observed import POD_PHASES, CleanupPod, DriverPod
-from cjob_spec.driver_beacon import DRIVER_LOST_ANNOTATION, BeaconSignalError, DriverLost
 from cjob_spec.names import ANNOTATION_SPEC_HASH, LABEL_ATTEMPT, LABEL_ROLE, ROLE_STANDBY
 from cjob_spec.times import parse_time
 
@@ -102,20 +101,7 @@ def observe_driver_pod(pod: Mapping[str, Any]) -> DriverPod | None:
         spec_hash=spec_hash if isinstance(spec_hash, str) else None,
         standby=standby,
         ready=standby and _condition(pod, "Ready"),
-        driver_lost=_driver_lost(annotations) if standby else None,
     )
-
-
-def _driver_lost(annotations: Mapping[str, Any]) -> DriverLost | None:
-    """A standby's report that the active driver is lost. One that cannot be read (a
-    newer release's, or garbage) is no report: the kubelet's still comes."""
-    text = annotations.get(DRIVER_LOST_ANNOTATION)
-    if not isinstance(text, str) or not text:
-        return None
-    try:
-        return DriverLost.decode(text)
-    except BeaconSignalError:
-        return None
 
 
 def observe_cleanup_pod(pod: Mapping[str, Any]) -> CleanupPod | None:

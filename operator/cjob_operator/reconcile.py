@@ -237,6 +237,7 @@ def observe_store(reading: StoreReading | None, *, job_name: str,
         latest=reading.latest,
         fence_attempt=reading.fence_attempt,
         restore_report=reading.restore_report,
+        driver_lost=reading.driver_lost,
     )
 
 
@@ -377,7 +378,7 @@ class ActionExecutor:
         elif isinstance(action, EnsureServiceAccount):
             self._ensure(job, build_service_account(job))
         elif isinstance(action, EnsureRole):
-            self._ensure(job, build_role(job, standby_pod=action.standby_pod))
+            self._ensure(job, build_role(job))
         elif isinstance(action, EnsureRoleBinding):
             self._ensure(job, build_role_binding(job))
         elif isinstance(action, EnsureService):

@@ -281,9 +281,7 @@ def driver_objects(*, namespace: str, master: str) -> list[Manifest]:
             "checkpoint": {"storage": "s3://ckpt/jobs"},
         },
     })  # fmt: skip
-    # With a standby: its Role also lets that standby patch its own pod.
-    objects = [build_service_account(job), build_role(job, standby_pod="rbac-probe-standby-1"),
-               build_role_binding(job)]
+    objects = [build_service_account(job), build_role(job), build_role_binding(job)]
     for obj in objects:
         # The owner (a CheckpointedJob) does not exist here; the rights are the point.
         obj["metadata"].pop("ownerReferences", None)

@@ -26,7 +26,6 @@ from cjob_operator.observed import observe_driver_pod
 from operator_world import make_job
 
 from cjob_spec import CheckpointedJob, SpecError, parse_job, spec_hash
-from cjob_spec.driver_beacon import DRIVER_LOST_ANNOTATION, DriverLost
 from cjob_spec.names import ANNOTATION_EXECUTOR_POD_TEMPLATE
 
 CONFIG = OperatorConfig()
@@ -615,43 +614,6 @@ def test_with_a_standby_every_driver_listens_for_it_at_its_pod_address() -> None
     plain = build_driver_pod(make_job(), attempt=1, restore_pointer="latest", image="img",
                              operator_config=config)
     assert "--beacon-host" not in plain["spec"]["containers"][0]["args"]
-
-
-def test_a_standbys_report_that_the_driver_is_lost_is_observed() -> None:
-    standby = build_standby_pod(make_job(standby={"enabled": True}), attempt=2, image="img",
-                                operator_config=OperatorConfig())
-    report = DriverLost(attempt=2, at=1_700_000_000.5, detail="its connection closed")
-    standby["metadata"]["annotations"] = {DRIVER_LOST_ANNOTATION: report.encode()}
-    observed = observe_driver_pod(standby)
-    assert observed is not None and observed.driver_lost == report
-    for garbage in ("", "{", '{"version": 9, "attempt": 2}', '{"version": 1, "attempt": 0}',
-                    '{"version": 1, "attempt": 2, "at": "soon", "detail": ""}', "[]"):
-        standby["metadata"]["annotations"] = {DRIVER_LOST_ANNOTATION: garbage}
-        observed = observe_driver_pod(standby)
-        assert observed is not None and observed.driver_lost is None, garbage
-
-
-def test_only_a_standby_can_report_a_driver_lost() -> None:
-    driver = build_driver_pod(make_job(standby={"enabled": True}), attempt=2,
-                              restore_pointer="latest", image="img",
-                              operator_config=OperatorConfig())
-    driver["metadata"]["annotations"][DRIVER_LOST_ANNOTATION] = DriverLost(
-        attempt=2, at=1.0, detail="itself").encode()
-    observed = observe_driver_pod(driver)
-    assert observed is not None and observed.driver_lost is None
-
-
-def test_a_standby_may_patch_its_own_pod_and_no_other() -> None:
-    role = build_role(make_job(standby={"enabled": True}), standby_pod="clicks-standby-4")
-    patching = [rule for rule in rules_for(role, "pods") if "patch" in rule["verbs"]]
-    assert patching == [{"apiGroups": [""], "resources": ["pods"],
-                         "resourceNames": ["clicks-standby-4"], "verbs": ["patch"]}]
-    local = build_role(make_job(spark={"master": "local[2]"}, standby={"enabled": True}),
-                       standby_pod="clicks-standby-4")
-    assert [rule.get("resourceNames") for rule in rules_for(local, "pods")] == [
-        ["clicks-standby-4"]]
-    assert not [rule for rule in rules_for(build_role(make_job()), "pods")
-                if "patch" in rule["verbs"]]
 
 
 def test_the_driver_pods_cpu_request_follows_sparks_own_setting_when_given() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from datetime import datetime
 
+import pytest
 from operator_world import IMAGE, T0, at, driver, kinds, make_job, observe, status
 
 from cjob_lifecycle.actions import (
@@ -13,7 +14,6 @@ from cjob_lifecycle.actions import (
     CreateStandby,
     DeleteDriver,
     EmitEvent,
-    EnsureRole,
     PromoteStandby,
 )
 from cjob_lifecycle.observed import DriverPod, Observed
@@ -213,10 +213,16 @@ def test_without_a_ready_standby_a_failure_still_waits_for_the_backoff() -> None
 # --- a standby's report that the active driver is lost -----------------------------------
 
 
-def lost(attempt: int) -> DriverLost:
-    return DriverLost(attempt=attempt, at=T0.timestamp() + 65,
+def lost(attempt: int, *, by: str = "clicks-standby-1") -> DriverLost:
+    return DriverLost(attempt=attempt, pod=by, at=T0.timestamp() + 65,
                       detail=f"the driver of attempt {attempt} is gone: its connection "
                              f"closed without a goodbye")
+
+
+def reported(observed: Observed, report: DriverLost) -> Observed:
+    """``observed`` with ``report`` on the job's checkpoint ConfigMap."""
+    return dataclasses.replace(observed,
+                               store=dataclasses.replace(observed.store, driver_lost=report))
 
 
 def running_attempt_one(job: CheckpointedJob, *extra: DriverPod) -> Observed:
@@ -227,56 +233,91 @@ def running_attempt_one(job: CheckpointedJob, *extra: DriverPod) -> Observed:
 
 def test_a_ready_standby_reporting_the_driver_lost_is_promoted_at_once() -> None:
     job = standby_job()
-    reporter = dataclasses.replace(standby(1, job=job), driver_lost=lost(1))
-    result = run(running_attempt_one(job, reporter), at(65.2))
+    result = run(reported(running_attempt_one(job, standby(1, job=job)), lost(1)), at(65.2))
     assert result.of_type(PromoteStandby) == [
         PromoteStandby(name="clicks-standby-1", attempt=2, restore_pointer="latest")]
     assert result.status.attempt == 2 and result.status.restarts == 1
     assert result.status.last_failure is not None
     assert result.status.last_failure.reason == "DriverLost"
     assert "clicks-standby-1 reports" in result.status.last_failure.message
-
-
-def test_the_reported_driver_is_fenced_and_deleted_but_its_pod_is_not_waited_for() -> None:
-    job = standby_job()
-    reporter = dataclasses.replace(standby(1, job=job), driver_lost=lost(1))
-    names = kinds(run(running_attempt_one(job, reporter), at(65.2)))
-    result = run(running_attempt_one(job, reporter), at(65.2))
-    assert DeleteDriver(name="clicks-attempt-1", reason="DriverLost") in result.actions
+    names = kinds(result)
     assert names.index("AdvanceFence") < names.index("PromoteStandby")
-    assert result.requeue_after is not None and result.requeue_after > 5
+
+
+def test_the_reported_driver_is_neither_waited_for_nor_deleted_while_it_ends() -> None:
+    # Its pod ends by itself, with its logs and exit code, as the kubelet reports it.
+    job = standby_job()
+    result = run(reported(running_attempt_one(job, standby(1, job=job)), lost(1)), at(65.2))
+    assert result.of_type(DeleteDriver) == []
+    promoted = dataclasses.replace(standby(1, job=job), attempt=2, standby=False)
+    after = observe(job, result.status, driver(1, job=job, hash_of=job), promoted)
+    soon = run(reported(after, lost(1)), at(70))
+    assert soon.of_type(DeleteDriver) == []
+    assert soon.requeue_after is not None and soon.requeue_after <= 30
+    ended = run(reported(observe(job, result.status, driver(1, "Failed", job=job, exit_code=137,
+                                                            hash_of=job), promoted), lost(1)),
+                at(70))
+    assert ended.of_type(DeleteDriver) == []  # kept for its logs, as any finished attempt
+
+
+def test_a_reported_driver_still_running_after_the_grace_is_stopped() -> None:
+    # The report was false (a network fault): the old driver is fenced and now stopped.
+    job = standby_job()
+    result = run(reported(running_attempt_one(job, standby(1, job=job)), lost(1)), at(65.2))
+    promoted = dataclasses.replace(standby(1, job=job), attempt=2, standby=False)
+    later = run(reported(observe(job, result.status, driver(1, job=job, hash_of=job), promoted),
+                         lost(1)), at(65.2 + 31))
+    assert DeleteDriver(name="clicks-attempt-1", reason="StaleAttempt") in later.actions
 
 
 def test_a_report_about_an_earlier_attempt_changes_nothing() -> None:
     job = standby_job()
-    reporter = dataclasses.replace(standby(2, job=job), driver_lost=lost(1))
     observed = observe(job, status(Phase.RUNNING, 2, job=job),
-                       driver(2, job=job, hash_of=job), reporter)
-    result = run(observed, at(65.2))
+                       driver(2, job=job, hash_of=job), standby(2, job=job))
+    result = run(reported(observed, lost(1, by="clicks-standby-2")), at(65.2))
     assert result.of_type(PromoteStandby) == [] and result.of_type(DeleteDriver) == []
     assert result.status.attempt == 2 and result.status.phase is Phase.RUNNING
 
 
+def test_a_report_by_another_pod_than_the_ready_standby_changes_nothing() -> None:
+    job = standby_job()
+    result = run(reported(running_attempt_one(job, standby(1, job=job)),
+                          lost(1, by="clicks-standby-0")), at(65.2))
+    assert result.of_type(PromoteStandby) == []
+    assert result.status.attempt == 1 and result.status.phase is Phase.RUNNING
+
+
 def test_a_report_from_a_standby_that_is_not_ready_is_not_acted_on() -> None:
     job = standby_job()
-    reporter = dataclasses.replace(standby(1, job=job, ready=False), driver_lost=lost(1))
-    result = run(running_attempt_one(job, reporter), at(65.2))
+    result = run(reported(running_attempt_one(job, standby(1, job=job, ready=False)), lost(1)),
+                 at(65.2))
     assert result.of_type(DeleteDriver) == []
     assert result.status.attempt == 1 and result.status.phase is Phase.RUNNING
 
 
+@pytest.mark.parametrize("policy", [{"restartPolicy.type": "Never"},
+                                    {"restartPolicy.maxRestarts": 0}])
+def test_a_report_never_fails_a_job_the_policy_would_not_restart(policy: dict[str, object]) -> None:
+    # Nothing to take over: the kubelet's report, with its exit code, decides.
+    job = standby_job(**policy)
+    result = run(reported(running_attempt_one(job, standby(1, job=job)), lost(1)), at(65.2))
+    assert result.status.phase is Phase.RUNNING and result.status.attempt == 1
+    assert result.of_type(DeleteDriver) == [] and result.of_type(PromoteStandby) == []
+
+
+def test_a_report_in_a_store_that_is_not_the_jobs_changes_nothing() -> None:
+    from cjob_lifecycle.observed import StoreOwnership
+
+    job = standby_job()
+    observed = reported(running_attempt_one(job, standby(1, job=job)), lost(1))
+    foreign = dataclasses.replace(observed, store=dataclasses.replace(
+        observed.store, ownership=StoreOwnership.OTHER))
+    result = run(foreign, at(65.2))
+    assert result.of_type(PromoteStandby) == []
+
+
 def test_a_suspending_job_takes_its_final_checkpoint_whatever_a_standby_reports() -> None:
     job = standby_job(suspend=True)
-    reporter = dataclasses.replace(standby(1, job=job), driver_lost=lost(1))
-    result = run(running_attempt_one(job, reporter), at(65.2))
+    result = run(reported(running_attempt_one(job, standby(1, job=job)), lost(1)), at(65.2))
     assert result.of_type(PromoteStandby) == []
     assert result.status.reason == "Suspending"
-
-
-def test_each_attempt_lets_only_its_own_standby_report() -> None:
-    job = standby_job()
-    result = run(failed_attempt_one(job, standby(1, job=job)), at(120))
-    assert EnsureRole(name="clicks-driver", standby_pod="clicks-standby-2") in result.actions
-    plain = make_job()
-    first = run(observe(plain), at(0))
-    assert [a.standby_pod for a in first.of_type(EnsureRole)] == [None]

@@ -89,7 +89,8 @@ class Standby:
 
     def __init__(self, *, attempt: int) -> None:
         self.reports: list[DriverLost] = []
-        self.watch = ActiveDriverWatch(attempt=attempt, report=self.reports.append)
+        self.watch = ActiveDriverWatch(pod=f"clicks-standby-{attempt - 1}",
+                                       report=self.reports.append)
         self.watch.start()
 
     def watching(self, attempt: int) -> bool:
@@ -127,6 +128,7 @@ def test_a_killed_driver_is_reported_lost_with_its_attempt(
     driver.kill()
     (report,) = wait_for(lambda: standby.reports, what="the loss report", timeout=10)
     assert report.attempt == 3
+    assert report.pod == "clicks-standby-3"
     assert report.at >= killed_at - 1
     assert "without a goodbye" in report.detail
 
@@ -163,16 +165,28 @@ def test_each_attempt_is_reported_once_and_a_newer_beacon_is_watched_next(
     assert [report.attempt for report in standby.reports] == [1, 2]
 
 
-def test_only_attempts_before_the_standbys_own_are_watched_and_never_an_older_one(
+def test_an_address_of_an_older_attempt_than_one_offered_is_a_stale_record(
         drivers: list[ActiveDriver], standbys: list[Standby]) -> None:
     driver = start_driver(drivers, attempt=2)
-    own = start_standby(standbys, attempt=2)
-    own.watch.offer(driver.address)  # its own attempt: a driver it would be
-    later = start_standby(standbys, attempt=4)
-    later.watch.offer(driver.address)
-    later.watch.offer(BeaconAddress(attempt=1, host="127.0.0.1", port=driver.address.port))
-    wait_for(lambda: later.watching(2), what="the later standby to watch", timeout=10)
-    assert own.watch.holding is None
+    standby = start_standby(standbys, attempt=4)
+    standby.watch.offer(driver.address)
+    standby.watch.offer(BeaconAddress(attempt=1, host="127.0.0.1", port=1))
+    wait_for(lambda: standby.watching(2), what="the standby to watch attempt 2", timeout=10)
+    time.sleep(0.3)
+    assert standby.watching(2)
+
+
+def test_a_standby_kept_past_its_attempt_watches_the_next_driver(
+        drivers: list[ActiveDriver], standbys: list[Standby]) -> None:
+    # Started during attempt 1 but not ready when it ended: attempt 2 got a new driver,
+    # and this standby stays for it.
+    standby = start_standby(standbys, attempt=2)
+    driver = start_driver(drivers, attempt=2)
+    standby.watch.offer(driver.address)
+    wait_for(lambda: standby.watching(2), what="the standby to watch attempt 2", timeout=10)
+    driver.kill()
+    (report,) = wait_for(lambda: standby.reports, what="the loss report", timeout=10)
+    assert report.attempt == 2
 
 
 # --- addresses that are not the driver's ----------------------------------------------------
@@ -198,10 +212,11 @@ def test_a_beacon_greeting_as_another_attempt_is_not_watched(
     driver = start_driver(drivers, attempt=2)
     standby = start_standby(standbys, attempt=4)
     standby.watch.offer(BeaconAddress(attempt=3, host="127.0.0.1", port=driver.address.port))
-    wait_for(lambda: standby.watch.tried is not None, what="the standby to try", timeout=10)
+    wait_for(lambda: standby.watch.outcome == "not a beacon",
+             what="the standby to find it is not attempt 3's beacon", timeout=10)
     driver.kill()
     time.sleep(0.5)
-    assert standby.reports == []
+    assert standby.reports == [] and standby.watch.holding is None
 
 
 def test_a_peer_that_is_no_beacon_is_not_watched_and_never_reported(
@@ -213,7 +228,7 @@ def test_a_peer_that_is_no_beacon_is_not_watched_and_never_reported(
         peer, _ = impostor.accept()
         with peer:
             peer.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
-        wait_for(lambda: standby.watch.tried is not None and standby.watch.holding is None,
+        wait_for(lambda: standby.watch.outcome == "not a beacon",
                  what="the standby to give up on it", timeout=10)
     assert standby.reports == []
 
@@ -238,6 +253,26 @@ def test_a_flood_of_connections_cannot_push_out_the_standby(
     finally:
         for conn in flood:
             conn.close()
+
+
+def test_a_standby_turned_away_by_a_full_beacon_tries_again_until_it_has_room(
+        standbys: list[Standby]) -> None:
+    beacon = DriverBeacon(host="127.0.0.1", attempt=1)
+    squatters = [socket.create_connection(("127.0.0.1", beacon.port), timeout=5)
+                 for _ in range(MAX_WATCHERS)]
+    try:
+        for conn in squatters:
+            assert conn.recv(256).startswith(b"{")
+        standby = start_standby(standbys, attempt=2)
+        standby.watch.offer(BeaconAddress(attempt=1, host="127.0.0.1", port=beacon.port))
+        wait_for(lambda: standby.watch.outcome == "unreachable", what="a refusal", timeout=10)
+        squatters.pop().close()
+        wait_for(lambda: standby.watching(1), what="the standby to get in", timeout=15)
+        assert standby.reports == []
+    finally:
+        for conn in squatters:
+            conn.close()
+        beacon.close()
 
 
 def test_a_peer_sending_more_than_a_beacon_needs_is_cut_off_and_the_beacon_serves_on() -> None:

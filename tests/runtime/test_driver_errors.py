@@ -37,6 +37,7 @@ def test_a_missing_build_function_exits_2(harness: JobHarness) -> None:
     (["--parallelism", "3"], "local[2] offers 2 task slots but parallelism is 3"),
     (["--parallelism", "0"], "--parallelism: must be within 1..128"),
     (["--checkpoint-mode", "sometimes"], "invalid choice: 'sometimes'"),
+    (["--beacon-host", "127.0.0.1"], "--beacon-host needs a configmap:NAMESPACE/NAME store"),
 ])
 def test_invalid_settings_exit_2_before_spark_starts(harness: JobHarness, extra: list[str],
                                                     message: str) -> None:

@@ -22,7 +22,8 @@ def test_every_record_reads_back_what_was_written() -> None:
         message = BeaconMessage(kind=kind, attempt=2)  # type: ignore[arg-type]
         assert message.encode().endswith(b"\n")
         assert BeaconMessage.decode(message.encode().strip()) == message
-    lost = DriverLost(attempt=4, at=1_700_000_000.25, detail="its connection closed")
+    lost = DriverLost(attempt=4, pod="clicks-standby-3", at=1_700_000_000.25,
+                      detail="its connection closed")
     assert DriverLost.decode(lost.encode()) == lost
 
 
@@ -53,13 +54,21 @@ def test_a_beacon_message_is_a_short_hello_or_bye() -> None:
 
 @pytest.mark.parametrize("at", ["soon", None, -1, float("nan"), float("inf"), True])
 def test_a_loss_report_needs_a_real_time(at: object) -> None:
-    text = json.dumps({"version": 1, "attempt": 1, "at": at, "detail": ""})
+    text = json.dumps({"version": 1, "attempt": 1, "pod": "p", "at": at, "detail": ""})
     with pytest.raises(BeaconSignalError, match="at must be a time"):
         DriverLost.decode(text)
 
 
 def test_a_loss_reports_detail_is_bounded_for_the_event_it_becomes() -> None:
-    text = json.dumps({"version": 1, "attempt": 1, "at": 5, "detail": "x" * 10_000})
+    text = json.dumps({"version": 1, "attempt": 1, "pod": "p", "at": 5, "detail": "x" * 10_000})
     assert len(DriverLost.decode(text).detail) == 200
     with pytest.raises(BeaconSignalError, match="detail must be a string"):
-        DriverLost.decode(json.dumps({"version": 1, "attempt": 1, "at": 5, "detail": 5}))
+        DriverLost.decode(json.dumps({"version": 1, "attempt": 1, "pod": "p", "at": 5,
+                                      "detail": 5}))
+
+
+@pytest.mark.parametrize("pod", [None, "", 5, "x" * 254])
+def test_a_loss_report_names_the_standby_that_made_it(pod: object) -> None:
+    text = json.dumps({"version": 1, "attempt": 1, "pod": pod, "at": 5, "detail": ""})
+    with pytest.raises(BeaconSignalError, match="pod must be a pod name"):
+        DriverLost.decode(text)

@@ -39,13 +39,11 @@ def without_owner(manifest: dict[str, Any]) -> dict[str, Any]:
     return manifest
 
 
-def driver_api(*, control_plane: Any, kube_rest: Any, namespace: str, job_name: str,
-               standby_pod: str | None = None) -> Any:
-    """A ``CoreV1Api`` authenticated as the job's driver service account (with
-    ``standby_pod``, the Role of an attempt whose standby is that pod)."""
+def driver_api(*, control_plane: Any, kube_rest: Any, namespace: str, job_name: str) -> Any:
+    """A ``CoreV1Api`` authenticated as the job's driver service account."""
     job = parse_job(job_document(name=job_name, namespace=namespace))
     account = without_owner(build_service_account(job))
-    role = without_owner(build_role(job, standby_pod=standby_pod))
+    role = without_owner(build_role(job))
     binding = without_owner(build_role_binding(job))
     kube_rest.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts", body=account)
     rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}"

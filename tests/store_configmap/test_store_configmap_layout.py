@@ -30,6 +30,7 @@ from cjob_checkpoint.store.configmap_layout import (
     pointer_key,
 )
 from cjob_checkpoint.store.file import CorruptPointerError
+from cjob_spec.driver_beacon import DRIVER_LOST_ANNOTATION, DriverLost
 
 
 def pointer(checkpoint_id: int) -> CompletedCheckpoint:
@@ -119,6 +120,21 @@ class TestFenceAndCounter:
         obj.put_pointer(pointer(9))
         assert obj.snapshot().next_checkpoint_id() == 30
         assert StoreObject(configmap({})).snapshot().next_checkpoint_id(start=1) == 1
+
+
+class TestStandbyReport:
+    def test_a_standbys_report_that_the_driver_is_lost_is_read_with_the_store(self) -> None:
+        report = DriverLost(attempt=3, pod="clicks-standby-3", at=1_700_000_000.5,
+                            detail="its connection closed")
+        snapshot = parse_store(configmap({}, {DRIVER_LOST_ANNOTATION: report.encode()}))
+        assert snapshot.driver_lost == report
+        assert parse_store(configmap({})).driver_lost is None
+
+    @pytest.mark.parametrize("text", ["", "{", '{"version": 9}', "[]",
+                                      '{"version": 1, "attempt": 3, "at": 1, "detail": ""}'])
+    def test_a_report_that_cannot_be_read_is_no_report(self, text: str) -> None:
+        # A newer release's, or garbage: the kubelet's report of the driver's end still comes.
+        assert parse_store(configmap({}, {DRIVER_LOST_ANNOTATION: text})).driver_lost is None
 
 
 class TestBody:

@@ -46,11 +46,10 @@ def standby_pod(core_api: Any, namespace: str, name: str) -> None:
     })
 
 
-def as_driver(*, control_plane: Any, kube_rest: Any, namespace: str, job_name: str,
-              standby_pod: str | None = None) -> Any:
+def as_driver(*, control_plane: Any, kube_rest: Any, namespace: str, job_name: str) -> Any:
     """The driver's client, once its new Role is in effect (RBAC caches take a moment)."""
     api = driver_api(control_plane=control_plane, kube_rest=kube_rest, namespace=namespace,
-                     job_name=job_name, standby_pod=standby_pod)
+                     job_name=job_name)
 
     def effective() -> bool:
         try:
