@@ -31,8 +31,9 @@ operator's runtime image when the spec names none; with neither, the job is Fail
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
 from cjob_lifecycle.actions import (
@@ -222,6 +223,7 @@ def plan(observed: Observed, *, now: datetime, settings: PlanSettings | None = N
         _plan_deletion(draft)
     else:
         _clean_up_other_attempts(draft)
+        _complete_lost_driver_failure(draft)
         _run_state_machine(draft)
         _manage_standby(draft)
         _take_restore_report(draft)
@@ -354,12 +356,13 @@ def _delete_finished(draft: _Draft, pod: DriverPod) -> None:
 
 
 def _wait_for_blocking_pods(draft: _Draft, reason: str, *, standby_too: bool = False,
-                            unless: frozenset[str] = frozenset()) -> bool:
+                            unless: frozenset[str] = frozenset(), wait: bool = True) -> bool:
     """Delete live driver pods; True (and a requeue) if some must still be waited for.
 
     A standby driver never overlaps an attempt (it writes nothing until promoted, and
     its promotion fences the attempt before it), so only the job's deletion waits for it.
-    Pods named in ``unless`` are neither deleted nor waited for.
+    Pods named in ``unless`` are neither deleted nor waited for; with ``wait`` False the
+    others are deleted but not waited for.
     """
     pods = [pod for pod in draft.observed.pods
             if (standby_too or not pod.standby) and pod.name not in unless]
@@ -367,7 +370,7 @@ def _wait_for_blocking_pods(draft: _Draft, reason: str, *, standby_too: bool = F
     for pod in pods:
         if pod.is_live or pod.phase == "Unknown":
             _delete(draft, pod, reason)
-    if blocking:
+    if blocking and wait:
         draft.requeue_in(draft.settings.poll_seconds)
         return True
     return False
@@ -411,8 +414,17 @@ def _on_new(draft: _Draft) -> bool:
 
 
 def _start_attempt(draft: _Draft, *, reason: str, reset_restarts: bool) -> None:
-    """Create the next attempt's driver once no earlier driver can overlap it."""
-    if _wait_for_blocking_pods(draft, "Superseded", unless=_lost_to_standby(draft)):
+    """Create the next attempt's driver once no earlier driver can overlap it.
+
+    A ready standby takes over without waiting for the earlier drivers to stop: the
+    fence moves to the new attempt before its promotion, so none of them can complete
+    a checkpoint or commit output after it, and a standby's Spark runs apart from
+    theirs (its executors reach it at its own address). Waiting would cost the
+    takeover the seconds a pod takes to stop, or, for a pod whose node is gone, the
+    whole kill grace.
+    """
+    if _wait_for_blocking_pods(draft, "Superseded", unless=_lost_to_standby(draft),
+                               wait=_ready_standby(draft) is None):
         if draft.status.phase is None:
             draft.set(reason="WaitingForPreviousDriver")
         draft.set(message="waiting for the previous driver pod to stop")
@@ -510,10 +522,13 @@ def _manage_standby(draft: _Draft) -> None:
 
     A standby is started for the spec of its time: after a spec change it is replaced,
     as is one that exited. The one promoted in this pass is the attempt's driver now.
+    While the job restarts, the standby it has is kept (not started anew): it takes
+    over once ready, at the end of the backoff or as soon as the old driver is gone.
     """
     phase = draft.status.phase
+    restarting = phase is Phase.RESTARTING
     wanted = (draft.job.spec.standby.enabled
-              and phase in (Phase.PENDING, Phase.RUNNING))
+              and phase in (Phase.PENDING, Phase.RUNNING, Phase.RESTARTING))
     current = spec_hash(draft.job)
     keep: DriverPod | None = None
     retry_in = 0.0
@@ -536,6 +551,8 @@ def _manage_standby(draft: _Draft) -> None:
                             f"{describe_exit(pod.exit_code)}{why}; a new one is started")
             _delete_finished(draft, pod)
     image = draft.observed.image
+    if restarting:
+        return
     if wanted and keep is None and retry_in > 0:
         draft.requeue_in(retry_in)
     elif wanted and keep is None and image is not None:
@@ -618,7 +635,14 @@ def _fail_without_image(draft: _Draft) -> None:
 
 def _fail_before_start(draft: _Draft, *, reason: str, message: str) -> None:
     """A permanent failure found before an attempt could start: no restart budget is
-    spent, and ``_on_failed`` starts the job once what was missing arrives."""
+    spent, and ``_on_failed`` starts the job once what was missing arrives.
+
+    A driver still running here is one a standby reported lost (every other was
+    stopped before the attempt could start): it must not run on in a failed job.
+    """
+    for pod in draft.observed.pods:
+        if not pod.standby and pod.is_live:
+            _delete(draft, pod, reason)
     draft.set(
         phase=Phase.FAILED,
         reason=reason,
@@ -713,7 +737,16 @@ def _standby_report(draft: _Draft) -> tuple[DriverPod, DriverLost] | None:
     if (report is None or standby is None or report.pod != standby.name
             or report.attempt != draft.status.attempt):
         return None
+    # A report is about a moment. It stays on the ConfigMap after the plan let it pass
+    # (the policy would not restart then), and must not act later, over a driver that
+    # has run on all along: past the grace the kubelet would have reported a real end.
+    if draft.seconds_since(_report_time(report)) > draft.settings.kill_grace_seconds:
+        return None
     return standby, report
+
+
+def _report_time(report: DriverLost) -> datetime:
+    return datetime.fromtimestamp(report.at, tz=UTC)
 
 
 def _reported_lost(draft: _Draft, pod: DriverPod) -> AttemptEnd | None:
@@ -732,7 +765,7 @@ def _reported_lost(draft: _Draft, pod: DriverPod) -> AttemptEnd | None:
     end = AttemptEnd(
         reason=DRIVER_LOST_REASON,
         exit_code=None,
-        at=draft.now,
+        at=min(_report_time(report), draft.now),
         message=f"driver pod {pod.name} is lost, as standby driver {standby.name} "
                 f"reports: {report.detail}",
     )
@@ -763,6 +796,30 @@ def _left_to_end(draft: _Draft, pod: DriverPod) -> bool:
         return False
     draft.requeue_at(deadline)
     return True
+
+
+def _complete_lost_driver_failure(draft: _Draft) -> None:
+    """Add the kubelet's word to the ``lastFailure`` of a driver a standby reported lost.
+
+    The standby's report comes first and knows only that the connection closed; what
+    ended the process (``OOMKilled``, exit code 137) is on the pod once the kubelet
+    sees it, and belongs where a user looks for why the job restarted.
+    """
+    failure = draft.status.last_failure
+    if (failure is None or failure.reason != DRIVER_LOST_REASON
+            or failure.exit_code is not None or failure.attempt is None):
+        return
+    for pod in draft.observed.pods:
+        if (pod.standby or pod.attempt != failure.attempt or pod.phase != "Failed"
+                or pod.exit_code is None):
+            continue
+        detail = describe_exit(pod.exit_code)
+        if pod.reason:
+            detail = f"{pod.reason}, {detail}"
+        draft.set(last_failure=dataclasses.replace(
+            failure, exit_code=pod.exit_code,
+            message=f"{failure.message}; its pod then failed: {detail}"))
+        return
 
 
 def _spec_changed(draft: _Draft, pod: DriverPod) -> bool:

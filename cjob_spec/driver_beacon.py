@@ -33,30 +33,24 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from typing import Any, Literal
+
+from cjob_spec.versioned import versioned_body
 
 FORMAT_VERSION = 1
 BEACON_ANNOTATION = "checkpointed.io/driver-beacon"
 """The checkpoint ConfigMap's annotation: where the active driver's beacon listens."""
 DRIVER_LOST_ANNOTATION = "checkpointed.io/driver-lost"
 """The checkpoint ConfigMap's annotation: a standby's report that the active driver is gone."""
+MAX_UNIX_SECONDS = 253_402_300_799
+"""The last second of the year 9999: the latest time a report may carry (the operator
+turns it into a datetime, which ends there)."""
 MAX_LINE_BYTES = 256
 """The longest beacon message a reader accepts; anything longer is not a beacon."""
 
 
 class BeaconSignalError(ValueError):
     """A beacon address, message or loss report that cannot be read; the message says why."""
-
-
-def _body(data: object, *, what: str) -> dict[str, Any]:
-    if not isinstance(data, dict):
-        raise BeaconSignalError(f"{what}: expected a JSON object")
-    version = data.get("version")
-    if version != FORMAT_VERSION:
-        raise BeaconSignalError(f"{what}: format version {version!r} is not "
-                                f"{FORMAT_VERSION}, the one this release reads")
-    return data
 
 
 def _attempt(body: dict[str, Any], *, what: str) -> int:
@@ -71,7 +65,7 @@ def _decode(text: str | bytes, *, what: str) -> dict[str, Any]:
         data = json.loads(text)
     except ValueError as exc:
         raise BeaconSignalError(f"{what}: not valid JSON: {exc}") from None
-    return _body(data, what=what)
+    return versioned_body(data, what=what, version=FORMAT_VERSION, error=BeaconSignalError)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -145,7 +139,7 @@ class DriverLost:
         if not isinstance(pod, str) or not pod or len(pod) > 253:
             raise BeaconSignalError(f"driver-lost report: pod must be a pod name, got {pod!r}")
         if (not isinstance(at, int | float) or isinstance(at, bool)
-                or not math.isfinite(at) or at < 0):
+                or not 0 <= at <= MAX_UNIX_SECONDS):
             raise BeaconSignalError(f"driver-lost report: at must be a time in Unix seconds, "
                                     f"got {at!r}")
         if not isinstance(detail, str):

@@ -28,6 +28,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from cjob_spec.versioned import versioned_body
+
 FORMAT_VERSION = 1
 PROMOTION_ANNOTATION = "checkpointed.io/standby-promotion"
 """The checkpoint ConfigMap's annotation holding the operator's latest promotion."""
@@ -118,13 +120,7 @@ class StandbyReady:
 
 
 def _versioned(data: object, *, what: str) -> dict[str, Any]:
-    if not isinstance(data, dict):
-        raise StandbySignalError(f"{what}: expected a JSON object")
-    version = data.get("version")
-    if version != FORMAT_VERSION:
-        raise StandbySignalError(f"{what}: format version {version!r} is not "
-                                 f"{FORMAT_VERSION}, the one this release reads")
-    return data
+    return versioned_body(data, what=what, version=FORMAT_VERSION, error=StandbySignalError)
 
 
 def write_signal(path: str | Path, signal: StandbyPromotion | StandbyReady) -> None:

@@ -219,7 +219,9 @@ class StoreObject:
             return None
         try:
             return DriverLost.decode(text)
-        except BeaconSignalError:
+        except (BeaconSignalError, ValueError, TypeError, OverflowError):
+            # Whatever is wrong with one annotation, every other read of the store
+            # (checkpoints, fence, promotion) must still work.
             return None
 
     @property

@@ -64,7 +64,9 @@ class DriverBeacon:
 
     def __init__(self, *, host: str, attempt: int) -> None:
         self.attempt = attempt
-        self._listener = socket.create_server((host, 0), backlog=MAX_WATCHERS * 2)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET  # a pod IP either way
+        self._listener = socket.create_server((host, 0), family=family,
+                                              backlog=MAX_WATCHERS * 2)
         self._listener.setblocking(False)
         self.host = host
         self.port: int = self._listener.getsockname()[1]

@@ -150,7 +150,7 @@ class ActiveDriverWatch:
                 log.warning("standby: %s:%d is not the beacon of attempt %d: %s",
                             address.host, address.port, address.attempt, exc)
                 return _Outcome.NOT_A_BEACON
-            except OSError:
+            except (_NoMessageYet, OSError):
                 return _Outcome.UNREACHABLE
             if hello is None:  # closed without a greeting: a beacon with no room left
                 return _Outcome.UNREACHABLE
@@ -171,7 +171,7 @@ class ActiveDriverWatch:
         while self._current() == address:
             try:
                 message = reader.next_message(timeout=CHECK_SECONDS)
-            except TimeoutError:
+            except _NoMessageYet:
                 continue
             except BeaconSignalError as exc:
                 log.warning("standby: the beacon of attempt %d sent %s; not watched",
@@ -202,6 +202,10 @@ class ActiveDriverWatch:
                         address.attempt, exc)
 
 
+class _NoMessageYet(Exception):
+    """No whole line arrived within the wait; the connection is fine."""
+
+
 class _LineReader:
     """Beacon messages, one JSON line each, from a socket."""
 
@@ -218,14 +222,16 @@ class _LineReader:
         self.selector.close()
 
     def next_message(self, *, timeout: float) -> BeaconMessage | None:
-        """The next message; ``None`` once the peer closed; TimeoutError meanwhile."""
+        """The next message; ``None`` once the peer closed; :class:`_NoMessageYet`
+        meanwhile. A failed connection raises its ``OSError``, a keepalive timeout too
+        (``TimeoutError``): that is why no message yet is an exception of its own."""
         deadline = time.monotonic() + timeout
         while b"\n" not in self.buffer:
             if len(self.buffer) > MAX_LINE_BYTES:
                 raise BeaconSignalError(f"a line longer than {MAX_LINE_BYTES} bytes")
             left = deadline - time.monotonic()
             if left <= 0 or not self.selector.select(timeout=left):
-                raise TimeoutError("no message yet")
+                raise _NoMessageYet
             data = self.conn.recv(MAX_LINE_BYTES)
             if not data:
                 return None

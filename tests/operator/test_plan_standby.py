@@ -254,10 +254,23 @@ def test_the_reported_driver_is_neither_waited_for_nor_deleted_while_it_ends() -
     soon = run(reported(after, lost(1)), at(70))
     assert soon.of_type(DeleteDriver) == []
     assert soon.requeue_after is not None and soon.requeue_after <= 30
-    ended = run(reported(observe(job, result.status, driver(1, "Failed", job=job, exit_code=137,
-                                                            hash_of=job), promoted), lost(1)),
-                at(70))
-    assert ended.of_type(DeleteDriver) == []  # kept for its logs, as any finished attempt
+
+
+def test_the_reported_drivers_exit_code_joins_the_last_failure_once_the_kubelet_has_it() -> None:
+    # What killed it (OOMKilled, 137) is what a user looks for in kubectl describe.
+    job = standby_job()
+    result = run(reported(running_attempt_one(job, standby(1, job=job)), lost(1)), at(65.2))
+    promoted = dataclasses.replace(standby(1, job=job), attempt=2, standby=False)
+    dead = driver(1, "Failed", job=job, exit_code=137, reason="OOMKilled", hash_of=job)
+    ended = run(reported(observe(job, result.status, dead, promoted), lost(1)), at(70))
+    failure = ended.status.last_failure
+    assert failure is not None and failure.reason == "DriverLost" and failure.attempt == 1
+    assert failure.exit_code == 137
+    assert "OOMKilled" in failure.message and "clicks-standby-1 reports" in failure.message
+    assert failure.at == at(65)
+    again = run(reported(observe(job, ended.status, dead, promoted), lost(1)), at(75))
+    assert again.status.last_failure == failure  # said once
+    assert "clicks-attempt-1" not in [a.name for a in ended.of_type(DeleteDriver)]
 
 
 def test_a_reported_driver_still_running_after_the_grace_is_stopped() -> None:
@@ -321,3 +334,96 @@ def test_a_suspending_job_takes_its_final_checkpoint_whatever_a_standby_reports(
     result = run(reported(running_attempt_one(job, standby(1, job=job)), lost(1)), at(65.2))
     assert result.of_type(PromoteStandby) == []
     assert result.status.reason == "Suspending"
+
+
+# --- a report is a moment: acted on while fresh, and never held back by the old driver ----
+
+
+def test_the_attempt_ended_when_the_standby_saw_it_not_when_the_operator_read_it() -> None:
+    job = standby_job()
+    result = run(reported(running_attempt_one(job, standby(1, job=job)), lost(1)), at(70.5))
+    assert result.status.last_failure is not None
+    assert result.status.last_failure.at == at(65)
+
+
+def test_a_report_older_than_the_grace_is_not_acted_on() -> None:
+    # The kubelet has reported a driver that really died long before now; one still
+    # running was not lost (the report was false, or about a moment long past).
+    job = standby_job()
+    late = at(65 + WITH_STANDBY.kill_grace_seconds + 1)
+    result = run(reported(running_attempt_one(job, standby(1, job=job)), lost(1)), late)
+    assert result.of_type(PromoteStandby) == [] and result.of_type(DeleteDriver) == []
+    assert result.status.phase is Phase.RUNNING and result.status.attempt == 1
+
+
+def test_a_report_let_pass_while_the_restart_budget_was_spent_never_acts_later() -> None:
+    # The report stays on the ConfigMap. Once resetAfter gives the budget back, it must
+    # not promote the standby over the driver that has been healthy all along.
+    job = standby_job(**{"restartPolicy.maxRestarts": 1})
+    observed = running_attempt_one(job, standby(1, job=job))
+    spent = dataclasses.replace(observed, status=observed.status.replace(restarts=1))
+    first = run(reported(spent, lost(1)), at(65.2))
+    assert first.status.phase is Phase.RUNNING and first.of_type(PromoteStandby) == []
+    healthy = 5 + job.spec.restart_policy.reset_after.seconds + 1  # the driver started at 5
+    reset = run(reported(dataclasses.replace(spent, status=first.status), lost(1)), at(healthy))
+    assert reset.status.restarts == 0
+    later = run(reported(dataclasses.replace(spent, status=reset.status), lost(1)),
+                at(healthy + 1))
+    assert later.of_type(PromoteStandby) == [] and later.of_type(DeleteDriver) == []
+    assert later.status.phase is Phase.RUNNING and later.status.attempt == 1
+
+
+def test_a_driver_pod_being_deleted_hands_over_to_the_ready_standby_at_once() -> None:
+    # Its deletion can be seen before the standby's report. The old driver is fenced
+    # before the promotion, so the standby need not wait for it to stop.
+    job = standby_job()
+    observed = observe(job, status(Phase.RUNNING, 1, job=job),
+                       driver(1, job=job, hash_of=job, deleting=at(64)), standby(1, job=job))
+    result = run(observed, at(65))
+    assert result.of_type(PromoteStandby) == [
+        PromoteStandby(name="clicks-standby-1", attempt=2, restore_pointer="latest")]
+    assert "clicks-standby-1" not in [a.name for a in result.of_type(DeleteDriver)]
+    names = kinds(result)
+    assert names.index("AdvanceFence") < names.index("PromoteStandby")
+
+
+def test_a_second_report_within_the_grace_of_the_first_promotes_the_next_standby() -> None:
+    # Attempt 1's driver, reported lost at 65, is still left to end when attempt 2's
+    # driver (the standby promoted then) is reported lost by the next standby.
+    job = standby_job()
+    first = run(reported(running_attempt_one(job, standby(1, job=job)), lost(1)), at(65.2))
+    promoted = dataclasses.replace(standby(1, job=job), attempt=2, standby=False)
+    second_report = dataclasses.replace(lost(2, by="clicks-standby-2"), at=T0.timestamp() + 80)
+    observed = observe(job, first.status.replace(phase=Phase.RUNNING),
+                       driver(1, job=job, hash_of=job), promoted, standby(2, job=job))
+    result = run(reported(observed, second_report), at(80.2))
+    assert result.of_type(PromoteStandby) == [
+        PromoteStandby(name="clicks-standby-2", attempt=3, restore_pointer="latest")]
+    assert "clicks-standby-2" not in [a.name for a in result.of_type(DeleteDriver)]
+
+
+def test_a_starting_standby_is_kept_through_the_restart_backoff_and_then_promoted() -> None:
+    job = standby_job()
+    backing_off = run(failed_attempt_one(job, standby(1, job=job, ready=False)), at(65.4))
+    assert backing_off.status.phase is Phase.RESTARTING
+    assert "clicks-standby-1" not in [a.name for a in backing_off.of_type(DeleteDriver)]
+    due = observe(job, backing_off.status,
+                  driver(1, "Failed", job=job, exit_code=137, hash_of=job), standby(1, job=job))
+    result = run(due, at(75.1))
+    assert result.of_type(PromoteStandby) == [
+        PromoteStandby(name="clicks-standby-1", attempt=2, restore_pointer="latest")]
+
+
+def test_a_job_that_cannot_restart_after_a_report_stops_the_reported_driver() -> None:
+    # Here the store lost the checkpoint the job completed: the job fails (StoreLost),
+    # and the driver the standby reported, should it still run, must not run on.
+    from cjob_spec.status import CheckpointRef
+
+    job = standby_job()
+    observed = running_attempt_one(job, standby(1, job=job))
+    recorded = observed.status.replace(latest_checkpoint=CheckpointRef(id=7, path="s3://c/chk-7"))
+    emptied = dataclasses.replace(observed, status=recorded,
+                                  store=dataclasses.replace(observed.store, exists=True))
+    result = run(reported(emptied, lost(1)), at(65.2))
+    assert result.status.phase is Phase.FAILED and result.status.reason == "StoreLost"
+    assert "clicks-attempt-1" in [a.name for a in result.of_type(DeleteDriver)]

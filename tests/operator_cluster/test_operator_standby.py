@@ -169,3 +169,5 @@ def test_a_standbys_report_promotes_it_before_the_kubelet_notices_the_driver_is_
     cluster.set_pod_state("sums-attempt-1", "Failed", exit_code=137)
     run_pass(subject, cluster)
     assert "sums-attempt-1" in cluster.pods
+    assert cluster.status["lastFailure"]["reason"] == "DriverLost"
+    assert cluster.status["lastFailure"]["exitCode"] == 137

@@ -9,6 +9,7 @@ exit code) must not; hostile peers must not silence the beacon or fake a loss.
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import socket
@@ -310,3 +311,66 @@ def test_closing_the_beacon_says_goodbye_to_every_peer() -> None:
             data += chunk
         assert BeaconMessage.decode(data.strip()) == BeaconMessage(kind="bye", attempt=2)
         peer.close()
+
+
+# --- addresses and failures of the network ------------------------------------------------
+
+
+def ipv6_loopback() -> bool:
+    try:
+        with socket.create_server(("::1", 0), family=socket.AF_INET6):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not ipv6_loopback(), reason="this host has no IPv6 loopback")
+def test_a_driver_on_an_ipv6_pod_address_has_a_beacon_too(standbys: list[Standby]) -> None:
+    # A pod IP of an IPv6-only cluster, as the operator passes it in --beacon-host.
+    beacon = DriverBeacon(host="::1", attempt=2)
+    try:
+        standby = start_standby(standbys, attempt=3)
+        standby.watch.offer(BeaconAddress(attempt=2, host="::1", port=beacon.port))
+        wait_for(lambda: standby.watching(2), what="the standby to watch attempt 2", timeout=10)
+    finally:
+        beacon.close()
+    wait_for(lambda: standby.watch.outcome == "ended", what="the goodbye", timeout=10)
+    assert standby.reports == []
+
+
+class GivenUpByTheKernel(socket.socket):
+    """A connection whose keepalive probes went unanswered (its peer's node is gone):
+    the kernel marks it readable and fails the read with ETIMEDOUT."""
+
+    greeted = False
+
+    def recv(self, bufsize: int, flags: int = 0) -> bytes:
+        if not self.greeted:
+            self.greeted = True
+            return super().recv(bufsize, flags)
+        raise TimeoutError(errno.ETIMEDOUT, os.strerror(errno.ETIMEDOUT))
+
+
+def test_a_driver_whose_keepalives_go_unanswered_is_reported_lost(
+        standbys: list[Standby], monkeypatch: pytest.MonkeyPatch) -> None:
+    from job_runtime.execution import driver_watch
+
+    create_connection = socket.create_connection
+
+    def connect(address: tuple[str, int], timeout: float) -> socket.socket:
+        real = create_connection(address, timeout=timeout)
+        return GivenUpByTheKernel(fileno=real.detach())
+
+    monkeypatch.setattr(driver_watch.socket, "create_connection", connect)
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        standby = start_standby(standbys, attempt=4)
+        standby.watch.offer(BeaconAddress(attempt=3, host="127.0.0.1",
+                                          port=listener.getsockname()[1]))
+        peer, _ = listener.accept()
+        with peer:
+            peer.sendall(BeaconMessage(kind="hello", attempt=3).encode())
+            wait_for(lambda: standby.watching(3), what="the standby to watch", timeout=10)
+            peer.sendall(b"{")  # now readable, as a connection the kernel gave up on is
+            (report,) = wait_for(lambda: standby.reports, what="the loss report", timeout=10)
+    assert report.attempt == 3
+    assert "its connection failed" in report.detail and "timed out" in report.detail

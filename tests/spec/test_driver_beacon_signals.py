@@ -52,7 +52,10 @@ def test_a_beacon_message_is_a_short_hello_or_bye() -> None:
         BeaconMessage.decode(b"\xff\xfe")
 
 
-@pytest.mark.parametrize("at", ["soon", None, -1, float("nan"), float("inf"), True])
+@pytest.mark.parametrize("at", ["soon", None, -1, float("nan"), float("inf"), True,
+                                pytest.param(10 ** 400, id="a-400-digit-number"),
+                                pytest.param(1e300, id="beyond-any-date"),
+                                pytest.param(253_402_300_800, id="after-the-year-9999")])
 def test_a_loss_report_needs_a_real_time(at: object) -> None:
     text = json.dumps({"version": 1, "attempt": 1, "pod": "p", "at": at, "detail": ""})
     with pytest.raises(BeaconSignalError, match="at must be a time"):

@@ -131,7 +131,9 @@ class TestStandbyReport:
         assert parse_store(configmap({})).driver_lost is None
 
     @pytest.mark.parametrize("text", ["", "{", '{"version": 9}', "[]",
-                                      '{"version": 1, "attempt": 3, "at": 1, "detail": ""}'])
+                                      '{"version": 1, "attempt": 3, "at": 1, "detail": ""}',
+                                      '{"version": 1, "attempt": 3, "pod": "p", "detail": "",'
+                                      ' "at": 1' + "0" * 400 + '}'])
     def test_a_report_that_cannot_be_read_is_no_report(self, text: str) -> None:
         # A newer release's, or garbage: the kubelet's report of the driver's end still comes.
         assert parse_store(configmap({}, {DRIVER_LOST_ANNOTATION: text})).driver_lost is None
