@@ -296,6 +296,8 @@ def test_a_k8s_job_with_a_warm_standby_recovers_from_a_driver_kill_by_promoting_
     # race; the standby's usually wins by about a second, and is recorded.
     assert "is gone: its connection" in job.logs("warm-standby-1")
     record_property("standby_takeover_reported_by", done["lastFailure"]["reason"])
+    # Whichever report won, the status says what ended the driver: its exit code.
+    assert done["lastFailure"]["exitCode"] == 137, done["lastFailure"]
     restored = scenario.restored_id_from_logs(job.logs("warm-standby-1"))
     assert restored is not None and restored >= checkpoint_before_kill
     assert done["restoredFrom"]["id"] == restored
