@@ -11,8 +11,15 @@ better tuning of the same one.
 The search doubles the size while batches fit (or overran by less than 30 % while
 the rate still grew by a tenth: a noisy batch of a small size), then narrows between
 the largest size that fitted and the smallest that overran until they are within a
-fifth of each other; if nothing fits, it halves below the smallest size tried. It is pure (the points measured
-so far in, the next size out) so it is tested without Spark.
+fifth of each other; if nothing fits, it halves below the smallest size tried.
+
+A baseline whose batches overrun the trigger even at the smallest size (its per-batch
+work alone takes longer, as Python per-key state at thousands of keys does) cannot
+keep the interval at all. Its user would take the fastest size whose batches are
+about as short as any can be: once the floor shows that nothing fits, the budget
+becomes the shortest batch measured times the noise band, and the search goes up
+again under it. It is pure (the points measured so far in, the next size out) so it
+is tested without Spark.
 """
 
 from __future__ import annotations
@@ -42,25 +49,37 @@ class BatchSizeSearch:
     floor: int = 10_000
     """The smallest size tried."""
 
-    def fits(self, point: TuningPoint) -> bool:
-        return point.batch_ms_median <= self.budget_ms
+    def budget(self, points: Sequence[TuningPoint]) -> float:
+        """The longest batch that fits: the trigger, unless no size down to the floor
+        fits it; then the shortest batch measured, with the noise band's allowance."""
+        if not points or any(p.batch_ms_median <= self.budget_ms for p in points):
+            return self.budget_ms
+        if min(p.rows_per_batch for p in points) > self.floor:
+            return self.budget_ms  # still coming down: a smaller size may fit
+        return max(self.budget_ms, NOISE_BAND * min(p.batch_ms_median for p in points))
+
+    def fits(self, point: TuningPoint, *, budget_ms: float | None = None) -> bool:
+        return point.batch_ms_median <= (self.budget_ms if budget_ms is None else budget_ms)
 
     def next_size(self, points: Sequence[TuningPoint]) -> int | None:
         """The next size to measure, or ``None`` once the search is over."""
         if not points:
             return max(self.floor, min(self.start, self.limit))
+        budget = self.budget(points)
+        relaxed = budget > self.budget_ms
         tried = {p.rows_per_batch for p in points}
         top = max(points, key=lambda p: p.rows_per_batch)
-        coming_down = min(tried) < min(self.start, self.limit)
+        coming_down = min(tried) < min(self.start, self.limit) and not relaxed
         if (not coming_down and top.rows_per_batch < self.limit
-                and self._still_doubling(top, points)):
+                and self._still_doubling(top, points, budget_ms=budget)):
             return min(2 * top.rows_per_batch, self.limit)
-        fitted = [p.rows_per_batch for p in points if self.fits(p)]
+        fitted = [p.rows_per_batch for p in points if self.fits(p, budget_ms=budget)]
         if not fitted:
             smallest = min(tried)
             return None if smallest <= self.floor else max(self.floor, smallest // 2)
         low = max(fitted)
-        overran = [p.rows_per_batch for p in points if not self.fits(p) and p.rows_per_batch > low]
+        overran = [p.rows_per_batch for p in points
+                   if not self.fits(p, budget_ms=budget) and p.rows_per_batch > low]
         if not overran:
             return None
         high = min(overran)
@@ -69,7 +88,8 @@ class BatchSizeSearch:
         middle = _round(low + (high - low) / 2)
         return None if middle in tried or not low < middle < high else middle
 
-    def _still_doubling(self, top: TuningPoint, points: Sequence[TuningPoint]) -> bool:
+    def _still_doubling(self, top: TuningPoint, points: Sequence[TuningPoint], *,
+                        budget_ms: float) -> bool:
         """Double on while the largest size fits, or while it overran but still gained.
 
         Small batches cost mostly their fixed per-batch work, whose noise can push one
@@ -78,9 +98,9 @@ class BatchSizeSearch:
         noise band ends the doubling, although larger batches always amortise the
         per-batch work better; at the first size, the search then comes down.
         """
-        if self.fits(top):
+        if self.fits(top, budget_ms=budget_ms):
             return True
-        if top.batch_ms_median >= NOISE_BAND * self.budget_ms:
+        if top.batch_ms_median >= NOISE_BAND * budget_ms:
             return False
         smaller = [p.records_per_second for p in points if p.rows_per_batch < top.rows_per_batch]
         if not smaller:
@@ -88,10 +108,12 @@ class BatchSizeSearch:
         return top.records_per_second >= STILL_GAINING * max(smaller)
 
     def chosen(self, points: Sequence[TuningPoint]) -> int:
-        """The fastest size whose batches fit; if none fit, the one with the shortest."""
+        """The fastest size whose batches fit the budget; if none fit, the one with the
+        shortest."""
         if not points:
             raise ValueError("no batch size was measured")
-        fitted = [p for p in points if self.fits(p)]
+        budget = self.budget(points)
+        fitted = [p for p in points if self.fits(p, budget_ms=budget)]
         if not fitted:
             return min(points, key=lambda p: p.batch_ms_median).rows_per_batch
         return max(fitted, key=lambda p: p.records_per_second).rows_per_batch

@@ -47,6 +47,16 @@ def test_when_no_batch_fits_the_shortest_is_chosen() -> None:
     assert SEARCH.chosen(points) == 100_000
 
 
+def test_when_the_per_batch_work_alone_overruns_the_trigger_the_size_is_chosen_for_speed() -> None:
+    # Python per-key state at 10k keys: about 3 s per batch whatever its size, down to
+    # the floor. No size keeps a 1 s checkpoint interval; a user tuning for throughput
+    # takes the fastest size whose batches are about as short as any can be, not the
+    # smallest size (a tenth of the rate for the same interval).
+    points = [point(100_000, 3_355.0), point(50_000, 3_272.0), point(25_000, 3_190.0),
+              point(12_500, 3_149.0), point(10_000, 3_162.0)]
+    assert SEARCH.chosen(points) == 100_000
+
+
 # --- the search ------------------------------------------------------------------------
 
 
@@ -110,7 +120,8 @@ def test_it_never_passes_the_limit() -> None:
 def test_it_never_goes_below_the_floor() -> None:
     search = BatchSizeSearch(start=20_000, limit=1_000_000, budget_ms=1000.0, floor=10_000)
     assert search.next_size([point(20_000, 3_000.0)]) == 10_000
-    assert search.next_size([point(20_000, 3_000.0), point(10_000, 2_000.0)]) is None
+    following = search.next_size([point(20_000, 3_000.0), point(10_000, 2_000.0)])
+    assert following is None or following > 20_000  # up again: see the per-batch work tests
 
 
 def test_on_a_linear_engine_it_finds_a_size_within_a_fifth_of_the_best_fit() -> None:
@@ -126,3 +137,17 @@ def test_on_a_slow_engine_it_comes_down_below_the_first_size() -> None:
     ms_per_row = 0.005  # 200k rows/s
     chosen = SEARCH.chosen(probe(SEARCH, ms_per_row))
     assert 0.5 * (950.0 / ms_per_row) <= chosen <= 950.0 / ms_per_row
+
+
+def test_on_an_engine_whose_per_batch_work_overruns_the_trigger_it_searches_upward() -> None:
+    # 3 s per batch, then 2M rows/s: once the floor shows no size fits 1 s, the search
+    # looks for the largest size whose batches stay within the noise band of the
+    # shortest one (here about 1.8M rows), as it would for the trigger.
+    search = BatchSizeSearch(start=100_000, limit=2_000_000, budget_ms=1000.0)
+    points: list[TuningPoint] = []
+    while (size := search.next_size(points)) is not None:
+        assert size not in [p.rows_per_batch for p in points], "a size is tried once"
+        points.append(point(size, 3_000.0 + size * 0.0005))
+        assert len(points) < 40, "the search ends"
+    best = (1.3 * (3_000.0 + 10_000 * 0.0005) - 3_000.0) / 0.0005
+    assert 0.8 * best <= search.chosen(points) <= best
