@@ -423,8 +423,9 @@ def _start_attempt(draft: _Draft, *, reason: str, reset_restarts: bool) -> None:
     takeover the seconds a pod takes to stop, or, for a pod whose node is gone, the
     whole kill grace.
     """
+    standby = _ready_standby(draft)  # only non-standby pods are stopped below
     if _wait_for_blocking_pods(draft, "Superseded", unless=_lost_to_standby(draft),
-                               wait=_ready_standby(draft) is None):
+                               wait=standby is None):
         if draft.status.phase is None:
             draft.set(reason="WaitingForPreviousDriver")
         draft.set(message="waiting for the previous driver pod to stop")
@@ -473,7 +474,6 @@ def _start_attempt(draft: _Draft, *, reason: str, reset_restarts: bool) -> None:
     if draft.settings.network_policies:
         draft.act(EnsureNetworkPolicy(name=network_policy_name(draft.name)))
     draft.act(AdvanceFence(attempt=attempt))
-    standby = _ready_standby(draft)
     if standby is not None:
         pod_name = standby.name
         draft.promoted = pod_name
@@ -550,9 +550,9 @@ def _manage_standby(draft: _Draft) -> None:
                 draft.event("Warning", "StandbyFailed", f"standby driver {pod.name} failed, "
                             f"{describe_exit(pod.exit_code)}{why}; a new one is started")
             _delete_finished(draft, pod)
-    image = draft.observed.image
     if restarting:
         return
+    image = draft.observed.image
     if wanted and keep is None and retry_in > 0:
         draft.requeue_in(retry_in)
     elif wanted and keep is None and image is not None:

@@ -9,6 +9,7 @@ exit code) must not; hostile peers must not silence the beacon or fake a loss.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import signal
@@ -220,15 +221,25 @@ def test_a_beacon_greeting_as_another_attempt_is_not_watched(
     assert standby.reports == [] and standby.watch.holding is None
 
 
+@contextlib.contextmanager
+def offered_peer(standbys: list[Standby], *,
+                 attempt: int) -> Iterator[tuple[Standby, socket.socket]]:
+    """A standby of the next attempt, offered a hand-made listener on loopback as the
+    beacon of ``attempt``, and the connection it made there."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        standby = start_standby(standbys, attempt=attempt + 1)
+        standby.watch.offer(BeaconAddress(attempt=attempt, host="127.0.0.1",
+                                          port=listener.getsockname()[1]))
+        peer, _ = listener.accept()
+        with peer:
+            yield standby, peer
+
+
 def test_a_peer_that_is_no_beacon_is_not_watched_and_never_reported(
         standbys: list[Standby]) -> None:
-    with socket.create_server(("127.0.0.1", 0)) as impostor:
-        standby = start_standby(standbys, attempt=2)
-        standby.watch.offer(BeaconAddress(attempt=1, host="127.0.0.1",
-                                          port=impostor.getsockname()[1]))
-        peer, _ = impostor.accept()
-        with peer:
-            peer.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+    with offered_peer(standbys, attempt=1) as (standby, peer):
+        peer.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+        peer.close()
         wait_for(lambda: standby.watch.outcome == "not a beacon",
                  what="the standby to give up on it", timeout=10)
     assert standby.reports == []
@@ -362,15 +373,10 @@ def test_a_driver_whose_keepalives_go_unanswered_is_reported_lost(
         return GivenUpByTheKernel(fileno=real.detach())
 
     monkeypatch.setattr(driver_watch.socket, "create_connection", connect)
-    with socket.create_server(("127.0.0.1", 0)) as listener:
-        standby = start_standby(standbys, attempt=4)
-        standby.watch.offer(BeaconAddress(attempt=3, host="127.0.0.1",
-                                          port=listener.getsockname()[1]))
-        peer, _ = listener.accept()
-        with peer:
-            peer.sendall(BeaconMessage(kind="hello", attempt=3).encode())
-            wait_for(lambda: standby.watching(3), what="the standby to watch", timeout=10)
-            peer.sendall(b"{")  # now readable, as a connection the kernel gave up on is
-            (report,) = wait_for(lambda: standby.reports, what="the loss report", timeout=10)
+    with offered_peer(standbys, attempt=3) as (standby, peer):
+        peer.sendall(BeaconMessage(kind="hello", attempt=3).encode())
+        wait_for(lambda: standby.watching(3), what="the standby to watch", timeout=10)
+        peer.sendall(b"{")  # now readable, as a connection the kernel gave up on is
+        (report,) = wait_for(lambda: standby.reports, what="the loss report", timeout=10)
     assert report.attempt == 3
     assert "its connection failed" in report.detail and "timed out" in report.detail
