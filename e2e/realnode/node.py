@@ -11,12 +11,14 @@ the project's images are imported from archives (``e2e.images``).
 The node's address is the bridge's gateway, 10.244.0.1, created before the kubelet
 starts: pods reach the host (the apiserver, the kubelet) on their own link, and the
 node owns no address outside the pod network. What the node changes on the host is
-recorded first and put back by :meth:`RealNode.stop` (``host.py``).
+recorded first and put back by :meth:`RealNode.stop` (``host.py``), or, when the
+node was killed before it could stop, by the next node to start (``lease.py``).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import tempfile
@@ -35,13 +37,14 @@ from e2e.controlplane.rest import ApiError, RestClient
 from e2e.images.containerd import import_archive
 from e2e.realnode import dns
 from e2e.realnode.archive import write_archive
-from e2e.realnode.host import (
-    HostSnapshot,
-    kill_node_processes,
-    remove_cgroups,
-    restore_host,
-    unmount_below,
-    write_sysctl,
+from e2e.realnode.host import HostSnapshot, write_sysctl
+from e2e.realnode.lease import (
+    LEASE_PATH,
+    HostBusyError,
+    HostLease,
+    NodeRecord,
+    claim_host,
+    clear_node,
 )
 
 NODE_IP = "10.244.0.1"
@@ -98,6 +101,7 @@ class RealNode:
         images: Sequence[ImageArchive] = (),
         log: Callable[[str], None] = lambda _: None,
         ready_timeout: float = 180.0,
+        lease_path: Path = LEASE_PATH,
     ) -> None:
         if control_plane.node_ip != NODE_IP:
             raise ValueError(f"the control plane must advertise the node address {NODE_IP}")
@@ -112,7 +116,9 @@ class RealNode:
         self.ready_timeout = ready_timeout
         self.log_dir = self.work_dir / "logs"
         self.components: list[Component] = []
-        self._snapshot: HostSnapshot | None = None
+        self.lease_path = lease_path
+        self._lease: HostLease | None = None
+        self._record: NodeRecord | None = None
 
     # -- paths ---------------------------------------------------------------------
 
@@ -149,8 +155,21 @@ class RealNode:
             raise NodeNotReadyError(
                 f"the node needs {', '.join(missing)}: apt-get install {' '.join(HOST_PACKAGES)}"
             )
-        self._snapshot = HostSnapshot.capture()
         try:
+            self._lease = claim_host(bridge=BRIDGE, path=self.lease_path, log=self.log)
+        except HostBusyError as exc:
+            raise NodeNotReadyError(str(exc)) from None
+        try:
+            # Recorded before the host changes, so a node killed from here on is
+            # undone by the next one (``lease.py``).
+            self._record = NodeRecord(
+                pid=os.getpid(),
+                work_dir=self.work_dir,
+                owns_work_dir=self._owns_work_dir,
+                bin_dir=self.bin_dir,
+                snapshot=HostSnapshot.capture(),
+            )
+            self._lease.record(self._record)
             self._start()
         except BaseException:
             self.stop()
@@ -173,19 +192,15 @@ class RealNode:
         for component in reversed(self.components):
             component.stop(timeout=5.0)
         self.components = []
-        kill_node_processes(shim_binary=self.bin_dir / "containerd-shim-runc-v2")
-        unmount_below(self.work_dir)
-        remove_cgroups()
-        if self._snapshot is not None:
-            kube_proxy = self.bin_dir / "kube-proxy"
-            if kube_proxy.exists():
-                subprocess.run(
-                    [str(kube_proxy), "--cleanup"], capture_output=True, check=False, timeout=60
-                )
-            problems = restore_host(self._snapshot)
-            for problem in problems:
+        if self._record is not None:
+            for problem in clear_node(self._record):
                 self.log(f"host not fully restored: {problem}")
-            self._snapshot = None
+            self._record = None
+            if self._lease is not None:
+                self._lease.forget()
+        if self._lease is not None:
+            self._lease.release()
+            self._lease = None
         if self._owns_work_dir:
             shutil.rmtree(self.work_dir, ignore_errors=True)
 
