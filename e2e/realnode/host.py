@@ -98,7 +98,7 @@ def _link_names() -> list[str]:
     return [p.name for p in Path("/sys/class/net").iterdir()]
 
 
-def _cgroup_of(pid: int) -> str:
+def cgroup_of(pid: int) -> str:
     try:
         text = Path(f"/proc/{pid}/cgroup").read_text()
     except OSError:
@@ -121,7 +121,7 @@ def kill_node_processes(*, shim_binary: Path, cgroup_parent: str = "/kubepods") 
     """SIGKILL every container process and every runc shim of this node.
 
     Container processes are found by their cgroup (the kubelet puts every pod under
-    ``cgroup_parent``), shims by their executable, because both outlive a stopped
+    ``cgroup_parent``, a folder: ``/kubepods-other`` is not below ``/kubepods``), shims by their executable, because both outlive a stopped
     containerd and kubelet.
     """
     killed = 0
@@ -134,7 +134,9 @@ def kill_node_processes(*, shim_binary: Path, cgroup_parent: str = "/kubepods") 
             pid = int(entry.name)
             if pid == os.getpid():
                 continue
-            if _cgroup_of(pid).startswith(cgroup_parent) or _exe_of(pid) == shim:
+            cgroup = cgroup_of(pid)
+            in_pods = cgroup == cgroup_parent or cgroup.startswith(cgroup_parent + "/")
+            if in_pods or _exe_of(pid) == shim:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
                     found += 1

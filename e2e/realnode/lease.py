@@ -58,6 +58,8 @@ class NodeRecord:
     owns_work_dir: bool
     bin_dir: Path
     snapshot: HostSnapshot
+    cgroup: str = "kubepods"
+    """The cgroup the kubelet puts every pod under, in each hierarchy."""
 
     def encode(self) -> str:
         return json.dumps(
@@ -67,6 +69,7 @@ class NodeRecord:
                 "workDir": str(self.work_dir),
                 "ownsWorkDir": self.owns_work_dir,
                 "binDir": str(self.bin_dir),
+                "cgroup": self.cgroup,
                 "snapshot": _snapshot_to_json(self.snapshot),
             },
             indent=2,
@@ -89,6 +92,7 @@ class NodeRecord:
                 work_dir=Path(_text(data["workDir"])),
                 owns_work_dir=bool(data["ownsWorkDir"]),
                 bin_dir=Path(_text(data["binDir"])),
+                cgroup=_cgroup_name(data["cgroup"]),
                 snapshot=_snapshot_from_json(data["snapshot"]),
             )
         except (KeyError, TypeError, ValueError) as exc:
@@ -99,6 +103,13 @@ def _text(value: Any) -> str:
     if not isinstance(value, str):
         raise TypeError(f"{value!r} is not a string")
     return value
+
+
+def _cgroup_name(value: Any) -> str:
+    name = _text(value)
+    if not name or "/" in name or name in (".", ".."):
+        raise ValueError(f"cgroup {name!r} is not one folder name")
+    return name
 
 
 def _snapshot_to_json(snapshot: HostSnapshot) -> dict[str, Any]:
@@ -232,9 +243,11 @@ def clear_node(record: NodeRecord) -> list[str]:
     rules, and last the snapshot's settings, links, namespaces and rules.
     """
     kill_processes_naming(record.work_dir)
-    kill_node_processes(shim_binary=record.bin_dir / "containerd-shim-runc-v2")
+    kill_node_processes(
+        shim_binary=record.bin_dir / "containerd-shim-runc-v2", cgroup_parent=f"/{record.cgroup}"
+    )
     unmount_below(record.work_dir)
-    remove_cgroups()
+    remove_cgroups(name=record.cgroup)
     kube_proxy = record.bin_dir / "kube-proxy"
     if kube_proxy.exists():
         subprocess.run([str(kube_proxy), "--cleanup"], capture_output=True, check=False, timeout=60)
@@ -260,6 +273,11 @@ def claim_host(
             for problem in clear_node(previous):
                 log(f"host not fully restored: {problem}")
             lease.forget()
+        if link_exists(bridge) and previous is not None:
+            raise HostBusyError(
+                f"the bridge {bridge!r} of the killed node could not be removed; delete it "
+                f"(`ip link delete {bridge}`) and start again"
+            )
         if link_exists(bridge):
             raise HostBusyError(
                 f"the host already has a network link {bridge!r} that no node of this project "

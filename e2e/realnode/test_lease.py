@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from e2e.controlplane.pytest_plugin import is_ci
-from e2e.realnode.host import HostSnapshot
+from e2e.realnode.host import CGROUP_ROOT, HostSnapshot, cgroup_of, remove_cgroups
 from e2e.realnode.lease import HostBusyError, HostLease, NodeRecord, claim_host
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -137,20 +137,28 @@ def _mounted(path: Path) -> bool:
     )
 
 
+def _pod_cgroup(name: str) -> Path:
+    """Where a container process of a node whose pods live in cgroup ``name`` goes."""
+    memory = CGROUP_ROOT / "memory"
+    return (memory if memory.is_dir() else CGROUP_ROOT) / name / "pod-1"
+
+
 def test_the_next_node_undoes_what_a_killed_node_left_on_the_host(tmp_path: Path) -> None:
     if os.geteuid() != 0:
-        message = "undoing a node's changes needs root (links, namespaces, mounts)"
+        message = "undoing a node's changes needs root (links, namespaces, mounts, cgroups)"
         if is_ci():
             pytest.fail(message, pytrace=False)
         pytest.skip(message)
-    bridge, netns = "cjleft0", "cjleft-ns"
+    # Names of its own, so that the scenarios' node (bridge cni0, pods under the
+    # cgroup kubepods) may be up meanwhile and is left alone.
+    bridge, netns, cgroup = "cjleft0", "cjleft-ns", "cjleft-pods"
     path = tmp_path / "lease"
     work = tmp_path / "node"
     mount = work / "containerd" / "state" / "shm"
     node = textwrap.dedent(f"""
         import os, subprocess, sys
         from pathlib import Path
-        from e2e.realnode.host import HostSnapshot
+        from e2e.realnode.host import CGROUP_ROOT, HostSnapshot, cgroup_of, remove_cgroups
         from e2e.realnode.lease import HostLease, NodeRecord
         lease = HostLease.acquire(path=Path({str(path)!r}))
         snapshot = HostSnapshot.capture()
@@ -161,20 +169,31 @@ def test_the_next_node_undoes_what_a_killed_node_left_on_the_host(tmp_path: Path
                                 existing=snapshot.existing)
         work = Path({str(work)!r})
         lease.record(NodeRecord(pid=os.getpid(), work_dir=work, owns_work_dir=True,
-                                bin_dir=Path({str(tmp_path / "bin")!r}), snapshot=snapshot))
+                                bin_dir=Path({str(tmp_path / "bin")!r}), snapshot=snapshot,
+                                cgroup={cgroup!r}))
         for argv in (["ip", "link", "add", {bridge!r}, "type", "bridge"],
                      ["ip", "netns", "add", {netns!r}]):
             subprocess.run(argv, check=True)
         Path({str(mount)!r}).mkdir(parents=True)
         subprocess.run(["mount", "-t", "tmpfs", "tmpfs", {str(mount)!r}], check=True)
-        # A node's process that outlives it: in a session of its own, naming the work dir.
-        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)",
-                                  {str(work)!r}], start_new_session=True,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        print(child.pid, flush=True)
+        quiet = dict(start_new_session=True, stdout=subprocess.DEVNULL,
+                     stderr=subprocess.DEVNULL)
+        sleep = [sys.executable, "-c", "import time; time.sleep(300)"]
+        # Processes that outlive the node: one naming its work dir (as containerd,
+        # the kubelet and kube-proxy do), one in its pods' cgroup (a container).
+        component = subprocess.Popen([*sleep, str(work)], **quiet)
+        container = subprocess.Popen(sleep, **quiet)
+        # And one in a cgroup whose name only starts like the pods': not the node's.
+        bystander = subprocess.Popen(sleep, **quiet)
+        for pid, folder in ((container.pid, {str(_pod_cgroup(cgroup))!r}),
+                            (bystander.pid, {str(_pod_cgroup(cgroup + "-other"))!r})):
+            Path(folder).mkdir(parents=True)
+            Path(folder, "cgroup.procs").write_text(str(pid))
+        print(component.pid, container.pid, bystander.pid, flush=True)
         os.kill(os.getpid(), 9)
     """)
-    child_pid = None
+    left: list[int] = []
+    bystander = 0
     try:
         killed = subprocess.run(
             [sys.executable, "-c", node],
@@ -185,9 +204,10 @@ def test_the_next_node_undoes_what_a_killed_node_left_on_the_host(tmp_path: Path
             timeout=60,
         )
         assert killed.returncode == -signal.SIGKILL, killed.stderr
-        child_pid = int(killed.stdout.split()[0])
+        *left, bystander = [int(pid) for pid in killed.stdout.split()]
+        assert cgroup_of(bystander).startswith(f"/{cgroup}-other/")
         assert Path(f"/sys/class/net/{bridge}").exists() and _mounted(mount)
-        assert Path(f"/proc/{child_pid}").exists()
+        assert all(_alive(pid) for pid in left)
 
         said: list[str] = []
         lease = claim_host(bridge=bridge, path=path, log=said.append)
@@ -202,9 +222,11 @@ def test_the_next_node_undoes_what_a_killed_node_left_on_the_host(tmp_path: Path
         assert not _mounted(mount)
         assert not work.exists()
         deadline = time.monotonic() + 10
-        while _alive(child_pid) and time.monotonic() < deadline:
+        while any(_alive(pid) for pid in left) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not _alive(child_pid)
+        assert not any(_alive(pid) for pid in left)
+        assert not _pod_cgroup(cgroup).parent.exists()
+        assert _alive(bystander), "a process outside the node's cgroup was killed"
     finally:
         for argv in (
             ["ip", "link", "delete", bridge],
@@ -212,8 +234,12 @@ def test_the_next_node_undoes_what_a_killed_node_left_on_the_host(tmp_path: Path
             ["umount", "-l", str(mount)],
         ):
             subprocess.run(argv, capture_output=True, check=False)
-        if child_pid is not None and _alive(child_pid):
-            os.kill(child_pid, signal.SIGKILL)
+        for pid in (*left, bystander):
+            if pid and _alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.2)
+        for name in (cgroup, f"{cgroup}-other"):
+            remove_cgroups(name=name)
 
 
 def _alive(pid: int) -> bool:
