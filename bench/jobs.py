@@ -38,7 +38,10 @@ def keyed_aggregate(p: Pipeline) -> None:
     count = int(p.args.get("count", 2_000_000))
     keys = int(p.args.get("keys", 100_000))
     rate = p.args.get("rate")
-    (p.source(sources.sequence(count=count, rate=float(rate) if rate else None))
+    batch = p.args.get("batch_size")
+    source = sources.sequence(count=count, rate=float(rate) if rate else None,
+                              **({"batch_size": int(batch)} if batch else {}))
+    (p.source(source)
       .map_batches(_with_key(keys))
       .key_by("key")
       .aggregate(n="count", total=("sum", "value"))

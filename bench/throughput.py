@@ -63,10 +63,10 @@ PAIRS = [Pair(ours=OURS_DISCARD.label, baselines=("SS rocksdb, noop", "SS hdfs, 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    # 200M: ours at 40M records/s then runs 5 s, long enough to hold the 1 s
-    # checkpoints the comparison is about (20M lasted 0.5 s, less than one interval).
-    parser.add_argument("--records", type=int, default=env_int("BENCH_RECORDS", 200_000_000),
-                        help="records per run, ours and baselines alike (default 200,000,000)")
+    # 600M: ours at 150M records/s then runs 4 s, long enough to hold several of the
+    # 1 s checkpoints the comparison is about (200M lasted 1.3 s).
+    parser.add_argument("--records", type=int, default=env_int("BENCH_RECORDS", 600_000_000),
+                        help="records per run, ours and baselines alike (default 600,000,000)")
     parser.add_argument("--keys", type=int, default=env_int("BENCH_KEYS", 100_000))
     parser.add_argument("--rows-per-batch", type=int, default=None,
                         help="Structured Streaming rowsPerBatch for every baseline, "

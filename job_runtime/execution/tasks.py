@@ -204,7 +204,8 @@ class SourceTask(Task):
         self.context = SourceContext(subtask=self.runtime.subtask,
                                      parallelism=config.parallelism,
                                      staging_uri=config.staging_uri,
-                                     s3=self.runtime.s3_config)
+                                     s3=self.runtime.s3_config,
+                                     batch_size=self.plan.source_batch_size)
         all_splits = source.splits(context=self.context)
         self.splits: list[Split] = [s for s in all_splits
                                     if s.index % config.parallelism == self.runtime.subtask]

@@ -106,8 +106,10 @@ def factorize(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def fold_keys(*, keys: np.ndarray, column: Callable[[str], np.ndarray],
-              specs: AccumulatorSpecs) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """``(distinct keys, their folded accumulators)`` for records (the combiner's flush).
+              specs: AccumulatorSpecs,
+              partial: bool = False) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """``(distinct keys, their folded accumulators)`` for records, or for partial rows
+    when ``partial`` (the combiner's flush; see :func:`fold`).
 
     Dense integer keys are folded straight into arrays over their range, which
     are then cut down to the keys present: no numbering pass at all.
@@ -116,9 +118,9 @@ def fold_keys(*, keys: np.ndarray, column: Callable[[str], np.ndarray],
     if dense is None:
         codes, uniques = factorize(keys)
         return uniques, fold(column=column, codes=codes, n_unique=len(uniques), specs=specs,
-                             partial=False)
+                             partial=partial)
     offsets, low, span = dense
-    folded = fold(column=column, codes=offsets, n_unique=span, specs=specs, partial=False)
+    folded = fold(column=column, codes=offsets, n_unique=span, specs=specs, partial=partial)
     counts = folded["count"] if "count" in folded else np.bincount(offsets, minlength=span)
     found = np.flatnonzero(counts)
     return ((found + low).astype(keys.dtype),

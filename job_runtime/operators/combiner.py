@@ -14,11 +14,15 @@ record read before the source's snapshot reaches the keyed state before that
 checkpoint's barrier, in aligned and unaligned mode alike. The buffer is not
 state: it is always empty at a barrier.
 
-The buffer is flushed early when it holds ``max_records`` records (a memory
-bound) or its oldest record has waited ``max_delay`` seconds (a latency bound).
-A key is counted once per flush, so the operator's output (the touched keys'
-current aggregates) comes once per flush rather than once per input batch; the
-aggregates themselves are the same.
+Records are folded into partial rows whenever ``max_records`` of them are
+buffered (a memory bound), but the partial rows are sent only when the oldest
+record has waited ``max_delay`` seconds (a latency bound), at a barrier, or at the
+end. Between two sends, the partial rows of several folds are folded together
+again once they add up to ``max_records`` rows; only when that does not bring them
+under the bound (nearly every key distinct) are they sent early. So a key is sent
+once per send, not once per fold: at tens of millions of records a second over
+100k keys, a fold every 1M records and a send every 0.25 s cut the rows crossing
+the exchange, and the operator's output, about sevenfold.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 
 from job_runtime.operators.accumulators import (
+    PARTIAL_PREFIX,
     accumulator_specs,
     fold_keys,
     partial_batch,
@@ -37,9 +42,13 @@ from job_runtime.pipeline import KeyedOp
 from job_runtime.records import Batch
 
 DEFAULT_MAX_RECORDS = 1_000_000
-"""Records buffered before a flush: at most a few tens of MB of key and value columns."""
+"""Records buffered before they are folded (and partial rows kept before they are
+merged or sent): a few tens of MB of key and value columns."""
 DEFAULT_MAX_DELAY = 0.25
 """Seconds the oldest buffered record waits at most (besides the barrier flush)."""
+
+Folded = tuple[np.ndarray, dict[str, np.ndarray]]
+"""Distinct keys and, per accumulator, their partial values (one per key)."""
 
 
 class Combiner:
@@ -57,36 +66,60 @@ class Combiner:
         self.max_delay = max_delay
         self._parts: dict[str, list[pa.Array | pa.ChunkedArray]] = {c: [] for c in self.columns}
         self._records = 0
+        self._folds: list[Folded] = []
+        self._folded_rows = 0
+        self._key_type: pa.DataType | None = None
         self._oldest = 0.0
         self.records_in = 0
         self.rows_out = 0
 
     def __len__(self) -> int:
-        return self._records
+        """Records buffered and partial rows held, not yet sent."""
+        return self._records + self._folded_rows
 
     def add(self, batch: Batch) -> None:
         if not len(batch):
             return
         arrow = batch.arrow
-        if not self._records:
+        if not len(self):
             self._oldest = time.monotonic()
+            self._key_type = arrow.column(self.key_column).type
         for column in self.columns:
             self._parts[column].append(arrow.column(column))
         self._records += arrow.num_rows
         self.records_in += arrow.num_rows
+        if self._records >= self.max_records:
+            self._fold_buffer()
+            if self._folded_rows >= self.max_records and len(self._folds) > 1:
+                self._folds = [self._merge_folds()]
+                self._folded_rows = len(self._folds[0][0])
 
     def due(self) -> bool:
-        """Whether the buffer is full or its oldest record waited long enough."""
-        if not self._records:
+        """Whether the oldest record waited long enough, or folding no longer keeps
+        the partial rows under ``max_records``."""
+        if not len(self):
             return False
-        return (self._records >= self.max_records
+        return (self._folded_rows >= self.max_records
                 or time.monotonic() - self._oldest >= self.max_delay)
 
     def flush(self) -> Batch | None:
-        """One partial row per distinct key buffered, or ``None`` when nothing is."""
-        if not self._records:
+        """One partial row per distinct key held, or ``None`` when nothing is."""
+        if not len(self):
             return None
-        key_type = self._parts[self.key_column][0].type
+        self._fold_buffer()
+        uniques, folded = self._merge_folds()
+        self._folds = []
+        self._folded_rows = 0
+        out = partial_batch(key_column=self.key_column,
+                            keys=pa.array(np.asarray(uniques), type=self._key_type),
+                            folded=folded)
+        self.rows_out += out.num_rows
+        return Batch(arrow=out)
+
+    def _fold_buffer(self) -> None:
+        """Fold the buffered records into partial rows, held until the next send."""
+        if not self._records:
+            return
         columns: dict[str, np.ndarray] = {}
         for column, parts in self._parts.items():
             chunks = [np.asarray(p.to_numpy(zero_copy_only=False)) for p in parts]
@@ -95,7 +128,15 @@ class Combiner:
         self._records = 0
         uniques, folded = fold_keys(keys=columns[self.key_column],
                                     column=columns.__getitem__, specs=self.specs)
-        out = partial_batch(key_column=self.key_column,
-                            keys=pa.array(np.asarray(uniques), type=key_type), folded=folded)
-        self.rows_out += out.num_rows
-        return Batch(arrow=out)
+        self._folds.append((uniques, folded))
+        self._folded_rows += len(uniques)
+
+    def _merge_folds(self) -> Folded:
+        """The held partial rows folded into one row per distinct key."""
+        if len(self._folds) == 1:
+            return self._folds[0]
+        keys = np.concatenate([uniques for uniques, _ in self._folds])
+        partials = {PARTIAL_PREFIX + name: np.concatenate([f[name] for _, f in self._folds])
+                    for name in self.specs}
+        return fold_keys(keys=keys, column=partials.__getitem__, specs=self.specs,
+                         partial=True)

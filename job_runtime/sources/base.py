@@ -42,6 +42,10 @@ class SourceContext:
     parallelism: int
     staging_uri: str
     s3: Any = None
+    batch_size: int = 8192
+    """Rows per batch for a source the job did not give a size: larger when no
+    Python function of the pipeline sees single records (see
+    ``job_runtime.execution.stages.source_batch_size``)."""
 
 
 class Source(abc.ABC):

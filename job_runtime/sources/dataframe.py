@@ -21,7 +21,8 @@ class DataFrameSource(Source):
     name = "dataframe"
     prepares_on_driver = True
 
-    def __init__(self, *, build: Callable[[Any], Any], name: str, batch_size: int) -> None:
+    def __init__(self, *, build: Callable[[Any], Any], name: str,
+                 batch_size: int | None) -> None:
         self.build = build
         self.source_name = name
         self.batch_size = batch_size
@@ -47,7 +48,7 @@ class DataFrameSource(Source):
     def _files(self, context: SourceContext) -> FilesSource:
         target = self._staged(context.staging_uri)
         return FilesSource(paths=[target + "/"], fmt="parquet", pattern="*.parquet",
-                           batch_size=self.batch_size)
+                           batch_size=self.batch_size or context.batch_size)
 
     def splits(self, *, context: SourceContext) -> list[Split]:
         return self._files(context).splits(context=context)
@@ -57,6 +58,10 @@ class DataFrameSource(Source):
 
 
 def dataframe(build: Callable[[Any], Any], *, name: str = "dataframe",
-              batch_size: int = 8192) -> DataFrameSource:
-    """Read the DataFrame that ``build(spark)`` returns, staged once per job."""
+              batch_size: int | None = None) -> DataFrameSource:
+    """Read the DataFrame that ``build(spark)`` returns, staged once per job.
+
+    ``batch_size`` rows per batch; by default the pipeline's choice (larger when no
+    Python function sees single records).
+    """
     return DataFrameSource(build=build, name=name, batch_size=batch_size)

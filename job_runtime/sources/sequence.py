@@ -52,7 +52,7 @@ class SequenceSource(Source):
     name = "sequence"
 
     def __init__(self, *, count: int, rate: float | None = None, split_count: int = 8,
-                 batch_size: int = 8192) -> None:
+                 batch_size: int | None = None) -> None:
         self.count = count
         self.rate = rate
         self.split_count = max(1, split_count)
@@ -67,7 +67,7 @@ class SequenceSource(Source):
         start, end = split.description
         readers = max(1, min(context.parallelism, self.split_count))
         rate = self.rate / readers if self.rate else None
-        batch_size = self.batch_size
+        batch_size = self.batch_size or context.batch_size
         if rate:
             batch_size = max(1, min(batch_size, int(rate / 20) or 1))
         return _SequenceReader(start=start, end=end, position=position, batch_size=batch_size,
@@ -75,6 +75,10 @@ class SequenceSource(Source):
 
 
 def sequence(count: int, rate: float | None = None, *, splits: int = 8,
-             batch_size: int = 8192) -> SequenceSource:
-    """Records ``{"seq": i}`` for ``i`` in ``range(count)``; ``rate`` in records/s overall."""
+             batch_size: int | None = None) -> SequenceSource:
+    """Records ``{"seq": i}`` for ``i`` in ``range(count)``; ``rate`` in records/s overall.
+
+    ``batch_size`` rows per batch; by default the pipeline's choice (larger when no
+    Python function sees single records).
+    """
     return SequenceSource(count=count, rate=rate, split_count=splits, batch_size=batch_size)

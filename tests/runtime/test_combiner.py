@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -140,13 +141,36 @@ class TestCombinedAggregates:
         assert rows == {k: len([i for i in range(1000) if i % 7 == k]) for k in range(7)}
         assert combiner.flush() is None
 
-    def test_the_buffer_is_due_once_it_holds_max_records(self) -> None:
+    def test_a_full_buffer_is_folded_and_held_not_sent(self) -> None:
         combiner = Combiner(op=aggregate_op(n="count"), max_records=250, max_delay=3600.0)
-        batch = Batch(arrow=pa.RecordBatch.from_pydict({"k": list(range(100))}))
-        combiner.add(batch)
-        combiner.add(batch)
+        batch = Batch(arrow=pa.RecordBatch.from_pydict({"k": [i % 10 for i in range(100)]}))
+        for _ in range(30):
+            combiner.add(batch)
+        # 3,000 records in: folded every 250 into 10 rows; held, not due.
+        assert len(combiner) < 250 and not combiner.due()
+        partial = combiner.flush()
+        assert partial is not None
+        assert {r["k"]: r[PARTIAL_PREFIX + "count"] for r in partial.rows} == {
+            k: 300 for k in range(10)}
+
+    def test_partial_rows_that_folding_cannot_shrink_are_due_at_max_records(self) -> None:
+        # Every key distinct: folding keeps as many rows as records, so the memory
+        # bound sends them.
+        combiner = Combiner(op=aggregate_op(n="count"), max_records=250, max_delay=3600.0)
+        for start in range(0, 200, 100):
+            combiner.add(Batch(arrow=pa.RecordBatch.from_pydict(
+                {"k": list(range(start, start + 100))})))
         assert not combiner.due()
-        combiner.add(batch)
+        combiner.add(Batch(arrow=pa.RecordBatch.from_pydict({"k": list(range(200, 300))})))
+        assert combiner.due()
+        partial = combiner.flush()
+        assert partial is not None and partial.arrow.num_rows == 300
+
+    def test_the_oldest_record_makes_the_held_rows_due_after_max_delay(self) -> None:
+        combiner = Combiner(op=aggregate_op(n="count"), max_records=10, max_delay=0.05)
+        combiner.add(Batch(arrow=pa.RecordBatch.from_pydict({"k": [1] * 30})))
+        assert not combiner.due()
+        time.sleep(0.06)
         assert combiner.due()
 
     def test_the_key_column_keeps_its_type_through_the_combiner(self) -> None:
