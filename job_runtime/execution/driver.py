@@ -19,7 +19,6 @@ import os
 import re
 import shutil
 import socket
-import tempfile
 import threading
 import time
 from typing import Any
@@ -48,6 +47,7 @@ from job_runtime.execution.exit_codes import (
     exit_code,
 )
 from job_runtime.execution.restore import record_restore, resolve_restore
+from job_runtime.execution.scratch import new_code_dir
 from job_runtime.execution.settings import DriverSettings
 from job_runtime.execution.spark_start import SparkStarter
 from job_runtime.execution.stages import plan_stages
@@ -164,7 +164,7 @@ def _run(settings: DriverSettings) -> int:
         raise ConfigurationError(setting="--parallelism",
                                  problem=f"must be within 1..{settings.max_parallelism}")
     s3 = S3Config.from_env()
-    code_dir = tempfile.mkdtemp(prefix="cjob-code-")
+    code_dir = new_code_dir()
     atexit.register(shutil.rmtree, code_dir, ignore_errors=True)
     code = prepare_job_code(settings.python_path, master=settings.master, s3=s3,
                             work_dir=code_dir)
