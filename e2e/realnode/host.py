@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -117,15 +118,26 @@ def _exe_of(pid: int) -> str:
         return ""
 
 
-def kill_node_processes(*, shim_binary: Path, cgroup_parent: str = "/kubepods") -> int:
-    """SIGKILL every container process and every runc shim of this node.
+def _names(cmdline_pattern: re.Pattern[bytes], pid: int) -> bool:
+    try:
+        return cmdline_pattern.search(Path(f"/proc/{pid}/cmdline").read_bytes()) is not None
+    except OSError:
+        return False
 
-    Container processes are found by their cgroup (the kubelet puts every pod under
-    ``cgroup_parent``, a folder: ``/kubepods-other`` is not below ``/kubepods``), shims by their executable, because both outlive a stopped
-    containerd and kubelet.
+
+def kill_node_processes(*, shim_binary: Path, work_dir: Path,
+                        cgroup_parent: str = "/kubepods") -> int:
+    """SIGKILL every process of this node, which all outlive a stopped or killed
+    containerd and kubelet: the containers, found by their cgroup (the kubelet puts
+    every pod under ``cgroup_parent``, a folder: ``/kubepods-other`` is not below
+    ``/kubepods``); the runc shims, by their executable; and the node's own
+    components (containerd, kubelet, kube-proxy), by their command line naming
+    ``work_dir``.
     """
-    killed = 0
     shim = str(shim_binary.resolve())
+    # The path whole: followed by a separator, the end of an argument, or nothing.
+    naming = re.compile(re.escape(str(work_dir).encode()) + rb"(?=[/\x00]|$)")
+    killed = 0
     for _ in range(3):
         found = 0
         for entry in Path("/proc").iterdir():
@@ -136,7 +148,7 @@ def kill_node_processes(*, shim_binary: Path, cgroup_parent: str = "/kubepods") 
                 continue
             cgroup = cgroup_of(pid)
             in_pods = cgroup == cgroup_parent or cgroup.startswith(cgroup_parent + "/")
-            if in_pods or _exe_of(pid) == shim:
+            if in_pods or _exe_of(pid) == shim or _names(naming, pid):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
                     found += 1

@@ -21,9 +21,7 @@ import contextlib
 import fcntl
 import json
 import os
-import re
 import shutil
-import signal
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -215,26 +213,6 @@ def link_exists(name: str) -> bool:
     return (Path("/sys/class/net") / name).exists()
 
 
-def kill_processes_naming(path: Path) -> int:
-    """SIGKILL every process whose command line names ``path`` (a node's containerd,
-    kubelet and kube-proxy are given their work dir), except this one."""
-    # The path whole: followed by a separator, the end of an argument, or nothing.
-    pattern = re.compile(re.escape(str(path).encode()) + rb"(?=[/\x00]|$)")
-    killed = 0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if pattern.search(cmdline):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(int(entry.name), signal.SIGKILL)
-                killed += 1
-    return killed
-
-
 def clear_node(record: NodeRecord) -> list[str]:
     """Undo a node whose components are stopped or dead; return what stays changed.
 
@@ -242,9 +220,10 @@ def clear_node(record: NodeRecord) -> list[str]:
     the pods' network namespaces (and their veths) alive, the cgroups, kube-proxy's
     rules, and last the snapshot's settings, links, namespaces and rules.
     """
-    kill_processes_naming(record.work_dir)
     kill_node_processes(
-        shim_binary=record.bin_dir / "containerd-shim-runc-v2", cgroup_parent=f"/{record.cgroup}"
+        shim_binary=record.bin_dir / "containerd-shim-runc-v2",
+        work_dir=record.work_dir,
+        cgroup_parent=f"/{record.cgroup}",
     )
     unmount_below(record.work_dir)
     remove_cgroups(name=record.cgroup)

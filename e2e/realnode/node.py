@@ -193,16 +193,17 @@ class RealNode:
             component.stop(timeout=5.0)
         self.components = []
         if self._record is not None:
+            # Also removes the work dir when the node made it.
             for problem in clear_node(self._record):
                 self.log(f"host not fully restored: {problem}")
             self._record = None
             if self._lease is not None:
                 self._lease.forget()
+        elif self._owns_work_dir:
+            shutil.rmtree(self.work_dir, ignore_errors=True)
         if self._lease is not None:
             self._lease.release()
             self._lease = None
-        if self._owns_work_dir:
-            shutil.rmtree(self.work_dir, ignore_errors=True)
 
     # -- host ----------------------------------------------------------------------
 

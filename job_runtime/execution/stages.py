@@ -12,11 +12,8 @@ import dataclasses
 
 from job_runtime.errors import PipelineDefinitionError
 from job_runtime.pipeline import KeyBy, KeyedOp, Pipeline, RecordOp
+from job_runtime.sources.base import RECORD_BATCH_SIZE
 
-RECORD_BATCH_SIZE = 8192
-"""Rows per source batch when a Python function sees every record (``map``,
-``filter``, ``flat_map``, ``reduce``, ``process``): at about a million records a
-second, a batch then holds a barrier back by milliseconds."""
 VECTORISED_BATCH_SIZE = 65536
 """Rows per source batch when only Arrow and numpy touch the records
 (``map_batches``, ``aggregate``): a batch costs about a millisecond, and the

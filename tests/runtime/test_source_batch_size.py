@@ -10,8 +10,8 @@ import pyarrow as pa
 import pytest
 
 from job_runtime import Pipeline, sinks, sources
-from job_runtime.execution.stages import RECORD_BATCH_SIZE, VECTORISED_BATCH_SIZE, plan_stages
-from job_runtime.sources.base import SourceContext
+from job_runtime.execution.stages import VECTORISED_BATCH_SIZE, plan_stages
+from job_runtime.sources.base import RECORD_BATCH_SIZE, SourceContext
 from job_runtime.sources.sequence import SequenceSource
 
 
