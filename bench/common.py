@@ -22,6 +22,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from job_runtime.execution.scratch import remove_orphans
+
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = Path(os.environ.get("BENCH_RESULTS", str(REPO / "bench" / "results")))
 WORK = Path(os.environ.get("BENCH_WORK", str(REPO / "bench" / "work")))
@@ -82,10 +84,43 @@ def python_env() -> dict[str, str]:
     return env
 
 
+RUN_PREFIX = "run-"
+"""Scratch folders are ``run-<pid>-<benchmark>-<random>``: the pid tells a killed run's."""
+
+
 def fresh_dir(name: str) -> Path:
-    """An empty working directory under ``bench/work`` for one run."""
+    """An empty working directory under ``bench/work`` for one run.
+
+    A run that is killed (Ctrl-C twice, a stopped machine, ENOSPC in a JVM) never
+    removes its folder, and the large-state benchmarks leave gigabytes: the next run
+    of any benchmark removes the folders whose process is gone before it makes its own.
+    """
     WORK.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f"{name}-", dir=WORK))
+    remove_orphans(parent=WORK, prefix=RUN_PREFIX)
+    return Path(tempfile.mkdtemp(prefix=f"{RUN_PREFIX}{os.getpid()}-{name}-", dir=WORK))
+
+
+def free_bytes(directory: Path) -> int:
+    """Free bytes on the file system that holds ``directory`` (or its nearest parent)."""
+    path = directory
+    while not path.exists():
+        path = path.parent
+    return shutil.disk_usage(path).free
+
+
+def require_free_space(*, benchmark: str, directory: Path, needed: int, what: str) -> None:
+    """Refuse a run whose scratch data cannot fit, before it spends minutes filling it.
+
+    Running out of space half-way fails deep inside RocksDB or a JVM, after the fill,
+    with an error that names neither the benchmark nor the room it needed.
+    """
+    free = free_bytes(directory)
+    if free < needed:
+        raise BenchmarkError(
+            benchmark=benchmark,
+            problem=f"needs about {needed / 2**30:.1f} GiB free under {directory} for "
+                    f"{what}, and {free / 2**30:.1f} GiB free there; `make clean` removes "
+                    f"leftover scratch data, BENCH_WORK moves it to a larger disk")
 
 
 def remove_dir(path: Path) -> None:

@@ -65,6 +65,7 @@ from bench.common import (
     pyplot,
     python_env,
     remove_dir,
+    require_free_space,
     write_result,
 )
 
@@ -303,7 +304,9 @@ def write_control_file(*, inbox: Path, plan: Plan, index: int) -> int:
 # ---------------------------------------------------------------- the query
 
 
-def _session(*, parallelism: int, maintenance_seconds: float) -> Any:
+def _session(*, parallelism: int, maintenance_seconds: float, local_dir: Path) -> Any:
+    """Spark with the tuned RocksDB provider; its working copies of the state (``local_dir``)
+    in the run's folder, so they go with it even when the worker is killed."""
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -311,6 +314,7 @@ def _session(*, parallelism: int, maintenance_seconds: float) -> Any:
              .master(f"local[{parallelism}]")
              .config("spark.ui.enabled", "false")
              .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.local.dir", str(local_dir))
              .config("spark.driver.memory", "2g")
              .config("spark.driver.host", "127.0.0.1")
              .config("spark.driver.bindAddress", "127.0.0.1")
@@ -507,7 +511,8 @@ def work_main(ns: argparse.Namespace) -> WorkerReport:
                 update_keys=max(1, round(ns.keys * ns.update_fraction)),
                 parallelism=ns.parallelism)
     deadline = time.monotonic() + ns.timeout
-    spark = _session(parallelism=ns.parallelism, maintenance_seconds=ns.maintenance_seconds)
+    spark = _session(parallelism=ns.parallelism, maintenance_seconds=ns.maintenance_seconds,
+                     local_dir=work / f"spark-local-{ns.phase}")
     batches: list[BatchReport] = []
     restores: list[RestoreReport] = []
     after_fill = 0
@@ -699,9 +704,26 @@ def summarise(report: WorkerReport) -> dict[str, Any]:
     }
 
 
+def disk_needed(*, state_bytes: int) -> int:
+    """Scratch bytes a run holds at its peak for ``state_bytes`` of logical state.
+
+    Measured at 5 GiB: the checkpoint directory after the fill (11 GB: changelogs
+    and snapshots), the measuring process's working copy of the state (14 GB) and the
+    restoring process's (6.4 GB), 32 GB in all; with room for compactions, 7 times.
+    """
+    return 7 * state_bytes
+
+
 def run(ns: argparse.Namespace) -> dict[str, Any]:
     keys = _validate(ns)
     work = fresh_dir(NAME)
+    try:
+        require_free_space(benchmark=NAME, directory=work,
+                           needed=disk_needed(state_bytes=keys * ns.value_bytes),
+                           what=f"{keys * ns.value_bytes / GIB:.1f} GiB of state")
+    except BenchmarkError:
+        remove_dir(work)
+        raise
     load_before = os.getloadavg()
     try:
         print(f"[{NAME}] {keys:,} keys x {ns.value_bytes} B, parallelism {ns.parallelism}",

@@ -16,7 +16,6 @@ import tempfile
 from pathlib import Path
 
 PREFIX = "cjob-code-"
-_NAME = re.compile(rf"^{re.escape(PREFIX)}(\d+)-[A-Za-z0-9_]+$")
 
 
 def _alive(pid: int) -> bool:
@@ -29,19 +28,21 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def remove_orphans(*, parent: Path) -> list[Path]:
-    """Remove the code folders under ``parent`` whose driver process is gone.
+def remove_orphans(*, parent: Path, prefix: str = PREFIX) -> list[Path]:
+    """Remove the folders under ``parent`` named ``<prefix><pid>-...`` whose process is gone.
 
     Folders of a live process (or of a pid now reused, which cannot be told apart)
-    are kept: leaving a folder is harmless, removing a live driver's is not.
+    are kept: leaving a folder is harmless, removing a live process's is not. The
+    benchmarks name their scratch folders the same way and clear them with this.
     """
+    name = re.compile(rf"^{re.escape(prefix)}(\d+)-[A-Za-z0-9_.-]+$")
     removed: list[Path] = []
     try:
         entries = list(parent.iterdir())
     except OSError:
         return removed
     for entry in entries:
-        match = _NAME.match(entry.name)
+        match = name.match(entry.name)
         if match is None or not entry.is_dir() or entry.is_symlink():
             continue
         if _alive(int(match.group(1))):
