@@ -62,6 +62,11 @@ def test_every_throughput_row_runs_once_at_a_tiny_scale_and_reports_both_rates(
         "SS hdfs, noop", "SS hdfs, files"])
     summary = json.loads((tmp_path / "results" / "summary.json").read_text())
     assert "throughput_ratio_vs_structured_streaming" in summary
+    rate = summary["throughput_records_per_second"]
+    assert rate["measured_at"] == summary["throughput_ratio_vs_structured_streaming"]["measured_at"]
+    assert rate["value"] == pytest.approx(next(
+        m["steady_records_per_second"] for m in result["medians"]
+        if m["label"] == "ours, discard"))
 
 
 @pytest.mark.timeout(1600)

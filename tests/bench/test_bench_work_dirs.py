@@ -70,6 +70,6 @@ def test_the_state_benchmarks_ask_for_room_for_their_state_several_times_over() 
 
     five = 5 * 2**30
     # Measured at 5 GiB: ours held 20 GB (database, checkpoints, restore), Structured
-    # Streaming 32 GB (checkpoint directory, two processes' working copies).
-    assert rocksdb_state.disk_needed(state_bytes=five) >= 4 * five
-    assert ss_rocksdb_state.disk_needed(state_bytes=five) >= 6 * five
+    # Streaming 45.5 GB at its peak (checkpoint directory, two working copies).
+    assert rocksdb_state.disk_needed(state_bytes=five) >= 20e9
+    assert ss_rocksdb_state.disk_needed(state_bytes=five) >= 45.5e9

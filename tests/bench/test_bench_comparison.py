@@ -1,0 +1,53 @@
+"""What a comparison writes into the summary besides its ratio: ours' own rate against
+the absolute target, counted only when the runs checkpointed as often as promised."""
+
+from __future__ import annotations
+
+from bench.comparison import RateTarget, rate_entry
+from bench.rows import Measurement
+
+
+def _ours(rate: float, *, checkpoints: int, processing_seconds: float) -> Measurement:
+    return Measurement(label="ours, discard", records=600_000_000,
+                       steady_records_per_second=rate, seconds_to_last_record=10.0,
+                       wall_seconds=12.0,
+                       detail={"checkpoints": checkpoints,
+                               "processing_seconds": processing_seconds})
+
+
+def _baseline() -> Measurement:
+    return Measurement(label="SS rocksdb, noop", records=600_000_000,
+                       steady_records_per_second=13e6, seconds_to_last_record=55.0,
+                       wall_seconds=58.0, detail={"rows_per_batch": 14_000_000})
+
+
+TARGET = RateTarget(key="throughput_records_per_second", label="ours, discard",
+                    records_per_second=10e6, checkpoint_interval_s=1.0)
+
+
+def test_the_rate_is_the_median_of_ours_over_the_repetitions_and_meets_the_target() -> None:
+    runs = [[_ours(rate, checkpoints=5, processing_seconds=3.8), _baseline()]
+            for rate in (150e6, 160e6, 140e6)]
+
+    entry = rate_entry(TARGET, runs=runs, records=600_000_000)
+
+    assert entry["value"] == 150e6
+    assert entry["target"] == 10e6
+    assert entry["met"] is True
+    assert "checkpoints" in entry["note"] and "600,000,000 records" in entry["note"]
+
+
+def test_a_rate_from_runs_that_skipped_checkpoints_does_not_count_as_met() -> None:
+    runs = [[_ours(150e6, checkpoints=1, processing_seconds=3.8), _baseline()]
+            for _ in range(3)]
+
+    entry = rate_entry(TARGET, runs=runs, records=600_000_000)
+
+    assert entry["met"] is False
+    assert "fewer checkpoints" in entry["note"]
+
+
+def test_a_rate_below_the_target_is_not_met() -> None:
+    runs = [[_ours(8e6, checkpoints=80, processing_seconds=75.0), _baseline()]]
+
+    assert rate_entry(TARGET, runs=runs, records=600_000_000)["met"] is False
