@@ -101,11 +101,8 @@ def fresh_dir(name: str) -> Path:
 
 
 def free_bytes(directory: Path) -> int:
-    """Free bytes on the file system that holds ``directory`` (or its nearest parent)."""
-    path = directory
-    while not path.exists():
-        path = path.parent
-    return shutil.disk_usage(path).free
+    """Free bytes on the file system that holds ``directory``."""
+    return shutil.disk_usage(directory).free
 
 
 def require_free_space(*, benchmark: str, directory: Path, needed: int, what: str) -> None:

@@ -717,15 +717,11 @@ def disk_needed(*, state_bytes: int) -> int:
 def run(ns: argparse.Namespace) -> dict[str, Any]:
     keys = _validate(ns)
     work = fresh_dir(NAME)
+    load_before = os.getloadavg()
     try:
         require_free_space(benchmark=NAME, directory=work,
                            needed=disk_needed(state_bytes=keys * ns.value_bytes),
                            what=f"{keys * ns.value_bytes / GIB:.1f} GiB of state")
-    except BenchmarkError:
-        remove_dir(work)
-        raise
-    load_before = os.getloadavg()
-    try:
         print(f"[{NAME}] {keys:,} keys x {ns.value_bytes} B, parallelism {ns.parallelism}",
               flush=True)
         measured = _worker(phase="measure", work=work, keys=keys, ns=ns)
