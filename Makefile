@@ -9,19 +9,28 @@ PYTEST_ARGS ?=
 CRD := crds/checkpointedjob.yaml
 CHART_CRD := charts/checkpointed-jobs/crds/checkpointedjob.yaml
 
-.PHONY: help install chart-crds run lint test test-fast controlplane images cluster cluster-down e2e-kind bench bench-throughput \
+.PHONY: help host-packages install chart-crds run lint test test-unit test-spark test-cluster \
+	test-kafka test-e2e builds controlplane images cluster cluster-down e2e-kind bench bench-throughput \
 	bench-overhead bench-barriers bench-state-size bench-recovery bench-operator \
 	bench-recovery-operator clean
 
 help:
 	@echo "make run      install, then run the embedded demo with a driver kill and verify it"
-	@echo "make test     lint + every test (builds the local control plane on first use)"
+	@echo "make test     host packages, lint, the builds, then every test"
+	@echo "make test T=tests/<package>   the tests of one folder or file (no lint, no builds)"
+	@echo "make test-unit / test-spark / test-cluster / test-kafka / test-e2e   one tier"
 	@echo "make cluster  a local cluster: control plane, real node, images, S3, the chart"
 	@echo "make lint     ruff, mypy (strict) and import-linter"
 	@echo "make chart-crds  copy $(CRD) (the one to edit) into the chart"
 	@echo "make bench    every benchmark (see bench/README.md)"
 
+# Host packages are checked first, before anything long: as root the missing ones are
+# installed, otherwise they are named in one line (scripts/host-packages.sh).
+host-packages:
+	@bash scripts/host-packages.sh
+
 $(STAMP): pyproject.toml constraints.txt
+	@bash scripts/host-packages.sh run
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
@@ -48,12 +57,16 @@ lint: $(STAMP) chart-crds
 controlplane:
 	bash e2e/controlplane/build.sh
 
+# The Go binaries (CPU-bound) and the images (mostly debootstrap's downloads) overlap.
+builds: $(STAMP) chart-crds
+	@$(MAKE) --no-print-directory -j2 controlplane images
+
 # The runtime and operator images (docker/*.Dockerfile on a Debian base), cached by a
 # hash of their inputs; the real-node scenarios import them into the node.
 images: $(STAMP)
 	$(BIN)/python -m e2e.images build
 
-cluster: $(STAMP) chart-crds controlplane images
+cluster: host-packages chart-crds builds
 	$(BIN)/python -m e2e.realnode up
 
 cluster-down: $(STAMP)
@@ -62,11 +75,30 @@ cluster-down: $(STAMP)
 e2e-kind: $(STAMP) chart-crds
 	bash e2e/kind/run.sh
 
-test: lint controlplane images
+# The tier of a test is the folder it lives in (tests/<package>/<tier>/, see the root
+# conftest.py); each slice below selects one tier by its derived marker.
+ifdef T
+test: $(STAMP) chart-crds
+	$(BIN)/python -m pytest $(T) $(PYTEST_ARGS)
+else
+test: host-packages lint builds
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+endif
 
-test-fast: $(STAMP) chart-crds
-	$(BIN)/python -m pytest -m "not spark and not cluster and not slow" $(PYTEST_ARGS)
+test-unit: $(STAMP) chart-crds
+	$(BIN)/python -m pytest -m unit $(PYTEST_ARGS)
+
+test-spark: $(STAMP) chart-crds
+	$(BIN)/python -m pytest -m spark $(PYTEST_ARGS)
+
+test-cluster: host-packages $(STAMP) chart-crds controlplane
+	$(BIN)/python -m pytest -m "cluster and not e2e" $(PYTEST_ARGS)
+
+test-kafka: host-packages $(STAMP)
+	$(BIN)/python -m pytest -m kafka $(PYTEST_ARGS)
+
+test-e2e: host-packages builds
+	$(BIN)/python -m pytest -m e2e $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench all

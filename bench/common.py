@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from job_runtime.execution.scratch import remove_orphans
+from job_runtime.execution.driver.scratch import remove_orphans
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = Path(os.environ.get("BENCH_RESULTS", str(REPO / "bench" / "results")))

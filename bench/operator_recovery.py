@@ -95,7 +95,7 @@ from bench.operator_bench import (
     wait_until,
 )
 from bench.recovery import STANDBY_TARGET_RATIO, STANDBY_TARGET_SECONDS, TARGET_SECONDS
-from e2e.controlplane.process_node import POD_DIR_ENV
+from e2e.controlplane.container_launch import POD_DIR_ENV
 from e2e.jobs import running_sum_job
 
 NAME = "recovery-operator"

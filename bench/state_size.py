@@ -123,7 +123,7 @@ def _free_port() -> int:
 @contextlib.contextmanager
 def moto_server() -> Iterator[Any]:
     """moto's S3 server on loopback; yields an S3Config pointing at it."""
-    from cjob_checkpoint.storage.filesystem import S3Config, build_s3_client
+    from cjob_checkpoint.storage.s3 import S3Config, build_s3_client
 
     port = _free_port()
     proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1",
@@ -163,7 +163,7 @@ def _plain_write(*, kind: str, data: bytes, root: Path, s3: Any) -> float:
         elapsed = time.perf_counter() - started
         path.unlink()
         return elapsed
-    from cjob_checkpoint.storage.filesystem import shared_s3_client
+    from cjob_checkpoint.storage.s3 import shared_s3_client
 
     client = shared_s3_client(s3)
     client.put_object(Bucket="bench", Key="plain.bin", Body=data)
@@ -188,7 +188,7 @@ def measure_checkpoint(*, state: Any, storage: Any, checkpoint_id: int) -> dict[
 def _measure(*, kind: str, state_kind: str, size_mb: int, state: Any, repeat: int,
              root: Path, s3: Any) -> dict[str, Any]:
     from cjob_checkpoint.checkpoint_storage import CheckpointStorage
-    from cjob_checkpoint.storage.filesystem import get_filesystem
+    from cjob_checkpoint.storage.factory import get_filesystem
 
     uri = (root / "checkpoints").as_uri() if kind == "file" else "s3://bench/checkpoints"
     storage = CheckpointStorage(uri, f"state-{state_kind}-{size_mb}",

@@ -34,6 +34,7 @@ from cjob_lifecycle.plan import plan
 from cjob_spec import CheckpointedJob, JobStatus, Phase, file_store_arg, to_runtime_args
 from cjob_spec.driver_env import driver_env as spec_driver_env
 from cjob_spec.model import is_s3_code
+from cjob_spec.reasons import Reason
 from cjob_spec.standby_signal import StandbyPromotion, ready_path
 
 Clock = Callable[[], datetime]
@@ -141,8 +142,8 @@ class Progress:
     state: str = "starting"
 
 
-QUIET_EVENTS = frozenset({"Started", "Restarted", "Retrying", "Resumed", "Upgraded", "Running",
-                          "CheckpointsNotPersistent"})
+QUIET_EVENTS = frozenset({Reason.STARTED, Reason.RESTARTED, Reason.RETRYING, Reason.RESUMED,
+                          Reason.UPGRADED, Reason.RUNNING, Reason.CHECKPOINTS_NOT_PERSISTENT})
 """Events the runner does not print: the start of an attempt has its own line (with
 the restore pointer and the log file), a running driver shows progress lines, and
 file:// storage is the state directory here, not a container's disk, so it persists."""
@@ -176,7 +177,7 @@ def resumed_status(previous: JobStatus) -> JobStatus:
     """
     if previous.phase in (Phase.PENDING, Phase.RUNNING, Phase.FAILED):
         return previous.replace(
-            phase=Phase.RESTARTING, reason="Resuming", next_restart_at=None,
+            phase=Phase.RESTARTING, reason=Reason.RESUMING, next_restart_at=None,
             message=f"resuming after attempt {previous.attempt}")
     return previous
 

@@ -15,6 +15,9 @@ runner can drive the very same :func:`cjob_lifecycle.plan.plan`:
 * ``EmitEvent`` becomes a line of the runner's output, and the Kubernetes objects the
   operator ensures (service account, role, service, network policy) have no local
   counterpart.
+
+Every kind of action has its case in :meth:`LocalBackend.execute_one`, those with
+nothing to do here too, so the type checker proves none is forgotten.
 """
 
 from __future__ import annotations
@@ -26,22 +29,34 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, assert_never
 
 from cjob_lifecycle.actions import (
     Action,
     AdvanceFence,
+    CreateCleanupPod,
     CreateDriver,
     CreateStandby,
+    DeleteCheckpointStore,
+    DeleteCleanupPod,
     DeleteDriver,
     EmitEvent,
     EnsureCheckpointConfigMap,
+    EnsureNetworkPolicy,
+    EnsureRole,
+    EnsureRoleBinding,
+    EnsureService,
+    EnsureServiceAccount,
+    EnsureSparkAuthSecret,
     PromoteStandby,
+    RemoveFinalizer,
     RequestCheckpoint,
+    RequeueAfter,
 )
 from cjob_lifecycle.observed import DriverPod, Observed, StoreOwnership, StoreView
 from cjob_lifecycle.plan import PlanSettings
 from cjob_spec.model import CheckpointedJob, spec_hash
+from cjob_spec.reasons import Reason
 from cjob_spec.standby_signal import (
     StandbyPromotion,
     StandbySignalError,
@@ -69,7 +84,7 @@ it is spawned, and nothing needs a network policy."""
 TERMINATION_GRACE_SECONDS = 30.0
 """Time a driver gets after SIGTERM before its group is killed (the pod's grace period)."""
 
-SPAWN_FAILED_REASON = "ContainerCannotRun"
+SPAWN_FAILED_REASON = Reason.CONTAINER_CANNOT_RUN
 """The reason of a driver that could not be spawned: the pod reason the plan already
 treats as more telling than an exit code."""
 
@@ -280,29 +295,38 @@ class LocalBackend:
             self.execute_one(action)
 
     def execute_one(self, action: Action) -> None:
-        if isinstance(action, EnsureCheckpointConfigMap):
-            self.store.mkdir(parents=True, exist_ok=True)
-        elif isinstance(action, AdvanceFence):
-            from cjob_checkpoint.store.file import advance_attempt
+        match action:
+            case EnsureCheckpointConfigMap():
+                self.store.mkdir(parents=True, exist_ok=True)
+            case AdvanceFence():
+                from cjob_checkpoint.store.file import advance_attempt
 
-            self.store.mkdir(parents=True, exist_ok=True)
-            advance_attempt(str(self.store), action.attempt)
-        elif isinstance(action, CreateDriver):
-            self._create(action)
-        elif isinstance(action, CreateStandby):
-            self._create_standby(action)
-        elif isinstance(action, PromoteStandby):
-            self._promote(action)
-        elif isinstance(action, DeleteDriver):
-            self._delete(action)
-        elif isinstance(action, RequestCheckpoint):
-            from cjob_checkpoint.store.triggers import request_checkpoint
+                self.store.mkdir(parents=True, exist_ok=True)
+                advance_attempt(str(self.store), action.attempt)
+            case CreateDriver():
+                self._create(action)
+            case CreateStandby():
+                self._create_standby(action)
+            case PromoteStandby():
+                self._promote(action)
+            case DeleteDriver():
+                self._delete(action)
+            case RequestCheckpoint():
+                from cjob_checkpoint.store.triggers import request_checkpoint
 
-            request_checkpoint(str(self.store), nonce=action.nonce)
-        elif isinstance(action, EmitEvent):
-            self.on_event(action)
-        # Service accounts, roles, services, network policies, cleanup pods and
-        # finalizers are a cluster's; a requeue is the caller's next wake-up.
+                request_checkpoint(str(self.store), nonce=action.nonce)
+            case EmitEvent():
+                self.on_event(action)
+            case (EnsureServiceAccount() | EnsureRole() | EnsureRoleBinding() | EnsureService()
+                  | EnsureNetworkPolicy() | EnsureSparkAuthSecret()):
+                pass  # a cluster's objects: a local driver runs as the user, on this machine
+            case (CreateCleanupPod() | DeleteCleanupPod() | DeleteCheckpointStore()
+                  | RemoveFinalizer()):
+                pass  # only a job being deleted gets these, and the runner deletes none
+            case RequeueAfter():
+                pass  # the caller's next wake-up
+            case _:
+                assert_never(action)
 
     def _create(self, action: CreateDriver) -> None:
         if action.name in self.drivers:

@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 
 from cjob_checkpoint.fields import Json, JsonFields
-from cjob_checkpoint.storage.filesystem import write_file_atomically
+from cjob_checkpoint.storage.local import write_file_atomically
 
 FORMAT_VERSION = 1
 

@@ -9,7 +9,7 @@ their stage, and the sink transactions their sink must commit.
 
 The file outlives the code that wrote it (a job restores checkpoints an older
 runtime wrote), so it carries ``version`` and :meth:`CheckpointMetadata.from_json`
-reads every version ever written; ``tests/runtime/metadata_formats/`` holds a
+reads every version ever written; ``tests/cjob_checkpoint/metadata_formats/`` holds a
 sample of each. A new layout gets a new version number and a reader branch here,
 never a silent change of the old one.
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from cjob_spec.reasons import PodReason, Reason
+
 EventType = Literal["Normal", "Warning"]
 
 
@@ -122,7 +124,7 @@ class DeleteDriver:
     """Delete a driver pod; ``force`` means grace period 0 (its node is lost)."""
 
     name: str
-    reason: str
+    reason: Reason | PodReason
     force: bool = False
 
 
@@ -136,8 +138,10 @@ class RequestCheckpoint:
 
 @dataclass(frozen=True)
 class EmitEvent:
+    """Post an Event on the job, with the lifecycle's reason or, passed on, the pod's."""
+
     type: EventType
-    reason: str
+    reason: Reason | PodReason
     message: str
 
 

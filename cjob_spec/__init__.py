@@ -38,6 +38,7 @@ from cjob_spec.model import (
 )
 from cjob_spec.parse import load_job_file, parse_job
 from cjob_spec.quantities import Memory, parse_memory_bytes
+from cjob_spec.reasons import PodReason, Reason
 from cjob_spec.restart import AttemptEnd, Finish, GiveUp, Restart, RestartDecision, decide_restart
 from cjob_spec.runtime_args import configmap_store_arg, file_store_arg, to_runtime_args
 from cjob_spec.status import (
@@ -81,7 +82,9 @@ __all__ = [
     "Metadata",
     "OnUnreadable",
     "Phase",
+    "PodReason",
     "QuantityFormatError",
+    "Reason",
     "Restart",
     "RestartDecision",
     "RestartPolicy",

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from enum import IntEnum
 
+from cjob_spec.reasons import Reason
+
 
 class ExitCode(IntEnum):
     """Exit codes the runtime uses on purpose."""
@@ -40,16 +42,16 @@ PERMANENT_EXIT_CODES: frozenset[int] = frozenset(
     {ExitCode.BAD_CONFIG, ExitCode.USER_CODE_ERROR, ExitCode.RESTORE_FAILED}
 )
 
-_REASONS: dict[int, str] = {
-    ExitCode.FINISHED: "Finished",
-    ExitCode.BAD_CONFIG: "InvalidConfiguration",
-    ExitCode.USER_CODE_ERROR: "UserCodeError",
-    ExitCode.CHECKPOINT_FAILURES_EXCEEDED: "CheckpointFailuresExceeded",
-    ExitCode.STORAGE_UNREACHABLE: "StorageUnreachable",
-    ExitCode.RESTORE_FAILED: "RestoreFailed",
-    ExitCode.CLEANUP_FAILED: "CleanupFailed",
-    137: "Killed",
-    143: "Terminated",
+_REASONS: dict[int, Reason] = {
+    ExitCode.FINISHED: Reason.FINISHED,
+    ExitCode.BAD_CONFIG: Reason.INVALID_CONFIGURATION,
+    ExitCode.USER_CODE_ERROR: Reason.USER_CODE_ERROR,
+    ExitCode.CHECKPOINT_FAILURES_EXCEEDED: Reason.CHECKPOINT_FAILURES_EXCEEDED,
+    ExitCode.STORAGE_UNREACHABLE: Reason.STORAGE_UNREACHABLE,
+    ExitCode.RESTORE_FAILED: Reason.RESTORE_FAILED,
+    ExitCode.CLEANUP_FAILED: Reason.CLEANUP_FAILED,
+    137: Reason.KILLED,
+    143: Reason.TERMINATED,
 }
 
 _DESCRIPTIONS: dict[int, str] = {
@@ -70,11 +72,11 @@ def is_permanent(exit_code: int | None) -> bool:
     return exit_code is not None and exit_code in PERMANENT_EXIT_CODES
 
 
-def reason_for_exit(exit_code: int | None) -> str:
-    """A CamelCase reason for status and events (``UserCodeError``, ``DriverFailed``)."""
+def reason_for_exit(exit_code: int | None) -> Reason:
+    """The reason for status and events (``UserCodeError``, ``DriverFailed``)."""
     if exit_code is None:
-        return "DriverLost"
-    return _REASONS.get(exit_code, "DriverFailed")
+        return Reason.DRIVER_LOST
+    return _REASONS.get(exit_code, Reason.DRIVER_FAILED)
 
 
 def describe_exit(exit_code: int | None) -> str:

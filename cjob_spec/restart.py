@@ -26,6 +26,7 @@ from datetime import datetime, timedelta
 
 from cjob_spec.exit_codes import describe_exit, is_permanent, reason_for_exit
 from cjob_spec.model import RestartPolicy, RestartPolicyType
+from cjob_spec.reasons import PodReason, Reason
 from cjob_spec.times import to_utc
 
 
@@ -34,10 +35,11 @@ class AttemptEnd:
     """How an attempt ended, as observed by its supervisor.
 
     ``exit_code`` is ``None`` when the driver vanished without one (pod deleted, node
-    lost, start timeout); such ends are always treated as transient.
+    lost, start timeout); such ends are always treated as transient. ``reason`` is the
+    lifecycle's, or the one Kubernetes gave for the pod when it says more.
     """
 
-    reason: str
+    reason: Reason | PodReason
     exit_code: int | None
     at: datetime
     message: str = ""
@@ -55,7 +57,7 @@ class Restart:
     restarts: int
     """The restart count including this restart (shown in ``status.restarts``)."""
     not_before: datetime
-    reason: str
+    reason: Reason | PodReason
     message: str
 
     def remaining_seconds(self, *, now: datetime) -> float:
@@ -66,7 +68,7 @@ class Restart:
 class GiveUp:
     """Do not restart: the job has failed."""
 
-    reason: str
+    reason: Reason | PodReason
     message: str
 
 
@@ -75,7 +77,7 @@ class Finish:
     """The job is over without a restart: succeeded, or failed under ``Never``."""
 
     succeeded: bool
-    reason: str
+    reason: Reason | PodReason
     message: str
 
 
@@ -122,7 +124,7 @@ def decide_restart(
     what = end.message or describe_exit(end.exit_code)
     if end.succeeded:
         if policy.type is not RestartPolicyType.ALWAYS:
-            return Finish(succeeded=True, reason="Succeeded", message="the job finished")
+            return Finish(succeeded=True, reason=Reason.SUCCEEDED, message="the job finished")
     elif is_permanent(end.exit_code) and policy.type is not RestartPolicyType.NEVER:
         return GiveUp(
             reason=reason_for_exit(end.exit_code),
@@ -139,7 +141,7 @@ def decide_restart(
     )
     if count >= policy.max_restarts:
         return GiveUp(
-            reason="RestartLimitExceeded",
+            reason=Reason.RESTART_LIMIT_EXCEEDED,
             message=f"{what}; gave up after {count} restart(s) (maxRestarts {policy.max_restarts})",
         )
     delay = backoff_seconds(policy, restarts=count)

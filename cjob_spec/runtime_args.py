@@ -13,7 +13,7 @@ runtime. Flags (values are single arguments; repeatable flags may appear many ti
     Added to ``sys.path`` on the driver and the executors, in order (the first entry
     wins): a directory on the driver, or an ``s3://bucket/key.zip`` archive the driver
     downloads with the job's S3 settings. The driver ships whatever the executors
-    cannot see themselves (see ``job_runtime.execution.code``).
+    cannot see themselves (see ``job_runtime.execution.driver.code``).
 ``--args-json JSON``
     ``spec.job.args`` as a JSON object; the pipeline sees it as ``p.args``.
 ``--parallelism N`` / ``--max-parallelism N``

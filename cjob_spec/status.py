@@ -74,7 +74,7 @@ class Condition:
         result: dict[str, Any] = {
             "type": self.type,
             "status": self.status.value,
-            "reason": self.reason,
+            "reason": str(self.reason),
             "message": self.message,
             "lastTransitionTime": format_time(self.last_transition_time),
         }
@@ -167,7 +167,7 @@ class FailureRecord:
 
     def to_dict(self) -> dict[str, Any]:
         result: dict[str, Any] = {
-            "reason": self.reason,
+            "reason": str(self.reason),
             "message": self.message,
             "at": format_time(self.at),
         }
@@ -235,7 +235,7 @@ class JobStatus:
             result["phase"] = self.phase.value
         for key, value in (("reason", self.reason), ("message", self.message)):
             if value is not None:
-                result[key] = value
+                result[key] = str(value)  # a Reason is written as the plain string it is
         result["attempt"] = self.attempt
         result["restarts"] = self.restarts
         optional: list[tuple[str, Any]] = [

@@ -9,7 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from e2e.repo import REPO_ROOT
+
 RUNNING_SUM_DIR = REPO_ROOT / "examples" / "running_sum"
 RUNTIME_IMAGE = "checkpointed-jobs/runtime:0.1.0"
 

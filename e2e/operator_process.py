@@ -20,8 +20,8 @@ import yaml
 from e2e.controlplane.procs import free_port
 from e2e.controlplane.rest import ApiError, RestClient
 from e2e.controlplane.waiting import wait_for
+from e2e.repo import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 CRD_FILE = REPO_ROOT / "crds" / "checkpointedjob.yaml"
 CRD_NAME = "checkpointedjobs.checkpointed.io"
 JOBS_PATH = "/apis/checkpointed.io/v1alpha1/namespaces/{namespace}/checkpointedjobs"

@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from cjob_checkpoint.storage.filesystem import S3Config, shared_s3_client
+from cjob_checkpoint.storage.s3 import S3Config, shared_s3_client
 
 ACCESS_KEY = "testing"
 SECRET_KEY = "testing"

@@ -28,8 +28,9 @@ from cjob_spec.model import (
 )
 from job_runtime.cleanup import DEFAULT_TERMINATION_LOG, run_cleanup
 from job_runtime.coordinator.settings import CheckpointSettings
-from job_runtime.execution.driver import run_driver
-from job_runtime.execution.settings import DriverSettings
+from job_runtime.execution.driver.run import run_driver
+from job_runtime.execution.driver.settings import DriverSettings
+from job_runtime.execution.driver.store import StoreAddress, StoreKind
 
 
 class _Parser(argparse.ArgumentParser):
@@ -85,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
                      default=DEFAULT_ON_UNREADABLE.runtime_flag)
     run.add_argument("--allow-foreign-restore", action="store_true")
     run.add_argument("--attempt", type=int, default=_DRIVER.attempt)
-    run.add_argument("--store", default=_DRIVER.store)
+    run.add_argument("--store", default=_DRIVER.store.text)
     run.add_argument("--metrics-port", type=int, default=None)
     run.add_argument("--status-file", default=None)
     run.add_argument("--task-attempts", type=int, default=_DRIVER.task_attempts)
@@ -124,7 +125,8 @@ def settings_from_args(ns: argparse.Namespace) -> DriverSettings:
         raise SystemExit(f"--args-json is not valid JSON: {exc}") from None
     if not isinstance(args, dict):
         raise SystemExit("--args-json must be a JSON object")
-    if ns.beacon_host is not None and not ns.store.startswith("configmap:"):
+    store = StoreAddress.parse(ns.store)
+    if ns.beacon_host is not None and store.kind is not StoreKind.CONFIGMAP:
         # The beacon's address is recorded where standbys watch: the ConfigMap store.
         raise SystemExit(f"--beacon-host needs a configmap:NAMESPACE/NAME store, "
                          f"got --store {ns.store!r}")
@@ -139,7 +141,7 @@ def settings_from_args(ns: argparse.Namespace) -> DriverSettings:
                                       tolerable_failures=ns.tolerable_failures),
         mode=ns.checkpoint_mode, unaligned=ns.unaligned, retained=ns.retained,
         restore=ns.restore, on_unreadable=ns.on_unreadable,
-        allow_foreign_restore=ns.allow_foreign_restore, attempt=ns.attempt, store=ns.store,
+        allow_foreign_restore=ns.allow_foreign_restore, attempt=ns.attempt, store=store,
         metrics_port=ns.metrics_port, status_file=ns.status_file,
         task_attempts=ns.task_attempts, credits=ns.credits, state_backend=ns.state_backend,
         state_dir=ns.state_dir, standby_file=ns.standby, standby_pod=ns.standby_pod,

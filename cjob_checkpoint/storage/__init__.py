@@ -3,6 +3,7 @@
 The checkpoint directory layout built on them is :mod:`cjob_checkpoint.checkpoint_storage`.
 """
 
+from cjob_checkpoint.storage.base import FileSystem
 from cjob_checkpoint.storage.errors import (
     CorruptDataError,
     InvalidCheckpointPathError,
@@ -12,13 +13,9 @@ from cjob_checkpoint.storage.errors import (
     StorageUnavailableError,
     UnsupportedUriError,
 )
-from cjob_checkpoint.storage.filesystem import (
-    FileSystem,
-    LocalFileSystem,
-    S3Config,
-    S3FileSystem,
-    get_filesystem,
-)
+from cjob_checkpoint.storage.factory import get_filesystem
+from cjob_checkpoint.storage.local import LocalFileSystem
+from cjob_checkpoint.storage.s3 import S3Config, S3FileSystem
 
 __all__ = [
     "CorruptDataError",

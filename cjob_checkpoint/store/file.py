@@ -37,7 +37,7 @@ import re
 from collections.abc import Iterator
 
 from cjob_checkpoint.keyword_error import keyword_error
-from cjob_checkpoint.storage.filesystem import write_file_atomically
+from cjob_checkpoint.storage.local import write_file_atomically
 from cjob_checkpoint.store.backed import (
     BackedCheckpointIdCounter,
     BackedCheckpointStore,

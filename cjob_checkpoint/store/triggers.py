@@ -13,7 +13,7 @@ from __future__ import annotations
 import abc
 import os
 
-from cjob_checkpoint.storage.filesystem import write_file_atomically
+from cjob_checkpoint.storage.local import write_file_atomically
 
 TRIGGER_FILE = "trigger"
 TRIGGER_ACK_FILE = "trigger.ack"

@@ -24,8 +24,7 @@ from e2e.controlplane.binaries import CONTROL_PLANE_BINARIES, cache_dir, ensure_
 from e2e.controlplane.controlplane import ControlPlane
 from e2e.controlplane.process_node import ProcessNode
 from e2e.controlplane.rest import ApiError, RestClient
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from e2e.repo import REPO_ROOT
 
 
 class NotRunningError(RuntimeError):

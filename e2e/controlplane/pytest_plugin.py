@@ -46,8 +46,8 @@ from e2e.controlplane.namespaces import (
 )
 from e2e.controlplane.process_node import ProcessNode
 from e2e.controlplane.rest import ApiError, RestClient, quote
+from e2e.repo import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 LOGS_ROOT = REPO_ROOT / "e2e" / "logs"
 
 _NAMESPACE_KEY = pytest.StashKey[str]()

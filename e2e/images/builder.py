@@ -236,6 +236,13 @@ def ensure_rootfs(plan: BuildPlan, *, clock: _Clock) -> Path:
 # --- buildah ---------------------------------------------------------------------------
 
 
+NO_NETWORK = ("--network", "none")
+"""Every container buildah runs here (smoke checks, the Dockerfiles' RUN steps) runs
+without a network: the build is offline anyway (``--pull-never``, a local wheelhouse),
+and buildah's default network would turn on the host's IP forwarding and leave a
+``cni-podman0`` bridge behind."""
+
+
 @dataclass(frozen=True)
 class Buildah:
     """buildah with the project's own storage (under the cache, not the system's)."""
@@ -265,6 +272,11 @@ class Buildah:
                 f"{proc.stderr.strip() or proc.stdout.strip()}"
             )
         return proc
+
+    def run_in(self, container: str, *command: str,
+               check: bool = True) -> subprocess.CompletedProcess[str]:
+        """``command`` in ``container``, without a network (see ``NO_NETWORK``)."""
+        return self.run("run", *NO_NETWORK, container, "--", *command, check=check)
 
     def image_exists(self, reference: str) -> bool:
         return self.run("inspect", "--type", "image", reference, check=False).returncode == 0
@@ -393,13 +405,13 @@ def _smoke_check(image: ImagePlan, image_id: str, *, buildah: Buildah, clock: _C
     """Run the image's smoke checks in a container of the new image."""
     container = buildah.run("from", "--pull-never", image_id).stdout.strip()
     try:
-        uid = buildah.run("run", container, "--", "id", "-u").stdout.strip()
+        uid = buildah.run_in(container, "id", "-u").stdout.strip()
         if uid != EXPECTED_UID[image.name]:
             raise ImageBuildError(
                 f"{image.name}: runs as uid {uid}, expected {EXPECTED_UID[image.name]}"
             )
         for command in SMOKE_CHECKS[image.name]:
-            proc = buildah.run("run", container, "--", *command, check=False)
+            proc = buildah.run_in(container, *command, check=False)
             if proc.returncode != 0:
                 raise ImageBuildError(
                     f"{image.name}: smoke check `{shlex.join(command)}` failed with exit code "
@@ -416,6 +428,21 @@ def deps_stage_tag(image: ImagePlan) -> str:
     return f"{repository}-deps:{version}"
 
 
+def bud_args(image: ImagePlan, *, plan: BuildPlan, wheelhouse: Path | None) -> list[str]:
+    """The ``buildah bud`` arguments both stages of an image share."""
+    args = [
+        "bud", "--layers", "--pull-never", *NO_NETWORK,
+        "--file", str(image.dockerfile),
+        "--build-arg", f"BASE_IMAGE={plan.base_reference}",
+    ]  # fmt: skip
+    if wheelhouse is not None:
+        args += [
+            "--build-arg", f"WHEELHOUSE={WHEELHOUSE_MOUNT}",
+            "--volume", f"{wheelhouse}:{WHEELHOUSE_MOUNT}:ro",
+        ]  # fmt: skip
+    return args
+
+
 def build_image(
     image: ImagePlan,
     *,
@@ -428,16 +455,7 @@ def build_image(
     logs = plan.images_dir / "logs"
     iidfile = logs / f".{image.name}.iid"
     iidfile.unlink(missing_ok=True)
-    common = [
-        "bud", "--layers", "--pull-never",
-        "--file", str(image.dockerfile),
-        "--build-arg", f"BASE_IMAGE={plan.base_reference}",
-    ]  # fmt: skip
-    if wheelhouse is not None:
-        common += [
-            "--build-arg", f"WHEELHOUSE={WHEELHOUSE_MOUNT}",
-            "--volume", f"{wheelhouse}:{WHEELHOUSE_MOUNT}:ro",
-        ]  # fmt: skip
+    common = bud_args(image, plan=plan, wheelhouse=wheelhouse)
     # The dependency stage first, under a tag of its own: pruning keeps tagged images,
     # so its big pip layer stays in the layer cache for the next build.
     stage = buildah.argv(*common, "--target", DEPS_STAGE, "--tag", deps_stage_tag(image))

@@ -1,6 +1,6 @@
 """Render, install and remove the checkpointed-jobs Helm chart with a given helm binary.
 
-Used by the chart's tests against the local control plane (``tests/helm``), by the
+Used by the chart's tests against the local control plane (``tests/charts``), by the
 operator's end-to-end scenarios (through :mod:`e2e.kind.chart_fixtures`) and by the
 kind scenario. Plain subprocess calls: the chart is exercised exactly as a user's
 ``helm`` would exercise it.
@@ -19,7 +19,8 @@ from typing import Any
 
 import yaml
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from e2e.repo import REPO_ROOT
+
 CHART_DIR = REPO_ROOT / "charts" / "checkpointed-jobs"
 CHART_NAME = "checkpointed-jobs"
 

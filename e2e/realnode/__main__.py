@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 
 from e2e.controlplane.__main__ import is_alive, read_state
+from e2e.repo import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_STATE_DIR = REPO_ROOT / ".cjob" / "cluster"
 S3_NAMESPACE = "s3"
 

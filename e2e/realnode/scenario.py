@@ -22,16 +22,13 @@ import yaml
 
 from e2e.controlplane.rest import ApiError, RestClient, quote
 from e2e.kind.chart import CHART_DIR, ChartRelease, run_command
-from e2e.realnode.s3 import ClusterS3
+from e2e.realnode.s3 import CREDENTIALS_SECRET, ClusterS3
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-RUNNING_SUM_DIR = REPO_ROOT / "examples" / "running_sum"
 JOBS_API = "/apis/checkpointed.io/v1alpha1"
 OPERATOR_NAMESPACE = "cjob-system"
 #: What the README's cluster quick start expects: the example's bucket and the
 #: credentials Secret in namespace ``default``.
 EXAMPLE_BUCKET = "running-sum"
-CREDENTIALS_SECRET = "s3-credentials"
 
 T = TypeVar("T")
 

@@ -49,6 +49,7 @@ from cjob_checkpoint.store.base import (
     StoreFullError,
 )
 from cjob_checkpoint.store.triggers import TriggerSource
+from job_runtime.coordinator.abort_reason import AbortReason
 from job_runtime.coordinator.endpoint import CoordinatorEndpoint
 from job_runtime.coordinator.failure_budget import FailureBudget
 from job_runtime.coordinator.messages import (
@@ -103,6 +104,8 @@ class CommitOutcome:
     """What the storage and store calls of one commit produced (decided outside the lock)."""
 
     completed: CompletedCheckpoint | None = None
+    reason: AbortReason | None = None
+    """Why the commit failed, unless it completed or was fenced (then ``failure`` says how)."""
     failure: str = ""
     keep_data: bool = False
     fenced: FencedError | None = None
@@ -278,7 +281,8 @@ class CheckpointCoordinator:
             log.warning("subtasks restarted (stage attempt %d): aborting pending checkpoints and "
                         "restoring the latest completed checkpoint", epoch)
             for checkpoint_id in list(self._pending):
-                self._abort(checkpoint_id, reason="subtasks restarted", count=False)
+                self._abort(checkpoint_id, reason=AbortReason.SUBTASKS_RESTARTED,
+                            message="subtasks restarted")
             if source is not None:
                 self.restored_from = source
         self._epoch_restore = restore
@@ -325,8 +329,8 @@ class CheckpointCoordinator:
             if pending.completing:
                 continue  # its commit decides; the store's calls have their own timeouts
             if now - pending.triggered_mono > self.settings.timeout:
-                self._abort(pending.checkpoint_id,
-                            reason=f"expired after {self.settings.timeout:g}s")
+                self._abort(pending.checkpoint_id, reason=AbortReason.EXPIRED,
+                            message=f"expired after {self.settings.timeout:g}s")
 
     def _running(self) -> bool:
         return (self.failure is None and not self.finished.is_set()
@@ -411,7 +415,8 @@ class CheckpointCoordinator:
         self._trigger_streak.failed(f"no checkpoint id from {self.counter!r}: {cause}")
         self._decider.trigger_failed(now=time.monotonic())
         self.stats.trigger_failed()
-        self._count_failure(reason=f"cannot get a checkpoint id: {cause}")
+        self._count_failure(reason=AbortReason.TRIGGER_FAILED,
+                            message=f"cannot get a checkpoint id: {cause}")
 
     def _broadcast(self, message: Message) -> None:
         for conn in list(self._connections.values()):
@@ -486,6 +491,7 @@ class CheckpointCoordinator:
                 # rocksdb_shared): this checkpoint would not restore, so it fails.
                 with self._lock:
                     self._commit_failed(checkpoint_id, CommitOutcome(
+                        reason=AbortReason.STALE_SHARED_FILES,
                         failure=f"it references {len(stale)} shared file(s) deleted with "
                                 f"an older checkpoint, e.g. {stale[0]}"))
                 return
@@ -527,7 +533,8 @@ class CheckpointCoordinator:
                 size_bytes=size, attempt=self.attempt)
         except Exception as exc:
             log.warning("checkpoint %d could not be committed: %s", checkpoint_id, exc)
-            return CommitOutcome(failure=f"commit failed: {exc}")
+            return CommitOutcome(reason=AbortReason.COMMIT_FAILED,
+                                 failure=f"commit failed: {exc}")
         failures_before = self.store.prune_failures
         try:
             self.store.add_checkpoint_and_subsume_oldest(completed,
@@ -540,14 +547,17 @@ class CheckpointCoordinator:
             # completed checkpoint settles it.
             log.warning("checkpoint %d: outcome of the store write unknown: %s",
                         checkpoint_id, exc)
-            return CommitOutcome(failure=f"store write ambiguous: {exc}", keep_data=True)
+            return CommitOutcome(reason=AbortReason.STORE_WRITE_AMBIGUOUS,
+                                 failure=f"store write ambiguous: {exc}", keep_data=True)
         except StoreFullError as exc:
             log.warning("checkpoint %d could not be committed: %s", checkpoint_id, exc)
-            return CommitOutcome(failure=f"commit failed: {exc}")
+            return CommitOutcome(reason=AbortReason.COMMIT_FAILED,
+                                 failure=f"commit failed: {exc}")
         except Exception as exc:
             log.warning("checkpoint %d: the store failed, possibly after committing the pointer; "
                         "its data stays: %s", checkpoint_id, exc)
-            return CommitOutcome(failure=f"store failed: {exc}", keep_data=True)
+            return CommitOutcome(reason=AbortReason.STORE_FAILED,
+                                 failure=f"store failed: {exc}", keep_data=True)
         self.delete_unreferenced_shared(checkpoint_id)
         return CommitOutcome(completed=completed,
                              prune_failures=self.store.prune_failures - failures_before)
@@ -570,7 +580,9 @@ class CheckpointCoordinator:
             self._pending.pop(checkpoint_id, None)
             self._fail_job(outcome.fenced)
             return
-        self._abort(checkpoint_id, reason=outcome.failure, keep_data=outcome.keep_data)
+        assert outcome.reason is not None
+        self._abort(checkpoint_id, reason=outcome.reason, message=outcome.failure,
+                    keep_data=outcome.keep_data)
 
     def _completed(self, pending: PendingCheckpoint, completed: CompletedCheckpoint) -> str | None:
         """Record a committed checkpoint and notify the subtasks; returns its request's nonce."""
@@ -587,7 +599,8 @@ class CheckpointCoordinator:
         self._restorable = completed
         maybe_fail("driver.before-notify", checkpoint_id)
         for older in [p for p in self._pending if p < checkpoint_id]:
-            self._abort(older, reason=f"subsumed by checkpoint {checkpoint_id}", count=False)
+            self._abort(older, reason=AbortReason.SUBSUMED,
+                        message=f"subsumed by checkpoint {checkpoint_id}")
         if pending.final:
             self._decider.final_completed()
         if pending.nonce is not None:
@@ -602,25 +615,28 @@ class CheckpointCoordinator:
     def _decline(self, checkpoint_id: int, reason: str, *, subsumed: bool = False) -> None:
         pending = self._pending.get(checkpoint_id)
         if pending is not None and not pending.completing:
-            self._abort(checkpoint_id, reason=f"declined: {reason}", count=not subsumed)
+            self._abort(checkpoint_id,
+                        reason=AbortReason.DECLINED_SUBSUMED if subsumed else AbortReason.DECLINED,
+                        message=f"declined: {reason}")
 
-    def _abort(self, checkpoint_id: int, *, reason: str, count: bool = True,
+    def _abort(self, checkpoint_id: int, *, reason: AbortReason, message: str,
                keep_data: bool = False) -> None:
+        """End a pending checkpoint; ``message`` is what the logs, the status file and the
+        subtasks' ``Abort`` say, and the failure budget decides whether ``reason`` counts."""
         pending = self._pending.pop(checkpoint_id, None)
         if pending is None:
             return
         if pending.stats is not None:
-            pending.stats.failure = reason
+            pending.stats.failure = message
             self.stats.finished(pending.stats, ok=False)
-        log.warning("checkpoint %d aborted: %s", checkpoint_id, reason)
-        self._broadcast(Abort(checkpoint_id=checkpoint_id, reason=reason))
+        log.warning("checkpoint %d aborted: %s", checkpoint_id, message)
+        self._broadcast(Abort(checkpoint_id=checkpoint_id, reason=message))
         if not keep_data:
             self._worker.submit(functools.partial(self._discard_pending, checkpoint_id))
-        if count:
-            self._count_failure(reason=reason)
+        self._count_failure(reason=reason, message=message)
 
-    def _count_failure(self, *, reason: str) -> None:
-        exceeded = self._budget.failed(reason=reason)
+    def _count_failure(self, *, reason: AbortReason, message: str) -> None:
+        exceeded = self._budget.failed(reason=reason, message=message)
         if exceeded is not None:
             self._fail_job(exceeded)
 

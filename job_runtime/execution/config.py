@@ -12,6 +12,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+LOOPBACK = "127.0.0.1"
+"""What local mode binds and advertises, driver and subtasks alike: every subtask
+runs on the driver's machine, and nothing else can reach a loopback address."""
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SubtaskConfig:
@@ -38,4 +42,4 @@ class SubtaskConfig:
     state_dir: str = ""
     """Local working directory of the ``rocksdb`` backend; empty: Spark's scratch dir."""
     loopback: bool = False
-    """Local mode: channel listeners bind 127.0.0.1, nothing else can reach them."""
+    """Local mode: channel listeners bind :data:`LOOPBACK`, nothing else can reach them."""

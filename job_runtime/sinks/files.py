@@ -28,7 +28,8 @@ import re
 import threading
 from typing import Any
 
-from cjob_checkpoint.storage.filesystem import FileSystem, get_filesystem
+from cjob_checkpoint.storage.base import FileSystem
+from cjob_checkpoint.storage.factory import get_filesystem
 from job_runtime.errors import PipelineDefinitionError
 from job_runtime.faults import maybe_fail
 from job_runtime.records import Batch

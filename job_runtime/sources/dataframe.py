@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from cjob_checkpoint.storage.filesystem import get_filesystem
+from cjob_checkpoint.storage.factory import get_filesystem
 from job_runtime.sources.base import Source, SourceContext, Split, SplitReader
 from job_runtime.sources.files import FilesSource
 

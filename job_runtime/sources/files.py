@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from cjob_checkpoint.storage.filesystem import get_filesystem
+from cjob_checkpoint.storage.factory import get_filesystem
 from job_runtime.errors import PipelineDefinitionError
 from job_runtime.records import Batch, Record
 from job_runtime.sources.base import Source, SourceContext, Split, SplitReader

@@ -20,7 +20,7 @@ import kopf
 
 from cjob_operator import startup
 from cjob_operator.loops import finalize_job, run_job_loop
-from cjob_operator.reconcile import WatchedVersions
+from cjob_operator.read_cache import WatchedVersions
 from cjob_spec.names import (
     API_GROUP,
     API_VERSION,

@@ -21,7 +21,8 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from cjob_operator.reconcile import Outcome, Reconciler, WatchedVersions
+from cjob_operator.read_cache import WatchedVersions
+from cjob_operator.reconcile import Outcome, Reconciler
 
 _log = logging.getLogger(__name__)
 

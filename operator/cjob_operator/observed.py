@@ -1,24 +1,39 @@
-"""Reading pods as the API server returns them into the lifecycle's observations.
+"""Reading what the API server returns into the lifecycle's observations.
 
 ``observe_driver_pod`` and ``observe_cleanup_pod`` turn a pod (a camelCase mapping, as
 kopf delivers it) into a :class:`~cjob_lifecycle.observed.DriverPod` or a
-:class:`~cjob_lifecycle.observed.CleanupPod`, the terms ``plan`` decides in.
+:class:`~cjob_lifecycle.observed.CleanupPod`, the terms ``plan`` decides in;
+``observe_pods`` and ``observe_cleanup`` pick the job's own among the pods of its
+name, and ``observe_store`` reads its checkpoint ConfigMap into a
+:class:`~cjob_lifecycle.observed.StoreView` that says whose it is.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from cjob_lifecycle.observed import POD_PHASES, CleanupPod, DriverPod
-from cjob_spec.names import ANNOTATION_SPEC_HASH, LABEL_ATTEMPT, LABEL_ROLE, ROLE_STANDBY
+from cjob_lifecycle.observed import (
+    POD_PHASES,
+    CleanupPod,
+    DriverPod,
+    StoreOwnership,
+    StoreView,
+)
+from cjob_operator.cluster import StoreReading
+from cjob_spec.names import (
+    ANNOTATION_SPEC_HASH,
+    CLEANUP_CONTAINER,
+    DRIVER_CONTAINER,
+    LABEL_ATTEMPT,
+    LABEL_JOB,
+    LABEL_ROLE,
+    ROLE_CLEANUP,
+    ROLE_STANDBY,
+)
 from cjob_spec.times import parse_time
-
-DRIVER_CONTAINER = "driver"
-CLEANUP_CONTAINER = "cleanup"
-ROLE_CLEANUP = "cleanup"
 
 
 @dataclass(frozen=True)
@@ -124,6 +139,75 @@ def observe_cleanup_pod(pod: Mapping[str, Any]) -> CleanupPod | None:
         message=lines[-1] if lines else None,
         deletion_timestamp=state.deletion_timestamp,
     )
+
+
+def observe_pods(
+    manifests: Iterable[Mapping[str, Any]], *, job_name: str, job_uid: str | None
+) -> tuple[DriverPod, ...]:
+    """The job's driver pods among ``manifests`` (the pod index's entries for the job)."""
+    pods = [
+        pod
+        for manifest in _own_pods(manifests, job_name=job_name, job_uid=job_uid)
+        if (pod := observe_driver_pod(manifest)) is not None
+    ]
+    pods.sort(key=lambda pod: (pod.attempt, pod.name))
+    return tuple(pods)
+
+
+def observe_cleanup(
+    manifests: Iterable[Mapping[str, Any]], *, job_name: str, job_uid: str | None
+) -> CleanupPod | None:
+    """The job's cleanup pod among ``manifests``, if it has one."""
+    for manifest in _own_pods(manifests, job_name=job_name, job_uid=job_uid):
+        pod = observe_cleanup_pod(manifest)
+        if pod is not None:
+            return pod
+    return None
+
+
+def _own_pods(
+    manifests: Iterable[Mapping[str, Any]], *, job_name: str, job_uid: str | None
+) -> Iterator[Mapping[str, Any]]:
+    """The pods labelled with the job's name and not owned by another object.
+
+    Pods owned by another object of the same name (a deleted and re-created job whose
+    old pods are still terminating) are left out: they belong to a different job.
+    """
+    for manifest in manifests:
+        metadata = manifest.get("metadata") or {}
+        labels = metadata.get("labels") or {}
+        if labels.get(LABEL_JOB) != job_name:
+            continue
+        owners = metadata.get("ownerReferences") or []
+        owner_uids = {owner.get("uid") for owner in owners if isinstance(owner, Mapping)}
+        if job_uid and owner_uids and job_uid not in owner_uids:
+            continue
+        yield manifest
+
+
+def observe_store(reading: StoreReading | None, *, job_name: str,
+                  job_uid: str | None) -> StoreView:
+    if reading is None:
+        return StoreView(exists=False)
+    return StoreView(
+        exists=True,
+        ownership=store_ownership(reading, job_name=job_name, job_uid=job_uid),
+        latest=reading.latest,
+        fence_attempt=reading.fence_attempt,
+        restore_report=reading.restore_report,
+        driver_lost=reading.driver_lost,
+    )
+
+
+def store_ownership(reading: StoreReading, *, job_name: str,
+                    job_uid: str | None) -> StoreOwnership:
+    """Whose the store is: this job's only when the job is among its owners."""
+    uids = {owner.uid for owner in reading.owners}
+    if job_uid is None or job_uid in uids:
+        return StoreOwnership.THIS_JOB
+    if any(owner.name == job_name for owner in reading.owners):
+        return StoreOwnership.DELETED_JOB
+    return StoreOwnership.OTHER
 
 
 def _condition(pod: Mapping[str, Any], kind: str) -> bool:

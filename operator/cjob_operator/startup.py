@@ -18,13 +18,12 @@ from prometheus_client import start_http_server
 
 from cjob_lifecycle.plan import PlanSettings
 from cjob_operator.api import connect
-from cjob_operator.builders import ROLE_DRIVER
 from cjob_operator.config import OperatorConfig
 from cjob_operator.loops import LoopSettings, Wakeups
 from cjob_operator.metrics import OperatorMetrics
 from cjob_operator.options import OperatorOptions
 from cjob_operator.reconcile import Reconciler
-from cjob_spec.names import API_GROUP, LABEL_JOB, LABEL_ROLE, ROLE_STANDBY
+from cjob_spec.names import API_GROUP, LABEL_JOB, LABEL_ROLE, ROLE_DRIVER, ROLE_STANDBY
 
 FINALIZER = "checkpointed.io/finalizer"
 ANNOTATION_PREFIX = "checkpointed.io"

@@ -76,7 +76,7 @@ def test_every_copied_path_reaches_the_build_context(
 
 def test_the_build_context_leaves_out_virtualenvs_caches_and_git() -> None:
     for path in (".venv/bin/python", ".git/config", ".cjob/output/x", "e2e/logs/x",
-                 "job_runtime/__pycache__/x.pyc", "tests/helm/test_chart_files.py"):  # fmt: skip
+                 "job_runtime/__pycache__/x.pyc", "tests/charts/test_chart_files.py"):  # fmt: skip
         assert not is_in_build_context(path), path
 
 

@@ -1,0 +1,41 @@
+"""One pass over one job: the parts of the decision, in the order they must run.
+
+The order is part of the lifecycle. Drivers of other attempts are stopped before the
+current one is judged; the standby is managed after the state machine, so that one
+promoted in this pass is not also stopped or replaced; the conditions come last, from
+the status everything else left.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from cjob_lifecycle.observed import Observed
+from cjob_lifecycle.plan.attempts import clean_up_other_attempts
+from cjob_lifecycle.plan.conditions import set_conditions
+from cjob_lifecycle.plan.deletion import plan_deletion
+from cjob_lifecycle.plan.draft import Draft, Plan, PlanSettings
+from cjob_lifecycle.plan.phases import run_state_machine
+from cjob_lifecycle.plan.standby import complete_lost_driver_failure, manage_standby
+from cjob_lifecycle.plan.store import take_restore_report
+
+
+def plan(observed: Observed, *, now: datetime, settings: PlanSettings | None = None) -> Plan:
+    """Decide what to do about one CheckpointedJob (see :mod:`cjob_lifecycle.plan`)."""
+    draft = Draft(observed, now, settings or PlanSettings())
+    # A store that is not the job's own says nothing about the job.
+    own = observed.store.latest if observed.store.is_own else None
+    latest = own or observed.status.latest_checkpoint
+    draft.set(observed_generation=observed.generation, latest_checkpoint=latest)
+    if observed.deleting:
+        plan_deletion(draft)
+    else:
+        clean_up_other_attempts(draft)
+        complete_lost_driver_failure(draft)
+        run_state_machine(draft)
+        manage_standby(draft)
+        take_restore_report(draft)
+        set_conditions(draft)
+        if draft.status.phase is not None and not draft.status.phase.is_terminal:
+            draft.requeue_in(draft.settings.resync_seconds)
+    return draft.build()

@@ -1,0 +1,72 @@
+"""The job's driver pods: which one is the attempt's, which still block, deleting them.
+
+Two drivers of one job must never write at once. The fence keeps an older one from
+committing, but a new driver is still not started beside a live one: a pod blocks
+until it has stopped, or until its node is gone (phase ``Unknown``) or it outlived its
+deletion by ``kill_grace_seconds``. A pod is deleted at most once per pass, for the
+first reason found, so the actions name every pod once.
+"""
+
+from __future__ import annotations
+
+from cjob_lifecycle.actions import DeleteDriver
+from cjob_lifecycle.observed import DriverPod
+from cjob_lifecycle.plan.draft import Draft
+from cjob_spec.names import driver_pod_name
+from cjob_spec.reasons import PodReason, Reason
+
+
+def current_pod(draft: Draft) -> DriverPod | None:
+    status = draft.status
+    if status.attempt < 1:
+        return None
+    return draft.observed.pod(status.driver_pod or driver_pod_name(draft.name, status.attempt))
+
+
+def is_blocking(draft: Draft, pod: DriverPod) -> bool:
+    """Whether ``pod`` may still be running a driver that the next attempt must not overlap.
+
+    Pods in phase Unknown never block (their node is gone); terminating pods stop
+    blocking ``kill_grace_seconds`` after their deletion deadline.
+    """
+    if not pod.is_live:
+        return False
+    if pod.deletion_timestamp is None:
+        return True
+    return draft.seconds_since(pod.deletion_timestamp) < draft.settings.kill_grace_seconds
+
+
+def delete(draft: Draft, pod: DriverPod, reason: Reason | PodReason) -> None:
+    """Delete a driver pod that may still run, once per pass (the first reason wins)."""
+    if pod.is_terminating or pod.is_finished or pod.name in draft.deleted:
+        return
+    draft.deleted.add(pod.name)
+    draft.act(DeleteDriver(name=pod.name, reason=reason, force=pod.phase == "Unknown"))
+
+
+def delete_finished(draft: Draft, pod: DriverPod) -> None:
+    """Delete a finished driver pod: it is kept only for its logs."""
+    if not pod.is_terminating and pod.name not in draft.deleted:
+        draft.deleted.add(pod.name)
+        draft.act(DeleteDriver(name=pod.name, reason=Reason.PRUNED_HISTORY))
+
+
+def wait_for_blocking_pods(draft: Draft, reason: Reason, *, standby_too: bool = False,
+                           unless: frozenset[str] = frozenset(), wait: bool = True) -> bool:
+    """Delete live driver pods; True (and a requeue) if some must still be waited for.
+
+    A standby driver never overlaps an attempt (it writes nothing until promoted, and
+    its promotion fences the attempt before it), so only the job's deletion waits for it.
+    Pods named in ``unless`` are neither deleted nor waited for; with ``wait`` False the
+    others are deleted but not waited for.
+    """
+    pods = [pod for pod in draft.observed.pods
+            if (standby_too or not pod.standby) and pod.name not in unless]
+    blocking = [pod for pod in pods if is_blocking(draft, pod)]
+    for pod in pods:
+        if pod.is_live or pod.phase == "Unknown":
+            delete(draft, pod, reason)
+    if blocking and wait:
+        draft.requeue_in(draft.settings.poll_seconds)
+        return True
+    return False

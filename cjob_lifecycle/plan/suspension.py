@@ -1,0 +1,91 @@
+"""Suspending a job (``spec.suspend``): a final checkpoint when its driver runs, then no driver.
+
+A running driver is asked for one last checkpoint, so that resuming loses nothing; it
+is stopped once that checkpoint completed, or after the checkpoint timeout without
+it. A driver that is not running yet has nothing to save and is stopped at once.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from cjob_lifecycle.actions import RequestCheckpoint
+from cjob_lifecycle.observed import DriverPod
+from cjob_lifecycle.plan.attempts import attempt_ended
+from cjob_lifecycle.plan.draft import Draft
+from cjob_lifecycle.plan.failures import pod_end
+from cjob_lifecycle.plan.pods import wait_for_blocking_pods
+from cjob_spec.reasons import Reason
+from cjob_spec.status import FailureRecord, Phase
+from cjob_spec.times import to_utc, truncate_to_seconds
+
+
+def suspend_now(draft: Draft, message: str) -> bool:
+    """Stop every driver and mark the job suspended; never runs another phase's handler."""
+    wait_for_blocking_pods(draft, Reason.SUSPENDED)
+    draft.set(
+        phase=Phase.SUSPENDED,
+        reason=Reason.SUSPENDED,
+        message=message,
+        next_restart_at=None,
+        suspend_requested_at=None,
+    )
+    draft.event("Normal", Reason.SUSPENDED, message)
+    return False
+
+
+def suspend_active(draft: Draft, pod: DriverPod | None) -> bool:
+    """Suspend a Pending or Running attempt, with a final checkpoint when it runs."""
+    if pod is not None:
+        end = pod_end(draft, pod)
+        if end is not None and end.succeeded:
+            return attempt_ended(draft, pod, end)
+        if end is not None:
+            draft.set(
+                last_failure=FailureRecord(
+                    reason=end.reason,
+                    message=end.message,
+                    at=truncate_to_seconds(end.at),
+                    exit_code=end.exit_code,
+                    attempt=draft.status.attempt,
+                )
+            )
+            return suspend_now(draft, f"suspended; the last attempt ended: {end.message}")
+    if pod is None or pod.phase != "Running" or pod.started_at is None:
+        return suspend_now(draft, "suspended before the driver started")
+    status = draft.status
+    requested = status.suspend_requested_at
+    if requested is None:
+        draft.act(RequestCheckpoint(pod=pod.name, nonce=f"suspend-{status.attempt}"))
+        draft.event(
+            "Normal",
+            Reason.SUSPENDING,
+            f"taking a final checkpoint before stopping attempt {status.attempt}",
+        )
+        draft.set(
+            phase=Phase.RUNNING,
+            reason=Reason.SUSPENDING,
+            message="taking a final checkpoint before suspending",
+            suspend_requested_at=truncate_to_seconds(draft.now),
+        )
+        draft.requeue_in(draft.settings.poll_seconds)
+        return False
+    latest = draft.status.latest_checkpoint
+    final = (
+        latest is not None
+        and latest.completed_at is not None
+        and to_utc(latest.completed_at) >= to_utc(requested)
+    )
+    timeout = draft.job.spec.checkpoint.timeout
+    deadline = to_utc(requested) + timedelta(seconds=timeout.seconds)
+    if final and latest is not None:
+        return suspend_now(draft, f"suspended after final checkpoint {latest.id}")
+    if draft.now >= deadline:
+        fallback = f"checkpoint {latest.id}" if latest is not None else "the initial state"
+        return suspend_now(
+            draft,
+            f"suspended without a final checkpoint (none completed within {timeout.text}); "
+            f"resuming restores {fallback}",
+        )
+    draft.requeue_at(min(deadline, draft.now + timedelta(seconds=draft.settings.poll_seconds)))
+    return False

@@ -1,0 +1,361 @@
+"""The driver: resolve the restore point, start Spark and the coordinator, run the stage.
+
+The whole job is ONE Spark barrier stage of P long-running tasks, followed by a
+tiny shuffle. The shuffle makes the barrier stage a *ShuffleMapStage*, which
+Spark relaunches as a whole when one of its tasks dies (a failed barrier
+*ResultStage* is never retried); the relaunched subtasks restore the latest
+completed checkpoint. In local mode, relaunches need ``local[N,F]`` with F > 1
+attempts, which the driver sets when the master does not say.
+
+:func:`run_driver` takes the driver through its phases, in this order: load the
+job's code and pipeline; start Spark in the background; (a warm standby) get warm
+and wait for the promotion; accept the restore point; start the coordinator; wait
+for Spark; run the barrier stage; end the job as the stage ended.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import functools
+import ipaddress
+import os
+import shutil
+import socket
+import time
+from typing import Any
+
+from cjob_checkpoint.checkpoint_storage import CheckpointStorage
+from cjob_checkpoint.storage.base import join_uri
+from cjob_checkpoint.storage.factory import get_filesystem
+from cjob_checkpoint.storage.s3 import S3Config
+from cjob_checkpoint.store.base import (
+    CheckpointIdCounter,
+    CompletedCheckpoint,
+    CompletedCheckpointStore,
+    JobOutcome,
+)
+from cjob_spec.exit_codes import ExitCode
+from job_runtime.coordinator.coordinator import CheckpointCoordinator
+from job_runtime.coordinator.endpoint import CoordinatorEndpoint
+from job_runtime.errors import ConfigurationError, RestoreError
+from job_runtime.execution.config import LOOPBACK, SubtaskConfig
+from job_runtime.execution.driver.barrier_stage import BarrierStage
+from job_runtime.execution.driver.beacon import start_beacon
+from job_runtime.execution.driver.code import JobCodePaths, prepare_job_code, ship_job_code
+from job_runtime.execution.driver.exit_codes import STARTUP_ERRORS, exit_code
+from job_runtime.execution.driver.logger import log
+from job_runtime.execution.driver.restore import (
+    RestoreResolution,
+    record_restore,
+    resolve_restore,
+)
+from job_runtime.execution.driver.scratch import new_code_dir
+from job_runtime.execution.driver.settings import DriverSettings
+from job_runtime.execution.driver.spark_start import (
+    SparkStarter,
+    is_local_master,
+    resolve_master,
+)
+from job_runtime.execution.driver.standby import ParkedStageEnded, wait_as_standby
+from job_runtime.execution.driver.status_writer import StatusWriter
+from job_runtime.execution.driver.store import open_store, open_triggers
+from job_runtime.execution.entrypoint import add_python_path, build_pipeline
+from job_runtime.execution.stages import StagePlan, plan_stages
+from job_runtime.metrics import DriverMetrics
+from job_runtime.network.handshake import new_key
+from job_runtime.pipeline import Pipeline
+from job_runtime.sinks.base import Sink
+from job_runtime.sources.base import Source
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LoadedJob:
+    """The job as the driver loaded it: its code, its pipeline, and that cut into stages."""
+
+    code: JobCodePaths
+    pipeline: Pipeline
+    source: Source
+    sink: Sink
+    stages: list[StagePlan]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StageWiring:
+    """How the barrier stage's subtasks reach this driver's coordinator."""
+
+    bind: str
+    """Where the coordinator's endpoint listens."""
+    key: bytes
+    """This driver's key: a relaunched driver's subtasks get a new one, and anything
+    left of an earlier attempt can no longer talk to this one."""
+    subtask_config: functools.partial[SubtaskConfig]
+    """The subtasks' settings, once the endpoint's port (``coordinator_port``) is known."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WarmStart:
+    """What a warm standby did before its promotion, which the promoted driver keeps."""
+
+    endpoint: CoordinatorEndpoint | None = None
+    """The endpoint its parked barrier stage's subtasks registered at, if it parked one."""
+    stage: BarrierStage | None = None
+    """Its parked barrier stage, already launched."""
+    code_shipped: bool = False
+    promoted_at: float | None = None
+
+
+def run_driver(settings: DriverSettings) -> int:
+    """Run the job to its end; returns the process exit code."""
+    try:
+        return _run(settings)
+    except STARTUP_ERRORS as exc:
+        return exit_code(exc)
+
+
+def _run(settings: DriverSettings) -> int:
+    _check_parallelism(settings)
+    s3 = S3Config.from_env()
+    job = _load_job(settings, s3=s3)
+    master = resolve_master(settings.master, parallelism=settings.parallelism,
+                            task_attempts=settings.task_attempts)
+    spark = SparkStarter(settings=settings, master=master)
+    storage = CheckpointStorage(settings.checkpoint_storage, settings.job_id,
+                                fs=get_filesystem(settings.checkpoint_storage, s3=s3))
+    wiring = _wire_stage(settings, master=master, job=job, storage=storage, s3=s3)
+    warm = WarmStart()
+    if settings.is_standby:
+        try:
+            settings, warm = _stand_by(settings, spark=spark, job=job, wiring=wiring)
+        except ParkedStageEnded as exc:
+            # Only this standby failed, not the job: say so, not "job failed".
+            log.error("%s", exc)
+            return exit_code(exc.cause, logged=True)
+    start_beacon(settings)
+    store, counter = open_store(settings.store, retained=settings.retained,
+                                attempt=settings.attempt)
+    resolution = _accept_restore(settings, job=job, storage=storage, store=store,
+                                 counter=counter, s3=s3)
+    metrics = _serve_metrics(settings, resolution=resolution)
+    coordinator = _start_coordinator(settings, job=job, storage=storage, store=store,
+                                     counter=counter, resolution=resolution, metrics=metrics,
+                                     wiring=wiring, warm=warm)
+    status = StatusWriter(path=settings.status_file or "", coordinator=coordinator,
+                          metrics=metrics, attempt=settings.attempt,
+                          fallback_notes=tuple(resolution.notes))
+    sc = _wait_for_spark(spark, status=status, warm=warm)
+    outcome = _run_stage(sc, job=job, storage=storage, coordinator=coordinator, status=status,
+                         wiring=wiring, warm=warm)
+    return _end(outcome, settings=settings, job=job, store=store, coordinator=coordinator,
+                status=status, spark_context=sc, s3=s3)
+
+
+def _check_parallelism(settings: DriverSettings) -> None:
+    if settings.parallelism < 1 or settings.parallelism > settings.max_parallelism:
+        raise ConfigurationError(setting="--parallelism",
+                                 problem=f"must be within 1..{settings.max_parallelism}")
+
+
+def _load_job(settings: DriverSettings, *, s3: S3Config) -> LoadedJob:
+    """Fetch the job's code into a scratch folder of this process, import it, build
+    the pipeline and cut it into stages."""
+    code_dir = new_code_dir()
+    atexit.register(shutil.rmtree, code_dir, ignore_errors=True)
+    code = prepare_job_code(settings.python_path, master=settings.master, s3=s3,
+                            work_dir=code_dir)
+    add_python_path(code.driver_path)
+    pipeline = build_pipeline(entrypoint=settings.entrypoint, args=settings.args,
+                              name=settings.job_name)
+    assert pipeline.source_op is not None and pipeline.sink_op is not None
+    return LoadedJob(code=code, pipeline=pipeline, source=pipeline.source_op,
+                     sink=pipeline.sink_op, stages=plan_stages(pipeline))
+
+
+def _wire_stage(settings: DriverSettings, *, master: str, job: LoadedJob,
+                storage: CheckpointStorage, s3: S3Config) -> StageWiring:
+    bind, advertised = _driver_host(master, settings.spark_conf)
+    key = new_key()
+    config = functools.partial(
+        _subtask_config, settings=settings, code=job.code, storage=storage, s3=s3,
+        coordinator_host=advertised, key=key, loopback=is_local_master(master))
+    return StageWiring(bind=bind, key=key, subtask_config=config)
+
+
+def _stand_by(settings: DriverSettings, *, spark: SparkStarter, job: LoadedJob,
+              wiring: StageWiring) -> tuple[DriverSettings, WarmStart]:
+    """A warm standby: everything that does not depend on the attempt or the restore
+    point is done now, the rest once the supervisor promotes it. Returns the settings
+    of the attempt it took over; raises :class:`ParkedStageEnded`."""
+    sc = spark.context()
+    ship_job_code(sc, job.code)
+    endpoint: CoordinatorEndpoint | None = None
+    stage: BarrierStage | None = None
+    parked = None
+    if not job.source.prepares_on_driver:
+        endpoint = CoordinatorEndpoint(host=wiring.bind, key=wiring.key)
+        stage = BarrierStage(spark_context=sc,
+                             config=wiring.subtask_config(coordinator_port=endpoint.port))
+        parked = (stage, endpoint)
+    promoted = wait_as_standby(settings=settings, spark_context=sc, parked=parked)
+    return promoted, WarmStart(endpoint=endpoint, stage=stage, code_shipped=True,
+                               promoted_at=time.time())
+
+
+def _accept_restore(settings: DriverSettings, *, job: LoadedJob, storage: CheckpointStorage,
+                    store: CompletedCheckpointStore, counter: CheckpointIdCounter,
+                    s3: S3Config) -> RestoreResolution:
+    """Resolve the checkpoint to start from, check it, let the sink withdraw output
+    newer than it, and record the restore in the store."""
+    resolution = resolve_restore(settings=settings, storage=storage, store=store)
+    restored, metadata = resolution.checkpoint, resolution.metadata
+    for note in resolution.notes:
+        log.warning("%s", note)
+    if restored is not None:
+        log.info("restoring checkpoint %d from %s", restored.checkpoint_id,
+                 restored.metadata_path)
+        counter.set_count(restored.checkpoint_id + 1)
+        if metadata is not None and metadata.max_parallelism != settings.max_parallelism:
+            raise RestoreError(pointer=restored.metadata_path,
+                               problem="maxParallelism differs from the checkpoint's "
+                                       f"{metadata.max_parallelism}; it cannot change")
+        job.sink.prepare_restore(checkpoint_id=restored.checkpoint_id,
+                                 job_id=settings.job_id, s3=s3)
+        if resolution.origin_job is not None:
+            job.sink.prepare_restore(checkpoint_id=restored.checkpoint_id,
+                                     job_id=resolution.origin_job, s3=s3)
+    # Only once the checkpoint is accepted: a refused restore must not be reported.
+    record_restore(store=store, attempt=settings.attempt, resolution=resolution)
+    return resolution
+
+
+def _serve_metrics(settings: DriverSettings, *, resolution: RestoreResolution) -> DriverMetrics:
+    metrics = DriverMetrics(job=settings.job_name)
+    if settings.metrics_port:
+        metrics.serve(settings.metrics_port)
+    if resolution.checkpoint is not None:
+        metrics.restored.labels(settings.job_name).set(resolution.checkpoint.checkpoint_id)
+    return metrics
+
+
+def _start_coordinator(settings: DriverSettings, *, job: LoadedJob, storage: CheckpointStorage,
+                       store: CompletedCheckpointStore, counter: CheckpointIdCounter,
+                       resolution: RestoreResolution, metrics: DriverMetrics,
+                       wiring: StageWiring, warm: WarmStart) -> CheckpointCoordinator:
+    """The coordinator, answering at the parked stage's endpoint if there is one: a
+    parked stage's subtasks get their answer as soon as the coordinator exists."""
+
+    def on_complete(completed: CompletedCheckpoint, stats: Any) -> None:
+        metrics.checkpoint_completed(checkpoint_id=completed.checkpoint_id,
+                                     timestamp=completed.timestamp, size=completed.size_bytes,
+                                     stats=stats)
+
+    return CheckpointCoordinator(
+        job_id=settings.job_id, attempt=settings.attempt, parallelism=settings.parallelism,
+        max_parallelism=settings.max_parallelism, stages=len(job.stages), storage=storage,
+        store=store, counter=counter, settings=settings.checkpoint,
+        initial_restore=resolution.metadata, initial_restore_pointer=resolution.checkpoint,
+        on_complete=on_complete, host=wiring.bind, key=wiring.key, endpoint=warm.endpoint,
+        triggers=open_triggers(settings.store))
+
+
+def _wait_for_spark(spark: SparkStarter, *, status: StatusWriter, warm: WarmStart) -> Any:
+    """The started ``SparkContext``, its start's milestones in the status timeline."""
+    sc = spark.context()
+    status.timeline["sparkStartingAt"] = spark.started_at
+    status.timeline["sparkReadyAt"] = spark.ready_at or time.time()
+    if warm.promoted_at is not None:
+        status.timeline["promotedAt"] = warm.promoted_at
+    return sc
+
+
+def _run_stage(sc: Any, *, job: LoadedJob, storage: CheckpointStorage,
+               coordinator: CheckpointCoordinator, status: StatusWriter, wiring: StageWiring,
+               warm: WarmStart) -> BaseException | None:
+    """Launch the barrier stage (unless a standby parked it) and wait for its end;
+    what ended the job, or ``None`` when it finished."""
+    try:
+        # Before any Spark job: the source's preparation may already run the job's code.
+        if not warm.code_shipped:
+            ship_job_code(sc, job.code)
+        job.source.prepare_on_driver(spark_context=sc, staging_uri=_staging(storage))
+        stage = warm.stage
+        if stage is None:
+            stage = BarrierStage(spark_context=sc,
+                                 config=wiring.subtask_config(coordinator_port=coordinator.port))
+            stage.start()
+        assert stage.launched_at is not None
+        status.timeline["stageLaunchedAt"] = stage.launched_at
+        return stage.wait(coordinator=coordinator)
+    finally:
+        coordinator.stop()
+
+
+def _end(outcome: BaseException | None, *, settings: DriverSettings, job: LoadedJob,
+         store: CompletedCheckpointStore, coordinator: CheckpointCoordinator,
+         status: StatusWriter, spark_context: Any, s3: S3Config) -> int:
+    """Finish the job's output and the store's records, or report what failed it; the
+    exit code."""
+    if outcome is None:
+        job.sink.finish_job(job_id=settings.job_id, s3=s3)
+        store.shutdown(JobOutcome.FINISHED, discard=coordinator.shared_files.discard)
+        latest = coordinator.latest
+        coordinator.delete_unreferenced_shared(0 if latest is None else latest.checkpoint_id)
+        status.stop(state="finished")
+        spark_context.stop()
+        log.info("job finished: %d records written, %d checkpoints completed",
+                 coordinator.snapshot_progress()["recordsOut"], coordinator.stats.completed)
+        return ExitCode.FINISHED
+    status.stop(state="failed")
+    try:
+        spark_context.stop()
+    except Exception:
+        pass
+    return exit_code(outcome)
+
+
+def _driver_host(master: str, conf: dict[str, str],
+                 environ: dict[str, str] | None = None) -> tuple[str, str]:
+    """(bind address, advertised address) of the coordinator's endpoint.
+
+    Local mode binds loopback: every subtask runs on this machine. Elsewhere the
+    endpoint binds the pod's own address (the bind address the operator gives
+    Spark, else ``POD_IP``, else what the host name resolves to), never every
+    interface, and advertises ``spark.driver.host`` (the headless service).
+    """
+    if is_local_master(master):
+        return LOOPBACK, LOOPBACK
+    env = os.environ if environ is None else environ
+    for candidate in (conf.get("spark.driver.bindAddress"), env.get("POD_IP")):
+        if candidate and _is_ip(candidate):
+            bind = candidate
+            break
+    else:
+        bind = socket.gethostbyname(socket.gethostname())
+    advertised = conf.get("spark.driver.host") or bind
+    return bind, advertised
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _staging(storage: CheckpointStorage) -> str:
+    """Where sources stage their input (a DataFrame's rows), beside the checkpoints."""
+    return join_uri(storage.job_dir, "staging")
+
+
+def _subtask_config(*, settings: DriverSettings, code: JobCodePaths, storage: CheckpointStorage,
+                    s3: S3Config, coordinator_host: str, coordinator_port: int, key: bytes,
+                    loopback: bool) -> SubtaskConfig:
+    return SubtaskConfig(
+        job_id=settings.job_id, job_name=settings.job_name, entrypoint=settings.entrypoint,
+        python_path=code.executor_path, args=settings.args, parallelism=settings.parallelism,
+        max_parallelism=settings.max_parallelism, coordinator_host=coordinator_host,
+        coordinator_port=coordinator_port, checkpoint_root=settings.checkpoint_storage,
+        staging_uri=_staging(storage), mode=settings.mode, unaligned=settings.unaligned,
+        credits=settings.credits, s3=dataclasses.asdict(s3) if s3.to_env() else None, key=key,
+        loopback=loopback, state_backend=settings.state_backend, state_dir=settings.state_dir)

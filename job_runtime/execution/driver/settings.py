@@ -1,0 +1,69 @@
+"""The driver's settings: everything ``python -m job_runtime run`` was told.
+
+Its own module because the driver, the Spark starter and the restore resolution
+all read it, and none of them should import another to get it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from cjob_spec import defaults
+from job_runtime.coordinator.settings import CheckpointSettings
+from job_runtime.execution.driver.store import MEMORY_STORE, StoreAddress
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DriverSettings:
+    job_name: str
+    job_uid: str
+    entrypoint: str
+    python_path: tuple[str, ...] = ()
+    args: dict[str, Any] = dataclasses.field(default_factory=dict)
+    parallelism: int = defaults.PARALLELISM.default
+    max_parallelism: int = defaults.MAX_PARALLELISM.default
+    master: str = "local[*]"
+    spark_conf: dict[str, str] = dataclasses.field(default_factory=dict)
+    checkpoint_storage: str = ""
+    checkpoint: CheckpointSettings = dataclasses.field(default_factory=CheckpointSettings)
+    mode: str = "exactly_once"
+    unaligned: bool = False
+    retained: int = defaults.RETAINED.default
+    restore: str = defaults.RESTORE_FROM.default
+    on_unreadable: str = "fail"
+    allow_foreign_restore: bool = False
+    """``restore`` may be another job's checkpoint path (``spec.restore.allowForeignJob``)."""
+    attempt: int = 1
+    store: StoreAddress = MEMORY_STORE
+    """The completed-checkpoint store (``--store``), read once."""
+    metrics_port: int | None = None
+    status_file: str | None = None
+    task_attempts: int = 4
+    credits: int = 4
+    state_backend: str = defaults.STATE_BACKEND.default
+    """``hashmap`` or ``rocksdb`` (``spec.state.backend``)."""
+    state_dir: str = ""
+    """Local working directory of the ``rocksdb`` backend; empty: Spark's scratch dir."""
+    standby_file: str | None = None
+    """Run as a warm standby: start Spark, then wait for a promotion in this file
+    (:mod:`cjob_spec.standby_signal`), which names the attempt to take over."""
+    standby_pod: str | None = None
+    """Run as the warm standby pod of this name: the promotion comes through the
+    ConfigMap store (``--store configmap:...``). ``attempt`` is the lowest it takes."""
+    standby_ready_file: str | None = None
+    """Where a standby pod says it is ready (its readiness probe tests the file)."""
+    beacon_host: str | None = None
+    """Listen for standby drivers at this address (the pod's own) and record where in
+    the ConfigMap store; a standby pod with it watches the active driver's beacon and
+    reports the driver lost when it dies (:mod:`cjob_spec.driver_beacon`)."""
+
+    @property
+    def is_standby(self) -> bool:
+        return self.standby_file is not None or self.standby_pod is not None
+
+    @property
+    def job_id(self) -> str:
+        return f"{self.job_name}-{self.job_uid}"
+
+

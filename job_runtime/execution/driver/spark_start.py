@@ -1,0 +1,137 @@
+"""Starting Spark for the driver, in the background.
+
+Starting Spark (its JVM, the local scheduler or the Kubernetes backend) is the
+largest part of a restart. Nothing in it depends on the checkpoint store or the
+restore point, so the driver starts it first, on a thread, and opens the store,
+resolves and checks the checkpoint to restore and starts the coordinator while
+the JVM boots; it waits for Spark only when it launches the barrier stage.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import threading
+import time
+from typing import Any
+
+from job_runtime.errors import ConfigurationError
+from job_runtime.execution.config import LOOPBACK
+from job_runtime.execution.driver.settings import DriverSettings
+
+WORKER_DAEMON = "job_runtime.execution.subtask.worker_daemon"
+"""Spark's Python worker daemon with the subtask's code already imported (see there):
+a relaunched subtask's worker starts in about a second instead of several."""
+
+_LOCAL = re.compile(r"^local\[(\*|\d+)(?:,(\d+))?\]$")
+
+
+def is_local_master(master: str) -> bool:
+    """Local mode (``local[...]``, also ``local-cluster[...]``): the job stays on this
+    machine, so everything binds :data:`~job_runtime.execution.config.LOOPBACK`."""
+    return master.startswith("local")
+
+
+def resolve_master(master: str, *, parallelism: int, task_attempts: int) -> str:
+    """``local[N]`` becomes ``local[N,F]`` so Spark relaunches a crashed barrier stage."""
+    match = _LOCAL.match(master)
+    if not match:
+        return master
+    threads = os.cpu_count() or 1 if match.group(1) == "*" else int(match.group(1))
+    if threads < parallelism:
+        raise ConfigurationError(
+            setting="spark.master",
+            problem=f"{master} offers {threads} task slots but parallelism is {parallelism}; "
+                    f"a barrier stage needs all subtasks at once (use local[{parallelism}])")
+    attempts = int(match.group(2)) if match.group(2) else task_attempts
+    return f"local[{threads},{attempts}]"
+
+
+class SparkStarter:
+    """A ``SparkContext`` being created on a daemon thread.
+
+    If the driver gives up before it needs Spark (a bad restore point, an
+    unreachable store), it does not wait: the JVM ends with the driver process,
+    whose pipe to it closes.
+    """
+
+    def __init__(self, *, settings: DriverSettings, master: str) -> None:
+        self.started_at = time.time()
+        self.ready_at: float | None = None
+        self._settings = settings
+        self._master = master
+        self._context: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._start, daemon=True, name="spark-start")
+        self._thread.start()
+
+    def _start(self) -> None:
+        try:
+            self._context = start_spark_context(settings=self._settings, master=self._master)
+        except BaseException as exc:
+            self._error = exc
+        self.ready_at = time.time()
+
+    def context(self) -> Any:
+        """The started ``SparkContext``; raises what starting it raised."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._context
+
+
+def security_conf(*, master: str, user_conf: dict[str, str]) -> dict[str, str]:
+    """Spark's own RPC authentication and encryption on Kubernetes, unless the job says otherwise.
+
+    Executor pods reach the driver over the pod network, so Spark's RPC (which
+    also carries the task closures, and with them this attempt's channel key)
+    must be authenticated and encrypted there. Spark on Kubernetes generates the
+    secret itself: the driver makes a random one per application and hands it to
+    the executors as the ``_SPARK_AUTH_SECRET`` environment variable of their pod
+    spec (readable by whoever may read pods in the namespace), unless
+    ``spark.authenticate.secret.driver.file``/``.executor.file`` point at a mounted
+    Secret. Local mode needs neither: everything stays on loopback in one pod.
+    """
+    if not master.startswith("k8s://"):
+        return {}
+    if user_conf.get("spark.authenticate", "true").strip().lower() != "true":
+        return {}  # encryption needs authentication: the user turned both off
+    wanted = {"spark.authenticate": "true", "spark.network.crypto.enabled": "true"}
+    return {key: value for key, value in wanted.items() if key not in user_conf}
+
+
+def start_spark_context(*, settings: DriverSettings, master: str) -> Any:
+    """A ``SparkContext``, not a ``SparkSession``: the session's start costs about as
+    much again and the barrier stage never needs it (see ``prepare_on_driver``).
+
+    Python workers are reused: a warm standby's warm-up leaves workers that already
+    imported the runtime, which its barrier stage then gets instead of forking and
+    importing anew (seconds on a busy machine). Reuse never carries a failed subtask
+    over: a worker whose task raised exits, and a killed one is gone. Workers that
+    are forked (a relaunch after a crash) come from :data:`WORKER_DAEMON`, which
+    imported the runtime once for all of them.
+    """
+    from pyspark import SparkConf, SparkContext
+
+    # Python workers must run the driver's interpreter (the one with job_runtime).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if is_local_master(master):
+        os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
+    conf = (SparkConf().setAppName(f"cjob-{settings.job_name}").setMaster(master)
+            .set("spark.ui.enabled", "false")
+            .set("spark.ui.showConsoleProgress", "false")
+            .set("spark.python.worker.reuse", "true")
+            .set("spark.python.daemon.module", WORKER_DAEMON)
+            .set("spark.stage.maxConsecutiveAttempts", str(max(4, settings.task_attempts)))
+            .set("spark.task.maxFailures", str(settings.task_attempts))
+            .set("spark.sql.shuffle.partitions", "1"))
+    if is_local_master(master):
+        conf = conf.set("spark.driver.host", LOOPBACK).set("spark.driver.bindAddress", LOOPBACK)
+    for key, value in security_conf(master=master, user_conf=settings.spark_conf).items():
+        conf = conf.set(key, value)
+    for key, value in settings.spark_conf.items():
+        conf = conf.set(key, value)
+    sc = SparkContext.getOrCreate(conf=conf)
+    sc.setLogLevel("ERROR")
+    return sc

@@ -1,0 +1,362 @@
+"""One subtask of the job, running inside one task of a Spark barrier stage.
+
+The subtask exchanges addresses with its peers once (``allGather``), loads the
+job's code, registers with the coordinator (which answers with the attempt and the
+checkpoint to restore; a standby's answers only once it is promoted), opens its
+own TCP channels for the keyed exchanges and runs one thread per stage until
+the final checkpoint completes. When Spark relaunches the stage after a crash,
+all of this happens again and the subtasks restore the latest checkpoint.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import socket
+import threading
+import time
+import traceback
+from collections.abc import Iterator
+from typing import Any
+
+from cjob_checkpoint.checkpoint_storage import CheckpointStorage, StateHandle
+from cjob_checkpoint.storage.factory import get_filesystem
+from cjob_checkpoint.storage.s3 import S3Config
+from job_runtime.coordinator.messages import (
+    Abort,
+    Complete,
+    Decline,
+    Done,
+    Progress,
+    Ready,
+    Register,
+    Registered,
+    Rejected,
+    SourcesFinished,
+    TaskMetrics,
+    ToCoordinator,
+    Trigger,
+    UserError,
+)
+from job_runtime.coordinator.rpc import ConnectionLost, SubtaskConnection, connect
+from job_runtime.errors import RuntimeJobError, UserCodeError
+from job_runtime.execution.config import LOOPBACK, SubtaskConfig
+from job_runtime.execution.entrypoint import add_python_path, build_pipeline
+from job_runtime.execution.process_clock import process_started_at
+from job_runtime.execution.stages import plan_stages
+from job_runtime.execution.subtask.tasks import KeyedTask, SourceTask, Task
+from job_runtime.execution.subtask.uploader import Uploader, UploadJob
+from job_runtime.network.channels import (
+    ChannelListener,
+    InputGate,
+    LocalOutputChannel,
+    OutputChannel,
+    TcpOutputChannel,
+    serve_input_channel,
+)
+from job_runtime.network.framing import ChannelHello
+from job_runtime.network.handshake import Session
+from job_runtime.sinks.base import SinkContext
+
+log = logging.getLogger(__name__)
+
+
+class SubtaskFailed(RuntimeJobError):
+    """A task of this subtask failed; Spark will relaunch the stage."""
+
+
+class SubtaskRuntime:
+    def __init__(self, *, config: SubtaskConfig, subtask: int, epoch: int,
+                 peers: list[tuple[str, int]], listener: socket.socket) -> None:
+        self.config = config
+        self.subtask = subtask
+        self.epoch = epoch
+        self.peers = peers
+        self.listener = listener
+        self.cancelled = threading.Event()
+        self.s3_config = S3Config(**config.s3) if config.s3 else None
+        self.storage = CheckpointStorage(
+            config.checkpoint_root, config.job_id,
+            fs=get_filesystem(config.checkpoint_root, s3=self.s3_config))
+        self.conn: SubtaskConnection = connect(config.coordinator_host,
+                                               config.coordinator_port, key=config.key)
+        self.uploader = Uploader(storage=self.storage, subtask=subtask, epoch=epoch,
+                                 send=self.send, cancelled=self.cancelled.is_set)
+        self.tasks: list[Task] = []
+        self.gates: dict[int, InputGate] = {}
+        self.failure: BaseException | None = None
+        self._sources_finished = False
+        self.channels: ChannelListener | None = None
+
+    # ------------------------------------------------------------------ rpc
+
+    def send(self, message: ToCoordinator) -> None:
+        self.conn.send(message)
+
+    # ------------------------------------------------------------------ task context
+
+    def is_cancelled(self) -> bool:
+        return self.cancelled.is_set()
+
+    def submit_snapshot(self, job: UploadJob) -> None:
+        self.uploader.submit(job)
+
+    def read_state(self, handle: StateHandle) -> bytes:
+        return self.storage.read_state(handle)
+
+    def decline(self, checkpoint_id: int, reason: str, *, subsumed: bool = False) -> None:
+        try:
+            self.send(Decline(epoch=self.epoch, subtask=self.subtask,
+                              checkpoint_id=checkpoint_id, reason=reason, subsumed=subsumed))
+        except ConnectionLost:
+            pass
+
+    def source_finished(self) -> None:
+        if not self._sources_finished:
+            self._sources_finished = True
+            self.send(SourcesFinished(epoch=self.epoch, subtask=self.subtask))
+
+    def register(self) -> Registered:
+        """Register and wait for the answer: the attempt and the checkpoint to restore.
+
+        A standby's subtasks wait here, with the job's code loaded, until the standby
+        is promoted; an active driver answers at once.
+        """
+        self.send(Register(epoch=self.epoch, subtask=self.subtask, host=socket.gethostname(),
+                           pid=os.getpid()))
+        answer = self.conn.receive()
+        match answer:
+            case Registered():
+                return answer
+            case Rejected(reason=reason):
+                raise SubtaskFailed(f"coordinator refused registration: {reason}")
+            case _:
+                raise SubtaskFailed(f"coordinator answered a registration with {answer.TYPE}")
+
+    def _listen_coordinator(self) -> None:
+        try:
+            while not self.cancelled.is_set():
+                message = self.conn.receive()
+                match message:
+                    case Trigger():
+                        targets: list[Task] = [t for t in self.tasks
+                                               if isinstance(t, SourceTask)]
+                    case Complete() | Abort():
+                        targets = self.tasks
+                    case _:
+                        log.warning("subtask %d ignores an unexpected %s message", self.subtask,
+                                    message.TYPE)
+                        continue
+                for task in targets:
+                    task.control.put(message)
+                for gate in self.gates.values():
+                    gate.wake()
+        except ConnectionLost as exc:
+            if not self.cancelled.is_set() and not all(t.finished for t in self.tasks):
+                self.task_failed(SubtaskFailed(f"lost the coordinator: {exc}"))
+
+    def task_failed(self, exc: BaseException) -> None:
+        if self.failure is None:
+            self.failure = exc
+        if isinstance(exc, UserCodeError):
+            try:
+                self.send(UserError(epoch=self.epoch, subtask=self.subtask,
+                                    operator=exc.operator, details=exc.details))
+            except ConnectionLost:
+                pass
+        self.cancelled.set()
+        for gate in self.gates.values():
+            gate.fail(SubtaskFailed("another task of this subtask failed"))
+
+    def metrics(self) -> TaskMetrics:
+        firsts = [t.first_record_at for t in self.tasks if t.first_record_at is not None]
+        lasts = [t.last_record_at for t in self.tasks if t.last_record_at is not None]
+        restores = [t.restore_seconds for t in self.tasks if t.restore_seconds is not None]
+        return TaskMetrics(
+            records_in=sum(t.records_in for t in self.tasks if isinstance(t, SourceTask)),
+            records_out=sum(t.records_out for t in self.tasks),
+            blocked_seconds=sum(o.blocked_seconds for t in self.tasks for o in t.outputs),
+            first_record_at=min(firsts) if firsts else None,
+            last_record_at=max(lasts) if lasts else None,
+            restore_seconds=sum(restores) if restores else None,
+            rejected_connections=self.channels.rejected if self.channels is not None else 0)
+
+    def _report_progress(self) -> None:
+        while not self.cancelled.wait(self.config.progress_interval):
+            try:
+                self.send(Progress(epoch=self.epoch, subtask=self.subtask,
+                                   metrics=self.metrics()))
+            except ConnectionLost:
+                return
+            if all(t.finished for t in self.tasks):
+                return
+
+    # ------------------------------------------------------------------ channels
+
+    def _on_channel(self, sock: socket.socket, session: Session, hello: ChannelHello) -> None:
+        gate = self.gates.get(hello.stage)
+        if gate is None or not 0 <= hello.sender < self.config.parallelism:
+            log.warning("subtask %d closes a channel for stage %d from subtask %d: no such "
+                        "input", self.subtask, hello.stage, hello.sender)
+            sock.close()
+            return
+        threading.Thread(target=serve_input_channel, daemon=True,
+                         kwargs={"sock": sock, "session": session, "gate": gate,
+                                 "channel": hello.sender, "credits": self.config.credits},
+                         name=f"channel-{hello.stage}-{hello.sender}").start()
+
+    def _outputs(self, stage: int) -> list[OutputChannel]:
+        outputs: list[OutputChannel] = []
+        for target, address in enumerate(self.peers):
+            if target == self.subtask:
+                outputs.append(LocalOutputChannel(gate=self.gates[stage], channel=self.subtask,
+                                                  credits=self.config.credits))
+            else:
+                outputs.append(TcpOutputChannel(
+                    address=address, hello=ChannelHello(stage=stage, sender=self.subtask),
+                    key=self.config.key))
+        return outputs
+
+    # ------------------------------------------------------------------ run
+
+    def run(self) -> dict[str, Any]:
+        config = self.config
+        # The job's code first: a parked subtask (see ``register``) has it loaded.
+        add_python_path(config.python_path)
+        pipeline = build_pipeline(entrypoint=config.entrypoint, args=config.args,
+                                  name=config.job_name)
+        stages = plan_stages(pipeline)
+        # And the storage's client: the restore is the first thing after the answer.
+        self.storage.fs.prepare()
+        registered = self.register()
+        restore = registered.restore
+        unaligned = config.unaligned and config.mode == "exactly_once"
+        for plan in stages[1:]:
+            self.gates[plan.index] = InputGate(channels=config.parallelism,
+                                               priority_barriers=unaligned)
+        self.channels = ChannelListener(sock=self.listener, key=config.key,
+                                        on_channel=self._on_channel)
+        sink_writer = None
+        assert pipeline.sink_op is not None
+        sink_writer = pipeline.sink_op.open(context=SinkContext(
+            subtask=self.subtask, parallelism=config.parallelism,
+            attempt_tag=f"a{registered.attempt}e{self.epoch}", s3=self.s3_config,
+            job_id=config.job_id))
+        if restore is not None:
+            sink_writer.restore(restore.sink_transactions(subtask=self.subtask,
+                                                          parallelism=config.parallelism))
+        for plan in stages:
+            outputs = self._outputs(plan.index + 1) if plan.index + 1 < len(stages) else []
+            sink = sink_writer if plan.has_sink else None
+            task: Task
+            if plan.index == 0:
+                assert pipeline.source_op is not None
+                task = SourceTask(runtime=self, plan=plan, outputs=outputs, sink=sink,
+                                  source=pipeline.source_op, restore=restore)
+            else:
+                task = KeyedTask(runtime=self, plan=plan, outputs=outputs, sink=sink,
+                                 gate=self.gates[plan.index], restore=restore)
+            self.tasks.append(task)
+        threading.Thread(target=self._listen_coordinator, daemon=True,
+                         name="coordinator-client").start()
+        threading.Thread(target=self._report_progress, daemon=True, name="progress").start()
+        for task in self.tasks:
+            task.start()
+        self.send(Ready(epoch=self.epoch, subtask=self.subtask))
+        for task in self.tasks:
+            while task.is_alive():
+                task.join(timeout=0.2)
+        if self.failure is not None:
+            raise self.failure
+        self.uploader.close()
+        for task in self.tasks:
+            for out in task.outputs:
+                out.close()
+        sink_writer.close()
+        metrics = self.metrics()
+        records = metrics.records_out
+        self.send(Done(epoch=self.epoch, subtask=self.subtask, metrics=metrics))
+        time.sleep(0.05)
+        self.cancelled.set()
+        self.conn.close()
+        assert self.channels is not None
+        self.channels.stop()
+        return {"subtask": self.subtask, "records_out": records, "epoch": self.epoch}
+
+
+def _advertised_host(context: Any) -> str:
+    host = (os.environ.get("CJOB_ADVERTISED_HOST") or os.environ.get("SPARK_EXECUTOR_POD_IP")
+            or os.environ.get("SPARK_LOCAL_IP"))
+    if host:
+        return host
+    try:
+        address: str = context.getTaskInfos()[context.partitionId()].address
+        return address.rsplit(":", 1)[0]
+    except Exception:
+        return LOOPBACK
+
+
+def channel_addresses(*, loopback: bool, context: Any) -> tuple[str, str]:
+    """(bind address, advertised address) of a subtask's channel listener.
+
+    Local mode binds loopback: every peer is on this machine. Elsewhere the
+    listener binds the address it advertises (the executor pod's IP), never every
+    interface; only a name that does not resolve falls back to all interfaces,
+    where the handshake still keeps strangers out.
+    """
+    if loopback:
+        return LOOPBACK, LOOPBACK
+    host = _advertised_host(context)
+    try:
+        ipaddress.ip_address(host)
+        return host, host
+    except ValueError:
+        pass
+    try:
+        return socket.gethostbyname(host), host
+    except OSError:
+        log.warning("cannot resolve %s; the channel listener binds every interface", host)
+        return "0.0.0.0", host
+
+
+def run_subtask(config: SubtaskConfig, _: Iterator[Any]) -> Iterator[tuple[int, Any]]:
+    """The function of the barrier stage's ``mapPartitions``."""
+    from pyspark import BarrierTaskContext
+
+    entered = time.time()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s subtask %(levelname)s %(message)s")
+    context = BarrierTaskContext.get()
+    subtask = context.partitionId()
+    bind, host = channel_addresses(loopback=config.loopback, context=context)
+    listener = socket.create_server((bind, 0))
+    port = listener.getsockname()[1]
+    # Task attempt ids grow over the whole application, so the largest one of this
+    # stage attempt names it: every subtask computes the same epoch, and a relaunch
+    # of the stage gets a larger one.
+    gathered = context.allGather(f"{context.taskAttemptId()}|{host}|{port}")
+    peers = []
+    attempt_ids = []
+    for entry in gathered:
+        attempt_id, peer_host, peer_port = entry.split("|")
+        attempt_ids.append(int(attempt_id))
+        peers.append((peer_host, int(peer_port)))
+    epoch = max(attempt_ids)
+    gathered_at = time.time()
+    runtime = SubtaskRuntime(config=config, subtask=subtask, epoch=epoch, peers=peers,
+                             listener=listener)
+    # Where a (re)launch spends its time before the subtask registers: the worker's
+    # fork, its imports and the job's closure, then waiting for the peers.
+    log.info("subtask %d (epoch %d) launched: worker process %.2fs before the task "
+             "function, peers gathered %.2fs after it", subtask, epoch,
+             entered - process_started_at(), gathered_at - entered)
+    try:
+        summary = runtime.run()
+    except UserCodeError:
+        runtime.cancelled.set()
+        raise
+    except BaseException:
+        log.error("subtask %d failed:\n%s", subtask, traceback.format_exc())
+        runtime.cancelled.set()
+        raise
+    yield subtask, summary

@@ -1,0 +1,416 @@
+"""The tasks of one subtask: a source task and one keyed task per exchange.
+
+Each task is a thread. A task processes control messages from the coordinator
+between batches (checkpoint triggers for sources; aborts and completions for
+everyone), so a checkpoint never interrupts a record function halfway.
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import queue
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from cjob_checkpoint.checkpoint_storage import CheckpointStorage
+from cjob_checkpoint.metadata import CheckpointMetadata
+from cjob_checkpoint.storage.factory import get_filesystem
+from job_runtime.barriers import BarrierHandler, build_barrier_handler
+from job_runtime.coordinator.messages import Abort, Complete, ToSubtask, Trigger
+from job_runtime.errors import UserCodeError
+from job_runtime.execution.stages import StagePlan
+from job_runtime.execution.subtask.recent import RecentIds
+from job_runtime.execution.subtask.task_context import TaskContext
+from job_runtime.execution.subtask.uploader import UploadJob
+from job_runtime.faults import maybe_fail
+from job_runtime.network.channels import InputGate, OutputChannel
+from job_runtime.network.framing import Kind
+from job_runtime.operators.chain import RecordChain
+from job_runtime.operators.combiner import Combiner
+from job_runtime.operators.keyed import KeyedOperator, build_keyed_operator
+from job_runtime.records import Batch, key_group_of, key_group_range, split_by_target
+from job_runtime.sinks.base import SinkWriter
+from job_runtime.sources.base import Source, SourceContext, Split, SplitReader
+from job_runtime.state.backend import BackendKind, StateBackendSettings
+
+log = logging.getLogger(__name__)
+
+Control = ToSubtask
+
+
+class Task(threading.Thread):
+    def __init__(self, *, runtime: TaskContext, plan: StagePlan,
+                 outputs: list[OutputChannel], sink: SinkWriter | None) -> None:
+        super().__init__(daemon=True, name=f"task-{plan.index}-{runtime.subtask}")
+        self.runtime = runtime
+        self.plan = plan
+        self.outputs = outputs
+        self.sink = sink
+        self.chain = RecordChain(ops=plan.chain, subtask=runtime.subtask)
+        self.combiner = None if plan.combine is None else Combiner(op=plan.combine)
+        self.control: queue.Queue[Control] = queue.Queue()
+        self.error: BaseException | None = None
+        self.finished = False
+        self.records_in = 0
+        self.records_out = 0
+        # Wall-clock times of the first and latest batch a keyed task processed
+        # (reported with progress; the benchmarks derive throughput and recovery time).
+        self.first_record_at: float | None = None
+        self.last_record_at: float | None = None
+        self.restore_seconds: float | None = None
+        # Checkpoints in flight whose barrier this task emitted (settled ones are
+        # forgotten, so a job with thousands of checkpoints keeps a handful here).
+        self.emitted_barriers = RecentIds()
+        # Ids of final checkpoints seen here: their barriers travel as FINAL_BARRIER,
+        # which downstream unaligned tasks align instead of letting it overtake data.
+        self.final_checkpoints = RecentIds()
+        self._cancelled: Callable[[], bool] = runtime.is_cancelled
+
+    # ------------------------------------------------------------------ output
+
+    def emit(self, batch: Batch) -> None:
+        batch = self.chain(batch)
+        if not len(batch):
+            return
+        if self.sink is not None:
+            self.sink.write(batch)
+            self.records_out += len(batch)
+            return
+        if self.combiner is not None:
+            self.combiner.add(batch)
+            if self.combiner.due():
+                self.flush_combiner()
+            return
+        self._send(batch)
+
+    def _send(self, batch: Batch) -> None:
+        key = self.plan.out_key
+        assert key is not None
+        config = self.runtime.config
+        for target, part in split_by_target(batch, key.key, parallelism=config.parallelism,
+                                            max_parallelism=config.max_parallelism):
+            self.outputs[target].send_batch(part, cancelled=self._cancelled)
+
+    def flush_combiner(self) -> None:
+        """Send the combiner's partial aggregates; before every barrier and at the end."""
+        if self.combiner is None:
+            return
+        try:
+            partial = self.combiner.flush()
+        except Exception as exc:
+            raise UserCodeError(operator=self.plan.combine.uid if self.plan.combine else "",
+                                subtask=self.runtime.subtask,
+                                details="".join(traceback.format_exception(exc))) from exc
+        if partial is not None:
+            self._send(partial)
+
+    def flush_if_due(self) -> None:
+        """The combiner's latency bound, checked while the task waits for input."""
+        if self.combiner is not None and self.combiner.due():
+            self.flush_combiner()
+
+    def broadcast(self, kind: Kind, arg: int) -> None:
+        for out in self.outputs:
+            out.send_event(kind, arg)
+
+    # ------------------------------------------------------------------ snapshots
+
+    def operator_snapshots(self) -> dict[str, tuple[Any, list[int]]]:
+        return {}
+
+    def source_positions(self) -> dict[str, Any]:
+        return {}
+
+    def snapshot(self, checkpoint_id: int, *, alignment_seconds: float,
+                 defer_ack: bool = False) -> UploadJob:
+        started = time.perf_counter()
+        job = UploadJob(
+            checkpoint_id=checkpoint_id, stage=self.plan.index, subtask=self.runtime.subtask,
+            snapshots=self.operator_snapshots(), sources=self.source_positions(),
+            # Only the synchronous part of the sink's pre-commit: the uploader makes
+            # it durable before it acknowledges the checkpoint.
+            sink=None if self.sink is None else self.sink.begin_snapshot(checkpoint_id),
+            channel_state=None, channel_uid=f"{self.plan.uid}-channels",
+            stats={"sync_ms": (time.perf_counter() - started) * 1000.0,
+                   "alignment_ms": alignment_seconds * 1000.0})
+        final = checkpoint_id in self.final_checkpoints
+        # Records read before this snapshot reach the next stage before its barrier.
+        self.flush_combiner()
+        self.broadcast(Kind.FINAL_BARRIER if final else Kind.BARRIER, checkpoint_id)
+        self.emitted_barriers.add(checkpoint_id)
+        maybe_fail("subtask.after-snapshot", checkpoint_id)
+        if not defer_ack:
+            self.runtime.submit_snapshot(job)
+        return job
+
+    # ------------------------------------------------------------------ control
+
+    def on_complete(self, checkpoint_id: int, final: bool) -> None:
+        self.emitted_barriers.discard_through(checkpoint_id)
+        if self.sink is not None:
+            # Raises when the final commit fails for good: the task fails, and with
+            # it the attempt, so the job never ends with uncommitted output.
+            self.sink.notify_complete(checkpoint_id, final=final)
+        if final:
+            self.finish()
+
+    def finish(self) -> None:
+        self.flush_combiner()
+        for out in self.outputs:
+            try:
+                out.send_event(Kind.END, 0)
+            except Exception:
+                pass
+        self.finished = True
+
+    def handle_control(self, message: Control) -> None:
+        match message:
+            case Complete(checkpoint_id=checkpoint_id, final=final):
+                self.on_complete(checkpoint_id, final)
+            case _:
+                pass
+
+    def drain_control(self) -> None:
+        while True:
+            try:
+                message = self.control.get_nowait()
+            except queue.Empty:
+                return
+            self.handle_control(message)
+
+    # ------------------------------------------------------------------ thread
+
+    def run(self) -> None:
+        try:
+            self.loop()
+        except BaseException as exc:
+            self.error = exc
+            self.runtime.task_failed(exc)
+
+    def loop(self) -> None:
+        raise NotImplementedError
+
+
+class SourceTask(Task):
+    def __init__(self, *, source: Source, restore: CheckpointMetadata | None,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.source = source
+        config = self.runtime.config
+        self.context = SourceContext(subtask=self.runtime.subtask,
+                                     parallelism=config.parallelism,
+                                     staging_uri=config.staging_uri,
+                                     s3=self.runtime.s3_config,
+                                     batch_size=self.plan.source_batch_size)
+        all_splits = source.splits(context=self.context)
+        self.splits: list[Split] = [s for s in all_splits
+                                    if s.index % config.parallelism == self.runtime.subtask]
+        self.positions: dict[int, Any] = {
+            s.index: None if restore is None else restore.source_position(s.index)
+            for s in self.splits}
+        self._reader: SplitReader | None = None
+        self._current = 0
+        self.exhausted = False
+
+    def _positions(self) -> dict[int, Any]:
+        current = dict(self.positions)
+        if self._reader is not None:
+            current[self.splits[self._current].index] = self._reader.position()
+        return current
+
+    def source_positions(self) -> dict[str, Any]:
+        return {str(k): v for k, v in self._positions().items()}
+
+    def handle_control(self, message: Control) -> None:
+        match message:
+            case Trigger(checkpoint_id=checkpoint_id, final=final):
+                if final:
+                    self.final_checkpoints.add(checkpoint_id)
+                self.snapshot(checkpoint_id, alignment_seconds=0.0)
+            case Abort(checkpoint_id=checkpoint_id):
+                if checkpoint_id in self.emitted_barriers:
+                    self.emitted_barriers.discard(checkpoint_id)
+                    self.broadcast(Kind.CANCEL, checkpoint_id)
+            case _:
+                super().handle_control(message)
+
+    def _next_batch(self) -> Batch | None:
+        while self._current < len(self.splits):
+            if self._reader is None:
+                split = self.splits[self._current]
+                self._reader = self.source.open(split, self.positions[split.index],
+                                                context=self.context)
+            batch = self._reader.read_batch()
+            if batch is not None:
+                return batch
+            split = self.splits[self._current]
+            self.positions[split.index] = self._reader.position()
+            self._reader.close()
+            self._reader = None
+            self._current += 1
+        return None
+
+    def loop(self) -> None:
+        while not self.finished:
+            if self.runtime.is_cancelled():
+                return
+            self.drain_control()
+            if self.finished:
+                return
+            if self.exhausted:
+                try:
+                    message = self.control.get(timeout=0.1)
+                except queue.Empty:
+                    continue
+                self.handle_control(message)
+                continue
+            batch = self._next_batch()
+            if batch is None:
+                self.flush_combiner()
+                self.exhausted = True
+                self.runtime.source_finished()
+                continue
+            self.records_in += len(batch)
+            self.emit(batch)
+            self.flush_if_due()
+
+
+class KeyedTask(Task):
+    def __init__(self, *, gate: InputGate, restore: CheckpointMetadata | None,
+                 **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        config = self.runtime.config
+        assert self.plan.keyed is not None
+        self.keyed_op = self.plan.keyed
+        self.key_groups = key_group_range(self.runtime.subtask, parallelism=config.parallelism,
+                                          max_parallelism=config.max_parallelism)
+        self.operator: KeyedOperator = build_keyed_operator(
+            op=self.keyed_op, subtask=self.runtime.subtask, key_groups=self.key_groups,
+            max_parallelism=config.max_parallelism, state=self._state_settings())
+        self.gate = gate
+        self.handler: BarrierHandler = build_barrier_handler(
+            mode=config.mode, unaligned=config.unaligned, channels=gate.size, listener=self)
+        self._replay: list[Batch] = []
+        self._deferred: dict[int, UploadJob] = {}
+        if restore is not None:
+            started = time.perf_counter()
+            self._restore(restore)
+            self.restore_seconds = time.perf_counter() - started
+
+    def _state_settings(self) -> StateBackendSettings:
+        """The job's backend; storage too, whichever it is: a restore reads the shared
+        files of a ``rocksdb`` checkpoint even into ``hashmap`` (a changed backend)."""
+        config = self.runtime.config
+        storage = CheckpointStorage(
+            config.checkpoint_root, config.job_id,
+            fs=get_filesystem(config.checkpoint_root, s3=self.runtime.s3_config))
+        kind: BackendKind = "rocksdb" if config.state_backend == "rocksdb" else "hashmap"
+        return StateBackendSettings(kind=kind, local_dir=config.state_dir, storage=storage)
+
+    def on_complete(self, checkpoint_id: int, final: bool) -> None:
+        self.operator.notify_complete(checkpoint_id)
+        super().on_complete(checkpoint_id, final)
+
+    # -- restore
+
+    def _restore(self, restore: CheckpointMetadata) -> None:
+        blobs = [self.runtime.read_state(handle) for handle in
+                 restore.keyed_state(self.keyed_op.uid, key_groups=self.key_groups)]
+        restored = self.operator.restore(blobs)
+        log.info("subtask %d restored %d keys of %s", self.runtime.subtask, restored,
+                 self.keyed_op.uid)
+        key = self.keyed_op.key.key
+        max_p = self.runtime.config.max_parallelism
+        for handle in restore.channel_state(self.plan.index):
+            data = self.runtime.read_state(handle)
+            for row_lists in pickle.loads(data).values():
+                for rows in row_lists:
+                    mine = [r for r in rows if key_group_of(
+                        r[key] if isinstance(key, str) else key(r), max_p) in self.key_groups]
+                    if mine:
+                        self._replay.append(Batch(rows=mine))
+
+    # -- snapshots
+
+    def operator_snapshots(self) -> dict[str, tuple[Any, list[int]]]:
+        return {self.keyed_op.uid: (self.operator.snapshot(),
+                                    [self.key_groups.start, self.key_groups.stop])}
+
+    def on_snapshot(self, checkpoint_id: int, *, alignment_seconds: float) -> None:
+        config = self.runtime.config
+        unaligned = (config.unaligned and config.mode == "exactly_once"
+                     and checkpoint_id not in self.final_checkpoints)
+        job = self.snapshot(checkpoint_id, alignment_seconds=alignment_seconds,
+                            defer_ack=unaligned)
+        if unaligned:
+            self._deferred = {checkpoint_id: job}
+
+    def on_channel_state(self, checkpoint_id: int, state: dict[int, list[Batch]]) -> None:
+        job = self._deferred.pop(checkpoint_id, None)
+        if job is not None:
+            job.channel_state = state
+            self.runtime.submit_snapshot(job)
+
+    def on_abort(self, checkpoint_id: int, *, reason: str, forward_cancel: bool) -> None:
+        self._deferred.pop(checkpoint_id, None)
+        if forward_cancel:
+            self.broadcast(Kind.CANCEL, checkpoint_id)
+        # Without a cancel to forward, a newer barrier subsumed the checkpoint: a
+        # newer one is under way, so this is no failure of the job's checkpointing.
+        self.runtime.decline(checkpoint_id, reason, subsumed=not forward_cancel)
+
+    def handle_control(self, message: Control) -> None:
+        match message:
+            case Abort(checkpoint_id=checkpoint_id, reason=reason):
+                self.handler.abort_pending(checkpoint_id, reason=reason)
+            case _:
+                super().handle_control(message)
+
+    # -- processing
+
+    def process(self, batch: Batch) -> None:
+        if self.first_record_at is None:
+            self.first_record_at = time.time()
+        self.records_in += len(batch)
+        self.emit(self.operator.process(batch))
+        self.last_record_at = time.time()
+
+    def loop(self) -> None:
+        for batch in self._replay:
+            self.process(batch)
+        self._replay = []
+        handler = self.handler
+        gate = self.gate
+        while not self.finished:
+            if self.runtime.is_cancelled():
+                return
+            self.drain_control()
+            if self.finished:
+                return
+            priority = gate.take_priority_barrier()
+            if priority is not None:
+                channel, checkpoint_id, ahead = priority
+                handler.on_priority_barrier(channel, checkpoint_id, ahead)
+                continue
+            item = gate.next(blocked=handler.blocked, timeout=0.05)
+            if item is None:
+                self.flush_if_due()
+                continue
+            channel, (kind, arg, payload) = item
+            if payload is not None:
+                handler.on_data(channel, payload)
+                self.process(payload)
+            elif kind == Kind.BARRIER:
+                handler.on_barrier(channel, arg)
+            elif kind == Kind.FINAL_BARRIER:
+                self.final_checkpoints.add(arg)
+                handler.on_final_barrier(channel, arg)
+            elif kind == Kind.CANCEL:
+                handler.on_cancel(channel, arg)
+            elif kind == Kind.END:
+                handler.on_end_of_partition(channel)
+

@@ -1,0 +1,78 @@
+"""The comparison benchmarks still run, every row of them, and write what the READMEs quote.
+
+A tiny scale, once per row: it does not measure anything, it keeps the benchmark
+code (ours, each tuned Structured Streaming baseline, the results file) from
+rotting between the rare full runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from paths import REPO
+
+from bench import python_state
+
+
+def _bench(name: str, tmp_path: Path, *args: str) -> dict[str, Any]:
+    env = {**os.environ, "BENCH_RESULTS": str(tmp_path / "results"),
+           "BENCH_WORK": str(tmp_path / "work"), "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-m", "bench", name, *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=1500, check=False)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    result: dict[str, Any] = json.loads((tmp_path / "results" / f"{name}.json").read_text())
+    return result
+
+
+def _check_rows(result: dict[str, Any], *, labels: list[str], records: int) -> None:
+    assert [r["label"] for r in result["rows"]] == labels
+    for row in result["rows"]:
+        if row["kind"] == "baseline":
+            assert row["rows_per_batch"] > 0
+            assert row["tuning"], f"{row['label']} was not tuned"
+            assert row["rows_per_batch"] in [p["rows_per_batch"] for p in row["tuning"]]
+    (repetition,) = result["runs"]
+    assert [m["label"] for m in repetition] == labels
+    for m in repetition:
+        assert m["records"] == records
+        assert m["steady_records_per_second"] > 0
+        assert 0 < m["seconds_to_last_record"] <= m["wall_seconds"]
+    for ratio in result["ratios"]:
+        assert len(ratio["steady"]) == len(ratio["end_to_end"]) == 1
+        assert ratio["steady_median"] > 0 and ratio["end_to_end_median"] > 0
+    assert result["load_average"]["samples"]
+
+
+@pytest.mark.timeout(1600)
+def test_every_throughput_row_runs_once_at_a_tiny_scale_and_reports_both_rates(
+        tmp_path: Path) -> None:
+    result = _bench("throughput", tmp_path, "--records", "30000", "--keys", "100",
+                    "--repeat", "1")
+    _check_rows(result, records=30000, labels=[
+        "ours, discard", "SS rocksdb, noop", "ours, files", "SS rocksdb, files",
+        "SS hdfs, noop", "SS hdfs, files"])
+    summary = json.loads((tmp_path / "results" / "summary.json").read_text())
+    assert "throughput_ratio_vs_structured_streaming" in summary
+    rate = summary["throughput_records_per_second"]
+    assert rate["measured_at"] == summary["throughput_ratio_vs_structured_streaming"]["measured_at"]
+    assert rate["value"] == pytest.approx(next(
+        m["steady_records_per_second"] for m in result["medians"]
+        if m["label"] == "ours, discard"))
+
+
+@pytest.mark.timeout(1600)
+def test_the_python_state_comparison_runs_once_at_a_tiny_scale(tmp_path: Path) -> None:
+    result = _bench("python-state", tmp_path, "--records", "20000", "--keys", "100",
+                    "--repeat", "1")
+    labels = ["ours, process", "SS applyInPandasWithState"]
+    if python_state.installed("google.protobuf"):
+        labels.append("SS transformWithStateInPandas")
+    else:
+        assert "protobuf" in result["left_out"]["SS transformWithStateInPandas"]
+    _check_rows(result, records=20000, labels=labels)

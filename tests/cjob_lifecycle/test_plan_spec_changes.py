@@ -1,0 +1,84 @@
+"""plan() when the spec changes: a last-state upgrade of an active job, and a new chance
+for a failed one."""
+
+from __future__ import annotations
+
+from operator_world import at, checkpoint, driver, make_job, observe, reasons, run, status
+
+from cjob_lifecycle.actions import CreateDriver, DeleteDriver
+from cjob_lifecycle.observed import StoreView
+from cjob_spec import Phase, Reason
+
+
+class TestAnActiveJobsSpecChange:
+    """The attempt stops and the new spec restarts from the latest checkpoint."""
+
+    def test_a_spec_change_stops_the_attempt_and_restarts_from_the_latest_checkpoint(self) -> None:
+        old = make_job()
+        new = make_job(image="example.org/clicks:2.0")
+        running = status(Phase.RUNNING, 3, job=old, restarts=1)
+        pod = driver(3, job=old)
+        store = StoreView(exists=True, latest=checkpoint(9, at(50)), fence_attempt=3)
+        stopping = run(observe(new, running, pod, store=store), at(60))
+        assert stopping.of_type(DeleteDriver) == [
+            DeleteDriver(name="clicks-attempt-3", reason=Reason.SPEC_CHANGED)
+        ]
+        assert not stopping.of_type(CreateDriver)
+        assert (stopping.status.phase, stopping.status.reason) == (
+            Phase.RESTARTING, Reason.UPGRADING)
+        assert reasons(stopping) == [Reason.UPGRADING]
+
+        terminating = driver(3, job=old, deleting=at(120))
+        still = run(observe(new, stopping.status, terminating, store=store), at(62))
+        assert not still.of_type(CreateDriver)
+        assert reasons(still) == []
+
+        started = run(observe(new, stopping.status, store=store), at(70))
+        assert started.of_type(CreateDriver) == [
+            CreateDriver(
+                name="clicks-attempt-4", attempt=4, restore_pointer="latest",
+                image="example.org/clicks:2.0",
+            )
+        ]
+        assert started.status.restarts == 1
+        assert reasons(started) == [Reason.UPGRADED]
+
+    def test_a_spec_change_while_pending_replaces_the_pending_driver(self) -> None:
+        old = make_job()
+        new = make_job(parallelism=1)
+        result = run(observe(new, status(Phase.PENDING, job=old), driver(1, "Pending", job=old)),
+                     at(5))
+        assert result.of_type(DeleteDriver) == [
+            DeleteDriver(name="clicks-attempt-1", reason=Reason.SPEC_CHANGED)
+        ]
+
+    def test_a_spec_change_during_backoff_is_simply_used_by_the_next_attempt(self) -> None:
+        old = make_job()
+        new = make_job(image="example.org/clicks:2.0")
+        backing_off = status(Phase.RESTARTING, 1, job=old, next_restart_at=at(100))
+        result = run(observe(new, backing_off, driver(1, "Failed", exit_code=1, job=old)), at(50))
+        assert not result.of_type(CreateDriver) and not result.of_type(DeleteDriver)
+
+
+class TestAFinishedJobsSpecChange:
+    """A changed spec retries a failed job; nothing restarts a succeeded one."""
+
+    def test_fixing_the_spec_of_a_failed_job_retries_it_with_a_fresh_budget(self) -> None:
+        old = make_job()
+        fixed = make_job(image="example.org/clicks:1.1")
+        failed = status(Phase.FAILED, 6, job=old, restarts=5, reason=Reason.RESTART_LIMIT_EXCEEDED)
+        result = run(observe(fixed, failed, driver(6, "Failed", exit_code=1, job=old)), at(50))
+        assert result.of_type(CreateDriver)[0].attempt == 7
+        assert result.status.restarts == 0
+        assert reasons(result) == [Reason.RETRYING]
+
+    def test_a_failed_job_with_an_unchanged_spec_stays_failed(self) -> None:
+        failed = status(Phase.FAILED, 2, reason=Reason.USER_CODE_ERROR)
+        result = run(observe(make_job(), failed, driver(2, "Failed", exit_code=3)), at(50))
+        assert result.actions == ()
+        assert result.status.phase is Phase.FAILED
+
+    def test_a_succeeded_job_is_left_alone(self) -> None:
+        done = status(Phase.SUCCEEDED, 1)
+        result = run(observe(make_job(image="other:1"), done, driver(1, "Succeeded")), at(50))
+        assert result.actions == ()

@@ -1,0 +1,440 @@
+"""CheckpointedJobs on a real node, as a user meets them: the chart's operator from
+its image, drivers and Spark executors as containers of the runtime image, job code
+from a ConfigMap, checkpoints and output on an S3 server in the cluster or on a
+PersistentVolumeClaim; pods killed mid-run; output checked exactly-once."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from e2e.controlplane.rest import RestClient, quote
+from e2e.controlplane.waiting import pod_is_ready
+from e2e.jobs import RUNNING_SUM_DIR
+from e2e.kind.chart import ChartRelease
+from e2e.realnode import scenario
+from e2e.realnode.pytest_plugin import RealCluster
+from e2e.realnode.s3 import ClusterS3
+
+pytestmark = [
+    # The session fixture may import images and start the node inside the first test.
+    pytest.mark.timeout(1800),
+]
+
+sys.path.insert(0, str(RUNNING_SUM_DIR))
+from verify import verify  # noqa: E402
+
+COUNT = 120_000
+RATE = 3_000  # records per second: about 40 s of input, so kills land mid-run
+
+
+def _job_code_configmap(kubectl: scenario.Kubectl, namespace: str) -> None:
+    kubectl(
+        "create", "configmap", "running-sum-code", "--namespace", namespace,
+        f"--from-file=job.py={RUNNING_SUM_DIR / 'job.py'}",
+    )  # fmt: skip
+
+
+def _running_sum(
+    *, name: str, storage: str, output: str, master: str, s3: dict[str, Any] | None,
+    pod: dict[str, Any], parallelism: int = 2, cleanup: str = "Retain",
+) -> dict[str, Any]:  # fmt: skip
+    checkpoint: dict[str, Any] = {"storage": storage, "interval": "1s", "retained": 3}
+    if s3 is not None:
+        checkpoint["s3"] = s3
+    spark: dict[str, Any] = {"master": master, "driver": {"cores": 1, "memory": "768Mi"}}
+    if master == "k8s":
+        spark["executor"] = {"instances": parallelism, "cores": 1, "memory": "640Mi"}
+        # Two CPUs for the whole node: executors ask for a fraction of one.
+        spark["conf"] = {"spark.kubernetes.executor.request.cores": "200m"}
+    return {
+        "apiVersion": "checkpointed.io/v1alpha1",
+        "kind": "CheckpointedJob",
+        "metadata": {"name": name},
+        "spec": {
+            "job": {
+                "entrypoint": "job:build",
+                "pythonPath": ["/opt/cjob/jobs/running-sum"],
+                "args": {"output": output, "count": COUNT, "rate": RATE},
+            },
+            "parallelism": parallelism,
+            "spark": spark,
+            "checkpoint": checkpoint,
+            "restartPolicy": {
+                "type": "OnFailure",
+                "maxRestarts": 3,
+                "backoff": {"initial": "1s", "max": "5s"},
+            },
+            "cleanupPolicy": {"checkpoints": cleanup},
+            "pod": pod,
+        },
+    }
+
+
+def finished(job: scenario.JobHandle, *, timeout: float = 400) -> dict[str, Any]:
+    """The job's status once it is Succeeded or Failed."""
+
+    def final() -> dict[str, Any] | None:
+        status = job.status()
+        return status if status.get("phase") in ("Succeeded", "Failed") else None
+
+    return scenario.wait_until(final, what="the job to finish", timeout=timeout,
+                               detail=job.describe)  # fmt: skip
+
+
+CODE_VOLUME = {"name": "code", "configMap": {"name": "running-sum-code"}}
+CODE_MOUNT = {"name": "code", "mountPath": "/opt/cjob/jobs/running-sum", "readOnly": True}
+
+
+def _apply_s3_job(
+    *, rest: RestClient, kubectl: scenario.Kubectl, s3: ClusterS3, namespace: str, name: str,
+    master: str, cleanup: str = "Retain", standby: bool = False,
+) -> tuple[scenario.JobHandle, str]:  # fmt: skip
+    """The running sum with its code from a ConfigMap and its checkpoints and output in
+    an S3 bucket of its own, applied with kubectl; returns the job and the bucket.
+
+    With ``standby`` it asks for a warm standby driver; both drivers then ask for a
+    fraction of a core, or the two-CPU node could not schedule the second."""
+    bucket = f"{name}-{namespace[-6:]}"
+    s3.client().create_bucket(Bucket=bucket)
+    kubectl("apply", "--namespace", namespace, "-f", "-",
+            stdin=yaml.safe_dump(s3.credentials_secret()))  # fmt: skip
+    _job_code_configmap(kubectl, namespace)
+    manifest = _running_sum(
+        name=name, storage=f"s3://{bucket}/checkpoints", output=f"s3://{bucket}/output",
+        master=master, s3={"endpoint": s3.cluster_endpoint, "credentialsSecret": "s3-credentials"},
+        pod={"volumes": [CODE_VOLUME], "volumeMounts": [CODE_MOUNT]}, cleanup=cleanup,
+    )  # fmt: skip
+    if standby:
+        manifest["spec"]["standby"] = {"enabled": True}
+        manifest["spec"]["spark"].setdefault("conf", {})[
+            "spark.kubernetes.driver.request.cores"] = "300m"
+    kubectl("apply", "--namespace", namespace, "-f", "-", stdin=yaml.safe_dump(manifest))
+    return scenario.JobHandle(rest=rest, namespace=namespace, name=name), bucket
+
+
+def test_a_k8s_job_survives_an_executor_kill_and_a_driver_kill_with_exactly_once_output(
+    real_cluster: RealCluster,
+    restricted_namespace: str,
+    operator: ChartRelease,
+    cluster_s3: ClusterS3,
+    kubectl: scenario.Kubectl,
+    record_property: Any,
+) -> None:
+    rest = real_cluster.rest()
+    client = cluster_s3.client()
+    created_at = time.monotonic()
+    real_namespace = restricted_namespace
+    job, bucket = _apply_s3_job(rest=rest, kubectl=kubectl, s3=cluster_s3,
+                                namespace=real_namespace, name="sum", master="k8s")  # fmt: skip
+
+    # The baseline of the recovery times below, in the same run: a cold start.
+    scenario.wait_until(lambda: scenario.records_flowing(job.driver()),
+                        what="the first records", timeout=300,
+                        detail=job.describe)  # fmt: skip
+    cold_start = time.monotonic() - created_at
+    record_property("cold_start_to_first_record_s", round(cold_start, 1))
+
+    # Spark created the executors as pods of the runtime image, and a checkpoint completed.
+    def two_executors() -> list[dict[str, Any]] | None:
+        running = job.running_executors()
+        return running if len(running) == 2 else None
+
+    executors = scenario.wait_until(two_executors, what="two running executor pods",
+                                    timeout=240, detail=job.describe)  # fmt: skip
+    assert all(p["spec"]["containers"][0]["image"] == real_cluster.runtime_image for p in executors)
+    # In a namespace enforcing Pod Security "restricted": the executors got their
+    # security context from the operator's pod template. Spark's own RPC
+    # authenticates with the job's Secret, mounted as a file: no secret in the pod spec.
+    for pod in executors:
+        assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+        container = pod["spec"]["containers"][0]
+        assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
+        env = {e["name"]: e for e in container.get("env", [])}
+        assert "value" not in env["_SPARK_AUTH_SECRET"], "the key is only referenced"
+        assert env["_SPARK_AUTH_SECRET"]["valueFrom"]["secretKeyRef"]["name"] == "sum-spark-auth"
+    policy = rest.request("GET", f"/apis/networking.k8s.io/v1/namespaces/"
+                                 f"{quote(real_namespace)}/networkpolicies/sum-pods")
+    assert policy["spec"]["podSelector"]["matchLabels"]["checkpointed.io/job"] == "sum"
+    scenario.wait_until(lambda: job.latest_checkpoint_id() >= 2, what="checkpoint 2",
+                        timeout=180, detail=job.describe)  # fmt: skip
+    first_driver = job.status()["driverPod"]
+
+    # 1. Kill an executor: Spark relaunches the barrier stage in the same driver, from
+    #    the latest checkpoint.
+    driver = job.driver()
+    assert driver is not None
+    before = scenario.driver_metrics(driver)
+    victim = executors[0]
+    killed_at = time.monotonic()
+    scenario.kill_container(real_cluster.node.ctr, victim)
+    scenario.wait_until(
+        lambda: scenario.driver_metrics(driver).get("cjob_job_subtask_restarts", 0)
+        > before.get("cjob_job_subtask_restarts", 0),
+        what="the barrier stage relaunched", timeout=180, detail=job.describe,
+    )  # fmt: skip
+    scenario.wait_until(
+        lambda: scenario.driver_metrics(driver).get("cjob_job_records_in", 0) > 0,
+        what="records flowing again after the executor kill", timeout=180, detail=job.describe,
+    )  # fmt: skip
+    executor_recovery = time.monotonic() - killed_at
+    record_property("executor_kill_to_first_record_s", round(executor_recovery, 1))
+    assert job.status()["driverPod"] == first_driver, "an executor kill must not restart the driver"
+    assert job.status().get("restarts", 0) == 0
+
+    # 2. Kill the driver: the operator starts the next attempt from the latest checkpoint.
+    checkpoint_before_kill = scenario.wait_until(
+        lambda: job.latest_checkpoint_id() or None, what="a checkpoint", timeout=60
+    )
+    killed_at = time.monotonic()
+    scenario.kill_container(real_cluster.node.ctr, job.driver() or {})
+
+    def next_driver() -> str | None:
+        name = job.status().get("driverPod")
+        return str(name) if name and name != first_driver else None
+
+    second = scenario.wait_until(next_driver, what="a second attempt", timeout=120,
+                                 detail=job.describe)  # fmt: skip
+    scenario.wait_until(lambda: scenario.records_flowing(job.pod(second)),
+                        what="records flowing in the second attempt", timeout=240,
+                        detail=job.describe)  # fmt: skip
+    driver_recovery = time.monotonic() - killed_at
+    record_property("driver_kill_to_first_record_s", round(driver_recovery, 1))
+
+    done = finished(job)
+    assert done["phase"] == "Succeeded", job.describe()
+    assert done["restarts"] == 1
+
+    restored = scenario.restored_id_from_logs(job.logs(second))
+    assert restored is not None and restored >= checkpoint_before_kill
+    assert done["restoredFrom"]["id"] == restored
+
+    records = scenario.read_jsonl_objects(client, bucket=bucket, prefix="output/")
+    assert verify(records, count=COUNT) == []
+    print(f"cold start -> first record {cold_start:.1f}s; "
+          f"executor kill -> first record {executor_recovery:.1f}s "
+          f"({executor_recovery / cold_start:.2f}x); "
+          f"driver kill -> first record {driver_recovery:.1f}s "
+          f"({driver_recovery / cold_start:.2f}x)")  # fmt: skip
+
+
+def test_a_k8s_job_with_a_warm_standby_recovers_from_a_driver_kill_by_promoting_it(
+    real_cluster: RealCluster,
+    restricted_namespace: str,
+    operator: ChartRelease,
+    cluster_s3: ClusterS3,
+    kubectl: scenario.Kubectl,
+    record_property: Any,
+) -> None:
+    rest = real_cluster.rest()
+    created_at = time.time()  # the node's containers share this machine's clock
+    job, bucket = _apply_s3_job(rest=rest, kubectl=kubectl, s3=cluster_s3,
+                                namespace=restricted_namespace, name="warm", master="k8s",
+                                standby=True)  # fmt: skip
+
+    scenario.wait_until(lambda: scenario.records_flowing(job.pod("warm-attempt-1")),
+                        what="the first records",
+                        timeout=300, detail=job.describe)  # fmt: skip
+    # Times as the drivers took them (their milestones), not as polls saw them.
+    cold_start = scenario.driver_milestones(job.pod("warm-attempt-1"))["first_record"] - created_at
+
+    # The standby: its own Spark and executors, Ready once its readiness probe found
+    # the runtime's readiness file (the kubelet runs the probe in the container).
+    scenario.wait_until(lambda: pod_is_ready(job.pod("warm-standby-1")),
+                        what="the standby to be Ready", timeout=300,
+                        detail=job.describe)  # fmt: skip
+    scenario.wait_until(lambda: len(job.running_executors()) == 4,
+                        what="two executors for each driver", timeout=240,
+                        detail=job.describe)  # fmt: skip
+    checkpoint_before_kill = scenario.wait_until(
+        lambda: job.latest_checkpoint_id() or None, what="a checkpoint", timeout=60)
+    # The standby holds a connection to the active driver's beacon, at its pod address.
+    scenario.wait_until(lambda: "watching the driver of attempt 1" in job.logs("warm-standby-1"),
+                        what="the standby to watch the active driver", timeout=60,
+                        detail=job.describe)  # fmt: skip
+
+    killed_at = time.time()
+    scenario.kill_container(real_cluster.node.ctr, job.driver() or {})
+    scenario.wait_until(lambda: job.status().get("driverPod") == "warm-standby-1",
+                        what="the standby to be promoted", timeout=120,
+                        detail=job.describe)  # fmt: skip
+    scenario.wait_until(lambda: scenario.records_flowing(job.pod("warm-standby-1")),
+                        what="records flowing in the promoted standby", timeout=240,
+                        detail=job.describe)  # fmt: skip
+    seen_after = time.time() - killed_at  # as a poll of the record counter sees it
+
+    def takeover_milestones() -> dict[str, float] | None:
+        milestones = scenario.driver_milestones(job.pod("warm-standby-1"))
+        return milestones if "first_record" in milestones else None
+
+    milestones = scenario.wait_until(takeover_milestones,
+                                     what="the promoted standby's first-record milestone",
+                                     timeout=60, detail=job.describe)  # fmt: skip
+    assert milestones["first_record"] > milestones["promoted"] > killed_at
+    promoted_after = milestones["promoted"] - killed_at  # detection and the operator's pass
+    takeover = milestones["first_record"] - killed_at
+    record_property("standby_driver_kill_to_first_record_s", round(takeover, 2))
+    record_property("standby_driver_kill_to_promotion_s", round(promoted_after, 2))
+    record_property("standby_driver_kill_to_records_seen_s", round(seen_after, 2))
+    assert job.pod("warm-attempt-2") is None, "the standby was promoted: no new driver pod"
+    promoted = job.pod("warm-standby-1") or {}
+    assert promoted["metadata"]["labels"]["checkpointed.io/role"] == "driver"
+    assert promoted["metadata"]["labels"]["checkpointed.io/attempt"] == "2"
+
+    done = finished(job)
+    assert done["phase"] == "Succeeded", job.describe()
+    assert done["restarts"] == 1
+    # The standby saw its connection to the driver close without a goodbye and said so.
+    # Which report the operator acted on first (the standby's or the kubelet's) is a
+    # race; the standby's usually wins by about a second, and is recorded.
+    assert "is gone: its connection" in job.logs("warm-standby-1")
+    record_property("standby_takeover_reported_by", done["lastFailure"]["reason"])
+    # Whichever report won, the status says what ended the driver: its exit code.
+    assert done["lastFailure"]["exitCode"] == 137, done["lastFailure"]
+    restored = scenario.restored_id_from_logs(job.logs("warm-standby-1"))
+    assert restored is not None and restored >= checkpoint_before_kill
+    assert done["restoredFrom"]["id"] == restored
+    records = scenario.read_jsonl_objects(cluster_s3.client(), bucket=bucket, prefix="output/")
+    assert verify(records, count=COUNT) == []
+    print(f"cold start -> first record {cold_start:.1f}s; driver kill -> first record in "
+          f"the promoted standby {takeover:.2f}s ({takeover / cold_start:.2f}x; promoted "
+          f"after {promoted_after:.2f}s on {done['lastFailure']['reason']}; records seen in "
+          f"its counter after {seen_after:.1f}s)")
+
+
+def test_file_checkpoints_on_a_claim_survive_a_driver_kill(
+    real_cluster: RealCluster,
+    real_namespace: str,
+    operator: ChartRelease,
+    kubectl: scenario.Kubectl,
+    tmp_path: Path,
+) -> None:
+    rest = real_cluster.rest()
+    data = tmp_path / "volume"
+    data.mkdir()
+    data.chmod(0o777)
+    pv = f"{real_namespace}-data"
+    rest.request("POST", "/api/v1/persistentvolumes", body={
+        "apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                 "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "",
+                 "hostPath": {"path": str(data)},
+                 "claimRef": {"namespace": real_namespace, "name": "data"}},
+    })  # fmt: skip
+    try:
+        kubectl("apply", "--namespace", real_namespace, "-f", "-", stdin=yaml.safe_dump({
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "", "volumeName": pv,
+                     "resources": {"requests": {"storage": "1Gi"}}},
+        }))  # fmt: skip
+        _job_code_configmap(kubectl, real_namespace)
+        manifest = _running_sum(
+            name="local-sum",
+            storage="file:///data/checkpoints",
+            output="/data/output",
+            master="local[2]",
+            s3=None,
+            pod={
+                "volumes": [
+                    CODE_VOLUME,
+                    {"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
+                ],
+                "volumeMounts": [CODE_MOUNT, {"name": "data", "mountPath": "/data"}],
+            },
+        )
+        kubectl("apply", "--namespace", real_namespace, "-f", "-", stdin=yaml.safe_dump(manifest))
+        job = scenario.JobHandle(rest=rest, namespace=real_namespace, name="local-sum")
+        scenario.wait_until(lambda: job.latest_checkpoint_id() >= 2, what="checkpoint 2",
+                            timeout=240, detail=job.describe)  # fmt: skip
+        first = job.status()["driverPod"]
+        scenario.kill_container(real_cluster.node.ctr, job.driver() or {})
+        done = finished(job)
+        assert done["phase"] == "Succeeded", job.describe()
+        assert done["restarts"] == 1 and done["driverPod"] != first
+        restored = scenario.restored_id_from_logs(job.logs(done["driverPod"]))
+        assert restored is not None and done["restoredFrom"]["id"] == restored
+        # Checkpoints and output were on the claim, not in a container's filesystem.
+        assert any((data / "checkpoints").rglob("_metadata"))
+        from verify import read_output
+
+        assert verify(read_output(data / "output"), count=COUNT) == []
+    finally:
+        rest.request("DELETE", f"/api/v1/persistentvolumes/{quote(pv)}")
+
+
+def test_deleting_a_job_with_cleanup_policy_delete_removes_its_s3_checkpoints_and_store(
+    real_cluster: RealCluster,
+    real_namespace: str,
+    operator: ChartRelease,
+    cluster_s3: ClusterS3,
+    kubectl: scenario.Kubectl,
+) -> None:
+    rest = real_cluster.rest()
+    client = cluster_s3.client()
+    job, bucket = _apply_s3_job(rest=rest, kubectl=kubectl, s3=cluster_s3,
+                                namespace=real_namespace, name="doomed", master="local[2]",
+                                cleanup="Delete")  # fmt: skip
+    scenario.wait_until(lambda: job.latest_checkpoint_id() >= 1, what="a checkpoint",
+                        timeout=240, detail=job.describe)  # fmt: skip
+    assert scenario.list_keys(client, bucket=bucket, prefix="checkpoints/")
+    store = f"/api/v1/namespaces/{quote(real_namespace)}/configmaps/doomed-checkpoints"
+    assert rest.get(store)
+
+    kubectl("delete", "--namespace", real_namespace, "checkpointedjob", "doomed", "--wait=true",
+            timeout=180)  # fmt: skip
+
+    def store_gone() -> bool:
+        try:
+            rest.get(store)
+        except Exception:
+            return True
+        return False
+
+    scenario.wait_until(store_gone, what="the checkpoint ConfigMap deleted", timeout=120)
+    scenario.wait_until(
+        lambda: not scenario.list_keys(client, bucket=bucket, prefix="checkpoints/"),
+        what="the S3 checkpoints deleted", timeout=120,
+    )  # fmt: skip
+
+
+def test_a_job_whose_checkpoint_store_was_deleted_refuses_to_start_empty_until_told_where_to_resume(
+    real_cluster: RealCluster,
+    real_namespace: str,
+    operator: ChartRelease,
+    cluster_s3: ClusterS3,
+    kubectl: scenario.Kubectl,
+) -> None:
+    rest = real_cluster.rest()
+    client = cluster_s3.client()
+    job, bucket = _apply_s3_job(rest=rest, kubectl=kubectl, s3=cluster_s3,
+                                namespace=real_namespace, name="orphan", master="local[2]")  # fmt: skip
+    scenario.wait_until(lambda: job.latest_checkpoint_id() >= 2, what="checkpoint 2",
+                        timeout=240, detail=job.describe)  # fmt: skip
+
+    # The store goes (as if deleted by hand), then the driver dies.
+    kubectl("delete", "--namespace", real_namespace, "configmap", "orphan-checkpoints")
+    scenario.kill_container(real_cluster.node.ctr, job.driver() or {})
+    refused = finished(job, timeout=180)
+    assert (refused["phase"], refused["reason"]) == ("Failed", "StoreLost"), job.describe()
+    lost = refused["latestCheckpoint"]
+    assert any(f"checkpoint {lost['id']}" in e for e in job.events() if "StoreLost" in e)
+
+    # Naming the recorded checkpoint resumes the job from it, exactly once.
+    kubectl("patch", "--namespace", real_namespace, "checkpointedjob", "orphan", "--type=merge",
+            "-p", f'{{"spec": {{"restore": {{"from": "{lost["path"]}"}}}}}}')  # fmt: skip
+
+    def succeeded() -> dict[str, Any] | None:
+        status = job.status()
+        return status if status.get("phase") == "Succeeded" else None
+
+    done = scenario.wait_until(succeeded, what="the resumed job to succeed", timeout=400,
+                               detail=job.describe)  # fmt: skip
+    restored = scenario.restored_id_from_logs(job.logs(done["driverPod"]))
+    assert restored == lost["id"]
+    records = scenario.read_jsonl_objects(client, bucket=bucket, prefix="output/")
+    assert verify(records, count=COUNT) == []

@@ -1,0 +1,111 @@
+"""Thousands of checkpoints leave the memory of the driver and the subtasks flat.
+
+An in-process coordinator (memory store, ``file://`` storage) and one real
+subtask runtime (source, keyed task, files sink, uploader, real sockets) run a
+steady job; the test triggers checkpoints back to back and measures, with
+tracemalloc, the memory allocated by the runtime's own code that is still held
+after a third of the checkpoints and after all of them. Bookkeeping kept per
+checkpoint (barrier ids, manual requests, statistics, upload jobs) shows as
+growth between the two.
+
+What is in flight at the moment of a measurement (records in a channel, a sink
+interval's spool) depends on how busy the machine is, so each measurement is
+the floor over the last checkpoints of its phase: in-flight data comes and
+goes, a leak raises the floor.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import tracemalloc
+from pathlib import Path
+
+from paths import JOBS
+
+from cjob_checkpoint.checkpoint_storage import CheckpointStorage
+from cjob_checkpoint.store.memory import InMemoryCheckpointIdCounter, InMemoryCheckpointStore
+from job_runtime.coordinator.coordinator import CheckpointCoordinator
+from job_runtime.coordinator.settings import CheckpointSettings
+from job_runtime.execution.config import SubtaskConfig
+from job_runtime.execution.subtask.runtime import SubtaskRuntime
+from job_runtime.execution.subtask.tasks import SourceTask
+from job_runtime.network.handshake import new_key
+
+JOB = "long-run-uid1"
+CHECKPOINTS = 3000
+SAMPLES = 10
+"""Checkpoints at the end of each phase whose held memory is sampled for the floor."""
+WAIT = 30.0
+
+
+def held_by_runtime() -> int:
+    """Bytes still allocated by lines of ``job_runtime``."""
+    snapshot = tracemalloc.take_snapshot().filter_traces(
+        [tracemalloc.Filter(True, "*/job_runtime/*")])
+    return sum(stat.size for stat in snapshot.statistics("filename"))
+
+
+def checkpoint_once(coordinator: CheckpointCoordinator) -> None:
+    done = coordinator.stats.completed
+    deadline = time.monotonic() + WAIT
+    while coordinator.trigger() is None:
+        assert time.monotonic() < deadline, "no checkpoint could start"
+        time.sleep(0.001)
+    while coordinator.stats.completed == done:
+        assert coordinator.failure is None, coordinator.failure
+        assert time.monotonic() < deadline, "the checkpoint did not complete"
+        time.sleep(0.0005)
+
+
+def run_and_measure_floor(coordinator: CheckpointCoordinator, *, checkpoints: int) -> int:
+    """Complete ``checkpoints`` checkpoints; the least memory held after any of the last
+    :data:`SAMPLES` of them."""
+    floor: int | None = None
+    for done in range(1, checkpoints + 1):
+        checkpoint_once(coordinator)
+        if done > checkpoints - SAMPLES:
+            held = held_by_runtime()
+            floor = held if floor is None else min(floor, held)
+    assert floor is not None
+    return floor
+
+
+def test_thousands_of_checkpoints_leave_memory_flat(tmp_path: Path) -> None:
+    storage = CheckpointStorage((tmp_path / "ckpt").as_uri(), JOB)
+    key = new_key()
+    coordinator = CheckpointCoordinator(
+        job_id=JOB, attempt=1, parallelism=1, max_parallelism=128, stages=2, storage=storage,
+        store=InMemoryCheckpointStore(retained=2), counter=InMemoryCheckpointIdCounter(),
+        settings=CheckpointSettings(interval=0.0, tolerable_failures=0),
+        initial_restore=None, initial_restore_pointer=None, key=key)
+    listener = socket.create_server(("127.0.0.1", 0))
+    config = SubtaskConfig(
+        job_id=JOB, job_name="long-run", entrypoint="long_run_job:build",
+        python_path=(str(JOBS),), args={"output": str(tmp_path / "out"), "rate": 2000},
+        parallelism=1, max_parallelism=128, coordinator_host="127.0.0.1",
+        coordinator_port=coordinator.port, checkpoint_root=(tmp_path / "ckpt").as_uri(),
+        staging_uri=(tmp_path / "staging").as_uri(), mode="exactly_once", unaligned=False,
+        key=key, loopback=True)
+    runtime = SubtaskRuntime(config=config, subtask=0, epoch=1,
+                             peers=[("127.0.0.1", listener.getsockname()[1])], listener=listener)
+    thread = threading.Thread(target=runtime.run, daemon=True, name="long-run-subtask")
+    tracemalloc.start()
+    try:
+        thread.start()
+        third = run_and_measure_floor(coordinator, checkpoints=CHECKPOINTS // 3)
+        end = run_and_measure_floor(coordinator, checkpoints=CHECKPOINTS - CHECKPOINTS // 3)
+    finally:
+        tracemalloc.stop()
+        runtime.cancelled.set()
+        coordinator.stop()
+        thread.join(timeout=WAIT)
+
+    print(f"runtime memory after {CHECKPOINTS // 3}: {third}, after {CHECKPOINTS}: {end}")
+    assert coordinator.stats.completed == CHECKPOINTS
+    assert end < third * 1.1, f"runtime memory grew from {third} to {end} bytes"
+    source = next(t for t in runtime.tasks if isinstance(t, SourceTask))
+    assert len(source.emitted_barriers) <= 1, "settled barrier ids are remembered"
+    assert len(coordinator.stats.history) <= 100
+    assert runtime.uploader.queued == 0

@@ -1,0 +1,45 @@
+"""The driver's Spark starts Python workers with the subtask's code already imported.
+
+A relaunched subtask (Spark relaunches the whole barrier stage after a crash) runs in
+freshly forked workers; importing the runtime, Arrow and pandas there took seconds of
+every relaunch on a busy machine. The driver's Spark forks its workers from a daemon
+that imported them once. Checked in a separate process: one ``SparkContext`` per
+process, as in a driver.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+from runtime_harness import REPO, runtime_env
+
+PROBE = textwrap.dedent("""\
+    from job_runtime.execution.driver.settings import DriverSettings
+    from job_runtime.execution.driver.spark_start import start_spark_context
+
+    def probe():
+        def loaded(_):
+            import sys
+            return sorted(m for m in ("job_runtime.execution.subtask.runtime",
+                                      "job_runtime.execution.subtask.tasks", "pyarrow")
+                          if m in sys.modules)
+        return loaded
+
+    settings = DriverSettings(job_name="probe", job_uid="u", entrypoint="x:y", parallelism=2)
+    sc = start_spark_context(settings=settings, master="local[2,2]")
+    try:
+        print("LOADED", sc.parallelize(range(2), 2).map(probe()).collect())
+    finally:
+        sc.stop()
+    """)
+
+
+def test_a_freshly_forked_python_worker_has_the_subtask_code_imported_before_its_task() -> None:
+    done = subprocess.run([sys.executable, "-c", PROBE], cwd=REPO, env=runtime_env(None),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = next(line for line in done.stdout.splitlines() if line.startswith("LOADED"))
+    expected = ["job_runtime.execution.subtask.runtime", "job_runtime.execution.subtask.tasks", "pyarrow"]
+    assert line == f"LOADED {[expected, expected]}"

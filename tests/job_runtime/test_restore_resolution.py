@@ -1,0 +1,83 @@
+"""Which checkpoint a driver starts from when the store's pointers are damaged.
+
+Restore resolution walks the store's pointers with the store's own fallback walk,
+so a damaged pointer is treated like an unreadable ``_metadata``: skipped and
+named with ``onUnreadable: fallback``, an error without it, and never a reason
+to start from empty state while the store says checkpoints were completed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from runtime_harness import write_completed_checkpoints
+
+from cjob_checkpoint.checkpoint_storage import CheckpointStorage
+from cjob_checkpoint.store.file import FileCheckpointStore, advance_attempt
+from cjob_checkpoint.store.restore_report import RestoredCheckpoint
+from job_runtime.errors import RestoreError
+from job_runtime.execution.driver.restore import resolve_restore
+from job_runtime.execution.driver.settings import DriverSettings
+
+JOB = "sums"
+UID = "u1"
+
+
+def settings(*, restore: str = "latest", on_unreadable: str = "fallback") -> DriverSettings:
+    return DriverSettings(job_name=JOB, job_uid=UID, entrypoint="jobs:build", attempt=2,
+                          restore=restore, on_unreadable=on_unreadable)
+
+
+def store_with(tmp_path: Path, ids: list[int]) -> tuple[FileCheckpointStore, CheckpointStorage]:
+    directory = str(tmp_path / "store")
+    advance_attempt(directory, 1)
+    writer = FileCheckpointStore(directory, retained=3, attempt=1)
+    storage = CheckpointStorage(f"file://{tmp_path}/ckpt", f"{JOB}-{UID}")
+    write_completed_checkpoints(storage, writer, ids, job=f"{JOB}-{UID}")
+    advance_attempt(directory, 2)
+    return FileCheckpointStore(directory, retained=3, attempt=2), storage
+
+
+def damage_pointer(tmp_path: Path, checkpoint_id: int) -> None:
+    Path(tmp_path, "store", f"checkpointID-{checkpoint_id:019d}").write_text("{not json")
+
+
+def test_a_damaged_newest_pointer_is_skipped_and_named_with_fallback(tmp_path: Path) -> None:
+    store, storage = store_with(tmp_path, [1, 2])
+    damage_pointer(tmp_path, 2)
+
+    resolution = resolve_restore(settings=settings(), storage=storage, store=store)
+
+    assert resolution.checkpoint is not None and resolution.checkpoint.checkpoint_id == 1
+    assert [c.id for c in resolution.skipped] == [2]
+    assert resolution.fallback_from == RestoredCheckpoint(id=2, path=resolution.skipped[0].path)
+    assert any("checkpoint 2 is unreadable" in note for note in resolution.notes)
+
+
+def test_a_damaged_newest_pointer_fails_the_restore_without_fallback(tmp_path: Path) -> None:
+    store, storage = store_with(tmp_path, [1, 2])
+    damage_pointer(tmp_path, 2)
+
+    with pytest.raises(RestoreError, match="not a valid checkpoint pointer"):
+        resolve_restore(settings=settings(on_unreadable="fail"), storage=storage, store=store)
+
+
+def test_a_store_whose_only_pointer_is_damaged_never_restarts_from_empty_state(
+        tmp_path: Path) -> None:
+    store, storage = store_with(tmp_path, [1])
+    damage_pointer(tmp_path, 1)
+
+    with pytest.raises(RestoreError, match="no readable checkpoint to fall back to"):
+        resolve_restore(settings=settings(), storage=storage, store=store)
+
+
+def test_a_requested_checkpoint_is_restored_past_a_damaged_older_pointer(tmp_path: Path) -> None:
+    store, storage = store_with(tmp_path, [1, 2])
+    damage_pointer(tmp_path, 1)
+
+    resolution = resolve_restore(settings=settings(restore="2", on_unreadable="fail"),
+                                 storage=storage, store=store)
+
+    assert resolution.checkpoint is not None and resolution.checkpoint.checkpoint_id == 2
+    assert resolution.skipped == ()

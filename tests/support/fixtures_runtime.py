@@ -1,0 +1,36 @@
+"""Fixtures of the runtime tests, unit and Spark tiers alike; the helpers behind them
+live in ``jobs/runtime_harness.py`` (the root conftest puts ``jobs/`` on ``sys.path``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from runtime_harness import (
+    EmbeddedRun,
+    JobHarness,
+    run_embedded,
+    write_job_yaml,
+)
+
+
+@pytest.fixture
+def harness(tmp_path: Path) -> JobHarness:
+    return JobHarness(tmp_path)
+
+
+@pytest.fixture(scope="session")
+def new_harness() -> Callable[[Path], JobHarness]:
+    """For module-scoped runs: ``new_harness(tmp_path_factory.mktemp(...))``."""
+    return JobHarness
+
+
+@pytest.fixture(scope="session")
+def embedded() -> Callable[..., EmbeddedRun]:
+    return run_embedded
+
+
+@pytest.fixture(scope="session")
+def job_yaml() -> Callable[..., Path]:
+    return write_job_yaml
