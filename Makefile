@@ -29,11 +29,15 @@ help:
 host-packages:
 	@bash scripts/host-packages.sh
 
+# pip's output goes to .venv/install.log and is shown only when the install fails: the
+# build backend's notes on a successful editable install are noise to a newcomer.
 $(STAMP): pyproject.toml constraints.txt
 	@bash scripts/host-packages.sh run
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
+	@echo "installing the project and its Python packages into $(VENV) (a few minutes the first time)"
+	@$(BIN)/python -m pip install --quiet --upgrade pip
+	@$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]' >$(VENV)/install.log 2>&1 \
+		|| { cat $(VENV)/install.log; exit 1; }
 	@touch $(STAMP)
 
 install: $(STAMP)

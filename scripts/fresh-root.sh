@@ -50,7 +50,9 @@ if [[ ! -e "${root}/.fresh-root-ready" ]]; then
     --include=python3,openjdk-17-jre-headless,make,git,ca-certificates \
     bookworm "${root}" >"${root}.debootstrap.log" 2>&1 \
     || die "debootstrap failed; see ${root}.debootstrap.log"
-  cp /etc/apt/sources.list.d/*.sources "${root}/etc/apt/sources.list.d/" 2>/dev/null || true
+  # What Debian's installer writes and debootstrap does not: Spark binds "localhost".
+  printf '127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n' \
+    >"${root}/etc/hosts"
   touch "${root}/.fresh-root-ready"
 fi
 
