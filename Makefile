@@ -10,7 +10,7 @@ CRD := crds/checkpointedjob.yaml
 CHART_CRD := charts/checkpointed-jobs/crds/checkpointedjob.yaml
 
 .PHONY: help host-packages install chart-crds run lint test test-unit test-spark test-cluster \
-	test-kafka test-e2e builds controlplane images cluster cluster-down e2e-kind bench bench-throughput \
+	test-kafka test-e2e prepare builds kafka-jars controlplane images cluster cluster-down e2e-kind bench bench-throughput \
 	bench-overhead bench-barriers bench-state-size bench-recovery bench-operator \
 	bench-recovery-operator clean
 
@@ -61,9 +61,18 @@ lint: $(STAMP) chart-crds
 controlplane:
 	bash e2e/controlplane/build.sh
 
-# The Go binaries (CPU-bound) and the images (mostly debootstrap's downloads) overlap.
-builds: $(STAMP) chart-crds
-	@$(MAKE) --no-print-directory -j2 controlplane images
+kafka-jars: $(STAMP)
+	$(BIN)/python -m e2e.kafka jars
+
+# The Go binaries (CPU-bound) start at once; the virtualenv's install, the images
+# (mostly debootstrap's downloads) and the Kafka jars happen beside them.
+builds: chart-crds
+	@$(MAKE) --no-print-directory -j4 controlplane images kafka-jars
+
+# `make test`'s long part: the builds, with lint beside them (a lint failure still
+# waits for the builds already running, then fails).
+prepare: host-packages chart-crds
+	@$(MAKE) --no-print-directory -j5 controlplane images kafka-jars lint
 
 # The runtime and operator images (docker/*.Dockerfile on a Debian base), cached by a
 # hash of their inputs; the real-node scenarios import them into the node.
@@ -85,7 +94,7 @@ ifdef T
 test: $(STAMP) chart-crds
 	$(BIN)/python -m pytest $(T) $(PYTEST_ARGS)
 else
-test: host-packages lint builds
+test: prepare
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 endif
 
@@ -98,7 +107,7 @@ test-spark: $(STAMP) chart-crds
 test-cluster: host-packages $(STAMP) chart-crds controlplane
 	$(BIN)/python -m pytest -m "cluster and not e2e" $(PYTEST_ARGS)
 
-test-kafka: host-packages $(STAMP)
+test-kafka: host-packages kafka-jars
 	$(BIN)/python -m pytest -m kafka $(PYTEST_ARGS)
 
 test-e2e: host-packages builds

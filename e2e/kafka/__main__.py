@@ -4,6 +4,7 @@
                                  the last line printed is KAFKA_BOOTSTRAP=127.0.0.1:<port>
     python -m e2e.kafka status   say whether it runs
     python -m e2e.kafka down     stop it
+    python -m e2e.kafka jars     only fetch the broker's jars (builds do it ahead of the tests)
 
 ``up`` writes that line to ``.cjob/kafka/env`` too (``set -a; . .cjob/kafka/env; set +a``)
 and the broker's pid to ``.cjob/kafka/kafka.pid``; the broker's data and log are in
@@ -103,6 +104,17 @@ def status(*, state_dir: Path) -> int:
     return 0
 
 
+def jars() -> int:
+    """Fetch the broker's jars into the cache unless they are there already."""
+    try:
+        if not is_complete(jar_dir()):
+            _say(f"fetching the Kafka {kafka_version()} jars with Maven")
+        print(ensure_jars())
+    except (MissingToolError, FetchFailedError) as exc:
+        return _fail(str(exc))
+    return 0
+
+
 def running_pid(*, state_dir: Path) -> int | None:
     """The pid in the pid file when that process is this state folder's broker, else None.
 
@@ -123,7 +135,7 @@ def running_pid(*, state_dir: Path) -> int | None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m e2e.kafka", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    parser.add_argument("command", choices=("up", "down", "status"))
+    parser.add_argument("command", choices=("up", "down", "status", "jars"))
     parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR,
                         help="where the env file, pid file, data and log go (default: %(default)s)")  # fmt: skip
     parser.add_argument("--timeout", type=float, default=DEFAULT_START_TIMEOUT,
@@ -138,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
             return up(state_dir=state_dir, timeout=ns.timeout, heap_mb=ns.heap_mb)
         if ns.command == "down":
             return down(state_dir=state_dir, grace=DEFAULT_STOP_GRACE)
+        if ns.command == "jars":
+            return jars()
         return status(state_dir=state_dir)
     except KeyboardInterrupt:
         return _fail("interrupted")
