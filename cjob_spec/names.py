@@ -7,6 +7,8 @@ makes them a contract.
 
 from __future__ import annotations
 
+import re
+
 API_GROUP = "checkpointed.io"
 API_VERSION = "checkpointed.io/v1alpha1"
 KIND = "CheckpointedJob"
@@ -49,6 +51,9 @@ ANNOTATION_FENCE = "checkpointed.io/fence-attempt"
 
 CONFIGMAP_COUNTER_KEY = "counter"
 CONFIGMAP_CHECKPOINT_KEY_FORMAT = "checkpointID-%019d"
+"""A checkpoint's pointer: its ConfigMap key, and its file name in the file store."""
+CHECKPOINT_POINTER_NAME = re.compile(r"^checkpointID-(\d{19})$")
+"""Matches a pointer's key or file name; group 1 is the checkpoint id."""
 
 
 def driver_pod_name(job_name: str, attempt: int) -> str:

@@ -32,6 +32,7 @@ from cjob_checkpoint.store.state import StoreState, marker_text, next_checkpoint
 from cjob_spec.driver_beacon import DRIVER_LOST_ANNOTATION, BeaconSignalError, DriverLost
 from cjob_spec.names import (
     ANNOTATION_FENCE,
+    CHECKPOINT_POINTER_NAME,
     CONFIGMAP_CHECKPOINT_KEY_FORMAT,
     CONFIGMAP_COUNTER_KEY,
     LABEL_JOB,
@@ -57,7 +58,7 @@ MARKER_KEY_FORMAT = "discarding-%019d"
 DEFAULT_BUDGET_BYTES = 256 * 1024
 """A quarter of the 1 MiB a ConfigMap may hold: room for about a thousand pointers."""
 
-_POINTER = re.compile(r"^checkpointID-(\d{19})$")
+_POINTER = CHECKPOINT_POINTER_NAME
 _MARKER = re.compile(r"^discarding-(\d{19})$")
 
 

@@ -53,6 +53,7 @@ from cjob_checkpoint.store.base import (
     StoreError,
 )
 from cjob_checkpoint.store.state import StoreState
+from cjob_spec.names import CHECKPOINT_POINTER_NAME, CONFIGMAP_CHECKPOINT_KEY_FORMAT
 
 __all__ = [
     "CorruptPointerError",
@@ -71,15 +72,14 @@ LOCK_NAME = ".lock"
 ATTEMPT_NAME = "attempt"
 COUNTER_NAME = "counter"
 RESTORED_NAME = "restored"
-POINTER_PREFIX = "checkpointID-"
 MARKER_SUFFIX = ".discarding"
-_POINTER = re.compile(r"^checkpointID-(\d{19})$")
+_POINTER = CHECKPOINT_POINTER_NAME
 _MARKER = re.compile(r"^checkpointID-(\d{19})\.discarding$")
 
 
 def pointer_name(checkpoint_id: int) -> str:
     """``checkpointID-%019d``: the file name (and ConfigMap key) of a pointer."""
-    return f"{POINTER_PREFIX}{checkpoint_id:019d}"
+    return CONFIGMAP_CHECKPOINT_KEY_FORMAT % checkpoint_id
 
 
 @keyword_error
