@@ -237,10 +237,12 @@ def ensure_rootfs(plan: BuildPlan, *, clock: _Clock) -> Path:
 
 
 NO_NETWORK = ("--network", "none")
-"""Every container buildah runs here (smoke checks, the Dockerfiles' RUN steps) runs
-without a network: the build is offline anyway (``--pull-never``, a local wheelhouse),
-and buildah's default network would turn on the host's IP forwarding and leave a
-``cni-podman0`` bridge behind."""
+"""The smoke checks' containers need no network."""
+
+BUILD_NETWORK = ("--network", "host")
+"""The Dockerfiles' RUN steps use the host's network namespace: the runtime's step
+installs Debian packages, so it needs the network, and buildah's default network would
+turn on the host's IP forwarding and leave a ``cni-podman0`` bridge behind."""
 
 
 @dataclass(frozen=True)
@@ -431,7 +433,7 @@ def deps_stage_tag(image: ImagePlan) -> str:
 def bud_args(image: ImagePlan, *, plan: BuildPlan, wheelhouse: Path | None) -> list[str]:
     """The ``buildah bud`` arguments both stages of an image share."""
     args = [
-        "bud", "--layers", "--pull-never", *NO_NETWORK,
+        "bud", "--layers", "--pull-never", *BUILD_NETWORK,
         "--file", str(image.dockerfile),
         "--build-arg", f"BASE_IMAGE={plan.base_reference}",
     ]  # fmt: skip
