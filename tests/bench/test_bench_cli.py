@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from paths import REPO
 
 from bench.__main__ import ALL, BENCHMARKS, all_steps, build_parser
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_help_names_every_benchmark_without_a_traceback() -> None:

@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+from paths import REPO
 
 
 def test_a_tiny_run_reports_incremental_and_full_uploads_and_a_restore(

@@ -29,7 +29,6 @@ from bench.ss_rocksdb_state import (
     walk,
 )
 
-REPO = Path(__file__).resolve().parents[2]
 KEYS = 4000
 VALUE_BYTES = 1024
 

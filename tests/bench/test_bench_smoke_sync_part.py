@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
+from paths import REPO
 
 
 def test_the_sync_part_benchmark_runs_at_a_tiny_scale_and_reports_each_case(

@@ -15,8 +15,8 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
+from paths import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "checkpointed-jobs"
 SEMVER = re.compile(
     r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$"

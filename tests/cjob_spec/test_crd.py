@@ -6,11 +6,11 @@ from __future__ import annotations
 import copy
 import re
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from paths import REPO as ROOT
 from spec_documents import full, full_status, minimal, with_field
 
 from cjob_spec import SpecError, parse_job
@@ -18,7 +18,6 @@ from cjob_spec.parse import MASTER_PATTERN, S3_STORAGE_PATTERN
 
 jsonschema = pytest.importorskip("jsonschema")
 
-ROOT = Path(__file__).resolve().parents[2]
 CRD_PATH = ROOT / "crds" / "checkpointedjob.yaml"
 
 

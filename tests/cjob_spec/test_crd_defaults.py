@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from paths import REPO as ROOT
 from spec_documents import minimal
 
 from cjob_spec import parse_job
@@ -44,7 +44,6 @@ from cjob_spec.parse import MAX_JOB_NAME_LENGTH
 from cjob_spec.quantities import Memory
 from cjob_spec.security import MAX_ID
 
-ROOT = Path(__file__).resolve().parents[2]
 CRD_PATH = ROOT / "crds" / "checkpointedjob.yaml"
 FIELDS_BY_PATH: dict[str, SpecField] = {field.path: field for field in SPEC_FIELDS}
 SECURITY_CONTEXTS = ("spec.pod.securityContext", "spec.pod.containerSecurityContext")

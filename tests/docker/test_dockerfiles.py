@@ -10,16 +10,15 @@ import os
 import re
 import subprocess
 import tomllib
-from pathlib import Path
 
 import pytest
 import yaml
+from paths import REPO
 
 from e2e.images.context import DockerIgnore
 from e2e.images.dockerfile import Instruction, arg_defaults, copy_sources, parse_dockerfile
 from e2e.images.plan import BASE_TAG_PREFIX, NAMESPACE, PYTHON_VERSION, make_plan
 
-REPO = Path(__file__).resolve().parents[2]
 DOCKER = REPO / "docker"
 DOCKERFILES = {
     "operator": DOCKER / "operator.Dockerfile",

@@ -13,6 +13,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from paths import REPO
 
 from e2e.images import BuiltImages, ImageImportError, build_images, import_images, make_plan
 from e2e.images.archive import read_repo_tags, rewrite_names
@@ -28,7 +29,6 @@ from e2e.images.plan import (
     wheelhouse_key,
 )
 
-REPO = Path(__file__).resolve().parents[2]
 #: What a build of either image reads: the Dockerfiles' COPY sources and the base.
 TREE = (
     "pyproject.toml", "README.md", "constraints.txt", ".dockerignore", "docker",

@@ -9,8 +9,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from paths import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 ENTRYPOINT = REPO / "docker" / "spark-entrypoint.sh"
 
 EXECUTOR_ENV = {

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from paths import REPO
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("unshare") is None,
@@ -34,7 +35,7 @@ def _run_as_pid_one(code: str) -> tuple[subprocess.Popen[str], int]:
         ["unshare", "--pid", "--fork", "--", sys.executable, "-c", code],
         stdout=subprocess.PIPE,
         text=True,
-        cwd=Path(__file__).resolve().parents[2],
+        cwd=REPO,
     )
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()

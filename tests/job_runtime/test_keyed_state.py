@@ -7,11 +7,11 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
+from paths import REPO
 
 from job_runtime.operators.keyed import build_keyed_operator
 from job_runtime.pipeline import KeyedOp, Pipeline
@@ -27,7 +27,6 @@ from job_runtime.sources import sequence
 from job_runtime.state.hashmap import HashMapStateBackend, deserialize_keyed_state
 
 MAX_P = 128
-REPO = Path(__file__).resolve().parents[2]
 
 SAMPLE_KEYS: list[Any] = [
     0, 1, 2, 41, -7, 2**40, 2**63 - 1, "a", "user-17", "", "żółw", b"bytes", 1.5, 3.0, -0.25,

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from paths import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 KEYS = 4000
 VALUE_BYTES = 1024
 

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from cli_runs import RUNNING_SUM, environment_without_s3_endpoint, run_cjob, write_job
+from paths import REPO
 
 from e2e.s3 import S3Bucket
 
@@ -15,7 +16,7 @@ def test_a_local_job_checkpoints_and_writes_to_the_s3_endpoint_its_spec_names(
     """With only credentials in the environment, ``cjob run`` reaches the endpoint of
     ``spec.checkpoint.s3`` for its checkpoints and for the job's own S3 output, as the
     operator's driver pod does."""
-    examples = Path(__file__).resolve().parents[2] / "examples" / "running_sum"
+    examples = REPO / "examples" / "running_sum"
     path = write_job(tmp_path / "job.yaml", RUNNING_SUM.format(
         code=examples, output=f"{s3_bucket.uri}/output", storage=f"{s3_bucket.uri}/ckpt",
         endpoint=s3_bucket.endpoint_url))  # fmt: skip

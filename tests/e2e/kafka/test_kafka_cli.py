@@ -15,10 +15,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from paths import REPO as REPO_ROOT
+
 from e2e.kafka import create_topic
 from e2e.kafka.broker import port_open
-
-REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 def _cli(

@@ -23,8 +23,8 @@ from types import ModuleType
 from typing import Any
 
 import yaml
+from paths import REPO
 
-REPO = Path(__file__).resolve().parents[3]
 JOBS = Path(__file__).resolve().parent
 RUN_TIMEOUT = 240.0
 
