@@ -10,7 +10,7 @@ CRD := crds/checkpointedjob.yaml
 CHART_CRD := charts/checkpointed-jobs/crds/checkpointedjob.yaml
 
 .PHONY: help host-packages install chart-crds run lint test test-unit test-spark test-cluster \
-	test-kafka test-e2e prepare builds kafka-jars controlplane images cluster cluster-down e2e-kind bench bench-throughput \
+	test-kafka test-e2e tests-without-builds builds kafka-jars controlplane images cluster cluster-down e2e-kind bench bench-throughput \
 	bench-overhead bench-barriers bench-state-size bench-recovery bench-operator \
 	bench-recovery-operator clean
 
@@ -69,15 +69,16 @@ kafka-jars: $(STAMP)
 builds: chart-crds
 	@$(MAKE) --no-print-directory -j4 controlplane images kafka-jars
 
-# `make test`'s long part: the builds, with lint beside them (a lint failure still
-# waits for the builds already running, then fails).
-prepare: host-packages chart-crds
-	@$(MAKE) --no-print-directory -j5 controlplane images kafka-jars lint
-
 # The runtime and operator images (docker/*.Dockerfile on a Debian base), cached by a
 # hash of their inputs; the real-node scenarios import them into the node.
 images: $(STAMP)
 	$(BIN)/python -m e2e.images build
+
+# The Go build is the long, CPU-bound part of a first `make test` (about 20 minutes):
+# the tests that need none of its binaries or images (unit, spark, kafka, soak) run
+# beside it, after lint; the cluster and end-to-end tests run once it is done.
+tests-without-builds: lint kafka-jars
+	$(BIN)/python -m pytest -m "not cluster and not e2e" $(PYTEST_ARGS)
 
 cluster: host-packages chart-crds builds
 	$(BIN)/python -m e2e.realnode up
@@ -94,8 +95,9 @@ ifdef T
 test: $(STAMP) chart-crds
 	$(BIN)/python -m pytest $(T) $(PYTEST_ARGS)
 else
-test: prepare
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+test: host-packages chart-crds
+	@$(MAKE) --no-print-directory -j5 controlplane images kafka-jars tests-without-builds
+	$(BIN)/python -m pytest -m "cluster or e2e" $(PYTEST_ARGS)
 endif
 
 test-unit: $(STAMP) chart-crds

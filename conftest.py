@@ -55,6 +55,8 @@ TIER_FIXTURES: dict[str, str] = {
     "kube_rest": "cluster",
     "kube_api_client": "cluster",
     "process_node": "cluster",
+    "helm_bin": "cluster",
+    "kubectl_bin": "cluster",
     "real_cluster": "realnode",
     "kafka_broker": "kafka",
 }
