@@ -1,0 +1,538 @@
+"""``kafka``: the records of Kafka topics, one split per partition, offsets in the checkpoint.
+
+**The plan.** Which partitions the job reads, and from which offset (and, bounded, up
+to which), is decided once, at the job's first start: the driver reads the topics'
+metadata and offsets and stages them as a *plan* under the job's staging area
+(``<staging>/kafka/plan-<digest>.json``, the digest of ``topics``, ``start`` and
+``bounded``). Every later attempt and every subtask reads that file, so split ``s``
+is the same partition in every process (the topics in the order given, each one's
+partitions in ascending order), ``start="latest"`` means the end at the job's first
+start, and a bounded job's end never moves, whatever restarts. A subtask that finds
+no plan (only a warm standby whose job never started) makes one from the brokers
+itself, which keeps each partition with one reader.
+
+**Partitions added while the job runs are not read**: the partition list is the one
+of the first start. Picking them up live is not supported yet. Changing ``topics``,
+``start`` or ``bounded`` makes a new plan at the next start; a split then keeps its
+index only while the topics before it keep their partition counts, and a restore
+whose checkpoint holds another partition at an index fails with a clear error.
+
+**Reading.** Each reader has its own consumer, assigned its one partition
+(``assign()``: never a consumer group's subscription or rebalancing), with
+``isolation.level=read_committed`` and no offset commits. A reader's position is the
+next offset of its partition, with the bounded end beside it; only a split without a
+position starts at the plan's start offset. Kafka's consumer-group offsets are not
+committed, not even as a monitoring copy: the checkpoint is the only record.
+
+**Unbounded** readers return an empty batch when nothing arrived within
+:data:`POLL_SECONDS`, so an idle partition never holds a barrier back, and never
+end. The source task reads its splits one after the other, so an unbounded source
+needs at least as many subtasks as partitions (one partition each); with fewer, the
+first read fails the job with a clear error. **Bounded** readers end at the plan's end
+offset (the last stable offset at the first start); a partition whose end is its start
+ends at once.
+
+Errors a user makes are one line: at the driver, before the job runs, an unknown
+topic or brokers that do not answer within ``timeout`` (a
+:class:`~job_runtime.errors.ConfigurationError`); in a subtask, a value that is not
+a JSON object with ``value_format="json"``, an offset no longer on the broker or a
+topic deleted while the job reads it (a :class:`~job_runtime.errors.UserCodeError`
+naming topic, partition and offset).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import json
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from cjob_checkpoint.storage.base import join_uri
+from cjob_checkpoint.storage.factory import get_filesystem
+from job_runtime.errors import ConfigurationError, PipelineDefinitionError, UserCodeError
+from job_runtime.records import Batch
+from job_runtime.sources.base import Source, SourceContext, Split, SplitReader
+
+if TYPE_CHECKING:
+    from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.admin._listoffsets import OffsetSpec
+
+log = logging.getLogger(__name__)
+
+STARTS = ("earliest", "latest")
+VALUE_FORMATS = ("raw", "json")
+POLL_SECONDS = 0.05
+"""How long one read waits for records before it returns an empty batch: the source
+task handles checkpoint triggers between reads, so this bounds how long a quiet
+partition holds a barrier back."""
+PLAN_VERSION = 1
+GROUP_ID = "checkpointed-jobs-kafka-source"
+"""The consumers' ``group.id`` unless ``consumer_config`` names one. The consumers are
+assigned their partitions and commit nothing, so no group is joined or written."""
+METADATA_COLUMNS = ("key", "headers", "timestamp", "partition", "offset", "topic")
+HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+
+_OWN_SETTINGS = {
+    "bootstrap.servers": "the bootstrap argument gives it",
+    "isolation.level": "the source reads committed records only (read_committed)",
+    "enable.auto.commit": "the checkpoint holds the offsets and the source commits none",
+    "enable.auto.offset.store": "the checkpoint holds the offsets and the source commits none",
+    "enable.partition.eof": "the source needs to see where a partition ends",
+    "auto.offset.reset": "an offset no longer on the broker fails the job instead of "
+                         "skipping or replaying records",
+}
+_WARN_EVERY = 30.0
+
+
+class _ClientLog:
+    """The clients' own log lines, as warnings at most: what a client retries by itself
+    (a broker restarting) is no error of the job."""
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self._logger = logger
+
+    def log(self, level: int, msg: str, *args: Any, **kwargs: Any) -> None:
+        self._logger.log(min(level, logging.WARNING), msg, *args)
+
+
+_CLIENT_LOG = _ClientLog(logging.getLogger(__name__ + ".client"))
+
+
+@dataclasses.dataclass(frozen=True)
+class KafkaPartition:
+    """One split: a partition and the offsets the plan fixed at the job's first start."""
+
+    topic: str
+    partition: int
+    start: int
+    """The first offset to read when the checkpoint has no position for the split."""
+    end: int | None
+    """Bounded: the offset to stop at (the last stable offset at the first start);
+    ``None`` for an unbounded source."""
+
+
+class _KafkaReader(SplitReader):
+    def __init__(self, *, source: KafkaSource, part: KafkaPartition, offset: int,
+                 end: int | None, batch_size: int, subtask: int) -> None:
+        self._source = source
+        self._part = part
+        self._next = offset
+        self._end = end
+        self._batch_size = batch_size
+        self._subtask = subtask
+        self._consumer: Consumer | None = None
+        self._warned_at = 0.0
+
+    def _ended(self) -> bool:
+        return self._end is not None and self._next >= self._end
+
+    def _open(self) -> Consumer:
+        if self._consumer is None:
+            from confluent_kafka import Consumer, TopicPartition
+
+            consumer = Consumer(self._source.consumer_settings())
+            consumer.assign([TopicPartition(self._part.topic, self._part.partition, self._next)])
+            self._consumer = consumer
+        return self._consumer
+
+    def read_batch(self) -> Batch | None:
+        if self._ended():
+            return None
+        messages = self._open().consume(num_messages=self._batch_size, timeout=POLL_SECONDS)
+        kept: list[Message] = []
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                self._on_error(error, message)
+                continue
+            offset = message.offset()
+            if offset is None or offset < self._next:
+                continue
+            if self._end is not None and offset >= self._end:
+                # Everything before the end was delivered before this record.
+                self._next = self._end
+                break
+            kept.append(message)
+            self._next = offset + 1
+        if kept:
+            return Batch(arrow=self._source.to_arrow(kept, part=self._part,
+                                                     subtask=self._subtask))
+        return None if self._ended() else Batch(rows=[])
+
+    def _on_error(self, error: KafkaError, message: Message) -> None:
+        from confluent_kafka import KafkaError
+
+        code = error.code()
+        if code == KafkaError._PARTITION_EOF:
+            # The consumer reached the partition's end (for read_committed its last
+            # stable offset), past control records and aborted transactions, which
+            # are never delivered: the position moves past them too.
+            offset = message.offset()
+            if offset is not None:
+                reached = offset if self._end is None else min(offset, self._end)
+                self._next = max(self._next, reached)
+            return
+        if code in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+            raise self._source.user_error(
+                self._part, self._next, subtask=self._subtask,
+                problem="the offset is no longer on the broker (deleted by retention, or "
+                        f"the topic was recreated): {error.str()}")
+        if error.fatal() or code in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC,
+                                     KafkaError._UNKNOWN_PARTITION,
+                                     KafkaError.TOPIC_AUTHORIZATION_FAILED):
+            raise self._source.user_error(self._part, self._next, subtask=self._subtask,
+                                          problem=error.str())
+        now = time.monotonic()
+        if now - self._warned_at >= _WARN_EVERY:
+            self._warned_at = now
+            log.warning("kafka topic %r partition %d: %s (the client retries)",
+                        self._part.topic, self._part.partition, error.str())
+
+    def position(self) -> dict[str, Any]:
+        return {"topic": self._part.topic, "partition": self._part.partition,
+                "offset": self._next, "end": self._end}
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            consumer, self._consumer = self._consumer, None
+            consumer.close()
+
+
+class KafkaSource(Source):
+    name = "kafka"
+
+    def __init__(self, *, topics: list[str], bootstrap: str, start: str | int, bounded: bool,
+                 value_format: str, batch_size: int | None,
+                 consumer_config: Mapping[str, Any], timeout: float) -> None:
+        self.topics = topics
+        self.bootstrap = bootstrap
+        self.start = start
+        self.bounded = bounded
+        self.value_format = value_format
+        self.batch_size = batch_size
+        self.consumer_config = dict(consumer_config)
+        self.timeout = timeout
+        self._plans: dict[str, list[KafkaPartition]] = {}
+
+    # ------------------------------------------------------------------ the plan
+
+    def _plan_uri(self, staging_uri: str) -> str:
+        choice = json.dumps({"topics": self.topics, "start": self.start,
+                             "bounded": self.bounded}, sort_keys=True)
+        digest = hashlib.sha256(choice.encode()).hexdigest()[:16]
+        return join_uri(staging_uri, "kafka", f"plan-{digest}.json")
+
+    def prepare_on_driver(self, *, spark_context: Any, staging_uri: str) -> None:
+        """At the job's first start, resolve the plan and stage it; later attempts
+        find it staged and ask the brokers nothing (a broker down during a restart
+        only makes the readers wait)."""
+        uri = self._plan_uri(staging_uri)
+        fs = get_filesystem(uri)
+        if fs.exists(uri):
+            _parse_plan(fs.read_bytes(uri), uri=uri)
+            return
+        plan = self.resolve_plan()
+        fs.write_bytes(uri, _plan_bytes(plan, source=self))
+        log.info("kafka source: %d partitions of %s planned, from %s", len(plan),
+                 ", ".join(self.topics), _describe_offsets(plan))
+
+    def _plan(self, context: SourceContext) -> list[KafkaPartition]:
+        uri = self._plan_uri(context.staging_uri)
+        plan = self._plans.get(uri)
+        if plan is None:
+            fs = get_filesystem(uri, s3=context.s3)
+            plan = _parse_plan(fs.read_bytes(uri), uri=uri) if fs.exists(uri) else \
+                self.resolve_plan()
+            self._plans[uri] = plan
+        return plan
+
+    def resolve_plan(self) -> list[KafkaPartition]:
+        """The partitions of ``topics`` and their offsets, as the brokers report them now."""
+        from confluent_kafka import KafkaException, TopicPartition
+        from confluent_kafka.admin import AdminClient
+
+        # OffsetSpec's documented home is confluent_kafka.admin, whose stubs do not
+        # re-export it; its factories are untyped.
+        from confluent_kafka.admin._listoffsets import OffsetSpec
+
+        admin = AdminClient(self._admin_settings())
+        try:
+            metadata = admin.list_topics(timeout=self.timeout)
+        except KafkaException as exc:
+            raise self._config_error(
+                f"no Kafka broker at {self.bootstrap} answered within {self.timeout:g}s "
+                f"({_reason(exc)})") from None
+        partitions: list[TopicPartition] = []
+        for topic in self.topics:
+            described = metadata.topics.get(topic)
+            if described is None:
+                raise self._config_error(f"topic {topic!r} does not exist at {self.bootstrap}")
+            if described.error is not None:
+                raise self._config_error(f"topic {topic!r}: {described.error.str()}")
+            partitions.extend(TopicPartition(topic, p) for p in sorted(described.partitions))
+        latest: OffsetSpec = OffsetSpec.latest()  # type: ignore[no-untyped-call]
+        start_spec: OffsetSpec = (
+            OffsetSpec.for_timestamp(self.start) if isinstance(self.start, int)
+            else OffsetSpec.earliest() if self.start == "earliest"  # type: ignore[no-untyped-call]
+            else latest)
+        starts = self._offsets(admin, partitions, start_spec)
+        # After the starts, so that a start resolved to "latest" is never past the end.
+        ends = self._offsets(admin, partitions, latest) \
+            if self.bounded or isinstance(self.start, int) else {}
+        plan: list[KafkaPartition] = []
+        for tp in partitions:
+            key = (tp.topic, tp.partition)
+            start = starts[key]
+            if start < 0:  # no record at or after the start timestamp: the end
+                start = ends[key]
+            end = ends[key] if self.bounded else None
+            plan.append(KafkaPartition(topic=tp.topic, partition=tp.partition,
+                                       start=start if end is None else min(start, end),
+                                       end=end))
+        return plan
+
+    def _offsets(self, admin: AdminClient, partitions: list[TopicPartition],
+                 spec: OffsetSpec) -> dict[tuple[str, int], int]:
+        from confluent_kafka import IsolationLevel
+
+        futures = admin.list_offsets({tp: spec for tp in partitions},
+                                     isolation_level=IsolationLevel.READ_COMMITTED,
+                                     request_timeout=self.timeout)
+        found: dict[tuple[str, int], int] = {}
+        for tp, future in futures.items():
+            try:
+                info = future.result(timeout=self.timeout + 5.0)
+            except Exception as exc:
+                raise self._config_error(
+                    f"cannot read the offsets of topic {tp.topic!r} partition {tp.partition} "
+                    f"at {self.bootstrap}: {_reason(exc)}") from None
+            found[(tp.topic, tp.partition)] = int(info.offset)
+        return found
+
+    # ------------------------------------------------------------------ splits and readers
+
+    def splits(self, *, context: SourceContext) -> list[Split]:
+        return [Split(index=i, description=part) for i, part in enumerate(self._plan(context))]
+
+    def open(self, split: Split, position: Any, *, context: SourceContext) -> SplitReader:
+        part: KafkaPartition = split.description
+        count = len(self._plan(context))
+        if not self.bounded and count > context.parallelism:
+            raise UserCodeError(operator=self.name, subtask=context.subtask, details=(
+                f"an unbounded kafka source reads one partition per subtask: "
+                f"{', '.join(self.topics)} have {count} partitions, the job's parallelism "
+                f"is {context.parallelism}; run it with a parallelism of at least {count}"))
+        if position is None:
+            offset, end = part.start, part.end
+        else:
+            if not isinstance(position, dict) or position.get("topic") != part.topic or \
+                    position.get("partition") != part.partition:
+                raise UserCodeError(operator=self.name, subtask=context.subtask, details=(
+                    f"the checkpoint's position of split {split.index} is {position!r}, but "
+                    f"that split is now topic {part.topic!r} partition {part.partition}: the "
+                    f"topics or their partitions changed since the checkpoint"))
+            offset = int(position["offset"])
+            kept_end = position.get("end")
+            end = part.end if kept_end is None else int(kept_end)
+        return _KafkaReader(source=self, part=part, offset=offset,
+                            end=end if self.bounded else None,
+                            batch_size=self.batch_size or context.batch_size,
+                            subtask=context.subtask)
+
+    # ------------------------------------------------------------------ clients
+
+    def consumer_settings(self) -> dict[str, Any]:
+        return {"group.id": GROUP_ID, **self.consumer_config,
+                "bootstrap.servers": self.bootstrap, "isolation.level": "read_committed",
+                "enable.auto.commit": False, "enable.auto.offset.store": False,
+                "enable.partition.eof": True, "auto.offset.reset": "error",
+                "logger": _CLIENT_LOG}
+
+    def _admin_settings(self) -> dict[str, Any]:
+        settings = {k: v for k, v in self.consumer_config.items() if k != "group.id"}
+        return {**settings, "bootstrap.servers": self.bootstrap, "logger": _CLIENT_LOG}
+
+    # ------------------------------------------------------------------ records
+
+    def to_arrow(self, messages: list[Message], *, part: KafkaPartition,
+                 subtask: int) -> pa.RecordBatch:
+        """The records as columns: ``key``, ``value`` (or the JSON object's fields),
+        ``headers``, ``timestamp`` (ms), ``partition``, ``offset``, ``topic``."""
+        n = len(messages)
+        values = [m.value() for m in messages]
+        metadata: dict[str, pa.Array] = {
+            "key": pa.array([m.key() for m in messages], type=pa.binary()),
+            "headers": pa.array([_headers(m) for m in messages], type=HEADERS_TYPE),
+            "timestamp": pa.array([_timestamp(m) for m in messages], type=pa.int64()),
+            "partition": pa.repeat(pa.scalar(part.partition, pa.int32()), n),
+            "offset": pa.array([m.offset() for m in messages], type=pa.int64()),
+            "topic": pa.repeat(pa.scalar(part.topic, pa.string()), n),
+        }
+        if self.value_format == "raw":
+            columns = {"key": metadata["key"], "value": pa.array(values, type=pa.binary()),
+                       **{k: v for k, v in metadata.items() if k != "key"}}
+        else:
+            fields = self._json_fields(values, messages, part=part, subtask=subtask)
+            # The values' own fields win over a metadata column of the same name.
+            columns = {**fields, **{k: v for k, v in metadata.items() if k not in fields}}
+        return pa.RecordBatch.from_arrays(list(columns.values()), names=list(columns))
+
+    def _json_fields(self, values: list[bytes | None], messages: list[Message], *,
+                     part: KafkaPartition, subtask: int) -> dict[str, pa.Array]:
+        import pyarrow.json as pajson
+
+        # A record without a value (a tombstone) gives nulls in every field.
+        data = b"\n".join(b"{}" if v is None else v for v in values)
+        multiline = any(b"\n" in v for v in values if v is not None)
+        try:
+            table = pajson.read_json(
+                io.BytesIO(data),
+                # One block: the columns' types are inferred from the whole batch.
+                read_options=pajson.ReadOptions(block_size=len(data) + 1),
+                parse_options=pajson.ParseOptions(newlines_in_values=multiline))
+        except pa.ArrowInvalid as exc:
+            raise self._bad_json(messages, part=part, subtask=subtask, arrow=str(exc)) from None
+        if table.num_rows != len(values):
+            raise self._bad_json(messages, part=part, subtask=subtask,
+                                 arrow=f"{table.num_rows} rows from {len(values)} values")
+        return {name: table.column(name).combine_chunks() for name in table.column_names}
+
+    def _bad_json(self, messages: list[Message], *, part: KafkaPartition, subtask: int,
+                  arrow: str) -> UserCodeError:
+        """The first record whose value is not one JSON object, found one by one."""
+        for message in messages:
+            value = message.value()
+            if value is None:
+                continue
+            offset = message.offset() or 0
+            try:
+                decoded = json.loads(value)
+            except ValueError as exc:
+                return self.user_error(part, offset, subtask=subtask,
+                                       problem=f"the value is not valid JSON ({exc})")
+            if not isinstance(decoded, dict):
+                return self.user_error(part, offset, subtask=subtask,
+                                       problem=f"the value is JSON but not an object "
+                                               f"({type(decoded).__name__})")
+        first, last = messages[0].offset() or 0, messages[-1].offset() or 0
+        return UserCodeError(operator=self.name, subtask=subtask, details=(
+            f"kafka topic {part.topic!r} partition {part.partition} offsets {first}..{last}: "
+            f"the JSON values cannot be decoded into columns together: {arrow}"))
+
+    # ------------------------------------------------------------------ errors
+
+    def user_error(self, part: KafkaPartition, offset: int, *, subtask: int,
+                   problem: str) -> UserCodeError:
+        return UserCodeError(operator=self.name, subtask=subtask, details=(
+            f"kafka topic {part.topic!r} partition {part.partition} offset {offset}: {problem}"))
+
+    def _config_error(self, problem: str) -> ConfigurationError:
+        return ConfigurationError(setting="sources.kafka", problem=problem)
+
+
+def _headers(message: Message) -> list[dict[str, Any]]:
+    headers = message.headers()
+    if not headers:
+        return []
+    items = headers.items() if isinstance(headers, dict) else headers
+    return [{"key": key, "value": value.encode() if isinstance(value, str) else value}
+            for key, value in items]
+
+
+def _timestamp(message: Message) -> int | None:
+    from confluent_kafka import TIMESTAMP_NOT_AVAILABLE
+
+    kind, value = message.timestamp()
+    return None if kind == TIMESTAMP_NOT_AVAILABLE else value
+
+
+def _reason(exc: BaseException) -> str:
+    first: Any = exc.args[0] if exc.args else None
+    text = str(first.str()) if callable(getattr(first, "str", None)) else str(exc)
+    return text or type(exc).__name__
+
+
+def _plan_bytes(plan: list[KafkaPartition], *, source: KafkaSource) -> bytes:
+    return json.dumps({
+        "version": PLAN_VERSION, "topics": source.topics, "start": source.start,
+        "bounded": source.bounded, "plannedAt": int(time.time() * 1000),
+        "partitions": [dataclasses.asdict(part) for part in plan],
+    }, indent=1).encode()
+
+
+def _parse_plan(data: bytes, *, uri: str) -> list[KafkaPartition]:
+    document = json.loads(data)
+    if document.get("version") != PLAN_VERSION:
+        raise ConfigurationError(setting="sources.kafka",
+                                 problem=f"the staged plan {uri} has an unknown version "
+                                         f"{document.get('version')!r}")
+    return [KafkaPartition(topic=str(p["topic"]), partition=int(p["partition"]),
+                           start=int(p["start"]),
+                           end=None if p["end"] is None else int(p["end"]))
+            for p in document["partitions"]]
+
+
+def _describe_offsets(plan: list[KafkaPartition]) -> str:
+    return ", ".join(f"{p.topic}/{p.partition}@{p.start}" + ("" if p.end is None else
+                                                           f"..{p.end}") for p in plan[:8]) + (
+        f" and {len(plan) - 8} more" if len(plan) > 8 else "")
+
+
+def kafka(topics: str | Sequence[str], bootstrap: str, *, start: str | int = "earliest",
+          bounded: bool = False, value_format: str = "raw", batch_size: int | None = None,
+          consumer_config: Mapping[str, Any] | None = None,
+          timeout: float = 30.0) -> KafkaSource:
+    """Read the records of Kafka ``topics`` (a name or a list) from the brokers at
+    ``bootstrap`` (``host:port[,host:port...]``); one split per partition.
+
+    ``start``: ``"earliest"``, ``"latest"`` or a time in milliseconds since the epoch
+    (the first record at or after it), resolved once, at the job's first start; a
+    restore always continues from the checkpoint. ``bounded=True`` ends every
+    partition at its end at the first start (tests, backfills); by default the source
+    never ends. ``value_format="json"`` decodes each value, a JSON object, into
+    columns. ``batch_size`` rows per batch at most; by default the pipeline's choice.
+    ``consumer_config``: further client settings (security, fetch sizes), except the
+    ones the source sets itself. ``timeout``: how long the driver waits for the
+    brokers at the first start.
+
+    Partitions added to the topics while the job runs are not read (see the module's
+    documentation); consumer-group offsets are not committed.
+    """
+    names = [topics] if isinstance(topics, str) else list(topics)
+    if not names or not all(isinstance(t, str) and t for t in names):
+        raise PipelineDefinitionError(problem="kafka source needs one or more topic names")
+    names = list(dict.fromkeys(names))
+    if not isinstance(bootstrap, str) or not bootstrap.strip():
+        raise PipelineDefinitionError(problem="kafka source needs the brokers' bootstrap "
+                                              "address (host:port)")
+    if isinstance(start, bool) or not (start in STARTS or (isinstance(start, int) and start >= 0)):
+        raise PipelineDefinitionError(
+            problem=f"kafka source start must be 'earliest', 'latest' or a time in "
+                    f"milliseconds since the epoch, got {start!r}")
+    if value_format not in VALUE_FORMATS:
+        raise PipelineDefinitionError(
+            problem=f"kafka source value_format must be one of {', '.join(VALUE_FORMATS)}, "
+                    f"got {value_format!r}")
+    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
+                                   or batch_size < 1):
+        raise PipelineDefinitionError(
+            problem=f"kafka source batch_size must be a positive number, got {batch_size!r}")
+    if not isinstance(timeout, int | float) or timeout <= 0:
+        raise PipelineDefinitionError(
+            problem=f"kafka source timeout must be a positive number of seconds, got {timeout!r}")
+    settings = dict(consumer_config or {})
+    for key in settings:
+        reason = _OWN_SETTINGS.get(key)
+        if reason is not None:
+            raise PipelineDefinitionError(
+                problem=f"kafka source consumer_config may not set {key!r}: {reason}")
+    return KafkaSource(topics=names, bootstrap=bootstrap.strip(), start=start,
+                       bounded=bool(bounded), value_format=value_format, batch_size=batch_size,
+                       consumer_config=settings, timeout=float(timeout))

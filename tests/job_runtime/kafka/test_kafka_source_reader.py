@@ -1,0 +1,333 @@
+"""``sources.kafka`` against the real broker, without Spark: its splits, what its readers
+read, where they continue after a restore, where a bounded source ends, and its
+errors. Each test calls the source as a subtask and the driver do: ``splits``,
+``open``, ``read_batch``, ``position`` and ``prepare_on_driver``.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewPartitions
+
+from e2e.kafka import KafkaBroker, create_topic, transactional_producer
+from job_runtime import sources
+from job_runtime.errors import ConfigurationError, UserCodeError
+from job_runtime.sources.base import SourceContext, Split, SplitReader
+from job_runtime.sources.kafka import KafkaSource
+
+READ_TIMEOUT = 30.0
+
+
+def produce(bootstrap: str, topic: str, values: list[bytes], *, partition: int = 0,
+            headers: list[tuple[str, bytes]] | None = None) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for i, value in enumerate(values):
+        producer.produce(topic, value=value, key=b"k%d" % i, partition=partition,
+                         headers=headers)
+    assert producer.flush(30) == 0
+
+
+def context(tmp_path: Path, *, subtask: int = 0, parallelism: int = 1,
+            batch_size: int = 8192) -> SourceContext:
+    return SourceContext(subtask=subtask, parallelism=parallelism,
+                         staging_uri=str(tmp_path / "staging"), batch_size=batch_size)
+
+
+def identity(splits: list[Split]) -> list[tuple[int, str, int]]:
+    return [(s.index, s.description.topic, s.description.partition) for s in splits]
+
+
+def read_to_end(reader: SplitReader) -> list[dict[str, Any]]:
+    """Every row of a bounded reader, until it reports its end."""
+    rows: list[dict[str, Any]] = []
+    deadline = time.monotonic() + READ_TIMEOUT
+    while (batch := reader.read_batch()) is not None:
+        rows.extend(batch.rows)
+        assert time.monotonic() < deadline, f"no end after {len(rows)} rows"
+    return rows
+
+
+def read_at_least(reader: SplitReader, count: int) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    deadline = time.monotonic() + READ_TIMEOUT
+    while len(rows) < count:
+        batch = reader.read_batch()
+        assert batch is not None, "an unbounded reader ended"
+        rows.extend(batch.rows)
+        assert time.monotonic() < deadline, f"only {len(rows)} of {count} rows arrived"
+    return rows
+
+
+def only_split(source: KafkaSource, ctx: SourceContext) -> Split:
+    splits = source.splits(context=ctx)
+    assert len(splits) == 1
+    return splits[0]
+
+
+def test_the_splits_are_the_partitions_in_the_order_of_the_topics_then_by_partition_in_every_process(
+        kafka_broker: KafkaBroker, tmp_path: Path) -> None:
+    bootstrap = kafka_broker.bootstrap
+    first = create_topic(bootstrap=bootstrap, partitions=2)
+    second = create_topic(bootstrap=bootstrap, partitions=3)
+    expected = [(0, second, 0), (1, second, 1), (2, second, 2), (3, first, 0), (4, first, 1)]
+
+    # Without a staged plan (a subtask that finds none asks the brokers itself).
+    assert identity(sources.kafka([second, first], bootstrap).splits(
+        context=context(tmp_path / "unstaged"))) == expected
+
+    driver = sources.kafka([second, first], bootstrap)
+    driver.prepare_on_driver(spark_context=None, staging_uri=str(tmp_path / "staging"))
+    staged = list((tmp_path / "staging" / "kafka").glob("plan-*.json"))
+    assert len(staged) == 1
+
+    # A partition added later is not read: every process keeps the first start's plan.
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_partitions([NewPartitions(first, 3)])[first].result(timeout=30)
+    for subtask in (0, 1):
+        ctx = context(tmp_path, subtask=subtask, parallelism=2)
+        assert identity(sources.kafka([second, first], bootstrap).splits(context=ctx)) == expected
+    # A later attempt's driver leaves the plan as it was.
+    sources.kafka([second, first], bootstrap).prepare_on_driver(
+        spark_context=None, staging_uri=str(tmp_path / "staging"))
+    assert json.loads(staged[0].read_text())["partitions"][3:] == [
+        {"topic": first, "partition": 0, "start": 0, "end": None},
+        {"topic": first, "partition": 1, "start": 0, "end": None},
+    ]
+
+
+def test_a_reader_reads_every_committed_record_and_none_of_an_aborted_transaction(
+        kafka_broker: KafkaBroker, tmp_path: Path) -> None:
+    bootstrap = kafka_broker.bootstrap
+    topic = create_topic(bootstrap=bootstrap, partitions=1)
+    producer = transactional_producer(bootstrap=bootstrap, transactional_id=f"tx-{uuid.uuid4()}")
+
+    def transaction(values: list[bytes], *, commit: bool) -> None:
+        producer.begin_transaction()
+        for value in values:
+            producer.produce(topic, value=value, partition=0)
+        if commit:
+            producer.commit_transaction(30)
+        else:
+            producer.flush(30)  # the records reach the log before the abort
+            producer.abort_transaction(30)
+
+    transaction([b"c1", b"c2"], commit=True)
+    transaction([b"a1", b"a2"], commit=False)
+    transaction([b"c3"], commit=True)
+    # The log ends with an aborted transaction and its marker: nothing to deliver
+    # there, and a bounded reader must still see its end.
+    transaction([b"a3"], commit=False)
+
+    ctx = context(tmp_path)
+    bounded = sources.kafka(topic, bootstrap, bounded=True)
+    split = only_split(bounded, ctx)
+    reader = bounded.open(split, None, context=ctx)
+    rows = read_to_end(reader)
+    assert [r["value"] for r in rows] == [b"c1", b"c2", b"c3"]
+    assert reader.position()["offset"] == split.description.end
+    reader.close()
+
+    unbounded = sources.kafka(topic, bootstrap)
+    reader = unbounded.open(only_split(unbounded, ctx), None, context=ctx)
+    rows = read_at_least(reader, 3)
+    for _ in range(10):
+        batch = reader.read_batch()
+        assert batch is not None
+        rows.extend(batch.rows)
+    assert [r["value"] for r in rows] == [b"c1", b"c2", b"c3"]
+    # Past the trailing aborted transaction: a restore would not scan it again.
+    assert reader.position()["offset"] == split.description.end
+    reader.close()
+
+
+def test_a_reader_restored_from_a_position_continues_exactly_there(
+        kafka_broker: KafkaBroker, tmp_path: Path) -> None:
+    bootstrap = kafka_broker.bootstrap
+    topic = create_topic(bootstrap=bootstrap, partitions=1)
+    produce(bootstrap, topic, [b"v%d" % i for i in range(100)])
+
+    ctx = context(tmp_path, batch_size=10)
+    source = sources.kafka(topic, bootstrap)
+    split = only_split(source, ctx)
+    reader = source.open(split, None, context=ctx)
+    first: list[dict[str, Any]] = []
+    deadline = time.monotonic() + READ_TIMEOUT
+    while len(first) < 30:
+        batch = reader.read_batch()
+        assert batch is not None and len(batch) <= 10
+        first.extend(batch.rows)
+        assert time.monotonic() < deadline
+    # What a checkpoint stores is JSON.
+    position = json.loads(json.dumps(reader.position()))
+    reader.close()
+    assert position["offset"] == len(first)
+
+    # A new process: another source object, the position from the checkpoint.
+    restored = sources.kafka(topic, bootstrap)
+    reader = restored.open(only_split(restored, ctx), position, context=ctx)
+    rest = read_at_least(reader, 100 - len(first))
+    reader.close()
+    offsets = [r["offset"] for r in first + rest]
+    assert offsets == list(range(100)), "a gap or a duplicate at the restore"
+    assert [r["value"] for r in first + rest] == [b"v%d" % i for i in range(100)]
+
+
+def test_a_bounded_source_ends_at_the_end_offsets_of_its_first_start_after_more_records_and_a_restore(
+        kafka_broker: KafkaBroker, tmp_path: Path) -> None:
+    bootstrap = kafka_broker.bootstrap
+    topic = create_topic(bootstrap=bootstrap, partitions=2)
+    produce(bootstrap, topic, [b"early-%d" % i for i in range(10)], partition=0)
+    sources.kafka(topic, bootstrap, bounded=True).prepare_on_driver(
+        spark_context=None, staging_uri=str(tmp_path / "staging"))
+    produce(bootstrap, topic, [b"late-%d" % i for i in range(5)], partition=0)
+    produce(bootstrap, topic, [b"late-%d" % i for i in range(5)], partition=1)
+
+    ctx = context(tmp_path, batch_size=4)
+    source = sources.kafka(topic, bootstrap, bounded=True)
+    zero, one = source.splits(context=ctx)
+    assert (zero.description.start, zero.description.end) == (0, 10)
+    assert (one.description.start, one.description.end) == (0, 0)
+
+    # The empty partition ends at once.
+    started = time.monotonic()
+    assert source.open(one, None, context=ctx).read_batch() is None
+    assert time.monotonic() - started < 1.0
+
+    reader = source.open(zero, None, context=ctx)
+    first = read_at_least(reader, 4)
+    position = json.loads(json.dumps(reader.position()))
+    reader.close()
+    assert position["end"] == 10
+    produce(bootstrap, topic, [b"later-%d" % i for i in range(5)], partition=0)
+
+    restored = sources.kafka(topic, bootstrap, bounded=True)
+    reader = restored.open(restored.splits(context=ctx)[0], position, context=ctx)
+    rest = read_to_end(reader)
+    assert reader.read_batch() is None
+    reader.close()
+    assert [r["value"] for r in first + rest] == [b"early-%d" % i for i in range(10)]
+
+
+def test_an_unbounded_reader_returns_an_empty_batch_promptly_when_idle_and_later_records_when_they_come(
+        kafka_broker: KafkaBroker, tmp_path: Path) -> None:
+    bootstrap = kafka_broker.bootstrap
+    topic = create_topic(bootstrap=bootstrap, partitions=1)
+    ctx = context(tmp_path)
+    source = sources.kafka(topic, bootstrap)
+    reader = source.open(only_split(source, ctx), None, context=ctx)
+    for _ in range(20):
+        started = time.monotonic()
+        batch = reader.read_batch()
+        took = time.monotonic() - started
+        assert batch is not None and len(batch) == 0
+        assert took < 0.5, f"an idle read took {took:.2f}s"
+
+    produce(bootstrap, topic, [b"x", b"y", b"z"])
+    rows = read_at_least(reader, 3)
+    assert [r["value"] for r in rows] == [b"x", b"y", b"z"]
+    assert [r["offset"] for r in rows] == [0, 1, 2]
+    assert reader.position()["offset"] == 3
+    reader.close()
+
+
+def test_json_values_are_decoded_into_columns_beside_the_records_metadata(
+        kafka_broker: KafkaBroker, tmp_path: Path) -> None:
+    bootstrap = kafka_broker.bootstrap
+    topic = create_topic(bootstrap=bootstrap, partitions=1)
+    values = [json.dumps({"user": f"u{i}", "amount": i, "tags": ["a"] * i}).encode()
+              for i in range(5)]
+    produce(bootstrap, topic, values, headers=[("source", b"test")])
+
+    ctx = context(tmp_path)
+    source = sources.kafka(topic, bootstrap, bounded=True, value_format="json")
+    reader = source.open(only_split(source, ctx), None, context=ctx)
+    batch = reader.read_batch()
+    assert batch is not None and batch.has_arrow
+    schema = batch.arrow.schema
+    assert schema.field("user").type == pa.string()
+    assert schema.field("amount").type == pa.int64()
+    assert schema.field("tags").type == pa.list_(pa.string())
+    assert "value" not in schema.names
+    rows = batch.rows + read_to_end(reader)
+    reader.close()
+    assert [(r["user"], r["amount"], len(r["tags"])) for r in rows] == [
+        (f"u{i}", i, i) for i in range(5)]
+    assert [r["offset"] for r in rows] == list(range(5))
+    assert {r["partition"] for r in rows} == {0} and {r["topic"] for r in rows} == {topic}
+    assert rows[0]["key"] == b"k0"
+    assert rows[0]["headers"] == [{"key": "source", "value": b"test"}]
+    assert abs(rows[0]["timestamp"] - time.time() * 1000) < 120_000
+
+
+def test_an_unknown_topic_is_one_line_from_the_driver_and_stages_nothing(
+        kafka_broker: KafkaBroker, tmp_path: Path) -> None:
+    topic = f"missing-{uuid.uuid4().hex[:8]}"
+    source = sources.kafka(topic, kafka_broker.bootstrap)
+    with pytest.raises(ConfigurationError) as raised:
+        source.prepare_on_driver(spark_context=None, staging_uri=str(tmp_path / "staging"))
+    message = str(raised.value)
+    assert message == f"sources.kafka: topic {topic!r} does not exist at {kafka_broker.bootstrap}"
+    assert not (tmp_path / "staging").exists()
+
+
+def test_brokers_that_do_not_answer_are_one_line_within_the_timeout(tmp_path: Path) -> None:
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{unused.getsockname()[1]}"
+    source = sources.kafka("events", address, timeout=2.0)
+    started = time.monotonic()
+    with pytest.raises(ConfigurationError) as raised:
+        source.prepare_on_driver(spark_context=None, staging_uri=str(tmp_path / "staging"))
+    assert time.monotonic() - started < 10.0
+    message = str(raised.value)
+    assert message.startswith(f"sources.kafka: no Kafka broker at {address} answered within 2s")
+    assert "\n" not in message
+
+
+def test_a_value_that_is_not_a_json_object_fails_with_its_topic_partition_and_offset(
+        kafka_broker: KafkaBroker, tmp_path: Path) -> None:
+    bootstrap = kafka_broker.bootstrap
+    topic = create_topic(bootstrap=bootstrap, partitions=1)
+    produce(bootstrap, topic, [b'{"n": 0}', b'{"n": 1}', b'{"n": 2'])
+
+    ctx = context(tmp_path)
+    source = sources.kafka(topic, bootstrap, bounded=True, value_format="json")
+    reader = source.open(only_split(source, ctx), None, context=ctx)
+    with pytest.raises(UserCodeError) as raised:
+        read_to_end(reader)
+    reader.close()
+    details = raised.value.details
+    assert details.startswith(f"kafka topic {topic!r} partition 0 offset 2: the value is not "
+                              "valid JSON")
+    assert "\n" not in details
+
+
+def test_an_unbounded_source_with_more_partitions_than_subtasks_fails_with_a_clear_message(
+        kafka_broker: KafkaBroker, tmp_path: Path) -> None:
+    topic = create_topic(bootstrap=kafka_broker.bootstrap, partitions=3)
+    ctx = context(tmp_path, parallelism=2)
+    source = sources.kafka(topic, kafka_broker.bootstrap)
+    with pytest.raises(UserCodeError) as raised:
+        source.open(source.splits(context=ctx)[0], None, context=ctx)
+    assert "run it with a parallelism of at least 3" in raised.value.details
+
+
+def test_a_checkpointed_position_of_another_partition_is_refused(
+        kafka_broker: KafkaBroker, tmp_path: Path) -> None:
+    topic = create_topic(bootstrap=kafka_broker.bootstrap, partitions=1)
+    ctx = context(tmp_path)
+    source = sources.kafka(topic, kafka_broker.bootstrap, bounded=True)
+    position = {"topic": "other", "partition": 0, "offset": 5, "end": 9}
+    with pytest.raises(UserCodeError) as raised:
+        source.open(only_split(source, ctx), position, context=ctx)
+    assert "the topics or their partitions changed since the checkpoint" in raised.value.details

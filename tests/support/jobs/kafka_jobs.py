@@ -1,0 +1,27 @@
+"""Jobs that read Kafka with ``sources.kafka`` (tests/job_runtime/kafka/).
+
+``bounded_copy`` writes each JSON record's ``n`` with its partition and offset, so a
+test sees a lost or a duplicated record; ``delay`` seconds per record stretch the run
+over several checkpoints.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from job_runtime import Pipeline, sinks, sources
+
+
+def bounded_copy(p: Pipeline) -> None:
+    delay = float(p.args.get("delay", 0.0))
+
+    def copy(record: dict[str, Any]) -> dict[str, Any]:
+        if delay:
+            time.sleep(delay)
+        return {"n": record["n"], "partition": record["partition"], "offset": record["offset"]}
+
+    source = sources.kafka(p.args["topic"], p.args["bootstrap"], bounded=True,
+                           value_format="json", batch_size=int(p.args.get("batch_size", 100)),
+                           timeout=float(p.args.get("timeout", 30.0)))
+    p.source(source).map(copy).sink(sinks.files(p.args["output"], format="jsonl"))
