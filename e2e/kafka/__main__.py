@@ -38,8 +38,8 @@ from e2e.kafka.jars import (
     kafka_version,
     require_java,
 )
+from e2e.repo import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_STATE_DIR = REPO_ROOT / ".cjob" / "kafka"
 ENV_FILE = "env"
 PID_FILE = "kafka.pid"

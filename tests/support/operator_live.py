@@ -10,20 +10,44 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import yaml
+from paths import REPO
 
 from e2e.controlplane.rest import ApiError, RestClient, quote
 from e2e.controlplane.waiting import wait_for
 from e2e.operator_process import JOBS_PATH, OperatorProcess, install_crd
 
 __all__ = ["JOBS_PATH", "JobWatcher", "Kubectl", "OperatorProcess", "install_crd",
-           "install_kopf_peering"]
+           "install_kopf_peering", "running_operator"]
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+
+@contextmanager
+def running_operator(*, rest: RestClient, namespace: str, kubeconfig: Path,
+                     log_file: Path) -> Iterator[OperatorProcess]:
+    """The operator watching ``namespace`` for the block; the namespace's jobs are
+    deleted (and their finalizers run by this operator) before it stops, so the next
+    test does not find another test's job still being torn down."""
+    operator = OperatorProcess(namespace=namespace, kubeconfig=kubeconfig, log_file=log_file)
+    operator.start()
+    try:
+        yield operator
+    finally:
+        path = JOBS_PATH.format(namespace=quote(namespace))
+        try:
+            for job in rest.get(path)["items"]:
+                rest.request("DELETE", f"{path}/{quote(job['metadata']['name'])}")
+            wait_for(lambda: not rest.get(path)["items"],
+                     what="the test's CheckpointedJobs to be finalized", timeout=90)
+        except Exception as exc:  # never hide the test's own result
+            print(f"cleanup of {namespace} incomplete: {exc}")
+        finally:
+            operator.stop()
+
 
 
 class Kubectl:
@@ -50,7 +74,7 @@ class Kubectl:
         assert done.returncode == 0, done.stderr
 
 
-KOPF_PEERING_CRDS = REPO_ROOT / "charts" / "checkpointed-jobs" / "crds" / "kopf-peerings.yaml"
+KOPF_PEERING_CRDS = REPO / "charts" / "checkpointed-jobs" / "crds" / "kopf-peerings.yaml"
 
 
 def install_kopf_peering(rest: RestClient, *, namespace: str, name: str) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from operator_live import JOBS_PATH, OperatorProcess
+from operator_live import JOBS_PATH, OperatorProcess, running_operator
 
 from e2e.controlplane.audit import OPERATOR_USER, AuditRecord, read_audit_records
 from e2e.controlplane.controlplane import ControlPlane
@@ -38,20 +38,9 @@ def audited_operator(control_plane: ControlPlane, kube_rest: RestClient, kube_na
     """The operator under the audited identity; its jobs are deleted before it stops."""
     kubeconfig = control_plane.write_client_kubeconfig(
         name="audited-operator", user=OPERATOR_USER, groups=("system:masters",))
-    operator = OperatorProcess(namespace=kube_namespace, kubeconfig=kubeconfig,
-                               log_file=tmp_path / "operator.log")
-    operator.start()
-    try:
+    with running_operator(rest=kube_rest, namespace=kube_namespace, kubeconfig=kubeconfig,
+                          log_file=tmp_path / "operator.log") as operator:
         yield operator
-    finally:
-        path = JOBS_PATH.format(namespace=quote(kube_namespace))
-        try:
-            for job in kube_rest.get(path)["items"]:
-                kube_rest.request("DELETE", f"{path}/{quote(job['metadata']['name'])}")
-            wait_for(lambda: not kube_rest.get(path)["items"],
-                     what="the test's CheckpointedJobs to be finalized", timeout=90)
-        finally:
-            operator.stop()
 
 
 def settle(operator: OperatorProcess) -> int:
