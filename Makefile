@@ -10,7 +10,7 @@ CRD := crds/checkpointedjob.yaml
 CHART_CRD := charts/checkpointed-jobs/crds/checkpointedjob.yaml
 
 .PHONY: help host-packages install chart-crds run lint test test-unit test-spark test-cluster \
-	test-kafka test-e2e tests-without-builds builds kafka-jars controlplane images cluster cluster-down e2e-kind bench bench-throughput \
+	test-kafka test-postgres test-e2e tests-without-builds builds kafka-jars controlplane images cluster cluster-down e2e-kind bench bench-throughput \
 	bench-overhead bench-barriers bench-state-size bench-recovery bench-operator \
 	bench-recovery-operator clean
 
@@ -18,7 +18,7 @@ help:
 	@echo "make run      install, then run the embedded demo with a driver kill and verify it"
 	@echo "make test     host packages, lint, the builds, then every test"
 	@echo "make test T=tests/<package>   the tests of one folder or file (no lint, no builds)"
-	@echo "make test-unit / test-spark / test-cluster / test-kafka / test-e2e   one tier"
+	@echo "make test-unit / test-spark / test-cluster / test-kafka / test-postgres / test-e2e   one tier"
 	@echo "make cluster  a local cluster: control plane, real node, images, S3, the chart"
 	@echo "make lint     ruff, mypy (strict) and import-linter"
 	@echo "make chart-crds  copy $(CRD) (the one to edit) into the chart"
@@ -75,7 +75,7 @@ images: $(STAMP)
 	$(BIN)/python -m e2e.images build
 
 # The Go build is the long, CPU-bound part of a first `make test` (about 20 minutes):
-# the tests that need none of its binaries or images (unit, spark, kafka, soak) run
+# the tests that need none of its binaries or images (unit, spark, kafka, postgres, soak) run
 # beside it, after lint; the cluster and end-to-end tests run once it is done.
 tests-without-builds: lint kafka-jars
 	$(BIN)/python -m pytest -m "not cluster and not e2e" $(PYTEST_ARGS)
@@ -113,6 +113,9 @@ test-cluster: host-packages $(STAMP) chart-crds controlplane
 
 test-kafka: host-packages kafka-jars
 	$(BIN)/python -m pytest -m kafka $(PYTEST_ARGS)
+
+test-postgres: host-packages $(STAMP)
+	$(BIN)/python -m pytest -m postgres $(PYTEST_ARGS)
 
 test-e2e: host-packages builds
 	$(BIN)/python -m pytest -m e2e $(PYTEST_ARGS)

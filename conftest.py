@@ -29,6 +29,7 @@ pytest_plugins = [
     "e2e.controlplane.pytest_plugin",
     "e2e.realnode.pytest_plugin",
     "e2e.kafka.pytest_plugin",
+    "e2e.postgres.pytest_plugin",
     "fixtures_runtime",
     "fixtures_operator",
     "fixtures_store",
@@ -39,6 +40,7 @@ TIERS: dict[str, tuple[str, ...]] = {
     "spark": ("spark",),
     "cluster": ("cluster",),
     "kafka": ("kafka",),
+    "postgres": ("postgres",),
     "soak": ("soak",),
     "realnode": ("realnode", "cluster", "e2e"),
     "kind": ("kind", "e2e"),
@@ -59,6 +61,8 @@ TIER_FIXTURES: dict[str, str] = {
     "kubectl_bin": "cluster",
     "real_cluster": "realnode",
     "kafka_broker": "kafka",
+    "postgres_server": "postgres",
+    "postgres_dsn": "postgres",
 }
 """Fixtures that start a tier's services: a test using one must live in that tier's folder."""
 

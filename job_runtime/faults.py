@@ -12,7 +12,9 @@ Points: ``driver.before-metadata`` (all state written, no ``_metadata``),
 ``driver.before-notify`` (pointer committed, sinks not told to commit),
 ``subtask.during-commit`` (a sink renamed part of its files),
 ``subtask.during-pre-commit`` (a sink's background pre-commit wrote part of its
-staging file, the barrier already forwarded), and
+staging file, the barrier already forwarded),
+``subtask.write-ahead-after-send`` (the write-ahead sink sent an interval, its
+committer has not recorded it), and
 ``subtask.after-snapshot`` (a task snapshotted and forwarded the barrier).
 """
 

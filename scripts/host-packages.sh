@@ -10,7 +10,8 @@
 #   run    what `make run` needs: a JVM for Spark, Python's venv module
 #   test   what `make test` and `make cluster` add: runc, the CNI plugins, iptables and
 #          conntrack for the real node; debootstrap and buildah for the images; Maven
-#          for the Kafka broker's jars; openssl for the control plane's certificates.
+#          for the Kafka broker's jars; openssl for the control plane's certificates;
+#          PostgreSQL for the postgres tier's server (any major: the newest is used).
 #          Go itself is a prerequisite, not a package: Debian's is older than the
 #          version the pinned Kubernetes needs.
 #
@@ -32,6 +33,7 @@ test_packages=(
   "buildah|buildah"
   "maven|mvn"
   "openssl|openssl"
+  "postgresql|@postgres"
 )
 
 python="${PYTHON:-python3}"
@@ -43,6 +45,14 @@ present() { # check
       # Debian's python3 lacks ensurepip without python3-venv; a Python built
       # elsewhere (pyenv, the official installers) has it.
       "${python}" -c 'import ensurepip, venv' >/dev/null 2>&1
+      ;;
+    @postgres)
+      # Debian's postgresql-<major> keeps its programs off PATH, one folder a major.
+      local program
+      for program in /usr/lib/postgresql/*/bin/postgres; do
+        [[ -x "${program}" ]] && return 0
+      done
+      return 1
       ;;
     /*) [[ -e "${check}" ]] ;;
     *) PATH="${PATH}:/usr/sbin:/sbin" command -v "${check}" >/dev/null 2>&1 ;;

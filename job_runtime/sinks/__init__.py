@@ -1,8 +1,12 @@
-"""Sinks: exactly-once ``files``, ``print`` and ``discard``."""
+"""Sinks: exactly-once ``files``, ``kafka`` and ``write_ahead`` (for any system),
+``print`` and ``discard``."""
 
 from job_runtime.sinks.base import Sink, SinkContext, SinkWriter
 from job_runtime.sinks.files import files
+from job_runtime.sinks.kafka import kafka
 from job_runtime.sinks.print import discard
 from job_runtime.sinks.print import print_ as print
+from job_runtime.sinks.write_ahead import CheckpointCommitter, write_ahead
 
-__all__ = ["Sink", "SinkContext", "SinkWriter", "discard", "files", "print"]
+__all__ = ["CheckpointCommitter", "Sink", "SinkContext", "SinkWriter", "discard", "files",
+           "kafka", "print", "write_ahead"]

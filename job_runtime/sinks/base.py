@@ -37,6 +37,14 @@ class SinkContext:
     job_id: str = ""
     """The job's identity (``<name>-<uid>``): output names carry it, so two jobs
     writing one path, or a job created again, never touch each other's files."""
+    staging_root: str = ""
+    """The job's own directory in the checkpoint storage, which every attempt of the job
+    reads: where a sink keeps what must outlive an attempt (the write-ahead sink's
+    intervals). Empty outside a job."""
+    restored_parallelism: int = 0
+    """The parallelism of the checkpoint the attempt restored (0 without one): a sink
+    that owns resources per subtask (the Kafka sink's transactional ids) finds those
+    of subtasks a rescale removed."""
 
 
 class SinkSnapshot(abc.ABC):
@@ -101,6 +109,11 @@ class Sink(abc.ABC):
 
     @abc.abstractmethod
     def open(self, *, context: SinkContext) -> SinkWriter: ...
+
+    def prepare_on_driver(self, *, job_id: str) -> None:  # noqa: B027 - optional hook
+        """Runs once on the driver before anything else of the attempt: check what the
+        sink writes to (a topic that exists, a broker that answers) so that a mistake
+        ends the driver with one line instead of failing in every subtask."""
 
     def finish_job(self, *, job_id: str = "", s3: Any = None) -> None:  # noqa: B027 - optional hook
         """Runs once on the driver after the job finished."""

@@ -64,6 +64,19 @@ def _rebuild_lost(checkpoint_id: int, staging: str, final: str) -> LostTransacti
     return LostTransactionError(checkpoint_id=checkpoint_id, staging=staging, final=final)
 
 
+class SinkFencedError(RuntimeJobError):
+    """The system written to refused this writer for good: another writer took over its
+    identity (a Kafka transactional id), so this one is a zombie of an older attempt.
+    Never retried, never swallowed: the subtask must stop."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(f"the sink was fenced by a newer writer: {detail}")
+        self.detail = detail
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (SinkFencedError, (self.detail,))
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class CommitRetry:
     """How long a commit that may not be postponed keeps trying (about a minute)."""
@@ -82,14 +95,15 @@ def commit_with_retry(commit: Callable[[], None], *, retry: CommitRetry, checkpo
                       target: str, sleep: Callable[[float], None] = time.sleep) -> None:
     """Run ``commit`` until it succeeds; raise :class:`SinkCommitError` when out of attempts.
 
-    A :class:`LostTransactionError` is not retried: missing data does not come back.
+    A :class:`LostTransactionError` is not retried: missing data does not come back;
+    nor is a :class:`SinkFencedError`: a zombie does not become current by trying.
     """
     delays = retry.delays()
     for attempt in range(len(delays) + 1):
         try:
             commit()
             return
-        except LostTransactionError:
+        except (LostTransactionError, SinkFencedError):
             raise
         except Exception as exc:
             if attempt == len(delays):

@@ -132,6 +132,7 @@ def _run(settings: DriverSettings) -> int:
             log.error("%s", exc)
             return exit_code(exc.cause, logged=True)
     start_beacon(settings)
+    job.sink.prepare_on_driver(job_id=settings.job_id)
     store, counter = open_store(settings.store, retained=settings.retained,
                                 attempt=settings.attempt)
     resolution = _accept_restore(settings, job=job, storage=storage, store=store,

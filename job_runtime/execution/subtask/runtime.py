@@ -242,7 +242,8 @@ class SubtaskRuntime:
         sink_writer = pipeline.sink_op.open(context=SinkContext(
             subtask=self.subtask, parallelism=config.parallelism,
             attempt_tag=f"a{registered.attempt}e{self.epoch}", s3=self.s3_config,
-            job_id=config.job_id))
+            job_id=config.job_id, staging_root=self.storage.job_dir,
+            restored_parallelism=0 if restore is None else restore.parallelism))
         if restore is not None:
             sink_writer.restore(restore.sink_transactions(subtask=self.subtask,
                                                           parallelism=config.parallelism))

@@ -1,0 +1,536 @@
+"""``kafka``: records into a Kafka topic, exactly once through transactions.
+
+Exactly once is the write-ahead sink (:mod:`job_runtime.sinks.write_ahead`) with Kafka
+as both the receiver and the committer. When a checkpoint completes, a subtask sends
+each of its pending intervals in one Kafka transaction that also writes a *commit
+marker* to a control topic (default ``cjob-commits``, compacted, keyed by job and
+subtask, valued with the newest checkpoint sent). A ``read_committed`` read of the
+markers therefore tells exactly which intervals are in the topic: a crashed
+transaction is aborted and its marker with it, and the interval is sent again.
+
+No Kafka client can resume another process's open transaction (``init_transactions``
+aborts it), which is why the records are sent only at completion, from the staged
+interval, and never left in a transaction across a crash.
+
+Transactional ids are stable and few: ``cjob-<job id>-<subtask>``. Opening a writer
+initialises the ids it owns (its own, and those of subtasks a rescale removed, whose
+pending intervals it inherits), which fences any zombie producer of an older attempt
+and aborts a transaction one left open; until that happens, every ``read_committed``
+reader of the topic is held at that open transaction.
+
+Intervals of one subtask are sent in checkpoint order (the write-ahead sink's rule),
+so "sent through checkpoint N" per subtask is the whole committer state, and the
+compacted control topic stays as small as the number of (job, subtask) pairs.
+
+``delivery="at-least-once"`` skips all of that: records are produced as they come and
+flushed at each barrier (the checkpoint waits for the broker's acknowledgement), so a
+restore can only repeat records, never lose them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+import logging
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from job_runtime.errors import ConfigurationError, PipelineDefinitionError
+from job_runtime.records import Batch
+from job_runtime.sinks.base import Sink, SinkContext, SinkWriter
+from job_runtime.sinks.commit import CommitRetry, SinkFencedError
+from job_runtime.sinks.write_ahead import (
+    DEFAULT_MEMORY_BYTES,
+    CheckpointCommitter,
+    WriteAheadWriter,
+    staging_path,
+)
+
+log = logging.getLogger(__name__)
+
+__all__ = ["CommitMarker", "KafkaDelivery", "KafkaSink", "SinkFencedError", "kafka"]
+
+MARKER_VERSION = 1
+DEFAULT_CONTROL_TOPIC = "cjob-commits"
+DEFAULT_TRANSACTION_TIMEOUT = 60.0
+MAX_TRANSACTION_TIMEOUT = 900.0
+"""The broker's default ``transaction.max.timeout.ms`` (15 minutes)."""
+
+_OWN_SETTINGS = {
+    "transactional.id": "the sink derives stable ids from the job and the subtask",
+    "enable.idempotence": "the sink needs it on, and transactions require it",
+    "transaction.timeout.ms": "use the sink's transaction_timeout",
+    "bootstrap.servers": "use the sink's bootstrap",
+}
+
+
+class KafkaDelivery(enum.StrEnum):
+    EXACTLY_ONCE = "exactly-once"
+    AT_LEAST_ONCE = "at-least-once"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CommitMarker:
+    """What the control topic says of one (job, subtask): sent through ``checkpoint``."""
+
+    job: str
+    subtask: int
+    checkpoint: int
+
+    @property
+    def key(self) -> bytes:
+        return f"{self.job}/{self.subtask}".encode()
+
+    def value(self) -> bytes:
+        return json.dumps({"version": MARKER_VERSION, "job": self.job,
+                           "subtask": self.subtask, "checkpoint": self.checkpoint},
+                          separators=(",", ":")).encode()
+
+    @classmethod
+    def parse(cls, value: bytes | None) -> CommitMarker | None:
+        """The marker in a control record; ``None`` for one of another version or a
+        tombstone (the topic may be shared with newer or older releases)."""
+        try:
+            data = json.loads(value or b"")
+            if data.get("version") != MARKER_VERSION:
+                return None
+            return cls(job=str(data["job"]), subtask=int(data["subtask"]),
+                       checkpoint=int(data["checkpoint"]))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return None
+
+
+def transactional_id(job_id: str, subtask: int) -> str:
+    return f"cjob-{job_id}-{subtask}"
+
+
+def _reason(exc: BaseException) -> str:
+    first: Any = exc.args[0] if exc.args else None
+    text = str(first.str()) if callable(getattr(first, "str", None)) else str(exc)
+    return text or type(exc).__name__
+
+
+def read_markers(*, bootstrap: str, control_topic: str, job: str, timeout: float,
+                 client_config: Mapping[str, Any]) -> dict[int, int]:
+    """Subtask -> the newest checkpoint the control topic says was sent, for ``job``.
+
+    Reads every partition ``read_committed`` up to the high watermark seen at the
+    start; an open transaction of another writer holds the read until it ends (at most
+    its transaction timeout), since a marker behind it may be this job's.
+    """
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer({
+        **client_config,
+        "bootstrap.servers": bootstrap,
+        "group.id": f"cjob-markers-{uuid.uuid4().hex[:12]}",
+        "enable.auto.commit": False,
+        "enable.partition.eof": True,
+        "isolation.level": "read_committed",
+    })
+    through: dict[int, int] = {}
+    try:
+        described = consumer.list_topics(topic=control_topic, timeout=timeout).topics.get(
+            control_topic)
+        if described is None or described.error is not None:
+            return through
+        targets: dict[int, int] = {}
+        for partition in described.partitions:
+            _, high = consumer.get_watermark_offsets(TopicPartition(control_topic, partition),
+                                                     timeout=timeout)
+            if high > 0:
+                targets[partition] = high
+        if not targets:
+            return through
+        consumer.assign([TopicPartition(control_topic, p, OFFSET_BEGINNING) for p in targets])
+        deadline = time.monotonic() + timeout
+        while targets:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the control topic {control_topic} was not read to its "
+                                   f"end within {timeout:g}s (an open transaction?)")
+            message = consumer.poll(0.2)
+            error = None if message is None else message.error()
+            if message is not None and error is None:
+                marker = CommitMarker.parse(message.value())
+                if marker is not None and marker.job == job:
+                    through[marker.subtask] = max(through.get(marker.subtask, 0),
+                                                  marker.checkpoint)
+            elif error is not None and error.code() != KafkaError._PARTITION_EOF:
+                log.warning("reading %s: %s", control_topic, error)
+            positions = consumer.position([TopicPartition(control_topic, p) for p in targets])
+            for position in positions:
+                if position.offset >= targets[position.partition]:
+                    del targets[position.partition]
+        return through
+    finally:
+        consumer.close()
+
+
+class _Transactions(CheckpointCommitter):
+    """The exactly-once Kafka writer's sending side and committer in one: an interval
+    and its marker go out in one transaction, so ``commit`` has nothing left to do."""
+
+    def __init__(self, *, sink: KafkaSink, context: SinkContext) -> None:
+        self._sink = sink
+        self._context = context
+        self._job = context.job_id
+        self._producer: Any = None
+        self._through: dict[int, int] = {}
+        self._stale = True
+        """Whether the markers must be read again before the next answer: at the start,
+        and after a commit whose outcome is unknown."""
+        self._fenced: SinkFencedError | None = None
+
+    # ------------------------------------------------------------------ producers
+
+    def _owned_ids(self) -> list[int]:
+        ctx = self._context
+        upper = max(ctx.parallelism, ctx.restored_parallelism)
+        return list(range(ctx.subtask, upper, ctx.parallelism))
+
+    def _new_producer(self, subtask: int) -> Any:
+        from confluent_kafka import Producer
+
+        return Producer({**self._sink.producer_settings(),
+                         "transactional.id": transactional_id(self._job, subtask)})
+
+    def _init(self, producer: Any, subtask: int) -> None:
+        from confluent_kafka import KafkaException
+
+        try:
+            producer.init_transactions(self._sink.timeout)
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            if error is not None and error.fatal():
+                self._fenced = SinkFencedError(
+                    f"transactional id {transactional_id(self._job, subtask)}: {_reason(exc)}")
+                raise self._fenced from None
+            raise
+
+    def _start(self) -> None:
+        """Initialise every id this subtask owns (fencing zombies, aborting what they
+        left open), then read the markers."""
+        if self._fenced is not None:
+            raise self._fenced
+        for subtask in self._owned_ids():
+            if subtask == self._context.subtask:
+                continue
+            self._init(self._new_producer(subtask), subtask)
+        if self._producer is None:
+            producer = self._new_producer(self._context.subtask)
+            self._init(producer, self._context.subtask)
+            self._producer = producer
+        self._through = read_markers(bootstrap=self._sink.bootstrap,
+                                     control_topic=self._sink.control_topic, job=self._job,
+                                     timeout=self._sink.timeout,
+                                     client_config=self._sink.client_config)
+        self._stale = False
+
+    # ------------------------------------------------------------------ committer
+
+    def is_committed(self, *, subtask: int, checkpoint_id: int) -> bool:
+        if self._stale:
+            self._start()
+        return checkpoint_id <= self._through.get(subtask, 0)
+
+    def commit(self, *, subtask: int, checkpoint_id: int) -> None:
+        """The marker went out in the interval's own transaction."""
+
+    def close(self) -> None:
+        if self._producer is not None:
+            self._producer.flush(1.0)
+            self._producer = None
+
+    # ------------------------------------------------------------------ sending
+
+    def send(self, records: pa.Table, *, checkpoint_id: int, subtask: int) -> None:
+        from confluent_kafka import KafkaException
+
+        if self._stale:
+            self._start()
+        if self._fenced is not None:
+            raise self._fenced
+        producer = self._producer
+        marker = CommitMarker(job=self._job, subtask=subtask, checkpoint=checkpoint_id)
+        try:
+            producer.begin_transaction()
+            for key, value in self._sink.encode(records):
+                _produce(producer, topic=self._sink.topic, key=key, value=value)
+            _produce(producer, topic=self._sink.control_topic, key=marker.key,
+                     value=marker.value())
+            self._commit(producer)
+        except KafkaException as exc:
+            self._after_failure(producer, exc, checkpoint_id=checkpoint_id)
+            raise
+        self._through[subtask] = max(self._through.get(subtask, 0), checkpoint_id)
+
+    def _commit(self, producer: Any) -> None:
+        from confluent_kafka import KafkaException
+
+        deadline = time.monotonic() + self._sink.timeout
+        while True:
+            try:
+                producer.commit_transaction(max(1.0, deadline - time.monotonic()))
+                return
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                if error is None or not error.retriable() or time.monotonic() > deadline:
+                    raise
+
+    def _after_failure(self, producer: Any, exc: Exception, *, checkpoint_id: int) -> None:
+        """Leave the writer able to try again, or mark it fenced."""
+        from confluent_kafka import KafkaException
+
+        error = exc.args[0] if exc.args else None
+        if error is not None and error.fatal():
+            self._producer = None
+            self._fenced = SinkFencedError(
+                f"interval of checkpoint {checkpoint_id}: {_reason(exc)}")
+            raise self._fenced from exc
+        if error is not None and error.txn_requires_abort():
+            try:
+                producer.abort_transaction(self._sink.timeout)
+                return
+            except KafkaException as abort_failed:
+                log.warning("aborting the transaction of checkpoint %d failed: %s",
+                            checkpoint_id, _reason(abort_failed))
+        # The outcome is unknown (a commit that timed out may have happened): a new
+        # producer's initialisation ends it either way, and the markers say which.
+        self._producer = None
+        self._stale = True
+
+
+def _produce(producer: Any, *, topic: str, key: bytes | None, value: bytes) -> None:
+    while True:
+        try:
+            producer.produce(topic, value=value, key=key)
+            return
+        except BufferError:  # the local queue is full: let deliveries make room
+            producer.poll(0.05)
+
+
+class _AtLeastOnceWriter(SinkWriter):
+    """Produce as records come; a barrier waits until the broker acknowledged them all."""
+
+    def __init__(self, *, sink: KafkaSink) -> None:
+        from confluent_kafka import Producer
+
+        self._sink = sink
+        self._producer = Producer(sink.producer_settings())
+        self._failures: list[str] = []
+
+    def _delivered(self, error: Any, message: Any) -> None:
+        if error is not None:
+            self._failures.append(str(error))
+
+    def write(self, batch: Batch) -> None:
+        if not len(batch):
+            return
+        for key, value in self._sink.encode(pa.Table.from_batches([batch.arrow])):
+            while True:
+                try:
+                    self._producer.produce(self._sink.topic, value=value, key=key,
+                                           on_delivery=self._delivered)
+                    break
+                except BufferError:
+                    self._producer.poll(0.05)
+        self._producer.poll(0)
+
+    def snapshot(self, checkpoint_id: int) -> Any:
+        left = self._producer.flush(self._sink.timeout)
+        if left or self._failures:
+            failures, self._failures = self._failures, []
+            raise RuntimeError(f"kafka sink: {left} records not acknowledged within "
+                               f"{self._sink.timeout:g}s; failures: {failures[:3]}")
+        return None
+
+    def notify_complete(self, checkpoint_id: int, *, final: bool = False) -> None:
+        """Everything was acknowledged at the barrier."""
+
+    def restore(self, states: list[Any]) -> None:
+        """Nothing is pending: the records of restored checkpoints are all in the topic."""
+
+    def close(self) -> None:
+        self._producer.flush(1.0)
+
+
+class KafkaSink(Sink):
+    name = "kafka"
+
+    def __init__(self, *, topic: str, bootstrap: str, key: str | None,
+                 delivery: KafkaDelivery, control_topic: str, transaction_timeout: float,
+                 timeout: float, producer_config: Mapping[str, Any],
+                 commit_retry: CommitRetry, memory_bytes: int) -> None:
+        self.topic = topic
+        self.bootstrap = bootstrap
+        self.key = key
+        self.delivery = delivery
+        self.exactly_once = delivery is KafkaDelivery.EXACTLY_ONCE
+        self.control_topic = control_topic
+        self.transaction_timeout = transaction_timeout
+        self.timeout = timeout
+        self.client_config = dict(producer_config)
+        self.commit_retry = commit_retry
+        self.memory_bytes = memory_bytes
+
+    def producer_settings(self) -> dict[str, Any]:
+        settings: dict[str, Any] = {
+            "linger.ms": 5,
+            **self.client_config,
+            "bootstrap.servers": self.bootstrap,
+            "enable.idempotence": True,
+        }
+        if self.exactly_once:
+            settings["transaction.timeout.ms"] = int(self.transaction_timeout * 1000)
+        return settings
+
+    def encode(self, records: pa.Table) -> list[tuple[bytes | None, bytes]]:
+        """Each row as a JSON object; its ``key`` column (if any) as the record key."""
+        rows = records.to_pylist()
+        keys = [None] * len(rows) if self.key is None else [_key_bytes(r.get(self.key))
+                                                            for r in rows]
+        return [(key, json.dumps(row, separators=(",", ":"), default=str).encode())
+                for key, row in zip(keys, rows, strict=True)]
+
+    # ------------------------------------------------------------------ the driver
+
+    def prepare_on_driver(self, *, job_id: str) -> None:
+        """The topic must exist (a typo would otherwise create nothing and hang every
+        subtask); the control topic is created, compacted, when missing."""
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({**self.client_config, "bootstrap.servers": self.bootstrap})
+        try:
+            metadata = admin.list_topics(timeout=self.timeout)
+        except KafkaException as exc:
+            raise self._config_error(
+                f"no Kafka broker at {self.bootstrap} answered within {self.timeout:g}s "
+                f"({_reason(exc)})") from None
+        if self.topic not in metadata.topics:
+            raise self._config_error(f"topic {self.topic!r} does not exist at {self.bootstrap}")
+        if self.exactly_once and self.control_topic not in metadata.topics:
+            self._create_control_topic(admin)
+
+    def _create_control_topic(self, admin: Any) -> None:
+        from confluent_kafka import KafkaError, KafkaException
+        from confluent_kafka.cimpl import NewTopic
+
+        new = NewTopic(self.control_topic, num_partitions=1, replication_factor=-1,
+                       config={"cleanup.policy": "compact"})
+        try:
+            admin.create_topics([new], request_timeout=self.timeout)[self.control_topic].result(
+                timeout=self.timeout)
+            log.info("kafka sink: created the control topic %s", self.control_topic)
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            if error is None or error.code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise self._config_error(
+                    f"cannot create the control topic {self.control_topic!r}: "
+                    f"{_reason(exc)}") from None
+
+    def prepare_restore(self, *, checkpoint_id: int, job_id: str = "", s3: Any = None) -> None:
+        """Kafka cannot withdraw records: say so when a restore goes back past output
+        that is already in the topic (they will be there twice)."""
+        if not self.exactly_once:
+            return
+        try:
+            through = read_markers(bootstrap=self.bootstrap, control_topic=self.control_topic,
+                                   job=job_id, timeout=self.timeout,
+                                   client_config=self.client_config)
+        except Exception as exc:  # a warning's check must not stop the restore
+            log.warning("kafka sink: could not read %s to check the restore: %s",
+                        self.control_topic, exc)
+            return
+        ahead = {subtask: cp for subtask, cp in through.items() if cp > checkpoint_id}
+        if ahead:
+            log.warning("kafka sink: restoring checkpoint %d, but the topic %s already has "
+                        "the output of later checkpoints (subtask -> checkpoint: %s); Kafka "
+                        "cannot withdraw records, so their records will be in it twice",
+                        checkpoint_id, self.topic, dict(sorted(ahead.items())))
+
+    def _config_error(self, problem: str) -> ConfigurationError:
+        return ConfigurationError(setting="sinks.kafka", problem=problem)
+
+    # ------------------------------------------------------------------ subtasks
+
+    def open(self, *, context: SinkContext) -> SinkWriter:
+        if not self.exactly_once:
+            return _AtLeastOnceWriter(sink=self)
+        transactions = _Transactions(sink=self, context=context)
+        return WriteAheadWriter(send=transactions.send, committer=transactions,
+                                context=context,
+                                staging=staging_path(None, context=context, sink=self.name),
+                                commit_retry=self.commit_retry,
+                                memory_bytes=self.memory_bytes, name=self.name)
+
+
+def _key_bytes(value: Any) -> bytes | None:
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        return value
+    return str(value).encode()
+
+
+def kafka(topic: str, bootstrap: str, *, key: str | None = None, value_format: str = "json",
+          delivery: str = "exactly-once", control_topic: str = DEFAULT_CONTROL_TOPIC,
+          transaction_timeout: float = DEFAULT_TRANSACTION_TIMEOUT, timeout: float = 30.0,
+          producer_config: Mapping[str, Any] | None = None,
+          commit_retry: CommitRetry | None = None,
+          memory_bytes: int = DEFAULT_MEMORY_BYTES) -> KafkaSink:
+    """Write records to the Kafka ``topic`` at ``bootstrap``, each as a JSON object.
+
+    ``key``: the column whose value (bytes, or its text) becomes the record key.
+    ``delivery="exactly-once"`` (the default) sends a checkpoint interval in one
+    transaction once the checkpoint completed, so ``read_committed`` readers see each
+    record once, a checkpoint interval after it was produced; ``"at-least-once"``
+    produces at once and may repeat records after a restore. ``control_topic`` holds
+    the commit markers (created, compacted, on first use). ``transaction_timeout`` is
+    the producers' ``transaction.timeout.ms`` in seconds (at most the broker's 15
+    minutes). ``producer_config``: further client settings (security, compression).
+    """
+    if not isinstance(topic, str) or not topic:
+        raise PipelineDefinitionError(problem="kafka sink needs a topic name")
+    if not isinstance(bootstrap, str) or not bootstrap.strip():
+        raise PipelineDefinitionError(problem="kafka sink needs the brokers' bootstrap "
+                                              "address (host:port)")
+    if value_format != "json":
+        raise PipelineDefinitionError(
+            problem=f"kafka sink value_format must be 'json', got {value_format!r}")
+    try:
+        chosen = KafkaDelivery(delivery)
+    except ValueError:
+        raise PipelineDefinitionError(
+            problem=f"kafka sink delivery must be one of "
+                    f"{', '.join(d.value for d in KafkaDelivery)}, got {delivery!r}") from None
+    if key is not None and (not isinstance(key, str) or not key):
+        raise PipelineDefinitionError(problem=f"kafka sink key must be a column name, got "
+                                              f"{key!r}")
+    if not isinstance(control_topic, str) or not control_topic or control_topic == topic:
+        raise PipelineDefinitionError(
+            problem="kafka sink control_topic must be a topic name other than the output's")
+    if (isinstance(transaction_timeout, bool) or not isinstance(transaction_timeout, int | float)
+            or not 1.0 <= transaction_timeout <= MAX_TRANSACTION_TIMEOUT):
+        raise PipelineDefinitionError(
+            problem=f"kafka sink transaction_timeout must be 1 to {MAX_TRANSACTION_TIMEOUT:g} "
+                    f"seconds (the broker's transaction.max.timeout.ms), got "
+                    f"{transaction_timeout!r}")
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+        raise PipelineDefinitionError(
+            problem=f"kafka sink timeout must be a positive number of seconds, got {timeout!r}")
+    settings = dict(producer_config or {})
+    for name in settings:
+        reason = _OWN_SETTINGS.get(name)
+        if reason is not None:
+            raise PipelineDefinitionError(
+                problem=f"kafka sink producer_config may not set {name!r}: {reason}")
+    return KafkaSink(topic=topic, bootstrap=bootstrap.strip(), key=key, delivery=chosen,
+                     control_topic=control_topic, transaction_timeout=float(transaction_timeout),
+                     timeout=float(timeout), producer_config=settings,
+                     commit_retry=commit_retry or CommitRetry(), memory_bytes=memory_bytes)

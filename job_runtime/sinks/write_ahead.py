@@ -1,0 +1,398 @@
+"""``write_ahead``: hand each checkpoint interval to the user's code once its checkpoint
+completed, and record that it arrived with a :class:`CheckpointCommitter`.
+
+The files sink can make output visible atomically (a rename). Most systems a job writes
+to cannot: a database, a REST service, a queue. For them the sink keeps the records of
+a checkpoint interval durably next to the job's checkpoints (the *write-ahead log*)
+and sends them only after the checkpoint that closed the interval completed, so the
+outside world never sees records a restore would produce again. A committer then
+records that interval ``(subtask, checkpoint)`` arrived; a restart asks the committer
+before sending again, so exactly the intervals not yet committed are re-sent, however
+old they are.
+
+The send and the commit are two steps. When they can share one transaction (a database
+that takes the records and the committer's row together, the Kafka sink's transaction
+that carries its marker), the output is exactly once. Otherwise a crash between the
+two re-sends that one interval: at least once for it, or exactly once if ``send`` is
+idempotent.
+
+The life of one interval on one subtask:
+
+1. ``write`` appends batches to a local spool (memory, then the temp directory);
+2. the barrier of checkpoint ``n`` closes it (no I/O on the barrier path);
+3. the uploader thread copies it to ``<staging>/<subtask>/<n>-<attempt>.arrows`` and
+   only then acknowledges ``n``: the checkpoint's sink state lists it as pending;
+4. when ``n`` completes: unless the committer says it is committed, read it back,
+   ``send(records, checkpoint_id=n, subtask=...)``, ``committer.commit(...)``; then
+   delete the staged file;
+5. a restore goes through step 4 for every pending interval the checkpoint lists,
+   oldest first, before any new output.
+
+Pending intervals keep the subtask that wrote them: after a rescale, old subtask ``j``'s
+intervals are re-sent by new subtask ``j % parallelism`` under ``j``'s name, so the
+committer's records stay meaningful.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import functools
+import logging
+import struct
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from typing import IO, Any, BinaryIO, Protocol
+
+import pyarrow as pa
+
+from cjob_checkpoint.storage.base import FileSystem
+from cjob_checkpoint.storage.factory import get_filesystem
+from job_runtime.errors import PipelineDefinitionError, UserCodeError
+from job_runtime.faults import maybe_fail
+from job_runtime.records import Batch
+from job_runtime.sinks.base import Sink, SinkContext, SinkSnapshot, SinkWriter
+from job_runtime.sinks.commit import (
+    CommitRetry,
+    LostTransactionError,
+    SinkFencedError,
+    commit_with_retry,
+)
+
+log = logging.getLogger(__name__)
+
+__all__ = ["CheckpointCommitter", "PendingInterval", "SendFunction", "WriteAheadSink",
+           "WriteAheadWriter", "staging_path", "write_ahead"]
+
+SPOOL_MAGIC = b"CJWA"
+SPOOL_VERSION = 1
+PENDING_VERSION = 1
+DEFAULT_MEMORY_BYTES = 8 << 20
+_LENGTH = struct.Struct(">Q")
+
+
+class SendFunction(Protocol):
+    def __call__(self, records: pa.Table, *, checkpoint_id: int, subtask: int) -> None: ...
+
+
+class CheckpointCommitter(abc.ABC):
+    """Records which intervals ``(subtask, checkpoint)`` of a job reached the outside.
+
+    The committer is pickled to the executors with the pipeline: open connections in
+    :meth:`open`, not in ``__init__``. Keys must include ``job_id`` so that another
+    job (or the same name created again) never finds this job's records.
+    """
+
+    def open(self, *, job_id: str) -> None:  # noqa: B027 - optional hook
+        """Connect; called on the executor before the first question."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Disconnect."""
+
+    @abc.abstractmethod
+    def is_committed(self, *, subtask: int, checkpoint_id: int) -> bool:
+        """Whether the interval of ``subtask`` closed by ``checkpoint_id`` arrived."""
+
+    @abc.abstractmethod
+    def commit(self, *, subtask: int, checkpoint_id: int) -> None:
+        """Record that it arrived; must be idempotent (a retry may record it again)."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PendingInterval:
+    """A staged interval waiting for its send: the sink's checkpoint state, as JSON."""
+
+    checkpoint_id: int
+    subtask: int
+    uri: str
+    records: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": PENDING_VERSION, "checkpointId": self.checkpoint_id,
+                "subtask": self.subtask, "uri": self.uri, "records": self.records}
+
+    @classmethod
+    def from_json(cls, data: Any) -> PendingInterval:
+        if not isinstance(data, dict) or data.get("version") != PENDING_VERSION:
+            raise ValueError(f"not a write-ahead interval of version {PENDING_VERSION}: "
+                             f"{data!r}")
+        return cls(checkpoint_id=int(data["checkpointId"]), subtask=int(data["subtask"]),
+                   uri=str(data["uri"]), records=int(data["records"]))
+
+
+class _Spool:
+    """One interval's batches as length-prefixed Arrow IPC streams in a spooled file.
+
+    Each batch is a stream of its own (schema and batch), so batches of one interval
+    may differ in columns (row-form records need not agree) and are read back as one
+    table with their schemas unified.
+    """
+
+    def __init__(self, *, memory_bytes: int) -> None:
+        self._file: IO[bytes] = tempfile.SpooledTemporaryFile(  # noqa: SIM115 - close()
+            max_size=memory_bytes, prefix="cjob-write-ahead-")
+        self._file.write(SPOOL_MAGIC + bytes([SPOOL_VERSION]))
+        self.records = 0
+        self.checkpoint_id = 0
+
+    def write(self, batch: Batch) -> None:
+        arrow = batch.arrow
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, arrow.schema) as writer:
+            writer.write_batch(arrow)
+        data = sink.getvalue()
+        self._file.write(_LENGTH.pack(data.size))
+        self._file.write(memoryview(data))
+        self.records += len(batch)
+
+    def stage(self, fs: FileSystem, uri: str) -> None:
+        """Copy the spool to ``uri``; durable when this returns; may be repeated."""
+        self._file.seek(0)
+        with fs.open_write(uri) as out:
+            while chunk := self._file.read(1 << 20):
+                out.write(chunk)
+            maybe_fail("subtask.during-pre-commit", self.checkpoint_id)
+        self._file.seek(0, 2)
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def read_staged(stream: BinaryIO) -> pa.Table:
+    """The records of a staged interval as one table (schemas unified)."""
+    header = stream.read(len(SPOOL_MAGIC) + 1)
+    if header[:len(SPOOL_MAGIC)] != SPOOL_MAGIC or header[len(SPOOL_MAGIC):] != bytes(
+            [SPOOL_VERSION]):
+        raise ValueError("not a write-ahead interval file of version "
+                         f"{SPOOL_VERSION}")
+    tables = list(_tables(stream))
+    if not tables:
+        return pa.table({})
+    return pa.concat_tables(tables, promote_options="permissive")
+
+
+def _tables(stream: BinaryIO) -> Iterator[pa.Table]:
+    while prefix := stream.read(_LENGTH.size):
+        if len(prefix) != _LENGTH.size:
+            raise ValueError("the write-ahead interval file is truncated")
+        (length,) = _LENGTH.unpack(prefix)
+        data = stream.read(length)
+        if len(data) != length:
+            raise ValueError("the write-ahead interval file is truncated")
+        yield pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+
+
+class _StageThrough(SinkSnapshot):
+    def __init__(self, *, writer: WriteAheadWriter, checkpoint_id: int) -> None:
+        self._writer = writer
+        self._checkpoint_id = checkpoint_id
+
+    def complete(self) -> Any:
+        return self._writer.stage_through(self._checkpoint_id)
+
+
+class WriteAheadWriter(SinkWriter):
+    def __init__(self, *, send: SendFunction, committer: CheckpointCommitter,
+                 context: SinkContext, staging: str, commit_retry: CommitRetry,
+                 memory_bytes: int, name: str) -> None:
+        self._send = send
+        self._committer = committer
+        self._context = context
+        self._staging = staging.rstrip("/")
+        self._commit_retry = commit_retry
+        self._memory_bytes = memory_bytes
+        self._name = name
+        self._fs: FileSystem = get_filesystem(self._staging, s3=context.s3)
+        self._committer.open(job_id=context.job_id)
+        # ``_lock`` guards the lists (the task thread writes and sends, the uploader
+        # thread stages); ``_stage_lock`` keeps stagings in checkpoint order and
+        # ``_send_lock`` sends in checkpoint order whichever thread completes.
+        self._lock = threading.Lock()
+        self._stage_lock = threading.Lock()
+        self._send_lock = threading.Lock()
+        self._closed: list[_Spool] = []
+        self._pending: list[PendingInterval] = []
+        self._open = self._new_spool()
+
+    def _new_spool(self) -> _Spool:
+        return _Spool(memory_bytes=self._memory_bytes)
+
+    def _staging_uri(self, checkpoint_id: int) -> str:
+        ctx = self._context
+        return (f"{self._staging}/{ctx.subtask:05d}/"
+                f"{checkpoint_id:010d}-{ctx.attempt_tag}.arrows")
+
+    def write(self, batch: Batch) -> None:
+        if not len(batch):
+            return
+        try:
+            self._open.write(batch)
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise UserCodeError(
+                operator=self._name, subtask=self._context.subtask,
+                details=f"the records of one batch must give each column one type: {exc}",
+            ) from exc
+
+    def begin_snapshot(self, checkpoint_id: int) -> SinkSnapshot:
+        closed, self._open = self._open, self._new_spool()
+        closed.checkpoint_id = checkpoint_id
+        with self._lock:
+            self._closed.append(closed)
+        return _StageThrough(writer=self, checkpoint_id=checkpoint_id)
+
+    def snapshot(self, checkpoint_id: int) -> Any:
+        return self.begin_snapshot(checkpoint_id).complete()
+
+    def stage_through(self, checkpoint_id: int) -> list[dict[str, Any]]:
+        """Stage every closed interval up to ``checkpoint_id``; the pending list as JSON.
+
+        An interval whose own checkpoint was declined is staged under its own id and
+        travels with the next checkpoint, as in the files sink: nothing is dropped.
+        """
+        with self._stage_lock:
+            while True:
+                with self._lock:
+                    due = next((s for s in self._closed if s.checkpoint_id <= checkpoint_id),
+                               None)
+                if due is None:
+                    break
+                interval = None
+                if due.records:
+                    uri = self._staging_uri(due.checkpoint_id)
+                    due.stage(self._fs, uri)
+                    interval = PendingInterval(checkpoint_id=due.checkpoint_id,
+                                               subtask=self._context.subtask, uri=uri,
+                                               records=due.records)
+                with self._lock:
+                    if interval is not None:
+                        self._pending.append(interval)
+                    self._closed.remove(due)
+                due.close()
+            with self._lock:
+                return [p.to_json() for p in self._pending if p.checkpoint_id <= checkpoint_id]
+
+    def _deliver(self, interval: PendingInterval) -> None:
+        """Send one interval unless it arrived before, then record it; idempotent."""
+        committer = self._committer
+        if not committer.is_committed(subtask=interval.subtask,
+                                      checkpoint_id=interval.checkpoint_id):
+            if not self._fs.exists(interval.uri):
+                raise LostTransactionError(checkpoint_id=interval.checkpoint_id,
+                                           staging=interval.uri,
+                                           final="the write-ahead sink's committer")
+            with self._fs.open_read(interval.uri) as stream:
+                records = read_staged(stream)
+            self._send(records, checkpoint_id=interval.checkpoint_id,
+                            subtask=interval.subtask)
+            # Killed here, the interval went out and the committer does not know:
+            # the restore sends it again unless send and commit share a transaction.
+            maybe_fail("subtask.write-ahead-after-send", interval.checkpoint_id)
+            committer.commit(subtask=interval.subtask, checkpoint_id=interval.checkpoint_id)
+        try:
+            self._fs.delete(interval.uri)
+        except Exception as exc:  # garbage only: the committer has the interval
+            log.warning("could not delete the sent interval %s: %s", interval.uri, exc)
+
+    def notify_complete(self, checkpoint_id: int, *, final: bool = False) -> None:
+        with self._send_lock:
+            with self._lock:
+                due = [p for p in self._pending if p.checkpoint_id <= checkpoint_id]
+            for interval in due:
+                if final:
+                    commit_with_retry(functools.partial(self._deliver, interval),
+                                      retry=self._commit_retry,
+                                      checkpoint_id=interval.checkpoint_id,
+                                      target="the write-ahead sink's send")
+                else:
+                    try:
+                        self._deliver(interval)
+                    except (LostTransactionError, SinkFencedError):
+                        raise
+                    except Exception as exc:  # in order: later intervals wait for it
+                        log.warning("sending the interval of checkpoint %d failed, will "
+                                    "retry at the next checkpoint: %s",
+                                    interval.checkpoint_id, exc)
+                        return
+                with self._lock:
+                    self._pending.remove(interval)
+
+    def restore(self, states: list[Any]) -> None:
+        """Send the restored checkpoint's pending intervals not yet committed, oldest
+        first, before any new output."""
+        intervals = sorted((PendingInterval.from_json(entry)
+                            for state in states for entry in state or []),
+                           key=lambda p: (p.checkpoint_id, p.subtask))
+        with self._send_lock:
+            for interval in intervals:
+                commit_with_retry(functools.partial(self._deliver, interval),
+                                  retry=self._commit_retry,
+                                  checkpoint_id=interval.checkpoint_id,
+                                  target="the write-ahead sink's send")
+
+    def close(self) -> None:
+        with self._lock:
+            closed, self._closed = self._closed, []
+        for spool in [*closed, self._open]:
+            spool.close()
+        self._open = self._new_spool()
+        self._committer.close()
+
+
+class WriteAheadSink(Sink):
+    name = "write_ahead"
+    exactly_once = True
+
+    def __init__(self, *, send: SendFunction, committer: CheckpointCommitter,
+                 staging: str | None, commit_retry: CommitRetry, memory_bytes: int) -> None:
+        self.send = send
+        self.committer = committer
+        self.staging = staging
+        self.commit_retry = commit_retry
+        self.memory_bytes = memory_bytes
+
+    def open(self, *, context: SinkContext) -> SinkWriter:
+        return WriteAheadWriter(send=self.send, committer=self.committer, context=context,
+                                staging=staging_path(self.staging, context=context,
+                                                     sink=self.name),
+                                commit_retry=self.commit_retry,
+                                memory_bytes=self.memory_bytes, name=self.name)
+
+
+def staging_path(staging: str | None, *, context: SinkContext, sink: str) -> str:
+    """Where a write-ahead writer keeps its intervals: ``<staging>/write-ahead``, by
+    default in the job's directory of the checkpoint storage."""
+    root = staging or context.staging_root
+    if not root:
+        raise PipelineDefinitionError(
+            problem=f"the {sink} sink needs a staging path outside a job "
+                    "(inside one it keeps intervals next to the checkpoints)")
+    return f"{root.rstrip('/')}/write-ahead"
+
+
+def write_ahead(send: Callable[..., None], committer: CheckpointCommitter, *,
+                staging: str | None = None, commit_retry: CommitRetry | None = None,
+                memory_bytes: int = DEFAULT_MEMORY_BYTES) -> WriteAheadSink:
+    """Send each checkpoint interval with ``send(records, checkpoint_id=, subtask=)``
+    once its checkpoint completed, exactly the intervals ``committer`` has not recorded.
+
+    ``records`` is a ``pyarrow.Table`` (``records.to_pylist()`` gives dicts). Intervals
+    wait under ``staging`` (default: the job's checkpoint directory, which every
+    attempt of the job can read). ``commit_retry`` bounds the retries of sends that
+    cannot wait for a later checkpoint (the final one, and those of a restore).
+    """
+    if not callable(send):
+        raise PipelineDefinitionError(problem="write_ahead needs a send function, got "
+                                              f"{type(send).__name__}")
+    if not isinstance(committer, CheckpointCommitter):
+        raise PipelineDefinitionError(
+            problem="write_ahead needs a CheckpointCommitter (is_committed and commit), "
+                    f"got {type(committer).__name__}")
+    if not isinstance(memory_bytes, int) or isinstance(memory_bytes, bool) or memory_bytes < 1:
+        raise PipelineDefinitionError(
+            problem=f"write_ahead memory_bytes must be a positive integer, got "
+                    f"{memory_bytes!r}")
+    if staging is not None and (not isinstance(staging, str) or not staging):
+        raise PipelineDefinitionError(problem="write_ahead staging must be a non-empty path")
+    return WriteAheadSink(send=send, committer=committer, staging=staging,
+                          commit_retry=commit_retry or CommitRetry(), memory_bytes=memory_bytes)

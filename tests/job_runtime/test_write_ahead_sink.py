@@ -1,0 +1,256 @@
+"""The write-ahead sink: what the outside system receives, and when.
+
+The user's ``send`` must see an interval only after its checkpoint completed, and a
+restore must re-send exactly the intervals the committer has not recorded, whatever
+happened in between: declined checkpoints, failing sends, a rescale, a crash between
+the send and the commit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from job_runtime.errors import PipelineDefinitionError, UserCodeError
+from job_runtime.records import Batch
+from job_runtime.sinks import CheckpointCommitter, write_ahead
+from job_runtime.sinks.base import SinkContext, SinkWriter
+from job_runtime.sinks.commit import CommitRetry, LostTransactionError, SinkCommitError
+
+QUICK = CommitRetry(attempts=2, first_delay=0.0, max_delay=0.0)
+
+
+@dataclasses.dataclass
+class Outside:
+    """The system written to: what arrived, and the committer's records of it."""
+
+    received: list[tuple[int, int, list[int]]] = dataclasses.field(default_factory=list)
+    committed: set[tuple[str, int, int]] = dataclasses.field(default_factory=set)
+    failures_left: int = 0
+
+    def send(self, records: pa.Table, *, checkpoint_id: int, subtask: int) -> None:
+        if self.failures_left:
+            self.failures_left -= 1
+            raise ConnectionError("the outside system is down")
+        self.received.append((checkpoint_id, subtask, records.column("n").to_pylist()))
+
+    def numbers(self) -> list[int]:
+        return sorted(n for _, _, ns in self.received for n in ns)
+
+
+class OutsideCommitter(CheckpointCommitter):
+    def __init__(self, outside: Outside) -> None:
+        self.outside = outside
+        self.job_id = ""
+
+    def open(self, *, job_id: str) -> None:
+        self.job_id = job_id
+
+    def is_committed(self, *, subtask: int, checkpoint_id: int) -> bool:
+        return (self.job_id, subtask, checkpoint_id) in self.outside.committed
+
+    def commit(self, *, subtask: int, checkpoint_id: int) -> None:
+        self.outside.committed.add((self.job_id, subtask, checkpoint_id))
+
+
+def open_writer(outside: Outside, staging: Path, *, subtask: int = 0, parallelism: int = 1,
+                attempt: str = "a1e1", job_id: str = "job-1") -> SinkWriter:
+    sink = write_ahead(outside.send, OutsideCommitter(outside), commit_retry=QUICK)
+    return sink.open(context=SinkContext(subtask=subtask, parallelism=parallelism,
+                                         attempt_tag=attempt, job_id=job_id,
+                                         staging_root=str(staging)))
+
+
+def rows(*values: int) -> Batch:
+    return Batch(rows=[{"n": v} for v in values])
+
+
+def staged_files(staging: Path) -> list[Path]:
+    return sorted(p for p in staging.rglob("*") if p.is_file())
+
+
+class TestWhenRecordsAreSent:
+    def test_an_interval_is_sent_only_after_its_checkpoint_completes(
+            self, tmp_path: Path) -> None:
+        outside = Outside()
+        writer = open_writer(outside, tmp_path)
+        writer.write(rows(1, 2))
+        writer.snapshot(1)
+        writer.write(rows(3))
+        assert outside.received == []
+        writer.notify_complete(1)
+        assert outside.received == [(1, 0, [1, 2])]
+        writer.snapshot(2)
+        writer.notify_complete(2)
+        assert outside.received == [(1, 0, [1, 2]), (2, 0, [3])]
+
+    def test_a_completion_sends_every_earlier_interval_in_checkpoint_order(
+            self, tmp_path: Path) -> None:
+        outside = Outside()
+        writer = open_writer(outside, tmp_path)
+        for checkpoint, value in ((1, 10), (2, 20), (3, 30)):
+            writer.write(rows(value))
+            writer.snapshot(checkpoint)
+        writer.notify_complete(3)
+        assert [(c, ns) for c, _, ns in outside.received] == [(1, [10]), (2, [20]), (3, [30])]
+
+    def test_an_interval_whose_checkpoint_was_declined_goes_out_with_the_next(
+            self, tmp_path: Path) -> None:
+        outside = Outside()
+        writer = open_writer(outside, tmp_path)
+        writer.write(rows(1))
+        writer.begin_snapshot(1)           # its staging never ran: checkpoint 1 declined
+        writer.write(rows(2))
+        writer.snapshot(2)
+        writer.notify_complete(2)
+        assert outside.numbers() == [1, 2]
+
+    def test_an_empty_interval_sends_nothing(self, tmp_path: Path) -> None:
+        outside = Outside()
+        writer = open_writer(outside, tmp_path)
+        writer.snapshot(1)
+        writer.notify_complete(1)
+        assert outside.received == []
+        assert outside.committed == set()
+
+    def test_a_sent_and_committed_interval_leaves_no_staged_file(self, tmp_path: Path) -> None:
+        outside = Outside()
+        writer = open_writer(outside, tmp_path)
+        writer.write(rows(1))
+        writer.snapshot(1)
+        assert len(staged_files(tmp_path)) == 1
+        writer.notify_complete(1)
+        assert staged_files(tmp_path) == []
+        assert outside.committed == {("job-1", 0, 1)}
+
+    def test_batches_of_one_interval_with_different_columns_arrive_as_one_table(
+            self, tmp_path: Path) -> None:
+        tables: list[pa.Table] = []
+        sink = write_ahead(lambda records, **_: tables.append(records),
+                           OutsideCommitter(Outside()), commit_retry=QUICK)
+        writer = sink.open(context=SinkContext(subtask=0, parallelism=1, attempt_tag="a1e1",
+                                               staging_root=str(tmp_path)))
+        writer.write(Batch(rows=[{"n": 1}]))
+        writer.write(Batch(rows=[{"n": 2, "word": "two"}]))
+        writer.snapshot(1)
+        writer.notify_complete(1)
+        assert tables[0].to_pylist() == [{"n": 1, "word": None}, {"n": 2, "word": "two"}]
+
+
+class TestFailingSends:
+    def test_a_failed_send_waits_for_the_next_checkpoint_and_keeps_the_order(
+            self, tmp_path: Path) -> None:
+        outside = Outside(failures_left=1)
+        writer = open_writer(outside, tmp_path)
+        writer.write(rows(1))
+        writer.snapshot(1)
+        writer.notify_complete(1)
+        assert outside.received == []
+        writer.write(rows(2))
+        writer.snapshot(2)
+        writer.notify_complete(2)
+        assert [c for c, _, _ in outside.received] == [1, 2]
+
+    def test_a_final_send_that_keeps_failing_fails_the_attempt_and_keeps_the_interval(
+            self, tmp_path: Path) -> None:
+        outside = Outside(failures_left=99)
+        writer = open_writer(outside, tmp_path)
+        writer.write(rows(1))
+        state = writer.snapshot(1)
+        with pytest.raises(SinkCommitError):
+            writer.notify_complete(1, final=True)
+        outside.failures_left = 0
+        open_writer(outside, tmp_path, attempt="a2e1").restore([state])
+        assert outside.numbers() == [1]
+
+    def test_an_interval_neither_staged_nor_committed_fails_the_restore(
+            self, tmp_path: Path) -> None:
+        outside = Outside()
+        writer = open_writer(outside, tmp_path)
+        writer.write(rows(1))
+        state = writer.snapshot(1)
+        for path in staged_files(tmp_path):
+            path.unlink()
+        with pytest.raises(LostTransactionError):
+            open_writer(outside, tmp_path, attempt="a2e1").restore([state])
+
+
+class TestRestores:
+    def test_a_restore_sends_exactly_the_intervals_not_yet_committed_oldest_first(
+            self, tmp_path: Path) -> None:
+        outside = Outside()
+        writer = open_writer(outside, tmp_path)
+        for checkpoint, value in ((1, 10), (2, 20), (3, 30)):
+            writer.write(rows(value))
+            writer.snapshot(checkpoint)
+        state = writer.snapshot(4)         # lists intervals 1, 2 and 3 as pending
+        writer.notify_complete(1)          # the attempt dies after sending 1 only
+        assert outside.numbers() == [10]
+
+        open_writer(outside, tmp_path, attempt="a2e1").restore([state])
+        assert [(c, ns) for c, _, ns in outside.received] == [(1, [10]), (2, [20]), (3, [30])]
+
+    def test_a_crash_between_send_and_commit_re_sends_that_interval_only(
+            self, tmp_path: Path) -> None:
+        """Why ``send`` should write the committer's record in its own transaction:
+        the sink cannot tell a sent interval from an unsent one without it."""
+        outside = Outside()
+        writer = open_writer(outside, tmp_path)
+        writer.write(rows(1))
+        writer.snapshot(1)
+        writer.write(rows(2))
+        state = writer.snapshot(2)
+        writer.notify_complete(1)
+        outside.send(pa.table({"n": [2]}), checkpoint_id=2, subtask=0)  # sent, not committed
+        open_writer(outside, tmp_path, attempt="a2e1").restore([state])
+        assert outside.numbers() == [1, 2, 2]
+
+    def test_after_a_rescale_pending_intervals_keep_the_subtask_that_wrote_them(
+            self, tmp_path: Path) -> None:
+        outside = Outside()
+        states: list[Any] = []
+        for subtask in range(3):
+            writer = open_writer(outside, tmp_path, subtask=subtask, parallelism=3)
+            writer.write(rows(subtask))
+            states.append(writer.snapshot(1))
+        # Parallelism 3 -> 2: new subtask 0 gets old 0 and 2, new subtask 1 gets old 1.
+        open_writer(outside, tmp_path, subtask=0, parallelism=2, attempt="a2e1").restore(
+            [states[0], states[2]])
+        open_writer(outside, tmp_path, subtask=1, parallelism=2, attempt="a2e1").restore(
+            [states[1]])
+        assert sorted((s, ns) for _, s, ns in outside.received) == [(0, [0]), (1, [1]),
+                                                                    (2, [2])]
+        assert outside.committed == {("job-1", s, 1) for s in range(3)}
+
+    def test_another_jobs_commits_do_not_hide_this_jobs_intervals(self, tmp_path: Path) -> None:
+        outside = Outside(committed={("job-0", 0, 1)})
+        writer = open_writer(outside, tmp_path, job_id="job-1")
+        writer.write(rows(1))
+        writer.snapshot(1)
+        writer.notify_complete(1)
+        assert outside.numbers() == [1]
+
+
+class TestBadInput:
+    def test_a_send_that_is_not_callable_is_a_pipeline_error(self) -> None:
+        with pytest.raises(PipelineDefinitionError, match="send function"):
+            write_ahead("not a function", OutsideCommitter(Outside()))  # type: ignore[arg-type]
+
+    def test_a_committer_of_the_wrong_type_is_a_pipeline_error(self) -> None:
+        with pytest.raises(PipelineDefinitionError, match="CheckpointCommitter"):
+            write_ahead(Outside().send, object())  # type: ignore[arg-type]
+
+    def test_records_whose_column_changes_type_within_a_batch_are_a_user_error(
+            self, tmp_path: Path) -> None:
+        writer = open_writer(Outside(), tmp_path)
+        with pytest.raises(UserCodeError, match="one type"):
+            writer.write(Batch(rows=[{"n": 1}, {"n": "one"}]))
+
+    def test_outside_a_job_the_sink_needs_a_staging_path(self) -> None:
+        sink = write_ahead(Outside().send, OutsideCommitter(Outside()))
+        with pytest.raises(PipelineDefinitionError, match="staging"):
+            sink.open(context=SinkContext(subtask=0, parallelism=1, attempt_tag="a1e1"))
