@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
@@ -21,6 +21,17 @@ recovery is read from them (a kill's time to ``first_record``), which is exact w
 ``cjob_job_records_in``, refreshed about once a second, is not."""
 
 _BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+
+
+class PartitionLag(Protocol):
+    """A source partition's lag as subtasks report it (``sources.base.SourceBacklog``)."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def records(self) -> int: ...
 
 
 class DriverMetrics:
@@ -62,6 +73,10 @@ class DriverMetrics:
             "Failed prunes of retained checkpoints (the store retries on the next add)",
             labels, registry=r)
         self.prune_failures.labels(job)
+        self.source_lag_records = Gauge(
+            "cjob_job_source_lag_records",
+            "Records between a source partition's read position and its end as last seen",
+            [*labels, "topic", "partition"], registry=r)
         self.in_run_restarts = Gauge("cjob_job_subtask_restarts",
                                      "Relaunches of the barrier stage in this driver", labels,
                                      registry=r)
@@ -96,6 +111,12 @@ class DriverMetrics:
             name = MILESTONES.get(key)
             if name is not None:
                 self.milestone.labels(self._job, name).set(value)
+
+    def source_lag(self, backlog: Iterable[PartitionLag]) -> None:
+        """Set each reported partition's lag; a partition no longer reported (read by
+        another subtask after a restart, or ended) keeps its last value until then."""
+        for lag in backlog:
+            self.source_lag_records.labels(self._job, lag.topic, str(lag.partition)).set(lag.records)
 
     def progress(self, *, records_in: int, records_out: int, failed: int,
                  restarts: int) -> None:

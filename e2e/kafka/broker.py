@@ -55,7 +55,10 @@ class KafkaBroker:
 
     ``die_with_parent`` asks the kernel to stop the broker when the process that started
     it dies, so a test run killed mid-way leaves no broker behind; a broker meant to
-    outlive its starter (``python -m e2e.kafka up``) leaves it off.
+    outlive its starter (``python -m e2e.kafka up``) leaves it off. The kernel ties that
+    signal to the *thread* that started the broker: call :meth:`start` from a thread
+    that lives as long as the broker should (a test's main thread), never from a
+    short-lived helper thread.
     """
 
     def __init__(

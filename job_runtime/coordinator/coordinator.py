@@ -675,6 +675,7 @@ class CheckpointCoordinator:
                 timeline["restoreSecondsMax"] = max(restores)
             return {
                 "epoch": self._epoch,
+                "sourceLag": [lag for m in metrics for lag in m.source_backlog],
                 "recordsIn": records_in,
                 "recordsOut": records_out,
                 "checkpoints": self.stats.summary(),

@@ -23,6 +23,7 @@ from typing import Any, ClassVar, TypeAlias
 from cjob_checkpoint.checkpoint_storage import StateHandle
 from cjob_checkpoint.fields import Json, JsonFields
 from cjob_checkpoint.metadata import CheckpointMetadata, MetadataError, SharedStateFile
+from job_runtime.sources.base import SourceBacklog
 
 FORMAT_VERSION = 2
 """Version 2: ``registered`` names the driver attempt (a standby's subtasks register
@@ -136,9 +137,13 @@ class TaskMetrics:
     last_record_at: float | None = None
     restore_seconds: float | None = None
     rejected_connections: int = 0
+    source_backlog: tuple[SourceBacklog, ...] = ()
+    """The lag of each partition this subtask reads, where the source knows it."""
 
     def to_json(self) -> dict[str, Json]:
-        return dataclasses.asdict(self)
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        fields["source_backlog"] = [b.to_json() for b in self.source_backlog]
+        return fields
 
     @classmethod
     def from_json(cls, fields: _Fields) -> TaskMetrics:
@@ -147,7 +152,10 @@ class TaskMetrics:
                    first_record_at=fields.optional_number("first_record_at"),
                    last_record_at=fields.optional_number("last_record_at"),
                    restore_seconds=fields.optional_number("restore_seconds"),
-                   rejected_connections=fields.integer("rejected_connections"))
+                   rejected_connections=fields.integer("rejected_connections"),
+                   source_backlog=tuple(
+                       SourceBacklog.from_json(b) for b in
+                       (fields.array("source_backlog") if fields.has("source_backlog") else [])))
 
 
 # --------------------------------------------------------------------------- subtask -> coordinator

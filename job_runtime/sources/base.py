@@ -26,6 +26,25 @@ class Split:
     description: Any
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SourceBacklog:
+    """How far a reader of one partition of a log (a Kafka topic) is behind its end:
+    the driver's ``cjob_job_source_lag_records``. Crosses the process boundary inside
+    a subtask's progress report."""
+
+    topic: str
+    partition: int
+    records: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"topic": self.topic, "partition": self.partition, "records": self.records}
+
+    @classmethod
+    def from_json(cls, data: Any) -> SourceBacklog:
+        return cls(topic=str(data["topic"]), partition=int(data["partition"]),
+                   records=int(data["records"]))
+
+
 class SplitReader(abc.ABC):
     @abc.abstractmethod
     def read_batch(self) -> Batch | None:
@@ -34,6 +53,12 @@ class SplitReader(abc.ABC):
     @abc.abstractmethod
     def position(self) -> Any:
         """A picklable position from which a new reader continues exactly here."""
+
+    def backlog(self) -> SourceBacklog | None:
+        """Records between the position and the split's end as last seen, for a split
+        that has such an end (a log's partition); ``None`` otherwise or when unknown.
+        Called from the progress thread: it must not block."""
+        return None
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release files or connections."""
@@ -70,6 +95,13 @@ class Source(abc.ABC):
     @abc.abstractmethod
     def open(self, split: Split, position: Any, *, context: SourceContext) -> SplitReader:
         """A reader of ``split`` starting at ``position`` (``None`` for the beginning)."""
+
+    @property
+    def reads_splits_together(self) -> bool:
+        """Whether a subtask keeps a reader of each of its splits open and reads them in
+        turn (splits that never end, or whose records should interleave in time), rather
+        than one split after the other."""
+        return False
 
     def prepare_on_driver(self, *, spark_context: Any, staging_uri: str) -> None:  # noqa: B027
         """Runs once in the driver before the job starts (e.g. to stage a DataFrame).

@@ -26,9 +26,9 @@ committed, not even as a monitoring copy: the checkpoint is the only record.
 
 **Unbounded** readers return an empty batch when nothing arrived within
 :data:`POLL_SECONDS`, so an idle partition never holds a barrier back, and never
-end. The source task reads its splits one after the other, so an unbounded source
-needs at least as many subtasks as partitions (one partition each); with fewer, the
-first read fails the job with a clear error. **Bounded** readers end at the plan's end
+end. A subtask keeps a reader of each of its partitions open and reads them in turn
+(``reads_splits_together``), so any number of partitions works with any parallelism;
+an idle partition costs its turn :data:`POLL_SECONDS` of waiting. **Bounded** readers end at the plan's end
 offset (the last stable offset at the first start); a partition whose end is its start
 ends at once.
 
@@ -57,7 +57,13 @@ from cjob_checkpoint.storage.base import join_uri
 from cjob_checkpoint.storage.factory import get_filesystem
 from job_runtime.errors import ConfigurationError, PipelineDefinitionError, UserCodeError
 from job_runtime.records import Batch
-from job_runtime.sources.base import Source, SourceContext, Split, SplitReader
+from job_runtime.sources.base import (
+    Source,
+    SourceBacklog,
+    SourceContext,
+    Split,
+    SplitReader,
+)
 
 if TYPE_CHECKING:
     from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
@@ -199,6 +205,25 @@ class _KafkaReader(SplitReader):
         return {"topic": self._part.topic, "partition": self._part.partition,
                 "offset": self._next, "end": self._end}
 
+    def backlog(self) -> SourceBacklog | None:
+        """The consumer's lag: the high watermark its last fetch saw, minus the next
+        offset (no request to the broker: the client's cached value)."""
+        from confluent_kafka import TopicPartition
+
+        consumer = self._consumer
+        if consumer is None:
+            return None
+        try:
+            _, high = consumer.get_watermark_offsets(
+                TopicPartition(self._part.topic, self._part.partition), cached=True)
+        except Exception:  # closed meanwhile, or nothing fetched yet
+            return None
+        if high is None or high < 0:
+            return None
+        end = high if self._end is None else min(high, self._end)
+        return SourceBacklog(topic=self._part.topic, partition=self._part.partition,
+                             records=max(0, end - self._next))
+
     def close(self) -> None:
         if self._consumer is not None:
             consumer, self._consumer = self._consumer, None
@@ -318,17 +343,17 @@ class KafkaSource(Source):
 
     # ------------------------------------------------------------------ splits and readers
 
+    @property
+    def reads_splits_together(self) -> bool:
+        """Partitions of an unbounded topic never end: a subtask reads all of its
+        partitions in turn (and a bounded one too, so their records interleave)."""
+        return True
+
     def splits(self, *, context: SourceContext) -> list[Split]:
         return [Split(index=i, description=part) for i, part in enumerate(self._plan(context))]
 
     def open(self, split: Split, position: Any, *, context: SourceContext) -> SplitReader:
         part: KafkaPartition = split.description
-        count = len(self._plan(context))
-        if not self.bounded and count > context.parallelism:
-            raise UserCodeError(operator=self.name, subtask=context.subtask, details=(
-                f"an unbounded kafka source reads one partition per subtask: "
-                f"{', '.join(self.topics)} have {count} partitions, the job's parallelism "
-                f"is {context.parallelism}; run it with a parallelism of at least {count}"))
         if position is None:
             offset, end = part.start, part.end
         else:

@@ -75,6 +75,7 @@ class StatusWriter:
                                   failed=status.checkpoints.failed,
                                   restarts=status.subtask_restarts)
             self.metrics.milestones(status.timeline)
+            self.metrics.source_lag(self.coordinator.snapshot_progress()["sourceLag"])
         if self.path:
             write_status_file(self.path, status)
 

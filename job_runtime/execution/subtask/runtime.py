@@ -180,7 +180,9 @@ class SubtaskRuntime:
             first_record_at=min(firsts) if firsts else None,
             last_record_at=max(lasts) if lasts else None,
             restore_seconds=sum(restores) if restores else None,
-            rejected_connections=self.channels.rejected if self.channels is not None else 0)
+            rejected_connections=self.channels.rejected if self.channels is not None else 0,
+            source_backlog=tuple(lag for t in self.tasks if isinstance(t, SourceTask)
+                                 for lag in t.backlog()))
 
     def _report_progress(self) -> None:
         while not self.cancelled.wait(self.config.progress_interval):

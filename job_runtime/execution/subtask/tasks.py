@@ -34,7 +34,7 @@ from job_runtime.operators.combiner import Combiner
 from job_runtime.operators.keyed import KeyedOperator, build_keyed_operator
 from job_runtime.records import Batch, key_group_of, key_group_range, split_by_target
 from job_runtime.sinks.base import SinkWriter
-from job_runtime.sources.base import Source, SourceContext, Split, SplitReader
+from job_runtime.sources.base import Source, SourceBacklog, SourceContext, Split, SplitReader
 from job_runtime.state.backend import BackendKind, StateBackendSettings
 
 log = logging.getLogger(__name__)
@@ -212,14 +212,25 @@ class SourceTask(Task):
         self.positions: dict[int, Any] = {
             s.index: None if restore is None else restore.source_position(s.index)
             for s in self.splits}
-        self._reader: SplitReader | None = None
-        self._current = 0
+        self._unopened: list[Split] = list(self.splits)
+        self._open: list[tuple[Split, SplitReader]] = []
+        self._max_open = len(self.splits) if source.reads_splits_together else 1
+        self._turn = 0
         self.exhausted = False
+
+    def backlog(self) -> list[SourceBacklog]:
+        """The lag of the open readers that know theirs (read by the progress thread)."""
+        found = []
+        for _, reader in list(self._open):
+            lag = reader.backlog()
+            if lag is not None:
+                found.append(lag)
+        return found
 
     def _positions(self) -> dict[int, Any]:
         current = dict(self.positions)
-        if self._reader is not None:
-            current[self.splits[self._current].index] = self._reader.position()
+        for split, reader in self._open:
+            current[split.index] = reader.position()
         return current
 
     def source_positions(self) -> dict[str, Any]:
@@ -239,20 +250,32 @@ class SourceTask(Task):
                 super().handle_control(message)
 
     def _next_batch(self) -> Batch | None:
-        while self._current < len(self.splits):
-            if self._reader is None:
-                split = self.splits[self._current]
-                self._reader = self.source.open(split, self.positions[split.index],
-                                                context=self.context)
-            batch = self._reader.read_batch()
-            if batch is not None:
-                return batch
-            split = self.splits[self._current]
-            self.positions[split.index] = self._reader.position()
-            self._reader.close()
-            self._reader = None
-            self._current += 1
-        return None
+        """The next batch of the open readers in turn (one reader at a time unless the
+        source reads its splits together); an empty batch when every open reader had
+        nothing; ``None`` once every split ended."""
+        while True:
+            while len(self._open) < self._max_open and self._unopened:
+                split = self._unopened.pop(0)
+                self._open.append((split, self.source.open(split, self.positions[split.index],
+                                                           context=self.context)))
+            if not self._open:
+                return None
+            idle: Batch | None = None
+            for _ in range(len(self._open)):
+                index = self._turn % len(self._open)
+                split, reader = self._open[index]
+                batch = reader.read_batch()
+                if batch is None:
+                    self.positions[split.index] = reader.position()
+                    reader.close()
+                    del self._open[index]
+                    break
+                self._turn = index + 1
+                if len(batch):
+                    return batch
+                idle = batch
+            else:
+                return idle
 
     def loop(self) -> None:
         while not self.finished:

@@ -240,6 +240,26 @@ def test_an_unbounded_reader_returns_an_empty_batch_promptly_when_idle_and_later
     reader.close()
 
 
+def test_a_readers_backlog_is_the_records_between_its_position_and_the_partitions_end(
+        kafka_broker: KafkaBroker, tmp_path: Path) -> None:
+    bootstrap = kafka_broker.bootstrap
+    topic = create_topic(bootstrap=bootstrap, partitions=1)
+    produce(bootstrap, topic, [b"r%d" % i for i in range(10)])
+    ctx = context(tmp_path)
+    source = sources.kafka(topic, bootstrap, batch_size=3)
+    reader = source.open(only_split(source, ctx), None, context=ctx)
+    assert reader.backlog() is None                 # nothing fetched: unknown, not zero
+    rows = read_at_least(reader, 3)
+    backlog = reader.backlog()
+    assert backlog is not None
+    assert (backlog.topic, backlog.partition) == (topic, 0)
+    assert backlog.records == 10 - len(rows)
+    read_at_least(reader, 10 - len(rows))
+    backlog = reader.backlog()
+    assert backlog is not None and backlog.records == 0
+    reader.close()
+
+
 def test_json_values_are_decoded_into_columns_beside_the_records_metadata(
         kafka_broker: KafkaBroker, tmp_path: Path) -> None:
     bootstrap = kafka_broker.bootstrap
@@ -310,16 +330,6 @@ def test_a_value_that_is_not_a_json_object_fails_with_its_topic_partition_and_of
     assert details.startswith(f"kafka topic {topic!r} partition 0 offset 2: the value is not "
                               "valid JSON")
     assert "\n" not in details
-
-
-def test_an_unbounded_source_with_more_partitions_than_subtasks_fails_with_a_clear_message(
-        kafka_broker: KafkaBroker, tmp_path: Path) -> None:
-    topic = create_topic(bootstrap=kafka_broker.bootstrap, partitions=3)
-    ctx = context(tmp_path, parallelism=2)
-    source = sources.kafka(topic, kafka_broker.bootstrap)
-    with pytest.raises(UserCodeError) as raised:
-        source.open(source.splits(context=ctx)[0], None, context=ctx)
-    assert "run it with a parallelism of at least 3" in raised.value.details
 
 
 def test_a_checkpointed_position_of_another_partition_is_refused(

@@ -1,0 +1,135 @@
+"""The click-count example (``examples/kafka_clicks``): Kafka in, a keyed count, Kafka
+out through transactions, on real Spark and the real broker. Killed where an
+exactly-once Kafka sink can lose or repeat output, every count is read back once by a
+``read_committed`` consumer.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import time
+import urllib.request
+from typing import Any
+
+import pytest
+from paths import REPO
+from runtime_harness import JobHarness, load_example
+
+from e2e.kafka import KafkaBroker, create_topic
+
+EXAMPLE = REPO / "examples" / "kafka_clicks"
+COUNT = 3000
+DELAY = 0.003  # seconds per click: about 5 s of reading over two subtasks
+
+produce = load_example("examples/kafka_clicks/produce.py")
+verify = load_example("examples/kafka_clicks/verify.py")
+
+
+def prepare(bootstrap: str) -> dict[str, Any]:
+    source = create_topic(bootstrap=bootstrap, partitions=3)
+    output = create_topic(bootstrap=bootstrap, partitions=2)
+    produce.produce(bootstrap, source, produce.clicks(count=COUNT, users=40))
+    return {"bootstrap": bootstrap, "input": source, "output": output, "bounded": True,
+            "delay": DELAY}
+
+
+def problems(args: dict[str, Any]) -> list[str]:
+    clicks = verify.read_values(args["bootstrap"], args["input"])
+    assert len(clicks) == COUNT
+    found: list[str] = verify.verify(clicks, verify.read_values(args["bootstrap"],
+                                                                args["output"]))
+    return found
+
+
+@pytest.mark.parametrize("fault", [
+    pytest.param("driver.before-notify@3", id="the driver, between the store's commit and "
+                                               "the Kafka commit"),
+    pytest.param("driver.before-pointer@3", id="the driver, before the store's commit"),
+])
+def test_a_killed_driver_restarted_from_the_latest_checkpoint_counts_every_click_once(
+        kafka_broker: KafkaBroker, harness: JobHarness, fault: str) -> None:
+    args = prepare(kafka_broker.bootstrap)
+    first = harness.run(entrypoint="job:build", args=args, attempt=1,
+                        python_path=[str(EXAMPLE)], env={"CJOB_FAULTS": fault})
+    assert first.returncode == -9, first.explain()
+    second = harness.run(entrypoint="job:build", args=args, attempt=2,
+                         python_path=[str(EXAMPLE)], extra=["--restore", "latest"])
+    assert second.returncode == 0, second.explain()
+    assert second.status is not None and second.status["restoredFrom"] is not None
+    assert problems(args) == []
+
+
+def test_a_subtask_killed_after_its_transaction_committed_does_not_send_it_again(
+        kafka_broker: KafkaBroker, harness: JobHarness) -> None:
+    args = prepare(kafka_broker.bootstrap)
+    run = harness.run(entrypoint="job:build", args=args, attempt=1, python_path=[str(EXAMPLE)],
+                      env={"CJOB_FAULTS": "subtask.write-ahead-after-send@2"})
+    assert run.returncode == 0, run.explain()
+    assert list(harness.faults_dir.iterdir()), "the fault never fired: the test proves nothing"
+    assert problems(args) == []
+
+
+def test_an_unbounded_job_with_more_partitions_than_subtasks_keeps_counting_new_clicks(
+        kafka_broker: KafkaBroker, harness: JobHarness) -> None:
+    """Never-ending: three partitions on two subtasks, clicks arriving in two waves; the
+    job stays running and counts each wave in full, then stops only when told to."""
+    bootstrap = kafka_broker.bootstrap
+    args = {**prepare(bootstrap), "bounded": False, "delay": 0.0}
+    port = free_port()
+    proc = harness.start(entrypoint="job:build", args=args, attempt=1,
+                         python_path=[str(EXAMPLE)], extra=["--metrics-port", str(port)])
+    try:
+        wait_until_counted(args, clicks=COUNT, proc=proc)
+        produce.produce(bootstrap, args["input"], produce.clicks(count=500, users=40, seed=8))
+        wait_until_counted(args, clicks=COUNT + 500, proc=proc)
+        assert proc.poll() is None, "an unbounded job ended by itself"
+        # Everything was read: the driver reports each partition, with no lag left.
+        wait_for_lag(port, topic=args["input"], expected={0: 0, 1: 0, 2: 0})
+    finally:
+        proc.terminate()
+        harness.finish(proc, attempt=1, timeout=60)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+LAG = re.compile(r"^cjob_job_source_lag_records\{([^}]*)\} (\S+)$", re.MULTILINE)
+LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
+def wait_for_lag(port: int, *, topic: str, expected: dict[int, int],
+                 timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    found: dict[int, int] = {}
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+            text = answer.read().decode()
+        found = {}
+        for labels, value in LAG.findall(text):
+            named = dict(LABEL.findall(labels))
+            if named.get("topic") == topic:
+                found[int(named["partition"])] = int(float(value))
+        if found == expected:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"cjob_job_source_lag_records of {topic}: {found}, expected {expected}")
+
+
+def wait_until_counted(args: dict[str, Any], *, clicks: int, proc: Any,
+                       timeout: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout
+    found: list[str] = ["nothing read yet"]
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "the job ended before it counted every click"
+        read = verify.read_values(args["bootstrap"], args["input"])
+        assert len(read) == clicks
+        found = verify.verify(read, verify.read_values(args["bootstrap"], args["output"]))
+        if not found:
+            return
+        time.sleep(1.0)
+    raise AssertionError(f"not every click counted once within {timeout:g}s: {found[:5]}")
