@@ -74,6 +74,9 @@ log = logging.getLogger(__name__)
 
 STARTS = ("earliest", "latest")
 VALUE_FORMATS = ("raw", "json")
+BAD_RECORDS = ("fail", "dead-letter")
+DEAD_LETTER_HEADERS = ("cjob.error", "cjob.topic", "cjob.partition", "cjob.offset")
+"""Headers a dead-lettered record gets beside its own: why, and where it came from."""
 POLL_SECONDS = 0.05
 """How long one read waits for records before it returns an empty batch: the source
 task handles checkpoint triggers between reads, so this bounds how long a quiet
@@ -135,6 +138,7 @@ class _KafkaReader(SplitReader):
         self._subtask = subtask
         self._consumer: Consumer | None = None
         self._warned_at = 0.0
+        self._dead_letters: _DeadLetters | None = None
 
     def _ended(self) -> bool:
         return self._end is not None and self._next >= self._end
@@ -168,9 +172,33 @@ class _KafkaReader(SplitReader):
             kept.append(message)
             self._next = offset + 1
         if kept:
-            return Batch(arrow=self._source.to_arrow(kept, part=self._part,
-                                                     subtask=self._subtask))
+            arrow = self._decode(kept)
+            if arrow is not None:
+                return Batch(arrow=arrow)
         return None if self._ended() else Batch(rows=[])
+
+    def _decode(self, messages: list[Message]) -> pa.RecordBatch | None:
+        """The messages as columns; with ``bad_records="dead-letter"`` a value that is
+        not one JSON object goes to the dead-letter topic instead of failing the job."""
+        source = self._source
+        try:
+            return source.to_arrow(messages, part=self._part, subtask=self._subtask)
+        except UserCodeError:
+            if source.bad_records != "dead-letter":
+                raise
+        good: list[Message] = []
+        for message in messages:
+            problem = _json_object_problem(message.value())
+            if problem is None:
+                good.append(message)
+            else:
+                if self._dead_letters is None:
+                    self._dead_letters = _DeadLetters(source=source)
+                self._dead_letters.send(message, problem=problem)
+        if not good:
+            return None
+        # Values that are each an object yet cannot share columns still fail the job.
+        return source.to_arrow(good, part=self._part, subtask=self._subtask)
 
     def _on_error(self, error: KafkaError, message: Message) -> None:
         from confluent_kafka import KafkaError
@@ -202,6 +230,10 @@ class _KafkaReader(SplitReader):
                         self._part.topic, self._part.partition, error.str())
 
     def position(self) -> dict[str, Any]:
+        if self._dead_letters is not None:
+            # A checkpoint's position must not pass a record whose dead letter could
+            # still be lost: the records before it are all acknowledged.
+            self._dead_letters.flush()
         return {"topic": self._part.topic, "partition": self._part.partition,
                 "offset": self._next, "end": self._end}
 
@@ -225,9 +257,77 @@ class _KafkaReader(SplitReader):
                              records=max(0, end - self._next))
 
     def close(self) -> None:
+        if self._dead_letters is not None:
+            self._dead_letters.flush()
         if self._consumer is not None:
             consumer, self._consumer = self._consumer, None
             consumer.close()
+
+
+def _json_object_problem(value: bytes | None) -> str | None:
+    """Why ``value`` is not one JSON object (``None``: it is, or it is a tombstone)."""
+    if value is None:
+        return None
+    try:
+        decoded = json.loads(value)
+    except ValueError as exc:
+        return f"the value is not valid JSON ({exc})"
+    if not isinstance(decoded, dict):
+        return f"the value is JSON but not an object ({type(decoded).__name__})"
+    return None
+
+
+class _DeadLetters:
+    """Records the source could not decode, produced to the dead-letter topic with their
+    own key, value and headers, and headers saying why and from where.
+
+    At least once: a restore can repeat a dead letter, never lose one (positions in a
+    checkpoint pass a record only once its dead letter was acknowledged).
+    """
+
+    def __init__(self, *, source: KafkaSource) -> None:
+        from confluent_kafka import Producer
+
+        assert source.dead_letter_topic is not None
+        self._topic = source.dead_letter_topic
+        self._producer = Producer({**source.client_settings(), "enable.idempotence": True,
+                                   "linger.ms": 5, "logger": _CLIENT_LOG})
+        self._failures: list[str] = []
+        self._sent = 0
+
+    def _delivered(self, error: Any, message: Any) -> None:
+        if error is not None:
+            self._failures.append(str(error))
+
+    def send(self, message: Message, *, problem: str) -> None:
+        headers = [(h["key"], h["value"]) for h in _headers(message)]
+        origin = [problem, message.topic() or "", str(message.partition()),
+                  str(message.offset())]
+        headers.extend((name, value.encode()) for name, value in
+                       zip(DEAD_LETTER_HEADERS, origin, strict=True))
+        while True:
+            try:
+                self._producer.produce(self._topic, key=message.key(), value=message.value(),
+                                       headers=headers, on_delivery=self._delivered)
+                break
+            except BufferError:
+                self._producer.poll(0.05)
+        self._sent += 1
+        log.warning("kafka topic %r partition %s offset %s to the dead-letter topic %r: %s",
+                    message.topic(), message.partition(), message.offset(), self._topic,
+                    problem)
+
+    def flush(self) -> None:
+        if not self._sent:
+            return
+        left = self._producer.flush(30.0)
+        if left or self._failures:
+            failures, self._failures = self._failures, []
+            raise ConfigurationError(
+                setting="sources.kafka",
+                problem=f"{left or len(failures)} records could not be written to the "
+                        f"dead-letter topic {self._topic!r}: {failures[:3] or 'timed out'}")
+        self._sent = 0
 
 
 class KafkaSource(Source):
@@ -235,8 +335,11 @@ class KafkaSource(Source):
 
     def __init__(self, *, topics: list[str], bootstrap: str, start: str | int, bounded: bool,
                  value_format: str, batch_size: int | None,
-                 consumer_config: Mapping[str, Any], timeout: float) -> None:
+                 consumer_config: Mapping[str, Any], timeout: float, bad_records: str = "fail",
+                 dead_letter_topic: str | None = None) -> None:
         self.topics = topics
+        self.bad_records = bad_records
+        self.dead_letter_topic = dead_letter_topic
         self.bootstrap = bootstrap
         self.start = start
         self.bounded = bounded
@@ -302,6 +405,9 @@ class KafkaSource(Source):
             if described.error is not None:
                 raise self._config_error(f"topic {topic!r}: {described.error.str()}")
             partitions.extend(TopicPartition(topic, p) for p in sorted(described.partitions))
+        if self.dead_letter_topic is not None and self.dead_letter_topic not in metadata.topics:
+            raise self._config_error(f"the dead-letter topic {self.dead_letter_topic!r} does "
+                                     f"not exist at {self.bootstrap}")
         latest: OffsetSpec = OffsetSpec.latest()  # type: ignore[no-untyped-call]
         start_spec: OffsetSpec = (
             OffsetSpec.for_timestamp(self.start) if isinstance(self.start, int)
@@ -381,6 +487,11 @@ class KafkaSource(Source):
                 "logger": _CLIENT_LOG}
 
     def _admin_settings(self) -> dict[str, Any]:
+        return self.client_settings()
+
+    def client_settings(self) -> dict[str, Any]:
+        """The user's client settings (security, ...) for a client that is not the
+        consumer: the admin client, the dead-letter producer."""
         settings = {k: v for k, v in self.consumer_config.items() if k != "group.id"}
         return {**settings, "bootstrap.servers": self.bootstrap, "logger": _CLIENT_LOG}
 
@@ -513,7 +624,8 @@ def _describe_offsets(plan: list[KafkaPartition]) -> str:
 def kafka(topics: str | Sequence[str], bootstrap: str, *, start: str | int = "earliest",
           bounded: bool = False, value_format: str = "raw", batch_size: int | None = None,
           consumer_config: Mapping[str, Any] | None = None,
-          timeout: float = 30.0) -> KafkaSource:
+          timeout: float = 30.0, bad_records: str = "fail",
+          dead_letter_topic: str | None = None) -> KafkaSource:
     """Read the records of Kafka ``topics`` (a name or a list) from the brokers at
     ``bootstrap`` (``host:port[,host:port...]``); one split per partition.
 
@@ -525,7 +637,11 @@ def kafka(topics: str | Sequence[str], bootstrap: str, *, start: str | int = "ea
     columns. ``batch_size`` rows per batch at most; by default the pipeline's choice.
     ``consumer_config``: further client settings (security, fetch sizes), except the
     ones the source sets itself. ``timeout``: how long the driver waits for the
-    brokers at the first start.
+    brokers at the first start. ``bad_records`` (with ``value_format="json"``):
+    ``"fail"`` ends the job at a value that is not one JSON object, naming its topic,
+    partition and offset; ``"dead-letter"`` writes such records to
+    ``dead_letter_topic`` (which must exist) with headers ``cjob.error``,
+    ``cjob.topic``, ``cjob.partition`` and ``cjob.offset``, at least once, and goes on.
 
     Partitions added to the topics while the job runs are not read (see the module's
     documentation); consumer-group offsets are not committed.
@@ -552,6 +668,25 @@ def kafka(topics: str | Sequence[str], bootstrap: str, *, start: str | int = "ea
     if not isinstance(timeout, int | float) or timeout <= 0:
         raise PipelineDefinitionError(
             problem=f"kafka source timeout must be a positive number of seconds, got {timeout!r}")
+    if bad_records not in BAD_RECORDS:
+        raise PipelineDefinitionError(
+            problem=f"kafka source bad_records must be one of {', '.join(BAD_RECORDS)}, "
+                    f"got {bad_records!r}")
+    if bad_records == "dead-letter" and value_format != "json":
+        raise PipelineDefinitionError(
+            problem="kafka source bad_records='dead-letter' needs value_format='json' "
+                    "(raw values are never bad)")
+    if bad_records == "dead-letter" and (not isinstance(dead_letter_topic, str)
+                                         or not dead_letter_topic):
+        raise PipelineDefinitionError(
+            problem="kafka source bad_records='dead-letter' needs a dead_letter_topic")
+    if dead_letter_topic is not None and bad_records != "dead-letter":
+        raise PipelineDefinitionError(
+            problem="kafka source dead_letter_topic is used only with "
+                    "bad_records='dead-letter'")
+    if dead_letter_topic is not None and dead_letter_topic in names:
+        raise PipelineDefinitionError(
+            problem="kafka source dead_letter_topic must not be one of the topics it reads")
     settings = dict(consumer_config or {})
     for key in settings:
         reason = _OWN_SETTINGS.get(key)
@@ -560,4 +695,5 @@ def kafka(topics: str | Sequence[str], bootstrap: str, *, start: str | int = "ea
                 problem=f"kafka source consumer_config may not set {key!r}: {reason}")
     return KafkaSource(topics=names, bootstrap=bootstrap.strip(), start=start,
                        bounded=bool(bounded), value_format=value_format, batch_size=batch_size,
-                       consumer_config=settings, timeout=float(timeout))
+                       consumer_config=settings, timeout=float(timeout),
+                       bad_records=bad_records, dead_letter_topic=dead_letter_topic)

@@ -284,7 +284,7 @@ def dashboard() -> dict[str, Any]:
     return result
 
 
-def test_the_dashboard_has_the_checkpoint_restart_and_throughput_panels() -> None:
+def test_the_dashboard_has_the_checkpoint_restart_throughput_and_lag_panels() -> None:
     exprs = [t["expr"] for p in dashboard()["panels"] for t in p["targets"]]
     joined = "\n".join(exprs)
     assert "time() - cjob_checkpoint_last_completed_timestamp_seconds" in joined
@@ -292,6 +292,7 @@ def test_the_dashboard_has_the_checkpoint_restart_and_throughput_panels() -> Non
     assert "histogram_quantile(0.99" in joined and "cjob_checkpoint_duration_seconds_bucket" in joined
     assert "cjob_operator_restarts_total" in joined
     assert "rate(cjob_job_records_in[1m])" in joined.replace('{namespace=~"$namespace"}', "")
+    assert "sum by (namespace, cjob_job, topic) (cjob_job_source_lag_records" in joined
 
 
 def test_the_dashboard_splits_series_by_the_job_label_the_metrics_carry() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from job_runtime.metrics import DriverMetrics
+from job_runtime.sources.base import SourceBacklog
 
 
 def _samples(metrics: DriverMetrics) -> list[tuple[str, dict[str, str]]]:
@@ -25,6 +26,7 @@ def _exercised() -> DriverMetrics:
     metrics.checkpoint_completed(checkpoint_id=4, timestamp=1700000000.0, size=2048,
                                  stats=stats)
     metrics.progress(records_in=10, records_out=9, failed=1, restarts=0)
+    metrics.source_lag([SourceBacklog(topic="clicks", partition=3, records=42)])
     return metrics
 
 
@@ -45,3 +47,10 @@ def test_the_records_series_reads_as_the_dashboard_queries_it() -> None:
     values = {name: labels for name, labels in _samples(_exercised())}
     assert values["cjob_job_records_in"] == {"cjob_job": "clicks"}
     assert values["cjob_checkpoint_completed_total"] == {"cjob_job": "clicks"}
+
+
+def test_the_lag_series_names_job_topic_and_partition_as_the_dashboard_sums_them() -> None:
+    lags = [(labels, name) for name, labels in _samples(_exercised())
+            if name == "cjob_job_source_lag_records"]
+    assert lags == [({"cjob_job": "clicks", "topic": "clicks", "partition": "3"},
+                     "cjob_job_source_lag_records")]

@@ -24,6 +24,13 @@ from job_runtime.sources.kafka import KafkaSource
     ({"consumer_config": {"auto.offset.reset": "latest"}}, "may not set 'auto.offset.reset'"),
     ({"consumer_config": {"bootstrap.servers": "elsewhere:9092"}},
      "may not set 'bootstrap.servers'"),
+    ({"bad_records": "skip"}, "bad_records must be one of fail, dead-letter"),
+    ({"bad_records": "dead-letter", "value_format": "json"}, "needs a dead_letter_topic"),
+    ({"bad_records": "dead-letter", "dead_letter_topic": "bad"}, "needs value_format='json'"),
+    ({"dead_letter_topic": "bad", "value_format": "json"},
+     "dead_letter_topic is used only with bad_records='dead-letter'"),
+    ({"bad_records": "dead-letter", "dead_letter_topic": "events", "value_format": "json"},
+     "must not be one of the topics it reads"),
 ])
 def test_invalid_arguments_are_one_line_when_the_pipeline_is_built(
         kwargs: dict[str, Any], says: str) -> None:

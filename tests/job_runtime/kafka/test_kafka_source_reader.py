@@ -15,11 +15,12 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewPartitions
 
 from e2e.kafka import KafkaBroker, create_topic, transactional_producer
+from e2e.kafka.clients import read_topic
 from job_runtime import sources
 from job_runtime.errors import ConfigurationError, UserCodeError
 from job_runtime.sources.base import SourceContext, Split, SplitReader
@@ -140,7 +141,8 @@ def test_a_reader_reads_every_committed_record_and_none_of_an_aborted_transactio
     unbounded = sources.kafka(topic, bootstrap)
     reader = unbounded.open(only_split(unbounded, ctx), None, context=ctx)
     rows = read_at_least(reader, 3)
-    for _ in range(10):
+    deadline = time.monotonic() + READ_TIMEOUT
+    while reader.position()["offset"] < split.description.end and time.monotonic() < deadline:
         batch = reader.read_batch()
         assert batch is not None
         rows.extend(batch.rows)
@@ -287,6 +289,64 @@ def test_json_values_are_decoded_into_columns_beside_the_records_metadata(
     assert rows[0]["key"] == b"k0"
     assert rows[0]["headers"] == [{"key": "source", "value": b"test"}]
     assert abs(rows[0]["timestamp"] - time.time() * 1000) < 120_000
+
+
+def test_with_a_dead_letter_topic_bad_values_go_there_with_their_origin_and_the_rest_is_read(
+        kafka_broker: KafkaBroker, tmp_path: Path) -> None:
+    bootstrap = kafka_broker.bootstrap
+    topic = create_topic(bootstrap=bootstrap, partitions=1)
+    dead = create_topic(bootstrap=bootstrap, partitions=1)
+    produce(bootstrap, topic, [b'{"n": 0}', b'{"n": 1', b'{"n": 2}', b"[3]", b'{"n": 4}'],
+            headers=[("source", b"test")])
+    ctx = context(tmp_path)
+    source = sources.kafka(topic, bootstrap, bounded=True, value_format="json",
+                           bad_records="dead-letter", dead_letter_topic=dead)
+    source.resolve_plan()
+    reader = source.open(only_split(source, ctx), None, context=ctx)
+    rows = read_to_end(reader)
+    assert reader.position()["offset"] == 5         # past the bad records too
+    reader.close()
+    assert [r["n"] for r in rows] == [0, 2, 4]
+
+    letters = read_topic(bootstrap=bootstrap, topic=dead)
+    assert [letter.value for letter in letters] == [b'{"n": 1', b"[3]"]
+    assert [letter.key for letter in letters] == [b"k1", b"k3"]
+    origins = [dict(read_headers(bootstrap, dead)[i]) for i in range(2)]
+    assert [(o["cjob.topic"], o["cjob.partition"], o["cjob.offset"]) for o in origins] == [
+        (topic.encode(), b"0", b"1"), (topic.encode(), b"0", b"3")]
+    assert origins[0]["cjob.error"].startswith(b"the value is not valid JSON")
+    assert origins[1]["cjob.error"] == b"the value is JSON but not an object (list)"
+    assert origins[0]["source"] == b"test"
+
+
+def test_a_dead_letter_topic_that_does_not_exist_is_one_line_from_the_driver(
+        kafka_broker: KafkaBroker) -> None:
+    topic = create_topic(bootstrap=kafka_broker.bootstrap, partitions=1)
+    missing = f"missing-{uuid.uuid4().hex[:8]}"
+    source = sources.kafka(topic, kafka_broker.bootstrap, value_format="json",
+                           bad_records="dead-letter", dead_letter_topic=missing)
+    with pytest.raises(ConfigurationError) as raised:
+        source.resolve_plan()
+    assert raised.value.describe() == (f"sources.kafka: the dead-letter topic {missing!r} does "
+                                       f"not exist at {kafka_broker.bootstrap}")
+
+
+def read_headers(bootstrap: str, topic: str) -> list[list[tuple[str, bytes]]]:
+    """The headers of every record of a one-partition topic, in offset order."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": uuid.uuid4().hex,
+                         "enable.partition.eof": True})
+    consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    found: list[list[tuple[str, bytes]]] = []
+    try:
+        while True:
+            message = consumer.poll(10.0)
+            assert message is not None, f"no end of {topic}"
+            if message.error() is not None:
+                return found
+            found.append([(str(k), v if isinstance(v, bytes) else str(v).encode())
+                          for k, v in (message.headers() or [])])
+    finally:
+        consumer.close()
 
 
 def test_an_unknown_topic_is_one_line_from_the_driver_and_stages_nothing(
