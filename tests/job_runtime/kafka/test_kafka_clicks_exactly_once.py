@@ -60,6 +60,24 @@ def test_a_killed_driver_restarted_from_the_latest_checkpoint_counts_every_click
     assert problems(args) == []
 
 
+@pytest.mark.parametrize(("before", "after"), [(3, 2), (2, 3)])
+def test_a_restart_at_another_parallelism_with_intervals_pending_counts_every_click_once(
+        kafka_broker: KafkaBroker, harness: JobHarness, before: int, after: int) -> None:
+    """Killed after checkpoint 3 reached the store and before any subtask sent it: its
+    intervals are pending and go out from the subtasks of the new parallelism."""
+    args = prepare(kafka_broker.bootstrap)
+    first = harness.run(entrypoint="job:build", args=args, attempt=1, parallelism=before,
+                        master=f"local[{before}]", python_path=[str(EXAMPLE)],
+                        env={"CJOB_FAULTS": "driver.before-notify@3"})
+    assert first.returncode == -9, first.explain()
+    second = harness.run(entrypoint="job:build", args=args, attempt=2, parallelism=after,
+                         master=f"local[{after}]", python_path=[str(EXAMPLE)],
+                         extra=["--restore", "latest"])
+    assert second.returncode == 0, second.explain()
+    assert second.status is not None and second.status["restoredFrom"]["id"] == 3
+    assert problems(args) == []
+
+
 def test_a_subtask_killed_after_its_transaction_committed_does_not_send_it_again(
         kafka_broker: KafkaBroker, harness: JobHarness) -> None:
     args = prepare(kafka_broker.bootstrap)
