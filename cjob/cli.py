@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -80,13 +81,25 @@ def cmd_run(ns: argparse.Namespace) -> int:
                          fresh=ns.fresh, metrics_port=ns.metrics_port,
                          base_dir=str(Path(ns.file).resolve().parent),
                          interactive=sys.stdout.isatty())
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         return EmbeddedRunner(job=job, options=options).run()
     except StateDirError as exc:
         return _fail(str(exc))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         sys.stderr.write("\ncjob: interrupted; run the same command again to resume\n")
-        return 130
+        return 128 + signal.SIGTERM if isinstance(exc, Terminated) else 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, handled as Ctrl-C is: the drivers run in process groups of their own and
+    would outlive a runner that just died, so the runner stops them first."""
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise Terminated()
 
 
 def cmd_status(ns: argparse.Namespace) -> int:
