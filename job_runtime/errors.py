@@ -7,6 +7,8 @@ an exit code of the driver (see :mod:`cjob_spec.exit_codes`).
 
 from __future__ import annotations
 
+from typing import Any
+
 from cjob_checkpoint.keyword_error import keyword_error
 
 
@@ -97,3 +99,14 @@ class JobCodeError(RuntimeJobError):
 
     def describe(self) -> str:
         return f"job code {self.source}: {self.problem}"
+
+
+def client_error_text(exc: BaseException) -> str:
+    """The message of a client library's exception, as one line for an error of ours.
+
+    Kafka's client wraps its error in the exception's first argument, an object whose
+    ``str()`` method has the text; other exceptions are their own ``str``.
+    """
+    first: Any = exc.args[0] if exc.args else None
+    text = str(first.str()) if callable(getattr(first, "str", None)) else str(exc)
+    return text or type(exc).__name__

@@ -15,7 +15,6 @@ prints its line again. The first ``up`` fetches the Kafka jars with Maven.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -26,7 +25,6 @@ from e2e.kafka.broker import (
     DEFAULT_STOP_GRACE,
     BrokerStartError,
     KafkaBroker,
-    pid_alive,
     stop_process_group,
 )
 from e2e.kafka.jars import (
@@ -38,6 +36,7 @@ from e2e.kafka.jars import (
     kafka_version,
     require_java,
 )
+from e2e.local_service import pid_alive, say, shown, write_whole
 from e2e.repo import REPO_ROOT
 
 DEFAULT_STATE_DIR = REPO_ROOT / ".cjob" / "kafka"
@@ -50,13 +49,13 @@ def up(*, state_dir: Path, timeout: float, heap_mb: int) -> int:
     """Start a detached broker unless one runs; print ``KAFKA_BOOTSTRAP=...`` last."""
     pid = running_pid(state_dir=state_dir)
     if pid is not None:
-        _say(f"a Kafka broker already runs (pid {pid}); stop it with: python -m e2e.kafka down")
+        say(f"a Kafka broker already runs (pid {pid}); stop it with: python -m e2e.kafka down")
         print((state_dir / ENV_FILE).read_text().strip())
         return 0
     try:
         require_java()
         if not is_complete(jar_dir()):
-            _say(f"fetching the Kafka {kafka_version()} jars with Maven (only this once)")
+            say(f"fetching the Kafka {kafka_version()} jars with Maven (only this once)")
         jars = ensure_jars()
     except MissingToolError as exc:
         return _fail(str(exc))
@@ -72,12 +71,12 @@ def up(*, state_dir: Path, timeout: float, heap_mb: int) -> int:
         broker.start(timeout=timeout)
     except BrokerStartError as exc:
         print(exc.log_tail, file=sys.stderr)
-        return _fail(f"the Kafka broker {exc.reason} (log: {_shown(exc.log_path)})")
+        return _fail(f"the Kafka broker {exc.reason} (log: {shown(exc.log_path)})")
     line = f"KAFKA_BOOTSTRAP={broker.bootstrap}"
-    _write(state_dir / PID_FILE, f"{broker.pid}\n")
-    _write(state_dir / ENV_FILE, f"{line}\n")
-    _say(f"Kafka broker up (pid {broker.pid}, log {_shown(broker.log_path)}); the line below "
-         f"is also in {_shown(state_dir / ENV_FILE)}; stop it with: python -m e2e.kafka down")  # fmt: skip
+    write_whole(state_dir / PID_FILE, f"{broker.pid}\n")
+    write_whole(state_dir / ENV_FILE, f"{line}\n")
+    say(f"Kafka broker up (pid {broker.pid}, log {shown(broker.log_path)}); the line below "
+         f"is also in {shown(state_dir / ENV_FILE)}; stop it with: python -m e2e.kafka down")  # fmt: skip
     print(line, flush=True)
     return 0
 
@@ -86,10 +85,10 @@ def down(*, state_dir: Path, grace: float) -> int:
     """Stop the broker ``up`` started: SIGTERM, SIGKILL after ``grace`` seconds."""
     pid = running_pid(state_dir=state_dir)
     if pid is None:
-        _say("no Kafka broker running")
+        say("no Kafka broker running")
     else:
         stop_process_group(pid, grace=grace)
-        _say(f"Kafka broker stopped (pid {pid})")
+        say(f"Kafka broker stopped (pid {pid})")
     for name in (ENV_FILE, PID_FILE):
         (state_dir / name).unlink(missing_ok=True)
     return 0
@@ -108,7 +107,7 @@ def jars() -> int:
     """Fetch the broker's jars into the cache unless they are there already."""
     try:
         if not is_complete(jar_dir()):
-            _say(f"fetching the Kafka {kafka_version()} jars with Maven")
+            say(f"fetching the Kafka {kafka_version()} jars with Maven")
         print(ensure_jars())
     except (MissingToolError, FetchFailedError) as exc:
         return _fail(str(exc))
@@ -159,23 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc))
 
 
-def _write(path: Path, text: str) -> None:
-    """Write ``text`` whole: a reader never sees half a file."""
-    scratch = path.with_name(f".{path.name}.tmp")
-    scratch.write_text(text)
-    os.replace(scratch, path)
 
-
-def _shown(path: Path) -> str:
-    """``path`` relative to the current folder when it is inside it, as a user would type it."""
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
-
-
-def _say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
 
 
 def _fail(message: str) -> int:

@@ -30,8 +30,8 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient
 
 from e2e.kafka.jars import classpath, require_java
+from e2e.local_service import HOST, pid_alive, port_open, tail_file
 
-HOST = "127.0.0.1"
 DEFAULT_HEAP_MB = 512
 DEFAULT_START_TIMEOUT = 120.0
 DEFAULT_STOP_GRACE = 30.0
@@ -273,31 +273,7 @@ def stop_process_group(
         time.sleep(0.05)
 
 
-def pid_alive(pid: int) -> bool:
-    """Whether a process ``pid`` exists (and is not a zombie awaiting its parent)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
 
-
-def tail_file(path: Path, *, lines: int = 30) -> str:
-    """The last ``lines`` lines of a text file, or a note that it is missing."""
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return f"(no log at {path})"
-    return "\n".join(text.splitlines()[-lines:]) or "(the log is empty)"
-
-
-def port_open(port: int) -> bool:
-    """Whether something accepts connections on the loopback ``port``."""
-    try:
-        with socket.create_connection((HOST, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

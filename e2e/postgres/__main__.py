@@ -16,11 +16,11 @@ so in one line and exits with 2.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import sys
 from pathlib import Path
 
+from e2e.local_service import say, shown, write_whole
 from e2e.postgres.install import INSTALL_ROOT, MissingPostgresError
 from e2e.postgres.processes import pid_alive, remove_leftover_shared_memory, stop_server
 from e2e.postgres.server import (
@@ -43,7 +43,7 @@ def up(*, state_dir: Path, timeout: float, install_root: Path) -> int:
     """Start a detached server unless one runs; print ``POSTGRES_DSN=...`` last."""
     pid = running_pid(state_dir=state_dir)
     if pid is not None:
-        _say(f"a PostgreSQL server already runs (pid {pid}); stop it with: "
+        say(f"a PostgreSQL server already runs (pid {pid}); stop it with: "
              "python -m e2e.postgres down")  # fmt: skip
         print((state_dir / ENV_FILE).read_text().strip())
         return 0
@@ -60,12 +60,12 @@ def up(*, state_dir: Path, timeout: float, install_root: Path) -> int:
         if exc.log_path is None:
             return _fail(f"the PostgreSQL server {exc.reason}")
         print(exc.log_tail, file=sys.stderr)
-        return _fail(f"the PostgreSQL server {exc.reason} (log: {_shown(exc.log_path)})")
+        return _fail(f"the PostgreSQL server {exc.reason} (log: {shown(exc.log_path)})")
     line = f"POSTGRES_DSN={server.dsn()}"
-    _write(state_dir / PID_FILE, f"{server.pid}\n")
-    _write(state_dir / ENV_FILE, f"{line}\n")
-    _say(f"PostgreSQL server up (pid {server.pid}, log {_shown(server.log_path)}); the line "
-         f"below is also in {_shown(state_dir / ENV_FILE)}; stop it with: "
+    write_whole(state_dir / PID_FILE, f"{server.pid}\n")
+    write_whole(state_dir / ENV_FILE, f"{line}\n")
+    say(f"PostgreSQL server up (pid {server.pid}, log {shown(server.log_path)}); the line "
+         f"below is also in {shown(state_dir / ENV_FILE)}; stop it with: "
          "python -m e2e.postgres down")  # fmt: skip
     print(line, flush=True)
     return 0
@@ -75,11 +75,11 @@ def down(*, state_dir: Path, grace: float) -> int:
     """Stop the server ``up`` started: fast shutdown, SIGKILL to all of it after ``grace`` s."""
     pid = running_pid(state_dir=state_dir)
     if pid is None:
-        _say("no PostgreSQL server running")
+        say("no PostgreSQL server running")
     else:
         stop_server(pid, grace=grace)
         remove_leftover_shared_memory(state_dir / WORK_DIR / "data")
-        _say(f"PostgreSQL server stopped (pid {pid})")
+        say(f"PostgreSQL server stopped (pid {pid})")
     for name in (ENV_FILE, PID_FILE):
         (state_dir / name).unlink(missing_ok=True)
     return 0
@@ -138,23 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc))
 
 
-def _write(path: Path, text: str) -> None:
-    """Write ``text`` whole: a reader never sees half a file."""
-    scratch = path.with_name(f".{path.name}.tmp")
-    scratch.write_text(text)
-    os.replace(scratch, path)
 
-
-def _shown(path: Path) -> str:
-    """``path`` relative to the current folder when it is inside it, as a user would type it."""
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
-
-
-def _say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
 
 
 def _fail(message: str, *, code: int = EXIT_FAILED) -> int:

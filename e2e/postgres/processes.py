@@ -13,13 +13,11 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-HOST = "127.0.0.1"
 KILL_WAIT = 5.0
 
 
@@ -102,29 +100,7 @@ def pid_alive(pid: int) -> bool:
     return fields is not None and fields[0] != "Z"
 
 
-def free_port() -> int:
-    """A loopback port nobody listens on right now."""
-    with socket.socket() as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
 
-
-def port_open(port: int) -> bool:
-    """Whether something accepts connections on the loopback ``port``."""
-    try:
-        with socket.create_connection((HOST, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
-def tail_file(path: Path, *, lines: int = 30) -> str:
-    """The last ``lines`` lines of a text file, or a note that it is missing."""
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return f"(no log at {path})"
-    return "\n".join(text.splitlines()[-lines:]) or "(the log is empty)"
 
 
 def _attachments(shmid: int) -> int | None:

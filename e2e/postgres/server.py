@@ -40,15 +40,10 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import TupleRow
 
+from e2e.local_service import HOST, free_port, tail_file
 from e2e.postgres.install import INSTALL_ROOT, SERVER_USER, Account, find_bin_dir, server_account
 from e2e.postgres.names import check_database_name
-from e2e.postgres.processes import (
-    HOST,
-    free_port,
-    remove_leftover_shared_memory,
-    stop_server,
-    tail_file,
-)
+from e2e.postgres.processes import remove_leftover_shared_memory, stop_server
 
 SUPERUSER = "postgres"
 DEFAULT_DBNAME = "postgres"

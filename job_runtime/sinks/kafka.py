@@ -40,7 +40,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from job_runtime.errors import ConfigurationError, PipelineDefinitionError
+from job_runtime.errors import ConfigurationError, PipelineDefinitionError, client_error_text
 from job_runtime.records import Batch
 from job_runtime.sinks.base import Sink, SinkContext, SinkWriter
 from job_runtime.sinks.commit import CommitRetry, SinkFencedError
@@ -109,10 +109,6 @@ def transactional_id(job_id: str, subtask: int) -> str:
     return f"cjob-{job_id}-{subtask}"
 
 
-def _reason(exc: BaseException) -> str:
-    first: Any = exc.args[0] if exc.args else None
-    text = str(first.str()) if callable(getattr(first, "str", None)) else str(exc)
-    return text or type(exc).__name__
 
 
 def read_markers(*, bootstrap: str, control_topic: str, job: str, timeout: float,
@@ -208,7 +204,7 @@ class _Transactions(CheckpointCommitter):
             error = exc.args[0] if exc.args else None
             if error is not None and error.fatal():
                 self._fenced = SinkFencedError(
-                    f"transactional id {transactional_id(self._job, subtask)}: {_reason(exc)}")
+                    f"transactional id {transactional_id(self._job, subtask)}: {client_error_text(exc)}")
                 raise self._fenced from None
             raise
 
@@ -290,7 +286,7 @@ class _Transactions(CheckpointCommitter):
         if error is not None and error.fatal():
             self._producer = None
             self._fenced = SinkFencedError(
-                f"interval of checkpoint {checkpoint_id}: {_reason(exc)}")
+                f"interval of checkpoint {checkpoint_id}: {client_error_text(exc)}")
             raise self._fenced from exc
         if error is not None and error.txn_requires_abort():
             try:
@@ -298,7 +294,7 @@ class _Transactions(CheckpointCommitter):
                 return
             except KafkaException as abort_failed:
                 log.warning("aborting the transaction of checkpoint %d failed: %s",
-                            checkpoint_id, _reason(abort_failed))
+                            checkpoint_id, client_error_text(abort_failed))
         # The outcome is unknown (a commit that timed out may have happened): a new
         # producer's initialisation ends it either way, and the markers say which.
         self._producer = None
@@ -411,7 +407,7 @@ class KafkaSink(Sink):
         except KafkaException as exc:
             raise self._config_error(
                 f"no Kafka broker at {self.bootstrap} answered within {self.timeout:g}s "
-                f"({_reason(exc)})") from None
+                f"({client_error_text(exc)})") from None
         if self.topic not in metadata.topics:
             raise self._config_error(f"topic {self.topic!r} does not exist at {self.bootstrap}")
         if self.exactly_once and self.control_topic not in metadata.topics:
@@ -432,7 +428,7 @@ class KafkaSink(Sink):
             if error is None or error.code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise self._config_error(
                     f"cannot create the control topic {self.control_topic!r}: "
-                    f"{_reason(exc)}") from None
+                    f"{client_error_text(exc)}") from None
 
     def prepare_restore(self, *, checkpoint_id: int, job_id: str = "", s3: Any = None) -> None:
         """Kafka cannot withdraw records: say so when a restore goes back past output

@@ -55,7 +55,12 @@ import pyarrow as pa
 
 from cjob_checkpoint.storage.base import join_uri
 from cjob_checkpoint.storage.factory import get_filesystem
-from job_runtime.errors import ConfigurationError, PipelineDefinitionError, UserCodeError
+from job_runtime.errors import (
+    ConfigurationError,
+    PipelineDefinitionError,
+    UserCodeError,
+    client_error_text,
+)
 from job_runtime.records import Batch
 from job_runtime.sources.base import (
     Source,
@@ -396,7 +401,7 @@ class KafkaSource(Source):
         except KafkaException as exc:
             raise self._config_error(
                 f"no Kafka broker at {self.bootstrap} answered within {self.timeout:g}s "
-                f"({_reason(exc)})") from None
+                f"({client_error_text(exc)})") from None
         partitions: list[TopicPartition] = []
         for topic in self.topics:
             described = metadata.topics.get(topic)
@@ -443,7 +448,7 @@ class KafkaSource(Source):
             except Exception as exc:
                 raise self._config_error(
                     f"cannot read the offsets of topic {tp.topic!r} partition {tp.partition} "
-                    f"at {self.bootstrap}: {_reason(exc)}") from None
+                    f"at {self.bootstrap}: {client_error_text(exc)}") from None
             found[(tp.topic, tp.partition)] = int(info.offset)
         return found
 
@@ -589,10 +594,6 @@ def _timestamp(message: Message) -> int | None:
     return None if kind == TIMESTAMP_NOT_AVAILABLE else value
 
 
-def _reason(exc: BaseException) -> str:
-    first: Any = exc.args[0] if exc.args else None
-    text = str(first.str()) if callable(getattr(first, "str", None)) else str(exc)
-    return text or type(exc).__name__
 
 
 def _plan_bytes(plan: list[KafkaPartition], *, source: KafkaSource) -> bytes:

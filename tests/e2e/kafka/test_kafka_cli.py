@@ -18,7 +18,7 @@ from pathlib import Path
 from paths import REPO as REPO_ROOT
 
 from e2e.kafka import create_topic
-from e2e.kafka.broker import port_open
+from e2e.local_service import port_open
 
 
 def _cli(

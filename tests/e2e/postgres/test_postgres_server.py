@@ -25,6 +25,7 @@ import psycopg
 import pytest
 from paths import REPO
 
+from e2e.local_service import port_open
 from e2e.postgres import (
     MissingPostgresError,
     PostgresServer,
@@ -34,7 +35,7 @@ from e2e.postgres import (
     find_bin_dir,
     scratch_dir,
 )
-from e2e.postgres.processes import pid_alive, port_open, server_processes
+from e2e.postgres.processes import pid_alive, server_processes
 
 
 @pytest.fixture
