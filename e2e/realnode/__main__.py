@@ -1,5 +1,6 @@
-"""The cluster quick start: a control plane, a real node, the images, an S3 server
-and the chart's operator, on this machine (``make cluster`` / ``make cluster-down``).
+"""The cluster quick start: a control plane, a real node, the images, an S3 server,
+a Kafka broker and the chart's operator, on this machine (``make cluster`` /
+``make cluster-down``).
 
     python -m e2e.realnode up       start it in the background; prints how to use it
     python -m e2e.realnode status   say whether it runs
@@ -8,7 +9,9 @@ and the chart's operator, on this machine (``make cluster`` / ``make cluster-dow
 
 It leaves ``.cjob/cluster/kubeconfig`` and ``.cjob/cluster/s3.env`` (``KEY=value``
 lines: ``S3_ENDPOINT`` from this machine, ``S3_ENDPOINT_IN_CLUSTER`` from pods, the
-AWS keys, and ``S3_CREDENTIALS_SECRET``, a Secret of them in namespace ``default``).
+AWS keys, and ``S3_CREDENTIALS_SECRET``, a Secret of them in namespace ``default``)
+and ``.cjob/cluster/kafka.env`` (``KAFKA_BOOTSTRAP``, the broker from this machine, and
+``KAFKA_BOOTSTRAP_IN_CLUSTER``, ``kafka.kafka.svc.cluster.local:9092`` from pods).
 """
 
 from __future__ import annotations
@@ -30,6 +33,9 @@ from e2e.repo import REPO_ROOT
 
 DEFAULT_STATE_DIR = REPO_ROOT / ".cjob" / "cluster"
 S3_NAMESPACE = "s3"
+KAFKA_NAMESPACE = "kafka"
+#: The bucket of the Kafka example's checkpoints (kafka_clicks/kafka-clicks-cluster.yaml).
+KAFKA_EXAMPLE_BUCKET = "kafka-clicks"
 
 
 def _say(line: str) -> None:
@@ -41,6 +47,8 @@ def serve(*, state_dir: Path) -> int:
     from e2e.controlplane.binaries import ALL_BINARIES, ensure_binaries
     from e2e.controlplane.controlplane import ControlPlane
     from e2e.images import build_images
+    from e2e.kafka.jars import ensure_jars
+    from e2e.realnode.kafka import start_kafka
     from e2e.realnode.node import NODE_IP, ImageArchive, RealNode
     from e2e.realnode.s3 import start_s3
     from e2e.realnode.scenario import install_operator, prepare_quick_start
@@ -54,6 +62,7 @@ def serve(*, state_dir: Path) -> int:
     _say("building what is missing (binaries, images); a cold build takes a while")
     bin_dir = ensure_binaries(names=ALL_BINARIES, build=True)
     built = build_images(log=_say)
+    kafka_jars = ensure_jars()  # the broker's jars, mounted into its pod from the cache
     work = Path(tempfile.mkdtemp(prefix="cjob-cluster-"))
     plane = ControlPlane(bin_dir=bin_dir, node_ip=NODE_IP, work_dir=work / "plane")
     node: RealNode | None = None
@@ -74,6 +83,14 @@ def serve(*, state_dir: Path) -> int:
         node.start()
         _say("starting the S3 server")
         s3 = start_s3(node=node, namespace=S3_NAMESPACE, data_path=state_dir / "s3-data")
+        _say("starting the Kafka broker")
+        kafka = start_kafka(node=node, image=built.runtime.tag, jar_dir=kafka_jars,
+                            namespace=KAFKA_NAMESPACE, data_path=state_dir / "kafka-data")  # fmt: skip
+        client = s3.client()
+        buckets = {b["Name"] for b in client.list_buckets().get("Buckets", [])}
+        if KAFKA_EXAMPLE_BUCKET not in buckets:
+            client.create_bucket(Bucket=KAFKA_EXAMPLE_BUCKET)
+        (state_dir / "kafka.env").write_text(kafka.env_text())
         kubeconfig = state_dir / "kubeconfig"
         shutil.copyfile(plane.kubeconfig, kubeconfig)
         _say("installing the chart (operator from its image)")
@@ -156,6 +173,7 @@ The cluster is up. Use it from this shell with:
 
   export KUBECONFIG={rel}/kubeconfig
   set -a; . {rel}/s3.env; set +a
+  set -a; . {rel}/kafka.env; set +a    # KAFKA_BOOTSTRAP: the cluster's broker from here
   export PATH="$(e2e/controlplane/build.sh --print-bin-dir):$PATH"    # kubectl, helm
   kubectl get nodes,pods -A
 

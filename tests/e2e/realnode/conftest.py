@@ -1,5 +1,6 @@
 """Fixtures the real-node scenarios share: kubectl, the chart's operator installed
-from its image, and the S3 server in the cluster (one of each per test session)."""
+from its image, the S3 server and the Kafka broker in the cluster (one of each per
+test session)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 
 from e2e.kind.chart import ChartRelease
 from e2e.realnode import scenario
+from e2e.realnode.kafka import ClusterKafka, start_kafka
 from e2e.realnode.pytest_plugin import RESTRICTED, RealCluster
 from e2e.realnode.s3 import ClusterS3, start_s3
 
@@ -42,3 +44,11 @@ def operator(
 @pytest.fixture(scope="session")
 def cluster_s3(real_cluster: RealCluster) -> ClusterS3:
     return start_s3(node=real_cluster.node, namespace="s3")
+
+
+@pytest.fixture(scope="session")
+def cluster_kafka(real_cluster: RealCluster) -> ClusterKafka:
+    from e2e.kafka.jars import ensure_jars
+
+    return start_kafka(node=real_cluster.node, image=real_cluster.runtime_image,
+                       jar_dir=ensure_jars(), namespace="kafka")  # fmt: skip
