@@ -1,6 +1,6 @@
 """``python -m bench all`` or one benchmark: ``throughput``, ``python-state``, ``overhead``,
 ``barriers``, ``state-size``, ``recovery``, ``sync-part``, ``recovery-operator``,
-``rocksdb-state``, ``ss-rocksdb-state``, ``operator``, ``channel-mac``.
+``rocksdb-state``, ``ss-rocksdb-state``, ``operator``, ``channel-mac``, ``kafka``.
 
 Each benchmark prints a table, writes ``bench/results/<name>.json`` and a PNG
 plot, and rewrites its own entries of ``bench/results/summary.json``.
@@ -29,6 +29,7 @@ BENCHMARKS = {
     "sync-part": "bench.sync_part",
     "ss-rocksdb-state": "bench.ss_rocksdb_state",
     "rocksdb-state": "bench.rocksdb_state",
+    "kafka": "bench.kafka",
 }
 ALL: list[tuple[str, ...]] = [
     ("throughput",), ("python-state",), ("overhead",), ("barriers",), ("state-size",),
