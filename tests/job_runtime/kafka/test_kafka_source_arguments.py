@@ -63,3 +63,11 @@ def test_valid_arguments_build_a_source_that_keeps_the_topics_order_without_repe
     assert settings["isolation.level"] == "read_committed"
     assert settings["enable.auto.commit"] is False
     assert settings["fetch.min.bytes"] == 1
+
+
+def test_the_missing_timestamp_constant_is_the_clients_own() -> None:
+    import confluent_kafka
+
+    from job_runtime.sources.kafka import TIMESTAMP_NOT_AVAILABLE
+
+    assert TIMESTAMP_NOT_AVAILABLE == confluent_kafka.TIMESTAMP_NOT_AVAILABLE
