@@ -21,8 +21,12 @@ import pytest
 from paths import SUPPORT
 
 STUB = SUPPORT / "stub_driver.py"
+# As from a terminal: SIGINT raises KeyboardInterrupt. A process started by one that
+# ignores SIGINT (a test runner's worker, a shell's background job) inherits the
+# ignoring, and Python then installs no handler of its own.
 LAUNCHER = textwrap.dedent(f"""\
-    import dataclasses, sys
+    import signal, sys
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     import cjob.cli
     from cjob.embedded import RunOptions
 
