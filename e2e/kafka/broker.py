@@ -162,28 +162,10 @@ class KafkaBroker:
 
     def _server_properties(self) -> str:
         listeners = f"PLAINTEXT://{HOST}:{self.port},CONTROLLER://{HOST}:{self.controller_port}"
-        settings = {
-            "process.roles": "broker,controller",
-            "node.id": "1",
-            "controller.quorum.bootstrap.servers": f"{HOST}:{self.controller_port}",
-            "listeners": listeners,
-            "advertised.listeners": listeners,
-            "controller.listener.names": "CONTROLLER",
-            "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-            "log.dirs": str(self.data_dir),
-            "num.partitions": "1",
-            "offsets.topic.replication.factor": "1",
-            "offsets.topic.num.partitions": str(INTERNAL_TOPIC_PARTITIONS),
-            "transaction.state.log.replication.factor": "1",
-            "transaction.state.log.min.isr": "1",
-            "transaction.state.log.num.partitions": str(INTERNAL_TOPIC_PARTITIONS),
-            "transaction.max.timeout.ms": str(ONE_HOUR_MS),
-            "share.coordinator.state.topic.replication.factor": "1",
-            "share.coordinator.state.topic.min.isr": "1",
-            "group.initial.rebalance.delay.ms": "0",
-        }
-        return "".join(f"{key}={value}\n" for key, value in settings.items())
+        return single_node_properties(
+            controller=f"{HOST}:{self.controller_port}", listeners=listeners,
+            advertised=listeners, inter_broker_listener="PLAINTEXT",
+            protocols="PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT", log_dirs=str(self.data_dir))
 
     def _format(self, *, java: str, cp: str) -> None:
         argv = [
@@ -231,6 +213,35 @@ class KafkaBroker:
             raise BrokerStartError(
                 reason=f"exited with code {proc.returncode}", log_path=self.log_path
             )
+
+
+def single_node_properties(*, controller: str, listeners: str, advertised: str,
+                           inter_broker_listener: str, protocols: str, log_dirs: str) -> str:
+    """``server.properties`` of a one-node KRaft broker and controller: replication of
+    one for the internal topics, no rebalance delay, transactions up to an hour. The
+    listeners are the caller's (loopback here, the cluster's names in a pod)."""
+    settings = {
+        "process.roles": "broker,controller",
+        "node.id": "1",
+        "controller.quorum.bootstrap.servers": controller,
+        "listeners": listeners,
+        "advertised.listeners": advertised,
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": inter_broker_listener,
+        "listener.security.protocol.map": protocols,
+        "log.dirs": log_dirs,
+        "num.partitions": "1",
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": str(INTERNAL_TOPIC_PARTITIONS),
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.num.partitions": str(INTERNAL_TOPIC_PARTITIONS),
+        "transaction.max.timeout.ms": str(ONE_HOUR_MS),
+        "share.coordinator.state.topic.replication.factor": "1",
+        "share.coordinator.state.topic.min.isr": "1",
+        "group.initial.rebalance.delay.ms": "0",
+    }
+    return "".join(f"{key}={value}\n" for key, value in settings.items())
 
 
 def new_cluster_id() -> str:

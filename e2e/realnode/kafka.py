@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from e2e.controlplane.rest import ApiError, RestClient, quote
-from e2e.kafka.broker import new_cluster_id
+from e2e.kafka.broker import new_cluster_id, single_node_properties
 from e2e.realnode import dns
 from e2e.realnode.node import NodeNotReadyError, RealNode
 
@@ -50,8 +50,6 @@ CONFIG_MOUNT = "/etc/kafka"
 #: The runtime image's user (uid 185): a host folder for the data is handed to it.
 RUNTIME_UID = 185
 HEAP_MB = 512
-ONE_HOUR_MS = 3_600_000
-INTERNAL_TOPIC_PARTITIONS = 4
 
 START_SCRIPT = f"""\
 set -e
@@ -102,30 +100,11 @@ def server_properties(*, namespace: str, host_address: str) -> str:
         f"CLUSTER://{cluster_host}:{CLUSTER_PORT},HOST://{host_address}:{HOST_PORT},"
         f"BROKER://127.0.0.1:{BROKER_PORT},CONTROLLER://127.0.0.1:{CONTROLLER_PORT}"
     )
-    settings = {
-        "process.roles": "broker,controller",
-        "node.id": "1",
-        "controller.quorum.bootstrap.servers": f"127.0.0.1:{CONTROLLER_PORT}",
-        "listeners": listeners,
-        "advertised.listeners": advertised,
-        "controller.listener.names": "CONTROLLER",
-        "inter.broker.listener.name": "BROKER",
-        "listener.security.protocol.map": (
-            "CLUSTER:PLAINTEXT,HOST:PLAINTEXT,BROKER:PLAINTEXT,CONTROLLER:PLAINTEXT"
-        ),
-        "log.dirs": DATA_MOUNT,
-        "num.partitions": "1",
-        "offsets.topic.replication.factor": "1",
-        "offsets.topic.num.partitions": str(INTERNAL_TOPIC_PARTITIONS),
-        "transaction.state.log.replication.factor": "1",
-        "transaction.state.log.min.isr": "1",
-        "transaction.state.log.num.partitions": str(INTERNAL_TOPIC_PARTITIONS),
-        "transaction.max.timeout.ms": str(ONE_HOUR_MS),
-        "share.coordinator.state.topic.replication.factor": "1",
-        "share.coordinator.state.topic.min.isr": "1",
-        "group.initial.rebalance.delay.ms": "0",
-    }
-    return "".join(f"{key}={value}\n" for key, value in settings.items())
+    return single_node_properties(
+        controller=f"127.0.0.1:{CONTROLLER_PORT}", listeners=listeners, advertised=advertised,
+        inter_broker_listener="BROKER",
+        protocols="CLUSTER:PLAINTEXT,HOST:PLAINTEXT,BROKER:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        log_dirs=DATA_MOUNT)
 
 
 def service_manifest(*, namespace: str) -> dict[str, Any]:
