@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from typing import Any
 
 from cjob_checkpoint.driver_status import (
     CheckpointCounts,
@@ -41,9 +42,13 @@ class StatusWriter:
         self._thread = threading.Thread(target=self._run, daemon=True, name="status-writer")
         self._thread.start()
 
-    def status(self, *, state: str, history: bool = False) -> DriverStatus:
+    def status(self, *, state: str, history: bool = False,
+               progress: dict[str, Any] | None = None) -> DriverStatus:
+        """The status now; ``progress`` is the coordinator's snapshot when the caller
+        took one already (it locks the coordinator and sums every subtask's report)."""
         coordinator = self.coordinator
-        progress = coordinator.snapshot_progress()
+        if progress is None:
+            progress = coordinator.snapshot_progress()
         latest = coordinator.latest
         restored = coordinator.restored_from
         summary = progress["checkpoints"]
@@ -69,13 +74,14 @@ class StatusWriter:
                                 else None))
 
     def write(self, *, state: str, history: bool = False) -> None:
-        status = self.status(state=state, history=history)
+        progress = self.coordinator.snapshot_progress()
+        status = self.status(state=state, history=history, progress=progress)
         if self.metrics is not None:
             self.metrics.progress(records_in=status.records_in, records_out=status.records_out,
                                   failed=status.checkpoints.failed,
                                   restarts=status.subtask_restarts)
             self.metrics.milestones(status.timeline)
-            self.metrics.source_lag(self.coordinator.snapshot_progress()["sourceLag"])
+            self.metrics.source_lag(progress["sourceLag"])
         if self.path:
             write_status_file(self.path, status)
 
