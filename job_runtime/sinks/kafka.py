@@ -301,10 +301,11 @@ class _Transactions(CheckpointCommitter):
         self._stale = True
 
 
-def _produce(producer: Any, *, topic: str, key: bytes | None, value: bytes) -> None:
+def _produce(producer: Any, *, topic: str, key: bytes | None, value: bytes,
+             on_delivery: Any = None) -> None:
     while True:
         try:
-            producer.produce(topic, value=value, key=key)
+            producer.produce(topic, value=value, key=key, on_delivery=on_delivery)
             return
         except BufferError:  # the local queue is full: let deliveries make room
             producer.poll(0.05)
@@ -328,13 +329,8 @@ class _AtLeastOnceWriter(SinkWriter):
         if not len(batch):
             return
         for key, value in self._sink.encode(pa.Table.from_batches([batch.arrow])):
-            while True:
-                try:
-                    self._producer.produce(self._sink.topic, value=value, key=key,
-                                           on_delivery=self._delivered)
-                    break
-                except BufferError:
-                    self._producer.poll(0.05)
+            _produce(self._producer, topic=self._sink.topic, key=key, value=value,
+                     on_delivery=self._delivered)
         self._producer.poll(0)
 
     def snapshot(self, checkpoint_id: int) -> Any:
