@@ -36,6 +36,10 @@ class ExitCode(IntEnum):
     CLEANUP_FAILED = 7
     """``cleanup`` could not delete the job's checkpoint directory (storage refused or
     unreachable); the data is still there."""
+    SUSPENDED = 8
+    """The job is suspended: its final checkpoint completed and every sink committed it.
+    Not a failure: the supervisor that asked for it marks the job suspended, and one
+    whose suspend was withdrawn meanwhile starts the next attempt at once."""
 
 
 PERMANENT_EXIT_CODES: frozenset[int] = frozenset(
@@ -50,6 +54,7 @@ _REASONS: dict[int, Reason] = {
     ExitCode.STORAGE_UNREACHABLE: Reason.STORAGE_UNREACHABLE,
     ExitCode.RESTORE_FAILED: Reason.RESTORE_FAILED,
     ExitCode.CLEANUP_FAILED: Reason.CLEANUP_FAILED,
+    ExitCode.SUSPENDED: Reason.SUSPENDED,
     137: Reason.KILLED,
     143: Reason.TERMINATED,
 }
@@ -62,6 +67,7 @@ _DESCRIPTIONS: dict[int, str] = {
     ExitCode.STORAGE_UNREACHABLE: "checkpoint storage unreachable",
     ExitCode.RESTORE_FAILED: "the checkpoint to restore from is unreadable or foreign",
     ExitCode.CLEANUP_FAILED: "the checkpoint data could not be deleted",
+    ExitCode.SUSPENDED: "stopped for a suspend after its final checkpoint was committed",
     137: "killed (SIGKILL, often out of memory)",
     143: "terminated (SIGTERM)",
 }

@@ -116,3 +116,21 @@ def standby_executor_pod_name_prefix(job_name: str, attempt: int) -> str:
 def job_checkpoint_dir(storage: str, *, job_name: str, job_uid: str) -> str:
     """The directory of one job's checkpoints: ``<root>/<job>-<uid>``."""
     return f"{storage.rstrip('/')}/{job_name}-{job_uid}"
+
+
+SUSPEND_PREFIX = "suspend-"
+"""The nonces of the manual checkpoint requests that suspend an attempt (see
+``cjob_checkpoint.store.triggers``): the attempt's driver stops after that checkpoint."""
+
+
+def suspend_nonce(attempt: int) -> str:
+    """The nonce of the request that suspends ``attempt``: its driver stops after it."""
+    return f"{SUSPEND_PREFIX}{attempt}"
+
+
+def suspended_attempt(nonce: str) -> int | None:
+    """The attempt a suspend request names; ``None`` for an ordinary request."""
+    number = nonce.removeprefix(SUSPEND_PREFIX)
+    if number == nonce or not number.isdigit():
+        return None
+    return int(number)

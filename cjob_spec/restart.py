@@ -5,6 +5,8 @@ pure (the current time is a parameter) so both supervisors behave identically an
 every rule is testable with a table:
 
 1. A clean exit (code 0) finishes the job, except under ``Always``, which restarts it.
+   A driver that stopped for a suspend (code 8) that was withdrawn before it stopped
+   is restarted at once, without counting a restart: nothing failed.
 2. A permanent exit code (2 bad configuration, 3 user-code error, 6 restore failed;
    see ``cjob_spec.exit_codes``) gives up at once under ``OnFailure`` and ``Always``:
    restarting cannot fix it and would only hide the cause behind backoff delays.
@@ -24,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from cjob_spec.exit_codes import describe_exit, is_permanent, reason_for_exit
+from cjob_spec.exit_codes import ExitCode, describe_exit, is_permanent, reason_for_exit
 from cjob_spec.model import RestartPolicy, RestartPolicyType
 from cjob_spec.reasons import PodReason, Reason
 from cjob_spec.times import to_utc
@@ -47,6 +49,11 @@ class AttemptEnd:
     @property
     def succeeded(self) -> bool:
         return self.exit_code == 0
+
+    @property
+    def suspended(self) -> bool:
+        """The driver stopped for a suspend, its final checkpoint committed."""
+        return self.exit_code == ExitCode.SUSPENDED
 
 
 @dataclass(frozen=True)
@@ -122,6 +129,11 @@ def decide_restart(
     """
     ended_at = min(to_utc(end.at), to_utc(now))
     what = end.message or describe_exit(end.exit_code)
+    if end.suspended:
+        return Restart(delay_seconds=0.0, restarts=restarts, not_before=ended_at,
+                       reason=Reason.RESUMED,
+                       message="the driver stopped for a suspend that was withdrawn; "
+                               "starting again from its final checkpoint")
     if end.succeeded:
         if policy.type is not RestartPolicyType.ALWAYS:
             return Finish(succeeded=True, reason=Reason.SUCCEEDED, message="the job finished")

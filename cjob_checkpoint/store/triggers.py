@@ -6,6 +6,10 @@ store); the coordinator polls for a nonce it has not served yet, triggers a
 checkpoint, and once that checkpoint completes writes ``<nonce>:<checkpoint id>``
 back as the acknowledgement. Going through the store needs no network path from
 the operator to the driver and no permission the driver does not already have.
+
+A suspend is a request of its own kind, told apart by its nonce
+(:func:`cjob_spec.names.suspend_nonce`): the driver of the attempt it names takes it
+as its final checkpoint, lets every sink commit it, and ends (see ``docs/status.md``).
 """
 
 from __future__ import annotations

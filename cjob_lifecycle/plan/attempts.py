@@ -163,7 +163,7 @@ def attempt_ended(draft: Draft, pod: DriverPod | None, end: AttemptEnd) -> bool:
     status = draft.status
     decision = restart_decision(draft, pod, end)
     failure = None
-    if not end.succeeded:
+    if not end.succeeded and not end.suspended:
         failure = FailureRecord(
             reason=end.reason,
             message=end.message,
@@ -215,7 +215,8 @@ def attempt_ended(draft: Draft, pod: DriverPod | None, end: AttemptEnd) -> bool:
         next_restart_at=when,
         last_failure=last_failure,
     )
-    kind: EventType = "Normal" if end.succeeded else "Warning"
-    draft.event(kind, Reason.ATTEMPT_ENDED if end.succeeded else end.reason,
+    clean = end.succeeded or end.suspended
+    kind: EventType = "Normal" if clean else "Warning"
+    draft.event(kind, Reason.ATTEMPT_ENDED if clean else end.reason,
                 decision.message if standby is None else message)
     return True

@@ -1,8 +1,13 @@
 """Suspending a job (``spec.suspend``): a final checkpoint when its driver runs, then no driver.
 
-A running driver is asked for one last checkpoint, so that resuming loses nothing; it
-is stopped once that checkpoint completed, or after the checkpoint timeout without
-it. A driver that is not running yet has nothing to save and is stopped at once.
+A running driver is asked for one last checkpoint, so that resuming loses nothing.
+The driver takes it as its final checkpoint: once it completed, every sink commits
+it and the driver ends by itself (exit code 8), so a suspended job's output is
+visible up to that checkpoint. A checkpoint in the store is not enough to stop the
+driver: its sinks commit only after it is there. Without that checkpoint within the
+checkpoint timeout, or without the driver's end within another timeout after it, the
+driver is stopped anyway. A driver that is not running yet has nothing to save and is
+stopped at once.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from cjob_lifecycle.plan.attempts import attempt_ended
 from cjob_lifecycle.plan.draft import Draft
 from cjob_lifecycle.plan.failures import pod_end
 from cjob_lifecycle.plan.pods import wait_for_blocking_pods
+from cjob_spec.names import suspend_nonce
 from cjob_spec.reasons import Reason
 from cjob_spec.status import FailureRecord, Phase
 from cjob_spec.times import to_utc, truncate_to_seconds
@@ -40,6 +46,11 @@ def suspend_active(draft: Draft, pod: DriverPod | None) -> bool:
         end = pod_end(draft, pod)
         if end is not None and end.succeeded:
             return attempt_ended(draft, pod, end)
+        if end is not None and end.suspended:
+            latest = draft.status.latest_checkpoint
+            which = f" {latest.id}" if latest is not None else ""
+            return suspend_now(draft, f"suspended after final checkpoint{which}, "
+                                      "its output committed")
         if end is not None:
             draft.set(
                 last_failure=FailureRecord(
@@ -56,7 +67,7 @@ def suspend_active(draft: Draft, pod: DriverPod | None) -> bool:
     status = draft.status
     requested = status.suspend_requested_at
     if requested is None:
-        draft.act(RequestCheckpoint(pod=pod.name, nonce=f"suspend-{status.attempt}"))
+        draft.act(RequestCheckpoint(pod=pod.name, nonce=suspend_nonce(status.attempt)))
         draft.event(
             "Normal",
             Reason.SUSPENDING,
@@ -78,8 +89,22 @@ def suspend_active(draft: Draft, pod: DriverPod | None) -> bool:
     )
     timeout = draft.job.spec.checkpoint.timeout
     deadline = to_utc(requested) + timedelta(seconds=timeout.seconds)
-    if final and latest is not None:
-        return suspend_now(draft, f"suspended after final checkpoint {latest.id}")
+    if final and latest is not None and latest.completed_at is not None:
+        # Its sinks commit it now; the driver ends once they did. One that does not
+        # (a runtime that predates this, a commit that hangs) is stopped after another
+        # timeout: its output then becomes visible when the job resumes.
+        committed_by = to_utc(latest.completed_at) + timedelta(seconds=timeout.seconds)
+        if draft.now >= committed_by:
+            return suspend_now(
+                draft,
+                f"suspended after final checkpoint {latest.id}; the driver did not stop "
+                f"within {timeout.text} of it, so its output is committed when the job "
+                "resumes")
+        draft.set(message=f"final checkpoint {latest.id} completed; waiting for the driver "
+                          "to commit its output and stop")
+        draft.requeue_at(min(committed_by,
+                             draft.now + timedelta(seconds=draft.settings.poll_seconds)))
+        return False
     if draft.now >= deadline:
         fallback = f"checkpoint {latest.id}" if latest is not None else "the initial state"
         return suspend_now(

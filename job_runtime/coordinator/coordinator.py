@@ -8,6 +8,13 @@ checkpoint is complete (which is when sinks commit). Declines and timeouts
 abort a checkpoint; more consecutive failures than ``tolerable_failures`` fail
 the job.
 
+A suspend request (:func:`cjob_spec.names.suspend_nonce` of this attempt) is served
+by a *final* checkpoint, as if every source had ended: its completion makes every
+sink commit it, with the final commit's retries, and the subtasks end after that. So
+the driver ends by itself, with everything up to that checkpoint visible downstream,
+instead of being stopped while its sinks commit; ``suspended`` tells the driver its
+end is a suspend, not the job's end.
+
 Subtasks belong to an *epoch*, Spark's attempt number of the barrier stage.
 When Spark relaunches the stage after a crash, the first registration of the
 new epoch aborts everything pending, and every subtask of that epoch restores
@@ -49,6 +56,7 @@ from cjob_checkpoint.store.base import (
     StoreFullError,
 )
 from cjob_checkpoint.store.triggers import TriggerSource
+from cjob_spec.names import suspended_attempt
 from job_runtime.coordinator.abort_reason import AbortReason
 from job_runtime.coordinator.endpoint import CoordinatorEndpoint
 from job_runtime.coordinator.failure_budget import FailureBudget
@@ -95,6 +103,8 @@ class PendingCheckpoint:
     stats: CheckpointStats | None = None
     nonce: str | None = None
     """The manual request this checkpoint serves, if any."""
+    suspends: bool = False
+    """It serves a suspend request: the job stops once it completed and was committed."""
     completing: bool = False
     """Every task acknowledged: the commit is queued or under way and only it may end this."""
 
@@ -173,6 +183,8 @@ class CheckpointCoordinator:
         self.failure: BaseException | None = None
         self.failed_event = threading.Event()
         self.finished = threading.Event()
+        self.suspended = threading.Event()
+        """A suspend checkpoint completed: the subtasks commit it and end, and so does the job."""
         self.stats = CheckpointStatsTracker()
         self.latest: CompletedCheckpoint | None = store.latest()
         self.progress: dict[int, TaskMetrics] = {}
@@ -342,8 +354,8 @@ class CheckpointCoordinator:
         A due trigger counts as attempted at once, so a failing one is retried after
         the interval (and at least ``trigger_retry_pause``), not on every tick.
         """
-        if not self._running():
-            return None
+        if not self._running() or any(p.final for p in self._pending.values()):
+            return None  # nothing may follow a final barrier, a suspend's included
         return self._decider.due(
             now=now, sources_finished=len(self._sources_finished) == self.parallelism,
             pending=len(self._pending), final_pending=any(p.final for p in self._pending.values()))
@@ -367,16 +379,20 @@ class CheckpointCoordinator:
             # Served, but the answer did not reach the store: answer again, no new checkpoint.
             self._acknowledge(nonce=nonce, checkpoint_id=served[1])
             return False
-        checkpoint_id = self._trigger(nonce=nonce)
+        # A suspend of another attempt (one stopped before it answered) is only a checkpoint.
+        suspends = suspended_attempt(nonce) == self.attempt
+        checkpoint_id = self._trigger(final=suspends, nonce=nonce, suspends=suspends)
         if checkpoint_id is not None:
-            log.info("checkpoint %d triggered on request %s", checkpoint_id, nonce)
+            log.info("checkpoint %d triggered on request %s%s", checkpoint_id, nonce,
+                     " (the final one: the job stops after it)" if suspends else "")
         return checkpoint_id is not None
 
     def trigger(self, *, final: bool = False) -> int | None:
         """Start a checkpoint now; returns its id, or ``None`` when it could not start."""
         return self._trigger(final=final)
 
-    def _trigger(self, *, final: bool = False, nonce: str | None = None) -> int | None:
+    def _trigger(self, *, final: bool = False, nonce: str | None = None,
+                 suspends: bool = False) -> int | None:
         with self._lock:
             if len(self._ready) < self.parallelism or self.failure is not None:
                 return None
@@ -404,7 +420,8 @@ class CheckpointCoordinator:
             self.stats.started(stats)
             self._pending[checkpoint_id] = PendingCheckpoint(
                 checkpoint_id=checkpoint_id, epoch=self._epoch, final=final, triggered_at=now,
-                triggered_mono=time.monotonic(), waiting=waiting, stats=stats, nonce=nonce)
+                triggered_mono=time.monotonic(), waiting=waiting, stats=stats, nonce=nonce,
+                suspends=suspends)
             self._decider.triggered(now=time.monotonic())
             self._broadcast(Trigger(checkpoint_id=checkpoint_id, timestamp=now, final=final))
             return checkpoint_id
@@ -605,6 +622,8 @@ class CheckpointCoordinator:
             self._decider.final_completed()
         if pending.nonce is not None:
             self._served_request = (pending.nonce, checkpoint_id)
+        if pending.suspends:
+            self.suspended.set()
         self._broadcast(Complete(checkpoint_id=checkpoint_id, final=pending.final))
         log.info("checkpoint %d completed (%d bytes, %.0f ms)", checkpoint_id,
                  completed.size_bytes, stats.duration_ms)

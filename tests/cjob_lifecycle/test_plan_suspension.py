@@ -9,6 +9,7 @@ from operator_world import IMAGE, at, checkpoint, driver, make_job, observe, rea
 from cjob_lifecycle.actions import CreateDriver, DeleteDriver, RequestCheckpoint
 from cjob_lifecycle.observed import StoreView
 from cjob_spec import ConditionStatus, Phase, Reason
+from cjob_spec.exit_codes import ExitCode
 
 
 class TestSuspendingARunningJob:
@@ -33,13 +34,37 @@ class TestSuspendingARunningJob:
         waiting = run(observe(job, asking.status, pod, store=store), at(105))
         assert not waiting.of_type(DeleteDriver) and not waiting.of_type(RequestCheckpoint)
 
+        # The checkpoint is in the store, but the sinks commit it only now: the driver
+        # is left to do so, and to end by itself.
         final = StoreView(exists=True, latest=checkpoint(5, at(106)), fence_attempt=2)
-        done = run(observe(job, waiting.status, pod, store=final), at(107))
-        assert done.of_type(DeleteDriver) == [
-            DeleteDriver(name="clicks-attempt-2", reason=Reason.SUSPENDED)]
+        committing = run(observe(job, waiting.status, pod, store=final), at(107))
+        assert not committing.of_type(DeleteDriver)
+        assert committing.status.reason == Reason.SUSPENDING
+        assert committing.requeue_after == 5
+
+        stopped = driver(2, "Failed", exit_code=ExitCode.SUSPENDED, job=job)
+        done = run(observe(job, committing.status, stopped, store=final), at(109))
+        assert not done.of_type(DeleteDriver), "a driver that ended is kept for its logs"
         assert done.status.phase is Phase.SUSPENDED
-        assert "final checkpoint 5" in (done.status.message or "")
+        assert "final checkpoint 5, its output committed" in (done.status.message or "")
         assert done.status.latest_checkpoint is not None and done.status.latest_checkpoint.id == 5
+        assert done.status.last_failure is None
+        assert not done.of_type(CreateDriver)
+
+    def test_a_driver_that_does_not_stop_after_the_final_checkpoint_is_stopped_in_time(
+            self) -> None:
+        job = make_job(suspend=True, **{"checkpoint.timeout": "1m"})
+        pod = driver(1, job=job)
+        asked = status(Phase.RUNNING, 1, job=job, reason=Reason.SUSPENDING,
+                       suspend_requested_at=at(100))
+        final = StoreView(exists=True, latest=checkpoint(5, at(110)), fence_attempt=1)
+        waiting = run(observe(job, asked, pod, store=final), at(169))
+        assert not waiting.of_type(DeleteDriver)
+        result = run(observe(job, waiting.status, pod, store=final), at(170))
+        assert result.of_type(DeleteDriver) == [
+            DeleteDriver(name="clicks-attempt-1", reason=Reason.SUSPENDED)]
+        assert result.status.phase is Phase.SUSPENDED
+        assert "did not stop within 1m" in (result.status.message or "")
 
     def test_suspending_gives_up_on_the_final_checkpoint_after_the_checkpoint_timeout(self) -> None:
         job = make_job(suspend=True, **{"checkpoint.timeout": "1m"})
@@ -118,6 +143,17 @@ class TestResuming:
         ]
         assert result.status.restarts == 0
         assert reasons(result) == [Reason.RESUMED]
+
+    def test_a_driver_that_stopped_for_a_withdrawn_suspend_starts_again_at_once(self) -> None:
+        job = make_job(**{"restartPolicy.type": "Never"})
+        suspending = status(Phase.RUNNING, 2, job=job, reason=Reason.SUSPENDING, restarts=1,
+                            suspend_requested_at=at(100))
+        stopped = driver(2, "Failed", exit_code=ExitCode.SUSPENDED, job=job)
+        store = StoreView(exists=True, latest=checkpoint(5, at(106)), fence_attempt=2)
+        result = run(observe(job, suspending, stopped, store=store), at(110))
+        assert [a.attempt for a in result.of_type(CreateDriver)] == [3]
+        assert result.status.restarts == 1
+        assert result.status.last_failure is None
 
     def test_resuming_waits_for_the_suspended_driver_to_stop(self) -> None:
         job = make_job()

@@ -296,6 +296,17 @@ def _end(outcome: BaseException | None, *, settings: DriverSettings, job: Loaded
          status: StatusWriter, spark_context: Any, s3: S3Config) -> int:
     """Finish the job's output and the store's records, or report what failed it; the
     exit code."""
+    if outcome is None and coordinator.suspended.is_set():
+        # Suspended, not finished: the subtasks ended only after every sink committed
+        # the suspend checkpoint, which stays for the resume; the sink's staging area
+        # is the next attempt's, so the job's end (finish_job) does not run.
+        store.shutdown(JobOutcome.SUSPENDED, discard=coordinator.shared_files.discard)
+        status.stop(state="suspended")
+        spark_context.stop()
+        latest = coordinator.latest
+        log.info("job suspended after checkpoint %s, its output committed",
+                 "-" if latest is None else latest.checkpoint_id)
+        return ExitCode.SUSPENDED
     if outcome is None:
         job.sink.finish_job(job_id=settings.job_id, s3=s3)
         store.shutdown(JobOutcome.FINISHED, discard=coordinator.shared_files.discard)
