@@ -8,7 +8,9 @@ reader of ``output`` sees every count once, however often the job is killed.
 Arguments: ``bootstrap`` (default ``$KAFKA_BOOTSTRAP``, which ``python -m e2e.kafka up``
 prints), ``input`` (default ``clicks``), ``output`` (default ``click-counts``),
 ``bounded`` (stop at the input's end at the first start; default false: run forever),
-``delay`` (seconds per click, to watch it work or let a kill land mid-run).
+``delay`` (seconds per click, to watch it work or let a kill land mid-run),
+``partition_discovery`` (seconds between looks for partitions added to ``input``;
+default: the source's).
 """
 
 from __future__ import annotations
@@ -36,8 +38,11 @@ def build(p: Pipeline) -> None:
             time.sleep(delay)
         return {"user": click["user"], "clicks": 1}
 
+    discovery = p.args.get("partition_discovery")
     source = sources.kafka(p.args.get("input", "clicks"), bootstrap, value_format="json",
-                           bounded=bool(p.args.get("bounded", False)), batch_size=100)
+                           bounded=bool(p.args.get("bounded", False)), batch_size=100,
+                           **({} if discovery is None else
+                              {"partition_discovery": float(discovery)}))
     (p.source(source)
       .map(one_click)
       .key_by("user")

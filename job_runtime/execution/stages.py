@@ -33,6 +33,8 @@ class StagePlan:
     has_sink: bool = False
     source_batch_size: int = RECORD_BATCH_SIZE
     """Rows per batch for a source that is not told otherwise (stage 0 only)."""
+    source_columns: frozenset[str] | None = None
+    """The only columns of the source's records the pipeline reads (stage 0 only)."""
 
     @property
     def uid(self) -> str:
@@ -62,6 +64,7 @@ def plan_stages(pipeline: Pipeline) -> list[StagePlan]:
         raise PipelineDefinitionError(problem="key_by() must be followed by a keyed operator")
     stages[-1].has_sink = True
     stages[0].source_batch_size = source_batch_size(pipeline)
+    stages[0].source_columns = source_columns(pipeline)
     return stages
 
 
@@ -74,3 +77,19 @@ def source_batch_size(pipeline: Pipeline) -> int:
         or (isinstance(op, KeyedOp) and op.kind == "aggregate")
         for op in pipeline.ops)
     return VECTORISED_BATCH_SIZE if vectorised else RECORD_BATCH_SIZE
+
+
+def source_columns(pipeline: Pipeline) -> frozenset[str] | None:
+    """The source's columns the pipeline reads, when it reads them only by name: a
+    ``key_by(<column>)`` followed by ``aggregate``, whose inputs are the key and the
+    aggregated columns. ``None`` (every column) as soon as a function sees the records,
+    since what it reads cannot be known; only the first keyed operator matters, as it
+    makes new records."""
+    for op in pipeline.ops:
+        if isinstance(op, KeyBy):
+            continue
+        if isinstance(op, KeyedOp) and op.kind == "aggregate" and isinstance(op.key.key, str):
+            return frozenset({op.key.key, *(column for _, _, column in op.aggregates
+                                            if column is not None)})
+        return None
+    return None

@@ -4,12 +4,19 @@ A source is cut into splits once, in the same way in every process (so a subtask
 can rebuild the list without asking anybody). Split ``s`` is read by subtask
 ``s % parallelism``. A reader's ``position`` is what a checkpoint stores; on
 restore a new reader starts from it, whatever the new parallelism is.
+
+An input that grows while the job runs (a Kafka topic given partitions) can add
+splits later: :meth:`Source.discover` finds them, under indexes derived from what
+they are rather than from when they were found, so every subtask assigns them alike;
+a checkpoint keeps their positions like any other, and a restore rebuilds them from
+those positions (:meth:`Source.restore_split`) before it reads anything.
 """
 
 from __future__ import annotations
 
 import abc
 import dataclasses
+from collections.abc import Set
 from typing import Any
 
 from job_runtime.records import Batch
@@ -60,6 +67,11 @@ class SplitReader(abc.ABC):
         Called from the progress thread: it must not block."""
         return None
 
+    def checkpoint_completed(self, position: Any) -> None:  # noqa: B027 - optional hook
+        """A checkpoint that holds ``position`` for this split completed: a source may
+        tell its system how far the job got (Kafka's consumer-group offsets). Never
+        what a restore reads: the checkpoint is."""
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release files or connections."""
 
@@ -71,11 +83,16 @@ class SourceContext:
     subtask: int
     parallelism: int
     staging_uri: str
+    job_id: str = ""
     s3: Any = None
     batch_size: int = RECORD_BATCH_SIZE
     """Rows per batch for a source the job did not give a size: larger when no
     Python function of the pipeline sees single records (see
     ``job_runtime.execution.stages.source_batch_size``)."""
+    columns: frozenset[str] | None = None
+    """The only columns the pipeline reads, when it reads named columns only (see
+    ``job_runtime.execution.stages.source_columns``); ``None``: every column. A source
+    may leave the others out of its batches."""
 
 
 class Source(abc.ABC):
@@ -102,6 +119,24 @@ class Source(abc.ABC):
         turn (splits that never end, or whose records should interleave in time), rather
         than one split after the other."""
         return False
+
+    @property
+    def discovery_interval(self) -> float | None:
+        """Seconds between looks for splits the input gained while the job runs (see
+        :meth:`discover`); ``None``: its splits are fixed."""
+        return None
+
+    def discover(self, *, context: SourceContext, known: Set[int]) -> list[Split]:
+        """The splits the input has now that are neither among :meth:`splits` nor in
+        ``known``, with indexes every process derives alike. Called away from the
+        task's thread; may raise when the input cannot be asked (tried again later)."""
+        return []
+
+    def restore_split(self, index: int, position: Any, *, context: SourceContext) -> Split | None:
+        """The split a checkpoint holds ``position`` of under an ``index`` that
+        :meth:`splits` does not list (one :meth:`discover` found), or ``None`` when
+        the position is not of this source."""
+        return None
 
     def prepare_on_driver(self, *, spark_context: Any, staging_uri: str) -> None:  # noqa: B027
         """Runs once in the driver before the job starts (e.g. to stage a DataFrame).

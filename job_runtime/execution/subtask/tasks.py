@@ -24,6 +24,7 @@ from job_runtime.coordinator.messages import Abort, Complete, ToSubtask, Trigger
 from job_runtime.errors import UserCodeError
 from job_runtime.execution.stages import StagePlan
 from job_runtime.execution.subtask.recent import RecentIds
+from job_runtime.execution.subtask.split_discovery import SplitDiscovery
 from job_runtime.execution.subtask.task_context import TaskContext
 from job_runtime.execution.subtask.uploader import UploadJob
 from job_runtime.faults import maybe_fail
@@ -204,19 +205,54 @@ class SourceTask(Task):
         self.context = SourceContext(subtask=self.runtime.subtask,
                                      parallelism=config.parallelism,
                                      staging_uri=config.staging_uri,
+                                     job_id=config.job_id,
                                      s3=self.runtime.s3_config,
-                                     batch_size=self.plan.source_batch_size)
+                                     batch_size=self.plan.source_batch_size,
+                                     columns=self.plan.source_columns)
         all_splits = source.splits(context=self.context)
-        self.splits: list[Split] = [s for s in all_splits
-                                    if s.index % config.parallelism == self.runtime.subtask]
+        if restore is not None:
+            # Splits an earlier attempt discovered, rebuilt from their positions so
+            # that none is missing from the next checkpoint.
+            listed = {s.index for s in all_splits}
+            for index, position in sorted(restore.sources.items()):
+                if index not in listed:
+                    found = source.restore_split(index, position, context=self.context)
+                    if found is not None:
+                        all_splits.append(found)
+        self.splits: list[Split] = [s for s in all_splits if self._owns(s)]
         self.positions: dict[int, Any] = {
             s.index: None if restore is None else restore.source_position(s.index)
             for s in self.splits}
         self._unopened: list[Split] = list(self.splits)
         self._open: list[tuple[Split, SplitReader]] = []
-        self._max_open = len(self.splits) if source.reads_splits_together else 1
         self._turn = 0
+        self._completed_positions: dict[int, dict[str, Any]] = {}
+        """Checkpoint id -> the positions it holds, until it completes or is aborted."""
+        interval = source.discovery_interval
+        self._discovery = None if not interval else SplitDiscovery(
+            source=source, context=self.context, interval=interval,
+            known=[s.index for s in all_splits])
         self.exhausted = False
+        self.final_barrier: int | None = None
+        """A final checkpoint whose barrier this task sent before its input ended (a
+        suspend), while it is in flight: nothing is read after it, as the next attempt
+        reads it again; an abort of that checkpoint lets reading go on."""
+
+    def _owns(self, split: Split) -> bool:
+        return split.index % self.runtime.config.parallelism == self.runtime.subtask
+
+    def _add_discovered(self) -> None:
+        """Splits the discovery thread found since the last batch, ours read next."""
+        if self._discovery is None:
+            return
+        for split in self._discovery.found():
+            if self._owns(split) and split.index not in self.positions:
+                log.info("subtask %d reads a new split %d of source %r: %s",
+                         self.runtime.subtask, split.index, self.source.name,
+                         split.description)
+                self.splits.append(split)
+                self.positions[split.index] = None
+                self._unopened.append(split)
 
     def backlog(self) -> list[SourceBacklog]:
         """The lag of the open readers that know theirs (read by the progress thread)."""
@@ -241,20 +277,36 @@ class SourceTask(Task):
             case Trigger(checkpoint_id=checkpoint_id, final=final):
                 if final:
                     self.final_checkpoints.add(checkpoint_id)
-                self.snapshot(checkpoint_id, alignment_seconds=0.0)
+                    self.final_barrier = checkpoint_id
+                job = self.snapshot(checkpoint_id, alignment_seconds=0.0)
+                self._completed_positions[checkpoint_id] = job.sources
             case Abort(checkpoint_id=checkpoint_id):
+                self._completed_positions.pop(checkpoint_id, None)
+                if checkpoint_id == self.final_barrier:
+                    self.final_barrier = None
                 if checkpoint_id in self.emitted_barriers:
                     self.emitted_barriers.discard(checkpoint_id)
                     self.broadcast(Kind.CANCEL, checkpoint_id)
             case _:
                 super().handle_control(message)
 
+    def on_complete(self, checkpoint_id: int, final: bool) -> None:
+        positions = self._completed_positions.pop(checkpoint_id, None)
+        for older in [c for c in self._completed_positions if c < checkpoint_id]:
+            del self._completed_positions[older]
+        if positions is not None:
+            for split, reader in self._open:
+                if str(split.index) in positions:
+                    reader.checkpoint_completed(positions[str(split.index)])
+        super().on_complete(checkpoint_id, final)
+
     def _next_batch(self) -> Batch | None:
         """The next batch of the open readers in turn (one reader at a time unless the
         source reads its splits together); an empty batch when every open reader had
         nothing; ``None`` once every split ended."""
+        limit = len(self.splits) if self.source.reads_splits_together else 1
         while True:
-            while len(self._open) < self._max_open and self._unopened:
+            while len(self._open) < limit and self._unopened:
                 split = self._unopened.pop(0)
                 self._open.append((split, self.source.open(split, self.positions[split.index],
                                                            context=self.context)))
@@ -278,19 +330,29 @@ class SourceTask(Task):
                 return idle
 
     def loop(self) -> None:
+        if self._discovery is not None:
+            self._discovery.start()
+        try:
+            self._read()
+        finally:
+            if self._discovery is not None:
+                self._discovery.stop()
+
+    def _read(self) -> None:
         while not self.finished:
             if self.runtime.is_cancelled():
                 return
             self.drain_control()
             if self.finished:
                 return
-            if self.exhausted:
+            if self.exhausted or self.final_barrier is not None:
                 try:
                     message = self.control.get(timeout=0.1)
                 except queue.Empty:
                     continue
                 self.handle_control(message)
                 continue
+            self._add_discovered()
             batch = self._next_batch()
             if batch is None:
                 self.flush_combiner()

@@ -6,13 +6,19 @@ exactly-once Kafka sink can lose or repeat output, every count is read back once
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import signal
 import socket
 import time
 import urllib.request
 from typing import Any
 
 import pytest
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewPartitions
 from paths import REPO
 from runtime_harness import JobHarness, load_example
 
@@ -106,6 +112,76 @@ def test_an_unbounded_job_with_more_partitions_than_subtasks_keeps_counting_new_
     finally:
         proc.terminate()
         harness.finish(proc, attempt=1, timeout=60)
+
+
+def test_partitions_added_while_the_job_runs_are_counted_once_across_a_driver_kill(
+        kafka_broker: KafkaBroker, harness: JobHarness) -> None:
+    """The input gains two partitions while the job runs: their clicks are counted, the
+    driver is killed, and the restarted job goes on from the checkpointed offsets of
+    the new partitions too (a missing position would count their clicks twice). The
+    consumer group holds the completed checkpoints' offsets for lag monitors."""
+    bootstrap = kafka_broker.bootstrap
+    args = {**prepare(bootstrap), "bounded": False, "delay": 0.0, "partition_discovery": 0.5}
+    proc = harness.start(entrypoint="job:build", args=args, attempt=1,
+                         python_path=[str(EXAMPLE)])
+    try:
+        wait_until_counted(args, clicks=COUNT, proc=proc)
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_partitions([NewPartitions(args["input"], 5)])[args["input"]].result(30)
+        produce_to(bootstrap, args["input"], produce.clicks(count=400, users=40, seed=8),
+                   partitions=[3, 4])
+        wait_until_counted(args, clicks=COUNT + 400, proc=proc)
+        group = f"cjob-{harness.name}-{harness.uid}"
+        wait_for_group_offsets(bootstrap, group=group, topic=args["input"],
+                               expected=end_offsets(bootstrap, args["input"], partitions=5))
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        harness.finish(proc, attempt=1, timeout=60)
+
+    produce_to(bootstrap, args["input"], produce.clicks(count=300, users=40, seed=9),
+               partitions=[0, 3, 4])
+    proc = harness.start(entrypoint="job:build", args=args, attempt=2,
+                         python_path=[str(EXAMPLE)], extra=["--restore", "latest"])
+    try:
+        wait_until_counted(args, clicks=COUNT + 700, proc=proc)
+    finally:
+        proc.terminate()
+        harness.finish(proc, attempt=2, timeout=60)
+
+
+def produce_to(bootstrap: str, topic: str, events: list[dict[str, Any]], *,
+               partitions: list[int]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20})
+    for i, event in enumerate(events):
+        producer.produce(topic, key=str(event["user"]).encode(),
+                         value=json.dumps(event).encode(),
+                         partition=partitions[i % len(partitions)])
+    assert producer.flush(60) == 0
+
+
+def end_offsets(bootstrap: str, topic: str, *, partitions: int) -> dict[int, int]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "test-ends"})
+    try:
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in range(partitions)}
+    finally:
+        consumer.close()
+
+
+def wait_for_group_offsets(bootstrap: str, *, group: str, topic: str,
+                           expected: dict[int, int], timeout: float = 30.0) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    request = ConsumerGroupTopicPartitions(
+        group, [TopicPartition(topic, p) for p in expected])
+    found: dict[int, int] = {}
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        answer = admin.list_consumer_group_offsets([request])[group].result(timeout=10)
+        found = {tp.partition: tp.offset for tp in answer.topic_partitions}
+        if found == expected:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"group {group} offsets of {topic}: {found}, expected {expected}")
 
 
 def free_port() -> int:

@@ -6,6 +6,7 @@ errors. Each test calls the source as a subtask and the driver do: ``splits``,
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import socket
 import time
@@ -164,6 +165,54 @@ def test_a_reader_reads_every_committed_record_and_none_of_an_aborted_transactio
     reader.close()
 
 
+def test_partitions_added_later_are_discovered_under_the_same_indexes_in_every_process(
+        kafka_broker: KafkaBroker, tmp_path: Path) -> None:
+    bootstrap = kafka_broker.bootstrap
+    first = create_topic(bootstrap=bootstrap, partitions=1)
+    second = create_topic(bootstrap=bootstrap, partitions=2)
+    produce(bootstrap, first, [b"old"])
+    source = sources.kafka([first, second], bootstrap)
+    source.prepare_on_driver(spark_context=None, staging_uri=str(tmp_path / "staging"))
+    planned = source.splits(context=context(tmp_path))
+    assert source.discover(context=context(tmp_path), known=frozenset()) == []
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_partitions([NewPartitions(first, 3)])[first].result(timeout=30)
+    admin.create_partitions([NewPartitions(second, 3)])[second].result(timeout=30)
+    produce(bootstrap, first, [b"a", b"b"], partition=2)
+
+    found = [sorted((s.index, s.description.topic, s.description.partition,
+                      s.description.start) for s in sources.kafka([first, second], bootstrap)
+                     .discover(context=context(tmp_path, subtask=subtask, parallelism=2),
+                               known=frozenset()))
+             for subtask in (0, 1)]
+    assert found[0] == found[1] == [
+        (1_000_001, first, 1, 0), (1_000_002, first, 2, 0), (2_000_002, second, 2, 0)]
+    assert {s.index for s in planned}.isdisjoint(index for index, *_ in found[0])
+    # What a subtask already knows is not found again.
+    again = source.discover(context=context(tmp_path), known=frozenset({1_000_001, 1_000_002}))
+    assert [s.index for s in again] == [2_000_002]
+    # A bounded source reads the partitions of its first start only.
+    assert sources.kafka(first, bootstrap, bounded=True).discovery_interval is None
+
+    # A discovered split is read from its earliest offset, and rebuilt from its
+    # checkpointed position by a later attempt without asking the broker.
+    split = next(s for s in source.discover(context=context(tmp_path), known=frozenset())
+                 if s.index == 1_000_002)
+    reader = source.open(split, None, context=context(tmp_path))
+    assert [r["value"] for r in read_at_least(reader, 2)] == [b"a", b"b"]
+    position = reader.position()
+    reader.close()
+    rebuilt = source.restore_split(1_000_002, position, context=context(tmp_path))
+    assert rebuilt is not None and rebuilt.description.partition == 2
+    produce(bootstrap, first, [b"c"], partition=2)
+    reader = source.open(rebuilt, position, context=context(tmp_path))
+    assert [r["value"] for r in read_at_least(reader, 1)] == [b"c"]
+    reader.close()
+    # A position under an index that does not match its partition is not this source's.
+    assert source.restore_split(1_000_001, position, context=context(tmp_path)) is None
+
+
 def test_a_reader_restored_from_a_position_continues_exactly_there(
         kafka_broker: KafkaBroker, tmp_path: Path) -> None:
     bootstrap = kafka_broker.bootstrap
@@ -301,6 +350,30 @@ def test_json_values_are_decoded_into_columns_beside_the_records_metadata(
     assert rows[0]["key"] == b"k0"
     assert rows[0]["headers"] == [{"key": "source", "value": b"test"}]
     assert abs(rows[0]["timestamp"] - time.time() * 1000) < 120_000
+
+
+@pytest.mark.parametrize("columns", [
+    frozenset({"user"}), frozenset({"user", "amount", "offset"}),
+    frozenset({"user", "key", "headers", "timestamp", "partition", "topic"})])
+def test_a_reader_told_the_pipelines_columns_builds_only_those_with_the_same_values(
+        kafka_broker: KafkaBroker, tmp_path: Path, columns: frozenset[str]) -> None:
+    bootstrap = kafka_broker.bootstrap
+    topic = create_topic(bootstrap=bootstrap, partitions=1)
+    values = [json.dumps({"user": f"u{i}", "amount": i}).encode() for i in range(300)]
+    produce(bootstrap, topic, values[:150])
+    produce(bootstrap, topic, values[150:], headers=[("source", b"test")])
+    source = sources.kafka(topic, bootstrap, bounded=True, value_format="json")
+
+    everything = read_to_end(source.open(only_split(source, context(tmp_path)), None,
+                                         context=context(tmp_path)))
+    ctx = dataclasses.replace(context(tmp_path), columns=columns)
+    reader = source.open(only_split(source, ctx), None, context=ctx)
+    batch = first_records(reader)
+    assert set(batch.arrow.schema.names) == columns
+    rows = batch.rows + read_to_end(reader)
+    reader.close()
+    assert rows == [{name: row[name] for name in columns} for row in everything]
+    assert len(rows) == 300
 
 
 def test_with_a_dead_letter_topic_bad_values_go_there_with_their_origin_and_the_rest_is_read(
