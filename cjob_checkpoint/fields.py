@@ -47,6 +47,11 @@ class JsonFields:
             raise self._wrong(name, "an integer", value)
         return value
 
+    def optional_integer(self, name: str) -> int | None:
+        if self._data.get(name) is None:
+            return None
+        return self.integer(name)
+
     def number(self, name: str) -> float:
         value = self._get(name)
         if isinstance(value, bool) or not isinstance(value, (int, float)):

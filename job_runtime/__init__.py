@@ -18,8 +18,9 @@ storage, ``_metadata``, the driver's status file) is not here but in
 
 from __future__ import annotations
 
-from job_runtime import sinks, sources
-from job_runtime.pipeline import KeyedStream, Pipeline, Stream
+from job_runtime import sinks, sources, watermarks, windows
+from job_runtime.pipeline import KeyedStream, Pipeline, Stream, WindowedStream
 from job_runtime.state.handles import MapState, ValueState
 
-__all__ = ["KeyedStream", "MapState", "Pipeline", "Stream", "ValueState", "sinks", "sources"]
+__all__ = ["KeyedStream", "MapState", "Pipeline", "Stream", "ValueState", "WindowedStream",
+           "sinks", "sources", "watermarks", "windows"]

@@ -77,6 +77,15 @@ class DriverMetrics:
             "cjob_job_source_lag_records",
             "Records between a source partition's read position and its end as last seen",
             [*labels, "topic", "partition"], registry=r)
+        self.watermark_lag = Gauge(
+            "cjob_job_watermark_lag_seconds",
+            "Wall time minus the job's event-time watermark (the lowest of its windowed "
+            "subtasks): how far behind real time its windows fire", labels, registry=r)
+        self.late_records = Counter(
+            "cjob_job_late_records",
+            "Records windows dropped for coming after their window was gone", labels,
+            registry=r)
+        self._late_reported = 0
         self.in_run_restarts = Gauge("cjob_job_subtask_restarts",
                                      "Relaunches of the barrier stage in this driver", labels,
                                      registry=r)
@@ -117,6 +126,18 @@ class DriverMetrics:
         another subtask after a restart, or ended) keeps its last value until then."""
         for lag in backlog:
             self.source_lag_records.labels(self._job, lag.topic, str(lag.partition)).set(lag.records)
+
+    def event_time(self, *, watermark: int | None, late_records: int, now: float) -> None:
+        """Watermark lag and late records; a job without event time serves neither."""
+        if watermark is None:
+            return
+        job = self._job
+        if -(2**62) < watermark < 2**62:  # not the start or the end of time
+            self.watermark_lag.labels(job).set(max(0.0, now - watermark / 1000.0))
+        # The subtasks report their totals; relaunched ones count from zero again.
+        if late_records > self._late_reported:
+            self.late_records.labels(job).inc(late_records - self._late_reported)
+        self._late_reported = late_records
 
     def progress(self, *, records_in: int, records_out: int, failed: int,
                  restarts: int) -> None:

@@ -16,10 +16,13 @@ from typing import Any
 
 import pyarrow as pa
 
+from job_runtime.durations import duration_ms
 from job_runtime.errors import PipelineDefinitionError
 from job_runtime.records import KeySelector, Record
 from job_runtime.sinks.base import Sink
 from job_runtime.sources.base import Source
+from job_runtime.watermarks import WatermarkStrategy
+from job_runtime.windows import WindowAssigner
 
 AGGREGATES = ("count", "sum", "min", "max", "mean")
 
@@ -45,13 +48,19 @@ class KeyBy:
 
 @dataclasses.dataclass(frozen=True)
 class KeyedOp:
-    """A keyed, stateful operator: ``reduce``, ``aggregate`` or ``process``."""
+    """A keyed, stateful operator: ``reduce``, ``aggregate``, ``process`` or
+    ``window_aggregate``."""
 
     kind: str
     uid: str
     key: KeyBy
     fn: Callable[..., Any] | None = None
     aggregates: tuple[tuple[str, str, str | None], ...] = ()
+    window: WindowAssigner | None = None
+    allowed_lateness: int = 0
+    """Milliseconds a fired window is kept for late records (each updates its row)."""
+    event_time: str | None = None
+    """The event-time column (the source's watermark strategy names it)."""
 
 
 Op = RecordOp | KeyBy | KeyedOp
@@ -64,18 +73,27 @@ class Pipeline:
         self.args: dict[str, Any] = dict(args or {})
         self.name = name
         self.source_op: Source | None = None
+        self.watermarks: WatermarkStrategy | None = None
         self.ops: list[Op] = []
         self.sink_op: Sink | None = None
         self._tail: object | None = None
 
-    def source(self, source: Source) -> Stream:
+    def source(self, source: Source, *, watermarks: WatermarkStrategy | None = None) -> Stream:
+        """The job's input; ``watermarks`` (see :mod:`job_runtime.watermarks`) gives its
+        records an event time, which windows need."""
         if self.source_op is not None:
             raise PipelineDefinitionError(problem="a pipeline has exactly one source")
         if not isinstance(source, Source):
             raise PipelineDefinitionError(
                 problem=f"p.source() needs a source from job_runtime.sources, got "
                         f"{type(source).__name__}")
+        if watermarks is not None and not isinstance(watermarks, WatermarkStrategy):
+            raise PipelineDefinitionError(
+                problem=f"p.source(watermarks=...) needs a strategy from job_runtime.watermarks "
+                        f"(e.g. watermarks.bounded_out_of_orderness('ts', max_delay='5s')), got "
+                        f"{type(watermarks).__name__}")
         self.source_op = source
+        self.watermarks = watermarks
         stream = Stream(self)
         self._tail = stream
         return stream
@@ -132,6 +150,11 @@ class Stream:
     def map_batches(self, fn: Callable[[pa.RecordBatch], pa.RecordBatch | pa.Table], *,
                     name: str | None = None) -> Stream:
         return self._record("map_batches", fn, name)
+
+    def window(self, assigner: WindowAssigner, **_: Any) -> WindowedStream:
+        """Windows are per key: ``key_by(...).window(...)``."""
+        raise PipelineDefinitionError(
+            problem="window() needs key_by() before it: windows hold state per key")
 
     def key_by(self, key: str | KeySelector) -> KeyedStream:
         if not (isinstance(key, str) or callable(key)):
@@ -194,17 +217,74 @@ class KeyedStream:
         """
         if not isinstance(self._key.key, str):
             raise PipelineDefinitionError(problem="aggregate() needs key_by(<column name>)")
-        specs: list[tuple[str, str, str | None]] = []
-        for out, spec in outputs.items():
-            func, column = (spec, None) if isinstance(spec, str) else spec
-            if func not in AGGREGATES:
-                raise PipelineDefinitionError(
-                    problem=f"aggregate {out}: unknown function {func!r}; "
-                            f"use one of {', '.join(AGGREGATES)}")
-            if func != "count" and not column:
-                raise PipelineDefinitionError(problem=f"aggregate {out}: {func} needs a column")
-            specs.append((out, func, column))
-        if not specs:
-            raise PipelineDefinitionError(problem="aggregate() needs at least one output")
         return self._keyed(KeyedOp(kind="aggregate", uid=self._p._uid("aggregate", name),
-                                   key=self._key, aggregates=tuple(specs)))
+                                   key=self._key, aggregates=aggregate_specs(outputs)))
+
+    def window(self, assigner: WindowAssigner, *,
+               allowed_lateness: str | float = 0) -> WindowedStream:
+        """Event-time windows per key (``windows.tumbling("1m")``, ``windows.sliding``),
+        on a source with ``watermarks=``. A window fires when the watermark passes its
+        end; for ``allowed_lateness`` after that, a late record updates its row (the
+        row is emitted again); a record later still is counted
+        (``cjob_job_late_records_total``) and dropped."""
+        if not isinstance(assigner, WindowAssigner):
+            raise PipelineDefinitionError(
+                problem=f"window() needs an assigner from job_runtime.windows (e.g. "
+                        f"windows.tumbling('1m')), got {type(assigner).__name__}")
+        if self._p.watermarks is None:
+            raise PipelineDefinitionError(
+                problem="window() needs event time: give the source watermarks, e.g. "
+                        "p.source(src, watermarks=watermarks.bounded_out_of_orderness("
+                        "'ts', max_delay='5s'))")
+        if not isinstance(self._key.key, str):
+            raise PipelineDefinitionError(problem="window() needs key_by(<column name>)")
+        lateness = duration_ms(allowed_lateness, what="window() allowed_lateness")
+        return WindowedStream(self, assigner=assigner, allowed_lateness=lateness)
+
+
+class WindowedStream:
+    """A keyed stream cut into event-time windows; ``aggregate`` computes per window."""
+
+    def __init__(self, keyed: KeyedStream, *, assigner: WindowAssigner,
+                 allowed_lateness: int) -> None:
+        self._keyed = keyed
+        self._assigner = assigner
+        self._allowed_lateness = allowed_lateness
+
+    def aggregate(self, *, name: str | None = None, **outputs: tuple[str, str | None] | str
+                  ) -> Stream:
+        """Per key and window, e.g. ``aggregate(n="count", total=("sum", "amount"))``:
+        rows of the key, ``window_start``, ``window_end`` (the event-time column's
+        type) and the outputs, one per window when it fires."""
+        keyed = self._keyed
+        strategy = keyed._p.watermarks
+        assert strategy is not None
+        specs = aggregate_specs(outputs)
+        taken = {str(keyed._key.key), "window_start", "window_end"}
+        clash = [out for out, _, _ in specs if out in taken]
+        if clash:
+            raise PipelineDefinitionError(
+                problem=f"window aggregate outputs may not be named {', '.join(clash)}: "
+                        f"those columns hold the key and the window's bounds")
+        return keyed._keyed(KeyedOp(
+            kind="window_aggregate", uid=keyed._p._uid("window", name), key=keyed._key,
+            aggregates=specs, window=self._assigner, allowed_lateness=self._allowed_lateness,
+            event_time=strategy.column))
+
+
+def aggregate_specs(outputs: Mapping[str, tuple[str, str | None] | str]
+                    ) -> tuple[tuple[str, str, str | None], ...]:
+    """``out=("sum", "v")`` / ``out="count"`` as ``(out, func, column)``, checked."""
+    specs: list[tuple[str, str, str | None]] = []
+    for out, spec in outputs.items():
+        func, column = (spec, None) if isinstance(spec, str) else spec
+        if func not in AGGREGATES:
+            raise PipelineDefinitionError(
+                problem=f"aggregate {out}: unknown function {func!r}; "
+                        f"use one of {', '.join(AGGREGATES)}")
+        if func != "count" and not column:
+            raise PipelineDefinitionError(problem=f"aggregate {out}: {func} needs a column")
+        specs.append((out, func, column))
+    if not specs:
+        raise PipelineDefinitionError(problem="aggregate() needs at least one output")
+    return tuple(specs)

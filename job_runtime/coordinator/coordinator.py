@@ -519,9 +519,12 @@ class CheckpointCoordinator:
                     self._commit_failed(checkpoint_id, outcome)
                     return
                 stats.prune_failures = outcome.prune_failures
-                nonce = self._completed(pending, outcome.completed)
-        if nonce is not None:
-            self._acknowledge(nonce=nonce, checkpoint_id=checkpoint_id)
+            if pending.nonce is not None:
+                # Answered before the subtasks hear of it: those of a suspend end the
+                # stage as soon as their sinks committed, and the driver exits then.
+                self._acknowledge(nonce=pending.nonce, checkpoint_id=checkpoint_id)
+            with self._lock:
+                self._completed(pending, outcome.completed)
         if self.on_complete is not None:
             self.on_complete(outcome.completed, stats)
 
@@ -601,8 +604,8 @@ class CheckpointCoordinator:
         self._abort(checkpoint_id, reason=outcome.reason, message=outcome.failure,
                     keep_data=outcome.keep_data)
 
-    def _completed(self, pending: PendingCheckpoint, completed: CompletedCheckpoint) -> str | None:
-        """Record a committed checkpoint and notify the subtasks; returns its request's nonce."""
+    def _completed(self, pending: PendingCheckpoint, completed: CompletedCheckpoint) -> None:
+        """Record a committed checkpoint and notify the subtasks."""
         checkpoint_id = pending.checkpoint_id
         stats = pending.stats
         assert stats is not None
@@ -627,7 +630,6 @@ class CheckpointCoordinator:
         self._broadcast(Complete(checkpoint_id=checkpoint_id, final=pending.final))
         log.info("checkpoint %d completed (%d bytes, %.0f ms)", checkpoint_id,
                  completed.size_bytes, stats.duration_ms)
-        return pending.nonce
 
     # ------------------------------------------------------------------ failures
 
@@ -692,9 +694,13 @@ class CheckpointCoordinator:
             restores = [m.restore_seconds for m in metrics if m.restore_seconds is not None]
             if restores:
                 timeline["restoreSecondsMax"] = max(restores)
+            watermarks = [m.watermark for m in metrics if m.watermark is not None]
             return {
                 "epoch": self._epoch,
                 "sourceLag": [lag for m in metrics for lag in m.source_backlog],
+                # The job's event time is as far as its slowest subtask's.
+                "watermark": min(watermarks) if watermarks else None,
+                "lateRecords": sum(m.late_records for m in metrics),
                 "recordsIn": records_in,
                 "recordsOut": records_out,
                 "checkpoints": self.stats.summary(),

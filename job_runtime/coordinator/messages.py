@@ -139,6 +139,11 @@ class TaskMetrics:
     rejected_connections: int = 0
     source_backlog: tuple[SourceBacklog, ...] = ()
     """The lag of each partition this subtask reads, where the source knows it."""
+    watermark: int | None = None
+    """The lowest event-time watermark of this subtask's keyed tasks (ms since the
+    epoch); ``None`` without event time, or before any watermark arrived."""
+    late_records: int = 0
+    """Records its windows dropped for coming after their window was gone."""
 
     def to_json(self) -> dict[str, Json]:
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -155,7 +160,11 @@ class TaskMetrics:
                    rejected_connections=fields.integer("rejected_connections"),
                    source_backlog=tuple(
                        SourceBacklog.from_json(b) for b in
-                       (fields.array("source_backlog") if fields.has("source_backlog") else [])))
+                       (fields.array("source_backlog") if fields.has("source_backlog") else [])),
+                   # Absent from an older subtask's report: no event time there.
+                   watermark=fields.optional_integer("watermark"),
+                   late_records=fields.integer("late_records") if fields.has("late_records")
+                   else 0)
 
 
 # --------------------------------------------------------------------------- subtask -> coordinator

@@ -13,6 +13,7 @@ import dataclasses
 from job_runtime.errors import PipelineDefinitionError
 from job_runtime.pipeline import KeyBy, KeyedOp, Pipeline, RecordOp
 from job_runtime.sources.base import RECORD_BATCH_SIZE
+from job_runtime.watermarks import WatermarkStrategy
 
 VECTORISED_BATCH_SIZE = 65536
 """Rows per source batch when only Arrow and numpy touch the records
@@ -35,6 +36,8 @@ class StagePlan:
     """Rows per batch for a source that is not told otherwise (stage 0 only)."""
     source_columns: frozenset[str] | None = None
     """The only columns of the source's records the pipeline reads (stage 0 only)."""
+    watermarks: WatermarkStrategy | None = None
+    """The source's event time (stage 0 only)."""
 
     @property
     def uid(self) -> str:
@@ -65,6 +68,7 @@ def plan_stages(pipeline: Pipeline) -> list[StagePlan]:
     stages[-1].has_sink = True
     stages[0].source_batch_size = source_batch_size(pipeline)
     stages[0].source_columns = source_columns(pipeline)
+    stages[0].watermarks = pipeline.watermarks
     return stages
 
 
@@ -74,7 +78,7 @@ def source_batch_size(pipeline: Pipeline) -> int:
     vectorised = all(
         (isinstance(op, RecordOp) and op.kind == "map_batches")
         or isinstance(op, KeyBy)
-        or (isinstance(op, KeyedOp) and op.kind == "aggregate")
+        or (isinstance(op, KeyedOp) and op.kind in ("aggregate", "window_aggregate"))
         for op in pipeline.ops)
     return VECTORISED_BATCH_SIZE if vectorised else RECORD_BATCH_SIZE
 
@@ -84,12 +88,16 @@ def source_columns(pipeline: Pipeline) -> frozenset[str] | None:
     ``key_by(<column>)`` followed by ``aggregate``, whose inputs are the key and the
     aggregated columns. ``None`` (every column) as soon as a function sees the records,
     since what it reads cannot be known; only the first keyed operator matters, as it
-    makes new records."""
+    makes new records. The event-time column stays whatever reads it: the source
+    task's watermarks read it too."""
+    event_time = None if pipeline.watermarks is None else pipeline.watermarks.column
     for op in pipeline.ops:
         if isinstance(op, KeyBy):
             continue
-        if isinstance(op, KeyedOp) and op.kind == "aggregate" and isinstance(op.key.key, str):
+        if isinstance(op, KeyedOp) and op.kind in ("aggregate", "window_aggregate") \
+                and isinstance(op.key.key, str):
             return frozenset({op.key.key, *(column for _, _, column in op.aggregates
-                                            if column is not None)})
+                                            if column is not None),
+                              *([] if event_time is None else [event_time])})
         return None
     return None

@@ -41,6 +41,12 @@ class Kind(enum.IntEnum):
     HELLO = 7
     FINAL_BARRIER = 8
     """The barrier of the job's final checkpoint: never overtakes data (see barriers)."""
+    WATERMARK = 9
+    """The sender's event-time watermark (ms since the epoch): no record of it older
+    than this follows. In band, behind the records it covers."""
+    IDLE = 10
+    """The sender has no input for now: its watermark holds nobody back until it sends
+    records or a watermark again."""
 
 
 DATA_KINDS = (Kind.ARROW, Kind.ROWS)

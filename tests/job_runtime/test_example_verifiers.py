@@ -65,3 +65,36 @@ def test_the_word_count_verifier_finds_lost_and_duplicated_words(tmp_path: Path)
     assert word_count.verify(good[:-1], expected) != []                  # lost
     assert word_count.verify([*good, good[0]], expected) != []           # duplicated
     assert word_count.verify([*good, {"word": "z", "count": 1}], expected) != []
+
+
+clicks_per_minute = load_example("examples/clicks_per_minute/verify.py")
+clicks_data = load_example("examples/clicks_per_minute/clicks.py")
+
+
+def window_rows(frame: Any, *, size_ms: int) -> list[dict[str, Any]]:
+    expected = clicks_per_minute.expected_windows(frame, size_ms=size_ms)
+    return [{"user": user, "window_start": start, "window_end": start + size_ms, "n": n,
+             "total": float(total)} for (user, start), (n, total) in expected.items()]
+
+
+def test_the_clicks_per_minute_verifier_accepts_each_window_once_and_finds_every_fault() -> None:
+    frame = clicks_per_minute.read(REPO / "examples" / "clicks_per_minute" / "data")
+    assert len(frame) == 2400 and frame["ts"].dtype == "int64"
+    good = window_rows(frame, size_ms=60_000)
+    assert clicks_per_minute.verify(good, frame, size_ms=60_000) == []
+    assert any("emitted 2 times" in p for p in
+               clicks_per_minute.verify(good + good[:1], frame, size_ms=60_000))
+    assert any("never emitted" in p for p in
+               clicks_per_minute.verify(good[1:], frame, size_ms=60_000))
+    counted_twice = [{**good[0], "n": good[0]["n"] + 1}, *good[1:]]
+    assert any("expected" in p for p in
+               clicks_per_minute.verify(counted_twice, frame, size_ms=60_000))
+
+
+def test_the_clicks_per_minute_data_is_out_of_order_and_regenerated_alike(tmp_path: Path) -> None:
+    clicks_data.write(tmp_path, clicks_data.clicks(2400), files=2)
+    for name in ("clicks-000.jsonl", "clicks-001.jsonl"):
+        bundled = REPO / "examples" / "clicks_per_minute" / "data" / name
+        assert (tmp_path / name).read_text() == bundled.read_text()
+    frame = clicks_per_minute.read(tmp_path)
+    assert (frame["ts"].diff().dropna() < 0).any(), "the clicks must come out of order"

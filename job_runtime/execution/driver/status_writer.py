@@ -82,6 +82,8 @@ class StatusWriter:
                                   restarts=status.subtask_restarts)
             self.metrics.milestones(status.timeline)
             self.metrics.source_lag(progress["sourceLag"])
+            self.metrics.event_time(watermark=progress["watermark"],
+                                    late_records=progress["lateRecords"], now=time.time())
         if self.path:
             write_status_file(self.path, status)
 

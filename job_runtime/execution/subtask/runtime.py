@@ -173,6 +173,8 @@ class SubtaskRuntime:
         firsts = [t.first_record_at for t in self.tasks if t.first_record_at is not None]
         lasts = [t.last_record_at for t in self.tasks if t.last_record_at is not None]
         restores = [t.restore_seconds for t in self.tasks if t.restore_seconds is not None]
+        marks = [t.event_watermark for t in self.tasks
+                 if isinstance(t, KeyedTask) and t.event_watermark is not None]
         return TaskMetrics(
             records_in=sum(t.records_in for t in self.tasks if isinstance(t, SourceTask)),
             records_out=sum(t.records_out for t in self.tasks),
@@ -182,7 +184,10 @@ class SubtaskRuntime:
             restore_seconds=sum(restores) if restores else None,
             rejected_connections=self.channels.rejected if self.channels is not None else 0,
             source_backlog=tuple(lag for t in self.tasks if isinstance(t, SourceTask)
-                                 for lag in t.backlog()))
+                                 for lag in t.backlog()),
+            watermark=min(marks) if marks else None,
+            late_records=sum(t.operator.late_records for t in self.tasks
+                             if isinstance(t, KeyedTask)))
 
     def _report_progress(self) -> None:
         while not self.cancelled.wait(self.config.progress_interval):

@@ -16,6 +16,8 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from cjob_checkpoint.checkpoint_storage import CheckpointStorage
 from cjob_checkpoint.metadata import CheckpointMetadata
 from cjob_checkpoint.storage.factory import get_filesystem
@@ -27,20 +29,25 @@ from job_runtime.execution.subtask.recent import RecentIds
 from job_runtime.execution.subtask.split_discovery import SplitDiscovery
 from job_runtime.execution.subtask.task_context import TaskContext
 from job_runtime.execution.subtask.uploader import UploadJob
+from job_runtime.execution.subtask.watermark_tracking import ChannelWatermarks, SplitWatermarks
 from job_runtime.faults import maybe_fail
 from job_runtime.network.channels import InputGate, OutputChannel
 from job_runtime.network.framing import Kind
+from job_runtime.operators.base import KeyedOperator
 from job_runtime.operators.chain import RecordChain
 from job_runtime.operators.combiner import Combiner
-from job_runtime.operators.keyed import KeyedOperator, build_keyed_operator
+from job_runtime.operators.keyed import build_keyed_operator
 from job_runtime.records import Batch, key_group_of, key_group_range, split_by_target
 from job_runtime.sinks.base import SinkWriter
 from job_runtime.sources.base import Source, SourceBacklog, SourceContext, Split, SplitReader
 from job_runtime.state.backend import BackendKind, StateBackendSettings
+from job_runtime.watermarks import MAX_WATERMARK, event_times
 
 log = logging.getLogger(__name__)
 
 Control = ToSubtask
+WATERMARK_CHECK_SECONDS = 0.1
+"""How often a source task without new records looks whether its splits went idle."""
 
 
 class Task(threading.Thread):
@@ -228,6 +235,11 @@ class SourceTask(Task):
         self._turn = 0
         self._completed_positions: dict[int, dict[str, Any]] = {}
         """Checkpoint id -> the positions it holds, until it completes or is aborted."""
+        strategy = self.plan.watermarks
+        self._watermarks = None if strategy is None else SplitWatermarks(strategy=strategy)
+        self._batch_split = -1
+        self._watermark_checked = 0.0
+        self._sent_idle = False
         interval = source.discovery_interval
         self._discovery = None if not interval else SplitDiscovery(
             source=source, context=self.context, interval=interval,
@@ -310,6 +322,9 @@ class SourceTask(Task):
                 split = self._unopened.pop(0)
                 self._open.append((split, self.source.open(split, self.positions[split.index],
                                                            context=self.context)))
+                if self._watermarks is not None:
+                    # Only splits being read hold time back, not those waiting their turn.
+                    self._watermarks.add_split(split.index)
             if not self._open:
                 return None
             idle: Batch | None = None
@@ -321,9 +336,12 @@ class SourceTask(Task):
                     self.positions[split.index] = reader.position()
                     reader.close()
                     del self._open[index]
+                    if self._watermarks is not None:
+                        self._watermarks.end_split(split.index)
                     break
                 self._turn = index + 1
                 if len(batch):
+                    self._batch_split = split.index
                     return batch
                 idle = batch
             else:
@@ -356,12 +374,45 @@ class SourceTask(Task):
             batch = self._next_batch()
             if batch is None:
                 self.flush_combiner()
+                if self._watermarks is not None:
+                    # A bounded input's end is the end of time: every window fires
+                    # before the final checkpoint's barrier, and commits with it.
+                    self.broadcast(Kind.WATERMARK, MAX_WATERMARK)
                 self.exhausted = True
                 self.runtime.source_finished()
                 continue
+            stamps = None
+            if self._watermarks is not None and len(batch):
+                stamps, _ = event_times(batch, column=self._watermarks.strategy.column,
+                                        operator=f"{self.source.name} source watermarks",
+                                        subtask=self.runtime.subtask)
             self.records_in += len(batch)
             self.emit(batch)
+            if self._watermarks is not None:
+                self._advance_watermark(stamps)
             self.flush_if_due()
+
+    def _advance_watermark(self, stamps: np.ndarray | None) -> None:
+        """Send the subtask's watermark downstream when the batch moved it, behind the
+        batch's records and the combiner's rows (which would be late after it); or
+        that the subtask is idle."""
+        tracker = self._watermarks
+        assert tracker is not None
+        if stamps is not None:
+            tracker.observe(self._batch_split, stamps)
+        now = time.monotonic()
+        if stamps is None and now - self._watermark_checked < WATERMARK_CHECK_SECONDS:
+            return
+        self._watermark_checked = now
+        watermark = tracker.advance()
+        if watermark is not None:
+            self.flush_combiner()
+            self.broadcast(Kind.WATERMARK, watermark)
+            self._sent_idle = False
+        elif tracker.idle and not self._sent_idle:
+            self.flush_combiner()
+            self.broadcast(Kind.IDLE, 0)
+            self._sent_idle = True
 
 
 class KeyedTask(Task):
@@ -379,6 +430,9 @@ class KeyedTask(Task):
         self.gate = gate
         self.handler: BarrierHandler = build_barrier_handler(
             mode=config.mode, unaligned=config.unaligned, channels=gate.size, listener=self)
+        self.watermarks = ChannelWatermarks(channels=gate.size)
+        self.event_watermark: int | None = None
+        """The watermark this task reached (reported as progress); ``None`` before one."""
         self._replay: list[Batch] = []
         self._deferred: dict[int, UploadJob] = {}
         if restore is not None:
@@ -464,6 +518,19 @@ class KeyedTask(Task):
         self.emit(self.operator.process(batch))
         self.last_record_at = time.time()
 
+    def on_watermark(self, watermark: int | None) -> None:
+        """Event time moved to ``watermark`` (``None``: it did not): what the operator
+        fires goes out first, then the watermark, behind it."""
+        if watermark is None:
+            return
+        self.event_watermark = watermark
+        fired = self.operator.on_watermark(watermark)
+        if len(fired):
+            self.emit(fired)
+        if self.outputs:
+            self.flush_combiner()
+            self.broadcast(Kind.WATERMARK, watermark)
+
     def loop(self) -> None:
         for batch in self._replay:
             self.process(batch)
@@ -488,7 +555,14 @@ class KeyedTask(Task):
             channel, (kind, arg, payload) = item
             if payload is not None:
                 handler.on_data(channel, payload)
+                self.watermarks.on_data(channel)
                 self.process(payload)
+            elif kind == Kind.WATERMARK:
+                self.on_watermark(self.watermarks.on_watermark(channel, arg))
+            elif kind == Kind.IDLE:
+                self.on_watermark(self.watermarks.on_idle(channel))
+                if self.watermarks.all_idle:
+                    self.broadcast(Kind.IDLE, 0)
             elif kind == Kind.BARRIER:
                 handler.on_barrier(channel, arg)
             elif kind == Kind.FINAL_BARRIER:
@@ -497,5 +571,8 @@ class KeyedTask(Task):
             elif kind == Kind.CANCEL:
                 handler.on_cancel(channel, arg)
             elif kind == Kind.END:
+                # Not the end of event time: a channel ends only after the final
+                # checkpoint, which a bounded input's last watermark preceded and a
+                # suspend's windows must stay open through.
                 handler.on_end_of_partition(channel)
 

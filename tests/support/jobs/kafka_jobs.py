@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from job_runtime import Pipeline, sinks, sources
+from job_runtime import Pipeline, sinks, sources, watermarks, windows
 
 
 def bounded_copy(p: Pipeline) -> None:
@@ -25,3 +25,16 @@ def bounded_copy(p: Pipeline) -> None:
                            value_format="json", batch_size=int(p.args.get("batch_size", 100)),
                            timeout=float(p.args.get("timeout", 30.0)))
     p.source(source).map(copy).sink(sinks.files(p.args["output"], format="jsonl"))
+
+
+def windowed_counts(p: Pipeline) -> None:
+    """Clicks per user in 1 s event-time windows of an unbounded topic; ``idle_after``
+    lets a partition without records stop holding the windows back."""
+    idle_after = p.args.get("idle_after")
+    source = sources.kafka(p.args["topic"], p.args["bootstrap"], value_format="json")
+    (p.source(source, watermarks=watermarks.bounded_out_of_orderness(
+        "ts", max_delay="200ms", idle_after=idle_after))
+      .key_by("user")
+      .window(windows.tumbling("1s"))
+      .aggregate(n="count")
+      .sink(sinks.files(p.args["output"], format="jsonl")))

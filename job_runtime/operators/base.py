@@ -1,0 +1,62 @@
+"""What every keyed operator provides: records in, state snapshots out, restores at any
+parallelism, and event time.
+
+Each operator owns the state of the key groups of its subtask and snapshots it in
+two parts: :meth:`KeyedOperator.snapshot` is the synchronous part (references and
+flags only, no copies) and returns an object whose ``serialize`` runs later in the
+background thread.
+"""
+
+from __future__ import annotations
+
+import abc
+import traceback
+from collections.abc import Iterable
+from typing import Protocol
+
+from job_runtime.errors import UserCodeError
+from job_runtime.pipeline import KeyedOp
+from job_runtime.records import Batch
+from job_runtime.state.backend import AnySnapshot, StateBackendSettings
+
+
+class StateSnapshot(Protocol):
+    def serialize(self) -> bytes: ...
+
+
+class KeyedOperator(abc.ABC):
+    def __init__(self, *, op: KeyedOp, subtask: int, key_groups: range,
+                 max_parallelism: int, state: StateBackendSettings | None = None) -> None:
+        self.op = op
+        self.subtask = subtask
+        self.key_groups = key_groups
+        self.max_parallelism = max_parallelism
+        self.state = state or StateBackendSettings()
+        self.late_records = 0
+        """Records dropped for coming after their window was gone (windows only)."""
+
+    @abc.abstractmethod
+    def process(self, batch: Batch) -> Batch: ...
+
+    @abc.abstractmethod
+    def snapshot(self) -> AnySnapshot: ...
+
+    @abc.abstractmethod
+    def restore(self, blobs: Iterable[bytes]) -> int:
+        """Load the owned key groups from state files of any parallelism; returns keys."""
+
+    @abc.abstractmethod
+    def key_count(self) -> int: ...
+
+    def notify_complete(self, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id`` completed (an incremental backend reuses its files)."""
+        return None
+
+    def _fail(self, exc: BaseException) -> UserCodeError:
+        details = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        return UserCodeError(operator=self.op.uid, subtask=self.subtask, details=details)
+
+    def on_watermark(self, watermark: int) -> Batch:
+        """Event time reached ``watermark``: what fires now (windows); nothing for an
+        operator without event time."""
+        return Batch(rows=[])

@@ -1,0 +1,251 @@
+"""``key_by(k).window(w).aggregate(...)``: vectorised aggregates per key and event-time window.
+
+Each open window is a :class:`~job_runtime.operators.key_table.KeyTable` of its own
+(a job has a few windows open at a time: those the watermark has not passed, and
+those kept for allowed lateness), so a batch is folded in with one pass per window
+it touches, without a Python call per record. A window fires, one row per key, when
+the watermark reaches its last millisecond; it is dropped once the watermark passes
+that plus the allowed lateness. A record for a window already fired but still kept
+updates it and re-emits the key's row at once (a late firing); a record for a window
+already dropped is counted in :attr:`WindowAggregateOperator.late_records` and
+dropped.
+
+**The watermark in the checkpoint.** Sources restart from the minimum watermark
+after a restore (as Flink's do), but this operator keeps, per key group, the time up
+to which it had fired its windows (``fired_through``). Without it, a record that was
+too late before a failure would, replayed after it, open its fired and dropped
+window again and emit a second, partial row for it: exactly-once output means the
+same rows whatever failed. So after a restore a record is late when it is late for
+its key group's ``fired_through`` or the current watermark, whichever is later, and
+a restored window fires only the keys whose groups had not fired it. Once the
+watermark passes every restored group's time, the groups no longer differ.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from job_runtime.errors import UserCodeError
+from job_runtime.operators.accumulators import accumulator_specs, factorize, fold
+from job_runtime.operators.base import KeyedOperator
+from job_runtime.operators.key_table import KeyTable
+from job_runtime.records import Batch, key_groups_of_array
+from job_runtime.watermarks import MIN_WATERMARK, TimeKind, event_times, time_array
+from job_runtime.windows import WindowAssigner
+
+SNAPSHOT_VERSION = 1
+
+
+class _WindowSnapshot:
+    def __init__(self, payload: dict[str, Any]) -> None:
+        self.payload = payload
+
+    def serialize(self) -> bytes:
+        return pickle.dumps({"version": SNAPSHOT_VERSION, **self.payload},
+                            protocol=pickle.HIGHEST_PROTOCOL)
+
+    def key_count(self) -> int:
+        return sum(len(t["keys"]) for t in self.payload["windows"].values())
+
+
+class WindowAggregateOperator(KeyedOperator):
+    """Per key and window: ``count``, ``sum``, ``min``, ``max``, ``mean``."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        op = self.op
+        assert op.window is not None and op.event_time is not None
+        assert isinstance(op.key.key, str)
+        self.key_column: str = op.key.key
+        self.event_time: str = op.event_time
+        self.assigner: WindowAssigner = op.window
+        self.lateness: int = op.allowed_lateness
+        self._specs = accumulator_specs(op.aggregates)
+        self._windows: dict[int, KeyTable] = {}
+        self.watermark = MIN_WATERMARK
+        self.time_kind: str | None = None
+        self._key_type: pa.DataType | None = None
+        self._fired_through: np.ndarray | None = None
+        """Per key group, the time up to which restored windows were fired (see the
+        module); ``None`` once the watermark passed all of it."""
+
+    # ------------------------------------------------------------------ records
+
+    def process(self, batch: Batch) -> Batch:
+        if not len(batch):
+            return Batch(rows=[])
+        try:
+            return self._process(batch)
+        except UserCodeError:
+            raise
+        except Exception as exc:
+            raise self._fail(exc) from exc
+
+    def _process(self, batch: Batch) -> Batch:
+        arrow = batch.arrow
+        stamps, kind = event_times(batch, column=self.event_time, operator=self.op.uid,
+                                   subtask=self.subtask)
+        self.time_kind = kind
+        key_array = arrow.column(self.key_column)
+        self._key_type = key_array.type
+        keys = np.asarray(key_array.to_numpy(zero_copy_only=False))
+        limit = self._row_limits(key_array)
+        columns = _RowColumns(arrow)
+        fired: list[pa.RecordBatch] = []
+        for start, rows in self.assigner.assign(stamps):
+            last = start + self.assigner.size - 1
+            row_limit = limit if isinstance(limit, int) else limit[rows]
+            kept = rows[last + self.lateness > row_limit] if not isinstance(row_limit, int) \
+                else (rows if last + self.lateness > row_limit else rows[:0])
+            self.late_records += len(rows) - len(kept)
+            if not len(kept):
+                continue
+            codes, uniques = factorize(keys[kept])
+            table = self._windows.get(start)
+            if table is None:
+                table = self._windows[start] = KeyTable(specs=self._specs,
+                                                        max_parallelism=self.max_parallelism)
+            slots = table.slots(uniques)
+            table.merge(slots, fold(column=columns.of(kept), codes=codes,
+                                    n_unique=len(uniques), specs=self._specs, partial=False))
+            # Keys whose window has fired already: a late firing, their row again.
+            limits = self._slot_limits(table, slots)
+            late = (slots if last <= limits else slots[:0]) if isinstance(limits, int) \
+                else slots[last <= limits]
+            if len(late):
+                fired.append(self._rows(start, table, late))
+        return _concat(fired)
+
+    # ------------------------------------------------------------------ time
+
+    def on_watermark(self, watermark: int) -> Batch:
+        """Fire the windows the watermark reached, drop those past their lateness."""
+        if watermark <= self.watermark:
+            return Batch(rows=[])
+        previous, self.watermark = self.watermark, watermark
+        fired: list[pa.RecordBatch] = []
+        for start in sorted(self._windows):
+            last = start + self.assigner.size - 1
+            if last > watermark:
+                break
+            table = self._windows[start]
+            if last > previous and table.size:
+                slots = np.arange(table.size)
+                if self._fired_through is not None:
+                    # Keys whose group fired this window before the restore did.
+                    slots = slots[self._fired_through[table.groups] < last]
+                if len(slots):
+                    fired.append(self._rows(start, table, slots))
+            if last + self.lateness <= watermark:
+                del self._windows[start]
+        if self._fired_through is not None and watermark >= int(self._fired_through.max()):
+            self._fired_through = None
+        return _concat(fired)
+
+    def _row_limits(self, key_array: pa.Array) -> int | np.ndarray:
+        """Per row, the time its windows count as fired through (a scalar when every
+        key group agrees)."""
+        if self._fired_through is None:
+            return self.watermark
+        groups = key_groups_of_array(key_array, self.max_parallelism)
+        limits: np.ndarray = np.maximum(self.watermark, self._fired_through[groups])
+        return limits
+
+    def _slot_limits(self, table: KeyTable, slots: np.ndarray) -> int | np.ndarray:
+        if self._fired_through is None:
+            return self.watermark
+        limits: np.ndarray = np.maximum(self.watermark,
+                                        self._fired_through[table.groups[slots]])
+        return limits
+
+    def _rows(self, start: int, table: KeyTable, slots: np.ndarray) -> pa.RecordBatch:
+        names, arrays = table.output(self.op.aggregates, slots)
+        n = len(slots)
+        kind = self.time_kind or TimeKind.EPOCH_MS
+        bounds = np.full(n, start, dtype=np.int64)
+        key_values = table.keys[slots].tolist()
+        return pa.RecordBatch.from_arrays(
+            [pa.array(key_values, type=self._key_type), time_array(bounds, time_kind=kind),
+             time_array(bounds + self.assigner.size, time_kind=kind), *arrays],
+            names=[self.key_column, "window_start", "window_end", *names])
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def snapshot(self) -> _WindowSnapshot:
+        """References to every open window's arrays (copy-on-write), and per key group of
+        this subtask the time its windows were fired through."""
+        lo, hi = self.key_groups.start, self.key_groups.stop
+        fired = np.full(hi - lo, self.watermark, dtype=np.int64)
+        if self._fired_through is not None:
+            fired = np.maximum(fired, self._fired_through[lo:hi])
+        return _WindowSnapshot({
+            "key_groups": [lo, hi], "fired_through": fired, "time_kind": self.time_kind,
+            "key_type": self._key_type, "late_records": self.late_records,
+            "windows": {start: table.snapshot() for start, table in self._windows.items()},
+        })
+
+    def restore(self, blobs: Iterable[bytes]) -> int:
+        restored = 0
+        through = np.full(self.max_parallelism, MIN_WATERMARK, dtype=np.int64)
+        for blob in blobs:
+            payload = pickle.loads(blob)
+            if payload.get("version") != SNAPSHOT_VERSION:
+                raise ValueError(f"window state of version {payload.get('version')!r}, "
+                                 f"expected {SNAPSHOT_VERSION}")
+            lo, hi = payload["key_groups"]
+            mine_lo, mine_hi = max(lo, self.key_groups.start), min(hi, self.key_groups.stop)
+            if mine_lo < mine_hi:
+                through[mine_lo:mine_hi] = np.maximum(
+                    through[mine_lo:mine_hi], payload["fired_through"][mine_lo - lo:mine_hi - lo])
+            self.time_kind = self.time_kind or payload["time_kind"]
+            self._key_type = self._key_type or payload["key_type"]
+            for start, table_payload in payload["windows"].items():
+                table = self._windows.get(start)
+                if table is None:
+                    table = KeyTable(specs=self._specs, max_parallelism=self.max_parallelism)
+                added = table.restore(table_payload, key_groups=self.key_groups)
+                if added:
+                    self._windows[start] = table
+                    restored += added
+        if int(through.max()) > MIN_WATERMARK:
+            self._fired_through = through
+        return restored
+
+    def key_count(self) -> int:
+        return sum(table.size for table in self._windows.values())
+
+    @property
+    def open_windows(self) -> list[int]:
+        return sorted(self._windows)
+
+
+class _RowColumns:
+    """The batch's columns as numpy arrays, converted once, then cut to some rows."""
+
+    def __init__(self, arrow: pa.RecordBatch) -> None:
+        self._arrow = arrow
+        self._full: dict[str, np.ndarray] = {}
+
+    def of(self, rows: np.ndarray) -> Callable[[str], np.ndarray]:
+        def column(name: str) -> np.ndarray:
+            full = self._full.get(name)
+            if full is None:
+                full = self._full[name] = np.asarray(
+                    self._arrow.column(name).to_numpy(zero_copy_only=False))
+            chosen: np.ndarray = full[rows]
+            return chosen
+
+        return column
+
+
+def _concat(parts: list[pa.RecordBatch]) -> Batch:
+    if not parts:
+        return Batch(rows=[])
+    if len(parts) == 1:
+        return Batch(arrow=parts[0])
+    return Batch.of(pa.Table.from_batches(parts))

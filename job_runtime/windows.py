@@ -1,0 +1,88 @@
+"""Event-time windows: which windows a record's timestamp falls in.
+
+``key_by(...).window(windows.tumbling("1m")).aggregate(...)`` counts per key and
+minute; ``windows.sliding("10m", every="1m")`` per key and ten minutes, every
+minute. A window is ``[start, start + size)`` in milliseconds of event time, aligned
+to the epoch (plus ``offset``), as in Flink and Spark. It fires once the watermark
+reaches its last millisecond (``end - 1``): by then no record of it should still
+come. Assignment is vectorised: a batch of timestamps gives, per window it touches,
+the rows that fall in it, without a Python call per record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+
+import numpy as np
+
+from job_runtime.durations import duration_ms
+from job_runtime.errors import PipelineDefinitionError
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class WindowAssigner:
+    """Windows of ``size`` ms, one starting every ``slide`` ms (``slide == size``:
+    tumbling), starts aligned to ``offset`` ms past the epoch."""
+
+    size: int
+    slide: int
+    offset: int = 0
+
+    @property
+    def kind(self) -> str:
+        return "tumbling" if self.slide == self.size else "sliding"
+
+    def last_start(self, timestamps: np.ndarray) -> np.ndarray:
+        """The start of the latest window holding each timestamp (floor, negatives too)."""
+        shifted = timestamps - self.offset
+        starts: np.ndarray = timestamps - np.mod(shifted, self.slide)
+        return starts
+
+    def assign(self, timestamps: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+        """``(window start, row indexes)`` once for each window the timestamps fall in,
+        in the order of the starts."""
+        last = self.last_start(timestamps)
+        starts_parts: list[np.ndarray] = []
+        rows_parts: list[np.ndarray] = []
+        for back in range(-(-self.size // self.slide)):
+            starts = last - back * self.slide
+            rows = np.flatnonzero(starts + self.size > timestamps)
+            starts_parts.append(starts[rows])
+            rows_parts.append(rows)
+        starts = np.concatenate(starts_parts)
+        rows = np.concatenate(rows_parts)
+        if not len(rows):
+            return
+        if starts.min() == starts.max():  # the usual batch: one tumbling window
+            yield int(starts[0]), rows
+            return
+        order = np.argsort(starts, kind="stable")
+        starts, rows = starts[order], rows[order]
+        bounds = np.flatnonzero(np.diff(starts)) + 1
+        for part, first in zip(np.split(rows, bounds), starts[np.r_[0, bounds]], strict=True):
+            yield int(first), part
+
+    def describe(self) -> str:
+        if self.kind == "tumbling":
+            return f"tumbling({self.size}ms)"
+        return f"sliding({self.size}ms, every={self.slide}ms)"
+
+
+def tumbling(size: str | float, *, offset: str | float = 0) -> WindowAssigner:
+    """Windows of ``size`` that do not overlap: each record is in exactly one."""
+    size_ms = duration_ms(size, what="windows.tumbling size", allow_zero=False)
+    offset_ms = duration_ms(offset, what="windows.tumbling offset")
+    return WindowAssigner(size=size_ms, slide=size_ms, offset=offset_ms % size_ms)
+
+
+def sliding(size: str | float, *, every: str | float, offset: str | float = 0) -> WindowAssigner:
+    """Windows of ``size`` starting ``every`` apart: each record is in ``size / every``
+    of them (``every`` must divide ``size``)."""
+    size_ms = duration_ms(size, what="windows.sliding size", allow_zero=False)
+    every_ms = duration_ms(every, what="windows.sliding every", allow_zero=False)
+    if every_ms > size_ms or size_ms % every_ms:
+        raise PipelineDefinitionError(
+            problem=f"windows.sliding every ({every!r}) must divide its size ({size!r})")
+    offset_ms = duration_ms(offset, what="windows.sliding offset")
+    return WindowAssigner(size=size_ms, slide=every_ms, offset=offset_ms % every_ms)
