@@ -18,6 +18,7 @@ window of the job open, as in Flink.
 from __future__ import annotations
 
 import dataclasses
+import enum
 
 import numpy as np
 import pyarrow as pa
@@ -32,7 +33,7 @@ MAX_WATERMARK = 2**63 - 1
 """After the last record of a bounded input: every window fires."""
 
 
-class TimeKind:
+class TimeKind(enum.StrEnum):
     """How the event-time column is typed; window bounds come out in the same type."""
 
     EPOCH_MS = "epoch_ms"
@@ -70,7 +71,7 @@ def bounded_out_of_orderness(column: str, *, max_delay: str | float,
 
 
 def event_times(batch: Batch, *, column: str, operator: str,
-                subtask: int) -> tuple[np.ndarray, str]:
+                subtask: int) -> tuple[np.ndarray, TimeKind]:
     """The batch's event times in ms (int64) and the column's :class:`TimeKind`; a
     missing, null or non-time column is a one-line error naming it."""
     arrow = batch.arrow
@@ -95,7 +96,7 @@ def event_times(batch: Batch, *, column: str, operator: str,
     return millis.to_numpy(zero_copy_only=False).astype(np.int64, copy=False), time_kind
 
 
-def time_array(millis: np.ndarray, *, time_kind: str) -> pa.Array:
+def time_array(millis: np.ndarray, *, time_kind: TimeKind) -> pa.Array:
     """Milliseconds as a column of the event-time column's kind."""
     array = pa.array(millis, type=pa.int64())
     if time_kind == TimeKind.TIMESTAMP:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import abc
 import traceback
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from job_runtime.errors import UserCodeError
@@ -51,6 +51,17 @@ class KeyedOperator(abc.ABC):
     def notify_complete(self, checkpoint_id: int) -> None:
         """Checkpoint ``checkpoint_id`` completed (an incremental backend reuses its files)."""
         return None
+
+    def _vectorised(self, process: Callable[[Batch], Batch], batch: Batch) -> Batch:
+        """``process(batch)`` for an operator that runs no user function: whatever it
+        raises (a missing column, a type the numpy code cannot take) is reported as the
+        user's error in this operator, with its traceback."""
+        try:
+            return process(batch)
+        except UserCodeError:
+            raise
+        except Exception as exc:
+            raise self._fail(exc) from exc
 
     def _fail(self, exc: BaseException) -> UserCodeError:
         details = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))

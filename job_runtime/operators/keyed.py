@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from job_runtime.errors import UserCodeError
 from job_runtime.operators.accumulators import (
     accumulator_specs,
     arrow_columns,
@@ -149,12 +148,7 @@ class AggregateOperator(KeyedOperator):
         return self.table.array_copies
 
     def process(self, batch: Batch) -> Batch:
-        try:
-            return self._process(batch)
-        except UserCodeError:
-            raise
-        except Exception as exc:
-            raise self._fail(exc) from exc
+        return self._vectorised(self._process, batch)
 
     def _process(self, batch: Batch) -> Batch:
         arrow = batch.arrow

@@ -30,7 +30,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from job_runtime.errors import UserCodeError
 from job_runtime.operators.accumulators import accumulator_specs, factorize, fold
 from job_runtime.operators.base import KeyedOperator
 from job_runtime.operators.key_table import KeyTable
@@ -68,7 +67,7 @@ class WindowAggregateOperator(KeyedOperator):
         self._specs = accumulator_specs(op.aggregates)
         self._windows: dict[int, KeyTable] = {}
         self.watermark = MIN_WATERMARK
-        self.time_kind: str | None = None
+        self.time_kind: TimeKind | None = None
         self._key_type: pa.DataType | None = None
         self._fired_through: np.ndarray | None = None
         """Per key group, the time up to which restored windows were fired (see the
@@ -79,12 +78,7 @@ class WindowAggregateOperator(KeyedOperator):
     def process(self, batch: Batch) -> Batch:
         if not len(batch):
             return Batch(rows=[])
-        try:
-            return self._process(batch)
-        except UserCodeError:
-            raise
-        except Exception as exc:
-            raise self._fail(exc) from exc
+        return self._vectorised(self._process, batch)
 
     def _process(self, batch: Batch) -> Batch:
         arrow = batch.arrow
@@ -184,7 +178,8 @@ class WindowAggregateOperator(KeyedOperator):
         if self._fired_through is not None:
             fired = np.maximum(fired, self._fired_through[lo:hi])
         return _WindowSnapshot({
-            "key_groups": [lo, hi], "fired_through": fired, "time_kind": self.time_kind,
+            "key_groups": [lo, hi], "fired_through": fired,
+            "time_kind": None if self.time_kind is None else self.time_kind.value,
             "key_type": self._key_type, "late_records": self.late_records,
             "windows": {start: table.snapshot() for start, table in self._windows.items()},
         })
@@ -202,7 +197,8 @@ class WindowAggregateOperator(KeyedOperator):
             if mine_lo < mine_hi:
                 through[mine_lo:mine_hi] = np.maximum(
                     through[mine_lo:mine_hi], payload["fired_through"][mine_lo - lo:mine_hi - lo])
-            self.time_kind = self.time_kind or payload["time_kind"]
+            if self.time_kind is None and payload["time_kind"] is not None:
+                self.time_kind = TimeKind(payload["time_kind"])
             self._key_type = self._key_type or payload["key_type"]
             for start, table_payload in payload["windows"].items():
                 table = self._windows.get(start)

@@ -293,6 +293,8 @@ def test_the_dashboard_has_the_checkpoint_restart_throughput_and_lag_panels() ->
     assert "cjob_operator_restarts_total" in joined
     assert "rate(cjob_job_records_in[1m])" in joined.replace('{namespace=~"$namespace"}', "")
     assert "sum by (namespace, cjob_job, topic) (cjob_job_source_lag_records" in joined
+    assert "max by (namespace, cjob_job) (cjob_job_watermark_lag_seconds" in joined
+    assert "rate(cjob_job_late_records_total" in joined
 
 
 def test_the_dashboard_splits_series_by_the_job_label_the_metrics_carry() -> None:

@@ -27,6 +27,7 @@ def _exercised() -> DriverMetrics:
                                  stats=stats)
     metrics.progress(records_in=10, records_out=9, failed=1, restarts=0)
     metrics.source_lag([SourceBacklog(topic="clicks", partition=3, records=42)])
+    metrics.event_time(watermark=1_700_000_000_000, late_records=5, now=1_700_000_060.0)
     return metrics
 
 
@@ -54,3 +55,25 @@ def test_the_lag_series_names_job_topic_and_partition_as_the_dashboard_sums_them
             if name == "cjob_job_source_lag_records"]
     assert lags == [({"cjob_job": "clicks", "topic": "clicks", "partition": "3"},
                      "cjob_job_source_lag_records")]
+
+
+def test_event_time_series_give_the_watermark_lag_and_count_late_records_across_restarts() -> None:
+    metrics = _exercised()
+    values = {name: sample.value for family in metrics.registry.collect()
+              for sample in family.samples for name in [sample.name]}
+    assert values["cjob_job_watermark_lag_seconds"] == 60.0
+    assert values["cjob_job_late_records_total"] == 5
+    # Relaunched subtasks count from zero again: the counter only grows.
+    metrics.event_time(watermark=1_700_000_030_000, late_records=2, now=1_700_000_060.0)
+    metrics.event_time(watermark=1_700_000_030_000, late_records=4, now=1_700_000_060.0)
+    values = {sample.name: sample.value for family in metrics.registry.collect()
+              for sample in family.samples}
+    assert values["cjob_job_late_records_total"] == 7
+    assert values["cjob_job_watermark_lag_seconds"] == 30.0
+
+
+def test_a_job_without_event_time_serves_no_watermark_series() -> None:
+    metrics = DriverMetrics(job="plain")
+    metrics.event_time(watermark=None, late_records=0, now=1.0)
+    names = {name for name, _ in _samples(metrics)}
+    assert "cjob_job_watermark_lag_seconds" not in names

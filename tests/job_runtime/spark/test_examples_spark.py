@@ -1,0 +1,45 @@
+"""The file-based examples run exactly once through a driver kill, as the README shows:
+each through ``cjob run --kill-driver-after``, its verifier run as a user runs it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from runtime_harness import REPO, EmbeddedRun, runtime_env
+
+EXAMPLES = REPO / "examples"
+
+
+@pytest.mark.parametrize(("example", "args", "verdict"), [
+    ("word_count", {"delay_ms": 200}, "verdict: output exactly-once"),
+    ("clicks_per_minute", {"delay_ms": 3}, "output exactly-once"),
+], ids=["word counts", "event-time windows"])
+def test_an_example_is_exactly_once_across_a_driver_kill(
+        tmp_path: Path, embedded: Callable[..., EmbeddedRun], job_yaml: Callable[..., Path],
+        example: str, args: dict[str, Any], verdict: str) -> None:
+    directory = EXAMPLES / example
+    output = tmp_path / "output"
+    job = job_yaml(tmp_path / f"{example}.yaml", name=example.replace("_", "-"),
+                   entrypoint="job:build", python_path=[str(directory)],
+                   args={"input": str(directory / "data"), "output": str(output), **args})
+    run = embedded(job, state_dir=tmp_path / "state", name=example.replace("_", "-"),
+                   extra=["--kill-driver-after", "1"])
+
+    assert run.returncode == 0, run.explain()
+    assert "killing the driver of attempt 1" in run.output
+    status = run.status
+    assert status["phase"] == "Succeeded"
+    assert status["restarts"] == 1
+    assert status["restoredFrom"] is not None and status["restoredFrom"]["id"] >= 1
+
+    checked = subprocess.run(
+        [sys.executable, str(directory / "verify.py"), "--input", str(directory / "data"),
+         "--output", str(output)],
+        capture_output=True, text=True, env=runtime_env(), timeout=120)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert verdict in checked.stdout
