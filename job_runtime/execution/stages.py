@@ -52,7 +52,7 @@ def plan_stages(pipeline: Pipeline) -> list[StagePlan]:
         if expect_keyed is not None:
             if not isinstance(op, KeyedOp):
                 raise PipelineDefinitionError(problem="key_by() must be followed by a keyed operator")
-            if op.kind == "aggregate":
+            if op.kind in ("aggregate", "window_aggregate"):
                 current.combine = op
             stages.append(StagePlan(index=len(stages), keyed=op))
             expect_keyed = None

@@ -30,7 +30,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from job_runtime.operators.accumulators import accumulator_specs, factorize, fold
+from job_runtime.operators.accumulators import (
+    PARTIAL_PREFIX,
+    accumulator_specs,
+    check_partial,
+    factorize,
+    fold,
+    is_partial,
+)
 from job_runtime.operators.base import KeyedOperator
 from job_runtime.operators.key_table import KeyTable
 from job_runtime.records import Batch, key_groups_of_array
@@ -82,21 +89,35 @@ class WindowAggregateOperator(KeyedOperator):
 
     def _process(self, batch: Batch) -> Batch:
         arrow = batch.arrow
-        stamps, kind = event_times(batch, column=self.event_time, operator=self.op.uid,
-                                   subtask=self.subtask)
-        self.time_kind = kind
+        # Records, or partial rows per key and window from the combiner before the
+        # exchange (which assigned the windows and counts the records of each row).
+        partial = is_partial(arrow)
+        if partial:
+            check_partial(arrow.schema.names, self._specs)
+            windows, self.time_kind = _partial_windows(arrow)
+            records = np.asarray(arrow.column(PARTIAL_PREFIX + "count").to_numpy(
+                zero_copy_only=False)) if PARTIAL_PREFIX + "count" in arrow.schema.names \
+                else np.ones(arrow.num_rows, dtype=np.int64)
+        else:
+            stamps, self.time_kind = event_times(batch, column=self.event_time,
+                                                 operator=self.op.uid, subtask=self.subtask)
+            windows = list(self.assigner.assign(stamps))
+            records = None
         key_array = arrow.column(self.key_column)
         self._key_type = key_array.type
         keys = np.asarray(key_array.to_numpy(zero_copy_only=False))
         limit = self._row_limits(key_array)
         columns = _RowColumns(arrow)
         fired: list[pa.RecordBatch] = []
-        for start, rows in self.assigner.assign(stamps):
+        for start, rows in windows:
             last = start + self.assigner.size - 1
             row_limit = limit if isinstance(limit, int) else limit[rows]
             kept = rows[last + self.lateness > row_limit] if not isinstance(row_limit, int) \
                 else (rows if last + self.lateness > row_limit else rows[:0])
-            self.late_records += len(rows) - len(kept)
+            if len(kept) < len(rows):
+                dropped = np.setdiff1d(rows, kept, assume_unique=True)
+                self.late_records += len(dropped) if records is None \
+                    else int(records[dropped].sum())
             if not len(kept):
                 continue
             codes, uniques = factorize(keys[kept])
@@ -106,7 +127,7 @@ class WindowAggregateOperator(KeyedOperator):
                                                         max_parallelism=self.max_parallelism)
             slots = table.slots(uniques)
             table.merge(slots, fold(column=columns.of(kept), codes=codes,
-                                    n_unique=len(uniques), specs=self._specs, partial=False))
+                                    n_unique=len(uniques), specs=self._specs, partial=partial))
             # Keys whose window has fired already: a late firing, their row again.
             limits = self._slot_limits(table, slots)
             late = (slots if last <= limits else slots[:0]) if isinstance(limits, int) \
@@ -237,6 +258,21 @@ class _RowColumns:
             return chosen
 
         return column
+
+
+def _partial_windows(arrow: pa.RecordBatch) -> tuple[list[tuple[int, np.ndarray]], TimeKind]:
+    """The rows of each window of a partial batch, and the event time's kind (the
+    ``window_start`` column has the event-time column's type)."""
+    column = arrow.column("window_start")
+    kind = TimeKind.TIMESTAMP if pa.types.is_timestamp(column.type) else TimeKind.EPOCH_MS
+    if kind == TimeKind.TIMESTAMP:
+        column = column.cast(pa.timestamp("ms", tz=column.type.tz)).cast(pa.int64())
+    starts = np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.int64)
+    distinct, inverse = np.unique(starts, return_inverse=True)
+    order = np.argsort(inverse, kind="stable")
+    bounds = np.searchsorted(inverse[order], np.arange(1, len(distinct)))
+    return [(int(start), rows) for start, rows in
+            zip(distinct, np.split(order, bounds), strict=True)], kind
 
 
 def _concat(parts: list[pa.RecordBatch]) -> Batch:

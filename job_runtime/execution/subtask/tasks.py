@@ -37,6 +37,7 @@ from job_runtime.operators.base import KeyedOperator
 from job_runtime.operators.chain import RecordChain
 from job_runtime.operators.combiner import Combiner
 from job_runtime.operators.keyed import build_keyed_operator
+from job_runtime.operators.window_combiner import WindowCombiner
 from job_runtime.records import Batch, key_group_of, key_group_range, split_by_target
 from job_runtime.sinks.base import SinkWriter
 from job_runtime.sources.base import Source, SourceBacklog, SourceContext, Split, SplitReader
@@ -46,8 +47,11 @@ from job_runtime.watermarks import MAX_WATERMARK, event_times
 log = logging.getLogger(__name__)
 
 Control = ToSubtask
-WATERMARK_CHECK_SECONDS = 0.1
-"""How often a source task without new records looks whether its splits went idle."""
+WATERMARK_INTERVAL_SECONDS = 0.2
+"""How often a source task sends its watermark at most (Flink's default periodic
+interval): each send flushes the combiner in front of a windowed aggregate, which
+a watermark per batch would keep from combining much. Also how often a task
+without new records looks whether its splits went idle."""
 
 
 class Task(threading.Thread):
@@ -59,7 +63,10 @@ class Task(threading.Thread):
         self.outputs = outputs
         self.sink = sink
         self.chain = RecordChain(ops=plan.chain, subtask=runtime.subtask)
-        self.combiner = None if plan.combine is None else Combiner(op=plan.combine)
+        self.combiner: Combiner | WindowCombiner | None = None
+        if plan.combine is not None:
+            self.combiner = WindowCombiner(op=plan.combine, subtask=runtime.subtask) \
+                if plan.combine.kind == "window_aggregate" else Combiner(op=plan.combine)
         self.control: queue.Queue[Control] = queue.Queue()
         self.error: BaseException | None = None
         self.finished = False
@@ -401,7 +408,7 @@ class SourceTask(Task):
         if stamps is not None:
             tracker.observe(self._batch_split, stamps)
         now = time.monotonic()
-        if stamps is None and now - self._watermark_checked < WATERMARK_CHECK_SECONDS:
+        if now - self._watermark_checked < WATERMARK_INTERVAL_SECONDS:
             return
         self._watermark_checked = now
         watermark = tracker.advance()

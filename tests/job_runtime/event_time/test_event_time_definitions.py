@@ -62,13 +62,13 @@ def per_minute(p: Pipeline) -> None:
       .sink(sinks.discard()))
 
 
-def test_a_windowed_aggregate_is_planned_vectorised_without_a_combiner() -> None:
+def test_a_windowed_aggregate_is_planned_vectorised_with_a_combiner_before_the_exchange() -> None:
     p = build(per_minute)
     stages = plan_stages(p)
     keyed = stages[1].keyed
     assert keyed is not None and keyed.kind == "window_aggregate"
     assert keyed.event_time == "ts" and keyed.allowed_lateness == 30_000
-    assert stages[0].combine is None
+    assert stages[0].combine is keyed
     assert stages[0].watermarks is STRATEGY
     assert source_batch_size(p) > 8192
     # The source keeps the key, the aggregated columns and the event time.
