@@ -12,7 +12,7 @@ CHART_CRD := charts/checkpointed-jobs/crds/checkpointedjob.yaml
 .PHONY: help host-packages install chart-crds run lint test test-unit test-spark test-cluster \
 	test-kafka test-postgres test-e2e tests-without-builds builds kafka-jars controlplane images cluster cluster-down e2e-kind bench bench-throughput \
 	bench-overhead bench-barriers bench-state-size bench-recovery bench-operator \
-	bench-recovery-operator bench-kafka clean
+	bench-recovery-operator bench-kafka bench-windows clean
 
 help:
 	@echo "make run      install, then run the embedded demo with a driver kill and verify it"
@@ -126,7 +126,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench all
 
 bench-throughput bench-overhead bench-barriers bench-state-size bench-recovery bench-operator \
-	bench-recovery-operator bench-kafka: $(STAMP)
+	bench-recovery-operator bench-kafka bench-windows: $(STAMP)
 	$(BIN)/python -m bench $(patsubst bench-%,%,$@)
 
 clean:

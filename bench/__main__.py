@@ -1,6 +1,7 @@
 """``python -m bench all`` or one benchmark: ``throughput``, ``python-state``, ``overhead``,
 ``barriers``, ``state-size``, ``recovery``, ``sync-part``, ``recovery-operator``,
-``rocksdb-state``, ``ss-rocksdb-state``, ``operator``, ``channel-mac``, ``kafka``.
+``rocksdb-state``, ``ss-rocksdb-state``, ``operator``, ``channel-mac``, ``kafka``,
+``windows``.
 
 Each benchmark prints a table, writes ``bench/results/<name>.json`` and a PNG
 plot, and rewrites its own entries of ``bench/results/summary.json``.
@@ -30,6 +31,7 @@ BENCHMARKS = {
     "ss-rocksdb-state": "bench.ss_rocksdb_state",
     "rocksdb-state": "bench.rocksdb_state",
     "kafka": "bench.kafka",
+    "windows": "bench.windows",
 }
 ALL: list[tuple[str, ...]] = [
     ("throughput",), ("python-state",), ("overhead",), ("barriers",), ("state-size",),

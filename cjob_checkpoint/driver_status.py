@@ -122,6 +122,11 @@ class DriverStatus:
     """What restore resolution fell back past, one sentence each."""
     checkpoint_history: tuple[Json, ...] | None = None
     """Every remembered checkpoint's statistics; only in the last write."""
+    watermark: int | None = None
+    """The job's event-time watermark (ms since the epoch, the lowest of its windowed
+    subtasks); ``None`` without event time."""
+    late_records: int = 0
+    """Records the job's windows dropped as too late, in this driver."""
 
     @property
     def started(self) -> bool:
@@ -146,6 +151,8 @@ class DriverStatus:
             "rejectedConnections": self.rejected_connections,
             "fallbackNotes": list(self.fallback_notes),
             "attempt": self.attempt,
+            "watermark": self.watermark,
+            "lateRecords": self.late_records,
         }
         if self.checkpoint_history is not None:
             body["checkpointHistory"] = list(self.checkpoint_history)
@@ -182,7 +189,10 @@ class DriverStatus:
             timeline={name: float(value) for name, value in timeline.items()},
             rejected_connections=fields.integer("rejectedConnections"),
             fallback_notes=tuple(notes),
-            checkpoint_history=None if not isinstance(history, list) else tuple(history))
+            checkpoint_history=None if not isinstance(history, list) else tuple(history),
+            # Absent from an older driver's file: no event time there.
+            watermark=fields.optional_integer("watermark"),
+            late_records=fields.integer("lateRecords") if fields.has("lateRecords") else 0)
 
 
 def write_status_file(path: str, status: DriverStatus) -> None:

@@ -27,7 +27,8 @@ STATUS = DriverStatus(
                                        completed_at=1754000000.25, size_bytes=2048),
     restored_from=RestoredFrom(id=2, path="file:///c/job-u/chk-2/_metadata"),
     timeline={"driverStartedAt": 1753999990.0, "sparkReadyAt": 1753999995.0},
-    rejected_connections=0, fallback_notes=("checkpoint 3 is unreadable (damaged)",))
+    rejected_connections=0, fallback_notes=("checkpoint 3 is unreadable (damaged)",),
+    watermark=1_753_999_900_000, late_records=3)
 
 
 def test_what_the_driver_writes_the_runner_reads_back_unchanged(tmp_path: Path) -> None:
@@ -46,6 +47,18 @@ def test_the_file_keeps_the_camel_case_keys_readers_and_tests_know(tmp_path: Pat
     assert data["checkpoints"]["completed"] == 4
     assert data["fallbackNotes"] == ["checkpoint 3 is unreadable (damaged)"]
     assert "checkpointHistory" not in data
+    assert (data["watermark"], data["lateRecords"]) == (1_753_999_900_000, 3)
+
+
+def test_a_file_of_a_driver_without_event_time_fields_reads_as_no_watermark(
+        tmp_path: Path) -> None:
+    path = tmp_path / "status.json"
+    write_status_file(str(path), STATUS)
+    data = json.loads(path.read_text())
+    del data["watermark"], data["lateRecords"]
+    path.write_text(json.dumps(data))
+    read = read_status_file(path)
+    assert (read.watermark, read.late_records) == (None, 0)
 
 
 def test_a_file_written_before_the_version_field_existed_reads_as_version_one(

@@ -69,6 +69,7 @@ class StatusWriter:
                 id=restored.checkpoint_id, path=restored.metadata_path),
             timeline={**self.timeline, **progress.get("timeline", {})},
             rejected_connections=progress["rejectedConnections"],
+            watermark=progress["watermark"], late_records=progress["lateRecords"],
             fallback_notes=self.fallback_notes,
             checkpoint_history=(tuple(coordinator.stats.history_dicts()) if history
                                 else None))

@@ -95,3 +95,5 @@ def test_records_later_than_the_watermark_allows_are_dropped_and_the_rest_counte
     on_time = frame.drop(index=late)
     assert JITTER_MS < 5_000
     assert window_problems(harness.output_records(), on_time, size_ms=SIZE_MS) == []
+    # Counted, not silently dropped: the driver reports them.
+    assert run.status is not None and run.status["lateRecords"] == len(late)
