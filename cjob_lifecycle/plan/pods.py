@@ -44,11 +44,12 @@ def delete(draft: Draft, pod: DriverPod, reason: Reason | PodReason) -> None:
     draft.act(DeleteDriver(name=pod.name, reason=reason, force=pod.phase == "Unknown"))
 
 
-def delete_finished(draft: Draft, pod: DriverPod) -> None:
+def delete_finished(draft: Draft, pod: DriverPod, *,
+                    reason: Reason = Reason.PRUNED_HISTORY) -> None:
     """Delete a finished driver pod: it is kept only for its logs."""
     if not pod.is_terminating and pod.name not in draft.deleted:
         draft.deleted.add(pod.name)
-        draft.act(DeleteDriver(name=pod.name, reason=Reason.PRUNED_HISTORY))
+        draft.act(DeleteDriver(name=pod.name, reason=reason))
 
 
 def wait_for_blocking_pods(draft: Draft, reason: Reason, *, standby_too: bool = False,

@@ -19,7 +19,7 @@ from cjob_lifecycle.observed import DriverPod
 from cjob_lifecycle.plan.attempts import attempt_ended
 from cjob_lifecycle.plan.draft import Draft
 from cjob_lifecycle.plan.failures import pod_end
-from cjob_lifecycle.plan.pods import wait_for_blocking_pods
+from cjob_lifecycle.plan.pods import delete_finished, wait_for_blocking_pods
 from cjob_spec.names import suspend_nonce
 from cjob_spec.reasons import Reason
 from cjob_spec.status import FailureRecord, Phase
@@ -47,6 +47,9 @@ def suspend_active(draft: Draft, pod: DriverPod | None) -> bool:
         if end is not None and end.succeeded:
             return attempt_ended(draft, pod, end)
         if end is not None and end.suspended:
+            # Its exit code shows as an error in kubectl's pod list, and a suspended
+            # job has no driver: the pod goes, as a driver stopped for a suspend does.
+            delete_finished(draft, pod, reason=Reason.SUSPENDED)
             latest = draft.status.latest_checkpoint
             which = f" {latest.id}" if latest is not None else ""
             return suspend_now(draft, f"suspended after final checkpoint{which}, "

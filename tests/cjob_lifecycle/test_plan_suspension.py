@@ -44,7 +44,10 @@ class TestSuspendingARunningJob:
 
         stopped = driver(2, "Failed", exit_code=ExitCode.SUSPENDED, job=job)
         done = run(observe(job, committing.status, stopped, store=final), at(109))
-        assert not done.of_type(DeleteDriver), "a driver that ended is kept for its logs"
+        # The pod goes: a suspended job has no driver, and kubectl would list the
+        # driver's exit code as an error.
+        assert done.of_type(DeleteDriver) == [
+            DeleteDriver(name="clicks-attempt-2", reason=Reason.SUSPENDED)]
         assert done.status.phase is Phase.SUSPENDED
         assert "final checkpoint 5, its output committed" in (done.status.message or "")
         assert done.status.latest_checkpoint is not None and done.status.latest_checkpoint.id == 5
