@@ -62,6 +62,12 @@ class KeyedOp:
     event_time: str | None = None
     """The event-time column (the source's watermark strategy names it)."""
 
+    @property
+    def vectorised(self) -> bool:
+        """Aggregates computed with numpy over named columns, no Python function per
+        record: the stage before it combines, and reads large batches."""
+        return self.kind in ("aggregate", "window_aggregate")
+
 
 Op = RecordOp | KeyBy | KeyedOp
 

@@ -50,23 +50,27 @@ class WindowAssigner:
             rows = np.flatnonzero(starts + self.size > timestamps)
             starts_parts.append(starts[rows])
             rows_parts.append(rows)
-        starts = np.concatenate(starts_parts)
-        rows = np.concatenate(rows_parts)
-        if not len(rows):
-            return
-        if starts.min() == starts.max():  # the usual batch: one tumbling window
-            yield int(starts[0]), rows
-            return
-        order = np.argsort(starts, kind="stable")
-        starts, rows = starts[order], rows[order]
-        bounds = np.flatnonzero(np.diff(starts)) + 1
-        for part, first in zip(np.split(rows, bounds), starts[np.r_[0, bounds]], strict=True):
-            yield int(first), part
+        yield from by_start(np.concatenate(starts_parts), np.concatenate(rows_parts))
 
     def describe(self) -> str:
         if self.kind == "tumbling":
             return f"tumbling({self.size}ms)"
         return f"sliding({self.size}ms, every={self.slide}ms)"
+
+
+def by_start(starts: np.ndarray, rows: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+    """``(start, rows)`` once per distinct window start, in the order of the starts:
+    ``starts[i]`` is the window of ``rows[i]``."""
+    if not len(rows):
+        return
+    if starts.min() == starts.max():  # the usual batch: one tumbling window
+        yield int(starts[0]), rows
+        return
+    order = np.argsort(starts, kind="stable")
+    starts, rows = starts[order], rows[order]
+    bounds = np.flatnonzero(np.diff(starts)) + 1
+    for part, first in zip(np.split(rows, bounds), starts[np.r_[0, bounds]], strict=True):
+        yield int(first), part
 
 
 def tumbling(size: str | float, *, offset: str | float = 0) -> WindowAssigner:

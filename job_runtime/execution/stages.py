@@ -52,7 +52,7 @@ def plan_stages(pipeline: Pipeline) -> list[StagePlan]:
         if expect_keyed is not None:
             if not isinstance(op, KeyedOp):
                 raise PipelineDefinitionError(problem="key_by() must be followed by a keyed operator")
-            if op.kind in ("aggregate", "window_aggregate"):
+            if op.vectorised:
                 current.combine = op
             stages.append(StagePlan(index=len(stages), keyed=op))
             expect_keyed = None
@@ -78,7 +78,7 @@ def source_batch_size(pipeline: Pipeline) -> int:
     vectorised = all(
         (isinstance(op, RecordOp) and op.kind == "map_batches")
         or isinstance(op, KeyBy)
-        or (isinstance(op, KeyedOp) and op.kind in ("aggregate", "window_aggregate"))
+        or (isinstance(op, KeyedOp) and op.vectorised)
         for op in pipeline.ops)
     return VECTORISED_BATCH_SIZE if vectorised else RECORD_BATCH_SIZE
 
@@ -94,8 +94,7 @@ def source_columns(pipeline: Pipeline) -> frozenset[str] | None:
     for op in pipeline.ops:
         if isinstance(op, KeyBy):
             continue
-        if isinstance(op, KeyedOp) and op.kind in ("aggregate", "window_aggregate") \
-                and isinstance(op.key.key, str):
+        if isinstance(op, KeyedOp) and op.vectorised and isinstance(op.key.key, str):
             return frozenset({op.key.key, *(column for _, _, column in op.aggregates
                                             if column is not None),
                               *([] if event_time is None else [event_time])})

@@ -42,7 +42,7 @@ from job_runtime.operators.base import KeyedOperator
 from job_runtime.operators.key_table import KeyTable
 from job_runtime.records import Batch, key_groups_of_array
 from job_runtime.watermarks import MIN_WATERMARK, TimeKind, event_times, time_array
-from job_runtime.windows import WindowAssigner
+from job_runtime.windows import WindowAssigner, by_start
 
 SNAPSHOT_VERSION = 1
 
@@ -111,11 +111,10 @@ class WindowAggregateOperator(KeyedOperator):
         fired: list[pa.RecordBatch] = []
         for start, rows in windows:
             last = start + self.assigner.size - 1
-            row_limit = limit if isinstance(limit, int) else limit[rows]
-            kept = rows[last + self.lateness > row_limit] if not isinstance(row_limit, int) \
-                else (rows if last + self.lateness > row_limit else rows[:0])
+            on_time = last + self.lateness > (limit if isinstance(limit, int) else limit[rows])
+            kept = _select(rows, on_time)
             if len(kept) < len(rows):
-                dropped = np.setdiff1d(rows, kept, assume_unique=True)
+                dropped = _select(rows, np.logical_not(on_time))
                 self.late_records += len(dropped) if records is None \
                     else int(records[dropped].sum())
             if not len(kept):
@@ -129,9 +128,7 @@ class WindowAggregateOperator(KeyedOperator):
             table.merge(slots, fold(column=columns.of(kept), codes=codes,
                                     n_unique=len(uniques), specs=self._specs, partial=partial))
             # Keys whose window has fired already: a late firing, their row again.
-            limits = self._slot_limits(table, slots)
-            late = (slots if last <= limits else slots[:0]) if isinstance(limits, int) \
-                else slots[last <= limits]
+            late = _select(slots, last <= self._slot_limits(table, slots))
             if len(late):
                 fired.append(self._rows(start, table, late))
         return _concat(fired)
@@ -260,6 +257,15 @@ class _RowColumns:
         return column
 
 
+def _select(items: np.ndarray, keep: bool | np.bool_ | np.ndarray) -> np.ndarray:
+    """``items`` where ``keep`` holds: one flag for all of them (a scalar limit), or
+    one per item."""
+    if isinstance(keep, bool | np.bool_):
+        return items if keep else items[:0]
+    chosen: np.ndarray = items[keep]
+    return chosen
+
+
 def _partial_windows(arrow: pa.RecordBatch) -> tuple[list[tuple[int, np.ndarray]], TimeKind]:
     """The rows of each window of a partial batch, and the event time's kind (the
     ``window_start`` column has the event-time column's type)."""
@@ -268,11 +274,7 @@ def _partial_windows(arrow: pa.RecordBatch) -> tuple[list[tuple[int, np.ndarray]
     if kind == TimeKind.TIMESTAMP:
         column = column.cast(pa.timestamp("ms", tz=column.type.tz)).cast(pa.int64())
     starts = np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.int64)
-    distinct, inverse = np.unique(starts, return_inverse=True)
-    order = np.argsort(inverse, kind="stable")
-    bounds = np.searchsorted(inverse[order], np.arange(1, len(distinct)))
-    return [(int(start), rows) for start, rows in
-            zip(distinct, np.split(order, bounds), strict=True)], kind
+    return list(by_start(starts, np.arange(len(starts)))), kind
 
 
 def _concat(parts: list[pa.RecordBatch]) -> Batch:

@@ -85,6 +85,10 @@ if TYPE_CHECKING:
     from confluent_kafka.admin import AdminClient
     from confluent_kafka.admin._listoffsets import OffsetSpec
 
+    # ClusterMetadata's documented home is confluent_kafka.admin, whose stubs do not
+    # re-export it.
+    from confluent_kafka.admin._metadata import ClusterMetadata
+
 log = logging.getLogger(__name__)
 
 STARTS = ("earliest", "latest")
@@ -470,7 +474,7 @@ class KafkaSource(Source):
 
     def resolve_plan(self) -> list[KafkaPartition]:
         """The partitions of ``topics`` and their offsets, as the brokers report them now."""
-        from confluent_kafka import KafkaException, TopicPartition
+        from confluent_kafka import TopicPartition
         from confluent_kafka.admin import AdminClient
 
         # OffsetSpec's documented home is confluent_kafka.admin, whose stubs do not
@@ -478,12 +482,7 @@ class KafkaSource(Source):
         from confluent_kafka.admin._listoffsets import OffsetSpec
 
         admin = AdminClient(self._admin_settings())
-        try:
-            metadata = admin.list_topics(timeout=self.timeout)
-        except KafkaException as exc:
-            raise self._config_error(
-                f"no Kafka broker at {self.bootstrap} answered within {self.timeout:g}s "
-                f"({client_error_text(exc)})") from None
+        metadata = self._cluster_metadata(admin)
         partitions: list[TopicPartition] = []
         for topic in self.topics:
             described = metadata.topics.get(topic)
@@ -515,6 +514,17 @@ class KafkaSource(Source):
                                        start=start if end is None else min(start, end),
                                        end=end))
         return plan
+
+    def _cluster_metadata(self, admin: AdminClient) -> ClusterMetadata:
+        """The brokers' topics and partitions, or a one-line error when none answers."""
+        from confluent_kafka import KafkaException
+
+        try:
+            return admin.list_topics(timeout=self.timeout)
+        except KafkaException as exc:
+            raise self._config_error(
+                f"no Kafka broker at {self.bootstrap} answered within {self.timeout:g}s "
+                f"({client_error_text(exc)})") from None
 
     def _offsets(self, admin: AdminClient, partitions: list[TopicPartition],
                  spec: OffsetSpec) -> dict[tuple[str, int], int]:
@@ -554,17 +564,13 @@ class KafkaSource(Source):
         """Partitions the topics gained since the plan, read from their earliest offset
         (every record of a partition created after the job started is newer than the
         start)."""
-        from confluent_kafka import KafkaException, TopicPartition
+        from confluent_kafka import TopicPartition
         from confluent_kafka.admin import AdminClient
         from confluent_kafka.admin._listoffsets import OffsetSpec
 
         planned = {(part.topic, part.partition) for part in self._plan(context)}
         admin = AdminClient(self._admin_settings())
-        try:
-            metadata = admin.list_topics(timeout=self.timeout)
-        except KafkaException as exc:
-            raise self._config_error(f"no Kafka broker at {self.bootstrap} answered: "
-                                     f"{client_error_text(exc)}") from None
+        metadata = self._cluster_metadata(admin)
         found: dict[tuple[str, int], int] = {}
         for place, topic in enumerate(self.topics):
             described = metadata.topics.get(topic)

@@ -7,11 +7,10 @@ kills itself once at a given click.
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 
 import pyarrow as pa
+from crashing_jobs import _crash_once
 
 from job_runtime import Pipeline, sinks, sources, watermarks, windows
 
@@ -19,18 +18,12 @@ from job_runtime import Pipeline, sinks, sources, watermarks, windows
 def per_window(p: Pipeline) -> None:
     """Clicks per user in tumbling windows of ``size`` (default 10s)."""
     pause = float(p.args.get("pause", 0.0))
-    marker = p.args.get("crash_marker")
     crash_at = int(p.args.get("crash_at", -1))
+    maybe_crash = _crash_once(p)
 
     def slow_or_crash(batch: pa.RecordBatch) -> pa.RecordBatch:
-        if marker and crash_at in batch.column("seq").to_pylist():
-            try:
-                fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            except FileExistsError:
-                pass
-            else:
-                os.close(fd)
-                os.kill(os.getpid(), signal.SIGKILL)
+        if crash_at in batch.column("seq").to_pylist():
+            maybe_crash({"seq": crash_at})
         if pause:
             time.sleep(pause)
         return batch
