@@ -11,6 +11,7 @@ need to be pickled.
 from __future__ import annotations
 
 import dataclasses
+import enum
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -22,16 +23,37 @@ from job_runtime.records import KeySelector, Record
 from job_runtime.sinks.base import Sink
 from job_runtime.sources.base import Source
 from job_runtime.watermarks import WatermarkStrategy
-from job_runtime.windows import WindowAssigner
+from job_runtime.windows import SessionWindows, Window, WindowAssigner
 
 AGGREGATES = ("count", "sum", "min", "max", "mean")
+
+
+class RecordKind(enum.StrEnum):
+    """The stateless functions."""
+
+    MAP = "map"
+    FLAT_MAP = "flat_map"
+    FILTER = "filter"
+    MAP_BATCHES = "map_batches"
+
+
+class KeyedKind(enum.StrEnum):
+    """The keyed operators, one operator class each (see ``build_keyed_operator``)."""
+
+    REDUCE = "reduce"
+    PROCESS = "process"
+    AGGREGATE = "aggregate"
+    WINDOW_AGGREGATE = "window_aggregate"
+    SESSION_AGGREGATE = "session_aggregate"
+    WINDOW_REDUCE = "window_reduce"
+    WINDOW_PROCESS = "window_process"
 
 
 @dataclasses.dataclass(frozen=True)
 class RecordOp:
     """A stateless function: ``map``, ``flat_map``, ``filter`` or ``map_batches``."""
 
-    kind: str
+    kind: RecordKind
     fn: Callable[..., Any]
     uid: str
 
@@ -48,25 +70,30 @@ class KeyBy:
 
 @dataclasses.dataclass(frozen=True)
 class KeyedOp:
-    """A keyed, stateful operator: ``reduce``, ``aggregate``, ``process`` or
-    ``window_aggregate``."""
+    """A keyed, stateful operator: ``reduce``, ``aggregate``, ``process``,
+    ``window_aggregate``, ``session_aggregate``, ``window_reduce`` or
+    ``window_process``."""
 
-    kind: str
+    kind: KeyedKind
     uid: str
     key: KeyBy
     fn: Callable[..., Any] | None = None
     aggregates: tuple[tuple[str, str, str | None], ...] = ()
-    window: WindowAssigner | None = None
+    window: WindowAssigner | SessionWindows | None = None
     allowed_lateness: int = 0
     """Milliseconds a fired window is kept for late records (each updates its row)."""
     event_time: str | None = None
     """The event-time column (the source's watermark strategy names it)."""
+    on_timer: Callable[..., Any] | None = None
+    """``process`` only: called as ``on_timer(timestamp, ctx)`` when a timer is due."""
 
     @property
     def vectorised(self) -> bool:
         """Aggregates computed with numpy over named columns, no Python function per
-        record: the stage before it combines, and reads large batches."""
-        return self.kind in ("aggregate", "window_aggregate")
+        record: the stage before it combines, and reads large batches. Not
+        ``session_aggregate``: a record's session depends on the key's other records,
+        so it takes the records themselves."""
+        return self.kind in (KeyedKind.AGGREGATE, KeyedKind.WINDOW_AGGREGATE)
 
 
 Op = RecordOp | KeyBy | KeyedOp
@@ -135,7 +162,7 @@ class Stream:
     def __init__(self, pipeline: Pipeline) -> None:
         self._p = pipeline
 
-    def _record(self, kind: str, fn: Callable[..., Any], name: str | None) -> Stream:
+    def _record(self, kind: RecordKind, fn: Callable[..., Any], name: str | None) -> Stream:
         if not callable(fn):
             raise PipelineDefinitionError(problem=f"{kind}() needs a function")
         self._p._append(self, RecordOp(kind=kind, fn=fn, uid=self._p._uid(kind, name)))
@@ -144,20 +171,20 @@ class Stream:
         return nxt
 
     def map(self, fn: Callable[[Record], Record], *, name: str | None = None) -> Stream:
-        return self._record("map", fn, name)
+        return self._record(RecordKind.MAP, fn, name)
 
     def flat_map(self, fn: Callable[[Record], Iterable[Record]], *,
                  name: str | None = None) -> Stream:
-        return self._record("flat_map", fn, name)
+        return self._record(RecordKind.FLAT_MAP, fn, name)
 
     def filter(self, fn: Callable[[Record], bool], *, name: str | None = None) -> Stream:
-        return self._record("filter", fn, name)
+        return self._record(RecordKind.FILTER, fn, name)
 
     def map_batches(self, fn: Callable[[pa.RecordBatch], pa.RecordBatch | pa.Table], *,
                     name: str | None = None) -> Stream:
-        return self._record("map_batches", fn, name)
+        return self._record(RecordKind.MAP_BATCHES, fn, name)
 
-    def window(self, assigner: WindowAssigner, **_: Any) -> WindowedStream:
+    def window(self, assigner: WindowAssigner | SessionWindows, **_: Any) -> WindowedStream:
         """Windows are per key: ``key_by(...).window(...)``."""
         raise PipelineDefinitionError(
             problem="window() needs key_by() before it: windows hold state per key")
@@ -200,16 +227,27 @@ class KeyedStream:
         """Combine each record with the key's previous result; emits every update."""
         if not callable(fn):
             raise PipelineDefinitionError(problem="reduce() needs a function")
-        return self._keyed(KeyedOp(kind="reduce", uid=self._p._uid("reduce", name),
+        return self._keyed(KeyedOp(kind=KeyedKind.REDUCE, uid=self._p._uid("reduce", name),
                                    key=self._key, fn=fn))
 
     def process(self, fn: Callable[[Record, Any], Iterable[Record] | None], *,
+                on_timer: Callable[[int, Any], Iterable[Record] | None] | None = None,
                 name: str | None = None) -> Stream:
-        """Call ``fn(record, ctx)``; ``ctx.value_state``/``ctx.map_state`` hold per-key state."""
+        """Call ``fn(record, ctx)``: ``ctx.value_state``/``ctx.map_state`` (``ttl=``
+        optional) hold per-key state, ``ctx.timers.register_event_time(ts)`` /
+        ``register_processing_time(ts)`` ask for ``on_timer(ts, ctx)`` for the key,
+        ``ctx.timestamp`` and ``ctx.current_watermark`` are event time (ms) on a
+        source with ``watermarks=``. Both functions return the records to emit (or
+        ``None``)."""
         if not callable(fn):
             raise PipelineDefinitionError(problem="process() needs a function")
-        return self._keyed(KeyedOp(kind="process", uid=self._p._uid("process", name),
-                                   key=self._key, fn=fn))
+        if on_timer is not None and not callable(on_timer):
+            raise PipelineDefinitionError(
+                problem="process(on_timer=...) needs a function of (timestamp, ctx)")
+        strategy = self._p.watermarks
+        return self._keyed(KeyedOp(kind=KeyedKind.PROCESS, uid=self._p._uid("process", name),
+                                   key=self._key, fn=fn, on_timer=on_timer,
+                                   event_time=None if strategy is None else strategy.column))
 
     def aggregate(self, *, name: str | None = None, **outputs: tuple[str, str | None] | str
                   ) -> Stream:
@@ -223,20 +261,21 @@ class KeyedStream:
         """
         if not isinstance(self._key.key, str):
             raise PipelineDefinitionError(problem="aggregate() needs key_by(<column name>)")
-        return self._keyed(KeyedOp(kind="aggregate", uid=self._p._uid("aggregate", name),
+        return self._keyed(KeyedOp(kind=KeyedKind.AGGREGATE, uid=self._p._uid("aggregate", name),
                                    key=self._key, aggregates=aggregate_specs(outputs)))
 
-    def window(self, assigner: WindowAssigner, *,
+    def window(self, assigner: WindowAssigner | SessionWindows, *,
                allowed_lateness: str | float = 0) -> WindowedStream:
-        """Event-time windows per key (``windows.tumbling("1m")``, ``windows.sliding``),
-        on a source with ``watermarks=``. A window fires when the watermark passes its
-        end; for ``allowed_lateness`` after that, a late record updates its row (the
-        row is emitted again); a record later still is counted
-        (``cjob_job_late_records_total``) and dropped."""
-        if not isinstance(assigner, WindowAssigner):
+        """Event-time windows per key (``windows.tumbling("1m")``, ``windows.sliding``,
+        ``windows.session(gap="30s")``), on a source with ``watermarks=``. A window
+        fires when the watermark passes its end; for ``allowed_lateness`` after that, a
+        late record updates its row (the row is emitted again); a record later still
+        is counted (``cjob_job_late_records_total``) and dropped."""
+        if not isinstance(assigner, WindowAssigner | SessionWindows):
             raise PipelineDefinitionError(
                 problem=f"window() needs an assigner from job_runtime.windows (e.g. "
-                        f"windows.tumbling('1m')), got {type(assigner).__name__}")
+                        f"windows.tumbling('1m'), windows.session(gap='30s')), got "
+                        f"{type(assigner).__name__}")
         if self._p.watermarks is None:
             raise PipelineDefinitionError(
                 problem="window() needs event time: give the source watermarks, e.g. "
@@ -249,9 +288,10 @@ class KeyedStream:
 
 
 class WindowedStream:
-    """A keyed stream cut into event-time windows; ``aggregate`` computes per window."""
+    """A keyed stream cut into event-time windows; ``aggregate``, ``reduce`` or
+    ``process`` computes per window."""
 
-    def __init__(self, keyed: KeyedStream, *, assigner: WindowAssigner,
+    def __init__(self, keyed: KeyedStream, *, assigner: WindowAssigner | SessionWindows,
                  allowed_lateness: int) -> None:
         self._keyed = keyed
         self._assigner = assigner
@@ -261,7 +301,9 @@ class WindowedStream:
                   ) -> Stream:
         """Per key and window, e.g. ``aggregate(n="count", total=("sum", "amount"))``:
         rows of the key, ``window_start``, ``window_end`` (the event-time column's
-        type) and the outputs, one per window when it fires."""
+        type) and the outputs, one per window when it fires (per session, with
+        ``windows.session``: its first record's time and its last one's plus the
+        gap)."""
         keyed = self._keyed
         strategy = keyed._p.watermarks
         assert strategy is not None
@@ -272,9 +314,48 @@ class WindowedStream:
             raise PipelineDefinitionError(
                 problem=f"window aggregate outputs may not be named {', '.join(clash)}: "
                         f"those columns hold the key and the window's bounds")
+        session = isinstance(self._assigner, SessionWindows)
         return keyed._keyed(KeyedOp(
-            kind="window_aggregate", uid=keyed._p._uid("window", name), key=keyed._key,
+            kind=KeyedKind.SESSION_AGGREGATE if session else KeyedKind.WINDOW_AGGREGATE,
+            uid=keyed._p._uid("session" if session else "window", name), key=keyed._key,
             aggregates=specs, window=self._assigner, allowed_lateness=self._allowed_lateness,
+            event_time=strategy.column))
+
+
+    def reduce(self, fn: Callable[[Record, Record], Record], *, name: str | None = None
+               ) -> Stream:
+        """Per key and window, ``fn(accumulated, record) -> accumulated`` (a window's
+        first record is its first accumulated value); when the window fires, one
+        record: the accumulated one with ``window_start`` and ``window_end`` (ms for
+        an integer event-time column, UTC ``datetime`` for a timestamp one). Tumbling
+        and sliding windows only, record by record (no combiner)."""
+        return self._function("reduce", fn, name)
+
+    def process(self, fn: Callable[[Any, Window, list[Record]], Iterable[Record] | None], *,
+                name: str | None = None) -> Stream:
+        """When a window fires, ``fn(key, window, records)``: ``window`` a
+        :class:`~job_runtime.windows.Window` (``start``, ``end`` in ms), ``records``
+        the key's records of the window in the order they arrived; ``fn`` returns the
+        records to emit (or ``None``). Tumbling and sliding windows only."""
+        return self._function("process", fn, name)
+
+    def _function(self, kind: str, fn: Callable[..., Any], name: str | None) -> Stream:
+        """``reduce`` and ``process`` alike: each keeps the key's records (or their
+        reduction) per window in keyed state and runs ``fn`` in Python. Not on
+        sessions yet: a key's sessions merge as records come, and only the session
+        operator of ``aggregate`` knows how to merge what they hold."""
+        if not callable(fn):
+            raise PipelineDefinitionError(problem=f"window(...).{kind}() needs a function")
+        if isinstance(self._assigner, SessionWindows):
+            raise PipelineDefinitionError(
+                problem=f"session windows take aggregate() only for now, not {kind}(); "
+                        f"use windows.tumbling or windows.sliding")
+        keyed = self._keyed
+        strategy = keyed._p.watermarks
+        assert strategy is not None
+        return keyed._keyed(KeyedOp(
+            kind=KeyedKind(f"window_{kind}"), uid=keyed._p._uid(f"window_{kind}", name), key=keyed._key,
+            fn=fn, window=self._assigner, allowed_lateness=self._allowed_lateness,
             event_time=strategy.column))
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pyarrow as pa
@@ -94,6 +95,27 @@ def event_times(batch: Batch, *, column: str, operator: str,
         raise _bad(operator, subtask, f"{values.null_count} records have no event time "
                                       f"(null in column {column!r})")
     return millis.to_numpy(zero_copy_only=False).astype(np.int64, copy=False), time_kind
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def datetime_ms(value: datetime) -> int:
+    """Milliseconds since the epoch, exactly; a naive datetime is UTC (as Arrow reads it)."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return (value - _EPOCH) // timedelta(milliseconds=1)
+
+
+def row_time_ms(value: object, *, column: str) -> int:
+    """One record's event time in ms (a row-at-a-time operator's view of
+    :func:`event_times`)."""
+    if isinstance(value, datetime):
+        return datetime_ms(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise TypeError(f"the event-time column {column!r} holds {value!r}; it must be a "
+                    f"timestamp or an integer of milliseconds since the epoch")
 
 
 def time_array(millis: np.ndarray, *, time_kind: TimeKind) -> pa.Array:

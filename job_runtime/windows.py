@@ -6,7 +6,17 @@ minute. A window is ``[start, start + size)`` in milliseconds of event time, ali
 to the epoch (plus ``offset``), as in Flink and Spark. It fires once the watermark
 reaches its last millisecond (``end - 1``): by then no record of it should still
 come. Assignment is vectorised: a batch of timestamps gives, per window it touches,
-the rows that fall in it, without a Python call per record.
+the rows that fall in it, without a Python call per record. ``reduce`` and
+``process`` per window (:mod:`job_runtime.operators.window_function`) run a Python
+function per record anyway, so they assign one timestamp at a time
+(:meth:`WindowAssigner.starts_of`); a ``process`` function is told its window as a
+:class:`Window`.
+
+``windows.session(gap="30s")`` cuts a key's records into sessions instead: each
+record opens ``[t, t + gap)`` and windows of a key that overlap merge, so a session
+ends after ``gap`` without a record. Sessions depend on the records a key has seen,
+so they are assigned record by record in their operator
+(:mod:`job_runtime.operators.session_window`), not here.
 """
 
 from __future__ import annotations
@@ -52,10 +62,28 @@ class WindowAssigner:
             rows_parts.append(rows)
         yield from by_start(np.concatenate(starts_parts), np.concatenate(rows_parts))
 
+    def starts_of(self, timestamp: int) -> list[int]:
+        """The starts of the windows holding one timestamp, earliest first: what
+        :meth:`assign` gives a batch, for an operator that takes a record at a time."""
+        last = timestamp - (timestamp - self.offset) % self.slide
+        count = -(-self.size // self.slide)
+        return [start for start in range(last - (count - 1) * self.slide, last + 1, self.slide)
+                if start + self.size > timestamp]
+
     def describe(self) -> str:
         if self.kind == "tumbling":
             return f"tumbling({self.size}ms)"
         return f"sliding({self.size}ms, every={self.slide}ms)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Window:
+    """One window of a key, ``[start, end)`` in ms of event time: what a window
+    ``process`` function is told about the window it is called for (the bounds are
+    ms whatever the event-time column's type, so that arithmetic on them is plain)."""
+
+    start: int
+    end: int
 
 
 def by_start(starts: np.ndarray, rows: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
@@ -90,3 +118,24 @@ def sliding(size: str | float, *, every: str | float, offset: str | float = 0) -
             problem=f"windows.sliding every ({every!r}) must divide its size ({size!r})")
     offset_ms = duration_ms(offset, what="windows.sliding offset")
     return WindowAssigner(size=size_ms, slide=every_ms, offset=offset_ms % every_ms)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SessionWindows:
+    """Sessions per key: a record at ``t`` opens ``[t, t + gap)`` (``gap`` in ms), and
+    a key's windows that overlap merge into one."""
+
+    gap: int
+
+    @property
+    def kind(self) -> str:
+        return "session"
+
+    def describe(self) -> str:
+        return f"session(gap={self.gap}ms)"
+
+
+def session(gap: str | float) -> SessionWindows:
+    """A key's records at most ``gap`` apart are in one session window; it closes once
+    ``gap`` passes without a record of the key."""
+    return SessionWindows(gap=duration_ms(gap, what="windows.session gap", allow_zero=False))

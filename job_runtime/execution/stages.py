@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 
 from job_runtime.errors import PipelineDefinitionError
-from job_runtime.pipeline import KeyBy, KeyedOp, Pipeline, RecordOp
+from job_runtime.pipeline import KeyBy, KeyedOp, Pipeline, RecordKind, RecordOp
 from job_runtime.sources.base import RECORD_BATCH_SIZE
 from job_runtime.watermarks import WatermarkStrategy
 
@@ -76,7 +76,7 @@ def source_batch_size(pipeline: Pipeline) -> int:
     """:data:`VECTORISED_BATCH_SIZE` when no Python function sees single records,
     else :data:`RECORD_BATCH_SIZE`."""
     vectorised = all(
-        (isinstance(op, RecordOp) and op.kind == "map_batches")
+        (isinstance(op, RecordOp) and op.kind == RecordKind.MAP_BATCHES)
         or isinstance(op, KeyBy)
         or (isinstance(op, KeyedOp) and op.vectorised)
         for op in pipeline.ops)

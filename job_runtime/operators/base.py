@@ -18,6 +18,7 @@ from job_runtime.errors import UserCodeError
 from job_runtime.pipeline import KeyedOp
 from job_runtime.records import Batch
 from job_runtime.state.backend import AnySnapshot, StateBackendSettings
+from job_runtime.state.ttl import Clock, wall_clock_ms
 
 
 class StateSnapshot(Protocol):
@@ -26,8 +27,11 @@ class StateSnapshot(Protocol):
 
 class KeyedOperator(abc.ABC):
     def __init__(self, *, op: KeyedOp, subtask: int, key_groups: range,
-                 max_parallelism: int, state: StateBackendSettings | None = None) -> None:
+                 max_parallelism: int, state: StateBackendSettings | None = None,
+                 clock: Clock = wall_clock_ms) -> None:
         self.op = op
+        self.clock = clock
+        """Processing time in ms: TTL expiry (tests pass their own)."""
         self.subtask = subtask
         self.key_groups = key_groups
         self.max_parallelism = max_parallelism
@@ -68,6 +72,11 @@ class KeyedOperator(abc.ABC):
         return UserCodeError(operator=self.op.uid, subtask=self.subtask, details=details)
 
     def on_watermark(self, watermark: int) -> Batch:
-        """Event time reached ``watermark``: what fires now (windows); nothing for an
-        operator without event time."""
+        """Event time reached ``watermark``: what fires now (windows, event-time
+        timers); nothing for an operator without event time."""
+        return Batch(rows=[])
+
+    def on_processing_time(self, now: int) -> Batch:
+        """The task looked at the clock (ms since the epoch): what fires now
+        (processing-time timers); also when state TTL sweeps run."""
         return Batch(rows=[])

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 
 from job_runtime.errors import UserCodeError
-from job_runtime.pipeline import RecordOp
+from job_runtime.pipeline import RecordKind, RecordOp
 from job_runtime.records import Batch, Record
 
 
@@ -18,7 +18,7 @@ def _user_error(op: RecordOp, subtask: int, exc: BaseException) -> UserCodeError
 
 
 def _apply(op: RecordOp, batch: Batch) -> Batch:
-    if op.kind == "map_batches":
+    if op.kind == RecordKind.MAP_BATCHES:
         result = op.fn(batch.arrow)
         if isinstance(result, pa.Table | pa.RecordBatch):
             return Batch.of(result)
@@ -27,9 +27,9 @@ def _apply(op: RecordOp, batch: Batch) -> Batch:
     rows = batch.rows
     fn = op.fn
     out: list[Record]
-    if op.kind == "map":
+    if op.kind == RecordKind.MAP:
         out = [fn(r) for r in rows]
-    elif op.kind == "filter":
+    elif op.kind == RecordKind.FILTER:
         out = [r for r in rows if fn(r)]
     else:
         out = [o for r in rows for o in (fn(r) or ())]

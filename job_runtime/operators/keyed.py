@@ -1,5 +1,7 @@
 """Keyed, stateful operators: ``reduce``, ``process`` and the vectorised ``aggregate``
-(windowed: :mod:`job_runtime.operators.window_aggregate`).
+(windowed: :mod:`job_runtime.operators.window_aggregate`, sessions:
+:mod:`job_runtime.operators.session_window`, a function per window:
+:mod:`job_runtime.operators.window_function`).
 
 Each operator owns the state of the key groups of its subtask and snapshots it
 in two parts: :meth:`snapshot` is the synchronous part (references and flags
@@ -16,6 +18,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from job_runtime.errors import UserCodeError
 from job_runtime.operators.accumulators import (
     accumulator_specs,
     arrow_columns,
@@ -26,52 +29,22 @@ from job_runtime.operators.accumulators import (
 )
 from job_runtime.operators.base import KeyedOperator, StateSnapshot
 from job_runtime.operators.key_table import KeyTable
+from job_runtime.operators.record_keyed import RecordKeyedOperator
+from job_runtime.operators.session_window import SessionWindowOperator
 from job_runtime.operators.window_aggregate import WindowAggregateOperator
-from job_runtime.pipeline import KeyedOp
-from job_runtime.records import Batch, Record, key_group_of, key_groups_of_array
+from job_runtime.operators.window_function import WindowProcessOperator, WindowReduceOperator
+from job_runtime.pipeline import KeyedKind, KeyedOp
+from job_runtime.records import Batch, Record
 from job_runtime.state.backend import (
-    AnySnapshot,
     StateBackendSettings,
 )
-from job_runtime.state.backends import create_backend, restore_keyed_state
 from job_runtime.state.handles import ProcessContext
+from job_runtime.state.timers import TimeDomain, TimerService
+from job_runtime.state.ttl import Clock, wall_clock_ms
+from job_runtime.watermarks import event_times, row_time_ms
 
 
-class _RecordKeyed(KeyedOperator):
-    """Shared part of ``reduce`` and ``process``: hashmap state, one record at a time."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.backend = create_backend(self.state, key_groups=self.key_groups,
-                                      operator=self.op.uid, subtask=self.subtask)
-
-    def _keys(self, batch: Batch) -> tuple[list[Any], list[int]]:
-        key = self.op.key.key
-        if isinstance(key, str):
-            if batch.has_arrow:
-                column = batch.arrow.column(key)
-                return column.to_pylist(), key_groups_of_array(column,
-                                                               self.max_parallelism).tolist()
-            keys = [r[key] for r in batch.rows]
-        else:
-            keys = [key(r) for r in batch.rows]
-        mp = self.max_parallelism
-        return keys, [key_group_of(k, mp) for k in keys]
-
-    def snapshot(self) -> AnySnapshot:
-        return self.backend.snapshot()
-
-    def restore(self, blobs: Iterable[bytes]) -> int:
-        return restore_keyed_state(self.backend, blobs, settings=self.state)
-
-    def key_count(self) -> int:
-        return self.backend.key_count()
-
-    def notify_complete(self, checkpoint_id: int) -> None:
-        self.backend.notify_complete(checkpoint_id)
-
-
-class ReduceOperator(_RecordKeyed):
+class ReduceOperator(RecordKeyedOperator):
     def process(self, batch: Batch) -> Batch:
         rows = batch.rows
         try:
@@ -94,27 +67,86 @@ class ReduceOperator(_RecordKeyed):
         return Batch(rows=out)
 
 
-class ProcessOperator(_RecordKeyed):
+class ProcessOperator(RecordKeyedOperator):
+    """``process(fn, on_timer=...)``: the user's function per record, with the key's
+    state and timers in scope; ``on_timer`` when a timer is due (event-time timers as
+    the watermark passes them, before it is forwarded; processing-time timers when
+    the task looks at the clock, between batches), on the task thread either way."""
+
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.context = ProcessContext(backend=self.backend, operator=self.op.uid)
+        self.timers = TimerService(backend=self.backend, operator=self.op.uid)
+        self.context = ProcessContext(
+            backend=self.backend, operator=self.op.uid,
+            timers=self.timers if self.op.on_timer is not None else None,
+            event_time=self.op.event_time is not None, clock=self.clock)
+
+    def _timestamps(self, batch: Batch) -> list[int | None]:
+        column = self.op.event_time
+        if column is None:
+            return [None] * len(batch)
+        if batch.has_arrow:
+            millis, _ = event_times(batch, column=column, operator=self.op.uid,
+                                    subtask=self.subtask)
+            return list(millis.tolist())
+        return [row_time_ms(row.get(column), column=column) for row in batch.rows]
 
     def process(self, batch: Batch) -> Batch:
-        rows = batch.rows
         fn = self.op.fn
         assert fn is not None
         ctx = self.context
         out: list[Record] = []
         try:
             keys, groups = self._keys(batch)
-            for row, key, group in zip(rows, keys, groups, strict=True):
+            stamps = self._timestamps(batch)
+            rows = batch.rows
+            for row, key, group, stamp in zip(rows, keys, groups, stamps, strict=True):
                 ctx.set_key(key, group)
+                ctx.timestamp = stamp
                 produced = fn(row, ctx)
+                if produced is not None:
+                    out.extend(produced)
+        except UserCodeError:
+            raise
+        except Exception as exc:
+            raise self._fail(exc) from exc
+        return Batch(rows=out)
+
+    def _fire(self, domain: TimeDomain, time: int) -> Batch:
+        on_timer = self.op.on_timer
+        if on_timer is None:
+            return Batch(rows=[])
+        ctx = self.context
+        out: list[Record] = []
+        try:
+            ctx.time_domain = domain
+            for timestamp, key, group in self.timers.pop_due(domain, time):
+                ctx.set_key(key, group)
+                ctx.timestamp = timestamp
+                produced = on_timer(timestamp, ctx)
                 if produced is not None:
                     out.extend(produced)
         except Exception as exc:
             raise self._fail(exc) from exc
+        finally:
+            ctx.time_domain = None
         return Batch(rows=out)
+
+    def on_watermark(self, watermark: int) -> Batch:
+        self.context.current_watermark = watermark
+        return self._fire(TimeDomain.EVENT_TIME, watermark)
+
+    def on_processing_time(self, now: int) -> Batch:
+        self.context.sweeper.maybe_sweep()
+        due = self.timers.next_due(TimeDomain.PROCESSING_TIME)
+        if due is None or due > now:
+            return Batch(rows=[])
+        return self._fire(TimeDomain.PROCESSING_TIME, now)
+
+    def restore(self, blobs: Iterable[bytes]) -> int:
+        restored = super().restore(blobs)
+        self.timers.restore()
+        return restored
 
 
 class _AggregateSnapshot:
@@ -184,11 +216,15 @@ class AggregateOperator(KeyedOperator):
 
 
 def build_keyed_operator(*, op: KeyedOp, subtask: int, key_groups: range,
-                         max_parallelism: int,
-                         state: StateBackendSettings | None = None) -> KeyedOperator:
-    kinds: dict[str, type[KeyedOperator]] = {
-        "reduce": ReduceOperator, "process": ProcessOperator, "aggregate": AggregateOperator,
-        "window_aggregate": WindowAggregateOperator,
+                         max_parallelism: int, state: StateBackendSettings | None = None,
+                         clock: Clock = wall_clock_ms) -> KeyedOperator:
+    kinds: dict[KeyedKind, type[KeyedOperator]] = {
+        KeyedKind.REDUCE: ReduceOperator, KeyedKind.PROCESS: ProcessOperator,
+        KeyedKind.AGGREGATE: AggregateOperator,
+        KeyedKind.WINDOW_AGGREGATE: WindowAggregateOperator,
+        KeyedKind.SESSION_AGGREGATE: SessionWindowOperator,
+        KeyedKind.WINDOW_REDUCE: WindowReduceOperator,
+        KeyedKind.WINDOW_PROCESS: WindowProcessOperator,
     }
     return kinds[op.kind](op=op, subtask=subtask, key_groups=key_groups,
-                          max_parallelism=max_parallelism, state=state)
+                          max_parallelism=max_parallelism, state=state, clock=clock)

@@ -65,7 +65,7 @@ class WindowAggregateOperator(KeyedOperator):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         op = self.op
-        assert op.window is not None and op.event_time is not None
+        assert isinstance(op.window, WindowAssigner) and op.event_time is not None
         assert isinstance(op.key.key, str)
         self.key_column: str = op.key.key
         self.event_time: str = op.event_time

@@ -24,6 +24,7 @@ from job_runtime.operators.combiner import DEFAULT_MAX_DELAY, DEFAULT_MAX_RECORD
 from job_runtime.pipeline import KeyedOp
 from job_runtime.records import Batch
 from job_runtime.watermarks import TimeKind, event_times, time_array
+from job_runtime.windows import WindowAssigner
 
 RECORDS_OUTPUT = "__cjob_records"
 """A count every windowed partial row carries, whatever the job aggregates."""
@@ -52,7 +53,7 @@ class WindowCombiner:
         if not len(batch):
             return
         op = self._op
-        assert op.window is not None and op.event_time is not None
+        assert isinstance(op.window, WindowAssigner) and op.event_time is not None
         stamps, self._time_kind = event_times(batch, column=op.event_time, operator=op.uid,
                                               subtask=self._subtask)
         arrow = batch.arrow

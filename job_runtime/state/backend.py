@@ -75,8 +75,10 @@ class KeyedStateBackend(Protocol):
 
     def key_count(self) -> int: ...
 
-    def iter_entries(self, name: str) -> Iterator[tuple[int, Any, Any]]:
-        """``(key_group, key, value)`` of every entry of state ``name``."""
+    def iter_entries(self, name: str, *, key_groups: range | None = None
+                     ) -> Iterator[tuple[int, Any, Any]]:
+        """``(key_group, key, value)`` of every entry of state ``name`` (in
+        ``key_groups`` only, if given); the caller may change the state meanwhile."""
 
     def notify_complete(self, checkpoint_id: int) -> None:
         """Checkpoint ``checkpoint_id`` completed: its files may be reused."""

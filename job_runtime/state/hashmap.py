@@ -169,10 +169,15 @@ class HashMapStateBackend:
     def key_count(self) -> int:
         return sum(len(d) for table in self._tables.values() for d in table)
 
-    def iter_entries(self, name: str) -> Iterator[tuple[int, Any, Any]]:
-        for i, entries in enumerate(self._tables.get(name, [])):
-            for key, value in entries.items():
-                yield i + self._offset, key, value
+    def iter_entries(self, name: str, *, key_groups: range | None = None
+                     ) -> Iterator[tuple[int, Any, Any]]:
+        table = self._tables.get(name)
+        if table is None:
+            return
+        for key_group in key_groups if key_groups is not None else self.key_groups:
+            # A list: the caller may change the group while going through it.
+            for key, value in list(table[key_group - self._offset].items()):
+                yield key_group, key, value
 
     def notify_complete(self, checkpoint_id: int) -> None:
         """Nothing to do: every snapshot is a full copy."""

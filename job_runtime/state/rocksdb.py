@@ -229,9 +229,10 @@ class RocksDBStateBackend:
             it.next()
         return count
 
-    def iter_entries(self, name: str) -> Iterator[tuple[int, Any, Any]]:
+    def iter_entries(self, name: str, *, key_groups: range | None = None
+                     ) -> Iterator[tuple[int, Any, Any]]:
         suffix = self._prefix(name)
-        for key_group in self.key_groups:
+        for key_group in key_groups if key_groups is not None else self.key_groups:
             prefix = _group_prefix(key_group) + suffix
             it = self._db.iter()
             it.seek(prefix)

@@ -38,6 +38,7 @@ from job_runtime.operators.chain import RecordChain
 from job_runtime.operators.combiner import Combiner
 from job_runtime.operators.keyed import build_keyed_operator
 from job_runtime.operators.window_combiner import WindowCombiner
+from job_runtime.pipeline import KeyedKind
 from job_runtime.records import Batch, key_group_of, key_group_range, split_by_target
 from job_runtime.sinks.base import SinkWriter
 from job_runtime.sources.base import Source, SourceBacklog, SourceContext, Split, SplitReader
@@ -66,7 +67,7 @@ class Task(threading.Thread):
         self.combiner: Combiner | WindowCombiner | None = None
         if plan.combine is not None:
             self.combiner = WindowCombiner(op=plan.combine, subtask=runtime.subtask) \
-                if plan.combine.kind == "window_aggregate" else Combiner(op=plan.combine)
+                if plan.combine.kind == KeyedKind.WINDOW_AGGREGATE else Combiner(op=plan.combine)
         self.control: queue.Queue[Control] = queue.Queue()
         self.error: BaseException | None = None
         self.finished = False
@@ -538,6 +539,13 @@ class KeyedTask(Task):
             self.flush_combiner()
             self.broadcast(Kind.WATERMARK, watermark)
 
+    def on_processing_time(self) -> None:
+        """Processing-time timers due now fire (and TTL sweeps run) between batches:
+        on the task thread, never inside a batch or a barrier's alignment step."""
+        fired = self.operator.on_processing_time(time.time_ns() // 1_000_000)
+        if len(fired):
+            self.emit(fired)
+
     def loop(self) -> None:
         for batch in self._replay:
             self.process(batch)
@@ -555,6 +563,7 @@ class KeyedTask(Task):
                 channel, checkpoint_id, ahead = priority
                 handler.on_priority_barrier(channel, checkpoint_id, ahead)
                 continue
+            self.on_processing_time()
             item = gate.next(blocked=handler.blocked, timeout=0.05)
             if item is None:
                 self.flush_if_due()
