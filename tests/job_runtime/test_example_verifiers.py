@@ -98,3 +98,40 @@ def test_the_clicks_per_minute_data_is_out_of_order_and_regenerated_alike(tmp_pa
         assert (tmp_path / name).read_text() == bundled.read_text()
     frame = clicks_per_minute.read(tmp_path)
     assert (frame["ts"].diff().dropna() < 0).any(), "the clicks must come out of order"
+
+
+sessions = load_example("examples/sessions/verify.py")
+
+
+def session_rows(frame: Any, *, gap_ms: int) -> list[dict[str, Any]]:
+    expected = sessions.expected_sessions(frame, gap_ms=gap_ms)
+    return [{"user": user, "window_start": start, "window_end": end, "n": n,
+             "total": float(total), "session": number}
+            for (user, start), (end, n, total, number) in expected.items()]
+
+
+def test_the_sessions_reference_splits_where_the_gap_is_reached_not_before() -> None:
+    import pandas as pd
+
+    frame = pd.DataFrame({"user": ["a", "a", "a", "b", "a"],
+                          "ts": [1_000, 30_999, 61_000, 5, 60_999], "amount": [1, 2, 4, 8, 16]})
+    # a: 1 000 and 30 999 are less than 30 s apart; 60 999 is exactly 30 s after 30 999.
+    assert sessions.expected_sessions(frame, gap_ms=30_000) == {
+        ("a", 1_000): (60_999, 2, 3, 1), ("a", 60_999): (91_000, 2, 20, 2),
+        ("b", 5): (30_005, 1, 8, 1)}
+
+
+def test_the_sessions_verifier_accepts_each_session_once_and_finds_every_fault() -> None:
+    frame = clicks_per_minute.read(REPO / "examples" / "clicks_per_minute" / "data")
+    good = session_rows(frame, gap_ms=30_000)
+    assert len(good) > 50, "the bundled clicks must have many sessions at a 30 s gap"
+    assert sessions.verify(good, frame, gap_ms=30_000, numbered=True) == []
+    assert any("emitted 2 times" in p for p in
+               sessions.verify(good + good[:1], frame, gap_ms=30_000))
+    assert any("never emitted" in p for p in sessions.verify(good[1:], frame, gap_ms=30_000))
+    short = [{**good[0], "n": good[0]["n"] - 1}, *good[1:]]
+    assert any("expected" in p for p in sessions.verify(short, frame, gap_ms=30_000))
+    renumbered = [{**good[0], "session": good[0]["session"] + 1}, *good[1:]]
+    assert sessions.verify(renumbered, frame, gap_ms=30_000) == []
+    assert any("expected" in p for p in
+               sessions.verify(renumbered, frame, gap_ms=30_000, numbered=True))

@@ -15,18 +15,26 @@ from runtime_harness import REPO, EmbeddedRun, runtime_env
 EXAMPLES = REPO / "examples"
 
 
-@pytest.mark.parametrize(("example", "args", "verdict"), [
-    ("word_count", {"delay_ms": 200}, "verdict: output exactly-once"),
-    ("clicks_per_minute", {"delay_ms": 3}, "output exactly-once"),
-], ids=["word counts", "event-time windows"])
+CLICKS = EXAMPLES / "clicks_per_minute" / "data"
+
+
+@pytest.mark.parametrize(("example", "entrypoint", "args", "verdict", "checks"), [
+    ("word_count", "job:build", {"delay_ms": 200}, "verdict: output exactly-once", []),
+    ("clicks_per_minute", "job:build", {"delay_ms": 3}, "output exactly-once", []),
+    ("sessions", "job:build", {"delay_ms": 3}, "output exactly-once", []),
+    ("sessions", "job:build_with_timers", {"delay_ms": 3}, "output exactly-once",
+     ["--numbered"]),
+], ids=["word counts", "event-time windows", "session windows", "sessions by timers"])
 def test_an_example_is_exactly_once_across_a_driver_kill(
         tmp_path: Path, embedded: Callable[..., EmbeddedRun], job_yaml: Callable[..., Path],
-        example: str, args: dict[str, Any], verdict: str) -> None:
+        example: str, entrypoint: str, args: dict[str, Any], verdict: str,
+        checks: list[str]) -> None:
     directory = EXAMPLES / example
+    data = directory / "data" if (directory / "data").is_dir() else CLICKS
     output = tmp_path / "output"
     job = job_yaml(tmp_path / f"{example}.yaml", name=example.replace("_", "-"),
-                   entrypoint="job:build", python_path=[str(directory)],
-                   args={"input": str(directory / "data"), "output": str(output), **args})
+                   entrypoint=entrypoint, python_path=[str(directory)],
+                   args={"input": str(data), "output": str(output), **args})
     run = embedded(job, state_dir=tmp_path / "state", name=example.replace("_", "-"),
                    extra=["--kill-driver-after", "1"])
 
@@ -38,8 +46,8 @@ def test_an_example_is_exactly_once_across_a_driver_kill(
     assert status["restoredFrom"] is not None and status["restoredFrom"]["id"] >= 1
 
     checked = subprocess.run(
-        [sys.executable, str(directory / "verify.py"), "--input", str(directory / "data"),
-         "--output", str(output)],
+        [sys.executable, str(directory / "verify.py"), "--input", str(data),
+         "--output", str(output), *checks],
         capture_output=True, text=True, env=runtime_env(), timeout=120)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert verdict in checked.stdout

@@ -64,6 +64,21 @@ def test_a_subtask_killed_with_windows_open_under_unaligned_checkpoints_loses_an
     assert window_problems(harness.output_records(), frame, size_ms=SIZE_MS) == []
 
 
+def test_a_function_per_window_killed_with_windows_open_gives_every_window_once(
+        harness: JobHarness) -> None:
+    """``window(...).process(fn)``: the windows' records kept in keyed state through a
+    subtask kill under unaligned checkpoints, each window's function called once."""
+    frame = clicks(COUNT)
+    marker = harness.base / "crashed"
+    args = {**prepare(harness, frame), "crash_at": 9_000, "crash_marker": str(marker)}
+    run = harness.run(entrypoint="window_jobs:per_window_by_process", args=args,
+                      extra=["--unaligned", "--credits", "2"])
+    assert run.returncode == 0, run.explain()
+    assert marker.exists(), "the subtask never reached the record that kills it"
+    assert run.status is not None and run.status["restoredFrom"] is not None
+    assert window_problems(harness.output_records(), frame, size_ms=SIZE_MS) == []
+
+
 def test_a_driver_killed_mid_run_and_restarted_at_three_subtasks_gives_every_window_once(
         harness: JobHarness) -> None:
     """Killed after checkpoint 3 reached the store and before any subtask was told: the

@@ -8,6 +8,8 @@ kills itself once at a given click.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import Any
 
 import pyarrow as pa
 from crashing_jobs import _crash_once
@@ -15,27 +17,53 @@ from crashing_jobs import _crash_once
 from job_runtime import Pipeline, sinks, sources, watermarks, windows
 
 
-def per_window(p: Pipeline) -> None:
-    """Clicks per user in tumbling windows of ``size`` (default 10s)."""
+def slow_or_crash(p: Pipeline) -> Callable[[pa.RecordBatch], pa.RecordBatch]:
+    """A ``map_batches`` function: sleeps ``pause`` seconds per batch, and kills its
+    subtask once when the batch holds click ``crash_at``."""
     pause = float(p.args.get("pause", 0.0))
     crash_at = int(p.args.get("crash_at", -1))
     maybe_crash = _crash_once(p)
 
-    def slow_or_crash(batch: pa.RecordBatch) -> pa.RecordBatch:
+    def slowly(batch: pa.RecordBatch) -> pa.RecordBatch:
         if crash_at in batch.column("seq").to_pylist():
             maybe_crash({"seq": crash_at})
         if pause:
             time.sleep(pause)
         return batch
 
+    return slowly
+
+
+def per_window(p: Pipeline) -> None:
+    """Clicks per user in tumbling windows of ``size`` (default 10s)."""
     strategy = watermarks.bounded_out_of_orderness(
         "ts", max_delay=p.args.get("max_delay", "5s"), idle_after=p.args.get("idle_after"))
     (p.source(sources.files(p.args["input"], format="jsonl",
                             batch_size=int(p.args.get("batch_size", 500))),
               watermarks=strategy)
-      .map_batches(slow_or_crash)
+      .map_batches(slow_or_crash(p))
       .key_by("user")
       .window(windows.tumbling(p.args.get("size", "10s")),
               allowed_lateness=p.args.get("allowed_lateness", 0))
       .aggregate(n="count", total=("sum", "amount"))
+      .sink(sinks.files(p.args["output"], format="jsonl")))
+
+
+def per_window_by_process(p: Pipeline) -> None:
+    """The rows of :func:`per_window` computed by ``window(...).process(fn)`` from each
+    window's records."""
+
+    def count(user: str, window: windows.Window, clicks: list[dict[str, Any]]
+              ) -> list[dict[str, Any]]:
+        return [{"user": user, "window_start": window.start, "window_end": window.end,
+                 "n": len(clicks), "total": sum(c["amount"] for c in clicks)}]
+
+    strategy = watermarks.bounded_out_of_orderness("ts", max_delay="5s")
+    (p.source(sources.files(p.args["input"], format="jsonl",
+                            batch_size=int(p.args.get("batch_size", 500))),
+              watermarks=strategy)
+      .map_batches(slow_or_crash(p))
+      .key_by("user")
+      .window(windows.tumbling(p.args.get("size", "10s")))
+      .process(count)
       .sink(sinks.files(p.args["output"], format="jsonl")))
