@@ -32,6 +32,7 @@ BENCHMARKS = {
     "rocksdb-state": "bench.rocksdb_state",
     "kafka": "bench.kafka",
     "windows": "bench.windows",
+    "timers": "bench.timers",
 }
 ALL: list[tuple[str, ...]] = [
     ("throughput",), ("python-state",), ("overhead",), ("barriers",), ("state-size",),

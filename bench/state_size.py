@@ -92,10 +92,10 @@ def build_aggregate_state(*, size_bytes: int) -> Any:
     import pyarrow as pa
 
     from job_runtime.operators.keyed import AggregateOperator
-    from job_runtime.pipeline import KeyBy, KeyedOp
+    from job_runtime.pipeline import KeyBy, KeyedKind, KeyedOp
     from job_runtime.records import Batch
 
-    op = KeyedOp(kind="aggregate", uid="agg", key=KeyBy(key="key", uid="kb"),
+    op = KeyedOp(kind=KeyedKind.AGGREGATE, uid="agg", key=KeyBy(key="key", uid="kb"),
                  aggregates=(("n", "count", None), ("total", "sum", "value"),
                              ("top", "max", "value")))
     operator = AggregateOperator(op=op, subtask=0, key_groups=range(0, 128),

@@ -106,14 +106,21 @@ class Scale:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--records", type=int,
-                        default=env_int("BENCH_WINDOWS_RECORDS", 10_000_000),
-                        help="records of the input (default 10,000,000)")
+    add_input_arguments(parser, records_env="BENCH_WINDOWS_RECORDS", records=10_000_000,
+                        file_records=25_000, timeout=900.0,
+                        quick_help="2,000,000 records of 10,000 users in files of 20,000")
+
+
+def add_input_arguments(parser: argparse.ArgumentParser, *, records_env: str, records: int,
+                        file_records: int, timeout: float, quick_help: str) -> None:
+    """The options of a benchmark over this module's input (``windows``, ``timers``)."""
+    parser.add_argument("--records", type=int, default=env_int(records_env, records),
+                        help=f"records of the input (default {records:,})")
     parser.add_argument("--keys", type=int, default=env_int("BENCH_KEYS", 100_000),
                         help="distinct users, Zipf-distributed (default 100,000)")
-    parser.add_argument("--file-records", type=int, default=25_000,
-                        help="records per input file: Structured Streaming's batch size "
-                             "is a number of files (default 25,000)")
+    parser.add_argument("--file-records", type=int, default=file_records,
+                        help=f"records per input file: Structured Streaming's batch size "
+                             f"is a number of files (default {file_records:,})")
     parser.add_argument("--events-per-second", type=int, default=1000,
                         help="records per second of event time (default 1,000)")
     parser.add_argument("--disorder", type=float, default=3.0,
@@ -128,18 +135,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-files", type=int, default=None,
                         help="Structured Streaming maxFilesPerTrigger, instead of tuning it")
     parser.add_argument("--repeat", type=int, default=env_int("BENCH_REPEAT", 3))
-    parser.add_argument("--timeout", type=float, default=900.0,
-                        help="seconds allowed to each run (default 900)")
+    parser.add_argument("--timeout", type=float, default=timeout,
+                        help=f"seconds allowed to each run (default {timeout:g})")
     parser.add_argument("--quick", action="store_true",
-                        help="smoke scale: 2,000,000 records of 10,000 users in files of "
-                             "20,000, one repetition")
+                        help=f"smoke scale: {quick_help}, one repetition")
 
 
 def resolve_scale(ns: argparse.Namespace) -> Scale:
+    return scale_of(ns, name=NAME, quick=(2_000_000, 10_000, 20_000))
+
+
+def scale_of(ns: argparse.Namespace, *, name: str, quick: tuple[int, int, int]) -> Scale:
+    """The checked scale of a run; ``quick``: records, keys and file records of
+    ``--quick``."""
     if ns.quick:
-        ns.records, ns.keys, ns.file_records, ns.repeat = 2_000_000, 10_000, 20_000, 1
+        (ns.records, ns.keys, ns.file_records), ns.repeat = quick, 1
     if ns.watermark_delay <= ns.disorder:
-        raise BenchmarkError(benchmark=NAME, problem=f"the watermark delay "
+        raise BenchmarkError(benchmark=name, problem=f"the watermark delay "
                                                      f"({ns.watermark_delay:g} s) must exceed "
                                                      f"the disorder ({ns.disorder:g} s)")
     try:
@@ -147,9 +159,9 @@ def resolve_scale(ns: argparse.Namespace) -> Scale:
                         events_per_second=ns.events_per_second,
                         disorder_ms=round(ns.disorder * 1000))
     except ValueError as exc:
-        raise BenchmarkError(benchmark=NAME, problem=str(exc)) from None
+        raise BenchmarkError(benchmark=name, problem=str(exc)) from None
     if spec.files < 2 * (1 + 3) or ns.repeat < 1 or ns.parallelism < 1:
-        raise BenchmarkError(benchmark=NAME, problem="the input needs at least 8 files "
+        raise BenchmarkError(benchmark=name, problem="the input needs at least 8 files "
                                                      "(--records / --file-records), and "
                                                      "--repeat and --parallelism >= 1")
     return Scale(spec=spec, watermark_delay_s=ns.watermark_delay,

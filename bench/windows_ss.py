@@ -137,17 +137,27 @@ def session(*, parallelism: int) -> Any:
     return spark
 
 
-def start(spark: Any, *, source: str, output: str, checkpoint: str, max_files: int,
-          delay_seconds: float) -> Any:
+def watermarked_events(spark: Any, *, source: str, max_files: int,
+                       delay_seconds: float) -> Any:
+    """The input stream of ``user, amount, ts, event_time`` with its watermark on
+    ``event_time`` (the aggregation prunes what it does not read)."""
     from pyspark.sql import functions as F
 
     events = (spark.readStream.schema("user STRING, amount LONG, ts LONG")
               .format("parquet")
               .option("maxFilesPerTrigger", str(max_files))
               .load(source))
-    counts = (events.select("user", "amount", F.timestamp_millis("ts").alias("event_time"))
-              .withWatermark("event_time", f"{delay_seconds:g} seconds")
-              .groupBy(F.window("event_time", "1 minute"), "user")
+    return (events.select("user", "amount", "ts", F.timestamp_millis("ts").alias("event_time"))
+            .withWatermark("event_time", f"{delay_seconds:g} seconds"))
+
+
+def start(spark: Any, *, source: str, output: str, checkpoint: str, max_files: int,
+          delay_seconds: float) -> Any:
+    from pyspark.sql import functions as F
+
+    events = watermarked_events(spark, source=source, max_files=max_files,
+                                delay_seconds=delay_seconds)
+    counts = (events.groupBy(F.window("event_time", "1 minute"), "user")
               .agg(F.count(F.lit(1)).alias("n"), F.sum("amount").alias("total")))
     rows = counts.select("user", F.unix_millis(F.col("window.start")).alias("window_start"),
                          F.unix_millis(F.col("window.end")).alias("window_end"), "n", "total",

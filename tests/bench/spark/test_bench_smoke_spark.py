@@ -76,3 +76,15 @@ def test_the_python_state_comparison_runs_once_at_a_tiny_scale(tmp_path: Path) -
     else:
         assert "protobuf" in result["left_out"]["SS transformWithStateInPandas"]
     _check_rows(result, records=20000, labels=labels)
+
+
+@pytest.mark.timeout(1600)
+def test_the_timers_comparison_runs_once_at_a_tiny_scale_and_both_sides_match_the_reference(
+        tmp_path: Path) -> None:
+    result = _bench("timers", tmp_path, "--records", "20000", "--keys", "300",
+                    "--file-records", "5000", "--max-files", "2", "--repeat", "1")
+    (repetition,) = result["runs"]
+    for side in ("ours", "structured_streaming"):
+        assert repetition[side]["matches_reference"] is True
+        assert repetition[side]["alerts"] == result["input"]["reference_alerts"]
+    assert repetition["ratio_steady"] > 0
