@@ -10,9 +10,10 @@ CRD := crds/checkpointedjob.yaml
 CHART_CRD := charts/checkpointed-jobs/crds/checkpointedjob.yaml
 
 .PHONY: help host-packages install chart-crds run lint test test-unit test-spark test-cluster \
-	test-kafka test-postgres test-e2e tests-without-builds builds kafka-jars controlplane images cluster cluster-down e2e-kind bench bench-throughput \
+	test-kafka test-postgres test-e2e tests-without-builds server-tests-spark \
+	server-tests-services builds kafka-jars controlplane images cluster cluster-down e2e-kind bench bench-throughput \
 	bench-overhead bench-barriers bench-state-size bench-recovery bench-operator \
-	bench-recovery-operator bench-kafka bench-windows clean
+	bench-recovery-operator bench-kafka bench-windows bench-timers clean
 
 help:
 	@echo "make run      install, then run the embedded demo with a driver kill and verify it"
@@ -77,10 +78,18 @@ images: $(STAMP)
 # The Go build is the long, CPU-bound part of a first `make test` (about 20 minutes):
 # the tests that need none of its binaries or images (unit, spark, kafka, postgres, soak) run
 # beside it, after lint; the cluster and end-to-end tests run once it is done. The unit
-# tests take four workers (see test-unit); the tiers that start servers one at a time.
+# tests take four workers (see test-unit); the tiers that start servers then run in two
+# streams side by side, Spark's and the others' (each one test at a time): they wait on
+# processes, sockets and pauses more than they compute.
 tests-without-builds: lint kafka-jars
 	$(BIN)/python -m pytest -m unit -n 4 $(PYTEST_ARGS)
-	$(BIN)/python -m pytest -m "not unit and not cluster and not e2e" $(PYTEST_ARGS)
+	@$(MAKE) --no-print-directory -j2 --output-sync=line server-tests-spark server-tests-services
+
+server-tests-spark:
+	$(BIN)/python -m pytest -m "spark and not cluster and not e2e" $(PYTEST_ARGS)
+
+server-tests-services:
+	$(BIN)/python -m pytest -m "not unit and not spark and not cluster and not e2e" $(PYTEST_ARGS)
 
 cluster: host-packages chart-crds builds
 	$(BIN)/python -m e2e.realnode up
@@ -126,7 +135,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench all
 
 bench-throughput bench-overhead bench-barriers bench-state-size bench-recovery bench-operator \
-	bench-recovery-operator bench-kafka bench-windows: $(STAMP)
+	bench-recovery-operator bench-kafka bench-windows bench-timers: $(STAMP)
 	$(BIN)/python -m bench $(patsubst bench-%,%,$@)
 
 clean:
