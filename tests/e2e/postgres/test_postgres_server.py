@@ -149,8 +149,12 @@ def test_stop_leaves_no_process_of_the_server_running_and_frees_the_port(work_di
         assert server_processes(pid) == []
         assert not server.is_running()
         assert not port_open(server.port)
+        # A new server can listen on the port, as PostgreSQL does: with SO_REUSEADDR,
+        # since the connections the stop closed may leave the port in TIME_WAIT.
         with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind(("127.0.0.1", server.port))
+            sock.listen()
     finally:
         server.stop(grace=0)
 
