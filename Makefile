@@ -79,17 +79,19 @@ images: $(STAMP)
 # the tests that need none of its binaries or images (unit, spark, kafka, postgres, soak) run
 # beside it, after lint; the cluster and end-to-end tests run once it is done. The unit
 # tests take four workers (see test-unit); the tiers that start servers then run in two
-# streams side by side, Spark's and the others' (each one test at a time): they wait on
-# processes, sockets and pauses more than they compute.
+# streams side by side, each one test at a time (they wait on processes, sockets and
+# pauses more than they compute): the runtime's Spark tests; and the broker's, the
+# database's and the soak, then the benchmarks' Spark smoke runs (about the same time).
 tests-without-builds: lint kafka-jars
 	$(BIN)/python -m pytest -m unit -n 4 $(PYTEST_ARGS)
 	@$(MAKE) --no-print-directory -j2 --output-sync=line server-tests-spark server-tests-services
 
 server-tests-spark:
-	$(BIN)/python -m pytest -m "spark and not cluster and not e2e" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "spark and not cluster and not e2e" --ignore=tests/bench $(PYTEST_ARGS)
 
 server-tests-services:
 	$(BIN)/python -m pytest -m "not unit and not spark and not cluster and not e2e" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m spark tests/bench $(PYTEST_ARGS)
 
 cluster: host-packages chart-crds builds
 	$(BIN)/python -m e2e.realnode up

@@ -81,7 +81,7 @@ def test_the_python_state_comparison_runs_once_at_a_tiny_scale(tmp_path: Path) -
 @pytest.mark.timeout(1600)
 def test_the_timers_comparison_runs_once_at_a_tiny_scale_and_both_sides_match_the_reference(
         tmp_path: Path) -> None:
-    result = _bench("timers", tmp_path, "--records", "20000", "--keys", "300",
+    result = _bench("timers", tmp_path, "--records", "40000", "--keys", "300",
                     "--file-records", "5000", "--max-files", "2", "--repeat", "1")
     (repetition,) = result["runs"]
     for side in ("ours", "structured_streaming"):
