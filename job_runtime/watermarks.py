@@ -118,6 +118,22 @@ def row_time_ms(value: object, *, column: str) -> int:
                     f"timestamp or an integer of milliseconds since the epoch")
 
 
+def record_times(batch: Batch, *, column: str, operator: str,
+                 subtask: int) -> tuple[list[int], TimeKind | None]:
+    """Each record's event time in ms, for an operator that takes records one at a
+    time, and the column's kind (``None`` for an empty batch of rows). Rows are read
+    as rows, so that a batch of dicts is not converted to Arrow only for its times."""
+    if batch.has_arrow:
+        millis, arrow_kind = event_times(batch, column=column, operator=operator,
+                                         subtask=subtask)
+        stamps: list[int] = millis.tolist()
+        return stamps, arrow_kind
+    values = [row.get(column) for row in batch.rows]
+    kind: TimeKind | None = None if not values else (
+        TimeKind.TIMESTAMP if isinstance(values[0], datetime) else TimeKind.EPOCH_MS)
+    return [row_time_ms(value, column=column) for value in values], kind
+
+
 def time_array(millis: np.ndarray, *, time_kind: TimeKind) -> pa.Array:
     """Milliseconds as a column of the event-time column's kind."""
     array = pa.array(millis, type=pa.int64())

@@ -41,7 +41,7 @@ from job_runtime.state.backend import (
 from job_runtime.state.handles import ProcessContext
 from job_runtime.state.timers import TimeDomain, TimerService
 from job_runtime.state.ttl import Clock, wall_clock_ms
-from job_runtime.watermarks import event_times, row_time_ms
+from job_runtime.watermarks import record_times
 
 
 class ReduceOperator(RecordKeyedOperator):
@@ -85,11 +85,9 @@ class ProcessOperator(RecordKeyedOperator):
         column = self.op.event_time
         if column is None:
             return [None] * len(batch)
-        if batch.has_arrow:
-            millis, _ = event_times(batch, column=column, operator=self.op.uid,
-                                    subtask=self.subtask)
-            return list(millis.tolist())
-        return [row_time_ms(row.get(column), column=column) for row in batch.rows]
+        stamps, _ = record_times(batch, column=column, operator=self.op.uid,
+                                 subtask=self.subtask)
+        return list(stamps)
 
     def process(self, batch: Batch) -> Batch:
         fn = self.op.fn

@@ -28,14 +28,13 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Iterable
-from datetime import datetime
 from typing import Any, ClassVar
 
 from job_runtime.operators.record_keyed import RecordKeyedOperator
 from job_runtime.records import Batch
 from job_runtime.state.backend import AnySnapshot, KeyedStateBackend
 from job_runtime.state.timers import TimeDomain, TimerService
-from job_runtime.watermarks import MIN_WATERMARK, TimeKind, event_times, row_time_ms
+from job_runtime.watermarks import MIN_WATERMARK, TimeKind, record_times
 
 PROGRESS_STATE = "progress"
 """The name, under the operator's, of the state holding, per key group, the time its
@@ -118,19 +117,13 @@ class RecordWindowOperator(RecordKeyedOperator):
         """The event-time timers a key's windows (as stored) need."""
 
     def _timestamps(self, batch: Batch) -> list[int]:
-        """Each record's event time in ms; notes the column's kind. Rows are read as
-        rows, so that a batch of dicts is not converted to Arrow only for its times."""
-        if batch.has_arrow:
-            millis, self.time_kind = event_times(batch, column=self.event_time,
-                                                 operator=self.op.uid, subtask=self.subtask)
-            stamps: list[int] = millis.tolist()
-            return stamps
-        column = self.event_time
-        values = [row.get(column) for row in batch.rows]
-        if values and self.time_kind is None:
-            self.time_kind = (TimeKind.TIMESTAMP if isinstance(values[0], datetime)
-                              else TimeKind.EPOCH_MS)
-        return [row_time_ms(value, column=column) for value in values]
+        """Each record's event time in ms; notes the column's kind (a batch of rows
+        only tells it when none is known yet)."""
+        stamps, kind = record_times(batch, column=self.event_time, operator=self.op.uid,
+                                    subtask=self.subtask)
+        if kind is not None and (batch.has_arrow or self.time_kind is None):
+            self.time_kind = kind
+        return stamps
 
     def _limit(self, group: int) -> int:
         """The time the key group's windows count as handled through."""
