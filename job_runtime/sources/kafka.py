@@ -100,6 +100,12 @@ POLL_SECONDS = 0.05
 """How long one read waits for records before it returns an empty batch: the source
 task handles checkpoint triggers between reads, so this bounds how long a quiet
 partition holds a barrier back."""
+TRANSIENT_ERRORS = frozenset({"NOT_LEADER_FOR_PARTITION", "LEADER_NOT_AVAILABLE",
+                              "UNKNOWN_TOPIC_OR_PART", "REQUEST_TIMED_OUT", "_TRANSPORT",
+                              "_TIMED_OUT"})
+"""Offset-lookup errors that asking again cures: a partition whose leader is not known
+yet (a topic just created, a broker restarting) or a request that timed out. The client
+does not mark all of them retriable in its admin answers."""
 PLAN_VERSION = 1
 GROUP_ID_PREFIX = "cjob-"
 """The consumers' ``group.id`` is this and the job's id unless ``consumer_config``
@@ -418,6 +424,16 @@ class _DeadLetters:
         self._sent = 0
 
 
+def _transient(exc: BaseException) -> bool:
+    """Whether a client error goes away by asking again (leadership still moving)."""
+    from confluent_kafka import KafkaError
+
+    error = exc.args[0] if exc.args else None
+    if not isinstance(error, KafkaError):
+        return False
+    return bool(error.retriable()) or error.name() in TRANSIENT_ERRORS
+
+
 class KafkaSource(Source):
     name = "kafka"
 
@@ -528,20 +544,40 @@ class KafkaSource(Source):
 
     def _offsets(self, admin: AdminClient, partitions: list[TopicPartition],
                  spec: OffsetSpec) -> dict[tuple[str, int], int]:
+        """Each partition's offset for ``spec``, asking again while its leader is unknown.
+
+        A topic created a moment ago, or one whose leader's broker is restarting,
+        answers "not leader" or "leader not available" until the leadership settles:
+        that is a wait, not a mistake of the user's, so only the partitions that gave a
+        transient error are asked again, until ``timeout``.
+        """
         from confluent_kafka import IsolationLevel
 
-        futures = admin.list_offsets({tp: spec for tp in partitions},
-                                     isolation_level=IsolationLevel.READ_COMMITTED,
-                                     request_timeout=self.timeout)
+        deadline = time.monotonic() + self.timeout
+        pause = 0.1
         found: dict[tuple[str, int], int] = {}
-        for tp, future in futures.items():
-            try:
-                info = future.result(timeout=self.timeout + 5.0)
-            except Exception as exc:
-                raise self._config_error(
-                    f"cannot read the offsets of topic {tp.topic!r} partition {tp.partition} "
-                    f"at {self.bootstrap}: {client_error_text(exc)}") from None
-            found[(tp.topic, tp.partition)] = int(info.offset)
+        pending = list(partitions)
+        while pending:
+            futures = admin.list_offsets({tp: spec for tp in pending},
+                                         isolation_level=IsolationLevel.READ_COMMITTED,
+                                         request_timeout=self.timeout)
+            retry: list[TopicPartition] = []
+            for tp, future in futures.items():
+                try:
+                    info = future.result(timeout=self.timeout + 5.0)
+                except Exception as exc:
+                    if _transient(exc) and time.monotonic() + pause < deadline:
+                        retry.append(tp)
+                        continue
+                    raise self._config_error(
+                        f"cannot read the offsets of topic {tp.topic!r} partition "
+                        f"{tp.partition} at {self.bootstrap}: {client_error_text(exc)}"
+                    ) from None
+                found[(tp.topic, tp.partition)] = int(info.offset)
+            if retry:
+                time.sleep(pause)
+                pause = min(pause * 2, 1.0)
+            pending = retry
         return found
 
     # ------------------------------------------------------------------ splits and readers
