@@ -5,7 +5,7 @@ acknowledgements and writes it once every task acknowledged; the driver reads it
 to choose and check the restore point; the coordinator hands it to every subtask
 of a new epoch, whose tasks take their part: source positions per split, keyed
 state handles whose key-group range overlaps theirs, in-flight channel data of
-their stage, and the sink transactions their sink must commit.
+their stage, and the transactions each of their sinks must commit.
 
 The file outlives the code that wrote it (a job restores checkpoints an older
 runtime wrote), so it carries ``version`` and :meth:`CheckpointMetadata.from_json`
@@ -26,16 +26,24 @@ import json
 from cjob_checkpoint.checkpoint_storage import StateHandle
 from cjob_checkpoint.fields import Json, JsonFields
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 """The ``version`` this runtime writes.
 
 Version 2 added ``shared`` to keyed state handles: the files of an incremental
 (``rocksdb``) snapshot that live in the job's shared directory and that several
 checkpoints may reference. Version 1 documents have none and read unchanged.
+
+Version 3 keys ``sinks`` by sink name, then subtask: a job may have several sinks
+(a side output's among them). Versions 1 and 2 had one sink, keyed by subtask only;
+their transactions read as :data:`MAIN_SINK`'s.
 """
 
-READABLE_VERSIONS = (1, 2)
+READABLE_VERSIONS = (1, 2, 3)
 """Every ``version`` this runtime reads: each one any release ever wrote."""
+
+MAIN_SINK = "sink"
+"""The name of a job's main sink unless the job names it otherwise, and the owner of
+the sink transactions of a version 1 or 2 document."""
 
 
 class MetadataError(ValueError):
@@ -136,7 +144,8 @@ class ChannelStateHandle:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SinkTransactions:
-    """The transactions one subtask's sink pre-committed and had not yet committed.
+    """The transactions one subtask's sink ``sink`` pre-committed and had not yet
+    committed.
 
     ``pending`` is what the sink's ``snapshot`` returned; a restore hands it back
     to ``restore``, which commits it (commits are idempotent).
@@ -144,6 +153,7 @@ class SinkTransactions:
 
     subtask: int
     pending: Json
+    sink: str = MAIN_SINK
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -190,13 +200,15 @@ class CheckpointMetadata:
         """Every subtask's in-flight data of ``stage``; the reader keeps its own keys."""
         return [h.handle for h in self.channels.get(stage, ())]
 
-    def sink_transactions(self, *, subtask: int, parallelism: int) -> list[Json]:
-        """The pending transactions subtask ``subtask`` of ``parallelism`` commits.
+    def sink_transactions(self, *, subtask: int, parallelism: int,
+                          sink: str = MAIN_SINK) -> list[Json]:
+        """The pending transactions of sink ``sink`` that subtask ``subtask`` of
+        ``parallelism`` commits.
 
         Old subtask ``j`` goes to new subtask ``j % parallelism``, so every pending
         transaction is committed by exactly one subtask whatever the rescale.
         """
-        by_subtask = {s.subtask: s.pending for s in self.sinks}
+        by_subtask = {s.subtask: s.pending for s in self.sinks if s.sink == sink}
         mine = [by_subtask.get(j) for j in range(self.parallelism) if j % parallelism == subtask]
         return [pending for pending in mine if pending]
 
@@ -217,8 +229,20 @@ class CheckpointMetadata:
                           for uid, handles in self.operators.items()},
             "channels": {str(stage): [h.to_json() for h in handles]
                          for stage, handles in self.channels.items()},
-            "sinks": {str(s.subtask): s.pending for s in self.sinks},
+            "sinks": self._sinks_json(),
         }
+
+    def _sinks_json(self) -> dict[str, Json]:
+        found: dict[str, Json] = {}
+        for s in self.sinks:
+            by_subtask = found.setdefault(s.sink, {})
+            assert isinstance(by_subtask, dict)
+            by_subtask[str(s.subtask)] = s.pending
+        return found
+
+    def sink_names(self) -> set[str]:
+        """The sinks this checkpoint holds pending transactions of."""
+        return {s.sink for s in self.sinks if s.pending}
 
     def to_bytes(self) -> bytes:
         """Compact UTF-8 JSON, as ``_metadata`` holds it (storage adds its own header)."""
@@ -263,13 +287,28 @@ class CheckpointMetadata:
                 fields.child(item, where=f"a channel state handle of stage {stage}"))
                 for item in _list(handles, where=f"the channel state of stage {stage}"))
             for stage, handles in fields.object("channels").items()}
-        sinks = tuple(SinkTransactions(subtask=_index(key, what="sink subtask"), pending=pending)
-                      for key, pending in fields.object("sinks").items())
+        sinks = _sinks(fields, version=version)
         return cls(job=fields.text("job"), checkpoint_id=fields.integer("checkpointId"),
                    timestamp=fields.number("timestamp"), final=fields.flag("final"),
                    attempt=fields.integer("attempt"), parallelism=fields.integer("parallelism"),
                    max_parallelism=fields.integer("maxParallelism"), sources=sources,
                    operators=operators, channels=channels, sinks=sinks)
+
+
+def _sinks(fields: _Fields, *, version: int) -> tuple[SinkTransactions, ...]:
+    """Versions 1 and 2: ``{subtask: pending}`` of the one sink; 3: per sink name."""
+    if version < 3:
+        return tuple(SinkTransactions(subtask=_index(key, what="sink subtask"), pending=pending)
+                     for key, pending in fields.object("sinks").items())
+    found: list[SinkTransactions] = []
+    for name, per_subtask in fields.object("sinks").items():
+        if not isinstance(per_subtask, dict):
+            raise MetadataError(f"the transactions of sink {name!r} must be an object, got "
+                                f"{type(per_subtask).__name__}")
+        for key, pending in per_subtask.items():
+            found.append(SinkTransactions(sink=name, subtask=_index(key, what="sink subtask"),
+                                          pending=pending))
+    return tuple(found)
 
 
 def _list(value: Json, *, where: str) -> list[Json]:

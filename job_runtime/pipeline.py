@@ -1,6 +1,9 @@
-"""The user API: ``build(p: Pipeline)`` describes a linear dataflow.
+"""The user API: ``build(p: Pipeline)`` describes the dataflow.
 
-A pipeline is a source, a chain of operators and one sink. ``key_by`` starts a
+A pipeline is a source (or the ``union`` of several, each with record functions of
+its own first), a chain of operators and a sink, with branches: a keyed operator's
+side outputs (``ctx.output(tag, record)`` in ``process``, the windows'
+``late_data()``) each take record functions and a sink of their own. ``key_by`` starts a
 keyed exchange: the records are redistributed by key group so that each key is
 handled by exactly one subtask, and the keyed operator after it (``reduce``,
 ``aggregate`` or ``process``) keeps state per key. The description is rebuilt
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -20,12 +24,16 @@ import pyarrow as pa
 from job_runtime.durations import duration_ms
 from job_runtime.errors import PipelineDefinitionError
 from job_runtime.records import KeySelector, Record
-from job_runtime.sinks.base import Sink
+from job_runtime.sinks.base import MAIN_SINK, Sink
 from job_runtime.sources.base import Source
+from job_runtime.sources.union import UnionSource
 from job_runtime.watermarks import WatermarkStrategy
-from job_runtime.windows import SessionWindows, Window, WindowAssigner
+from job_runtime.windows import LATE_DATA, SessionWindows, Window, WindowAssigner
 
 AGGREGATES = ("count", "sum", "min", "max", "mean")
+SINK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+"""A sink's name keys its pending transactions in checkpoints and names its staging
+folder: letters, digits, '.', '_' and '-'."""
 
 
 class RecordKind(enum.StrEnum):
@@ -47,6 +55,14 @@ class KeyedKind(enum.StrEnum):
     SESSION_AGGREGATE = "session_aggregate"
     WINDOW_REDUCE = "window_reduce"
     WINDOW_PROCESS = "window_process"
+    SESSION_REDUCE = "session_reduce"
+    SESSION_PROCESS = "session_process"
+
+
+WINDOW_KINDS = frozenset({KeyedKind.WINDOW_AGGREGATE, KeyedKind.SESSION_AGGREGATE,
+                          KeyedKind.WINDOW_REDUCE, KeyedKind.WINDOW_PROCESS,
+                          KeyedKind.SESSION_REDUCE, KeyedKind.SESSION_PROCESS})
+"""The windowed operators: they route records too late for any window aside."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,6 +115,31 @@ class KeyedOp:
 Op = RecordOp | KeyBy | KeyedOp
 
 
+@dataclasses.dataclass(kw_only=True)
+class SourceInput:
+    """One source of the pipeline: its records' event time and, once it is unioned with
+    others, the record functions that apply to its records only."""
+
+    source: Source
+    watermarks: WatermarkStrategy | None
+    ops: list[RecordOp] = dataclasses.field(default_factory=list)
+    unioned: bool = False
+    tail: object | None = None
+    """The input's stream that may be continued (each is continued once)."""
+
+
+@dataclasses.dataclass(kw_only=True)
+class Branch:
+    """A side output of a keyed operator, its record functions and its sink. It runs in
+    the operator's task (no exchange), so its sink pre-commits at the same barriers."""
+
+    origin: KeyedOp
+    tag: str
+    ops: list[RecordOp] = dataclasses.field(default_factory=list)
+    sink: Sink | None = None
+    sink_name: str = ""
+
+
 class Pipeline:
     """What ``build`` receives: the job's arguments and the entry to the dataflow."""
 
@@ -107,15 +148,19 @@ class Pipeline:
         self.name = name
         self.source_op: Source | None = None
         self.watermarks: WatermarkStrategy | None = None
+        self.inputs: list[SourceInput] = []
+        """Every source in the order ``source()`` was called; more than one only with a
+        ``union``, whose record functions before it are each input's ``ops``."""
         self.ops: list[Op] = []
         self.sink_op: Sink | None = None
+        self.sink_name = MAIN_SINK
+        self.branches: list[Branch] = []
         self._tail: object | None = None
 
     def source(self, source: Source, *, watermarks: WatermarkStrategy | None = None) -> Stream:
         """The job's input; ``watermarks`` (see :mod:`job_runtime.watermarks`) gives its
-        records an event time, which windows need."""
-        if self.source_op is not None:
-            raise PipelineDefinitionError(problem="a pipeline has exactly one source")
+        records an event time, which windows need. Called again, another input, whose
+        stream must be joined to the first with ``union``."""
         if not isinstance(source, Source):
             raise PipelineDefinitionError(
                 problem=f"p.source() needs a source from job_runtime.sources, got "
@@ -125,8 +170,61 @@ class Pipeline:
                 problem=f"p.source(watermarks=...) needs a strategy from job_runtime.watermarks "
                         f"(e.g. watermarks.bounded_out_of_orderness('ts', max_delay='5s')), got "
                         f"{type(watermarks).__name__}")
+        entry = SourceInput(source=source, watermarks=watermarks)
+        self.inputs.append(entry)
+        if self.source_op is not None:
+            entry.tail = Stream(self, input_=entry)
+            return entry.tail
         self.source_op = source
         self.watermarks = watermarks
+        stream = Stream(self)
+        self._tail = stream
+        return stream
+
+    def job_source(self) -> Source:
+        """What the source task reads: the one source, or the union of the inputs."""
+        assert self.source_op is not None
+        if len(self.inputs) == 1:
+            return self.source_op
+        return UnionSource([entry.source for entry in self.inputs])
+
+    def _union(self, first: Stream, others: tuple[Stream, ...]) -> Stream:
+        streams = (first, *others)
+        if not others:
+            raise PipelineDefinitionError(problem="union() needs at least one other stream")
+        for stream in streams:
+            if not isinstance(stream, Stream) or stream._p is not self:
+                raise PipelineDefinitionError(
+                    problem="union() joins streams of this pipeline's p.source(...)")
+        mains = [s for s in streams if s._input is None]
+        if len(mains) != 1 or mains[0] is not self._tail:
+            raise PipelineDefinitionError(
+                problem="union() joins each source's stream once, before any key_by: "
+                        "p.source(a).union(p.source(b), ...)")
+        if any(not isinstance(op, RecordOp) for op in self.ops):
+            raise PipelineDefinitionError(problem="union() comes before any key_by")
+        joined = [s._input for s in streams if s._input is not None]
+        if (len({id(entry) for entry in joined}) != len(joined)
+                or any(e.unioned or s is not e.tail for s, e in
+                       ((s, s._input) for s in streams if s._input is not None))):
+            raise PipelineDefinitionError(
+                problem="union() joins each source's stream once, at its end")
+        strategies = [entry.watermarks for entry in (self.inputs[0], *joined)]
+        if any(s is None for s in strategies) and any(s is not None for s in strategies):
+            raise PipelineDefinitionError(
+                problem="union() joins sources that all have watermarks= or none of them: "
+                        "windows need event time from every input")
+        columns = {s.column for s in strategies if s is not None}
+        if len(columns) > 1:
+            raise PipelineDefinitionError(
+                problem=f"union() joins sources whose event time is one column; their "
+                        f"watermarks name {', '.join(sorted(columns))}")
+        # The record functions so far are the first input's own.
+        self.inputs[0].ops = [op for op in self.ops if isinstance(op, RecordOp)]
+        self.inputs[0].unioned = True
+        self.ops = []
+        for entry in joined:
+            entry.unioned = True
         stream = Stream(self)
         self._tail = stream
         return stream
@@ -140,16 +238,40 @@ class Pipeline:
         self.ops.append(op)
 
     def _uid(self, kind: str, name: str | None) -> str:
-        return name or f"{len(self.ops) + 1:02d}-{kind}"
+        if name:
+            return name
+        before = sum(len(entry.ops) for entry in self.inputs)
+        return f"{before + len(self.ops) + 1:02d}-{kind}"
 
     def validate(self) -> None:
         if self.source_op is None:
             raise PipelineDefinitionError(problem="build() did not call p.source(...)")
         if self.sink_op is None:
             raise PipelineDefinitionError(problem="build() did not end the pipeline with .sink(...)")
-        uids = [op.uid for op in self.ops]
+        for entry in self.inputs[1:]:
+            if not entry.unioned:
+                raise PipelineDefinitionError(
+                    problem=f"the source {entry.source.name!r} is never read: join it to "
+                            f"the first with union()")
+        uids = [op.uid for op in self.ops] + [op.uid for b in self.branches for op in b.ops] \
+            + [op.uid for entry in self.inputs for op in entry.ops]
         if len(uids) != len(set(uids)):
             raise PipelineDefinitionError(problem=f"operator names must be unique: {uids}")
+        for branch in self.branches:
+            if branch.sink is None:
+                raise PipelineDefinitionError(
+                    problem=f"the side output {branch.tag!r} of {branch.origin.uid} does not "
+                            f"end with .sink(...)")
+        names = [name for name, _ in self.sinks()]
+        if len(names) != len(set(names)):
+            raise PipelineDefinitionError(
+                problem=f"sink names must be unique: {', '.join(names)} (give each "
+                        f".sink(..., name=...) its own)")
+
+    def sinks(self) -> list[tuple[str, Sink]]:
+        """Every sink of the job by name, the main stream's first."""
+        found = [] if self.sink_op is None else [(self.sink_name, self.sink_op)]
+        return found + [(b.sink_name, b.sink) for b in self.branches if b.sink is not None]
 
     @property
     def keyed_ops(self) -> list[KeyedOp]:
@@ -159,16 +281,50 @@ class Pipeline:
 class Stream:
     """A stream of records; each method returns the continued stream."""
 
-    def __init__(self, pipeline: Pipeline) -> None:
+    def __init__(self, pipeline: Pipeline, *, origin: KeyedOp | None = None,
+                 input_: SourceInput | None = None) -> None:
         self._p = pipeline
+        self._origin = origin
+        """The keyed operator whose main output this is (its side outputs branch here)."""
+        self._input = input_
+        """A source after the first, until ``union`` joins it: its record functions
+        go to its own chain."""
+
+    def union(self, *others: Stream) -> Stream:
+        """The records of this stream and of ``others``, each a stream of a
+        ``p.source(...)`` (with record functions of its own, but no ``key_by``), in no
+        particular order between them. With event time, every source has watermarks
+        on the same column; the union's watermark is the minimum over all their
+        splits."""
+        return self._p._union(self, others)
 
     def _record(self, kind: RecordKind, fn: Callable[..., Any], name: str | None) -> Stream:
         if not callable(fn):
             raise PipelineDefinitionError(problem=f"{kind}() needs a function")
-        self._p._append(self, RecordOp(kind=kind, fn=fn, uid=self._p._uid(kind, name)))
+        op = RecordOp(kind=kind, fn=fn, uid=self._p._uid(kind, name))
+        if self._input is not None:
+            return self._input_op(op)
+        self._p._append(self, op)
         nxt = Stream(self._p)
         self._p._tail = nxt
         return nxt
+
+    def _input_op(self, op: RecordOp) -> Stream:
+        entry = self._input
+        assert entry is not None
+        if entry.unioned or entry.tail is not self:
+            raise PipelineDefinitionError(
+                problem="each stream can be continued only once (and a source's stream "
+                        "not after its union())")
+        entry.ops.append(op)
+        entry.tail = Stream(self._p, input_=entry)
+        return entry.tail
+
+    def _joined(self, method: str) -> None:
+        if self._input is not None:
+            raise PipelineDefinitionError(
+                problem=f"{method}() on the stream of a second source: join it to the first "
+                        f"with union() first, e.g. p.source(a).union(p.source(b)).{method}(...)")
 
     def map(self, fn: Callable[[Record], Record], *, name: str | None = None) -> Stream:
         return self._record(RecordKind.MAP, fn, name)
@@ -190,6 +346,7 @@ class Stream:
             problem="window() needs key_by() before it: windows hold state per key")
 
     def key_by(self, key: str | KeySelector) -> KeyedStream:
+        self._joined("key_by")
         if not (isinstance(key, str) or callable(key)):
             raise PipelineDefinitionError(problem="key_by() needs a column name or a function")
         op = KeyBy(key=key, uid=self._p._uid("key_by", None))
@@ -198,16 +355,53 @@ class Stream:
         self._p._tail = keyed
         return keyed
 
-    def sink(self, sink: Sink) -> None:
-        if not isinstance(sink, Sink):
+    def side_output(self, tag: str) -> SideStream:
+        """The records the keyed operator before this stream routed aside under ``tag``:
+        ``ctx.output(tag, record)`` of a ``process`` function, or
+        ``windows.late_data()`` of a window. The side stream takes record functions
+        and ends in a sink of its own, exactly-once with the main one."""
+        origin = self._origin
+        if origin is None:
             raise PipelineDefinitionError(
-                problem=f"sink() needs a sink from job_runtime.sinks, got {type(sink).__name__}")
+                problem="side_output() reads what a keyed operator routed aside: call it on "
+                        "the stream that process() or a window's aggregate/reduce/process "
+                        "returns")
+        if not isinstance(tag, str) or not tag:
+            raise PipelineDefinitionError(problem="side_output() needs a tag (a non-empty "
+                                                  "string, or windows.late_data())")
+        windowed = origin.kind in WINDOW_KINDS
+        if tag == LATE_DATA and not windowed:
+            raise PipelineDefinitionError(
+                problem=f"{origin.uid} is not a window: only windows route late data aside")
+        if windowed and tag != LATE_DATA:
+            raise PipelineDefinitionError(
+                problem=f"{origin.uid} is a window: its only side output is "
+                        f"windows.late_data(), not {tag!r}")
+        if origin.kind not in WINDOW_KINDS and origin.kind != KeyedKind.PROCESS:
+            raise PipelineDefinitionError(
+                problem=f"{origin.kind}() has no side outputs: route records aside in "
+                        f"process() with ctx.output(tag, record)")
+        if any(b.origin is origin and b.tag == tag for b in self._p.branches):
+            raise PipelineDefinitionError(
+                problem=f"the side output {tag!r} of {origin.uid} is read twice: read it once")
+        branch = Branch(origin=origin, tag=tag)
+        self._p.branches.append(branch)
+        return SideStream(self._p, branch)
+
+    def sink(self, sink: Sink, *, name: str = MAIN_SINK) -> None:
+        """End the pipeline in ``sink``; ``name`` identifies its pending transactions
+        in checkpoints (give one only when a side output's sink takes the default)."""
+        self._joined("sink")
+        check_sink(sink, name=name)
         if self._p._tail is not self:
             raise PipelineDefinitionError(
-                problem="pipelines are linear: each stream can be continued only once")
+                problem="each stream can be continued only once (read a keyed operator's "
+                        "other records with side_output())")
         if self._p.sink_op is not None:
-            raise PipelineDefinitionError(problem="a pipeline has exactly one sink")
+            raise PipelineDefinitionError(problem="the main stream has one sink; side "
+                                                  "outputs have their own")
         self._p.sink_op = sink
+        self._p.sink_name = name
 
 
 class KeyedStream:
@@ -219,7 +413,7 @@ class KeyedStream:
 
     def _keyed(self, op: KeyedOp) -> Stream:
         self._p._append(self, op)
-        nxt = Stream(self._p)
+        nxt = Stream(self._p, origin=op)
         self._p._tail = nxt
         return nxt
 
@@ -327,36 +521,94 @@ class WindowedStream:
         """Per key and window, ``fn(accumulated, record) -> accumulated`` (a window's
         first record is its first accumulated value); when the window fires, one
         record: the accumulated one with ``window_start`` and ``window_end`` (ms for
-        an integer event-time column, UTC ``datetime`` for a timestamp one). Tumbling
-        and sliding windows only, record by record (no combiner)."""
+        an integer event-time column, UTC ``datetime`` for a timestamp one). Record by
+        record (no combiner). Sessions that merge are reduced together in no
+        particular order: ``fn`` must not depend on the order of its records."""
         return self._function("reduce", fn, name)
 
     def process(self, fn: Callable[[Any, Window, list[Record]], Iterable[Record] | None], *,
                 name: str | None = None) -> Stream:
         """When a window fires, ``fn(key, window, records)``: ``window`` a
         :class:`~job_runtime.windows.Window` (``start``, ``end`` in ms), ``records``
-        the key's records of the window in the order they arrived; ``fn`` returns the
-        records to emit (or ``None``). Tumbling and sliding windows only."""
+        the key's records of the window in the order they arrived (of a session: in
+        event-time order); ``fn`` returns the records to emit (or ``None``)."""
         return self._function("process", fn, name)
 
     def _function(self, kind: str, fn: Callable[..., Any], name: str | None) -> Stream:
         """``reduce`` and ``process`` alike: each keeps the key's records (or their
-        reduction) per window in keyed state and runs ``fn`` in Python. Not on
-        sessions yet: a key's sessions merge as records come, and only the session
-        operator of ``aggregate`` knows how to merge what they hold."""
+        reduction) per window in keyed state and runs ``fn`` in Python."""
         if not callable(fn):
             raise PipelineDefinitionError(problem=f"window(...).{kind}() needs a function")
-        if isinstance(self._assigner, SessionWindows):
-            raise PipelineDefinitionError(
-                problem=f"session windows take aggregate() only for now, not {kind}(); "
-                        f"use windows.tumbling or windows.sliding")
         keyed = self._keyed
         strategy = keyed._p.watermarks
         assert strategy is not None
+        family = "session" if isinstance(self._assigner, SessionWindows) else "window"
         return keyed._keyed(KeyedOp(
-            kind=KeyedKind(f"window_{kind}"), uid=keyed._p._uid(f"window_{kind}", name), key=keyed._key,
+            kind=KeyedKind(f"{family}_{kind}"), uid=keyed._p._uid(f"{family}_{kind}", name),
+            key=keyed._key,
             fn=fn, window=self._assigner, allowed_lateness=self._allowed_lateness,
             event_time=strategy.column))
+
+
+class SideStream:
+    """A side output of a keyed operator: record functions, then a sink."""
+
+    def __init__(self, pipeline: Pipeline, branch: Branch) -> None:
+        self._p = pipeline
+        self._branch = branch
+
+    def _record(self, kind: RecordKind, fn: Callable[..., Any], name: str | None
+                ) -> SideStream:
+        branch = self._branch
+        if not callable(fn):
+            raise PipelineDefinitionError(problem=f"{kind}() needs a function")
+        if branch.sink is not None:
+            raise PipelineDefinitionError(problem="nothing may follow the sink")
+        uid = name or f"{branch.origin.uid}.{branch.tag}.{len(branch.ops) + 1:02d}-{kind}"
+        branch.ops.append(RecordOp(kind=kind, fn=fn, uid=uid))
+        return self
+
+    def map(self, fn: Callable[[Record], Record], *, name: str | None = None) -> SideStream:
+        return self._record(RecordKind.MAP, fn, name)
+
+    def flat_map(self, fn: Callable[[Record], Iterable[Record]], *,
+                 name: str | None = None) -> SideStream:
+        return self._record(RecordKind.FLAT_MAP, fn, name)
+
+    def filter(self, fn: Callable[[Record], bool], *, name: str | None = None) -> SideStream:
+        return self._record(RecordKind.FILTER, fn, name)
+
+    def map_batches(self, fn: Callable[[pa.RecordBatch], pa.RecordBatch | pa.Table], *,
+                    name: str | None = None) -> SideStream:
+        return self._record(RecordKind.MAP_BATCHES, fn, name)
+
+    def key_by(self, key: str | KeySelector) -> KeyedStream:
+        """Not on a side output yet: it runs in its operator's task, with no exchange."""
+        raise PipelineDefinitionError(
+            problem=f"key_by() on the side output {self._branch.tag!r} is not supported: a "
+                    f"side output takes map, flat_map, filter, map_batches and a sink")
+
+    def sink(self, sink: Sink, *, name: str | None = None) -> None:
+        """End the side output in ``sink``; ``name`` (default ``sink-<tag>``) identifies
+        its pending transactions in checkpoints, so keep it when the job changes."""
+        branch = self._branch
+        name = f"sink-{branch.tag}" if name is None else name
+        check_sink(sink, name=name)
+        if branch.sink is not None:
+            raise PipelineDefinitionError(
+                problem=f"the side output {branch.tag!r} already ends in a sink")
+        branch.sink = sink
+        branch.sink_name = name
+
+
+def check_sink(sink: object, *, name: object) -> None:
+    if not isinstance(sink, Sink):
+        raise PipelineDefinitionError(
+            problem=f"sink() needs a sink from job_runtime.sinks, got {type(sink).__name__}")
+    if not isinstance(name, str) or not SINK_NAME.fullmatch(name):
+        raise PipelineDefinitionError(
+            problem=f"sink(name=...) must be 1-100 letters, digits, '.', '_' or '-', "
+                    f"starting with a letter or digit; got {name!r}")
 
 
 def aggregate_specs(outputs: Mapping[str, tuple[str, str | None] | str]

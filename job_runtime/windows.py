@@ -139,3 +139,16 @@ def session(gap: str | float) -> SessionWindows:
     """A key's records at most ``gap`` apart are in one session window; it closes once
     ``gap`` passes without a record of the key."""
     return SessionWindows(gap=duration_ms(gap, what="windows.session gap", allow_zero=False))
+
+
+LATE_DATA = "late-data"
+"""The side-output tag of records too late for every window they belong to."""
+
+
+def late_data() -> str:
+    """The tag to read a windowed stream's too-late records by:
+    ``rows.side_output(windows.late_data()).sink(...)``. A record goes there when
+    every window it belongs to was already dropped (past its end plus the allowed
+    lateness); it is counted in ``cjob_job_late_records_total`` too. Without such a
+    branch it is counted and dropped."""
+    return LATE_DATA

@@ -7,7 +7,9 @@ user and minute when the watermark passes the minute's end: ``{"user",
 
 Arguments: ``input`` and ``output`` (directories), ``size`` (the window, default
 ``1m``), ``max_delay`` (how far out of order clicks come, default ``30s``),
-``delay_ms`` (milliseconds per click, so a kill lands mid-run), ``batch_size``.
+``delay_ms`` (milliseconds per click, so a kill lands mid-run), ``batch_size``, and
+``late_output``: a directory for the clicks too late for their minute, which are
+otherwise counted and dropped.
 """
 
 from __future__ import annotations
@@ -27,12 +29,16 @@ def build(p: Pipeline) -> None:
             time.sleep(delay * batch.num_rows)
         return batch
 
-    (p.source(sources.files(p.args["input"], format="jsonl",
-                            batch_size=int(p.args.get("batch_size", 50))),
-              watermarks=watermarks.bounded_out_of_orderness(
-                  "ts", max_delay=p.args.get("max_delay", "30s")))
-      .map_batches(slowly)
-      .key_by("user")
-      .window(windows.tumbling(p.args.get("size", "1m")))
-      .aggregate(n="count", total=("sum", "amount"))
-      .sink(sinks.files(p.args["output"], format="jsonl")))
+    per_minute = (
+        p.source(sources.files(p.args["input"], format="jsonl",
+                               batch_size=int(p.args.get("batch_size", 50))),
+                 watermarks=watermarks.bounded_out_of_orderness(
+                     "ts", max_delay=p.args.get("max_delay", "30s")))
+        .map_batches(slowly)
+        .key_by("user")
+        .window(windows.tumbling(p.args.get("size", "1m")))
+        .aggregate(n="count", total=("sum", "amount")))
+    per_minute.sink(sinks.files(p.args["output"], format="jsonl"))
+    if p.args.get("late_output"):
+        (per_minute.side_output(windows.late_data())
+                   .sink(sinks.files(p.args["late_output"], format="jsonl"), name="late"))

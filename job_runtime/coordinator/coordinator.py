@@ -479,8 +479,10 @@ class CheckpointCoordinator:
             if state.channels is not None:
                 channels.setdefault(stage, []).append(
                     ChannelStateHandle(subtask=subtask, handle=state.channels))
-            if state.sink is not None:
-                sinks.append(SinkTransactions(subtask=subtask, pending=state.sink))
+            for name, transactions in sorted(state.sinks.items()):
+                if transactions is not None:
+                    sinks.append(SinkTransactions(sink=name, subtask=subtask,
+                                                  pending=transactions))
         return CheckpointMetadata(
             job=self.job_id, checkpoint_id=pending.checkpoint_id,
             timestamp=pending.triggered_at, final=pending.final, attempt=self.attempt,

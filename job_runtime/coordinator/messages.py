@@ -25,9 +25,11 @@ from cjob_checkpoint.fields import Json, JsonFields
 from cjob_checkpoint.metadata import CheckpointMetadata, MetadataError, SharedStateFile
 from job_runtime.sources.base import SourceBacklog
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 """Version 2: ``registered`` names the driver attempt (a standby's subtasks register
-before it is promoted, so the attempt cannot travel in the Spark closure)."""
+before it is promoted, so the attempt cannot travel in the Spark closure). Version 3:
+an ack carries the pre-commits of every sink of the task by name (``sinks``), since a
+job may have several."""
 
 
 class MessageError(ValueError):
@@ -89,14 +91,15 @@ class AckState:
     sources: dict[str, Json] = dataclasses.field(default_factory=dict)
     operators: dict[str, OperatorState] = dataclasses.field(default_factory=dict)
     channels: StateHandle | None = None
-    sink: Json = None
+    sinks: dict[str, Json] = dataclasses.field(default_factory=dict)
+    """Sink name -> what its pre-commit returned (the pending transactions)."""
 
     def to_json(self) -> dict[str, Json]:
         return {
             "sources": self.sources,
             "operators": {uid: op.to_json() for uid, op in self.operators.items()},
             "channels": None if self.channels is None else _handle_to_json(self.channels),
-            "sink": self.sink,
+            "sinks": self.sinks,
         }
 
     @classmethod
@@ -107,7 +110,7 @@ class AckState:
         return cls(sources=fields.object("sources"), operators=operators,
                    channels=None if channels is None
                    else _handle_from_json(_Fields(channels, where="channel state")),
-                   sink=fields.value("sink"))
+                   sinks=fields.object("sinks"))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

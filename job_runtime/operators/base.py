@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from job_runtime.errors import UserCodeError
+from job_runtime.operators.side_outputs import SideOutputs
 from job_runtime.pipeline import KeyedOp
 from job_runtime.records import Batch
 from job_runtime.state.backend import AnySnapshot, StateBackendSettings
@@ -38,6 +39,9 @@ class KeyedOperator(abc.ABC):
         self.state = state or StateBackendSettings()
         self.late_records = 0
         """Records dropped for coming after their window was gone (windows only)."""
+        self.side = SideOutputs()
+        """Records routed aside (``ctx.output``, late data), taken by the task after
+        each call into the operator."""
 
     @abc.abstractmethod
     def process(self, batch: Batch) -> Batch: ...

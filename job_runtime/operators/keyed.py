@@ -30,6 +30,7 @@ from job_runtime.operators.accumulators import (
 from job_runtime.operators.base import KeyedOperator, StateSnapshot
 from job_runtime.operators.key_table import KeyTable
 from job_runtime.operators.record_keyed import RecordKeyedOperator
+from job_runtime.operators.session_function import SessionProcessOperator, SessionReduceOperator
 from job_runtime.operators.session_window import SessionWindowOperator
 from job_runtime.operators.window_aggregate import WindowAggregateOperator
 from job_runtime.operators.window_function import WindowProcessOperator, WindowReduceOperator
@@ -79,7 +80,8 @@ class ProcessOperator(RecordKeyedOperator):
         self.context = ProcessContext(
             backend=self.backend, operator=self.op.uid,
             timers=self.timers if self.op.on_timer is not None else None,
-            event_time=self.op.event_time is not None, clock=self.clock)
+            event_time=self.op.event_time is not None, clock=self.clock,
+            output=self.side.add)
 
     def _timestamps(self, batch: Batch) -> list[int | None]:
         column = self.op.event_time
@@ -223,6 +225,8 @@ def build_keyed_operator(*, op: KeyedOp, subtask: int, key_groups: range,
         KeyedKind.SESSION_AGGREGATE: SessionWindowOperator,
         KeyedKind.WINDOW_REDUCE: WindowReduceOperator,
         KeyedKind.WINDOW_PROCESS: WindowProcessOperator,
+        KeyedKind.SESSION_REDUCE: SessionReduceOperator,
+        KeyedKind.SESSION_PROCESS: SessionProcessOperator,
     }
     return kinds[op.kind](op=op, subtask=subtask, key_groups=key_groups,
                           max_parallelism=max_parallelism, state=state, clock=clock)

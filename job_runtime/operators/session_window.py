@@ -61,13 +61,15 @@ from job_runtime.operators.record_window import RecordWindowOperator
 from job_runtime.records import Batch
 from job_runtime.state.timers import TimeDomain
 from job_runtime.watermarks import TimeKind, time_array
-from job_runtime.windows import SessionWindows
+from job_runtime.windows import LATE_DATA, SessionWindows
 
 SESSIONS_STATE = "sessions"
 """The name, under the operator's, of the state holding each key's open sessions."""
-Session = tuple[int, int, bool, tuple[float, ...]]
-"""``(start, end, fired, accumulators)`` as stored: ``fired`` says the row of the
-session as it is now was emitted; the accumulators follow :attr:`SessionWindowOperator.specs`."""
+Session = tuple[int, int, bool, tuple[Any, ...]]
+"""``(start, end, fired, contents)`` as stored: ``fired`` says the row of the session
+as it is now was emitted; the contents are accumulators following
+:attr:`SessionWindowOperator.specs` (or, for ``reduce`` and ``process``, the reduced
+record or the ``(event time, record)`` pairs)."""
 
 
 class _Open:
@@ -115,7 +117,7 @@ class SessionWindowOperator(RecordWindowOperator):
     def _process(self, batch: Batch) -> Batch:
         keys, groups = self._keys(batch)
         stamps = self._timestamps(batch)
-        values = self._inputs(batch)
+        contents = self._contents(batch, stamps)
         by_key: dict[Any, tuple[int, list[int]]] = {}
         for i, (key, group) in enumerate(zip(keys, groups, strict=True)):
             entry = by_key.get(key)
@@ -124,9 +126,19 @@ class SessionWindowOperator(RecordWindowOperator):
             else:
                 entry[1].append(i)
         out: list[tuple[Any, Session]] = []
+        late: list[int] = []
         for key, (group, rows) in by_key.items():
-            self._add(key, group, [(stamps[i], self._record(values, i)) for i in rows], out)
+            self._add(key, group, [(stamps[i], contents[i], i) for i in rows], out, late)
+        if late:
+            self.side.add_batch(LATE_DATA, batch.take(np.asarray(late, dtype=np.int64)))
         return self._rows(out)
+
+    def _contents(self, batch: Batch, stamps: list[int]) -> list[list[Any]]:
+        """What a session of each record alone holds (its accumulators here; the
+        function variants in :mod:`job_runtime.operators.session_function` hold the
+        records)."""
+        values = self._inputs(batch)
+        return [self._record(values, i) for i in range(len(batch))]
 
     def _inputs(self, batch: Batch) -> dict[str, list[Any]]:
         """The aggregated columns of the batch, as Python values."""
@@ -149,7 +161,15 @@ class SessionWindowOperator(RecordWindowOperator):
                 accumulators.append(math.nan if value is None else float(value))
         return accumulators
 
-    def _merge(self, into: list[float], other: Iterable[float]) -> None:
+    def _merged(self, new: list[Any], kept: list[Any]) -> list[Any]:
+        """A record's session (``new``) merged with a kept one (``kept``, this batch's
+        copy of the stored contents: either may be changed)."""
+        self._merge(new, kept)
+        return new
+
+    def _merge(self, into: list[Any], other: Iterable[Any]) -> None:
+        """Fold a merged session's contents (``other``, stored, never changed) into
+        ``into`` (a new record's session, changed in place)."""
         for i, ((func, _), value) in enumerate(zip(self.specs, other, strict=True)):
             current = into[i]
             if func in ("count", "sum"):
@@ -161,8 +181,8 @@ class SessionWindowOperator(RecordWindowOperator):
             else:
                 into[i] = max(current, value)
 
-    def _add(self, key: Any, group: int, records: list[tuple[int, list[float]]],
-             out: list[tuple[Any, Session]]) -> None:
+    def _add(self, key: Any, group: int, records: list[tuple[int, list[Any], int]],
+             out: list[tuple[Any, Session]], late: list[int]) -> None:
         """Fold a key's records of a batch into its sessions (one read and one write
         of its state); the rows of sessions a record changed after they fired go to
         ``out``."""
@@ -171,17 +191,18 @@ class SessionWindowOperator(RecordWindowOperator):
                     for start, end, fired, acc in stored]
         limit = self._limit(group)
         changed = False
-        for stamp, accumulators in records:
+        for stamp, accumulators, row in records:
             start, end = stamp, stamp + self.gap
             overlapping = [s for s in sessions if s.start < end and stamp < s.end]
             merged_end = max([end, *(s.end for s in overlapping)])
             if merged_end - 1 + self.lateness <= limit:
                 self.late_records += 1
+                late.append(row)
                 continue
             changed = True
             for s in overlapping:
                 start = min(start, s.start)
-                self._merge(accumulators, s.accumulators)
+                accumulators = self._merged(accumulators, s.accumulators)
             session = _Open(start, merged_end, False, accumulators, True)
             sessions = [s for s in sessions if s not in overlapping]
             sessions.append(session)
@@ -226,7 +247,10 @@ class SessionWindowOperator(RecordWindowOperator):
                     kept.append((start, end, fired, accumulators))
             self._store(key, group, before=stored, after=tuple(kept))
         self.progress.passed(watermark)
-        return self._rows(out)
+        try:
+            return self._rows(out)
+        except Exception as exc:  # a user function per session
+            raise self._fail(exc) from exc
 
     def _rows(self, fired: list[tuple[Any, Session]]) -> Batch:
         if not fired:

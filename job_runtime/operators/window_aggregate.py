@@ -42,7 +42,7 @@ from job_runtime.operators.base import KeyedOperator
 from job_runtime.operators.key_table import KeyTable
 from job_runtime.records import Batch, key_groups_of_array
 from job_runtime.watermarks import MIN_WATERMARK, TimeKind, event_times, time_array
-from job_runtime.windows import WindowAssigner, by_start
+from job_runtime.windows import LATE_DATA, WindowAssigner, by_start
 
 SNAPSHOT_VERSION = 1
 
@@ -109,10 +109,15 @@ class WindowAggregateOperator(KeyedOperator):
         limit = self._row_limits(key_array)
         columns = _RowColumns(arrow)
         fired: list[pa.RecordBatch] = []
+        # Records (not partial rows) too late for every window they belong to go to
+        # the late-data side output.
+        accepted = None if partial else np.zeros(arrow.num_rows, dtype=np.bool_)
         for start, rows in windows:
             last = start + self.assigner.size - 1
             on_time = last + self.lateness > (limit if isinstance(limit, int) else limit[rows])
             kept = _select(rows, on_time)
+            if accepted is not None:
+                accepted[kept] = True
             if len(kept) < len(rows):
                 dropped = _select(rows, np.logical_not(on_time))
                 self.late_records += len(dropped) if records is None \
@@ -131,6 +136,8 @@ class WindowAggregateOperator(KeyedOperator):
             late = _select(slots, last <= self._slot_limits(table, slots))
             if len(late):
                 fired.append(self._rows(start, table, late))
+        if accepted is not None and not accepted.all():
+            self.side.add_batch(LATE_DATA, batch.take(np.flatnonzero(~accepted)))
         return _concat(fired)
 
     # ------------------------------------------------------------------ time

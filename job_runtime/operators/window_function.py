@@ -9,8 +9,8 @@ a time, and nothing is combined ahead of it.
 
 **State.** A key's open windows are one value of keyed state (``<operator>/windows``):
 a dict from window start to ``(fired, contents)``, ``contents`` being the reduced
-record (``reduce``) or the tuple of the window's records in arrival order
-(``process``). A batch reads and writes it once per key, and the dict is replaced,
+record (``reduce``) or the window's records in arrival order (``process``: a tuple of
+chunks, one per batch that added records). A batch reads and writes it once per key, and the dict is replaced,
 never changed in place (nor are the records in it: ``reduce``'s function gets a
 copy of the accumulated record, ``process``'s copies of the records), so both
 backends keep it as any keyed state: copy-on-write snapshots with ``hashmap``,
@@ -43,7 +43,7 @@ firing a second, partial result.
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -52,7 +52,7 @@ from job_runtime.operators.record_window import RecordWindowOperator
 from job_runtime.records import Batch, Record
 from job_runtime.state.timers import TimeDomain
 from job_runtime.watermarks import TimeKind
-from job_runtime.windows import Window, WindowAssigner
+from job_runtime.windows import LATE_DATA, Window, WindowAssigner
 
 WINDOWS_STATE = "windows"
 """The name, under the operator's, of the state holding each key's open windows."""
@@ -117,11 +117,15 @@ class WindowFunctionOperator(RecordWindowOperator):
         limit = self._limit(group)
         added: dict[int, list[Record]] = {}
         for stamp, record in records:
+            accepted = False
             for start in self.assigner.starts_of(stamp):
                 if start + self.size - 1 + self.lateness <= limit:
                     self.late_records += 1
                 else:
                     added.setdefault(start, []).append(record)
+                    accepted = True
+            if not accepted:
+                self.side.add(LATE_DATA, record)
         if not added:
             return
         stored: dict[int, StoredWindow] = self.backend.get(self._state_name, group, key) or {}
@@ -179,11 +183,7 @@ class WindowFunctionOperator(RecordWindowOperator):
         self._store(key, group, before=stored, after=kept)
 
     def _bound(self, millis: int) -> int | datetime:
-        """A window bound in the event-time column's type, as the window aggregate
-        emits it (its ``timestamp[ms, UTC]`` is a UTC ``datetime`` in a record)."""
-        if self.time_kind == TimeKind.TIMESTAMP:
-            return _EPOCH + timedelta(milliseconds=millis)
-        return millis
+        return time_bound(millis, time_kind=self.time_kind)
 
     # ------------------------------------------------------------------ inspection
 
@@ -201,18 +201,8 @@ class WindowReduceOperator(WindowFunctionOperator):
     def _fold(self, contents: Any | None, records: list[Record]) -> Any:
         fn = self.op.fn
         assert fn is not None
-        # A copy: the function may change its first argument and return it, and the
-        # stored record (or, for a new window, the record, which other sliding
-        # windows share) must stay as it is.
         first, rest = (records[0], records[1:]) if contents is None else (contents, records)
-        accumulated = dict(first)
-        for record in rest:
-            accumulated = fn(accumulated, record)
-            if not isinstance(accumulated, dict):
-                raise TypeError(f"the reduce function returned "
-                                f"{type(accumulated).__name__}; it must return a record "
-                                f"(a dict)")
-        return accumulated
+        return reduced(fn, first, rest)
 
     def _emit(self, key: Any, start: int, contents: Any) -> Iterable[Record]:
         return [{**contents, "window_start": self._bound(start),
@@ -223,16 +213,57 @@ class WindowProcessOperator(WindowFunctionOperator):
     """``window(w).process(fn)``: ``fn(key, window, records)`` when a window fires."""
 
     def _fold(self, contents: Any | None, records: list[Record]) -> Any:
-        return (*(contents or ()), *records)
+        """One more chunk: a batch copies the window's chunks, not all its records,
+        so a hot key's long window does not cost a copy of it per batch."""
+        return (*_chunks(contents), tuple(records))
 
     def _emit(self, key: Any, start: int, contents: Any) -> Iterable[Record]:
         fn = self.op.fn
         assert fn is not None
-        # Copies: what the function does to its records must not reach the state.
-        produced = fn(key, Window(start, start + self.size), [dict(r) for r in contents])
-        if produced is None:
-            return []
-        if isinstance(produced, Mapping):
-            raise TypeError("the window process function returned one record; it must "
-                            "return an iterable of records (or None)")
-        return list(produced)
+        records = [record for chunk in _chunks(contents) for record in chunk]
+        return processed(fn, key, Window(start, start + self.size), records)
+
+
+def _chunks(contents: tuple[Any, ...] | None) -> tuple[tuple[Record, ...], ...]:
+    """A window's records as stored: a tuple of chunks, one per batch that added
+    records; state written before chunks (a flat tuple of records) is one chunk."""
+    if not contents:
+        return ()
+    if isinstance(contents[0], dict):
+        return (contents,)
+    return contents
+
+
+def time_bound(millis: int, *, time_kind: TimeKind | None) -> int | datetime:
+    """A window bound in the event-time column's type, as the window aggregate emits
+    it (its ``timestamp[ms, UTC]`` is a UTC ``datetime`` in a record)."""
+    if time_kind == TimeKind.TIMESTAMP:
+        return _EPOCH + timedelta(milliseconds=millis)
+    return millis
+
+
+def reduced(fn: Callable[[Record, Record], Record], first: Record,
+            rest: Iterable[Record]) -> Record:
+    """``first`` folded with ``rest`` by a window's reduce function. On a copy: the
+    function may change its first argument and return it, and a stored record (or a
+    new record, which other sliding windows share) must stay as it is."""
+    accumulated = dict(first)
+    for record in rest:
+        accumulated = fn(accumulated, record)
+        if not isinstance(accumulated, dict):
+            raise TypeError(f"the reduce function returned {type(accumulated).__name__}; "
+                            f"it must return a record (a dict)")
+    return accumulated
+
+
+def processed(fn: Callable[..., Iterable[Record] | None], key: Any, window: Window,
+              records: Iterable[Record]) -> list[Record]:
+    """What a window's process function returns for ``records``, given copies: what
+    it does to its records must not reach the state."""
+    produced = fn(key, window, [dict(r) for r in records])
+    if produced is None:
+        return []
+    if isinstance(produced, Mapping):
+        raise TypeError("the window process function returned one record; it must "
+                        "return an iterable of records (or None)")
+    return list(produced)

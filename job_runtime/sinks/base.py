@@ -25,7 +25,19 @@ import abc
 import dataclasses
 from typing import Any
 
+from cjob_checkpoint.metadata import MAIN_SINK
 from job_runtime.records import Batch
+
+__all__ = ["MAIN_SINK", "ReadySinkSnapshot", "Sink", "SinkContext", "SinkSnapshot",
+           "SinkWriter", "sink_job_id"]
+
+
+def sink_job_id(job_id: str, name: str) -> str:
+    """The identity a job's sink ``name`` writes under: the job's own for the main
+    sink (as when a job had one sink, so its output and transactional ids carry over),
+    ``<job>.<name>`` for any other, so that two sinks of a job never share output
+    names, transactional ids or staging files."""
+    return job_id if name == MAIN_SINK or not job_id else f"{job_id}.{name}"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -45,6 +57,14 @@ class SinkContext:
     """The parallelism of the checkpoint the attempt restored (0 without one): a sink
     that owns resources per subtask (the Kafka sink's transactional ids) finds those
     of subtasks a rescale removed."""
+
+    def of_sink(self, name: str) -> SinkContext:
+        """This context for the job's sink ``name`` (see :func:`sink_job_id`)."""
+        if name == MAIN_SINK:
+            return self
+        staging = f"{self.staging_root.rstrip('/')}/sinks/{name}" if self.staging_root else ""
+        return dataclasses.replace(self, job_id=sink_job_id(self.job_id, name),
+                                   staging_root=staging)
 
 
 class SinkSnapshot(abc.ABC):

@@ -120,6 +120,10 @@ class Source(abc.ABC):
         than one split after the other."""
         return False
 
+    def reads_together(self, split: int) -> bool:
+        """:attr:`reads_splits_together` for split ``split`` (a union answers per input)."""
+        return self.reads_splits_together
+
     @property
     def discovery_interval(self) -> float | None:
         """Seconds between looks for splits the input gained while the job runs (see

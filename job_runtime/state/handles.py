@@ -3,7 +3,7 @@ and the timers it registers for that key."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -187,9 +187,11 @@ class ProcessContext:
 
     def __init__(self, *, backend: KeyedStateBackend, operator: str,
                  timers: TimerService | None = None, event_time: bool = False,
-                 clock: Clock = wall_clock_ms) -> None:
+                 clock: Clock = wall_clock_ms,
+                 output: Callable[[str, dict[str, Any]], None] | None = None) -> None:
         self._backend = backend
         self._operator = operator
+        self._output = output
         self._scope = _KeyScope()
         self._clock = clock
         self._values: dict[str, ValueState] = {}
@@ -208,6 +210,22 @@ class ProcessContext:
     @property
     def key(self) -> Any:
         return self._scope.key
+
+    def output(self, tag: str, record: dict[str, Any]) -> None:
+        """Route ``record`` to the side output ``tag`` instead of (or besides) the main
+        output: ``stream.side_output(tag)`` reads it, in the same checkpoint interval
+        as the main output. A tag no branch reads is dropped."""
+        if not isinstance(tag, str) or not tag:
+            raise PipelineDefinitionError(
+                problem=f"ctx.output() needs a tag (a non-empty string), got {tag!r}")
+        if not isinstance(record, dict):
+            raise PipelineDefinitionError(
+                problem=f"ctx.output({tag!r}, ...) needs a record (a dict), got "
+                        f"{type(record).__name__}")
+        if self._output is None:
+            raise PipelineDefinitionError(
+                problem=f"operator {self._operator} has no side outputs")
+        self._output(tag, record)
 
     @property
     def current_processing_time(self) -> int:

@@ -16,6 +16,7 @@ import pytest
 from cjob_checkpoint.checkpoint_storage import StateHandle, unframe_metadata
 from cjob_checkpoint.metadata import (
     FORMAT_VERSION,
+    MAIN_SINK,
     READABLE_VERSIONS,
     CheckpointMetadata,
     MetadataError,
@@ -145,4 +146,30 @@ class TestVersionTwoListsSharedFiles:
             (FORMATS / "v2" / "rocksdb-incremental" / "_metadata").read_bytes()))
         data["version"] = 1
         with pytest.raises(MetadataError, match=r"'shared' files, which format version 1"):
+            CheckpointMetadata.from_json(data)
+
+
+class TestVersionThreeKeysTransactionsBySink:
+    def test_each_sink_gets_only_its_own_pending_transactions(self) -> None:
+        metadata = sample(3, "two-sinks")
+        main = metadata.sink_transactions(subtask=0, parallelism=1)
+        late = metadata.sink_transactions(subtask=0, parallelism=1, sink="late")
+        assert [t[0][1] for t in main] == ["file:///out/.staging/part-0-5"]
+        assert [t[0][1] for t in late] == ["file:///late/.staging/part-0-5"]
+        assert metadata.sink_transactions(subtask=0, parallelism=1, sink="other") == []
+        assert metadata.sink_names() == {"sink", "late"}
+
+    @pytest.mark.parametrize("older", [(1, "keyed-unaligned-files-sink"), (2, "hashmap-keyed")])
+    def test_the_one_sink_of_an_older_version_is_the_main_sink(
+            self, older: tuple[int, str]) -> None:
+        metadata = sample(*older)
+        assert metadata.sink_names() == {MAIN_SINK}
+        assert metadata.sink_transactions(subtask=0, parallelism=1) != []
+        assert metadata.sink_transactions(subtask=0, parallelism=1, sink="late") == []
+
+    def test_a_sink_whose_transactions_are_not_an_object_is_named(self) -> None:
+        data = json.loads(unframe_metadata(
+            (FORMATS / "v3" / "two-sinks" / "_metadata").read_bytes()))
+        data["sinks"]["late"] = [1, 2]
+        with pytest.raises(MetadataError, match="transactions of sink 'late' must be an object"):
             CheckpointMetadata.from_json(data)

@@ -53,7 +53,7 @@ TO_COORDINATOR: list[Message] = [
     Ack(epoch=4, subtask=1, checkpoint_id=3, stage=1,
         state=AckState(sources={"0": 17, "2": {"file": "a.txt", "offset": 9}},
                        operators={"reduce": OperatorState(handle=HANDLE, key_groups=(0, 64))},
-                       channels=HANDLE, sink=[[3, "stage", "final", 5]]),
+                       channels=HANDLE, sinks={"sink": [[3, "stage", "final", 5]], "late": []}),
         stats=AckStats(sync_ms=1.0, alignment_ms=2.0, async_ms=3.5, bytes=120)),
     Ack(epoch=4, subtask=0, checkpoint_id=3, stage=0, state=AckState(), stats=AckStats()),
     Ack(epoch=4, subtask=1, checkpoint_id=4, stage=1,
@@ -113,7 +113,7 @@ class TestRejectedMessages:
             decode_to_subtask(encode(Ready(epoch=1, subtask=0)))
 
     def test_another_format_version_is_rejected_naming_both_versions(self) -> None:
-        with pytest.raises(MessageError, match=r"version 1 is not supported.*speaks version 2"):
+        with pytest.raises(MessageError, match=r"version 1 is not supported.*speaks version 3"):
             decode_to_subtask(wire(v=1, type="abort", checkpoint_id=1, reason="x"))
         with pytest.raises(MessageError, match="version None"):
             decode_to_subtask(wire(type="abort", checkpoint_id=1, reason="x"))

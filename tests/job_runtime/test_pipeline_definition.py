@@ -49,7 +49,7 @@ def _no_sink(p: Pipeline) -> None:
 
 
 def _two_sources(p: Pipeline) -> None:
-    p.source(sources.sequence(count=1))
+    p.source(sources.sequence(count=1)).sink(sinks.discard())
     p.source(sources.sequence(count=1))
 
 
@@ -120,10 +120,10 @@ def _bad_source_format(p: Pipeline) -> None:
 @pytest.mark.parametrize(("build", "message"), [
     (_no_source, "did not call p.source"),
     (_no_sink, "did not end the pipeline with .sink"),
-    (_two_sources, "exactly one source"),
+    (_two_sources, "the source 'sequence' is never read: join it to the first with union()"),
     (_branching, "linear"),
     (_after_sink, "nothing may follow the sink"),
-    (_two_sinks, "exactly one sink"),
+    (_two_sinks, "the main stream has one sink"),
     (_not_a_source, "needs a source from job_runtime.sources, got list"),
     (_not_a_sink, "needs a sink from job_runtime.sinks, got str"),
     (_not_callable, "map() needs a function"),

@@ -319,9 +319,9 @@ class TestFilesSinkPreCommitInTheBackground:
 
         (ack,) = coordinator.acks
         assert coordinator.staged_at_ack == [list(range(2000))]
-        (transaction,) = ack.state.sink
+        (transaction,) = ack.state.sinks["sink"]
         assert Path(transaction[1]).name == staged(out)[0].name
-        json.dumps(ack.state.sink)  # the acknowledgement's sink state stays plain JSON
+        json.dumps(ack.state.sinks)  # the acknowledgement's sink state stays plain JSON
         writer.notify_complete(1)
         assert staged(out) == []
         (part,) = [p for p in out.iterdir() if p.is_file()]

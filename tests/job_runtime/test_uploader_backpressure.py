@@ -19,7 +19,7 @@ WAIT = 30.0
 
 def job(checkpoint_id: int) -> UploadJob:
     return UploadJob(checkpoint_id=checkpoint_id, stage=0, subtask=0, snapshots={},
-                     sources={"0": checkpoint_id}, sink=None, channel_state=None,
+                     sources={"0": checkpoint_id}, sinks={}, channel_state=None,
                      channel_uid="s-channels", stats={})
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
+
 from cjob_checkpoint.checkpoint_storage import CheckpointStorage
 from job_runtime import Pipeline
 from job_runtime.execution.stages import plan_stages
@@ -67,3 +69,17 @@ def keyed_op_of(p: Pipeline) -> KeyedOp:
     keyed = plan_stages(p)[1].keyed
     assert keyed is not None
     return keyed
+
+
+def session_reference(frame: pd.DataFrame, gap: int) -> list[tuple[str, int, int, int, float]]:
+    """Sessions of ``user``, ``ts`` (ms) and ``amount`` columns computed in one go: per
+    key, sorted by time, a new session wherever the time since the previous record is
+    at least ``gap``; ``(user, start, end, n, total)`` sorted."""
+    frame = frame.sort_values(["user", "ts"], kind="stable")
+    new_session = (frame["user"] != frame["user"].shift()) | (frame["ts"].diff() >= gap)
+    frame = frame.assign(session=new_session.cumsum())
+    grouped = frame.groupby("session").agg(user=("user", "first"), start=("ts", "min"),
+                                           last=("ts", "max"), n=("ts", "size"),
+                                           total=("amount", "sum"))
+    return sorted((r.user, int(r.start), int(r.last) + gap, int(r.n), float(r.total))
+                  for r in grouped.itertuples())

@@ -69,6 +69,20 @@ class RestoreResolution:
                              fallback_from=self.fallback_from)
 
 
+def check_sinks(metadata: CheckpointMetadata, *, sinks: set[str], pointer: str) -> None:
+    """Refuse a restore that would leave pending transactions uncommitted: the output
+    of a sink the checkpoint knows and the job no longer has (renamed or removed)
+    would otherwise be lost without a word."""
+    orphaned = sorted(metadata.sink_names() - sinks)
+    if orphaned:
+        raise RestoreError(
+            pointer=pointer,
+            problem=f"it holds uncommitted output of sink {', '.join(map(repr, orphaned))}, "
+                    f"which the job no longer has (its sinks: {', '.join(sorted(sinks))}); "
+                    f"keep that sink's name (sink(..., name=...)) or restore another "
+                    f"checkpoint")
+
+
 def record_restore(*, store: CompletedCheckpointStore, attempt: int,
                    resolution: RestoreResolution) -> bool:
     """Record what this attempt restores, for the operator's ``status.restoredFrom``.

@@ -47,6 +47,7 @@ from job_runtime.execution.driver.exit_codes import STARTUP_ERRORS, exit_code
 from job_runtime.execution.driver.logger import log
 from job_runtime.execution.driver.restore import (
     RestoreResolution,
+    check_sinks,
     record_restore,
     resolve_restore,
 )
@@ -65,7 +66,7 @@ from job_runtime.execution.stages import StagePlan, plan_stages
 from job_runtime.metrics import DriverMetrics
 from job_runtime.network.handshake import new_key
 from job_runtime.pipeline import Pipeline
-from job_runtime.sinks.base import Sink
+from job_runtime.sinks.base import Sink, sink_job_id
 from job_runtime.sources.base import Source
 
 
@@ -76,7 +77,8 @@ class LoadedJob:
     code: JobCodePaths
     pipeline: Pipeline
     source: Source
-    sink: Sink
+    sinks: list[tuple[str, Sink]]
+    """Every sink by name, the main stream's first."""
     stages: list[StagePlan]
 
 
@@ -132,7 +134,8 @@ def _run(settings: DriverSettings) -> int:
             log.error("%s", exc)
             return exit_code(exc.cause, logged=True)
     start_beacon(settings)
-    job.sink.prepare_on_driver(job_id=settings.job_id)
+    for name, sink in job.sinks:
+        sink.prepare_on_driver(job_id=sink_job_id(settings.job_id, name))
     store, counter = open_store(settings.store, retained=settings.retained,
                                 attempt=settings.attempt)
     resolution = _accept_restore(settings, job=job, storage=storage, store=store,
@@ -168,8 +171,8 @@ def _load_job(settings: DriverSettings, *, s3: S3Config) -> LoadedJob:
     pipeline = build_pipeline(entrypoint=settings.entrypoint, args=settings.args,
                               name=settings.job_name)
     assert pipeline.source_op is not None and pipeline.sink_op is not None
-    return LoadedJob(code=code, pipeline=pipeline, source=pipeline.source_op,
-                     sink=pipeline.sink_op, stages=plan_stages(pipeline))
+    return LoadedJob(code=code, pipeline=pipeline, source=pipeline.job_source(),
+                     sinks=pipeline.sinks(), stages=plan_stages(pipeline))
 
 
 def _wire_stage(settings: DriverSettings, *, master: str, job: LoadedJob,
@@ -219,11 +222,15 @@ def _accept_restore(settings: DriverSettings, *, job: LoadedJob, storage: Checkp
             raise RestoreError(pointer=restored.metadata_path,
                                problem="maxParallelism differs from the checkpoint's "
                                        f"{metadata.max_parallelism}; it cannot change")
-        job.sink.prepare_restore(checkpoint_id=restored.checkpoint_id,
-                                 job_id=settings.job_id, s3=s3)
-        if resolution.origin_job is not None:
-            job.sink.prepare_restore(checkpoint_id=restored.checkpoint_id,
-                                     job_id=resolution.origin_job, s3=s3)
+        if metadata is not None:
+            check_sinks(metadata, sinks={name for name, _ in job.sinks},
+                        pointer=restored.metadata_path)
+        for name, sink in job.sinks:
+            sink.prepare_restore(checkpoint_id=restored.checkpoint_id,
+                                 job_id=sink_job_id(settings.job_id, name), s3=s3)
+            if resolution.origin_job is not None:
+                sink.prepare_restore(checkpoint_id=restored.checkpoint_id,
+                                     job_id=sink_job_id(resolution.origin_job, name), s3=s3)
     # Only once the checkpoint is accepted: a refused restore must not be reported.
     record_restore(store=store, attempt=settings.attempt, resolution=resolution)
     return resolution
@@ -308,7 +315,8 @@ def _end(outcome: BaseException | None, *, settings: DriverSettings, job: Loaded
                  "-" if latest is None else latest.checkpoint_id)
         return ExitCode.SUSPENDED
     if outcome is None:
-        job.sink.finish_job(job_id=settings.job_id, s3=s3)
+        for name, sink in job.sinks:
+            sink.finish_job(job_id=sink_job_id(settings.job_id, name), s3=s3)
         store.shutdown(JobOutcome.FINISHED, discard=coordinator.shared_files.discard)
         latest = coordinator.latest
         coordinator.delete_unreferenced_shared(0 if latest is None else latest.checkpoint_id)

@@ -45,7 +45,7 @@ from job_runtime.execution.config import LOOPBACK, SubtaskConfig
 from job_runtime.execution.entrypoint import add_python_path, build_pipeline
 from job_runtime.execution.process_clock import process_started_at
 from job_runtime.execution.stages import plan_stages
-from job_runtime.execution.subtask.tasks import KeyedTask, SourceTask, Task
+from job_runtime.execution.subtask.tasks import BranchOutput, KeyedTask, SourceTask, Task
 from job_runtime.execution.subtask.uploader import Uploader, UploadJob
 from job_runtime.network.channels import (
     ChannelListener,
@@ -57,7 +57,8 @@ from job_runtime.network.channels import (
 )
 from job_runtime.network.framing import ChannelHello
 from job_runtime.network.handshake import Session
-from job_runtime.sinks.base import SinkContext
+from job_runtime.operators.chain import RecordChain
+from job_runtime.sinks.base import SinkContext, SinkWriter
 
 log = logging.getLogger(__name__)
 
@@ -244,26 +245,32 @@ class SubtaskRuntime:
                                                priority_barriers=unaligned)
         self.channels = ChannelListener(sock=self.listener, key=config.key,
                                         on_channel=self._on_channel)
-        sink_writer = None
-        assert pipeline.sink_op is not None
-        sink_writer = pipeline.sink_op.open(context=SinkContext(
+        context = SinkContext(
             subtask=self.subtask, parallelism=config.parallelism,
             attempt_tag=f"a{registered.attempt}e{self.epoch}", s3=self.s3_config,
             job_id=config.job_id, staging_root=self.storage.job_dir,
-            restored_parallelism=0 if restore is None else restore.parallelism))
-        if restore is not None:
-            sink_writer.restore(restore.sink_transactions(subtask=self.subtask,
-                                                          parallelism=config.parallelism))
+            restored_parallelism=0 if restore is None else restore.parallelism)
+        writers: dict[str, SinkWriter] = {}
+        for name, sink_op in pipeline.sinks():
+            writer = writers[name] = sink_op.open(context=context.of_sink(name))
+            if restore is not None:
+                writer.restore(restore.sink_transactions(
+                    subtask=self.subtask, parallelism=config.parallelism, sink=name))
         for plan in stages:
             outputs = self._outputs(plan.index + 1) if plan.index + 1 < len(stages) else []
-            sink = sink_writer if plan.has_sink else None
+            sink = writers[pipeline.sink_name] if plan.has_sink else None
+            branches = tuple(
+                BranchOutput(tag=b.tag, chain=RecordChain(ops=b.ops, subtask=self.subtask),
+                             sink_name=b.sink_name, writer=writers[b.sink_name])
+                for b in plan.branches)
             task: Task
             if plan.index == 0:
-                assert pipeline.source_op is not None
                 task = SourceTask(runtime=self, plan=plan, outputs=outputs, sink=sink,
-                                  source=pipeline.source_op, restore=restore)
+                                  sink_name=pipeline.sink_name, source=pipeline.job_source(),
+                                  restore=restore)
             else:
                 task = KeyedTask(runtime=self, plan=plan, outputs=outputs, sink=sink,
+                                 sink_name=pipeline.sink_name, branches=branches,
                                  gate=self.gates[plan.index], restore=restore)
             self.tasks.append(task)
         threading.Thread(target=self._listen_coordinator, daemon=True,
@@ -281,7 +288,8 @@ class SubtaskRuntime:
         for task in self.tasks:
             for out in task.outputs:
                 out.close()
-        sink_writer.close()
+        for writer in writers.values():
+            writer.close()
         metrics = self.metrics()
         records = metrics.records_out
         self.send(Done(epoch=self.epoch, subtask=self.subtask, metrics=metrics))

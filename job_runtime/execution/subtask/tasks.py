@@ -3,10 +3,16 @@
 Each task is a thread. A task processes control messages from the coordinator
 between batches (checkpoint triggers for sources; aborts and completions for
 everyone), so a checkpoint never interrupts a record function halfway.
+
+A task writes to the sinks of its stage: the main sink in the last stage, and the
+sinks of the side outputs of its keyed operator (branches). It pre-commits all of
+them at each barrier and commits all of them when the checkpoint completes, so each
+sink of the job is exactly-once in the same checkpoints.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import pickle
 import queue
@@ -40,14 +46,26 @@ from job_runtime.operators.keyed import build_keyed_operator
 from job_runtime.operators.window_combiner import WindowCombiner
 from job_runtime.pipeline import KeyedKind
 from job_runtime.records import Batch, key_group_of, key_group_range, split_by_target
-from job_runtime.sinks.base import SinkWriter
+from job_runtime.sinks.base import MAIN_SINK, SinkWriter
 from job_runtime.sources.base import Source, SourceBacklog, SourceContext, Split, SplitReader
+from job_runtime.sources.union import input_of
 from job_runtime.state.backend import BackendKind, StateBackendSettings
-from job_runtime.watermarks import MAX_WATERMARK, event_times
+from job_runtime.watermarks import MAX_WATERMARK, WatermarkStrategy, event_times
 
 log = logging.getLogger(__name__)
 
 Control = ToSubtask
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BranchOutput:
+    """A side output the pipeline reads: its record functions and its sink's writer."""
+
+    tag: str
+    chain: RecordChain
+    sink_name: str
+    writer: SinkWriter
+
 WATERMARK_INTERVAL_SECONDS = 0.2
 """How often a source task sends its watermark at most (Flink's default periodic
 interval): each send flushes the combiner in front of a windowed aggregate, which
@@ -57,12 +75,18 @@ without new records looks whether its splits went idle."""
 
 class Task(threading.Thread):
     def __init__(self, *, runtime: TaskContext, plan: StagePlan,
-                 outputs: list[OutputChannel], sink: SinkWriter | None) -> None:
+                 outputs: list[OutputChannel], sink: SinkWriter | None,
+                 sink_name: str = MAIN_SINK, branches: tuple[BranchOutput, ...] = ()) -> None:
         super().__init__(daemon=True, name=f"task-{plan.index}-{runtime.subtask}")
         self.runtime = runtime
         self.plan = plan
         self.outputs = outputs
         self.sink = sink
+        self.branches = {branch.tag: branch for branch in branches}
+        self.sinks: dict[str, SinkWriter] = {} if sink is None else {sink_name: sink}
+        """Every sink this task writes, by name: pre-committed and committed together."""
+        for branch in branches:
+            self.sinks[branch.sink_name] = branch.writer
         self.chain = RecordChain(ops=plan.chain, subtask=runtime.subtask)
         self.combiner: Combiner | WindowCombiner | None = None
         if plan.combine is not None:
@@ -147,9 +171,10 @@ class Task(threading.Thread):
         job = UploadJob(
             checkpoint_id=checkpoint_id, stage=self.plan.index, subtask=self.runtime.subtask,
             snapshots=self.operator_snapshots(), sources=self.source_positions(),
-            # Only the synchronous part of the sink's pre-commit: the uploader makes
-            # it durable before it acknowledges the checkpoint.
-            sink=None if self.sink is None else self.sink.begin_snapshot(checkpoint_id),
+            # Only the synchronous part of the sinks' pre-commits: the uploader makes
+            # them durable before it acknowledges the checkpoint.
+            sinks={name: writer.begin_snapshot(checkpoint_id)
+                   for name, writer in self.sinks.items()},
             channel_state=None, channel_uid=f"{self.plan.uid}-channels",
             stats={"sync_ms": (time.perf_counter() - started) * 1000.0,
                    "alignment_ms": alignment_seconds * 1000.0})
@@ -167,10 +192,10 @@ class Task(threading.Thread):
 
     def on_complete(self, checkpoint_id: int, final: bool) -> None:
         self.emitted_barriers.discard_through(checkpoint_id)
-        if self.sink is not None:
+        for writer in self.sinks.values():
             # Raises when the final commit fails for good: the task fails, and with
             # it the attempt, so the job never ends with uncommitted output.
-            self.sink.notify_complete(checkpoint_id, final=final)
+            writer.notify_complete(checkpoint_id, final=final)
         if final:
             self.finish()
 
@@ -244,7 +269,12 @@ class SourceTask(Task):
         self._completed_positions: dict[int, dict[str, Any]] = {}
         """Checkpoint id -> the positions it holds, until it completes or is aborted."""
         strategy = self.plan.watermarks
-        self._watermarks = None if strategy is None else SplitWatermarks(strategy=strategy)
+        self._watermarks = None if strategy is None else SplitWatermarks(
+            strategy=strategy, strategy_of=self._strategy_of if self.plan.input_watermarks
+            else None)
+        self._input_chains = [RecordChain(ops=ops, subtask=self.runtime.subtask)
+                              for ops in self.plan.input_chains]
+        """A union's record functions per input, applied before the common chain."""
         self._batch_split = -1
         self._watermark_checked = 0.0
         self._sent_idle = False
@@ -257,6 +287,12 @@ class SourceTask(Task):
         """A final checkpoint whose barrier this task sent before its input ended (a
         suspend), while it is in flight: nothing is read after it, as the next attempt
         reads it again; an abort of that checkpoint lets reading go on."""
+
+    def _strategy_of(self, split: int) -> WatermarkStrategy:
+        """A union's input's own strategy (every input of a union with event time has one)."""
+        strategy = self.plan.input_watermarks[input_of(split)]
+        assert strategy is not None
+        return strategy
 
     def _owns(self, split: Split) -> bool:
         return split.index % self.runtime.config.parallelism == self.runtime.subtask
@@ -320,14 +356,23 @@ class SourceTask(Task):
                     reader.checkpoint_completed(positions[str(split.index)])
         super().on_complete(checkpoint_id, final)
 
+    def _next_to_open(self) -> Split | None:
+        """The next split to open: any of a source that reads its splits together,
+        else the next of an input that has none open (one reader per input of a
+        union, so that each input's time moves along with the others' and an input
+        that never ends does not keep the others waiting)."""
+        source = self.source
+        busy = {input_of(split.index) for split, _ in self._open}
+        return next((s for s in self._unopened
+                     if source.reads_together(s.index) or input_of(s.index) not in busy), None)
+
     def _next_batch(self) -> Batch | None:
-        """The next batch of the open readers in turn (one reader at a time unless the
-        source reads its splits together); an empty batch when every open reader had
-        nothing; ``None`` once every split ended."""
-        limit = len(self.splits) if self.source.reads_splits_together else 1
+        """The next batch of the open readers in turn (one reader at a time, per input,
+        unless the source reads its splits together); an empty batch when every open
+        reader had nothing; ``None`` once every split ended."""
         while True:
-            while len(self._open) < limit and self._unopened:
-                split = self._unopened.pop(0)
+            while (split := self._next_to_open()) is not None:
+                self._unopened.remove(split)
                 self._open.append((split, self.source.open(split, self.positions[split.index],
                                                            context=self.context)))
                 if self._watermarks is not None:
@@ -395,6 +440,8 @@ class SourceTask(Task):
                                         operator=f"{self.source.name} source watermarks",
                                         subtask=self.runtime.subtask)
             self.records_in += len(batch)
+            if self._input_chains:
+                batch = self._input_chains[input_of(self._batch_split)](batch)
             self.emit(batch)
             if self._watermarks is not None:
                 self._advance_watermark(stamps)
@@ -524,7 +571,24 @@ class KeyedTask(Task):
             self.first_record_at = time.time()
         self.records_in += len(batch)
         self.emit(self.operator.process(batch))
+        self.emit_side_outputs()
         self.last_record_at = time.time()
+
+    def emit_side_outputs(self) -> None:
+        """What the operator routed aside, through its branch to the branch's sink
+        (a tag no branch reads is dropped)."""
+        side = self.operator.side
+        if not side:
+            return
+        for tag, batches in side.take().items():
+            branch = self.branches.get(tag)
+            if branch is None:
+                continue
+            for batch in batches:
+                out = branch.chain(batch)
+                if len(out):
+                    branch.writer.write(out)
+                    self.records_out += len(out)
 
     def on_watermark(self, watermark: int | None) -> None:
         """Event time moved to ``watermark`` (``None``: it did not): what the operator
@@ -535,6 +599,7 @@ class KeyedTask(Task):
         fired = self.operator.on_watermark(watermark)
         if len(fired):
             self.emit(fired)
+        self.emit_side_outputs()
         if self.outputs:
             self.flush_combiner()
             self.broadcast(Kind.WATERMARK, watermark)
@@ -545,6 +610,7 @@ class KeyedTask(Task):
         fired = self.operator.on_processing_time(time.time_ns() // 1_000_000)
         if len(fired):
             self.emit(fired)
+        self.emit_side_outputs()
 
     def loop(self) -> None:
         for batch in self._replay:

@@ -51,8 +51,9 @@ class UploadJob:
     subtask: int
     snapshots: dict[str, tuple[Any, list[int]]]   # uid -> (snapshot, [kg_lo, kg_hi])
     sources: dict[str, Any]
-    sink: SinkSnapshot | None
-    """The sink's pre-commit, begun at the barrier; completed here before the ack."""
+    sinks: dict[str, SinkSnapshot]
+    """The pre-commits of the task's sinks by name, begun at the barrier; completed
+    here before the ack."""
     channel_state: dict[int, list[Any]] | None
     channel_uid: str
     stats: dict[str, float]
@@ -123,15 +124,15 @@ class Uploader:
                         channels = self._storage.write_state(job.checkpoint_id, job.channel_uid,
                                                              job.subtask, data)
                         total += channels.size_bytes
-                # The sink's staged data must be durable before any ack names it.
-                sink = None if job.sink is None else job.sink.complete()
+                # The sinks' staged data must be durable before any ack names it.
+                sinks = {name: snapshot.complete() for name, snapshot in job.sinks.items()}
                 stats = AckStats(sync_ms=job.stats.get("sync_ms", 0.0),
                                  alignment_ms=job.stats.get("alignment_ms", 0.0),
                                  async_ms=(time.perf_counter() - started) * 1000.0, bytes=total)
                 self._send(Ack(epoch=self._epoch, subtask=self._subtask,
                                checkpoint_id=job.checkpoint_id, stage=job.stage,
                                state=AckState(sources=job.sources, operators=operators,
-                                              channels=channels, sink=sink),
+                                              channels=channels, sinks=sinks),
                                stats=stats))
             except Exception as exc:
                 log.warning("snapshot upload of checkpoint %d failed: %s", job.checkpoint_id, exc)

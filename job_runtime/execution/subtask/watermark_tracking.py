@@ -22,11 +22,17 @@ from job_runtime.watermarks import MAX_WATERMARK, MIN_WATERMARK, WatermarkStrate
 
 
 class SplitWatermarks:
-    """The source task's watermark from the newest event time of each of its splits."""
+    """The source task's watermark from the newest event time of each of its splits.
+
+    ``strategy_of`` gives a split's own strategy when the splits are of several
+    sources (a union), each with its own delay and idleness; ``strategy`` otherwise.
+    """
 
     def __init__(self, *, strategy: WatermarkStrategy,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 strategy_of: Callable[[int], WatermarkStrategy] | None = None) -> None:
         self.strategy = strategy
+        self._strategy_of = strategy_of or (lambda split: strategy)
         self._clock = clock
         self._newest: dict[int, int] = {}
         self._last_read: dict[int, float] = {}
@@ -54,16 +60,20 @@ class SplitWatermarks:
         """The new watermark to send, if it moved forward; sets :attr:`idle` when
         every split that has not ended is idle."""
         now = self._clock()
-        idle_after = self.strategy.idle_after
-        active = [s for s in self._newest if s not in self._ended and (
-            idle_after is None or (now - self._last_read[s]) * 1000.0 < idle_after)]
+        strategy_of = self._strategy_of
+        active = [s for s in self._newest
+                  if s not in self._ended and not self._idle(s, now=now)]
         if not active:
             if self._newest and len(self._ended) == len(self._newest):
                 return self._move(MAX_WATERMARK)
             self.idle = True  # a task without splits holds nothing back either
             return None
         self.idle = False
-        return self._move(min(self.strategy.watermark_for(self._newest[s]) for s in active))
+        return self._move(min(strategy_of(s).watermark_for(self._newest[s]) for s in active))
+
+    def _idle(self, split: int, *, now: float) -> bool:
+        idle_after = self._strategy_of(split).idle_after
+        return idle_after is not None and (now - self._last_read[split]) * 1000.0 >= idle_after
 
     def _move(self, watermark: int) -> int | None:
         if watermark > self.emitted:

@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 import pytest
-from keyed_operators import MAX_P, Operators, keyed_op_of
+from keyed_operators import MAX_P, Operators, keyed_op_of, session_reference
 
 from job_runtime import Pipeline, sinks, sources, watermarks, windows
 from job_runtime.errors import PipelineDefinitionError, UserCodeError
@@ -264,19 +264,6 @@ class TestRestore:
         assert fired.column("window_start").to_pylist() == [at]
 
 
-def reference(frame: pd.DataFrame, gap: int) -> list[Row]:
-    """Sessions computed in one go: per key, sorted by time, a new session wherever
-    the time since the previous record is at least ``gap``."""
-    frame = frame.sort_values(["user", "ts"], kind="stable")
-    new_session = (frame["user"] != frame["user"].shift()) | (frame["ts"].diff() >= gap)
-    frame = frame.assign(session=new_session.cumsum())
-    grouped = frame.groupby("session").agg(user=("user", "first"), start=("ts", "min"),
-                                           last=("ts", "max"), n=("ts", "size"),
-                                           total=("amount", "sum"))
-    return sorted((r.user, int(r.start), int(r.last) + gap, int(r.n), float(r.total))
-                  for r in grouped.itertuples())
-
-
 class TestAgainstAReference:
     @pytest.mark.parametrize("seed", [1, 2, 3])
     def test_shuffled_records_with_a_checkpoint_between_give_the_sessions_of_a_reference(
@@ -296,7 +283,7 @@ class TestAgainstAReference:
             route(ops, *records[i:i + 50])
         emitted = [r for o in ops for r in rows(o.on_watermark(MAX_WATERMARK))]
         frame = pd.DataFrame(records, columns=["user", "ts", "amount"])
-        expected = reference(frame, gap)
+        expected = session_reference(frame, gap)
         assert [r[:4] for r in sorted(emitted)] == [r[:4] for r in expected]
         assert [r[4] for r in sorted(emitted)] == pytest.approx([r[4] for r in expected])
         assert all(o.late_records == 0 for o in ops)

@@ -24,7 +24,7 @@ from job_runtime import Pipeline, sinks, sources, watermarks, windows
 from job_runtime.errors import PipelineDefinitionError, UserCodeError
 from job_runtime.execution.stages import plan_stages, source_batch_size
 from job_runtime.operators.base import KeyedOperator
-from job_runtime.operators.window_function import WindowFunctionOperator
+from job_runtime.operators.window_function import WindowFunctionOperator, _chunks
 from job_runtime.pipeline import KeyedOp
 from job_runtime.records import Batch, Record, key_group_of
 from job_runtime.sources.base import RECORD_BATCH_SIZE
@@ -470,14 +470,10 @@ class TestDefinition:
             getattr(windowed, kind)("amount")
         assert "\n" not in str(raised.value)
 
-    @pytest.mark.parametrize("kind", ["reduce", "process"])
-    def test_session_windows_take_aggregate_only_in_one_line(self, kind: str) -> None:
-        p = Pipeline()
-        windowed = (p.source(sources.sequence(count=1),
-                             watermarks=watermarks.bounded_out_of_orderness("ts", max_delay=1))
-                    .key_by("user").window(windows.session(gap="30s")))
-        function = add_amounts if kind == "reduce" else amounts
-        with pytest.raises(PipelineDefinitionError,
-                           match="session windows take aggregate\\(\\) only") as raised:
-            getattr(windowed, kind)(function)
-        assert "\n" not in str(raised.value)
+
+def test_windows_stored_as_one_flat_tuple_of_records_still_fire_whole() -> None:
+    """State written before a window's records were kept in chunks (one per batch)."""
+    flat = ({"user": "a", "amount": 1}, {"user": "a", "amount": 2})
+    assert _chunks(flat) == (flat,)
+    assert _chunks((flat, ({"user": "a", "amount": 3},))) == (flat, ({"user": "a", "amount": 3},))
+    assert _chunks(None) == ()
