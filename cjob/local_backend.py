@@ -22,10 +22,12 @@ nothing to do here too, so the type checker proves none is forgotten.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
-from collections.abc import Callable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -361,17 +363,23 @@ class LocalBackend:
                              spec_hash=spec_hash(self.job),
                              promotion_file=launch.promotion_file)
         log = open(launch.log, "wb")  # noqa: SIM115 - closed when the process exits
-        try:
-            process = subprocess.Popen(list(launch.argv), stdout=log, stderr=subprocess.STDOUT,
-                                       env=dict(launch.env), start_new_session=True)
-        except OSError as exc:
-            log.close()
-            self.drivers[name] = replace(
-                driver, spawn_error=f"could not start {launch.argv[0]}: {exc.strerror or exc}",
-                finished_at=now)
-            return
-        self.drivers[name] = replace(driver, started_at=now)
-        self._running[name] = _Running(process=process, log=log, log_path=launch.log)
+        # Ctrl-C or SIGTERM waits until the driver is recorded: one landing after the
+        # process started and before ``_running`` knew it would leave a driver that
+        # ``stop_all`` never stops.
+        with _signals_held():
+            try:
+                process = subprocess.Popen(list(launch.argv), stdout=log,
+                                           stderr=subprocess.STDOUT, env=dict(launch.env),
+                                           start_new_session=True)
+            except OSError as exc:
+                log.close()
+                self.drivers[name] = replace(
+                    driver,
+                    spawn_error=f"could not start {launch.argv[0]}: {exc.strerror or exc}",
+                    finished_at=now)
+                return
+            self.drivers[name] = replace(driver, started_at=now)
+            self._running[name] = _Running(process=process, log=log, log_path=launch.log)
 
     def _delete(self, action: DeleteDriver) -> None:
         driver = self.drivers.get(action.name)
@@ -414,6 +422,33 @@ class LocalBackend:
                 _kill_group(process.pid)
                 process.wait()
         self.poll()
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM that arrive inside are delivered as the block ends.
+
+    The signals are recorded by a handler of the block's own and raised again after
+    it, not blocked: a blocked signal mask would be inherited by the driver started
+    inside, which then could not be stopped. In the main thread only, where Python
+    runs signal handlers.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    arrived: list[int] = []
+
+    def record(signum: int, frame: object) -> None:
+        arrived.append(signum)
+
+    previous = {sig: signal.signal(sig, record) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for signum in arrived:
+            signal.raise_signal(signum)
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
