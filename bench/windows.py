@@ -45,6 +45,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
+
 from bench.common import (
     BenchmarkError,
     DriverRun,
@@ -109,6 +111,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_input_arguments(parser, records_env="BENCH_WINDOWS_RECORDS", records=10_000_000,
                         file_records=25_000, timeout=900.0,
                         quick_help="2,000,000 records of 10,000 users in files of 20,000")
+    parser.add_argument("--late-branch", action="store_true",
+                        help="also run ours with a late-data side output (its own sink), "
+                             "which takes the combiner away, and report its cost")
 
 
 def add_input_arguments(parser: argparse.ArgumentParser, *, records_env: str, records: int,
@@ -193,16 +198,19 @@ def _check(side: str, problems: list[str]) -> None:
 
 
 def ours_run(*, generated: Generated, work: Path, scale: Scale, expected: Any,
-             cut_ms: int, repetition: int) -> dict[str, Any]:
-    output = work / f"ours-out-{repetition}"
+             cut_ms: int, repetition: int, late_branch: bool = False) -> dict[str, Any]:
+    variant = "late" if late_branch else "out"
+    output = work / f"ours-{variant}-{repetition}"
     output.mkdir()
+    late = work / f"ours-late-data-{repetition}"
     watcher = OutputWatcher(output, kind="ours").start()
     try:
         run: DriverRun = run_driver(
             name=f"{NAME}-ours", entrypoint=ENTRYPOINT,
             args={"input": str(generated.paths[0].parent), "output": str(output),
                   "max_delay": f"{scale.watermark_delay_ms}ms", "window": "1m",
-                  "batch_size": scale.batch_size},
+                  "batch_size": scale.batch_size,
+                  **({"late_output": str(late)} if late_branch else {})},
             parallelism=scale.parallelism, checkpoint_interval=CHECKPOINT_INTERVAL,
             timeout=scale.timeout)
     finally:
@@ -213,6 +221,14 @@ def ours_run(*, generated: Generated, work: Path, scale: Scale, expected: Any,
     rows = read_output(ours_committed(output), visible_at=seen)
     remove_dir(output)
     _check("ours", check_windows(expected, rows))
+    if late_branch:
+        # The input has no late record (its disorder is below the watermark delay).
+        late_rows = sum(pq.read_metadata(path).num_rows for path in ours_committed(late)) \
+            if late.exists() else 0
+        remove_dir(late)
+        if late_rows:
+            raise BenchmarkError(benchmark=NAME, problem=f"ours with a late-data branch "
+                                                         f"wrote {late_rows} late rows")
     t = run.timeline
     start = float(t.get("firstReadyAt") or t["firstRecordAt"])
     whole_s = float(t["doneAt"]) - start
@@ -359,13 +375,21 @@ def run(ns: argparse.Namespace) -> dict[str, Any]:
             _log(f"repetition {repetition + 1}/{scale.repeat}: ours")
             ours = ours_run(generated=generated, work=work, scale=scale, expected=expected,
                             cut_ms=cut_ms, repetition=repetition)
-            _log(f"ours: {ours['steady_records_per_second']:,.0f} records/s, output checked; "
-                 f"Structured Streaming (maxFilesPerTrigger {max_files})")
+            _log(f"ours: {ours['steady_records_per_second']:,.0f} records/s, output checked")
+            late = None
+            if ns.late_branch:
+                late = ours_run(generated=generated, work=work, scale=scale,
+                                expected=expected, cut_ms=cut_ms, repetition=repetition,
+                                late_branch=True)
+                _log(f"ours with a late-data branch: "
+                     f"{late['steady_records_per_second']:,.0f} records/s, output checked")
+            _log(f"Structured Streaming (maxFilesPerTrigger {max_files})")
             ss = ss_run(ss_input=ss_input, work=work, scale=scale, max_files=max_files,
                         expected=expected, cut_ms=cut_ms, repetition=repetition)
             _log(f"Structured Streaming: {ss['steady_records_per_second']:,.0f} records/s, "
                  f"output checked")
             runs.append({"ours": ours, "structured_streaming": ss,
+                         **({"ours_late_branch": late} if late is not None else {}),
                          "ratio_steady": ours["steady_records_per_second"]
                          / ss["steady_records_per_second"],
                          "ratio_whole": ours["whole_records_per_second"]
@@ -415,6 +439,12 @@ def report(*, scale: Scale, generated: Generated, reference_windows: int,
                      f"batch {fastest.batch_ms_median:,.0f} ms)", ours_rate,
                      fastest.records_per_second, ours_rate / fastest.records_per_second,
                      "-", None])
+    if all("ours_late_branch" in r for r in runs):
+        late_rate = _med(runs, "ours_late_branch", "steady_records_per_second")
+        rows.append(["records/s, ours with a late-data branch (no combiner)", late_rate,
+                     ss_rate, late_rate / ss_rate, "-", None])
+        rows.append(["  the branch's cost: with / without", late_rate, ours_rate,
+                     late_rate / ours_rate, "-", None])
     for q in ("p50", "p99"):
         ours_lat = _med_latency(runs, "ours", f"{q}_seconds")
         ss_lat = _med_latency(runs, "structured_streaming", f"{q}_seconds")

@@ -88,3 +88,17 @@ def test_the_timers_comparison_runs_once_at_a_tiny_scale_and_both_sides_match_th
         assert repetition[side]["matches_reference"] is True
         assert repetition[side]["alerts"] == result["input"]["reference_alerts"]
     assert repetition["ratio_steady"] > 0
+
+
+@pytest.mark.timeout(1600)
+def test_the_windows_comparison_runs_once_at_a_tiny_scale_with_and_without_a_late_branch(
+        tmp_path: Path) -> None:
+    result = _bench("windows", tmp_path, "--records", "40000", "--keys", "300",
+                    "--file-records", "5000", "--max-files", "2", "--repeat", "1",
+                    "--late-branch")
+    (repetition,) = result["runs"]
+    for side in ("ours", "ours_late_branch", "structured_streaming"):
+        assert repetition[side]["matches_reference"] is True
+        assert repetition[side]["output_rows"] == result["input"]["reference_windows"]
+    assert repetition["ratio_steady"] > 0
+    assert "the branch's cost: with / without" in result["table"]
