@@ -203,6 +203,12 @@ class Pipeline:
                         "p.source(a).union(p.source(b), ...)")
         if any(not isinstance(op, RecordOp) for op in self.ops):
             raise PipelineDefinitionError(problem="union() comes before any key_by")
+        if self.inputs[0].unioned:
+            # The functions after the first union apply to every input: they are not
+            # the first input's own, which a second union would take them for.
+            raise PipelineDefinitionError(
+                problem="union() joins all the sources at once: p.source(a).union("
+                        "p.source(b), p.source(c))")
         joined = [s._input for s in streams if s._input is not None]
         if (len({id(entry) for entry in joined}) != len(joined)
                 or any(e.unioned or s is not e.tail for s, e in

@@ -80,6 +80,9 @@ class TestDefinitions:
          "event time is one column; their watermarks name time, ts"),
         (lambda p: _twice(p),
          "union() joins each source's stream once"),
+        (lambda p: p.source(seq()).union(p.source(seq())).map(lambda r: r)
+         .union(p.source(seq())),
+         "union() joins all the sources at once"),
         (lambda p: p.source(seq()).sink(sinks.discard()) or p.source(seq()).sink(sinks.discard()),
          "sink() on the stream of a second source"),
     ])
