@@ -13,11 +13,12 @@ need to be pickled.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import enum
 import re
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import pyarrow as pa
 
@@ -284,7 +285,34 @@ class Pipeline:
         return [op for op in self.ops if isinstance(op, KeyedOp)]
 
 
-class Stream:
+Continued = TypeVar("Continued", bound="Stream | SideStream")
+
+
+class RecordFunctions(abc.ABC, Generic[Continued]):
+    """``map``, ``flat_map``, ``filter`` and ``map_batches``: the same four on a stream
+    and on a side output, each appending a :class:`RecordOp` where the stream keeps
+    its functions (``_record``) and returning the continued stream."""
+
+    @abc.abstractmethod
+    def _record(self, kind: RecordKind, fn: Callable[..., Any], name: str | None
+                ) -> Continued: ...
+
+    def map(self, fn: Callable[[Record], Record], *, name: str | None = None) -> Continued:
+        return self._record(RecordKind.MAP, fn, name)
+
+    def flat_map(self, fn: Callable[[Record], Iterable[Record]], *,
+                 name: str | None = None) -> Continued:
+        return self._record(RecordKind.FLAT_MAP, fn, name)
+
+    def filter(self, fn: Callable[[Record], bool], *, name: str | None = None) -> Continued:
+        return self._record(RecordKind.FILTER, fn, name)
+
+    def map_batches(self, fn: Callable[[pa.RecordBatch], pa.RecordBatch | pa.Table], *,
+                    name: str | None = None) -> Continued:
+        return self._record(RecordKind.MAP_BATCHES, fn, name)
+
+
+class Stream(RecordFunctions["Stream"]):
     """A stream of records; each method returns the continued stream."""
 
     def __init__(self, pipeline: Pipeline, *, origin: KeyedOp | None = None,
@@ -331,20 +359,6 @@ class Stream:
             raise PipelineDefinitionError(
                 problem=f"{method}() on the stream of a second source: join it to the first "
                         f"with union() first, e.g. p.source(a).union(p.source(b)).{method}(...)")
-
-    def map(self, fn: Callable[[Record], Record], *, name: str | None = None) -> Stream:
-        return self._record(RecordKind.MAP, fn, name)
-
-    def flat_map(self, fn: Callable[[Record], Iterable[Record]], *,
-                 name: str | None = None) -> Stream:
-        return self._record(RecordKind.FLAT_MAP, fn, name)
-
-    def filter(self, fn: Callable[[Record], bool], *, name: str | None = None) -> Stream:
-        return self._record(RecordKind.FILTER, fn, name)
-
-    def map_batches(self, fn: Callable[[pa.RecordBatch], pa.RecordBatch | pa.Table], *,
-                    name: str | None = None) -> Stream:
-        return self._record(RecordKind.MAP_BATCHES, fn, name)
 
     def window(self, assigner: WindowAssigner | SessionWindows, **_: Any) -> WindowedStream:
         """Windows are per key: ``key_by(...).window(...)``."""
@@ -556,7 +570,7 @@ class WindowedStream:
             event_time=strategy.column))
 
 
-class SideStream:
+class SideStream(RecordFunctions["SideStream"]):
     """A side output of a keyed operator: record functions, then a sink."""
 
     def __init__(self, pipeline: Pipeline, branch: Branch) -> None:
@@ -573,20 +587,6 @@ class SideStream:
         uid = name or f"{branch.origin.uid}.{branch.tag}.{len(branch.ops) + 1:02d}-{kind}"
         branch.ops.append(RecordOp(kind=kind, fn=fn, uid=uid))
         return self
-
-    def map(self, fn: Callable[[Record], Record], *, name: str | None = None) -> SideStream:
-        return self._record(RecordKind.MAP, fn, name)
-
-    def flat_map(self, fn: Callable[[Record], Iterable[Record]], *,
-                 name: str | None = None) -> SideStream:
-        return self._record(RecordKind.FLAT_MAP, fn, name)
-
-    def filter(self, fn: Callable[[Record], bool], *, name: str | None = None) -> SideStream:
-        return self._record(RecordKind.FILTER, fn, name)
-
-    def map_batches(self, fn: Callable[[pa.RecordBatch], pa.RecordBatch | pa.Table], *,
-                    name: str | None = None) -> SideStream:
-        return self._record(RecordKind.MAP_BATCHES, fn, name)
 
     def key_by(self, key: str | KeySelector) -> KeyedStream:
         """Not on a side output yet: it runs in its operator's task, with no exchange."""
