@@ -149,7 +149,11 @@ def _keys_batch(keys: np.ndarray) -> Batch:
 def _old_snapshot_copies(operator: AggregateOperator) -> Any:
     """The synchronous part before copy-on-write arrays: every array copied."""
     snapshot: Any = operator.snapshot()
-    return (snapshot.keys.copy(), snapshot.groups.copy(),
+    keys = snapshot.keys
+    # Arrow keys are copied by concatenating them with nothing (a new buffer).
+    copied = keys.copy() if isinstance(keys, np.ndarray) else \
+        pa.concat_arrays([keys, keys.slice(0, 0)])
+    return (copied, snapshot.groups.copy(),
             {name: values.copy() for name, values in snapshot.accumulators.items()})
 
 

@@ -17,7 +17,7 @@ import abc
 import dataclasses
 import enum
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 import pyarrow as pa
@@ -77,12 +77,18 @@ class RecordOp:
 
 @dataclasses.dataclass(frozen=True)
 class KeyBy:
-    key: str | KeySelector
+    key: str | tuple[str, ...] | KeySelector
+    """A column, several columns (a composite key), or a function of the record."""
     uid: str
 
     @property
-    def key_name(self) -> str:
-        return self.key if isinstance(self.key, str) else "key"
+    def columns(self) -> tuple[str, ...] | None:
+        """The key's columns; ``None`` for a function."""
+        if isinstance(self.key, str):
+            return (self.key,)
+        if isinstance(self.key, tuple):
+            return self.key
+        return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -365,11 +371,27 @@ class Stream(RecordFunctions["Stream"]):
         raise PipelineDefinitionError(
             problem="window() needs key_by() before it: windows hold state per key")
 
-    def key_by(self, key: str | KeySelector) -> KeyedStream:
+    def key_by(self, key: str | Sequence[str] | KeySelector) -> KeyedStream:
+        """Partition by a column, by several columns (``key_by(["country", "device"])``:
+        the key is the tuple of their values), or by a function ``fn(record) -> key``."""
         self._joined("key_by")
-        if not (isinstance(key, str) or callable(key)):
-            raise PipelineDefinitionError(problem="key_by() needs a column name or a function")
-        op = KeyBy(key=key, uid=self._p._uid("key_by", None))
+        spec: str | tuple[str, ...] | KeySelector
+        if isinstance(key, list | tuple):
+            spec = tuple(key)
+            if not spec or not all(isinstance(c, str) and c for c in spec):
+                raise PipelineDefinitionError(
+                    problem=f"key_by() with several columns needs their names, got {key!r}")
+            if len(set(spec)) < len(spec):
+                raise PipelineDefinitionError(
+                    problem=f"key_by() names a column twice: {list(spec)}")
+            if len(spec) == 1:
+                spec = spec[0]
+        elif isinstance(key, str) or callable(key):
+            spec = key
+        else:
+            raise PipelineDefinitionError(
+                problem="key_by() needs a column name, a list of column names or a function")
+        op = KeyBy(key=spec, uid=self._p._uid("key_by", None))
         self._p._append(self, op)
         keyed = KeyedStream(self._p, op)
         self._p._tail = keyed
@@ -473,8 +495,9 @@ class KeyedStream:
         before every checkpoint barrier), so an input batch here holds the updates of
         many records: a key is emitted once per flush, with the same aggregates.
         """
-        if not isinstance(self._key.key, str):
-            raise PipelineDefinitionError(problem="aggregate() needs key_by(<column name>)")
+        if self._key.columns is None:
+            raise PipelineDefinitionError(
+                problem="aggregate() needs key_by(<column name>) or key_by([<columns>])")
         return self._keyed(KeyedOp(kind=KeyedKind.AGGREGATE, uid=self._p._uid("aggregate", name),
                                    key=self._key, aggregates=aggregate_specs(outputs)))
 
@@ -495,8 +518,9 @@ class KeyedStream:
                 problem="window() needs event time: give the source watermarks, e.g. "
                         "p.source(src, watermarks=watermarks.bounded_out_of_orderness("
                         "'ts', max_delay='5s'))")
-        if not isinstance(self._key.key, str):
-            raise PipelineDefinitionError(problem="window() needs key_by(<column name>)")
+        if self._key.columns is None:
+            raise PipelineDefinitionError(
+                problem="window() needs key_by(<column name>) or key_by([<columns>])")
         lateness = duration_ms(allowed_lateness, what="window() allowed_lateness")
         return WindowedStream(self, assigner=assigner, allowed_lateness=lateness)
 
@@ -522,7 +546,7 @@ class WindowedStream:
         strategy = keyed._p.watermarks
         assert strategy is not None
         specs = aggregate_specs(outputs)
-        taken = {str(keyed._key.key), "window_start", "window_end"}
+        taken = {*(keyed._key.columns or ()), "window_start", "window_end"}
         clash = [out for out, _, _ in specs if out in taken]
         if clash:
             raise PipelineDefinitionError(

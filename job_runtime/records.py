@@ -1,30 +1,47 @@
-"""Batches of records, stable key hashing and key groups.
+"""Batches of records, and how their keys map to key groups and subtasks.
 
 Records travel in batches. A batch is either an Arrow ``RecordBatch`` (what the
 sources produce and what vectorised functions work on) or a list of dicts (what
 record functions such as ``map`` produce); each form is converted to the other
 only when an operator needs it.
 
-Keys are hashed with a hash that is the same in every process (Python's own
-``hash`` of a ``str`` is salted per process), then mapped to one of
+Keys are hashed by :mod:`job_runtime.key_hashing` into one of
 ``max_parallelism`` key groups. Key groups, not keys, are assigned to subtasks,
 which is what lets a restore change the parallelism.
 """
 
 from __future__ import annotations
 
-import struct
-import zlib
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+from job_runtime.key_hashing import key_group_of, key_groups_of_array, stable_hash
+
 Record = dict[str, Any]
 KeySelector = Callable[[Record], Any]
+KeySpec = str | tuple[str, ...] | Callable[[Record], Any]
+"""What ``key_by`` keys by: a column, several columns (a composite key: a tuple of
+their values), or a function of the record."""
 
-_MASK64 = (1 << 64) - 1
+__all__ = [
+    "Batch",
+    "KeySelector",
+    "KeySpec",
+    "Record",
+    "extract_keys",
+    "key_array",
+    "key_group_of",
+    "key_group_range",
+    "key_groups_of_array",
+    "key_groups_of_batch",
+    "key_of",
+    "operator_index_for_key_group",
+    "split_by_target",
+    "stable_hash",
+]
 
 
 class Batch:
@@ -76,64 +93,6 @@ class Batch:
         return Batch(rows=[rows[i] for i in indices.tolist()])
 
 
-def _mix64(value: int) -> int:
-    """A 64-bit finaliser (splitmix64) so that nearby integers spread evenly."""
-    z = (value + 0x9E3779B97F4A7C15) & _MASK64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return z ^ (z >> 31)
-
-
-def _mix64_array(values: np.ndarray) -> np.ndarray:
-    with np.errstate(over="ignore"):
-        z = values.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return np.asarray(z ^ (z >> np.uint64(31)))
-
-
-def stable_hash(key: Any) -> int:
-    """A non-negative 64-bit hash of ``key`` that every process computes alike."""
-    if isinstance(key, bool):
-        return _mix64(int(key))
-    if isinstance(key, int):
-        return _mix64(key & _MASK64)
-    if isinstance(key, str):
-        return _mix64(zlib.crc32(key.encode("utf-8")))
-    if isinstance(key, bytes):
-        return _mix64(zlib.crc32(key))
-    if isinstance(key, float):
-        if key.is_integer():
-            return _mix64(int(key) & _MASK64)
-        return _mix64(struct.unpack("<q", struct.pack("<d", key))[0] & _MASK64)
-    if isinstance(key, tuple):
-        acc = 17
-        for part in key:
-            acc = _mix64((acc * 31 + stable_hash(part)) & _MASK64)
-        return acc
-    if key is None:
-        return 0
-    return _mix64(zlib.crc32(repr(key).encode("utf-8")))
-
-
-def key_group_of(key: Any, max_parallelism: int) -> int:
-    return stable_hash(key) % max_parallelism
-
-
-def key_groups_of_array(column: pa.Array | pa.ChunkedArray, max_parallelism: int) -> np.ndarray:
-    """Key groups of a whole column; vectorised for integer columns."""
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks()
-    if pa.types.is_integer(column.type) and column.null_count == 0:
-        hashed = _mix64_array(column.to_numpy(zero_copy_only=False).astype(np.int64))
-        return np.asarray(hashed % np.uint64(max_parallelism), dtype=np.int64)
-    return np.fromiter(
-        (key_group_of(v, max_parallelism) for v in column.to_pylist()),
-        dtype=np.int64,
-        count=len(column),
-    )
-
-
 def operator_index_for_key_group(key_group: int, *, parallelism: int, max_parallelism: int) -> int:
     """Which subtask owns ``key_group`` (contiguous ranges, as Flink assigns them)."""
     return key_group * parallelism // max_parallelism
@@ -146,17 +105,38 @@ def key_group_range(subtask: int, *, parallelism: int, max_parallelism: int) -> 
     return range(start, end)
 
 
-def extract_keys(batch: Batch, key: str | KeySelector) -> list[Any]:
+def key_of(record: Record, key: KeySpec) -> Any:
+    """The key of one record."""
     if isinstance(key, str):
+        return record[key]
+    if isinstance(key, tuple):
+        return tuple(record[column] for column in key)
+    return key(record)
+
+
+def key_array(arrow: pa.RecordBatch, key: str | tuple[str, ...]) -> pa.Array:
+    """The key column of a batch; a composite key's columns as one struct column (which
+    hashes as the tuple of their values)."""
+    if isinstance(key, str):
+        column = arrow.column(key)
+        return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    return pa.StructArray.from_arrays([arrow.column(column) for column in key],
+                                      names=list(key))
+
+
+def extract_keys(batch: Batch, key: KeySpec) -> list[Any]:
+    if isinstance(key, str | tuple):
         if batch.has_arrow:
-            return list(batch.arrow.column(key).to_pylist())
-        return [r[key] for r in batch.rows]
+            columns = [batch.arrow.column(c).to_pylist()
+                       for c in ((key,) if isinstance(key, str) else key)]
+            return columns[0] if isinstance(key, str) else list(zip(*columns, strict=True))
+        return [key_of(r, key) for r in batch.rows]
     return [key(r) for r in batch.rows]
 
 
-def key_groups_of_batch(batch: Batch, key: str | KeySelector, max_parallelism: int) -> np.ndarray:
-    if isinstance(key, str) and batch.has_arrow:
-        return key_groups_of_array(batch.arrow.column(key), max_parallelism)
+def key_groups_of_batch(batch: Batch, key: KeySpec, max_parallelism: int) -> np.ndarray:
+    if not callable(key) and batch.has_arrow:
+        return key_groups_of_array(key_array(batch.arrow, key), max_parallelism)
     return np.fromiter(
         (key_group_of(k, max_parallelism) for k in extract_keys(batch, key)),
         dtype=np.int64,
@@ -165,7 +145,7 @@ def key_groups_of_batch(batch: Batch, key: str | KeySelector, max_parallelism: i
 
 
 def split_by_target(
-    batch: Batch, key: str | KeySelector, *, parallelism: int, max_parallelism: int
+    batch: Batch, key: KeySpec, *, parallelism: int, max_parallelism: int
 ) -> list[tuple[int, Batch]]:
     """Partition a batch into per-subtask batches by the key group of each record."""
     groups = key_groups_of_batch(batch, key, max_parallelism)

@@ -119,9 +119,9 @@ def source_columns(pipeline: Pipeline) -> frozenset[str] | None:
     for op in pipeline.ops:
         if isinstance(op, KeyBy):
             continue
-        if (isinstance(op, KeyedOp) and op.vectorised and isinstance(op.key.key, str)
+        if (isinstance(op, KeyedOp) and op.vectorised and op.key.columns is not None
                 and id(op) not in branched):
-            return frozenset({op.key.key, *(column for _, _, column in op.aggregates
+            return frozenset({*op.key.columns, *(column for _, _, column in op.aggregates
                                             if column is not None),
                               *([] if event_time is None else [event_time])})
         return None

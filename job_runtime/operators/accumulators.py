@@ -19,10 +19,11 @@ know from raw records.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
+
+from job_runtime.operators.key_index import dense_offsets, factorize_keys
 
 PARTIAL_VERSION = 1
 PARTIAL_PREFIX = f"__cjob_partial_v{PARTIAL_VERSION}:"
@@ -61,70 +62,40 @@ def initial(func: str, n: int) -> np.ndarray:
     return np.full(n, -np.inf)
 
 
-DENSE_SPAN_FACTOR = 4
-"""Integer keys whose range is at most this many times their number are numbered by
-direct addressing (see :func:`factorize`)."""
-
-
-def dense_offsets(keys: np.ndarray) -> tuple[np.ndarray, int, int] | None:
-    """``(keys - low, low, span)`` for integer keys that fill their range densely.
-
-    Such keys (ids, buckets, ``seq % n``) can be numbered by their offset from the
-    smallest one, with arrays as long as the range and no hashing: several times
-    faster than a hash table over a million keys. ``None`` for other keys.
-    """
-    if keys.dtype.kind not in "iu" or not len(keys):
-        return None
-    low, high = int(keys.min()), int(keys.max())
-    span = high - low + 1
-    if span > max(DENSE_SPAN_FACTOR * len(keys), 1 << 16):
-        return None
-    offsets = np.asarray(keys - keys.dtype.type(low)).astype(np.intp, copy=False)
-    return offsets, low, span
-
-
-def factorize(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(codes, uniques)``: ``uniques[codes]`` equals ``keys``, ``uniques`` distinct.
-
-    Dense integer keys are numbered by :func:`dense_offsets`, others by pandas'
-    hash table. Only the order of ``uniques`` differs between the two (sorted
-    here, first appearance there); nothing depends on it.
-    """
-    dense = dense_offsets(keys)
-    if dense is not None:
-        offsets, low, span = dense
-        present = np.zeros(span, dtype=bool)
-        present[offsets] = True
-        found = np.flatnonzero(present)
-        numbers = np.empty(span, dtype=np.intp)
-        numbers[found] = np.arange(len(found))
-        return numbers[offsets], (found + low).astype(keys.dtype)
-    import pandas as pd
-
-    codes, uniques = pd.factorize(keys)
-    return np.asarray(codes), np.asarray(uniques)
-
-
-def fold_keys(*, keys: np.ndarray, column: Callable[[str], np.ndarray],
+def fold_keys(*, keys: pa.Array | pa.ChunkedArray, column: Callable[[str], np.ndarray],
               specs: AccumulatorSpecs,
-              partial: bool = False) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+              partial: bool = False) -> tuple[pa.Array, dict[str, np.ndarray]]:
     """``(distinct keys, their folded accumulators)`` for records, or for partial rows
     when ``partial`` (the combiner's flush; see :func:`fold`).
 
     Dense integer keys are folded straight into arrays over their range, which
-    are then cut down to the keys present: no numbering pass at all.
+    are then cut down to the keys present: no numbering pass at all. Keys of any
+    other type are numbered by :func:`~job_runtime.operators.key_index.factorize_keys`.
     """
-    dense = dense_offsets(keys)
+    if isinstance(keys, pa.ChunkedArray):
+        keys = keys.combine_chunks()
+    dense = None
+    if pa.types.is_integer(keys.type) and not keys.null_count:
+        numbers = np.asarray(keys.to_numpy(zero_copy_only=False))
+        dense = dense_offsets(numbers)
     if dense is None:
-        codes, uniques = factorize(keys)
+        codes, uniques = factorize_keys(keys)
         return uniques, fold(column=column, codes=codes, n_unique=len(uniques), specs=specs,
                              partial=partial)
     offsets, low, span = dense
     folded = fold(column=column, codes=offsets, n_unique=span, specs=specs, partial=partial)
     counts = folded["count"] if "count" in folded else np.bincount(offsets, minlength=span)
     found = np.flatnonzero(counts)
-    return ((found + low).astype(keys.dtype),
+    return (pa.array((found + low).astype(np.int64), type=pa.int64()),
             {name: values[found] for name, values in folded.items()})
+
+
+def key_columns_of(key: str | tuple[str, ...], keys: pa.Array
+                   ) -> tuple[list[str], list[pa.Array]]:
+    """The output columns of keys: the key column, or a composite key's columns."""
+    if isinstance(key, str):
+        return [key], [keys]
+    return list(key), list(keys.flatten())
 
 
 def is_partial(arrow: pa.RecordBatch) -> bool:
@@ -200,8 +171,11 @@ def merge_into(accumulators: dict[str, np.ndarray], slots: np.ndarray,
             acc[slots] = np.maximum(acc[slots], folded[name])
 
 
-def partial_batch(*, key_column: str, keys: Any, folded: dict[str, np.ndarray]) -> pa.RecordBatch:
-    """The partial batch of ``keys`` (one row each) with their folded accumulators."""
-    arrays = [pa.array(keys), *(pa.array(values) for values in folded.values())]
-    names = [key_column, *(PARTIAL_PREFIX + name for name in folded)]
+def partial_batch(*, key: str | tuple[str, ...], keys: pa.Array,
+                  folded: dict[str, np.ndarray]) -> pa.RecordBatch:
+    """The partial batch of ``keys`` (one row each; a composite key's as its columns)
+    with their folded accumulators."""
+    names, arrays = key_columns_of(key, keys)
+    arrays = [*arrays, *(pa.array(values) for values in folded.values())]
+    names = [*names, *(PARTIAL_PREFIX + name for name in folded)]
     return pa.RecordBatch.from_arrays(arrays, names=names)

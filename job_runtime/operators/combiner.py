@@ -38,16 +38,19 @@ from job_runtime.operators.accumulators import (
     fold_keys,
     partial_batch,
 )
+from job_runtime.operators.key_index import concat_keys, typed_keys
 from job_runtime.pipeline import KeyedOp
-from job_runtime.records import Batch
+from job_runtime.records import Batch, key_array
 
+KEY = "__cjob_key"
+"""Where the buffer keeps the key column (a struct of the columns of a composite key)."""
 DEFAULT_MAX_RECORDS = 1_000_000
 """Records buffered before they are folded (and partial rows kept before they are
 merged or sent): a few tens of MB of key and value columns."""
 DEFAULT_MAX_DELAY = 0.25
 """Seconds the oldest buffered record waits at most (besides the barrier flush)."""
 
-Folded = tuple[np.ndarray, dict[str, np.ndarray]]
+Folded = tuple[pa.Array, dict[str, np.ndarray]]
 """Distinct keys and, per accumulator, their partial values (one per key)."""
 
 
@@ -57,11 +60,12 @@ class Combiner:
     def __init__(self, *, op: KeyedOp, max_records: int = DEFAULT_MAX_RECORDS,
                  max_delay: float = DEFAULT_MAX_DELAY) -> None:
         key = op.key.key
-        assert isinstance(key, str), "aggregate() is keyed by a column name"
-        self.key_column = key
+        assert isinstance(key, str | tuple), "aggregate() is keyed by columns"
+        self.key: str | tuple[str, ...] = key
         self.specs = accumulator_specs(op.aggregates)
         values = sorted({c for _, c in self.specs.values() if c is not None})
-        self.columns = list(dict.fromkeys([key, *values]))
+        self.value_columns = frozenset(values)
+        self.columns = [KEY, *values]
         self.max_records = max_records
         self.max_delay = max_delay
         self._parts: dict[str, list[pa.Array | pa.ChunkedArray]] = {c: [] for c in self.columns}
@@ -81,10 +85,12 @@ class Combiner:
         if not len(batch):
             return
         arrow = batch.arrow
+        keys = key_array(arrow, self.key)
         if not len(self):
             self._oldest = time.monotonic()
-            self._key_type = arrow.column(self.key_column).type
-        for column in self.columns:
+            self._key_type = keys.type
+        self._parts[KEY].append(keys)
+        for column in self.value_columns:
             self._parts[column].append(arrow.column(column))
         self._records += arrow.num_rows
         self.records_in += arrow.num_rows
@@ -110,8 +116,7 @@ class Combiner:
         uniques, folded = self._merge_folds()
         self._folds = []
         self._folded_rows = 0
-        out = partial_batch(key_column=self.key_column,
-                            keys=pa.array(np.asarray(uniques), type=self._key_type),
+        out = partial_batch(key=self.key, keys=typed_keys(uniques, self._key_type),
                             folded=folded)
         self.rows_out += out.num_rows
         return Batch(arrow=out)
@@ -122,12 +127,15 @@ class Combiner:
             return
         columns: dict[str, np.ndarray] = {}
         for column, parts in self._parts.items():
+            if column not in self.value_columns:
+                continue
             chunks = [np.asarray(p.to_numpy(zero_copy_only=False)) for p in parts]
             columns[column] = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
+        # The keys stay in Arrow: strings are hashed in their buffers, never as objects.
+        keys = concat_keys(self._parts[KEY])
         self._parts = {c: [] for c in self.columns}
         self._records = 0
-        uniques, folded = fold_keys(keys=columns[self.key_column],
-                                    column=columns.__getitem__, specs=self.specs)
+        uniques, folded = fold_keys(keys=keys, column=columns.__getitem__, specs=self.specs)
         self._folds.append((uniques, folded))
         self._folded_rows += len(uniques)
 
@@ -135,7 +143,7 @@ class Combiner:
         """The held partial rows folded into one row per distinct key."""
         if len(self._folds) == 1:
             return self._folds[0]
-        keys = np.concatenate([uniques for uniques, _ in self._folds])
+        keys = concat_keys([uniques for uniques, _ in self._folds])
         partials = {PARTIAL_PREFIX + name: np.concatenate([f[name] for _, f in self._folds])
                     for name in self.specs}
         return fold_keys(keys=keys, column=partials.__getitem__, specs=self.specs,

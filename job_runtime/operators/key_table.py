@@ -2,8 +2,9 @@
 window of a windowed ``aggregate``.
 
 A key has a slot; its accumulators are the slot's entries of one array per
-accumulator. The key-to-slot index is a pandas index (a C hash table), so a batch
-is folded in without a Python loop over its records or its keys.
+accumulator. The key-to-slot index is a :class:`~job_runtime.operators.key_index.KeyIndex`
+(keys in Arrow arrays, found by a vectorised identity), so a batch is folded in
+without a Python loop, or a Python object, per record or per key.
 
 Snapshots are copy-on-write: a snapshot takes the current arrays as they are and
 marks them shared; the first batch after it that changes accumulators in place
@@ -21,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from job_runtime.operators.accumulators import AccumulatorSpecs, initial, merge_into
+from job_runtime.operators.key_index import KeyFamily, KeyIndex
 from job_runtime.records import key_groups_of_array
 
 
@@ -28,51 +30,42 @@ class KeyTable:
     """The accumulators ``specs`` of every key seen, one slot per key."""
 
     def __init__(self, *, specs: AccumulatorSpecs, max_parallelism: int) -> None:
-        # pandas is imported here, not with the module: it is half a second of every
-        # Python worker's start, and only the aggregates need it.
-        import pandas as pd
-
         self._specs = specs
         self._max_parallelism = max_parallelism
-        self._index = pd.Index([])
-        self.keys = np.empty(0, dtype=object)
+        self.index = KeyIndex()
         self.groups = np.empty(0, dtype=np.int64)
-        self.size = 0
         self.acc: dict[str, np.ndarray] = {}
         self._shared = False
         self.array_copies = 0
         """Accumulator arrays copied because a snapshot still held them (observable
         by tests and benchmarks: at most one per accumulator and interval)."""
 
-    def slots(self, uniques: np.ndarray) -> np.ndarray:
+    @property
+    def size(self) -> int:
+        return self.index.size
+
+    def key_values(self, slots: np.ndarray) -> pa.Array:
+        """The keys at ``slots``."""
+        return self.index.take(slots)
+
+    def slots(self, uniques: pa.Array) -> np.ndarray:
         """The slots of distinct keys, new keys given new slots."""
-        slots = self._index.get_indexer(uniques) if self.size else np.full(len(uniques), -1)
-        missing = slots < 0
-        if missing.any():
-            start = self.size
-            self._grow(np.asarray(uniques[missing]))
-            slots = slots.copy()
-            slots[missing] = np.arange(start, self.size)
+        start = self.size
+        slots = self.index.slots(uniques)
+        if self.size > start:
+            self._grown(start)
         return slots
 
-    def _grow(self, new_keys: np.ndarray) -> None:
-        import pandas as pd
-
-        n_new = len(new_keys)
-        # Restored keys come as objects: a list lets pandas infer their type again.
-        added = pd.Index(new_keys.tolist() if new_keys.dtype == object else new_keys)
-        # Started from the new keys' own index while empty: an empty index has no
-        # type, and the keys' type (int64 rather than object) keeps lookups fast.
-        self._index = added if not self.size else self._index.append(added)
-        self.keys = np.concatenate([self.keys, new_keys.astype(object)])
-        groups = key_groups_of_array(pa.array(new_keys.tolist()), self._max_parallelism)
+    def _grown(self, start: int) -> None:
+        n_new = self.size - start
+        new_keys = self.index.take(np.arange(start, self.size))
+        groups = key_groups_of_array(new_keys, self._max_parallelism)
         self.groups = np.concatenate([self.groups, groups])
         for name, (func, _) in self._specs.items():
             current = self.acc.get(name, initial(func, 0))
             self.acc[name] = np.concatenate([current, initial(func, n_new)])
         # New arrays throughout: a snapshot holding the old ones is safe from here on.
         self._shared = False
-        self.size += n_new
 
     def merge(self, slots: np.ndarray, folded: dict[str, np.ndarray]) -> None:
         """Fold per-key partials in at ``slots`` (distinct), copying shared arrays first."""
@@ -100,21 +93,42 @@ class KeyTable:
         return names, arrays
 
     def snapshot(self) -> dict[str, Any]:
-        """References only: the arrays are copied by the next write that needs it."""
+        """References only: the arrays are copied by the next write that needs it.
+
+        ``keys`` is an Arrow array, or (keys of several types) a numpy array of
+        Python values, the form every earlier snapshot has."""
         self._shared = True
-        return {"keys": self.keys, "groups": self.groups, "accumulators": dict(self.acc)}
+        keys: pa.Array | np.ndarray = self.index.keys if self.index.family != KeyFamily.OBJECT \
+            else _object_array(self.index.object_values())
+        return {"keys": keys, "groups": self.groups, "accumulators": dict(self.acc)}
 
     def restore(self, payload: dict[str, Any], *, key_groups: range) -> int:
-        """Add the keys of ``payload`` (a :meth:`snapshot`) in ``key_groups``; returns
-        how many."""
+        """Add the keys of ``payload`` (a :meth:`snapshot`, or an older one whose keys
+        are a numpy array) in ``key_groups``; returns how many."""
         groups = payload["groups"]
         mask = (groups >= key_groups.start) & (groups < key_groups.stop)
         if not mask.any():
             return 0
-        keys = payload["keys"][mask]
+        keys = payload["keys"]
         start = self.size
-        self._grow(np.asarray(keys))
+        if isinstance(keys, np.ndarray):
+            slots = self.index.slots_of_values(keys[mask].tolist())
+        else:
+            slots = self.index.slots(keys.filter(pa.array(mask)))
+        if self.size > start:
+            self._grown(start)
+        if not np.array_equal(slots, np.arange(start, start + len(slots))):
+            raise ValueError("a restored key table holds a key twice, or a key of another "
+                             "table: the checkpoint's key groups overlap")
         for name, values in payload["accumulators"].items():
             if name in self.acc:
                 self.acc[name][start:self.size] = values[mask]
         return int(mask.sum())
+
+
+def _object_array(values: list[Any]) -> np.ndarray:
+    """A one-dimensional numpy array of Python values (tuples stay values)."""
+    out = np.empty(len(values), dtype=object)
+    for i, value in enumerate(values):
+        out[i] = value
+    return out

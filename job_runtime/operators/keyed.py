@@ -23,11 +23,12 @@ from job_runtime.operators.accumulators import (
     accumulator_specs,
     arrow_columns,
     check_partial,
-    factorize,
     fold,
     is_partial,
+    key_columns_of,
 )
 from job_runtime.operators.base import KeyedOperator, StateSnapshot
+from job_runtime.operators.key_index import factorize_keys, typed_keys
 from job_runtime.operators.key_table import KeyTable
 from job_runtime.operators.record_keyed import RecordKeyedOperator
 from job_runtime.operators.session_function import SessionProcessOperator, SessionReduceOperator
@@ -35,7 +36,7 @@ from job_runtime.operators.session_window import SessionWindowOperator
 from job_runtime.operators.window_aggregate import WindowAggregateOperator
 from job_runtime.operators.window_function import WindowProcessOperator, WindowReduceOperator
 from job_runtime.pipeline import KeyedKind, KeyedOp
-from job_runtime.records import Batch, Record
+from job_runtime.records import Batch, Record, key_array
 from job_runtime.state.backend import (
     StateBackendSettings,
 )
@@ -149,14 +150,19 @@ class ProcessOperator(RecordKeyedOperator):
         return restored
 
 
+AGGREGATE_SNAPSHOT_VERSION = 2
+"""Version 2 keeps the keys as an Arrow array (version 1: a numpy array of Python
+objects; both restore)."""
+
+
 class _AggregateSnapshot:
     def __init__(self, payload: dict[str, Any]) -> None:
-        self.keys: np.ndarray = payload["keys"]
+        self.keys: pa.Array | np.ndarray = payload["keys"]
         self.groups: np.ndarray = payload["groups"]
         self.accumulators: dict[str, np.ndarray] = payload["accumulators"]
 
     def serialize(self) -> bytes:
-        payload = {"version": 1, "keys": self.keys, "groups": self.groups,
+        payload = {"version": AGGREGATE_SNAPSHOT_VERSION, "keys": self.keys, "groups": self.groups,
                    "accumulators": self.accumulators}
         return pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
 
@@ -170,8 +176,9 @@ class AggregateOperator(KeyedOperator):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.key_column = self.op.key.key
-        assert isinstance(self.key_column, str)
+        key = self.op.key.key
+        assert isinstance(key, str | tuple)
+        self.key: str | tuple[str, ...] = key
         self._acc_specs = accumulator_specs(self.op.aggregates)
         self.table = KeyTable(specs=self._acc_specs, max_parallelism=self.max_parallelism)
 
@@ -189,27 +196,32 @@ class AggregateOperator(KeyedOperator):
         partial = is_partial(arrow)
         if partial:
             check_partial(arrow.schema.names, self._acc_specs)
-        keys = arrow.column(self.key_column).to_numpy(zero_copy_only=False)
-        codes, uniques = factorize(np.asarray(keys))
+        key_column = key_array(arrow, self.key)
+        codes, uniques = factorize_keys(key_column)
         slots = self.table.slots(uniques)
         folded = fold(column=arrow_columns(arrow), codes=codes, n_unique=len(uniques),
                       specs=self._acc_specs, partial=partial)
         self.table.merge(slots, folded)
         # The batch's distinct keys are the touched keys, in the order of ``slots``,
         # already typed: no Python object per key on the way out.
-        key_type = arrow.schema.field(self.key_column).type
+        key_names, key_arrays = key_columns_of(self.key, typed_keys(uniques, key_column.type))
         names, arrays = self.table.output(self.op.aggregates, slots)
-        return Batch(arrow=pa.RecordBatch.from_arrays(
-            [pa.array(np.asarray(uniques), type=key_type), *arrays],
-            names=[str(self.key_column), *names]))
+        return Batch(arrow=pa.RecordBatch.from_arrays([*key_arrays, *arrays],
+                                                      names=[*key_names, *names]))
 
     def snapshot(self) -> StateSnapshot:
         """References only: the arrays are copied by the next write that needs it."""
         return _AggregateSnapshot(self.table.snapshot())
 
     def restore(self, blobs: Iterable[bytes]) -> int:
-        return sum(self.table.restore(pickle.loads(blob), key_groups=self.key_groups)
-                   for blob in blobs)
+        restored = 0
+        for blob in blobs:
+            payload = pickle.loads(blob)
+            if payload.get("version") not in (1, AGGREGATE_SNAPSHOT_VERSION):
+                raise ValueError(f"aggregate state of version {payload.get('version')!r}: this "
+                                 f"runtime reads versions 1 to {AGGREGATE_SNAPSHOT_VERSION}")
+            restored += self.table.restore(payload, key_groups=self.key_groups)
+        return restored
 
     def key_count(self) -> int:
         return self.table.size

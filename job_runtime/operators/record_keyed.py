@@ -9,7 +9,13 @@ from collections.abc import Iterable
 from typing import Any
 
 from job_runtime.operators.base import KeyedOperator
-from job_runtime.records import Batch, key_group_of, key_groups_of_array
+from job_runtime.records import (
+    Batch,
+    extract_keys,
+    key_array,
+    key_group_of,
+    key_groups_of_array,
+)
 from job_runtime.state.backend import AnySnapshot
 from job_runtime.state.backends import create_backend, restore_keyed_state
 
@@ -23,15 +29,14 @@ class RecordKeyedOperator(KeyedOperator):
                                       operator=self.op.uid, subtask=self.subtask)
 
     def _keys(self, batch: Batch) -> tuple[list[Any], list[int]]:
+        """The key of every record and its key group, the groups vectorised for keys
+        that are columns (a composite key's: the tuple of its columns' values)."""
         key = self.op.key.key
-        if isinstance(key, str):
-            if batch.has_arrow:
-                column = batch.arrow.column(key)
-                return column.to_pylist(), key_groups_of_array(column,
-                                                               self.max_parallelism).tolist()
-            keys = [r[key] for r in batch.rows]
-        else:
-            keys = [key(r) for r in batch.rows]
+        if not callable(key) and batch.has_arrow:
+            column = key_array(batch.arrow, key)
+            groups = key_groups_of_array(column, self.max_parallelism).tolist()
+            return extract_keys(batch, key), groups
+        keys = extract_keys(batch, key)
         mp = self.max_parallelism
         return keys, [key_group_of(k, mp) for k in keys]
 

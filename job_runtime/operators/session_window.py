@@ -56,9 +56,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from job_runtime.operators.accumulators import accumulator_specs
+from job_runtime.operators.accumulators import accumulator_specs, key_columns_of
 from job_runtime.operators.record_window import RecordWindowOperator
-from job_runtime.records import Batch
+from job_runtime.records import Batch, key_array
 from job_runtime.state.timers import TimeDomain
 from job_runtime.watermarks import TimeKind, time_array
 from job_runtime.windows import LATE_DATA, SessionWindows
@@ -98,8 +98,8 @@ class SessionWindowOperator(RecordWindowOperator):
         super().__init__(**kwargs)
         op = self.op
         assert isinstance(op.window, SessionWindows)
-        assert isinstance(op.key.key, str)
-        self.key_column: str = op.key.key
+        assert isinstance(op.key.key, str | tuple)
+        self.key: str | tuple[str, ...] = op.key.key
         self.gap: int = op.window.gap
         self.specs: list[tuple[str, str | None]] = list(accumulator_specs(op.aggregates).values())
         """``(function, column)`` of each accumulator, in the order a session stores them."""
@@ -145,7 +145,7 @@ class SessionWindowOperator(RecordWindowOperator):
         columns = {column for _, column in self.specs if column is not None}
         if batch.has_arrow:
             arrow = batch.arrow
-            self._key_type = arrow.schema.field(self.key_column).type
+            self._key_type = key_array(arrow.slice(0, 0), self.key).type
             return {column: arrow.column(column).to_pylist() for column in columns}
         return {column: [row[column] for row in batch.rows] for column in columns}
 
@@ -258,9 +258,12 @@ class SessionWindowOperator(RecordWindowOperator):
         kind = self.time_kind or TimeKind.EPOCH_MS
         starts = np.array([session[0] for _, session in fired], dtype=np.int64)
         ends = np.array([session[1] for _, session in fired], dtype=np.int64)
-        names = [self.key_column, "window_start", "window_end"]
-        arrays = [pa.array([key for key, _ in fired], type=self._key_type),
-                  time_array(starts, time_kind=kind), time_array(ends, time_kind=kind)]
+        keys = pa.array([key if isinstance(self.key, str) else dict(zip(self.key, key,
+                                                                          strict=True))
+                         for key, _ in fired], type=self._key_type)
+        key_names, key_arrays = key_columns_of(self.key, keys)
+        names = [*key_names, "window_start", "window_end"]
+        arrays = [*key_arrays, time_array(starts, time_kind=kind), time_array(ends, time_kind=kind)]
         for out, func, column in self.op.aggregates:
             if func == "count":
                 counts = [acc[self._slot["count"]] for _, (_, _, _, acc) in fired]

@@ -34,17 +34,21 @@ from job_runtime.operators.accumulators import (
     PARTIAL_PREFIX,
     accumulator_specs,
     check_partial,
-    factorize,
     fold,
     is_partial,
+    key_columns_of,
 )
 from job_runtime.operators.base import KeyedOperator
+from job_runtime.operators.key_index import factorize_keys, factorize_numbers, typed_keys
 from job_runtime.operators.key_table import KeyTable
-from job_runtime.records import Batch, key_groups_of_array
+from job_runtime.records import Batch, key_array, key_groups_of_array
 from job_runtime.watermarks import MIN_WATERMARK, TimeKind, event_times, time_array
 from job_runtime.windows import LATE_DATA, WindowAssigner, by_start
 
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
+"""Version 2 keeps each window's keys as an Arrow array (version 1: a numpy array of
+Python objects; both restore)."""
+READABLE_VERSIONS = (1, SNAPSHOT_VERSION)
 
 
 class _WindowSnapshot:
@@ -66,8 +70,8 @@ class WindowAggregateOperator(KeyedOperator):
         super().__init__(**kwargs)
         op = self.op
         assert isinstance(op.window, WindowAssigner) and op.event_time is not None
-        assert isinstance(op.key.key, str)
-        self.key_column: str = op.key.key
+        assert isinstance(op.key.key, str | tuple)
+        self.key: str | tuple[str, ...] = op.key.key
         self.event_time: str = op.event_time
         self.assigner: WindowAssigner = op.window
         self.lateness: int = op.allowed_lateness
@@ -103,10 +107,11 @@ class WindowAggregateOperator(KeyedOperator):
                                                  operator=self.op.uid, subtask=self.subtask)
             windows = list(self.assigner.assign(stamps))
             records = None
-        key_array = arrow.column(self.key_column)
-        self._key_type = key_array.type
-        keys = np.asarray(key_array.to_numpy(zero_copy_only=False))
-        limit = self._row_limits(key_array)
+        keys = key_array(arrow, self.key)
+        self._key_type = keys.type
+        # The batch's keys are numbered once; each window renumbers the codes it got.
+        codes_of_batch, uniques_of_batch = factorize_keys(keys)
+        limit = self._row_limits(keys)
         columns = _RowColumns(arrow)
         fired: list[pa.RecordBatch] = []
         # Records (not partial rows) too late for every window they belong to go to
@@ -124,7 +129,8 @@ class WindowAggregateOperator(KeyedOperator):
                     else int(records[dropped].sum())
             if not len(kept):
                 continue
-            codes, uniques = factorize(keys[kept])
+            codes, present = factorize_numbers(codes_of_batch[kept])
+            uniques = uniques_of_batch.take(pa.array(present))
             table = self._windows.get(start)
             if table is None:
                 table = self._windows[start] = KeyTable(specs=self._specs,
@@ -166,12 +172,12 @@ class WindowAggregateOperator(KeyedOperator):
             self._fired_through = None
         return _concat(fired)
 
-    def _row_limits(self, key_array: pa.Array) -> int | np.ndarray:
+    def _row_limits(self, keys: pa.Array) -> int | np.ndarray:
         """Per row, the time its windows count as fired through (a scalar when every
         key group agrees)."""
         if self._fired_through is None:
             return self.watermark
-        groups = key_groups_of_array(key_array, self.max_parallelism)
+        groups = key_groups_of_array(keys, self.max_parallelism)
         limits: np.ndarray = np.maximum(self.watermark, self._fired_through[groups])
         return limits
 
@@ -187,11 +193,12 @@ class WindowAggregateOperator(KeyedOperator):
         n = len(slots)
         kind = self.time_kind or TimeKind.EPOCH_MS
         bounds = np.full(n, start, dtype=np.int64)
-        key_values = table.keys[slots].tolist()
+        key_names, key_arrays = key_columns_of(
+            self.key, typed_keys(table.key_values(slots), self._key_type))
         return pa.RecordBatch.from_arrays(
-            [pa.array(key_values, type=self._key_type), time_array(bounds, time_kind=kind),
+            [*key_arrays, time_array(bounds, time_kind=kind),
              time_array(bounds + self.assigner.size, time_kind=kind), *arrays],
-            names=[self.key_column, "window_start", "window_end", *names])
+            names=[*key_names, "window_start", "window_end", *names])
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -214,9 +221,9 @@ class WindowAggregateOperator(KeyedOperator):
         through = np.full(self.max_parallelism, MIN_WATERMARK, dtype=np.int64)
         for blob in blobs:
             payload = pickle.loads(blob)
-            if payload.get("version") != SNAPSHOT_VERSION:
-                raise ValueError(f"window state of version {payload.get('version')!r}, "
-                                 f"expected {SNAPSHOT_VERSION}")
+            if payload.get("version") not in READABLE_VERSIONS:
+                raise ValueError(f"window state of version {payload.get('version')!r}: this "
+                                 f"runtime reads versions 1 to {SNAPSHOT_VERSION}")
             lo, hi = payload["key_groups"]
             mine_lo, mine_hi = max(lo, self.key_groups.start), min(hi, self.key_groups.stop)
             if mine_lo < mine_hi:

@@ -14,8 +14,9 @@ import pytest
 from job_runtime import Pipeline
 from job_runtime.errors import UserCodeError
 from job_runtime.execution.stages import plan_stages
-from job_runtime.operators.accumulators import PARTIAL_PREFIX, factorize, is_partial
+from job_runtime.operators.accumulators import PARTIAL_PREFIX, is_partial
 from job_runtime.operators.combiner import Combiner
+from job_runtime.operators.key_index import factorize_keys
 from job_runtime.operators.keyed import AggregateOperator, build_keyed_operator
 from job_runtime.pipeline import KeyedOp
 from job_runtime.records import (
@@ -222,10 +223,9 @@ class TestFactorize:
         np.array([], dtype=np.int64),
     ], ids=["dense", "negative", "extremes", "sparse", "unsigned", "strings", "empty"])
     def test_codes_number_the_distinct_keys(self, keys: np.ndarray) -> None:
-        codes, uniques = factorize(keys)
-        assert len(set(uniques.tolist())) == len(uniques) == len(set(keys.tolist()))
-        assert uniques[codes].tolist() == keys.tolist()
-        assert uniques.dtype == keys.dtype or keys.dtype == object
+        codes, uniques = factorize_keys(pa.array(keys))
+        assert len(set(uniques.to_pylist())) == len(uniques) == len(set(keys.tolist()))
+        assert uniques.take(pa.array(codes, type=pa.int64())).to_pylist() == keys.tolist()
 
 
 class TestPartitioning:

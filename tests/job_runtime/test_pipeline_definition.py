@@ -103,6 +103,14 @@ def _bad_key(p: Pipeline) -> None:
     p.source(sources.sequence(count=1)).key_by(3)  # type: ignore[arg-type]
 
 
+def _key_of_no_columns(p: Pipeline) -> None:
+    p.source(sources.sequence(count=1)).key_by([])
+
+
+def _key_with_a_column_twice(p: Pipeline) -> None:
+    p.source(sources.sequence(count=1)).key_by(["a", "a"])
+
+
 def _duplicate_names(p: Pipeline) -> None:
     (p.source(sources.sequence(count=1))
       .map(lambda r: r, name="same").map(lambda r: r, name="same")
@@ -131,7 +139,9 @@ def _bad_source_format(p: Pipeline) -> None:
     (_aggregate_without_column, "sum needs a column"),
     (_aggregate_by_function, "aggregate() needs key_by(<column name>)"),
     (_empty_aggregate, "at least one output"),
-    (_bad_key, "key_by() needs a column name or a function"),
+    (_bad_key, "key_by() needs a column name, a list of column names or a function"),
+    (_key_of_no_columns, "key_by() with several columns needs their names, got []"),
+    (_key_with_a_column_twice, "key_by() names a column twice: ['a', 'a']"),
     (_duplicate_names, "operator names must be unique"),
     (_bad_sink_format, "format must be one of jsonl, parquet, got 'xlsx'"),
     (_bad_source_format, "format must be one of text, jsonl, csv, parquet, got 'xml'"),

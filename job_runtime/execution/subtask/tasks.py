@@ -45,7 +45,13 @@ from job_runtime.operators.combiner import Combiner
 from job_runtime.operators.keyed import build_keyed_operator
 from job_runtime.operators.window_combiner import WindowCombiner
 from job_runtime.pipeline import KeyedKind
-from job_runtime.records import Batch, key_group_of, key_group_range, split_by_target
+from job_runtime.records import (
+    Batch,
+    key_group_of,
+    key_group_range,
+    key_of,
+    split_by_target,
+)
 from job_runtime.sinks.base import MAIN_SINK, SinkWriter
 from job_runtime.sources.base import Source, SourceBacklog, SourceContext, Split, SplitReader
 from job_runtime.sources.union import input_of
@@ -523,8 +529,8 @@ class KeyedTask(Task):
             data = self.runtime.read_state(handle)
             for row_lists in pickle.loads(data).values():
                 for rows in row_lists:
-                    mine = [r for r in rows if key_group_of(
-                        r[key] if isinstance(key, str) else key(r), max_p) in self.key_groups]
+                    mine = [r for r in rows
+                            if key_group_of(key_of(r, key), max_p) in self.key_groups]
                     if mine:
                         self._replay.append(Batch(rows=mine))
 

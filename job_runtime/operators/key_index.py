@@ -1,0 +1,627 @@
+"""Keys of any type numbered without a Python object per key: within a batch, and for good.
+
+Two questions are asked of the keys of every batch an ``aggregate`` folds:
+
+- *which rows share a key?* :func:`factorize_keys` numbers the distinct keys of one
+  column (``codes``) and returns them once each (``uniques``, an Arrow array). Dense
+  integer keys are numbered by direct addressing, every other type by Arrow's hash
+  kernel (``dictionary_encode``), which hashes strings in their buffers.
+- *which slot of the operator's state holds this key?* :class:`KeyIndex` maps the
+  distinct keys of a batch to slots, adding the new ones. It keeps the keys in Arrow
+  arrays and finds them by a 64-bit identity per key: the value itself for integers,
+  floats and booleans, and for strings and binaries a 64-bit hash (the key's CRC-32
+  beside its FNV-1a), compared against the stored key so that two keys sharing a hash
+  are told apart (such keys are kept in a small dictionary of their own). The
+  identities sit in sorted arrays searched with ``searchsorted``: new keys arrive in a
+  small sorted delta that is merged into the main array once it grows, so no
+  per-batch rebuild of a hash table over every key.
+
+Keys compare as Python compares them: ``1``, ``1.0`` and ``True`` are one key, every
+NaN is one key and ``-0.0`` is ``0.0``, and ``None`` (a null) is a key of its own. A
+column whose type family changes between batches (integers, then strings) is still
+served, by a slower path over Python values.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from job_runtime.key_hashing import binary_views, crc32_of_values, mix64_array, nan_canonical
+
+_FNV_PRIME = np.uint32(16777619)
+_FNV_OFFSET = np.uint32(2166136261)
+
+
+class KeyFamily(enum.Enum):
+    """How the keys of a column are compared and found."""
+
+    INTEGER = "integer"
+    FLOAT = "float"
+    BOOLEAN = "boolean"
+    STRING = "string"
+    BINARY = "binary"
+    STRUCT = "struct"
+    """A composite key: a struct of columns of the families above."""
+    OBJECT = "object"
+    """Any other type, or columns of mixed families: Python values."""
+
+
+_CANONICAL: dict[KeyFamily, pa.DataType] = {
+    KeyFamily.INTEGER: pa.int64(), KeyFamily.FLOAT: pa.float64(),
+    KeyFamily.BOOLEAN: pa.bool_(), KeyFamily.STRING: pa.string(),
+    KeyFamily.BINARY: pa.binary(),
+}
+"""32-bit offsets for strings: Arrow hashes them faster than large ones, and a column
+of keys holds far less than 2 GiB (the index's own store widens when it must)."""
+
+
+def family_of(kind: pa.DataType) -> KeyFamily | None:
+    """The family of a key type; ``None`` for the null type (a column of nulls only)."""
+    if pa.types.is_null(kind):
+        return None
+    if pa.types.is_dictionary(kind):
+        return family_of(kind.value_type)
+    if pa.types.is_integer(kind):
+        return KeyFamily.INTEGER
+    if pa.types.is_floating(kind):
+        return KeyFamily.FLOAT
+    if pa.types.is_boolean(kind):
+        return KeyFamily.BOOLEAN
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return KeyFamily.STRING
+    if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
+        return KeyFamily.BINARY
+    if pa.types.is_struct(kind):
+        fields = {family_of(kind.field(i).type) for i in range(kind.num_fields)}
+        return KeyFamily.OBJECT if fields & {KeyFamily.OBJECT, KeyFamily.STRUCT} \
+            else KeyFamily.STRUCT
+    return KeyFamily.OBJECT
+
+
+def _plain(column: pa.Array | pa.ChunkedArray) -> pa.Array:
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if pa.types.is_dictionary(column.type):
+        column = column.cast(column.type.value_type)
+    return column
+
+
+def concat_keys(parts: list[pa.Array | pa.ChunkedArray]) -> pa.Array:
+    """One key column of batches whose key types may differ (``int32`` and ``int64``,
+    a batch of nulls only, strings and large strings): in their family's type, or as
+    Python values when the families differ (integers and floats)."""
+    plain = [_plain(part) for part in parts]
+    kinds = {part.type for part in plain}
+    if len(kinds) == 1:
+        return plain[0] if len(plain) == 1 else pa.concat_arrays(plain)
+    families = {family_of(kind) for kind in kinds} - {None}
+    if len(families) == 1 and (family := families.pop()) in _CANONICAL:
+        target = _CANONICAL[family]
+        try:
+            return pa.concat_arrays([part.cast(target) for part in plain])
+        except (pa.ArrowInvalid, OverflowError):
+            pass
+    values = [value for part in plain for value in part.to_pylist()]
+    try:
+        return pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        raise TypeError(f"a key column holds values of several types "
+                        f"({', '.join(sorted(str(kind) for kind in kinds))}): cast the key "
+                        f"to one type before key_by()") from None
+
+
+def typed_keys(keys: pa.Array, kind: pa.DataType | None) -> pa.Array:
+    """``keys`` in the type of the key column they came from (``int32`` keys were
+    numbered as ``int64``), or as they are when that type cannot hold them all."""
+    if kind is None or keys.type == kind or pa.types.is_null(kind):
+        return keys
+    try:
+        return keys.cast(kind)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OverflowError):
+        return keys
+
+
+def canonical(column: pa.Array, family: KeyFamily) -> pa.Array:
+    """``column`` in its family's one type, floats with one NaN and one zero."""
+    if family == KeyFamily.STRUCT:
+        fields = [field if (f := family_of(field.type)) is None else canonical(field, f)
+                  for field in column.flatten()]
+        return pa.StructArray.from_arrays(fields, names=[f.name for f in column.type])
+    target = _CANONICAL.get(family)
+    if target is None:
+        return column
+    if family == KeyFamily.INTEGER and pa.types.is_uint64(column.type):
+        # Above 2**63 an unsigned key has no int64 of its own: such columns are rare
+        # enough to take the Python path (the caller's ``OverflowError``).
+        column = column.cast(target, safe=True)
+    elif column.type != target:
+        column = column.cast(target)
+    if family == KeyFamily.FLOAT:
+        column = nan_canonical(column)
+    return column
+
+
+def dense_offsets(keys: np.ndarray) -> tuple[np.ndarray, int, int] | None:
+    """``(keys - low, low, span)`` for integer keys that fill their range densely.
+
+    Such keys (ids, buckets, ``seq % n``) can be numbered by their offset from the
+    smallest one, with arrays as long as the range and no hashing: several times
+    faster than a hash table over a million keys. ``None`` for other keys.
+    """
+    if keys.dtype.kind not in "iu" or not len(keys):
+        return None
+    low, high = int(keys.min()), int(keys.max())
+    span = high - low + 1
+    if span > max(DENSE_SPAN_FACTOR * len(keys), 1 << 16):
+        return None
+    offsets = np.asarray(keys - keys.dtype.type(low)).astype(np.intp, copy=False)
+    return offsets, low, span
+
+
+DENSE_SPAN_FACTOR = 4
+"""Integer keys whose range is at most this many times their number are numbered by
+direct addressing (see :func:`dense_offsets`)."""
+
+
+def factorize_numbers(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(codes, uniques)`` of a numpy array of keys: ``uniques[codes]`` equals ``keys``.
+
+    Dense integer keys are numbered by :func:`dense_offsets`, others by pandas' hash
+    table (numbers, not Python objects). Only the order of ``uniques`` differs
+    between the two (sorted here, first appearance there); nothing depends on it.
+    """
+    dense = dense_offsets(keys)
+    if dense is not None:
+        offsets, low, span = dense
+        present = np.zeros(span, dtype=bool)
+        present[offsets] = True
+        found = np.flatnonzero(present)
+        numbers = np.empty(span, dtype=np.intp)
+        numbers[found] = np.arange(len(found))
+        return numbers[offsets], (found + low).astype(keys.dtype)
+    import pandas as pd
+
+    codes, uniques = pd.factorize(keys)
+    return np.asarray(codes), np.asarray(uniques)
+
+
+def factorize_keys(column: pa.Array | pa.ChunkedArray) -> tuple[np.ndarray, pa.Array]:
+    """``(codes, uniques)`` of a key column of any type: ``uniques.take(codes)`` equals
+    the column (in its family's type), ``uniques`` distinct, a null at most once."""
+    column = _plain(column)
+    family = family_of(column.type)
+    if family is None:
+        return np.zeros(len(column), dtype=np.intp), pa.nulls(1 if len(column) else 0)
+    if family == KeyFamily.INTEGER and not column.null_count:
+        try:
+            column = canonical(column, family)
+        except (pa.ArrowInvalid, OverflowError):
+            return _factorize_objects(column)
+        codes, uniques = factorize_numbers(
+            np.asarray(column.to_numpy(zero_copy_only=False)))
+        return codes, pa.array(uniques, type=pa.int64())
+    if family == KeyFamily.STRUCT:
+        return _factorize_struct(canonical(column, family))
+    if family == KeyFamily.OBJECT:
+        if pa.types.is_struct(column.type):
+            return _factorize_objects(column)
+        try:
+            encoded = column.dictionary_encode(null_encoding="encode")
+        except pa.ArrowNotImplementedError:
+            return _factorize_objects(column)
+        return (np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.intp),
+                encoded.dictionary)
+    try:
+        column = canonical(column, family)
+    except (pa.ArrowInvalid, OverflowError):
+        return _factorize_objects(column)
+    encoded = column.dictionary_encode(null_encoding="encode" if column.null_count else "mask")
+    return (np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.intp),
+            encoded.dictionary)
+
+
+def _factorize_struct(column: pa.StructArray) -> tuple[np.ndarray, pa.Array]:
+    """A composite key: each field numbered on its own, the numbers combined and
+    numbered again (so they never exceed the number of rows)."""
+    fields = column.flatten()
+    combined = np.zeros(len(column), dtype=np.int64)
+    for field in fields:
+        codes, uniques = factorize_keys(field)
+        combined, _ = factorize_numbers(combined * len(uniques) + codes)
+        combined = combined.astype(np.int64, copy=False)
+    codes = np.asarray(combined, dtype=np.intp)
+    n_unique = int(codes.max()) + 1 if len(codes) else 0
+    first = np.empty(n_unique, dtype=np.int64)
+    first[codes[::-1]] = np.arange(len(codes) - 1, -1, -1)
+    rows = pa.array(first, type=pa.int64())
+    return codes, pa.StructArray.from_arrays([field.take(rows) for field in fields],
+                                             names=[f.name for f in column.type])
+
+
+def _factorize_objects(column: pa.Array) -> tuple[np.ndarray, pa.Array]:
+    """The Python path: keys as Python values (keys Arrow cannot hash, or unsigned
+    keys beyond int64)."""
+    values = column.to_pylist()
+    numbers: dict[Any, int] = {}
+    uniques: list[Any] = []
+    codes = np.empty(len(values), dtype=np.intp)
+    try:
+        for i, value in enumerate(values):
+            code = numbers.get(_object_key(value))
+            if code is None:
+                code = numbers[_object_key(value)] = len(uniques)
+                uniques.append(value)
+            codes[i] = code
+    except TypeError as exc:
+        raise TypeError(f"keys of type {column.type} cannot be grouped: {exc}") from None
+    return codes, pa.array(uniques, type=column.type)
+
+
+def string_identities(array: pa.Array) -> np.ndarray:
+    """A 64-bit identity of each null-free string or binary value: its CRC-32 in the low
+    half, its FNV-1a (32 bits) in the high half. Equal values have equal identities;
+    unequal ones share one about once in 2**64 pairs (and are told apart anyway)."""
+    crc = crc32_of_values(array)
+    if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
+        array = array.cast(pa.large_binary() if pa.types.is_large_string(array.type)
+                           else pa.binary())
+    data, starts, lengths = binary_views(array)
+    n = len(lengths)
+    fnv = np.full(n, _FNV_OFFSET, dtype=np.uint32)
+    if n:
+        order = np.argsort(-lengths, kind="stable")
+        starts, lengths = starts[order], lengths[order]
+        ascending = lengths[::-1]
+        with np.errstate(over="ignore"):
+            for position in range(int(lengths[0])):
+                active = n - int(np.searchsorted(ascending, position, side="right"))
+                byte = data[starts[:active] + position].astype(np.uint32)
+                fnv[:active] = (fnv[:active] ^ byte) * _FNV_PRIME
+        unordered = np.empty(n, dtype=np.uint32)
+        unordered[order] = fnv
+        fnv = unordered
+    return np.asarray((fnv.astype(np.uint64) << np.uint64(32)) | crc.astype(np.uint64))
+
+
+_HASHED = frozenset({KeyFamily.STRING, KeyFamily.BINARY, KeyFamily.STRUCT})
+"""Families whose identity is a hash: a found slot's key is compared with the probe."""
+_NULL_IDENTITY = np.uint64(0x6A09E667F3BCC909)
+"""A composite key's null field (any constant: identities are checked)."""
+
+
+def identities(values: pa.Array, family: KeyFamily | None) -> np.ndarray:
+    """A 64-bit identity of each key: the key's own bits for numbers, a hash of strings,
+    binaries and composite keys (whose fields may be null)."""
+    if family in (KeyFamily.STRING, KeyFamily.BINARY):
+        return string_identities(values)
+    if family == KeyFamily.STRUCT:
+        acc = np.full(len(values), 17, dtype=np.uint64)
+        with np.errstate(over="ignore"):
+            for field in values.flatten():
+                part = np.full(len(field), _NULL_IDENTITY, dtype=np.uint64)
+                valid = np.asarray(field.is_valid().to_numpy(zero_copy_only=False))
+                if valid.any():
+                    present = field if valid.all() else field.filter(pa.array(valid))
+                    part[valid] = identities(present, family_of(field.type))
+                acc = mix64_array(acc * np.uint64(31) + part)
+        return acc
+    if family is None:
+        return np.full(len(values), _NULL_IDENTITY, dtype=np.uint64)
+    numbers = np.asarray(values.to_numpy(zero_copy_only=False))
+    if family == KeyFamily.FLOAT:
+        return np.asarray(numbers.astype(np.float64).view(np.uint64))
+    return np.asarray(numbers.astype(np.int64).view(np.uint64))
+
+
+def _same_keys(left: pa.Array, right: pa.Array) -> np.ndarray:
+    """Whether each key of ``left`` equals the key of ``right`` beside it (nulls equal
+    nulls; floats compared by their canonical bits, so NaN equals NaN)."""
+    if pa.types.is_struct(left.type):
+        same = np.ones(len(left), dtype=bool)
+        for a, b in zip(left.flatten(), right.flatten(), strict=True):
+            same &= _same_keys(a, b)
+        return same
+    left_valid = np.asarray(left.is_valid().to_numpy(zero_copy_only=False))
+    right_valid = np.asarray(right.is_valid().to_numpy(zero_copy_only=False))
+    if pa.types.is_floating(left.type):
+        a = np.asarray(left.to_numpy(zero_copy_only=False), dtype=np.float64).view(np.uint64)
+        b = np.asarray(right.to_numpy(zero_copy_only=False), dtype=np.float64).view(np.uint64)
+        equal = a == b
+    elif pa.types.is_null(left.type):
+        equal = np.zeros(len(left), dtype=bool)
+    else:
+        equal = np.asarray(pc.fill_null(pc.equal(left, right), False).to_numpy(
+            zero_copy_only=False))
+    both_null = ~left_valid & ~right_valid
+    return np.asarray((equal & left_valid & right_valid) | both_null)
+
+
+class _SortedLookup:
+    """Identities (``uint64``) to slots: a large sorted array and a small sorted delta."""
+
+    def __init__(self) -> None:
+        self._ids = np.empty(0, dtype=np.uint64)
+        self._slots = np.empty(0, dtype=np.int64)
+        self._delta_ids = np.empty(0, dtype=np.uint64)
+        self._delta_slots = np.empty(0, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self._ids) + len(self._delta_ids)
+
+    @staticmethod
+    def _find(ids: np.ndarray, slots: np.ndarray, probe: np.ndarray, order: np.ndarray,
+              out: np.ndarray) -> None:
+        if not len(ids):
+            return
+        sorted_probe = probe[order]
+        at = np.searchsorted(ids, sorted_probe)
+        inside = at < len(ids)
+        at[~inside] = 0
+        hit = inside & (ids[at] == sorted_probe)
+        out[order[hit]] = slots[at[hit]]
+
+    def find(self, probe: np.ndarray) -> np.ndarray:
+        """The slot of each identity, ``-1`` where unknown."""
+        out = np.full(len(probe), -1, dtype=np.int64)
+        if not len(self) or not len(probe):
+            return out
+        order = np.argsort(probe, kind="stable")
+        self._find(self._ids, self._slots, probe, order, out)
+        self._find(self._delta_ids, self._delta_slots, probe, order, out)
+        return out
+
+    def add(self, ids: np.ndarray, slots: np.ndarray) -> None:
+        """Add distinct identities not present yet."""
+        order = np.argsort(ids, kind="stable")
+        ids, slots = ids[order], slots[order]
+        at = np.searchsorted(self._delta_ids, ids)
+        self._delta_ids = np.insert(self._delta_ids, at, ids)
+        self._delta_slots = np.insert(self._delta_slots, at, slots)
+        if len(self._delta_ids) * 8 > len(self._ids) + (1 << 14):
+            at = np.searchsorted(self._ids, self._delta_ids)
+            self._ids = np.insert(self._ids, at, self._delta_ids)
+            self._slots = np.insert(self._slots, at, self._delta_slots)
+            self._delta_ids = np.empty(0, dtype=np.uint64)
+            self._delta_slots = np.empty(0, dtype=np.int64)
+
+
+class KeyIndex:
+    """The slots of keys, ``0, 1, 2, ...`` in the order they were first added."""
+
+    def __init__(self) -> None:
+        self.family: KeyFamily | None = None
+        self.size = 0
+        self._chunks: list[pa.Array] = []
+        self._combined: pa.Array | None = None
+        self._lookup = _SortedLookup()
+        self._colliding: dict[Any, int] = {}
+        """String keys whose identity another key holds already (about never)."""
+        self._objects: dict[Any, int] | None = None
+        self._values: list[Any] = []
+        """The Python path's index and keys (:attr:`KeyFamily.OBJECT`)."""
+        self._null_slot = -1
+        self._struct: pa.DataType | None = None
+
+    # ------------------------------------------------------------------ reading
+
+    @property
+    def keys(self) -> pa.Array:
+        """Every key, in slot order."""
+        if self.family == KeyFamily.OBJECT:
+            return _arrow_of(self._values)
+        if self._combined is None:
+            if not self._chunks:
+                self._combined = pa.nulls(0) if self.family is None else pa.array(
+                    [], type=_CANONICAL.get(self.family, pa.null()))
+            elif len(self._chunks) == 1:
+                self._combined = self._chunks[0]
+            else:
+                try:
+                    self._combined = pa.concat_arrays(self._chunks)
+                except pa.ArrowInvalid:
+                    # More key bytes than 32-bit offsets reach.
+                    wide = {pa.string(): pa.large_string(), pa.binary(): pa.large_binary()}
+                    self._combined = pa.concat_arrays(
+                        [chunk.cast(wide.get(chunk.type, chunk.type)) for chunk in self._chunks])
+            self._chunks = [self._combined] if len(self._combined) else []
+        return self._combined
+
+    def take(self, slots: np.ndarray) -> pa.Array:
+        """The keys at ``slots``."""
+        if self.family == KeyFamily.OBJECT:
+            return _arrow_of(self.object_values(slots))
+        return self.keys.take(pa.array(slots, type=pa.int64()))
+
+    # ------------------------------------------------------------------ slots
+
+    def slots(self, uniques: pa.Array | pa.ChunkedArray) -> np.ndarray:
+        """The slots of distinct keys (as :func:`factorize_keys` returns them), new keys
+        given new slots."""
+        uniques = _plain(uniques)
+        family = family_of(uniques.type)
+        if family is not None:
+            if self.family is None:
+                if family == KeyFamily.STRUCT:
+                    self._struct = canonical(uniques, family).type
+                self._settle(family)
+            elif family != self.family and self.family != KeyFamily.OBJECT:
+                self._to_objects()
+            if self.family != KeyFamily.OBJECT and _beyond_int64(uniques):
+                self._to_objects()
+        if self.family is not None and self.family != KeyFamily.OBJECT:
+            uniques = canonical(uniques, self.family) if family is not None else \
+                uniques.cast(self._type)
+            if uniques.type != self._type:
+                # A composite key whose columns changed type (integers, then strings).
+                self._to_objects()
+        if self.family == KeyFamily.OBJECT:
+            return self._object_slots(uniques)
+        out = np.full(len(uniques), -1, dtype=np.int64)
+        valid = np.ones(len(uniques), dtype=bool) if not uniques.null_count else \
+            np.asarray(uniques.is_valid().to_numpy(zero_copy_only=False))
+        null_at = np.flatnonzero(~valid)
+        if len(null_at):
+            if self._null_slot < 0:
+                self._null_slot = self._append(uniques.take(pa.array(null_at[:1])))[0]
+            out[null_at] = self._null_slot
+        present = np.flatnonzero(valid)
+        if len(present):
+            values = uniques if len(present) == len(uniques) else \
+                uniques.take(pa.array(present))
+            out[present] = self._valid_slots(values)
+        return out
+
+    def _settle(self, family: KeyFamily) -> None:
+        """The first keys that are not null decide the family (a null key seen before
+        them takes their type)."""
+        if family == KeyFamily.OBJECT:
+            self._to_objects()
+            return
+        self.family = family
+        self._chunks = [chunk.cast(self._type) for chunk in self._chunks]
+        self._combined = None
+
+    @property
+    def _type(self) -> pa.DataType:
+        """The one type of the keys held (a composite key: its first keys' struct)."""
+        if self.family == KeyFamily.STRUCT:
+            if self._struct is None:
+                raise AssertionError("a composite key's type is set by its first keys")
+            return self._struct
+        return _CANONICAL[self.family] if self.family is not None else pa.null()
+
+    def _valid_slots(self, values: pa.Array) -> np.ndarray:
+        ids = self._identities(values)
+        found = self._lookup.find(ids)
+        if self.family in _HASHED:
+            found = self._verified(values, found)
+        missing = np.flatnonzero(found < 0)
+        if not len(missing):
+            return found
+        new_values = values if len(missing) == len(values) else \
+            values.take(pa.array(missing))
+        new_ids = ids[missing]
+        slots = self._append(new_values)
+        _, first = np.unique(new_ids, return_index=True)
+        taken = np.zeros(len(missing), dtype=bool)
+        taken[first] = True
+        # An identity already held by another key, or by two new keys: the second
+        # key (and any after it) is kept aside and found by its value.
+        if self.family in _HASHED:
+            held = self._lookup.find(new_ids[first]) >= 0
+            taken[first[held]] = False
+        self._lookup.add(new_ids[taken], slots[taken])
+        if not taken.all():
+            aside = np.flatnonzero(~taken)
+            for i, value in zip(aside.tolist(), new_values.take(pa.array(aside)).to_pylist(),
+                                strict=True):
+                self._colliding[_object_key(value)] = int(slots[i])
+        found[missing] = slots
+        return found
+
+    def _verified(self, values: pa.Array, found: np.ndarray) -> np.ndarray:
+        """``found`` with the slots whose key differs from the probe's (shared identity)
+        looked up by value instead."""
+        hit = np.flatnonzero(found >= 0)
+        if len(hit):
+            stored = self.take(found[hit])
+            probe = values if len(hit) == len(values) else values.take(pa.array(hit))
+            same = _same_keys(stored, probe)
+            wrong = hit[~same]
+            if len(wrong):
+                found = found.copy()
+                found[wrong] = -1
+        if self._colliding:
+            unknown = np.flatnonzero(found < 0)
+            if len(unknown):
+                for i, value in zip(unknown.tolist(),
+                                    values.take(pa.array(unknown)).to_pylist(), strict=True):
+                    found[i] = self._colliding.get(_object_key(value), -1)
+        return found
+
+    def _identities(self, values: pa.Array) -> np.ndarray:
+        return identities(values, self.family)
+
+    def _append(self, values: pa.Array) -> np.ndarray:
+        start = self.size
+        if len(values):
+            self._chunks.append(values)
+            self._combined = None
+            self.size += len(values)
+        return np.arange(start, self.size, dtype=np.int64)
+
+    # ------------------------------------------------------------------ Python path
+
+    def _to_objects(self) -> None:
+        """Serve the keys from here on by Python value (a column changed family)."""
+        values = self.keys.to_pylist() if self.size else []
+        self._objects = {}
+        for slot, value in enumerate(values):
+            self._objects.setdefault(_object_key(value), slot)
+        self._values = values
+        self._chunks = []
+        self._combined = None
+        self.family = KeyFamily.OBJECT
+
+    def slots_of_values(self, values: list[Any]) -> np.ndarray:
+        """:meth:`slots` of distinct keys given as Python values (an older snapshot's)."""
+        try:
+            array = pa.array(values)
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            if self.family != KeyFamily.OBJECT:
+                self._to_objects()
+            return self._object_slots(values)
+        return self.slots(array)
+
+    def _object_slots(self, uniques: pa.Array | list[Any]) -> np.ndarray:
+        assert self._objects is not None
+        objects = self._objects
+        out = np.empty(len(uniques), dtype=np.int64)
+        values = uniques if isinstance(uniques, list) else uniques.to_pylist()
+        for i, value in enumerate(values):
+            key = _object_key(value)
+            slot = objects.get(key)
+            if slot is None:
+                slot = objects[key] = len(self._values)
+                self._values.append(value)
+            out[i] = slot
+        self.size = len(self._values)
+        return out
+
+    def object_values(self, slots: np.ndarray | None = None) -> list[Any]:
+        """The keys at ``slots`` (every key when ``None``) as Python values."""
+        if self.family != KeyFamily.OBJECT:
+            return list((self.keys if slots is None else self.take(slots)).to_pylist())
+        if slots is None:
+            return list(self._values)
+        values = self._values
+        return [values[i] for i in slots.tolist()]
+
+
+def _beyond_int64(uniques: pa.Array) -> bool:
+    """Unsigned keys an int64 cannot hold (they take the Python path)."""
+    if not pa.types.is_uint64(uniques.type):
+        return False
+    valid = uniques.drop_null()
+    return bool(len(valid)) and int(np.asarray(valid.to_numpy()).max()) >= 2 ** 63
+
+
+def _object_key(value: Any) -> Any:
+    """A dictionary key with Python's key semantics, and one NaN."""
+    if isinstance(value, float) and value != value:
+        return ("__cjob_nan__",)
+    if isinstance(value, dict):
+        return tuple(_object_key(v) for v in value.values())
+    return value
+
+
+def _arrow_of(values: list[Any]) -> pa.Array:
+    try:
+        return pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise TypeError(f"keys of several types cannot be output in one column: {exc}") from None
