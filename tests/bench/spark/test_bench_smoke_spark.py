@@ -102,3 +102,25 @@ def test_the_windows_comparison_runs_once_at_a_tiny_scale_with_and_without_a_lat
         assert repetition[side]["output_rows"] == result["input"]["reference_windows"]
     assert repetition["ratio_steady"] > 0
     assert "the branch's cost: with / without" in result["table"]
+
+
+@pytest.mark.timeout(1600)
+def test_the_realistic_comparison_runs_both_formats_once_at_a_tiny_scale_and_matches(
+        tmp_path: Path) -> None:
+    result = _bench("realistic", tmp_path, "--records", "60000", "--keys", "2000",
+                    "--file-records", "5000", "--max-files", "2", "--repeat", "1")
+    assert result["scale"]["formats"] == ["parquet", "jsonl"]
+    for fmt in ("parquet", "jsonl"):
+        (repetition,) = result["runs"][fmt]
+        for side in ("ours", "structured_streaming"):
+            assert repetition[side]["matches_reference"] is True
+            assert repetition[side]["records"] == 60000
+        assert repetition["ours"]["checkpoints_completed"] > 0
+        assert repetition["ratio_steady"] > 0 and repetition["ratio_whole"] > 0
+        assert repetition["fraction_of_limit"] > 0
+        assert result["in_process_limit"][fmt]["records"] == 60000
+        assert result["input"]["bytes"][fmt] > 0
+    summary = json.loads((tmp_path / "results" / "summary.json").read_text())
+    assert {"realistic_parquet_ratio_steady_vs_structured_streaming",
+            "realistic_jsonl_ratio_whole_vs_structured_streaming",
+            "realistic_jsonl_fraction_of_in_process_limit"} <= set(summary)
