@@ -11,9 +11,10 @@ Two questions are asked of the keys of every batch an ``aggregate`` folds:
   arrays and finds them by a 64-bit identity per key: the value itself for integers,
   floats and booleans, and for strings and binaries a 64-bit hash (the key's CRC-32
   beside its FNV-1a), compared against the stored key so that two keys sharing a hash
-  are told apart (such keys are kept in a small dictionary of their own). The
-  identities sit in sorted arrays searched with ``searchsorted``: new keys arrive in a
-  small sorted delta that is merged into the main array once it grows, so no
+  are told apart (such keys are kept in a small dictionary of their own). Integer keys
+  that fill their range are found by direct addressing (one array indexed by the key);
+  other identities sit in sorted arrays searched with ``searchsorted``: new keys arrive
+  in a small sorted delta that is merged into the main array once it grows, so no
   per-batch rebuild of a hash table over every key.
 
 Keys compare as Python compares them: ``1``, ``1.0`` and ``True`` are one key, every
@@ -390,6 +391,49 @@ class _SortedLookup:
             self._delta_slots = np.empty(0, dtype=np.int64)
 
 
+class _DenseLookup:
+    """Integer keys that fill their range (ids, buckets, ``seq % n``): the slot of key
+    ``k`` sits at ``k - low`` of one array, found by indexing, with no search at all."""
+
+    def __init__(self) -> None:
+        self._low = 0
+        self._slots = np.empty(0, dtype=np.int64)
+        self._count = 0
+
+    def find(self, probe: np.ndarray) -> np.ndarray:
+        values = probe.view(np.int64)
+        out = np.full(len(values), -1, dtype=np.int64)
+        if not self._count or not len(values):
+            return out
+        high = min(self._low + len(self._slots) - 1, 2**63 - 1)
+        inside = (values >= self._low) & (values <= high)
+        out[inside] = self._slots[values[inside] - self._low]
+        return out
+
+    def add(self, ids: np.ndarray, slots: np.ndarray) -> bool:
+        """Add distinct keys not present yet; ``False`` (and nothing added) when the
+        keys would no longer fill their range densely."""
+        if not len(ids):
+            return True
+        values = ids.view(np.int64)
+        low, high = int(values.min()), int(values.max())
+        if self._count:
+            low, high = min(low, self._low), max(high, self._low + len(self._slots) - 1)
+        span = high - low + 1
+        if span > max(DENSE_SPAN_FACTOR * (self._count + len(values)), 1 << 16):
+            return False
+        if not self._count or low < self._low or span > len(self._slots):
+            # Room above for keys that keep growing (ids, sequence numbers).
+            grown = np.full(span + span // 2, -1, dtype=np.int64)
+            if self._count:
+                start = self._low - low
+                grown[start:start + len(self._slots)] = self._slots
+            self._slots, self._low = grown, low
+        self._slots[values - self._low] = slots
+        self._count += len(values)
+        return True
+
+
 class KeyIndex:
     """The slots of keys, ``0, 1, 2, ...`` in the order they were first added."""
 
@@ -398,7 +442,7 @@ class KeyIndex:
         self.size = 0
         self._chunks: list[pa.Array] = []
         self._combined: pa.Array | None = None
-        self._lookup = _SortedLookup()
+        self._lookup: _SortedLookup | _DenseLookup = _SortedLookup()
         self._colliding: dict[Any, int] = {}
         """String keys whose identity another key holds already (about never)."""
         self._objects: dict[Any, int] | None = None
@@ -483,6 +527,8 @@ class KeyIndex:
             self._to_objects()
             return
         self.family = family
+        if family == KeyFamily.INTEGER:
+            self._lookup = _DenseLookup()
         self._chunks = [chunk.cast(self._type) for chunk in self._chunks]
         self._combined = None
 
@@ -515,7 +561,7 @@ class KeyIndex:
         if self.family in _HASHED:
             held = self._lookup.find(new_ids[first]) >= 0
             taken[first[held]] = False
-        self._lookup.add(new_ids[taken], slots[taken])
+        self._add_ids(new_ids[taken], slots[taken], held_before=int(slots[0]))
         if not taken.all():
             aside = np.flatnonzero(~taken)
             for i, value in zip(aside.tolist(), new_values.take(pa.array(aside)).to_pylist(),
@@ -523,6 +569,22 @@ class KeyIndex:
                 self._colliding[_object_key(value)] = int(slots[i])
         found[missing] = slots
         return found
+
+    def _add_ids(self, ids: np.ndarray, slots: np.ndarray, *, held_before: int) -> None:
+        """Make ``ids`` findable (slots from ``held_before`` on were just appended)."""
+        lookup = self._lookup
+        if isinstance(lookup, _SortedLookup):
+            lookup.add(ids, slots)
+            return
+        if lookup.add(ids, slots):
+            return
+        # Integer keys too sparse for their range: search them instead, all of them.
+        held = np.flatnonzero(np.asarray(self.keys.is_valid().to_numpy(zero_copy_only=False)))
+        held = held[held < held_before]
+        sorted_lookup = _SortedLookup()
+        sorted_lookup.add(identities(self.take(held), self.family), held)
+        sorted_lookup.add(ids, slots)
+        self._lookup = sorted_lookup
 
     def _verified(self, values: pa.Array, found: np.ndarray) -> np.ndarray:
         """``found`` with the slots whose key differs from the probe's (shared identity)

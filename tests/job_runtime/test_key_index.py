@@ -146,3 +146,22 @@ class TestKeyIndex:
         assert index.slots(pa.array([1, 2], type=pa.int8())).tolist() == [0, 1]
         assert index.slots(pa.array([2, 300], type=pa.int64())).tolist() == [1, 2]
         assert index.family == KeyFamily.INTEGER
+
+    def test_integer_keys_that_stop_filling_their_range_keep_their_slots(self) -> None:
+        index = KeyIndex()
+        dense = pa.array(list(range(1000, 3000)))
+        assert index.slots(dense).tolist() == list(range(2000))
+        # Far outside the range: from here on the keys are searched, not indexed.
+        sparse = pa.array([-(2**62), 2**62, 1500, 7, 2**40])
+        assert index.slots(sparse).tolist() == [2000, 2001, 500, 2002, 2003]
+        assert index.slots(pa.array([2999, 2**40, -(2**62), 1000, None])).tolist() == \
+            [1999, 2003, 2000, 0, 2004]
+        assert index.slots(pa.array([2**63 - 1, -(2**63)])).tolist() == [2005, 2006]
+        assert index.slots(pa.array([-(2**63), 2**63 - 1, 1001])).tolist() == [2006, 2005, 1]
+
+    def test_dense_integer_keys_that_grow_past_their_range_keep_their_slots(self) -> None:
+        index = KeyIndex()
+        for start in range(0, 200_000, 20_000):
+            batch = pa.array(list(range(start, start + 20_000)))
+            assert index.slots(batch).tolist() == list(range(start, start + 20_000))
+        assert index.slots(pa.array([-5, 0, 199_999])).tolist() == [200_000, 0, 199_999]
