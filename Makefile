@@ -13,7 +13,7 @@ CHART_CRD := charts/checkpointed-jobs/crds/checkpointedjob.yaml
 	test-kafka test-postgres test-e2e tests-without-builds server-tests-spark \
 	server-tests-services builds kafka-jars controlplane images cluster cluster-down e2e-kind bench bench-throughput \
 	bench-overhead bench-barriers bench-state-size bench-recovery bench-operator \
-	bench-recovery-operator bench-kafka bench-windows bench-timers clean
+	bench-recovery-operator bench-kafka bench-windows bench-timers bench-realistic clean
 
 help:
 	@echo "make run      install, then run the embedded demo with a driver kill and verify it"
@@ -137,7 +137,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench all
 
 bench-throughput bench-overhead bench-barriers bench-state-size bench-recovery bench-operator \
-	bench-recovery-operator bench-kafka bench-windows bench-timers: $(STAMP)
+	bench-recovery-operator bench-kafka bench-windows bench-timers bench-realistic: $(STAMP)
 	$(BIN)/python -m bench $(patsubst bench-%,%,$@)
 
 clean:
