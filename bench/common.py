@@ -214,6 +214,28 @@ def run_driver(*, name: str, entrypoint: str, args: dict[str, Any], parallelism:
                      returncode=proc.returncode, log=text)
 
 
+def run_ss_step(command: list[str], *, benchmark: str, what: str, log: Path, cwd: Path,
+                timeout: float, prefix: str) -> str:
+    """Run one step of a Structured Streaming side in its own process (its own JVM),
+    stderr to ``log``; the last line of its output that starts with ``prefix``. A step
+    that hangs, fails or prints no result ends the benchmark with the log's tail."""
+    with open(log, "wb") as err:
+        try:
+            proc = subprocess.run(command, stdout=subprocess.PIPE, stderr=err,
+                                  env=python_env(), cwd=cwd, timeout=timeout, check=False)
+        except subprocess.TimeoutExpired:
+            raise BenchmarkError(benchmark=benchmark, problem=f"Structured Streaming ({what}) "
+                                                              f"did not finish") from None
+    lines = [line for line in proc.stdout.decode(errors="replace").splitlines()
+             if line.startswith(prefix)]
+    if proc.returncode != 0 or not lines:
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
+        raise BenchmarkError(benchmark=benchmark, problem=f"Structured Streaming ({what}) "
+                                                          f"exited {proc.returncode}; log "
+                                                          f"tail:\n{tail}")
+    return lines[-1]
+
+
 # ---------------------------------------------------------------------- output
 
 

@@ -48,7 +48,6 @@ per repetition, reported as medians.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import time
 from collections.abc import Iterable
@@ -67,9 +66,9 @@ from bench.common import (
     plot_path,
     print_table,
     pyplot,
-    python_env,
     remove_dir,
     run_driver,
+    run_ss_step,
     target_entry,
     update_summary,
     write_result,
@@ -244,21 +243,8 @@ def _ss(mode: str, *, ss_input: Path, work: Path, scale: Scale, log: Path, prefi
                "--delay-seconds", f"{scale.watermark_delay_s:g}",
                "--parallelism", str(scale.parallelism), "--work", str(work),
                "--timeout", str(scale.timeout), *extra]
-    with open(log, "wb") as err:
-        try:
-            proc = subprocess.run(command, stdout=subprocess.PIPE, stderr=err,
-                                  env=python_env(), cwd=work, timeout=scale.timeout * 2,
-                                  check=False)
-        except subprocess.TimeoutExpired:
-            raise BenchmarkError(benchmark=NAME, problem=f"Structured Streaming ({mode}) "
-                                                         f"did not finish") from None
-    found = [line for line in proc.stdout.decode(errors="replace").splitlines()
-             if line.startswith(prefix)]
-    if proc.returncode != 0 or not found:
-        tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
-        raise BenchmarkError(benchmark=NAME, problem=f"Structured Streaming ({mode}) exited "
-                                                     f"{proc.returncode}; log tail:\n{tail}")
-    return found[-1]
+    return run_ss_step(command, benchmark=NAME, what=mode, log=log, cwd=work,
+                       timeout=scale.timeout * 2, prefix=prefix)
 
 
 def ss_tune(*, ss_input: Path, work: Path, scale: Scale) -> Tuning:

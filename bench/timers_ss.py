@@ -147,8 +147,7 @@ def start(spark: Any, *, source: str, output: str, checkpoint: str, max_files: i
 
 def main() -> int:
     """:func:`bench.windows_ss.main`, its steps running this query."""
-    windows_ss.start = start
-    return windows_ss.main()
+    return windows_ss.main(start=start)
 
 
 if __name__ == "__main__":

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -57,9 +56,9 @@ from bench.common import (
     plot_path,
     print_table,
     pyplot,
-    python_env,
     remove_dir,
     run_driver,
+    run_ss_step,
     target_entry,
     update_summary,
     write_result,
@@ -259,22 +258,8 @@ def _ss_command(mode: str, *, ss_input: Path, scale: Scale, work: Path,
 
 
 def _ss_process(command: list[str], *, log: Path, scale: Scale, prefix: str) -> str:
-    with open(log, "wb") as err:
-        try:
-            proc = subprocess.run(command, stdout=subprocess.PIPE, stderr=err,
-                                  env=python_env(), cwd=log.parent, timeout=scale.timeout * 2,
-                                  check=False)
-        except subprocess.TimeoutExpired:
-            raise BenchmarkError(benchmark=NAME, problem=f"Structured Streaming ({command[3]}) "
-                                                         f"did not finish") from None
-    lines = [line for line in proc.stdout.decode(errors="replace").splitlines()
-             if line.startswith(prefix)]
-    if proc.returncode != 0 or not lines:
-        tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
-        raise BenchmarkError(benchmark=NAME, problem=f"Structured Streaming ({command[3]}) "
-                                                     f"exited {proc.returncode}; log tail:\n"
-                                                     f"{tail}")
-    return lines[-1]
+    return run_ss_step(command, benchmark=NAME, what=command[3], log=log, cwd=log.parent,
+                       timeout=scale.timeout * 2, prefix=prefix)
 
 
 def ss_tune(*, ss_input: Path, work: Path, scale: Scale) -> Tuning:

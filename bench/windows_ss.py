@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import functools
 import json
 import os
 import shutil
@@ -36,6 +37,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from bench.batch_size_search import BatchSizeSearch
@@ -114,25 +116,32 @@ def files_for(rows: int, file_records: int) -> int:
 # ---------------------------------------------------------------------- Spark
 
 
-def session(*, parallelism: int) -> Any:
+def session(*, parallelism: int, app: str = "bench-windows-structured-streaming",
+            conf: Mapping[str, str] | None = None) -> Any:
+    """A ``local[parallelism]`` session with the RocksDB state store and changelog
+    checkpointing, one shuffle partition per core, and ``conf`` (default: times in
+    UTC) on top."""
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    spark = (SparkSession.builder.appName("bench-windows-structured-streaming")
-             .master(f"local[{parallelism}]")
-             .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.driver.memory", "2g")
-             .config("spark.driver.host", "127.0.0.1")
-             .config("spark.driver.bindAddress", "127.0.0.1")
-             .config("spark.sql.shuffle.partitions", str(parallelism))
-             .config("spark.sql.session.timeZone", "UTC")
-             .config("spark.sql.streaming.stateStore.providerClass",
-                     "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider")
-             .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled",
-                     "true")
-             .config("spark.sql.streaming.numRecentProgressUpdates", "100000")
-             .getOrCreate())
+    builder = (SparkSession.builder.appName(app)
+               .master(f"local[{parallelism}]")
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.driver.memory", "2g")
+               .config("spark.driver.host", "127.0.0.1")
+               .config("spark.driver.bindAddress", "127.0.0.1")
+               .config("spark.sql.shuffle.partitions", str(parallelism))
+               .config("spark.sql.streaming.stateStore.providerClass",
+                       "org.apache.spark.sql.execution.streaming.state."
+                       "RocksDBStateStoreProvider")
+               .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled",
+                       "true")
+               .config("spark.sql.streaming.numRecentProgressUpdates", "100000"))
+    for key, value in ({"spark.sql.session.timeZone": "UTC"} if conf is None
+                       else conf).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
@@ -228,12 +237,15 @@ def until_flushed(query: Any, *, records: int, deadline: float) -> list[Batch]:
         time.sleep(0.1)
 
 
-def measure_size(spark: Any, *, ns: argparse.Namespace, work: str, max_files: int,
-                 warmup: int, deadline: float) -> TuningPoint:
+QueryStart = Callable[..., Any]
+"""Starts a step's query: ``start_query(output=..., checkpoint=..., max_files=...)``."""
+
+
+def measure_size(*, start_query: QueryStart, ns: argparse.Namespace, work: str,
+                 max_files: int, warmup: int, deadline: float) -> TuningPoint:
     checkpoint = tempfile.mkdtemp(prefix="checkpoint-", dir=work)
     output = tempfile.mkdtemp(prefix="out-", dir=work)
-    query = start(spark, source=ns.input, output=output, checkpoint=checkpoint,
-                  max_files=max_files, delay_seconds=ns.delay_seconds)
+    query = start_query(output=output, checkpoint=checkpoint, max_files=max_files)
     try:
         batches = data_batches(query, wanted=warmup + MEASURED_BATCHES, deadline=deadline)
     finally:
@@ -248,7 +260,8 @@ def measure_size(spark: Any, *, ns: argparse.Namespace, work: str, max_files: in
                        records_per_second=rows / seconds)
 
 
-def tune(spark: Any, ns: argparse.Namespace, work: str) -> Tuning:
+def tune(*, start_query: QueryStart, ns: argparse.Namespace, work: str,
+         label: str = "") -> Tuning:
     """:func:`bench.spark_ss.tune` over ``maxFilesPerTrigger``: the fastest batch whose
     batches fit the 1 s a checkpoint of ours takes at most to come. A size is rounded to
     whole files; the largest tried leaves room for its warm-up and measured batches in
@@ -270,10 +283,10 @@ def tune(spark: Any, ns: argparse.Namespace, work: str) -> Tuning:
                 break  # whole files: the size the search asks for was measured already
             wanted = FIRST_SIZE_WARMUP_BATCHES if pass_ == "warm-up" and not points else 1
             warmup = max(1, min(wanted, files // max_files - MEASURED_BATCHES))
-            point = measure_size(spark, ns=ns, work=work, max_files=max_files, warmup=warmup,
-                                 deadline=deadline)
+            point = measure_size(start_query=start_query, ns=ns, work=work,
+                                 max_files=max_files, warmup=warmup, deadline=deadline)
             points.append(point)
-            print(f"[tune] {pass_} pass, maxFilesPerTrigger {max_files} "
+            print(f"[tune] {label}{pass_} pass, maxFilesPerTrigger {max_files} "
                   f"({point.rows_per_batch:,} records): batch {point.batch_ms_median:,.0f} ms, "
                   f"{point.records_per_second:,.0f} records/s"
                   f"{'' if search.fits(point) else ' (overruns the trigger)'}",
@@ -281,23 +294,28 @@ def tune(spark: Any, ns: argparse.Namespace, work: str) -> Tuning:
     return Tuning(points=tuple(points), chosen=search.chosen(points))
 
 
-def run(spark: Any, ns: argparse.Namespace, work: str, *, spark_ready_at: float) -> QueryRun:
-    deadline = time.monotonic() + ns.timeout
-    # The JVM warmed as in the tuning process (code generation, the Parquet reader,
-    # RocksDB's native library): eight batches at the measured size, into a folder
-    # nobody reads. With three, the measured query's batches still shrank from 2.6 s to
-    # 0.9 s over its first twenty at 100,000 records.
-    query = start(spark, source=ns.input, output=tempfile.mkdtemp(prefix="warmup-", dir=work),
-                  checkpoint=tempfile.mkdtemp(prefix="checkpoint-", dir=work),
-                  max_files=ns.max_files, delay_seconds=ns.delay_seconds)
+def warm_up(*, start_query: QueryStart, ns: argparse.Namespace, work: str,
+            deadline: float) -> None:
+    """The JVM warmed as in the tuning process (code generation, the reader, RocksDB's
+    native library): up to eight batches at the measured size, into a folder nobody
+    reads. With three, the measured windows query's batches still shrank from 2.6 s to
+    0.9 s over its first twenty at 100,000 records."""
+    query = start_query(output=tempfile.mkdtemp(prefix="warmup-", dir=work),
+                        checkpoint=tempfile.mkdtemp(prefix="checkpoint-", dir=work),
+                        max_files=ns.max_files)
     files = -(-ns.records // ns.file_records)
     try:
         data_batches(query, wanted=max(1, min(FIRST_SIZE_WARMUP_BATCHES,
                                               files // ns.max_files)), deadline=deadline)
     finally:
         query.stop()
-    query = start(spark, source=ns.input, output=ns.output, checkpoint=ns.checkpoint,
-                  max_files=ns.max_files, delay_seconds=ns.delay_seconds)
+
+
+def run(*, start_query: QueryStart, ns: argparse.Namespace, work: str,
+        spark_ready_at: float) -> QueryRun:
+    deadline = time.monotonic() + ns.timeout
+    warm_up(start_query=start_query, ns=ns, work=work, deadline=deadline)
+    query = start_query(output=ns.output, checkpoint=ns.checkpoint, max_files=ns.max_files)
     try:
         batches = until_flushed(query, records=ns.records + 1, deadline=deadline)
     finally:
@@ -307,33 +325,39 @@ def run(spark: Any, ns: argparse.Namespace, work: str, *, spark_ready_at: float)
                     launched_at=ns.launched_at)
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+def process_arguments(*, description: str | None, input_help: str, records_help: str,
+                      output_help: str, timeout: float) -> argparse.ArgumentParser:
+    """The command line every Structured Streaming side of a files benchmark takes."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("mode", choices=("tune", "run"))
-    parser.add_argument("--input", required=True, help="the folder of Parquet files")
-    parser.add_argument("--records", type=int, required=True,
-                        help="records of the input (the end record not counted)")
+    parser.add_argument("--input", required=True, help=input_help)
+    parser.add_argument("--records", type=int, required=True, help=records_help)
     parser.add_argument("--file-records", type=int, required=True)
-    parser.add_argument("--delay-seconds", type=float, required=True)
     parser.add_argument("--parallelism", type=int, default=2)
     parser.add_argument("--work", required=True)
-    parser.add_argument("--timeout", type=float, default=900.0)
+    parser.add_argument("--timeout", type=float, default=timeout)
     parser.add_argument("--start", type=int, default=500_000,
                         help="tune: the first batch size tried, in records")
     parser.add_argument("--max-files", type=int, default=0, help="run: maxFilesPerTrigger")
-    parser.add_argument("--output", default="", help="run: the file sink's folder")
+    parser.add_argument("--output", default="", help=output_help)
     parser.add_argument("--checkpoint", default="", help="run: the checkpoint folder")
     parser.add_argument("--launched-at", type=float, default=0.0,
                         help="run: when the benchmark launched this process (epoch s)")
-    ns = parser.parse_args()
-    work = tempfile.mkdtemp(prefix="ss-", dir=ns.work)
-    spark = session(parallelism=ns.parallelism)
+    return parser
+
+
+def serve(ns: argparse.Namespace, *, spark: Any,
+          tune_step: Callable[[str], Tuning],
+          run_step: Callable[[str, float], QueryRun]) -> int:
+    """One step (``ns.mode``) in this process, its line printed; the session stopped
+    and the scratch folder removed whatever happens."""
     spark_ready_at = time.time()
+    work = tempfile.mkdtemp(prefix="ss-", dir=ns.work)
     try:
         if ns.mode == "tune":
-            print(dump_tuning(TUNED_PREFIX, tune(spark, ns, work)), flush=True)
+            print(dump_tuning(TUNED_PREFIX, tune_step(work)), flush=True)
         else:
-            print(dump(run(spark, ns, work, spark_ready_at=spark_ready_at)), flush=True)
+            print(dump(run_step(work, spark_ready_at)), flush=True)
     except (TimeoutError, RuntimeError) as exc:
         print(f"structured streaming: {exc}", file=sys.stderr, flush=True)
         return 3
@@ -341,6 +365,25 @@ def main() -> int:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def main(start: Callable[..., Any] = start) -> int:
+    """The windows query's steps; ``start`` another query of the same signature (the
+    timers benchmark's)."""
+    parser = process_arguments(
+        description=__doc__.splitlines()[0] if __doc__ else None,
+        input_help="the folder of Parquet files",
+        records_help="records of the input (the end record not counted)",
+        output_help="run: the file sink's folder", timeout=900.0)
+    parser.add_argument("--delay-seconds", type=float, required=True)
+    ns = parser.parse_args()
+    spark = session(parallelism=ns.parallelism)
+    start_query = functools.partial(start, spark, source=ns.input,
+                                    delay_seconds=ns.delay_seconds)
+    return serve(ns, spark=spark,
+                 tune_step=lambda work: tune(start_query=start_query, ns=ns, work=work),
+                 run_step=lambda work, ready: run(start_query=start_query, ns=ns, work=work,
+                                                  spark_ready_at=ready))
 
 
 if __name__ == "__main__":

@@ -202,6 +202,19 @@ FORMAT_FILES = [
 ]
 
 
+def read_batches(source: Any, count: int) -> tuple[list[Any], Any]:
+    """The records of a new reader's first ``count`` batches, and its position after."""
+    reader = open_reader(source)
+    before: list[Any] = []
+    for _ in range(count):
+        batch = reader.read_batch()
+        if batch is not None:
+            before.extend(batch.rows)
+    position = reader.position()
+    reader.close()
+    return before, position
+
+
 @pytest.mark.parametrize(("fmt", "name", "data"), FORMAT_FILES)
 @pytest.mark.parametrize("batch_size", [1, 3, 8])
 def test_a_restore_from_any_position_continues_after_the_last_record_read(
@@ -210,14 +223,8 @@ def test_a_restore_from_any_position_continues_after_the_last_record_read(
     everything = read_all(open_reader(source))
     assert everything
     for k in range(math.ceil(len(everything) / batch_size) + 2):
-        reader = open_reader(source)
-        before: list[Any] = []
-        for _ in range(k):
-            batch = reader.read_batch()
-            if batch is not None:
-                before.extend(batch.rows)
-        position = json.loads(json.dumps(reader.position()))
-        reader.close()
+        before, position = read_batches(source, k)
+        position = json.loads(json.dumps(position))
         after = read_all(open_reader(source, position))
         assert before + after == everything, f"restored after {k} batches at {position}"
 
@@ -228,15 +235,8 @@ def test_a_parquet_restore_continues_after_the_last_row_read(tmp_path: Path,
     path, rows = parquet_file(tmp_path)
     source = files(path, "parquet", batch_size=batch_size)
     for k in range(len(rows) // batch_size + 2):
-        reader = open_reader(source)
-        before: list[Any] = []
-        for _ in range(k):
-            batch = reader.read_batch()
-            if batch is not None:
-                before.extend(batch.rows)
-        position = reader.position()
+        before, position = read_batches(source, k)
         assert position == len(before)
-        reader.close()
         assert before + read_all(open_reader(source, position)) == rows
 
 
