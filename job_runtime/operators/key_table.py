@@ -53,12 +53,22 @@ class KeyTable:
         start = self.size
         slots = self.index.slots(uniques)
         if self.size > start:
-            self._grown(start)
+            # The new keys are hashed from the batch's own keys, not taken back out of
+            # the index (which would gather its whole key store on every new key).
+            new_slots, first = np.unique(slots[slots >= start], return_index=True)
+            at = np.flatnonzero(slots >= start)[first]
+            if len(new_slots) == self.size - start:
+                self._grown(start, new_keys=uniques.take(pa.array(at)))
+            else:
+                self._grown(start)
         return slots
 
-    def _grown(self, start: int) -> None:
+    def _grown(self, start: int, *, new_keys: pa.Array | None = None) -> None:
+        """New slots from ``start`` on: their key groups (from ``new_keys``, the keys of
+        those slots in order, or from the index) and empty accumulators."""
         n_new = self.size - start
-        new_keys = self.index.take(np.arange(start, self.size))
+        if new_keys is None:
+            new_keys = self.index.take(np.arange(start, self.size))
         groups = key_groups_of_array(new_keys, self._max_parallelism)
         self.groups = np.concatenate([self.groups, groups])
         for name, (func, _) in self._specs.items():
