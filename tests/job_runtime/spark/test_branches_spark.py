@@ -159,7 +159,7 @@ def test_a_subtask_killed_between_late_clicks_leaves_each_window_and_each_late_c
     unaligned checkpoints: both sinks restored to the same checkpoint."""
     frame = with_late_clicks()
     marker = harness.base / "crashed"
-    args = {**prepare(harness, frame), "crash_at": 12_000, "crash_marker": str(marker)}
+    args = {**prepare(harness, frame), **harness.crash_after_a_checkpoint(at=12_000)}
     run = harness.run(entrypoint="branch_jobs:late_routed", args=args,
                       extra=["--unaligned", "--credits", "2"])
     assert run.returncode == 0, run.explain()
@@ -175,7 +175,7 @@ def test_a_subtask_killed_while_a_process_function_writes_three_branches_loses_a
         harness: JobHarness) -> None:
     frame = clicks()
     marker = harness.base / "crashed"
-    args = {**prepare(harness, frame), "crash_at": 9_000, "crash_marker": str(marker)}
+    args = {**prepare(harness, frame), **harness.crash_after_a_checkpoint(at=9_000)}
     run = harness.run(entrypoint="branch_jobs:process_side_output", args=args)
     assert run.returncode == 0, run.explain()
     assert marker.exists(), "the subtask never reached the click that kills it"

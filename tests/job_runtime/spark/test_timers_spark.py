@@ -41,7 +41,7 @@ def test_a_subtask_killed_with_timers_pending_under_unaligned_checkpoints_loses_
         harness: JobHarness) -> None:
     frame = clicks()
     marker = harness.base / "crashed"
-    args = {**prepare(harness, frame), "crash_at": 9_000, "crash_marker": str(marker)}
+    args = {**prepare(harness, frame), **harness.crash_after_a_checkpoint(at=9_000)}
     run = harness.run(entrypoint="timer_jobs:sessions_by_timers", args=args,
                       extra=["--unaligned", "--credits", "2"])
     assert run.returncode == 0, run.explain()

@@ -30,7 +30,7 @@ def test_a_subtask_killed_while_two_sources_are_read_loses_and_repeats_no_window
         harness: JobHarness) -> None:
     frame = example.clicks(COUNT, users=40, step_ms=20, jitter_ms=3_000)
     marker = harness.base / "crashed"
-    args = {**prepare(harness, frame), "crash_at": 9_000, "crash_marker": str(marker)}
+    args = {**prepare(harness, frame), **harness.crash_after_a_checkpoint(at=9_000)}
     run = harness.run(entrypoint="union_jobs:per_window_of_two", args=args,
                       extra=["--unaligned", "--credits", "2"])
     assert run.returncode == 0, run.explain()

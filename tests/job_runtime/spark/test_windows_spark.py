@@ -55,7 +55,7 @@ def test_a_subtask_killed_with_windows_open_under_unaligned_checkpoints_loses_an
         harness: JobHarness) -> None:
     frame = clicks(COUNT)
     marker = harness.base / "crashed"
-    args = {**prepare(harness, frame), "crash_at": 9_000, "crash_marker": str(marker)}
+    args = {**prepare(harness, frame), **harness.crash_after_a_checkpoint(at=9_000)}
     run = harness.run(entrypoint="window_jobs:per_window", args=args,
                       extra=["--unaligned", "--credits", "2"])
     assert run.returncode == 0, run.explain()
@@ -70,7 +70,7 @@ def test_a_function_per_window_killed_with_windows_open_gives_every_window_once(
     subtask kill under unaligned checkpoints, each window's function called once."""
     frame = clicks(COUNT)
     marker = harness.base / "crashed"
-    args = {**prepare(harness, frame), "crash_at": 9_000, "crash_marker": str(marker)}
+    args = {**prepare(harness, frame), **harness.crash_after_a_checkpoint(at=9_000)}
     run = harness.run(entrypoint="window_jobs:per_window_by_process", args=args,
                       extra=["--unaligned", "--credits", "2"])
     assert run.returncode == 0, run.explain()

@@ -109,6 +109,13 @@ class JobHarness:
             *(extra or []),
         ]
 
+    def crash_after_a_checkpoint(self, *, at: int) -> dict[str, Any]:
+        """Job args that kill a subtask once, at the first batch from click ``at`` on
+        that follows a completed checkpoint (``window_jobs.slow_or_crash``), with the
+        marker the test checks at ``base/crashed``."""
+        return {"crash_at": at, "crash_marker": str(self.base / "crashed"),
+                "crash_after_checkpoint_in": str(self.store)}
+
     def status_path(self, attempt: int) -> Path:
         return self.base / f"status-{attempt}.json"
 

@@ -14,18 +14,33 @@ from typing import Any
 import pyarrow as pa
 from crashing_jobs import _crash_once
 
+from cjob_checkpoint.store.file import list_checkpoints
 from job_runtime import Pipeline, sinks, sources, watermarks, windows
 
 
 def slow_or_crash(p: Pipeline) -> Callable[[pa.RecordBatch], pa.RecordBatch]:
     """A ``map_batches`` function: sleeps ``pause`` seconds per batch, and kills its
-    subtask once when the batch holds click ``crash_at``."""
+    subtask once when the batch holds click ``crash_at``.
+
+    With ``crash_after_checkpoint_in`` (a file store's directory), the kill waits for
+    the first batch from click ``crash_at`` on that comes after a checkpoint completed:
+    a test that asserts a restore from a checkpoint then holds however fast the job
+    reaches the click. (Waiting inside the batch would hold the barrier the checkpoint
+    needs.)"""
     pause = float(p.args.get("pause", 0.0))
     crash_at = int(p.args.get("crash_at", -1))
+    store = p.args.get("crash_after_checkpoint_in")
     maybe_crash = _crash_once(p)
 
+    def due(batch: pa.RecordBatch) -> bool:
+        seqs = batch.column("seq").to_pylist()
+        if store is None:
+            return crash_at in seqs
+        return max(seqs, default=-1) >= crash_at and bool(
+            list_checkpoints(store, skip_corrupt=True))
+
     def slowly(batch: pa.RecordBatch) -> pa.RecordBatch:
-        if crash_at in batch.column("seq").to_pylist():
+        if crash_at >= 0 and due(batch):
             maybe_crash({"seq": crash_at})
         if pause:
             time.sleep(pause)
