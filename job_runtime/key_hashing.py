@@ -49,6 +49,8 @@ def _crc_table() -> np.ndarray:
 
 
 _CRC_TABLE = _crc_table()
+_FNV_PRIME = np.uint32(16777619)
+_FNV_OFFSET = np.uint32(2166136261)
 _NAN = float("nan")
 _NAN_BITS = struct.unpack("<Q", struct.pack("<d", _NAN))[0]
 
@@ -117,11 +119,26 @@ def binary_views(array: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def crc32_of_values(array: pa.Array) -> np.ndarray:
-    """``zlib.crc32`` of each value of a string (UTF-8) or binary array without nulls.
+    """``zlib.crc32`` of each value of a string (UTF-8) or binary array without nulls."""
+    crc, _ = _walk_values(array, fnv1a=False)
+    return crc
 
-    The values are walked together, one byte position per step: they are sorted
-    longest first, so the values still going at position ``j`` are a prefix and
-    every step is a handful of numpy operations over contiguous arrays.
+
+def crc32_fnv1a_of_values(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """``(CRC-32, 32-bit FNV-1a)`` of each value of a string or binary array without
+    nulls, in one walk over the bytes (the keyed operator's identity of a string)."""
+    crc, fnv = _walk_values(array, fnv1a=True)
+    assert fnv is not None
+    return crc, fnv
+
+
+def _walk_values(array: pa.Array, *, fnv1a: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """The CRC-32 (and the FNV-1a) of each value, walked together.
+
+    The values are walked one byte position per step: they are sorted longest first,
+    so the values still going at position ``j`` are a prefix and every step is a
+    handful of numpy operations over contiguous arrays; the byte each value has at
+    that position is gathered once for both hashes.
     """
     if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
         array = array.cast(pa.large_binary() if pa.types.is_large_string(array.type)
@@ -129,20 +146,28 @@ def crc32_of_values(array: pa.Array) -> np.ndarray:
     data, starts, lengths = binary_views(array)
     n = len(lengths)
     crc = np.full(n, 0xFFFFFFFF, dtype=np.uint32)
+    fnv = np.full(n, _FNV_OFFSET, dtype=np.uint32) if fnv1a else None
     if not n:
-        return crc
+        return crc, fnv
     order = np.argsort(-lengths, kind="stable")
     starts, lengths = starts[order], lengths[order]
     ascending = lengths[::-1]
     table = _CRC_TABLE
-    for position in range(int(lengths[0])):
-        active = n - int(np.searchsorted(ascending, position, side="right"))
-        current = crc[:active]
-        byte = data[starts[:active] + position]
-        crc[:active] = table[(current ^ byte) & 0xFF] ^ (current >> np.uint32(8))
-    out = np.empty(n, dtype=np.uint32)
-    out[order] = crc ^ np.uint32(0xFFFFFFFF)
-    return out
+    with np.errstate(over="ignore"):
+        for position in range(int(lengths[0])):
+            active = n - int(np.searchsorted(ascending, position, side="right"))
+            current = crc[:active]
+            byte = data[starts[:active] + position]
+            crc[:active] = table[(current ^ byte) & 0xFF] ^ (current >> np.uint32(8))
+            if fnv is not None:
+                fnv[:active] = (fnv[:active] ^ byte) * _FNV_PRIME
+    crc_out = np.empty(n, dtype=np.uint32)
+    crc_out[order] = crc ^ np.uint32(0xFFFFFFFF)
+    if fnv is None:
+        return crc_out, None
+    fnv_out = np.empty(n, dtype=np.uint32)
+    fnv_out[order] = fnv
+    return crc_out, fnv_out
 
 
 def _hashes_of_distinct(array: pa.Array) -> np.ndarray:

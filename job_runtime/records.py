@@ -145,10 +145,13 @@ def key_groups_of_batch(batch: Batch, key: KeySpec, max_parallelism: int) -> np.
 
 
 def split_by_target(
-    batch: Batch, key: KeySpec, *, parallelism: int, max_parallelism: int
+    batch: Batch, key: KeySpec, *, parallelism: int, max_parallelism: int,
+    groups: np.ndarray | None = None,
 ) -> list[tuple[int, Batch]]:
-    """Partition a batch into per-subtask batches by the key group of each record."""
-    groups = key_groups_of_batch(batch, key, max_parallelism)
+    """Partition a batch into per-subtask batches by the key group of each record
+    (``groups``, when the caller knows them already)."""
+    if groups is None:
+        groups = key_groups_of_batch(batch, key, max_parallelism)
     targets = groups * parallelism // max_parallelism
     if len(targets) == 0:
         return []

@@ -14,6 +14,15 @@ raw records: the key column plus one column per accumulator, named
 because a partial batch crosses processes (and may be kept as channel state in
 an unaligned checkpoint), so a reader must be able to tell a format it does not
 know from raw records.
+
+A partial batch of string or binary keys also carries the keys' identities
+(:func:`~job_runtime.operators.key_index.string_identities`, 64 bits each, null for
+a null key) in :data:`KEY_IDENTITY`. The combiner hashes its distinct keys once, and
+both the router (the key group is in the identity's low half) and the keyed
+operator's key index use those hashes instead of walking the keys' bytes twice more.
+The column is optional (a batch without it is hashed by the reader, as older
+batches in channel state are) and versioned by its name. Its rows have distinct
+keys: the operator takes such a batch's keys as its distinct keys, unnumbered.
 """
 
 from __future__ import annotations
@@ -23,11 +32,21 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import pyarrow as pa
 
-from job_runtime.operators.key_index import dense_offsets, factorize_keys
+from job_runtime.operators.key_index import (
+    KeyFamily,
+    dense_offsets,
+    factorize_keys,
+    family_of,
+    key_groups_of_identities,
+    string_identities,
+)
 
 PARTIAL_VERSION = 1
 PARTIAL_PREFIX = f"__cjob_partial_v{PARTIAL_VERSION}:"
 _ANY_PARTIAL = "__cjob_partial_v"
+KEY_IDENTITY_VERSION = 1
+KEY_IDENTITY = f"__cjob_key_identity_v{KEY_IDENTITY_VERSION}"
+"""The column of a partial batch that holds its keys' identities (see above)."""
 
 AccumulatorSpecs = dict[str, tuple[str, str | None]]
 """Accumulator name (``count``, ``sum:<column>``, ``min:<column>``, ``max:<column>``)
@@ -173,9 +192,51 @@ def merge_into(accumulators: dict[str, np.ndarray], slots: np.ndarray,
 
 def partial_batch(*, key: str | tuple[str, ...], keys: pa.Array,
                   folded: dict[str, np.ndarray]) -> pa.RecordBatch:
-    """The partial batch of ``keys`` (one row each; a composite key's as its columns)
-    with their folded accumulators."""
+    """The partial batch of ``keys`` (distinct, one row each; a composite key's as its
+    columns) with their folded accumulators, and their identities when they are
+    strings or binaries."""
     names, arrays = key_columns_of(key, keys)
     arrays = [*arrays, *(pa.array(values) for values in folded.values())]
     names = [*names, *(PARTIAL_PREFIX + name for name in folded)]
+    identities = _identity_column(keys)
+    if identities is not None:
+        arrays.append(identities)
+        names.append(KEY_IDENTITY)
     return pa.RecordBatch.from_arrays(arrays, names=names)
+
+
+def _identity_column(keys: pa.Array) -> pa.Array | None:
+    if pa.types.is_dictionary(keys.type):
+        keys = keys.cast(keys.type.value_type)
+    if family_of(keys.type) not in (KeyFamily.STRING, KeyFamily.BINARY):
+        return None
+    if not keys.null_count:
+        return pa.array(string_identities(keys), type=pa.uint64())
+    valid = np.asarray(keys.is_valid().to_numpy(zero_copy_only=False))
+    ids = np.zeros(len(keys), dtype=np.uint64)
+    ids[valid] = string_identities(keys.filter(pa.array(valid)))
+    return pa.array(ids, type=pa.uint64(), mask=~valid)
+
+
+def partial_identities(arrow: pa.RecordBatch) -> np.ndarray | None:
+    """The identities a partial batch carries for its keys (0 for a null key), or
+    ``None`` when it carries none."""
+    if KEY_IDENTITY not in arrow.schema.names or not is_partial(arrow):
+        return None
+    column = arrow.column(KEY_IDENTITY)
+    if column.null_count:
+        column = column.fill_null(0)
+    return np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.uint64)
+
+
+def partial_key_groups(arrow: pa.RecordBatch, max_parallelism: int) -> np.ndarray | None:
+    """The key groups of a partial batch's keys, from the identities it carries (a
+    null key's group is 0, as for records); ``None`` when it carries none."""
+    ids = partial_identities(arrow)
+    if ids is None:
+        return None
+    groups = key_groups_of_identities(ids, max_parallelism)
+    column = arrow.column(KEY_IDENTITY)
+    if column.null_count:
+        groups[~np.asarray(column.is_valid().to_numpy(zero_copy_only=False))] = 0
+    return groups

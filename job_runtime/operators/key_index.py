@@ -32,10 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from job_runtime.key_hashing import binary_views, crc32_of_values, mix64_array, nan_canonical
-
-_FNV_PRIME = np.uint32(16777619)
-_FNV_OFFSET = np.uint32(2166136261)
+from job_runtime.key_hashing import crc32_fnv1a_of_values, mix64_array, nan_canonical
 
 
 class KeyFamily(enum.Enum):
@@ -266,27 +263,20 @@ def _factorize_objects(column: pa.Array) -> tuple[np.ndarray, pa.Array]:
 def string_identities(array: pa.Array) -> np.ndarray:
     """A 64-bit identity of each null-free string or binary value: its CRC-32 in the low
     half, its FNV-1a (32 bits) in the high half. Equal values have equal identities;
-    unequal ones share one about once in 2**64 pairs (and are told apart anyway)."""
-    crc = crc32_of_values(array)
-    if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
-        array = array.cast(pa.large_binary() if pa.types.is_large_string(array.type)
-                           else pa.binary())
-    data, starts, lengths = binary_views(array)
-    n = len(lengths)
-    fnv = np.full(n, _FNV_OFFSET, dtype=np.uint32)
-    if n:
-        order = np.argsort(-lengths, kind="stable")
-        starts, lengths = starts[order], lengths[order]
-        ascending = lengths[::-1]
-        with np.errstate(over="ignore"):
-            for position in range(int(lengths[0])):
-                active = n - int(np.searchsorted(ascending, position, side="right"))
-                byte = data[starts[:active] + position].astype(np.uint32)
-                fnv[:active] = (fnv[:active] ^ byte) * _FNV_PRIME
-        unordered = np.empty(n, dtype=np.uint32)
-        unordered[order] = fnv
-        fnv = unordered
+    unequal ones share one about once in 2**64 pairs (and are told apart anyway).
+
+    The low half is the CRC-32 that :func:`~job_runtime.key_hashing.stable_hash` mixes
+    into a string's hash, so an identity also gives the key's key group
+    (:func:`key_groups_of_identities`) without hashing the key again."""
+    crc, fnv = crc32_fnv1a_of_values(array)
     return np.asarray((fnv.astype(np.uint64) << np.uint64(32)) | crc.astype(np.uint64))
+
+
+def key_groups_of_identities(ids: np.ndarray, max_parallelism: int) -> np.ndarray:
+    """The key groups of string or binary keys whose :func:`string_identities` are
+    ``ids``: what :func:`~job_runtime.key_hashing.key_groups_of_array` gives the keys."""
+    hashed = mix64_array(ids & np.uint64(0xFFFFFFFF))
+    return np.asarray(hashed % np.uint64(max_parallelism), dtype=np.int64)
 
 
 _HASHED = frozenset({KeyFamily.STRING, KeyFamily.BINARY, KeyFamily.STRUCT})
@@ -483,9 +473,14 @@ class KeyIndex:
 
     # ------------------------------------------------------------------ slots
 
-    def slots(self, uniques: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    def slots(self, uniques: pa.Array | pa.ChunkedArray, *,
+              identities: np.ndarray | None = None) -> np.ndarray:
         """The slots of distinct keys (as :func:`factorize_keys` returns them), new keys
-        given new slots."""
+        given new slots.
+
+        ``identities``: the keys' :func:`string_identities` when the caller has them
+        (a combiner computed them before the exchange; entries of null keys are
+        ignored), so string keys are not hashed twice. Other families ignore them."""
         uniques = _plain(uniques)
         family = family_of(uniques.type)
         if family is not None:
@@ -517,7 +512,10 @@ class KeyIndex:
         if len(present):
             values = uniques if len(present) == len(uniques) else \
                 uniques.take(pa.array(present))
-            out[present] = self._valid_slots(values)
+            ids = None
+            if identities is not None and self.family in (KeyFamily.STRING, KeyFamily.BINARY):
+                ids = identities if len(present) == len(uniques) else identities[present]
+            out[present] = self._valid_slots(values, ids=ids)
         return out
 
     def _settle(self, family: KeyFamily) -> None:
@@ -541,8 +539,9 @@ class KeyIndex:
             return self._struct
         return _CANONICAL[self.family] if self.family is not None else pa.null()
 
-    def _valid_slots(self, values: pa.Array) -> np.ndarray:
-        ids = self._identities(values)
+    def _valid_slots(self, values: pa.Array, *, ids: np.ndarray | None = None) -> np.ndarray:
+        if ids is None:
+            ids = self._identities(values)
         found = self._lookup.find(ids)
         if self.family in _HASHED:
             found = self._verified(values, found)

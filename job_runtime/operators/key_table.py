@@ -22,8 +22,11 @@ import numpy as np
 import pyarrow as pa
 
 from job_runtime.operators.accumulators import AccumulatorSpecs, initial, merge_into
-from job_runtime.operators.key_index import KeyFamily, KeyIndex
+from job_runtime.operators.key_index import KeyFamily, KeyIndex, key_groups_of_identities
 from job_runtime.records import key_groups_of_array
+
+_IDENTIFIED = (KeyFamily.STRING, KeyFamily.BINARY)
+"""Families whose identities give their key groups."""
 
 
 class KeyTable:
@@ -48,28 +51,38 @@ class KeyTable:
         """The keys at ``slots``."""
         return self.index.take(slots)
 
-    def slots(self, uniques: pa.Array) -> np.ndarray:
-        """The slots of distinct keys, new keys given new slots."""
+    def slots(self, uniques: pa.Array, *, identities: np.ndarray | None = None) -> np.ndarray:
+        """The slots of distinct keys, new keys given new slots (``identities``: the
+        keys' string identities, when a combiner sent them)."""
         start = self.size
-        slots = self.index.slots(uniques)
+        slots = self.index.slots(uniques, identities=identities)
         if self.size > start:
             # The new keys are hashed from the batch's own keys, not taken back out of
             # the index (which would gather its whole key store on every new key).
             new_slots, first = np.unique(slots[slots >= start], return_index=True)
             at = np.flatnonzero(slots >= start)[first]
-            if len(new_slots) == self.size - start:
-                self._grown(start, new_keys=uniques.take(pa.array(at)))
-            else:
+            if len(new_slots) != self.size - start:
                 self._grown(start)
+            elif identities is not None and self.index.family in _IDENTIFIED:
+                groups = key_groups_of_identities(identities[at], self._max_parallelism)
+                new_keys = uniques.take(pa.array(at))
+                if new_keys.null_count:
+                    groups[~np.asarray(new_keys.is_valid().to_numpy(zero_copy_only=False))] = 0
+                self._grown(start, groups=groups)
+            else:
+                self._grown(start, new_keys=uniques.take(pa.array(at)))
         return slots
 
-    def _grown(self, start: int, *, new_keys: pa.Array | None = None) -> None:
-        """New slots from ``start`` on: their key groups (from ``new_keys``, the keys of
-        those slots in order, or from the index) and empty accumulators."""
+    def _grown(self, start: int, *, new_keys: pa.Array | None = None,
+               groups: np.ndarray | None = None) -> None:
+        """New slots from ``start`` on: their key groups (``groups``, or hashed from
+        ``new_keys``, the keys of those slots in order, or from the index) and empty
+        accumulators."""
         n_new = self.size - start
-        if new_keys is None:
-            new_keys = self.index.take(np.arange(start, self.size))
-        groups = key_groups_of_array(new_keys, self._max_parallelism)
+        if groups is None:
+            if new_keys is None:
+                new_keys = self.index.take(np.arange(start, self.size))
+            groups = key_groups_of_array(new_keys, self._max_parallelism)
         self.groups = np.concatenate([self.groups, groups])
         for name, (func, _) in self._specs.items():
             current = self.acc.get(name, initial(func, 0))

@@ -26,6 +26,7 @@ from job_runtime.operators.accumulators import (
     fold,
     is_partial,
     key_columns_of,
+    partial_identities,
 )
 from job_runtime.operators.base import KeyedOperator, StateSnapshot
 from job_runtime.operators.key_index import factorize_keys, typed_keys
@@ -197,8 +198,13 @@ class AggregateOperator(KeyedOperator):
         if partial:
             check_partial(arrow.schema.names, self._acc_specs)
         key_column = key_array(arrow, self.key)
-        codes, uniques = factorize_keys(key_column)
-        slots = self.table.slots(uniques)
+        identities = partial_identities(arrow) if partial else None
+        if identities is not None:
+            # A combiner's rows: distinct keys, hashed before the exchange.
+            codes, uniques = np.arange(len(key_column)), key_column
+        else:
+            codes, uniques = factorize_keys(key_column)
+        slots = self.table.slots(uniques, identities=identities)
         folded = fold(column=arrow_columns(arrow), codes=codes, n_unique=len(uniques),
                       specs=self._acc_specs, partial=partial)
         self.table.merge(slots, folded)

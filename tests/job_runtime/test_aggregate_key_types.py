@@ -18,6 +18,7 @@ import pytest
 from job_runtime import Pipeline, sinks, sources, watermarks, windows
 from job_runtime.execution.stages import plan_stages
 from job_runtime.key_hashing import key_group_of, key_groups_of_array
+from job_runtime.operators.accumulators import KEY_IDENTITY, partial_key_groups
 from job_runtime.operators.combiner import Combiner
 from job_runtime.operators.keyed import AggregateOperator, build_keyed_operator
 from job_runtime.pipeline import KeyedOp
@@ -120,8 +121,10 @@ def _deliver(operators: list[AggregateOperator], batch: Batch | None,
              latest: dict[Any, dict[str, Any]]) -> None:
     if batch is None:
         return
+    # Routed as a task routes: a combiner's string keys by the identities they carry.
+    groups = partial_key_groups(batch.arrow, MAX_P)
     for target, part in split_by_target(batch, "k", parallelism=len(operators),
-                                        max_parallelism=MAX_P):
+                                        max_parallelism=MAX_P, groups=groups):
         for row in operators[target].process(part).rows:
             latest[_same(row.pop("k"))] = row
 
@@ -159,6 +162,78 @@ class TestEveryKeyType:
             for row in op.process(Batch(arrow=batch)).rows:
                 latest[row.pop("k")] = row
         assert {k: r["n"] for k, r in latest.items()} == {1: 2, 2: 2, 2.5: 1, None: 1}
+
+
+def without_identities(batch: Batch) -> Batch:
+    """The partial batch as a runtime before key identities wrote it."""
+    arrow = batch.arrow
+    return Batch(arrow=arrow.drop_columns([KEY_IDENTITY]))
+
+
+class TestKeyIdentities:
+    """A combiner hashes its string keys once; the router and the operator use those
+    hashes. They must give what hashing the keys gives, or keys would be misrouted."""
+
+    IDENTIFIED = ["zipf strings", "strings and nulls", "binary"]
+
+    @pytest.mark.parametrize("name", IDENTIFIED)
+    def test_partial_rows_carry_identities_whose_key_groups_are_the_keys_own(
+            self, name: str) -> None:
+        combiner = Combiner(op=aggregate_op())
+        for batch in batches(records_of(KEY_COLUMNS[name]), 500):
+            combiner.add(batch)
+        flushed = combiner.flush()
+        assert flushed is not None and KEY_IDENTITY in flushed.arrow.schema.names
+        groups = partial_key_groups(flushed.arrow, MAX_P)
+        assert groups is not None
+        keys = flushed.arrow.column("k")
+        assert groups.tolist() == key_groups_of_array(keys, MAX_P).tolist()
+        assert groups.tolist() == [key_group_of(k, MAX_P) for k in keys.to_pylist()]
+
+    @pytest.mark.parametrize("keys", [pa.array(["b", "a", None]).dictionary_encode(),
+                                      pa.array(["x", "y"], type=pa.large_string())],
+                             ids=["dictionary", "large strings"])
+    def test_keys_of_other_string_types_carry_identities_too(self, keys: pa.Array) -> None:
+        combiner = Combiner(op=aggregate_op())
+        combiner.add(Batch(arrow=pa.RecordBatch.from_arrays(
+            [keys, pa.array([1.0] * len(keys))], names=["k", "v"])))
+        flushed = combiner.flush()
+        assert flushed is not None
+        groups = partial_key_groups(flushed.arrow, MAX_P)
+        assert groups is not None
+        assert groups.tolist() == [key_group_of(k, MAX_P)
+                                   for k in flushed.arrow.column("k").to_pylist()]
+
+    @pytest.mark.parametrize("name", ["sparse 64-bit integers", "floats with NaN and "
+                                      "signed zeros", "nulls only"])
+    def test_keys_that_are_not_strings_carry_none(self, name: str) -> None:
+        combiner = Combiner(op=aggregate_op())
+        for batch in batches(records_of(KEY_COLUMNS[name]), 500):
+            combiner.add(batch)
+        flushed = combiner.flush()
+        assert flushed is not None and KEY_IDENTITY not in flushed.arrow.schema.names
+
+    @pytest.mark.parametrize("name", IDENTIFIED)
+    def test_an_operator_reaches_the_same_state_with_or_without_the_identities(
+            self, name: str) -> None:
+        """Without them, as from channel state an older runtime wrote: hashed again."""
+        records = records_of(KEY_COLUMNS[name])
+        with_ids, without = operators_for(aggregate_op(), 1)[0], \
+            operators_for(aggregate_op(), 1)[0]
+        combiner = Combiner(op=aggregate_op())
+        rows: list[list[dict[str, Any]]] = [[], []]
+        for batch in batches(records, 300):
+            combiner.add(batch)
+            flushed = combiner.flush()
+            assert flushed is not None
+            rows[0] += with_ids.process(flushed).rows
+            rows[1] += without.process(without_identities(flushed)).rows
+        assert rows[0] == rows[1]
+        for table in (with_ids.table, without.table):
+            keys = table.key_values(np.arange(table.size))
+            assert table.groups.tolist() == key_groups_of_array(keys, MAX_P).tolist()
+        assert with_ids.table.key_values(np.arange(with_ids.table.size)).equals(
+            without.table.key_values(np.arange(without.table.size)))
 
 
 class TestRestore:

@@ -15,6 +15,7 @@ import pytest
 
 from job_runtime.key_hashing import (
     combine_hashes,
+    crc32_fnv1a_of_values,
     crc32_of_values,
     key_group_of,
     key_groups_of_array,
@@ -104,6 +105,24 @@ class TestColumnsHashLikeTheirValues:
         words = _words(1000, seed=4)
         assert crc32_of_values(pa.array(words)).tolist() == \
             [zlib.crc32(w.encode()) for w in words]
+
+    def test_the_walk_that_also_gives_fnv1a_gives_zlibs_crc32_and_fnv1a_of_each_value(
+            self) -> None:
+        import zlib
+
+        def fnv1a(data: bytes) -> int:
+            value = 2166136261
+            for byte in data:
+                value = ((value ^ byte) * 16777619) & 0xFFFFFFFF
+            return value
+
+        words = [*_words(1000, seed=5), "", "é", "\u2603 snow"]
+        for array in (pa.array(words), pa.array(words, type=pa.large_string()).slice(3),
+                      pa.array([w.encode() for w in words], type=pa.binary())):
+            crc, fnv = crc32_fnv1a_of_values(array)
+            encoded = [w.encode() if isinstance(w, str) else w for w in array.to_pylist()]
+            assert crc.tolist() == [zlib.crc32(b) for b in encoded]
+            assert fnv.tolist() == [fnv1a(b) for b in encoded]
 
     def test_sparse_64_bit_integers_and_every_integer_type_hash_like_ints(self) -> None:
         rng = np.random.default_rng(5)

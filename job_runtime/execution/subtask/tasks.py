@@ -39,6 +39,7 @@ from job_runtime.execution.subtask.watermark_tracking import ChannelWatermarks, 
 from job_runtime.faults import maybe_fail
 from job_runtime.network.channels import InputGate, OutputChannel
 from job_runtime.network.framing import Kind
+from job_runtime.operators.accumulators import partial_key_groups
 from job_runtime.operators.base import KeyedOperator
 from job_runtime.operators.chain import RecordChain
 from job_runtime.operators.combiner import Combiner
@@ -133,12 +134,13 @@ class Task(threading.Thread):
             return
         self._send(batch)
 
-    def _send(self, batch: Batch) -> None:
+    def _send(self, batch: Batch, *, groups: np.ndarray | None = None) -> None:
         key = self.plan.out_key
         assert key is not None
         config = self.runtime.config
         for target, part in split_by_target(batch, key.key, parallelism=config.parallelism,
-                                            max_parallelism=config.max_parallelism):
+                                            max_parallelism=config.max_parallelism,
+                                            groups=groups):
             self.outputs[target].send_batch(part, cancelled=self._cancelled)
 
     def flush_combiner(self) -> None:
@@ -152,7 +154,9 @@ class Task(threading.Thread):
                                 subtask=self.runtime.subtask,
                                 details="".join(traceback.format_exception(exc))) from exc
         if partial is not None:
-            self._send(partial)
+            # The combiner hashed string keys once: their key groups come with them.
+            self._send(partial, groups=partial_key_groups(
+                partial.arrow, self.runtime.config.max_parallelism))
 
     def flush_if_due(self) -> None:
         """The combiner's latency bound, checked while the task waits for input."""
