@@ -55,12 +55,19 @@ runtime. Flags (values are single arguments; repeatable flags may appear many ti
     Where the runtime writes its progress as JSON (optional; the embedded runner).
 
 Exit codes are ``cjob_spec.exit_codes.ExitCode``.
+
+On Kubernetes the kubelet rewrites container arguments: ``$(VAR)`` becomes the
+variable's value and ``$$`` becomes ``$``. The operator relies on that for its own
+values (the API server's and the pod's address), but what a user wrote (job args,
+Spark settings, storage, python paths, restore paths) must reach the job as written,
+as it does under the embedded runner: the operator passes ``literal=kubelet_literal``,
+which doubles every ``$`` of those strings.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from cjob_spec.durations import format_seconds
 from cjob_spec.errors import SpecError
@@ -79,14 +86,19 @@ def to_runtime_args(
     metrics_port: int | None = None,
     status_file: str | None = None,
     beacon_host: str | None = None,
+    literal: Callable[[str], str] | None = None,
 ) -> list[str]:
     """Arguments (after ``python -m job_runtime run``) that run ``job``'s attempt.
 
     ``master`` overrides ``spec.spark.master`` (the operator passes the
     ``k8s://https://...`` URL for ``k8s``); ``extra_spark_conf`` is merged over
     ``spec.spark.conf`` (the operator's driver and executor settings). ``job_uid``
-    overrides ``metadata.uid``; one of them is required.
+    overrides ``metadata.uid``; one of them is required. ``literal`` is applied to
+    every string a user wrote (and to the restore pointer), never to the caller's own
+    values (``master``, ``extra_spark_conf``, ``beacon_host``), so that a caller can
+    keep the user's strings from being rewritten on their way (:func:`kubelet_literal`).
     """
+    user = literal or _as_is
     uid = job_uid or job.metadata.uid
     if not uid:
         raise SpecError(field="metadata.uid", problem="is required to run the job")
@@ -100,27 +112,27 @@ def to_runtime_args(
         "--job-uid",
         uid,
         "--entrypoint",
-        spec.job.entrypoint,
+        user(spec.job.entrypoint),
     ]
     for path in spec.job.python_path:
-        args += ["--python-path", path]
+        args += ["--python-path", user(path)]
     args += [
         "--args-json",
-        json.dumps(dict(spec.job.args), sort_keys=True, separators=(",", ":")),
+        user(json.dumps(dict(spec.job.args), sort_keys=True, separators=(",", ":"))),
         "--parallelism",
         str(spec.parallelism),
         "--max-parallelism",
         str(spec.max_parallelism),
         "--master",
-        master or spec.spark.master,
+        master or user(spec.spark.master),
     ]
-    conf = dict(spec.spark.conf)
-    conf.update(extra_spark_conf or {})
+    conf = {key: user(f"{key}={value}") for key, value in spec.spark.conf.items()}
+    conf.update({key: f"{key}={value}" for key, value in (extra_spark_conf or {}).items()})
     for key in sorted(conf):
-        args += ["--spark-conf", f"{key}={conf[key]}"]
+        args += ["--spark-conf", conf[key]]
     args += [
         "--checkpoint-storage",
-        checkpoint.storage,
+        user(checkpoint.storage),
         "--checkpoint-interval",
         format_seconds(checkpoint.interval.seconds),
         "--checkpoint-min-pause",
@@ -138,7 +150,7 @@ def to_runtime_args(
         "--tolerable-failures",
         str(checkpoint.tolerable_failures),
         "--restore",
-        restore_pointer,
+        user(restore_pointer),
         "--on-unreadable",
         spec.restore.on_unreadable.runtime_flag,
     ]
@@ -159,6 +171,16 @@ def to_runtime_args(
     if beacon_host is not None:
         args += ["--beacon-host", beacon_host]
     return args
+
+
+def kubelet_literal(text: str) -> str:
+    """``text`` as a container argument the kubelet passes on unchanged: every ``$``
+    doubled, so neither ``$(VAR)`` nor ``$$`` is rewritten."""
+    return text.replace("$", "$$")
+
+
+def _as_is(text: str) -> str:
+    return text
 
 
 def file_store_arg(directory: str) -> str:

@@ -625,3 +625,97 @@ def test_the_driver_pods_cpu_request_follows_sparks_own_setting_when_given() -> 
     plain = build_driver_pod(make_job(), attempt=1, restore_pointer="latest", image="img",
                              operator_config=config)
     assert plain["spec"]["containers"][0]["resources"]["requests"]["cpu"] == "1"
+
+
+def kubelet_expanded(text: str, env: dict[str, str]) -> str:
+    """What the kubelet makes of a container argument: ``$$`` is ``$``, ``$(NAME)`` is
+    the variable's value when the container defines it (else left as written), and any
+    other ``$`` stays (Kubernetes' expansion rules, for a test without a kubelet; the
+    real-node scenario checks a real one)."""
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        if text[i] != "$" or i + 1 == len(text):
+            out.append(text[i])
+            i += 1
+            continue
+        following = text[i + 1]
+        if following == "$":
+            out.append("$")
+            i += 2
+        elif following == "(":
+            close = text.find(")", i + 2)
+            name = text[i + 2:close] if close >= 0 else ""
+            if close >= 0 and name in env:
+                out.append(env[name])
+                i = close + 1
+            else:
+                out.append("$(")
+                i += 2
+        else:
+            out.append("$")
+            i += 1
+    return "".join(out)
+
+
+def test_kubelet_expansion_as_modelled_by_these_tests() -> None:
+    env = {"HOSTNAME": "pod-1"}
+    assert kubelet_expanded("$$5 $(HOSTNAME) $(NOPE) $x $", env) == "$5 pod-1 $(NOPE) $x $"
+
+
+class TestUserStringsReachTheRuntimeByteForByte:
+    """The kubelet expands ``$(VAR)`` and turns ``$$`` into ``$`` in container args;
+    the embedded runner does neither. What a user wrote must reach the job alike."""
+
+    ENV = {"HOSTNAME": "driver-pod", "POD_NAME": "driver-pod", "POD_IP": "10.1.2.3",
+           "KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "443"}
+    TRICKY = "$$5 $(HOSTNAME) $(POD_NAME) $x $"
+
+    def _job(self) -> CheckpointedJob:
+        return make_job(**{
+            "job.args": {"x": self.TRICKY, "output": "s3://out/$(POD_NAME)"},
+            "job.pythonPath": ["/opt/jobs/$(HOSTNAME)"],
+            "job.entrypoint": "clicks.job:build",
+            "checkpoint.storage": "s3://ckpt/jobs/$(POD_NAME)/$$",
+            "spark.conf": {"spark.user.setting": self.TRICKY},
+            "standby": {"enabled": True},
+            "spark.master": "k8s",
+        })
+
+    def _expanded_args(self, pod: dict[str, Any]) -> list[str]:
+        return [kubelet_expanded(arg, self.ENV) for arg in args_of(pod)]
+
+    def test_job_args_storage_python_path_and_spark_conf_arrive_as_written(self) -> None:
+        import json
+
+        job = self._job()
+        for pod in (driver_pod(job, attempt=1, restore_pointer="latest", operator_config=CONFIG),
+                    build_standby_pod(job, attempt=1, image=job.spec.image or "",
+                                      operator_config=CONFIG)):
+            args = self._expanded_args(pod)
+            assert json.loads(value(args, "--args-json")) == {
+                "x": self.TRICKY, "output": "s3://out/$(POD_NAME)"}
+            assert value(args, "--checkpoint-storage") == "s3://ckpt/jobs/$(POD_NAME)/$$"
+            assert value(args, "--python-path") == "/opt/jobs/$(HOSTNAME)"
+            assert spark_conf(args)["spark.user.setting"] == self.TRICKY
+
+    def test_the_operators_own_references_are_still_expanded(self) -> None:
+        job = self._job()
+        pod = build_standby_pod(job, attempt=1, image=job.spec.image or "",
+                                operator_config=CONFIG)
+        args = self._expanded_args(pod)
+        assert value(args, "--master") == "k8s://https://10.0.0.1:443"
+        assert value(args, "--beacon-host") == "10.1.2.3"
+        assert spark_conf(args)["spark.driver.bindAddress"] == "10.1.2.3"
+
+    def test_a_restore_path_arrives_as_written(self) -> None:
+        job = self._job()
+        pointer = "s3://ckpt/old/$(POD_NAME)/chk-3/_metadata"
+        pod = driver_pod(job, attempt=1, restore_pointer=pointer, operator_config=CONFIG)
+        assert value(self._expanded_args(pod), "--restore") == pointer
+
+    def test_the_cleanup_pod_deletes_the_storage_root_as_written(self) -> None:
+        pod = build_cleanup_pod(self._job(), uri="s3://ckpt/jobs/$(POD_NAME)/clicks-uid-1",
+                                image="example.org/clicks:1.0", deadline_seconds=600,
+                                operator_config=CONFIG)
+        assert value(self._expanded_args(pod), "--uri") == "s3://ckpt/jobs/$(POD_NAME)/clicks-uid-1"

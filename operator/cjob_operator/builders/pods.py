@@ -49,7 +49,7 @@ from cjob_spec.names import (
 )
 from cjob_spec.parse import DRIVER_REQUEST_CORES
 from cjob_spec.quantities import MIB, format_kubernetes_memory
-from cjob_spec.runtime_args import configmap_store_arg, to_runtime_args
+from cjob_spec.runtime_args import configmap_store_arg, kubelet_literal, to_runtime_args
 from cjob_spec.security import container_security_context, pod_security_context
 
 CLEANUP_MEMORY = "256Mi"
@@ -131,7 +131,7 @@ def build_cleanup_pod(
         "image": image,
         "imagePullPolicy": config.image_pull_policy,
         "command": list(config.cleanup_command),
-        "args": ["--uri", uri, "--job-name", name, "--job-uid", uid,
+        "args": ["--uri", kubelet_literal(uri), "--job-name", name, "--job-uid", uid,
                  "--termination-log", TERMINATION_LOG],
         "env": storage_env(job, config),
         "resources": {
@@ -243,6 +243,7 @@ def _runtime_args(
         # With a standby, every driver listens for it at the pod's address (the kubelet
         # substitutes POD_IP, see driver_env), and the standby watches the active one.
         beacon_host=POD_IP_REFERENCE if job.spec.standby.enabled else None,
+        literal=kubelet_literal,
     )
 
 

@@ -29,6 +29,9 @@ pytestmark = [
 sys.path.insert(0, str(RUNNING_SUM_DIR))
 from verify import verify  # noqa: E402
 
+TRICKY_OUTPUT = "output-$$5-$(POD_NAME)"
+"""An output prefix the kubelet would rewrite in an argument (the driver has POD_NAME)."""
+TRICKY_CHECKPOINTS = "checkpoints-$$-$(POD_NAME)"
 COUNT = 120_000
 RATE = 3_000  # records per second: about 40 s of input, so kills land mid-run
 
@@ -94,9 +97,11 @@ CODE_MOUNT = {"name": "code", "mountPath": "/opt/cjob/jobs/running-sum", "readOn
 def _apply_s3_job(
     *, rest: RestClient, kubectl: scenario.Kubectl, s3: ClusterS3, namespace: str, name: str,
     master: str, cleanup: str = "Retain", standby: bool = False,
+    checkpoints: str = "checkpoints", output: str = "output",
 ) -> tuple[scenario.JobHandle, str]:  # fmt: skip
     """The running sum with its code from a ConfigMap and its checkpoints and output in
-    an S3 bucket of its own, applied with kubectl; returns the job and the bucket.
+    an S3 bucket of its own (under the prefixes ``checkpoints`` and ``output``),
+    applied with kubectl; returns the job and the bucket.
 
     With ``standby`` it asks for a warm standby driver; both drivers then ask for a
     fraction of a core, or the two-CPU node could not schedule the second."""
@@ -106,7 +111,7 @@ def _apply_s3_job(
             stdin=yaml.safe_dump(s3.credentials_secret()))  # fmt: skip
     _job_code_configmap(kubectl, namespace)
     manifest = _running_sum(
-        name=name, storage=f"s3://{bucket}/checkpoints", output=f"s3://{bucket}/output",
+        name=name, storage=f"s3://{bucket}/{checkpoints}", output=f"s3://{bucket}/{output}",
         master=master, s3={"endpoint": s3.cluster_endpoint, "credentialsSecret": "s3-credentials"},
         pod={"volumes": [CODE_VOLUME], "volumeMounts": [CODE_MOUNT]}, cleanup=cleanup,
     )  # fmt: skip
@@ -233,9 +238,12 @@ def test_a_k8s_job_with_a_warm_standby_recovers_from_a_driver_kill_by_promoting_
 ) -> None:
     rest = real_cluster.rest()
     created_at = time.time()  # the node's containers share this machine's clock
+    # The output path holds what the kubelet rewrites in container arguments ("$$",
+    # "$(POD_NAME)"): both drivers must write under it as written, not under their
+    # own pod names.
     job, bucket = _apply_s3_job(rest=rest, kubectl=kubectl, s3=cluster_s3,
                                 namespace=restricted_namespace, name="warm", master="k8s",
-                                standby=True)  # fmt: skip
+                                standby=True, output=TRICKY_OUTPUT)  # fmt: skip
 
     scenario.wait_until(lambda: scenario.records_flowing(job.pod("warm-attempt-1")),
                         what="the first records",
@@ -299,7 +307,10 @@ def test_a_k8s_job_with_a_warm_standby_recovers_from_a_driver_kill_by_promoting_
     restored = scenario.restored_id_from_logs(job.logs("warm-standby-1"))
     assert restored is not None and restored >= checkpoint_before_kill
     assert done["restoredFrom"]["id"] == restored
-    records = scenario.read_jsonl_objects(cluster_s3.client(), bucket=bucket, prefix="output/")
+    client = cluster_s3.client()
+    assert {key.split("/")[0] for key in scenario.list_keys(client, bucket=bucket,
+                                                              prefix="output")} == {TRICKY_OUTPUT}
+    records = scenario.read_jsonl_objects(client, bucket=bucket, prefix=f"{TRICKY_OUTPUT}/")
     assert verify(records, count=COUNT) == []
     print(f"cold start -> first record {cold_start:.1f}s; driver kill -> first record in "
           f"the promoted standby {takeover:.2f}s ({takeover / cold_start:.2f}x; promoted "
@@ -376,12 +387,15 @@ def test_deleting_a_job_with_cleanup_policy_delete_removes_its_s3_checkpoints_an
 ) -> None:
     rest = real_cluster.rest()
     client = cluster_s3.client()
+    # A storage path the kubelet would rewrite: the driver must write, and the cleanup
+    # pod delete, the one root the user wrote.
     job, bucket = _apply_s3_job(rest=rest, kubectl=kubectl, s3=cluster_s3,
                                 namespace=real_namespace, name="doomed", master="local[2]",
-                                cleanup="Delete")  # fmt: skip
+                                cleanup="Delete", checkpoints=TRICKY_CHECKPOINTS)  # fmt: skip
     scenario.wait_until(lambda: job.latest_checkpoint_id() >= 1, what="a checkpoint",
                         timeout=240, detail=job.describe)  # fmt: skip
-    assert scenario.list_keys(client, bucket=bucket, prefix="checkpoints/")
+    written = scenario.list_keys(client, bucket=bucket, prefix="checkpoints")
+    assert written and {key.split("/")[0] for key in written} == {TRICKY_CHECKPOINTS}
     store = f"/api/v1/namespaces/{quote(real_namespace)}/configmaps/doomed-checkpoints"
     assert rest.get(store)
 
@@ -397,7 +411,7 @@ def test_deleting_a_job_with_cleanup_policy_delete_removes_its_s3_checkpoints_an
 
     scenario.wait_until(store_gone, what="the checkpoint ConfigMap deleted", timeout=120)
     scenario.wait_until(
-        lambda: not scenario.list_keys(client, bucket=bucket, prefix="checkpoints/"),
+        lambda: not scenario.list_keys(client, bucket=bucket, prefix="checkpoints"),
         what="the S3 checkpoints deleted", timeout=120,
     )  # fmt: skip
 
