@@ -33,7 +33,9 @@ class SubtaskConfig:
     mode: str  # "exactly_once" | "at_least_once"
     unaligned: bool
     credits: int = 4
-    s3: dict[str, Any] | None = None
+    s3: dict[str, Any] | None = dataclasses.field(default=None, repr=False)
+    """The driver's S3 settings, credentials included: left out of the repr, since a
+    config turns up in logs and Spark's task descriptions."""
     progress_interval: float = 1.0
     key: bytes = dataclasses.field(default=b"", repr=False)
     """The attempt's secret: every coordinator and channel connection proves it."""
