@@ -17,6 +17,7 @@ import pytest
 from cjob_checkpoint.storage.errors import StorageUnavailableError
 from e2e.s3 import S3Bucket, build_config, find_free_port
 from job_runtime.errors import JobCodeError
+from job_runtime.execution.driver import code as code_module
 from job_runtime.execution.driver.code import (
     JobCodePaths,
     archive_name,
@@ -290,6 +291,27 @@ class TestS3Archives:
         uri = self.put(s3_bucket, "code/clicks.zip", bytes(data))
         with pytest.raises(JobCodeError, match=r"is damaged: clicks\.py fails its CRC check"):
             self.prepare(uri, s3_bucket, tmp_path / "work")
+
+    def test_an_archive_larger_than_the_limit_is_refused_before_it_is_downloaded(
+            self, s3_bucket: S3Bucket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """A pythonPath may name any object a user can write: a huge one must not fill
+        the driver's memory or disk."""
+        monkeypatch.setattr(code_module, "MAX_ARCHIVE_BYTES", 4096)
+        big = zip_bytes({"clicks.py": os.urandom(6000)})
+        uri = self.put(s3_bucket, "code/big.zip", big)
+        with pytest.raises(JobCodeError) as caught:
+            self.prepare(uri, s3_bucket, tmp_path / "work")
+        assert str(caught.value) == (f"job code {uri}: is {len(big)} bytes, more than the "
+                                     f"4096 a code archive may have")
+        assert not list((tmp_path / "work").iterdir())
+
+    def test_an_archive_within_the_limit_is_downloaded_whole(
+            self, s3_bucket: S3Bucket, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        data = zip_bytes({"clicks.py": os.urandom(3000)})
+        monkeypatch.setattr(code_module, "MAX_ARCHIVE_BYTES", len(data))
+        uri = self.put(s3_bucket, "code/fits.zip", data)
+        self.prepare(uri, s3_bucket, tmp_path / "work")
+        assert (tmp_path / "work" / "cjob-pythonpath-0-fits.zip").read_bytes() == data
 
     def test_an_unreachable_endpoint_is_a_storage_outage_not_a_code_error(
             self, s3_bucket: S3Bucket, tmp_path: Path) -> None:

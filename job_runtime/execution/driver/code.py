@@ -42,7 +42,11 @@ import zipfile
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from cjob_checkpoint.storage.errors import StorageError, StorageUnavailableError
+from cjob_checkpoint.storage.errors import (
+    StorageError,
+    StorageNotFoundError,
+    StorageUnavailableError,
+)
 from cjob_checkpoint.storage.factory import get_filesystem
 from cjob_checkpoint.storage.s3 import S3Config
 from cjob_spec.model import is_s3_code
@@ -57,6 +61,10 @@ DIRECTORY_MODE = (0o040755 << 16) | 0x10
 ARCHIVE_PREFIX = "cjob-pythonpath"
 """Shipped archives are named ``cjob-pythonpath-<index>-<name>.zip``: Spark keys the
 files it ships by name, so names must be unique within the job."""
+MAX_ARCHIVE_BYTES = 512 * 1024 * 1024
+"""The largest ``s3://`` code archive a driver downloads: job code and its pure-Python
+dependencies fit many times over; an object beyond it is refused, not read."""
+_COPY_CHUNK = 8 * 1024 * 1024
 
 _LOCAL_MASTER = re.compile(r"^local\[")
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -182,14 +190,30 @@ def archive_name(index: int, source: str) -> str:
 
 
 def fetch_archive(uri: str, *, destination: str, s3: S3Config | None) -> None:
-    """Download the ``s3://`` archive ``uri`` to ``destination`` and check it."""
+    """Download the ``s3://`` archive ``uri`` to ``destination`` and check it.
+
+    At most :data:`MAX_ARCHIVE_BYTES` are read: the object's size is asked first, and
+    the copy stops there should the object grow in between (nothing is kept then)."""
     fs = get_filesystem(uri, s3=s3)
     try:
-        # One GET, not HEAD + ranged reads: S3 says in a GET's answer whether the
-        # bucket or the key is missing. Code archives are small.
-        data = fs.read_bytes(uri)
-        with open(destination, "wb") as target:
-            target.write(data)
+        try:
+            size = fs.size(uri)
+        except StorageNotFoundError:
+            # A HEAD's answer has no body: a GET says whether the bucket or the key
+            # is missing (and raises that).
+            fs.read_bytes(uri)
+            raise
+        _check_archive_size(uri, size)
+        copied = 0
+        with fs.open_read(uri) as source, open(destination, "wb") as target:
+            while chunk := source.read(_COPY_CHUNK):
+                copied += len(chunk)
+                if copied > MAX_ARCHIVE_BYTES:
+                    break
+                target.write(chunk)
+        if copied > MAX_ARCHIVE_BYTES:
+            os.unlink(destination)
+            _check_archive_size(uri, copied)
     except StorageUnavailableError:
         raise
     except StorageError as exc:
@@ -199,6 +223,12 @@ def fetch_archive(uri: str, *, destination: str, s3: S3Config | None) -> None:
                                                f"{exc.strerror or exc}") from None
     check_archive(destination, source=uri)
     log.info("fetched %s (%d bytes)", uri, os.path.getsize(destination))
+
+
+def _check_archive_size(uri: str, size: int) -> None:
+    if size > MAX_ARCHIVE_BYTES:
+        raise JobCodeError(source=uri, problem=f"is {size} bytes, more than the "
+                                               f"{MAX_ARCHIVE_BYTES} a code archive may have")
 
 
 def check_archive(path: str, *, source: str) -> None:
