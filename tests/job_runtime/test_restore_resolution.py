@@ -24,9 +24,11 @@ JOB = "sums"
 UID = "u1"
 
 
-def settings(*, restore: str = "latest", on_unreadable: str = "fallback") -> DriverSettings:
+def settings(*, restore: str = "latest", on_unreadable: str = "fallback",
+             allow_foreign: bool = False) -> DriverSettings:
     return DriverSettings(job_name=JOB, job_uid=UID, entrypoint="jobs:build", attempt=2,
-                          restore=restore, on_unreadable=on_unreadable)
+                          restore=restore, on_unreadable=on_unreadable,
+                          allow_foreign_restore=allow_foreign)
 
 
 def store_with(tmp_path: Path, ids: list[int]) -> tuple[FileCheckpointStore, CheckpointStorage]:
@@ -81,3 +83,33 @@ def test_a_requested_checkpoint_is_restored_past_a_damaged_older_pointer(tmp_pat
 
     assert resolution.checkpoint is not None and resolution.checkpoint.checkpoint_id == 2
     assert resolution.skipped == ()
+
+
+class TestForeignRestore:
+    """``allowForeignJob`` continues another job's checkpoint, and withdraws that job's
+    output newer than it: the job must be the one whose directory holds the file."""
+
+    def foreign_checkpoint(self, tmp_path: Path, *, directory: str, says: str) -> str:
+        other = CheckpointStorage(f"file://{tmp_path}/ckpt", directory)
+        write_completed_checkpoints(other, FileCheckpointStore(
+            str(tmp_path / "other-store"), retained=3, attempt=1), [2], job=says)
+        return other.metadata_uri(2)
+
+    def test_a_checkpoint_of_the_job_whose_directory_holds_it_is_restored(
+            self, tmp_path: Path) -> None:
+        store, storage = store_with(tmp_path, [])
+        path = self.foreign_checkpoint(tmp_path, directory=f"{JOB}-old", says=f"{JOB}-old")
+        resolution = resolve_restore(
+            settings=settings(restore=path, allow_foreign=True), storage=storage, store=store)
+        assert resolution.origin_job == f"{JOB}-old"
+
+    def test_metadata_naming_another_job_than_its_directory_is_refused(
+            self, tmp_path: Path) -> None:
+        """Else a crafted file in one job's directory would withdraw a third job's
+        committed output."""
+        store, storage = store_with(tmp_path, [])
+        path = self.foreign_checkpoint(tmp_path, directory=f"{JOB}-old", says="payroll-u7")
+        with pytest.raises(RestoreError, match=r"names job 'payroll-u7' but lies in the "
+                                               r"directory of job 'sums-old'"):
+            resolve_restore(settings=settings(restore=path, allow_foreign=True),
+                            storage=storage, store=store)

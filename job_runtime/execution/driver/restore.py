@@ -192,6 +192,13 @@ def _restore_foreign(request: str, *, storage: CheckpointStorage, settings: Driv
         raise RestoreError(pointer=request,
                            problem=f"its metadata says it belongs to this job, but its path is "
                                    f"not below {storage.job_dir}/")
+    # The origin's output newer than the checkpoint is withdrawn: the job must be the
+    # one whose directory holds the file, never whatever a file says it is.
+    directory = _job_directory_of(request)
+    if directory != origin:
+        raise RestoreError(pointer=request,
+                           problem=f"its metadata names job {origin!r} but lies in the "
+                                   f"directory of job {directory!r}")
     notes.append(f"restoring checkpoint {checkpoint_id} of job {origin} "
                  f"(spec.restore.allowForeignJob)")
     checkpoint = CompletedCheckpoint(checkpoint_id=checkpoint_id, metadata_path=request,
@@ -202,6 +209,13 @@ def _restore_foreign(request: str, *, storage: CheckpointStorage, settings: Driv
 
 def _checkpoint_id_of_request(request: str) -> int:
     return int(request) if request.isdigit() else _checkpoint_id_of(request)
+
+
+def _job_directory_of(path: str) -> str:
+    """The job directory (``<job>-<uid>``) a ``.../<job>-<uid>/chk-<id>/_metadata`` path
+    lies in."""
+    match = re.search(r"([^/]*)/chk-\d+(?:/|$)", path)
+    return match.group(1) if match else ""
 
 
 def _checkpoint_id_of(path: str) -> int:
