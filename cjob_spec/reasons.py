@@ -151,6 +151,9 @@ class Reason(StrEnum):
     """A deleted job's checkpoint data was kept, and the Event says where and why."""
     RECONCILE_ERROR = "ReconcileError"
     """A reconciliation pass stopped on an error and is retried."""
+    FOREIGN_POD_IGNORED = "ForeignPodIgnored"
+    """A pod carries the job's labels and a driver's or standby's role, but the job does
+    not own it: it is ignored (a Warning Event, once per pod)."""
 
     # --- why a driver pod is deleted ------------------------------------------------------
     STALE_ATTEMPT = "StaleAttempt"

@@ -35,7 +35,7 @@ def ready_standby(draft: Draft) -> DriverPod | None:
     current = spec_hash(draft.job)
     ready = [pod for pod in draft.observed.pods
              if pod.standby and pod.ready and pod.phase == "Running" and not pod.is_terminating
-             and pod.name not in draft.deleted and (pod.spec_hash or current) == current]
+             and pod.name not in draft.deleted and pod.spec_hash == current]
     return max(ready, key=lambda pod: pod.attempt) if ready else None
 
 
@@ -57,7 +57,7 @@ def manage_standby(draft: Draft) -> None:
     for pod in draft.observed.pods:
         if not pod.standby or pod.name == draft.promoted:
             continue
-        usable = pod.is_live and not pod.is_terminating and (pod.spec_hash or current) == current
+        usable = pod.is_live and not pod.is_terminating and pod.spec_hash == current
         if wanted and usable and keep is None:
             keep = pod
         elif pod.is_live:

@@ -31,6 +31,7 @@ from cjob_spec.names import (
     LABEL_JOB,
     LABEL_ROLE,
     ROLE_CLEANUP,
+    ROLE_DRIVER,
     ROLE_STANDBY,
 )
 from cjob_spec.times import parse_time
@@ -168,21 +169,47 @@ def observe_cleanup(
 def _own_pods(
     manifests: Iterable[Mapping[str, Any]], *, job_name: str, job_uid: str | None
 ) -> Iterator[Mapping[str, Any]]:
-    """The pods labelled with the job's name and not owned by another object.
+    """The pods labelled with the job's name and owned by the job.
 
-    Pods owned by another object of the same name (a deleted and re-created job whose
-    old pods are still terminating) are left out: they belong to a different job.
+    A label is no proof: anyone who may create pods in the namespace can put the job's
+    labels on one (a pod posing as its standby would be promoted). Every pod the
+    operator creates is owned by the job, so a pod without that owner (none, or
+    another object of the same name: a deleted and re-created job whose old pods are
+    still terminating) is not the job's.
     """
     for manifest in manifests:
-        metadata = manifest.get("metadata") or {}
-        labels = metadata.get("labels") or {}
-        if labels.get(LABEL_JOB) != job_name:
-            continue
-        owners = metadata.get("ownerReferences") or []
-        owner_uids = {owner.get("uid") for owner in owners if isinstance(owner, Mapping)}
-        if job_uid and owner_uids and job_uid not in owner_uids:
-            continue
-        yield manifest
+        if _labelled_for(manifest, job_name) and _owned_by(manifest, job_uid):
+            yield manifest
+
+
+def foreign_pods(
+    manifests: Iterable[Mapping[str, Any]], *, job_name: str, job_uid: str | None
+) -> tuple[str, ...]:
+    """Pods labelled as the job's driver, standby or cleanup pod that the job does not
+    own: ignored, and worth a warning (someone else made them look like the job's)."""
+    names = []
+    for manifest in manifests:
+        metadata = _mapping(manifest.get("metadata"))
+        role = _mapping(metadata.get("labels")).get(LABEL_ROLE)
+        if (role in (ROLE_DRIVER, ROLE_STANDBY, ROLE_CLEANUP)
+                and _labelled_for(manifest, job_name) and not _owned_by(manifest, job_uid)
+                and isinstance(metadata.get("name"), str)):
+            names.append(str(metadata["name"]))
+    return tuple(sorted(names))
+
+
+def _labelled_for(manifest: Mapping[str, Any], job_name: str) -> bool:
+    labels = _mapping(_mapping(manifest.get("metadata")).get("labels"))
+    return labels.get(LABEL_JOB) == job_name
+
+
+def _owned_by(manifest: Mapping[str, Any], job_uid: str | None) -> bool:
+    """Whether the job of ``job_uid`` owns the pod (``None``: a job not created yet,
+    as in a dry run, owns whatever carries its labels)."""
+    if not job_uid:
+        return True
+    owners = _mapping(manifest.get("metadata")).get("ownerReferences") or []
+    return any(isinstance(owner, Mapping) and owner.get("uid") == job_uid for owner in owners)
 
 
 def observe_store(reading: StoreReading | None, *, job_name: str,

@@ -44,7 +44,7 @@ from cjob_operator.cluster import (
 from cjob_operator.config import OperatorConfig
 from cjob_operator.executor import ActionExecutor, ExecutionReport, job_ref, post_event
 from cjob_operator.metrics import OperatorMetrics
-from cjob_operator.observed import observe_cleanup, observe_pods, observe_store
+from cjob_operator.observed import foreign_pods, observe_cleanup, observe_pods, observe_store
 from cjob_operator.read_cache import JobKey, ReadCache, ReadSettings, WatchedVersions
 from cjob_spec.errors import SpecError
 from cjob_spec.model import CheckpointCleanup, CheckpointedJob
@@ -149,6 +149,7 @@ class Reconciler:
         self._locks_guard = threading.Lock()
         self._failures: dict[JobKey, int] = {}
         self._last_error: dict[JobKey, str] = {}
+        self._foreign_reported: dict[JobKey, set[str]] = {}
 
     # --- entry point -----------------------------------------------------------------
 
@@ -260,6 +261,7 @@ class Reconciler:
         except ClusterError as exc:
             return self._failed(key, step="read-job", error=exc, job=None)
         if body is None:
+            self._foreign_reported.pop(key, None)
             return Outcome(gone=True)
         metadata = body.get("metadata") or {}
         deleting = bool(metadata.get("deletionTimestamp"))
@@ -282,6 +284,7 @@ class Reconciler:
             except ClusterError as exc:
                 return self._failed(key, step="read-cleanup-pod", error=exc, job=job)
             cleanup = [found] if found is not None else []
+        self._report_foreign(key, job, pods)
         observed = Observed(
             job=job,
             status=status,
@@ -294,6 +297,20 @@ class Reconciler:
         return _Planned(body=body, job=job, reading=reading,
                         result=plan(observed, now=now, settings=self.plan_settings),
                         remembered=job_remembered or store_remembered)
+
+    def _report_foreign(self, key: JobKey, job: CheckpointedJob,
+                        pods: list[Mapping[str, Any]]) -> None:
+        """A Warning, once per pod, for pods that carry the job's labels and a driver's,
+        standby's or cleanup pod's role without being the job's: they are ignored."""
+        reported = self._foreign_reported.setdefault(key, set())
+        for pod in foreign_pods(pods, job_name=job.metadata.name, job_uid=job.metadata.uid):
+            if pod in reported:
+                continue
+            reported.add(pod)
+            self._post(job_ref(job), "Warning", Reason.FOREIGN_POD_IGNORED,
+                       f"pod {pod} carries this job's labels but was not created for it (it "
+                       f"has no owner reference to the job): it is ignored, never adopted "
+                       f"as a driver or standby")
 
     def _cleanup_refused(
         self, job: CheckpointedJob, action: CreateCleanupPod, error: ClusterError

@@ -39,6 +39,7 @@ RELEASED = {
     "CheckpointsDeleted", "CheckpointsNotPersistent", "CheckpointsRetained", "CleanupFailed",
     "ContainerCannotRun", "DeadlineExceeded", "DeletingCheckpoints", "DriverCreateFailed",
     "DriverFailed", "DriverLost", "DriverPodDeleted", "DriverPodMissing", "Evicted", "Failed",
+    "ForeignPodIgnored",
     "Finished", "InvalidConfiguration", "InvalidSpec", "JobDeleted", "Killed", "NoImage",
     "NodeLost", "NotFailed", "NotRunning", "OOMKilled", "Pending", "PrunedHistory",
     "ReconcileError", "RestartCountReset", "RestartLimitExceeded", "Restarted", "Restarting",
@@ -54,6 +55,7 @@ RELEASED = {
 NOT_THE_PLANNERS = {
     Reason.DRIVER_CREATE_FAILED: "the operator's, for a driver pod the API server refused",
     Reason.RECONCILE_ERROR: "the operator's, for a pass that stopped on an error",
+    Reason.FOREIGN_POD_IGNORED: "the operator's, for a pod it reads but the job does not own",
     Reason.RESUMING: "the embedded runner's, for a job run again after an interrupted run",
     Reason.FINISHED: "the exit code 0's; the planner calls a finished attempt Succeeded",
 }

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from cjob_operator.cluster import ClusterError
 from cjob_operator.metrics import OperatorMetrics
-from cjob_operator.observed import observe_pods
+from cjob_operator.observed import foreign_pods, observe_pods
 from cjob_operator.reconcile import Reconciler
 from fake_cluster import T0, Clock, FakeCluster, job_document
 from prometheus_client import generate_latest
@@ -335,3 +337,56 @@ def test_a_cleanup_pod_the_api_server_refuses_keeps_the_data_and_lets_the_job_go
     (retained,) = [e for e in cluster.events if e.reason == "CheckpointsRetained"]
     assert "file:///ckpt/sums-uid-1" in retained.message
     assert "exceeded quota" in retained.message
+
+
+class TestPodsTheOperatorDidNotCreate:
+    """Anyone who may create pods in the namespace can label one as the job's standby
+    or driver. Only pods owned by the job are its pods; the others are reported once."""
+
+    def impostor(self, cluster: FakeCluster, *, role: str = "standby",
+                 owners: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        pod = copy.deepcopy(cluster.pod_list()[0])
+        metadata = pod["metadata"]
+        metadata["name"] = "sums-standby-9"
+        metadata["labels"]["checkpointed.io/role"] = role
+        # Even the spec hash copied from the real driver: the labels and annotations
+        # of a pod are anyone's to read and copy.
+        if owners is None:
+            metadata.pop("ownerReferences", None)
+        else:
+            metadata["ownerReferences"] = owners
+        pod["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}],
+                         "containerStatuses": [{"name": "driver", "ready": True,
+                                                "state": {"running": {}}}]}
+        return pod
+
+    def test_a_pod_without_an_owner_is_not_the_jobs_pod(self, clock: Clock) -> None:
+        cluster = FakeCluster()
+        run_pass(reconciler(cluster, clock), cluster)
+        planted = self.impostor(cluster)
+        assert observe_pods([planted], job_name="sums", job_uid="uid-1") == ()
+        assert foreign_pods([planted, cluster.pod_list()[0]], job_name="sums",
+                            job_uid="uid-1") == ("sums-standby-9",)
+
+    def test_a_planted_standby_is_neither_kept_nor_promoted_and_an_event_says_so_once(
+            self, clock: Clock) -> None:
+        cluster = FakeCluster(job=job_document(standby={"enabled": True}))
+        subject = reconciler(cluster, clock)
+        run_pass(subject, cluster)
+        cluster.set_pod_state("sums-attempt-1", "Running")
+        cluster.pods["sums-standby-9"] = self.impostor(cluster)
+        for _ in range(3):
+            run_pass(subject, cluster)
+        assert "sums-standby-1" in cluster.pods, "the job gets a standby of its own"
+
+        cluster.set_pod_state("sums-attempt-1", "Failed", exit_code=137)
+        for _ in range(3):
+            clock.advance(2)
+            run_pass(subject, cluster)
+        assert not any("sums-standby-9" in call for call in cluster.calls if
+                       call.startswith(("promote_standby", "delete_pod"))), cluster.calls
+        assert cluster.status["driverPod"] != "sums-standby-9"
+        assert "deletionTimestamp" not in cluster.pods["sums-standby-9"]["metadata"]
+        warnings = [e for e in cluster.events if e.reason == "ForeignPodIgnored"]
+        assert len(warnings) == 1 and warnings[0].type == "Warning"
+        assert "sums-standby-9" in warnings[0].message
