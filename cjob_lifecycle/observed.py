@@ -17,6 +17,7 @@ from enum import Enum
 from cjob_checkpoint.store.restore_report import RestoreReport
 from cjob_spec.driver_beacon import DriverLost
 from cjob_spec.model import CheckpointedJob
+from cjob_spec.standby_signal import StandbyPromotion
 from cjob_spec.status import CheckpointRef, JobStatus
 
 POD_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
@@ -117,6 +118,9 @@ class StoreView:
     driver_lost: DriverLost | None = None
     """A standby's report that the driver of ``driver_lost.attempt`` is gone (its beacon
     connection closed without a goodbye, :mod:`cjob_spec.driver_beacon`)."""
+    promotion: StandbyPromotion | None = None
+    """The latest standby promotion the operator recorded (its first write of a
+    promotion: a pass that stopped after it is resumed from it)."""
 
     @property
     def is_own(self) -> bool:

@@ -37,6 +37,7 @@ from cjob_spec.names import (
     CONFIGMAP_COUNTER_KEY,
     LABEL_JOB,
 )
+from cjob_spec.standby_signal import PROMOTION_ANNOTATION, StandbyPromotion, StandbySignalError
 
 __all__ = [
     "ANNOTATION_FENCE",
@@ -111,6 +112,9 @@ class StoreSnapshot:
     """Why a recorded report could not be read, if it could not."""
     owners: tuple[StoreOwner, ...] = ()
     """The CheckpointedJobs among the object's owners (normally exactly its job)."""
+    promotion: StandbyPromotion | None = None
+    """The operator's latest standby promotion (which pod takes which attempt); ``None``
+    if absent or unreadable."""
     driver_lost: DriverLost | None = None
     """A standby's latest report that the active driver is gone; ``None`` if absent or
     unreadable (no report: the kubelet's report of the driver's end still comes)."""
@@ -213,6 +217,15 @@ class StoreObject:
             return RestoreReport.from_json(text), None
         except UnreadableRestoreReportError as exc:
             return None, f"annotation {ANNOTATION_RESTORED}: {exc}"
+
+    def _promotion(self) -> StandbyPromotion | None:
+        text = self.annotations.get(PROMOTION_ANNOTATION)
+        if not text:
+            return None
+        try:
+            return StandbyPromotion.decode(text)
+        except StandbySignalError:
+            return None
 
     def _driver_lost(self) -> DriverLost | None:
         text = self.annotations.get(DRIVER_LOST_ANNOTATION)
@@ -350,6 +363,7 @@ class StoreObject:
             restore_report_problem=report_problem,
             owners=self.owners,
             driver_lost=self._driver_lost(),
+            promotion=self._promotion(),
         )
 
 

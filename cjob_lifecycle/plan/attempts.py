@@ -27,7 +27,12 @@ from cjob_lifecycle.observed import DriverPod, StoreOwnership
 from cjob_lifecycle.plan.draft import Draft
 from cjob_lifecycle.plan.failures import fail_without_image, restart_decision
 from cjob_lifecycle.plan.pods import delete, delete_finished, wait_for_blocking_pods
-from cjob_lifecycle.plan.standby import left_to_end, lost_to_standby, ready_standby
+from cjob_lifecycle.plan.standby import (
+    left_to_end,
+    lost_to_standby,
+    promotion_in_flight,
+    ready_standby,
+)
 from cjob_lifecycle.plan.store import fail_store_lost, lost_checkpoint, refuse_foreign_store
 from cjob_spec.exit_codes import describe_exit
 from cjob_spec.model import ephemeral_storage_problem, spec_hash
@@ -50,9 +55,12 @@ from cjob_spec.times import format_time, truncate_to_seconds
 def clean_up_other_attempts(draft: Draft) -> None:
     """Stop drivers of other attempts and prune old finished pods."""
     current = draft.status.attempt
+    in_flight = promotion_in_flight(draft)
     for pod in draft.observed.pods:
         if pod.attempt == current or pod.standby:
             continue
+        if in_flight is not None and pod.name == in_flight[0].name:
+            continue  # the next attempt's, promoted by a pass that did not finish
         if pod.is_live and left_to_end(draft, pod):
             continue
         if pod.is_live or pod.phase == "Unknown":
@@ -72,7 +80,10 @@ def start_attempt(draft: Draft, *, reason: Reason, reset_restarts: bool) -> None
     whole kill grace.
     """
     standby = ready_standby(draft)  # only non-standby pods are stopped below
-    if wait_for_blocking_pods(draft, Reason.SUPERSEDED, unless=lost_to_standby(draft),
+    in_flight = promotion_in_flight(draft)
+    spared = lost_to_standby(draft) | (
+        frozenset() if in_flight is None else frozenset({in_flight[0].name}))
+    if wait_for_blocking_pods(draft, Reason.SUPERSEDED, unless=spared,
                               wait=standby is None):
         if draft.status.phase is None:
             draft.set(reason=Reason.WAITING_FOR_PREVIOUS_DRIVER)
@@ -88,6 +99,8 @@ def start_attempt(draft: Draft, *, reason: Reason, reset_restarts: bool) -> None
         [draft.status.attempt, observed.store.fence_attempt or 0]
         + [pod.attempt for pod in observed.pods]
     )
+    if in_flight is not None:
+        attempt = in_flight[1].attempt  # finish it: the same attempt, the same pod
     if observed.store.exists and observed.store.ownership is not StoreOwnership.THIS_JOB:
         refuse_foreign_store(draft)
         return
@@ -99,7 +112,10 @@ def start_attempt(draft: Draft, *, reason: Reason, reset_restarts: bool) -> None
         return
     # ``origin`` is what the driver is asked for; what it restored (it may fall back)
     # becomes ``restoredFrom`` only when it reports (``store.take_restore_report``).
-    if latest is not None and lost is None:
+    if in_flight is not None:
+        pointer = in_flight[1].restore  # what the promoted pod was told already
+        origin = "checkpoint " + pointer if pointer.isdigit() else pointer
+    elif latest is not None and lost is None:
         pointer = "latest"
         origin = f"checkpoint {latest.id}"
     else:

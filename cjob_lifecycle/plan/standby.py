@@ -23,15 +23,45 @@ from cjob_spec.model import spec_hash
 from cjob_spec.names import standby_pod_name
 from cjob_spec.reasons import Reason
 from cjob_spec.restart import AttemptEnd, Restart
+from cjob_spec.standby_signal import StandbyPromotion
 from cjob_spec.status import Phase
 from cjob_spec.times import to_utc
 
 
+def promotion_in_flight(draft: Draft) -> tuple[DriverPod, StandbyPromotion] | None:
+    """A promotion the operator began and did not see through: the pod it promoted, and
+    the promotion, to be finished with the same attempt.
+
+    A promotion is three writes: the fence and the promotion on the store, the pod's
+    labels, the job's status. A pass that stopped after the first (the relabel
+    refused, the operator killed, the status write lost) leaves the store naming a pod
+    and an attempt that the status does not know yet. Promoting anew would take
+    attempt n+2 and fence out the standby that took n+1 already; deleting the pod as
+    another attempt's would lose the takeover. So such a pod is the next attempt's
+    driver, whatever its labels say, as long as it still runs."""
+    store = draft.observed.store
+    promotion = store.promotion if store.is_own else None
+    if (promotion is None or promotion.pod is None or promotion.attempt != store.fence_attempt
+            or promotion.attempt <= draft.status.attempt):
+        return None
+    pod = draft.observed.pod(promotion.pod)
+    if (pod is None or not pod.is_live or pod.is_terminating or pod.name in draft.deleted
+            or pod.spec_hash != spec_hash(draft.job)):
+        return None
+    if not pod.standby and pod.attempt != promotion.attempt:
+        return None
+    return pod, promotion
+
+
 def ready_standby(draft: Draft) -> DriverPod | None:
     """A standby driver that can take the next attempt now: running, ready, not being
-    stopped, and started for the current spec (an outdated one would run old code)."""
+    stopped, and started for the current spec (an outdated one would run old code).
+    One already promoted by a pass that did not finish comes first."""
     if not draft.job.spec.standby.enabled:
         return None
+    in_flight = promotion_in_flight(draft)
+    if in_flight is not None:
+        return in_flight[0]
     current = spec_hash(draft.job)
     ready = [pod for pod in draft.observed.pods
              if pod.standby and pod.ready and pod.phase == "Running" and not pod.is_terminating

@@ -196,6 +196,7 @@ class KubeCluster:
             owners=snapshot.owners,
             restore_report=snapshot.restore_report,
             driver_lost=snapshot.driver_lost,
+            promotion=snapshot.promotion,
         )
 
     def ensure_checkpoint_configmap(

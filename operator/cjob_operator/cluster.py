@@ -77,6 +77,8 @@ class StoreReading:
     """What the driver of ``restore_report.attempt`` says it restored."""
     driver_lost: DriverLost | None = None
     """A standby's report that the active driver is gone."""
+    promotion: StandbyPromotion | None = None
+    """The operator's latest standby promotion recorded on the store."""
 
 
 class Cluster(Protocol):

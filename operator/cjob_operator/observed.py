@@ -223,6 +223,7 @@ def observe_store(reading: StoreReading | None, *, job_name: str,
         fence_attempt=reading.fence_attempt,
         restore_report=reading.restore_report,
         driver_lost=reading.driver_lost,
+        promotion=reading.promotion,
     )
 
 

@@ -116,37 +116,88 @@ def test_the_promoted_pod_runs_the_attempt_and_a_new_standby_is_started_beside_i
     assert not any(c.startswith("delete_pod(sums-standby-1") for c in cluster.calls)
 
 
-def test_a_promotion_left_half_done_is_never_trusted_the_next_pass_fences_past_it() -> None:
-    """The ConfigMap says "attempt 2" but the pod's relabel failed: the standby may be
-    running attempt 2 already. The next pass must not let anything run under a fence
-    that attempt 2 still passes: it fences a newer attempt before promoting again."""
+def promote_then_fail(cluster: FakeCluster, *, relabel: bool, times: int = 1) -> None:
+    """``promote_standby`` writes the promotion (and the relabel, with ``relabel``)
+    and then fails, ``times`` times: a refused relabel, or an operator killed between
+    two writes."""
     from cjob_operator.cluster import ClusterError
 
-    cluster, subject, clock = running_with_standby(ready=True)
     original = cluster.promote_standby
-    failures = iter([True])
+    failures = iter([True] * times)
 
-    def relabel_fails_once(**kwargs: object) -> None:
+    def fails(**kwargs: object) -> None:
         labels = dict(cluster.pods[STANDBY_1]["metadata"]["labels"])
         original(**kwargs)  # type: ignore[arg-type]
         if next(failures, False):
-            cluster.pods[STANDBY_1]["metadata"]["labels"] = labels
+            if not relabel:
+                cluster.pods[STANDBY_1]["metadata"]["labels"] = labels
             raise ClusterError(operation="label the promoted standby", cause="503")
 
-    cluster.promote_standby = relabel_fails_once  # type: ignore[method-assign]
-    cluster.set_pod_state("sums-attempt-1", "Failed", exit_code=137)
-    clock.advance(40)
-    outcome = subject.reconcile(namespace="team", name="sums", pods=cluster.pod_list())
-    assert outcome.error is not None
-    assert cluster.status["attempt"] == 1, "no status claims what did not happen"
-    clock.advance(2)
-    run_pass(subject, cluster)
-    promoted = StandbyPromotion.decode(cluster.store_annotations[PROMOTION_ANNOTATION])
-    assert cluster.store is not None
-    assert cluster.store.fence_attempt == promoted.attempt == cluster.status["attempt"] > 2
-    second = len(cluster.calls) - cluster.calls[::-1].index(
-        f"promote_standby({STANDBY_1}, {promoted.attempt})") - 1
-    assert cluster.calls.index(f"advance_fence({promoted.attempt})") < second
+    cluster.promote_standby = fails  # type: ignore[method-assign]
+
+
+class TestAPromotionLeftHalfDone:
+    """A promotion is three writes (the promotion on the store, the pod's labels, the
+    job's status), and a pass may stop after any of them. The next pass finishes the
+    same promotion: one takeover, one restart counted, the promoted pod kept."""
+
+    def assert_one_takeover(self, cluster: FakeCluster) -> None:
+        assert cluster.store is not None
+        assert cluster.store.fence_attempt == 2, "no attempt fences out the takeover"
+        assert StandbyPromotion.decode(cluster.store_annotations[PROMOTION_ANNOTATION]) == \
+            StandbyPromotion(attempt=2, restore="latest", pod=STANDBY_1)
+        assert cluster.status["attempt"] == 2
+        assert cluster.status["driverPod"] == STANDBY_1
+        assert cluster.status["restarts"] == 1
+        labels = cluster.pods[STANDBY_1]["metadata"]["labels"]
+        assert (labels["checkpointed.io/role"], labels["checkpointed.io/attempt"]) == \
+            ("driver", "2")
+        assert not any(c.startswith(f"delete_pod({STANDBY_1}") for c in cluster.calls)
+        assert "create_pod(sums-attempt-2)" not in cluster.calls
+        assert "create_pod(sums-attempt-3)" not in cluster.calls
+
+    def fail_and_resume(self, cluster: FakeCluster, subject: Reconciler, clock: Clock) -> None:
+        cluster.set_pod_state("sums-attempt-1", "Failed", exit_code=137)
+        clock.advance(40)
+        outcome = subject.reconcile(namespace="team", name="sums", pods=cluster.pod_list())
+        assert outcome.error is not None
+        assert cluster.status["attempt"] == 1, "no status claims what did not happen"
+        clock.advance(2)
+        run_pass(subject, cluster)
+
+    def test_a_refused_relabel_is_redone_for_the_same_attempt(self) -> None:
+        cluster, subject, clock = running_with_standby(ready=True)
+        promote_then_fail(cluster, relabel=False)
+        self.fail_and_resume(cluster, subject, clock)
+        self.assert_one_takeover(cluster)
+        assert cluster.calls.count(f"promote_standby({STANDBY_1}, 2)") == 2
+
+    def test_a_lost_status_write_keeps_the_relabelled_pod_as_the_attempts_driver(
+            self) -> None:
+        cluster, subject, clock = running_with_standby(ready=True)
+        promote_then_fail(cluster, relabel=True)
+        self.fail_and_resume(cluster, subject, clock)
+        self.assert_one_takeover(cluster)
+
+    def test_a_lost_status_write_after_a_finished_promotion_is_resumed(self) -> None:
+        cluster, subject, clock = running_with_standby(ready=True)
+        cluster.fail_status_once = True
+        cluster.set_pod_state("sums-attempt-1", "Failed", exit_code=137)
+        clock.advance(40)
+        outcome = subject.reconcile(namespace="team", name="sums", pods=cluster.pod_list())
+        assert outcome.error is not None and cluster.status["attempt"] == 1
+        clock.advance(2)
+        run_pass(subject, cluster)
+        self.assert_one_takeover(cluster)
+
+    def test_the_promoted_pod_then_runs_the_attempt(self) -> None:
+        cluster, subject, clock = running_with_standby(ready=True)
+        promote_then_fail(cluster, relabel=True)
+        self.fail_and_resume(cluster, subject, clock)
+        cluster.set_pod_state(STANDBY_1, "Running", ready=True)
+        run_pass(subject, cluster)
+        assert cluster.status["phase"] == "Running"
+        assert cluster.status["driverPod"] == STANDBY_1
 
 
 # --- a standby's report that the driver is lost -----------------------------------------------

@@ -66,6 +66,8 @@ class FakeCluster:
     fail: dict[str, ClusterError] = field(default_factory=dict)
     """Method name -> the error it raises (every time)."""
     conflict_status_once: bool = False
+    fail_status_once: bool = False
+    """The next status write fails (the reply lost, or the operator killed before it)."""
 
     def _enter(self, method: str, detail: str = "") -> None:
         self.calls.append(f"{method}({detail})" if detail else method)
@@ -87,6 +89,9 @@ class FakeCluster:
         if self.conflict_status_once:
             self.conflict_status_once = False
             raise StatusConflictError(namespace="team", name="sums")
+        if self.fail_status_once:
+            self.fail_status_once = False
+            raise ClusterError(operation="write the status", cause="connection reset")
         self.job["status"] = copy.deepcopy(dict(status))
         self.bump_version()
         return copy.deepcopy(self.job)
@@ -154,6 +159,8 @@ class FakeCluster:
                         role: str) -> None:
         self._enter("promote_standby", f"{promotion.pod}, {promotion.attempt}")
         self.store_annotations[PROMOTION_ANNOTATION] = promotion.encode()
+        if self.store is not None:
+            self.store = dataclasses.replace(self.store, promotion=promotion)
         labels = self.pods[str(promotion.pod)]["metadata"]["labels"]
         labels.update({"checkpointed.io/role": role,
                        "checkpointed.io/attempt": str(promotion.attempt)})
