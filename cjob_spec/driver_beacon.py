@@ -7,8 +7,9 @@ standby holding one connection to the active driver hears of a crash first:
 
 1. The active driver listens on a *beacon* port and records where
    (:data:`BEACON_ANNOTATION` on the checkpoint ConfigMap: a :class:`BeaconAddress`).
-2. The standby connects and reads :class:`BeaconMessage` lines: ``hello`` names the
-   attempt; ``bye`` is sent when the driver ends in an orderly way (finished, failed
+2. The standby connects, sends the address's ``token`` (a line of its own, which
+   lets it in ahead of any number of strangers holding connections) and reads
+   :class:`BeaconMessage` lines: ``hello`` names the attempt; ``bye`` is sent when the driver ends in an orderly way (finished, failed
    with an exit code), which the kubelet reports with its exit code, as before.
 3. A connection that closes without ``bye`` is a driver that died (killed, out of
    memory, crashed), or one that stopped answering TCP keepalives (its node is gone).
@@ -47,6 +48,8 @@ MAX_UNIX_SECONDS = 253_402_300_799
 turns it into a datetime, which ends there)."""
 MAX_LINE_BYTES = 256
 """The longest beacon message a reader accepts; anything longer is not a beacon."""
+MAX_TOKEN_CHARS = 128
+"""The longest token an address may carry (the beacon makes 32 hexadecimal digits)."""
 
 
 class BeaconSignalError(ValueError):
@@ -70,15 +73,25 @@ def _decode(text: str | bytes, *, what: str) -> dict[str, Any]:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class BeaconAddress:
-    """The beacon of the driver of ``attempt`` listens at ``host``:``port``."""
+    """The beacon of the driver of ``attempt`` listens at ``host``:``port``.
+
+    ``token`` is what a standby sends first to be told from a stranger: only those who
+    may read the checkpoint ConfigMap (the job's drivers, the operator) know it. It is
+    no key to anything else, and optional: an address without one (recorded by an
+    earlier release) is watched as before, without it.
+    """
 
     attempt: int
     host: str
     port: int
+    token: str | None = None
 
     def encode(self) -> str:
-        return json.dumps({"version": FORMAT_VERSION, "attempt": self.attempt,
-                           "host": self.host, "port": self.port}, separators=(",", ":"))
+        body: dict[str, Any] = {"version": FORMAT_VERSION, "attempt": self.attempt,
+                                "host": self.host, "port": self.port}
+        if self.token is not None:
+            body["token"] = self.token
+        return json.dumps(body, separators=(",", ":"))
 
     @classmethod
     def decode(cls, text: str) -> BeaconAddress:
@@ -90,7 +103,14 @@ class BeaconAddress:
         if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
             raise BeaconSignalError(f"beacon address: port must be within 1..65535, "
                                     f"got {port!r}")
-        return cls(attempt=_attempt(body, what="beacon address"), host=host, port=port)
+        token = body.get("token")
+        if token is not None and (not isinstance(token, str) or not token
+                                  or len(token) > MAX_TOKEN_CHARS
+                                  or not token.isascii() or not token.isalnum()):
+            raise BeaconSignalError(f"beacon address: token must be up to {MAX_TOKEN_CHARS} "
+                                    f"letters and digits")
+        return cls(attempt=_attempt(body, what="beacon address"), host=host, port=port,
+                   token=token)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -1,11 +1,14 @@
-"""Prometheus metrics of the driver (``cjob_job_*`` and ``cjob_checkpoint_*``)."""
+"""Prometheus metrics of the driver (``cjob_job_*`` and ``cjob_checkpoint_*``), served on
+its metrics port by :class:`~job_runtime.metrics_server.MetricsServer`."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from job_runtime.metrics_server import MetricsServer
 
 MILESTONES = {
     "driverStartedAt": "driver_started",
@@ -96,9 +99,12 @@ class DriverMetrics:
             "and last_record (of the current barrier stage)",
             [*labels, "milestone"], registry=r)
         self.restored.labels(job).set(-1)
+        self.server: MetricsServer | None = None
+        """The metrics port, once :meth:`serve` opened it."""
 
     def serve(self, port: int) -> None:
-        start_http_server(port, registry=self.registry)
+        """Serve the metrics on ``port`` of :data:`METRICS_BIND_ADDRESS`, in the background."""
+        self.server = MetricsServer(registry=self.registry, port=port)
 
     def checkpoint_completed(self, *, checkpoint_id: int, timestamp: float, size: int,
                              stats: Any) -> None:

@@ -26,6 +26,7 @@ from job_runtime.coordinator.messages import (
     decode_to_subtask,
     encode,
 )
+from job_runtime.network.admission import MAX_UNAUTHENTICATED, HandshakeSlots
 from job_runtime.network.handshake import (
     HANDSHAKE_TIMEOUT,
     TAG_BYTES,
@@ -36,6 +37,7 @@ from job_runtime.network.handshake import (
     client_handshake,
     server_handshake,
 )
+from job_runtime.rate_limited_log import RateLimitedLog
 
 log = logging.getLogger(__name__)
 
@@ -120,29 +122,54 @@ class SubtaskConnection(RpcConnection):
 class RpcServer:
     """Accepts subtask connections and hands each message to ``handler``.
 
-    A peer that fails the handshake, or later sends a frame that fails its check
-    or a malformed message, loses its connection; it is counted and logged once.
-    Nothing a peer sends reaches the handler unless it is a well-formed message.
+    A peer has ``handshake_timeout`` in all for its handshake, and at most
+    ``max_unauthenticated`` connections wait for theirs at once: a newcomer past them
+    drops the oldest (:mod:`job_runtime.network.admission`), so a flood of idle or
+    slow strangers neither piles up threads nor keeps a subtask out. A peer that fails
+    the handshake is counted and logged at a bounded rate. One that passed it holds
+    the attempt's key: if it later sends a frame that fails its check or a malformed
+    message, it loses its connection and is counted and logged each time (a bug of the
+    job's own, rare). Nothing a peer sends reaches the handler unless it is a
+    well-formed message.
+
+    Authenticated connections are not capped: they are the job's subtasks, one each,
+    plus those of a relaunched stage until their dead predecessors' connections close.
+    A cap would have to be above the job's parallelism anyway, and could turn a
+    relaunch away while the old connections linger; strangers never get that far.
     """
 
     def __init__(self, *, host: str, port: int, key: bytes,
                  handler: Callable[[RpcConnection, ToCoordinator], None],
-                 handshake_timeout: float = HANDSHAKE_TIMEOUT) -> None:
+                 handshake_timeout: float = HANDSHAKE_TIMEOUT,
+                 max_unauthenticated: int = MAX_UNAUTHENTICATED) -> None:
         self._sock = socket.create_server((host, port), reuse_port=False)
         self._key = key
         self._handler = handler
         self._handshake_timeout = handshake_timeout
         self.port: int = self._sock.getsockname()[1]
         self.host: str = self._sock.getsockname()[0]
-        self.rejected = 0
+        self._failed_handshakes = RateLimitedLog(
+            logger=log, what="coordinator rejected connections that failed the handshake")
+        self.slots = HandshakeSlots(
+            limit=max_unauthenticated,
+            dropped=RateLimitedLog(logger=log, what="coordinator dropped connections still "
+                                   "in their handshake to make room"))
+        self._broken = 0
         self._rejected_lock = threading.Lock()
         self._thread = threading.Thread(target=self._accept, daemon=True, name="coordinator-rpc")
         self._stopped = False
         self._thread.start()
 
+    @property
+    def rejected(self) -> int:
+        """Connections closed for failing the handshake (dropped ones too) or, after it,
+        for a frame or message that was not acceptable."""
+        with self._rejected_lock:
+            return self._failed_handshakes.total + self._broken
+
     def _reject(self, peer: object, reason: str) -> None:
         with self._rejected_lock:
-            self.rejected += 1
+            self._broken += 1
         log.warning("coordinator rejected a connection from %s: %s", peer, reason)
 
     def _accept(self) -> None:
@@ -151,18 +178,21 @@ class RpcServer:
                 sock, peer = self._sock.accept()
             except OSError:
                 return
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.slots.admit(sock, peer=peer)
             threading.Thread(target=self._serve, args=(sock, peer), daemon=True,
                              name="coordinator-conn").start()
 
     def _serve(self, sock: socket.socket, peer: object) -> None:
         try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             session = server_handshake(sock, key=self._key, purpose=Purpose.CONTROL,
                                        timeout=self._handshake_timeout)
-        except HandshakeFailed as exc:
-            self._reject(peer, str(exc))
+        except (HandshakeFailed, OSError) as exc:
+            self._failed_handshakes.event(f"{peer}: {exc}")
             sock.close()
             return
+        finally:
+            self.slots.release(sock)
         conn = RpcConnection(sock=sock, session=session, decode=decode_to_coordinator)
         try:
             while True:

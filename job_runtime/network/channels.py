@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from job_runtime.network.admission import MAX_UNAUTHENTICATED, HandshakeSlots
 from job_runtime.network.framing import (
     DATA_KINDS,
     ChannelClosed,
@@ -40,6 +41,7 @@ from job_runtime.network.handshake import (
     client_handshake,
     server_handshake,
 )
+from job_runtime.rate_limited_log import RateLimitedLog
 from job_runtime.records import Batch
 
 log = logging.getLogger(__name__)
@@ -289,22 +291,35 @@ class ChannelListener:
     """Accepts the channels of one subtask's peers.
 
     Each connection must complete the handshake and send a well-formed greeting
-    within ``handshake_timeout``, in a thread of its own so a slow stranger holds
-    up nobody; otherwise it is closed, counted and logged once. Only then is it
-    handed to ``on_channel``.
+    within ``handshake_timeout`` in all, in a thread of its own so a slow stranger
+    holds up nobody; otherwise it is closed and counted. At most
+    ``max_unauthenticated`` connections wait for that at once: a newcomer past them
+    drops the oldest (:mod:`job_runtime.network.admission`), so strangers can neither
+    pile up threads nor keep a genuine peer out. Failures are logged at a bounded
+    rate, never a line each. Only then is a connection handed to ``on_channel``.
     """
 
     def __init__(self, *, sock: socket.socket, key: bytes, on_channel: OnChannel,
-                 handshake_timeout: float = HANDSHAKE_TIMEOUT) -> None:
+                 handshake_timeout: float = HANDSHAKE_TIMEOUT,
+                 max_unauthenticated: int = MAX_UNAUTHENTICATED) -> None:
         self._sock = sock
         self._key = key
         self._on_channel = on_channel
         self._handshake_timeout = handshake_timeout
-        self._lock = threading.Lock()
-        self.rejected = 0
+        self._failures = RateLimitedLog(logger=log,
+                                        what="channel listener rejected connections")
+        self.slots = HandshakeSlots(
+            limit=max_unauthenticated,
+            dropped=RateLimitedLog(logger=log, what="channel listener dropped connections "
+                                   "still in their handshake to make room"))
         self._stopped = False
         self._thread = threading.Thread(target=self._accept, daemon=True, name="channels")
         self._thread.start()
+
+    @property
+    def rejected(self) -> int:
+        """Connections closed for failing the handshake or the greeting (dropped ones too)."""
+        return self._failures.total
 
     def _accept(self) -> None:
         while not self._stopped:
@@ -312,26 +327,31 @@ class ChannelListener:
                 sock, peer = self._sock.accept()
             except OSError:
                 return
+            self.slots.admit(sock, peer=peer)
             threading.Thread(target=self._admit, args=(sock, peer), daemon=True,
                              name="channel-handshake").start()
 
     def _admit(self, sock: socket.socket, peer: object) -> None:
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            started = time.monotonic()
             session = server_handshake(sock, key=self._key, purpose=Purpose.DATA,
                                        timeout=self._handshake_timeout)
-            sock.settimeout(self._handshake_timeout)
+            left = self._handshake_timeout - (time.monotonic() - started)
+            if left <= 0:
+                raise ChannelClosed("no greeting within the handshake's deadline")
+            sock.settimeout(left)
             kind, _, payload = recv_frame(sock, mac=session.incoming)
             if kind != Kind.HELLO:
                 raise ChannelClosed(f"a channel must start with a greeting, not {kind.name}")
             hello = ChannelHello.decode(payload)
             sock.settimeout(None)
         except (HandshakeFailed, ChannelClosed, OSError) as exc:
-            with self._lock:
-                self.rejected += 1
-            log.warning("channel listener rejected a connection from %s: %s", peer, exc)
+            self._failures.event(f"{peer}: {exc}")
             sock.close()
             return
+        finally:
+            self.slots.release(sock)
         self._on_channel(sock, session, hello)
 
     def stop(self) -> None:

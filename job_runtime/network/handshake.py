@@ -27,6 +27,7 @@ import hashlib
 import hmac
 import secrets
 import socket
+import time
 
 MAGIC = b"CJOBAUTH"
 VERSION = 1
@@ -34,7 +35,15 @@ KEY_BYTES = 32
 NONCE_BYTES = 32
 TAG_BYTES = 32
 HANDSHAKE_TIMEOUT = 10.0
-"""Seconds a peer has for the whole handshake; a silent stranger is dropped after it."""
+"""Seconds a peer has for the whole handshake, however it spreads its bytes.
+
+A deadline for the whole exchange, not for each read: a peer that dribbles one byte
+at a time would otherwise hold a listener's thread for minutes. A genuine peer needs
+a few milliseconds; ten seconds leaves room for a starved executor (a long garbage
+collection of its JVM, a node short of CPU) without failing a subtask. It is generous
+because it is cheap: the listeners cap the connections still in their handshake
+(:mod:`job_runtime.network.admission`) and drop the oldest for a newcomer, so it only
+bounds how long a stranger keeps its place, never how long a genuine peer waits."""
 
 _LABEL = b"checkpointed-jobs/handshake/v1"
 
@@ -100,9 +109,24 @@ def _derive(key: bytes, what: bytes, purpose: Purpose, client_nonce: bytes,
     return hmac.new(key, message, hashlib.sha256).digest()
 
 
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
+class _Deadline:
+    """The end of a handshake: every read and write may take only what is left of it."""
+
+    def __init__(self, *, seconds: float) -> None:
+        self._end = time.monotonic() + seconds
+
+    def arm(self, sock: socket.socket) -> None:
+        """Give ``sock``'s next call the time left; raises ``TimeoutError`` if none is."""
+        left = self._end - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("timed out: the handshake did not complete within its deadline")
+        sock.settimeout(left)
+
+
+def _recv_exact(sock: socket.socket, n: int, deadline: _Deadline) -> bytes:
     parts = []
     while n:
+        deadline.arm(sock)
         chunk = sock.recv(n)
         if not chunk:
             raise HandshakeFailed("the peer closed the connection during the handshake")
@@ -122,25 +146,27 @@ def _session(key: bytes, purpose: Purpose, client_nonce: bytes, server_nonce: by
     return Session(outgoing=to_client, incoming=to_server)
 
 
-def _with_timeout(sock: socket.socket, timeout: float) -> float | None:
-    previous = sock.gettimeout()
-    sock.settimeout(timeout)
-    return previous
+def _send_all(sock: socket.socket, data: bytes, deadline: _Deadline) -> None:
+    deadline.arm(sock)  # a socket's timeout bounds a whole ``sendall``
+    sock.sendall(data)
 
 
 def client_handshake(sock: socket.socket, *, key: bytes, purpose: Purpose,
                      timeout: float = HANDSHAKE_TIMEOUT) -> Session:
-    """Authenticate the server and to the server; raises :class:`HandshakeFailed`."""
-    previous = _with_timeout(sock, timeout)
+    """Authenticate the server and to the server, all within ``timeout``; raises
+    :class:`HandshakeFailed`."""
+    previous = sock.gettimeout()
+    deadline = _Deadline(seconds=timeout)
     try:
         client_nonce = secrets.token_bytes(NONCE_BYTES)
-        sock.sendall(MAGIC + bytes([VERSION, purpose]) + client_nonce)
-        answer = _recv_exact(sock, NONCE_BYTES + TAG_BYTES)
+        _send_all(sock, MAGIC + bytes([VERSION, purpose]) + client_nonce, deadline)
+        answer = _recv_exact(sock, NONCE_BYTES + TAG_BYTES, deadline)
         server_nonce, server_proof = answer[:NONCE_BYTES], answer[NONCE_BYTES:]
         expected = _derive(key, b"server", purpose, client_nonce, server_nonce)
         if not hmac.compare_digest(server_proof, expected):
             raise HandshakeFailed("the server does not hold this job attempt's key")
-        sock.sendall(_derive(key, b"client", purpose, client_nonce, server_nonce))
+        _send_all(sock, _derive(key, b"client", purpose, client_nonce, server_nonce),
+                  deadline)
     except (TimeoutError, OSError) as exc:
         raise HandshakeFailed(f"handshake with the server failed: {exc}") from exc
     finally:
@@ -152,25 +178,28 @@ def server_handshake(sock: socket.socket, *, key: bytes, purpose: Purpose,
                      timeout: float = HANDSHAKE_TIMEOUT) -> Session:
     """Authenticate a client that just connected; raises :class:`HandshakeFailed`.
 
-    Reads at most 74 bytes from the stranger, within ``timeout`` in all.
+    Reads at most 74 bytes from the stranger, within ``timeout`` in all: a monotonic
+    deadline, each read and write given only the time left of it, so a peer sending a
+    byte now and then is dropped when it passes, not after a timeout per byte.
     """
-    previous = _with_timeout(sock, timeout)
+    previous = sock.gettimeout()
+    deadline = _Deadline(seconds=timeout)
     try:
-        magic = _recv_exact(sock, len(MAGIC))
+        magic = _recv_exact(sock, len(MAGIC), deadline)
         if magic != MAGIC:
             raise HandshakeFailed("the peer does not speak the job's protocol")
-        version, wanted = _recv_exact(sock, 2)
+        version, wanted = _recv_exact(sock, 2, deadline)
         if version != VERSION:
             raise HandshakeFailed(f"the peer speaks handshake version {version}, "
                                   f"this runtime speaks {VERSION}")
         if wanted != purpose:
             raise HandshakeFailed(f"the peer wants purpose {wanted}, this endpoint serves "
                                   f"{purpose.name.lower()}")
-        client_nonce = _recv_exact(sock, NONCE_BYTES)
+        client_nonce = _recv_exact(sock, NONCE_BYTES, deadline)
         server_nonce = secrets.token_bytes(NONCE_BYTES)
-        sock.sendall(server_nonce + _derive(key, b"server", purpose, client_nonce,
-                                            server_nonce))
-        proof = _recv_exact(sock, TAG_BYTES)
+        _send_all(sock, server_nonce + _derive(key, b"server", purpose, client_nonce,
+                                               server_nonce), deadline)
+        proof = _recv_exact(sock, TAG_BYTES, deadline)
         if not hmac.compare_digest(proof, _derive(key, b"client", purpose, client_nonce,
                                                   server_nonce)):
             raise HandshakeFailed("the peer does not hold this job attempt's key")

@@ -9,7 +9,9 @@ false report is safe.
 Only a connection that was greeted can be lost: an address that does not answer (an
 earlier attempt's, whose pod is gone, or a driver still starting) is tried again
 every :data:`RETRY_SECONDS` without a report, and until it answers the kubelet's
-report stays the way that driver's end is noticed.
+report stays the way that driver's end is noticed. The standby sends the token the
+address carries as it connects: the beacon then greets it however many strangers
+hold connections (:mod:`job_runtime.execution.driver.beacon`).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from cjob_spec.driver_beacon import (
     BeaconSignalError,
     DriverLost,
 )
-from job_runtime.execution.driver.beacon import keep_alive
+from job_runtime.execution.driver.beacon import keep_alive, token_line
 from job_runtime.execution.driver.logger import log
 
 CONNECT_TIMEOUT_SECONDS = 2.0
@@ -143,6 +145,8 @@ class ActiveDriverWatch:
         with conn, _LineReader(conn) as reader:
             keep_alive(conn)
             try:
+                if address.token is not None:  # lets it in ahead of any stranger
+                    conn.sendall(token_line(address.token))
                 hello = reader.next_message(timeout=CONNECT_TIMEOUT_SECONDS)
             except BeaconSignalError as exc:
                 log.warning("standby: %s:%d is not the beacon of attempt %d: %s",
