@@ -177,6 +177,8 @@ def object_path(obj: Manifest) -> str:
         "Role": "roles", "RoleBinding": "rolebindings", "Service": "services",
         "ConfigMap": "configmaps", "KopfPeering": "kopfpeerings",
         "ClusterKopfPeering": "clusterkopfpeerings",
+        "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
+        "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
     }[obj["kind"]]  # fmt: skip
     namespace = obj["metadata"].get("namespace")
     scope = f"/namespaces/{quote(namespace)}" if namespace else ""
@@ -247,7 +249,10 @@ def leftovers(client: RestClient, *, instance: str, namespaces: list[str]) -> li
     """Live objects labelled with the release, in its namespaces and at cluster scope."""
     query = {"labelSelector": f"app.kubernetes.io/instance={instance}"}
     rbac = "/apis/rbac.authorization.k8s.io/v1"
-    paths = [f"{rbac}/clusterroles", f"{rbac}/clusterrolebindings"]
+    admission = "/apis/admissionregistration.k8s.io/v1"
+    paths = [f"{rbac}/clusterroles", f"{rbac}/clusterrolebindings",
+             f"{admission}/validatingadmissionpolicies",
+             f"{admission}/validatingadmissionpolicybindings"]  # fmt: skip
     for ns in namespaces:
         paths += [f"/api/v1/namespaces/{ns}/{kind}"
                   for kind in ("pods", "services", "serviceaccounts", "configmaps")]

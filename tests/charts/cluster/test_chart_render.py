@@ -86,9 +86,10 @@ def test_helm_lint_passes_with_every_feature_switched_on(
         ({"image": {"repository": "x", "pullPolicy": "Sometimes"}}, "pullPolicy"),
         ({"watchNamespaces": ["Not_A_Namespace"]}, "watchNamespaces"),
         ({"rbac": {"create": True, "readSecrets": True}}, "readSecrets"),
+        ({"admissionPolicy": {"enabled": "yes"}}, "admissionPolicy"),
     ],
     ids=["replica-count-as-a-word", "unknown-top-level-key", "bad-pull-policy",
-         "invalid-namespace-name", "secret-reads-are-gone"],
+         "invalid-namespace-name", "secret-reads-are-gone", "admission-policy-as-a-word"],
 )  # fmt: skip
 def test_helm_refuses_values_the_schema_forbids(
     render: Render, values: dict[str, Any], complaint: str
@@ -110,23 +111,25 @@ def test_a_missing_service_account_name_is_refused_when_the_chart_does_not_creat
 # --- what gets rendered --------------------------------------------------------------
 
 
-def test_the_defaults_render_the_operator_its_account_cluster_rbac_and_metrics_service(
+def test_the_defaults_render_the_operator_its_account_rbac_metrics_and_admission_policy(
     render: Render,
 ) -> None:
     kinds = sorted(o["kind"] for o in render())
     assert kinds == sorted(
-        ["Deployment", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Service"]
-    )
+        ["Deployment", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Service",
+         "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+    )  # fmt: skip
 
 
-def test_every_feature_renders_monitors_dashboard_and_peering_but_no_rbac(
+def test_every_feature_renders_monitors_dashboard_peering_and_policy_but_no_rbac(
     render: Render,
 ) -> None:
     objects = render(values_files=[FULL_VALUES])
     kinds = sorted(o["kind"] for o in objects)
     assert kinds == sorted(
         ["Deployment", "ServiceAccount", "Service", "ServiceMonitor", "PodMonitor",
-         "ConfigMap", "KopfPeering", "KopfPeering"]
+         "ConfigMap", "KopfPeering", "KopfPeering",
+         "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
     )  # fmt: skip
     assert {p["metadata"]["namespace"] for p in of_kind(objects, "KopfPeering")} == {
         "team-a",
@@ -486,3 +489,99 @@ def test_the_packaged_chart_holds_the_dashboard_and_crds_but_not_the_test_inputs
                    "dashboards/checkpointed-jobs.json", "templates/NOTES.txt"):  # fmt: skip
         assert wanted in names, wanted
     assert not [n for n in names if n.startswith("ci/")]
+
+
+# --- the admission policy ---------------------------------------------------------------
+
+
+def operator_user(objects: list[Manifest], namespace: str) -> str:
+    """The user name of the operator's ServiceAccount, as the API server knows it."""
+    account = one(objects, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"]
+    return f"system:serviceaccount:{namespace}:{account}"
+
+
+def policy_variables(policy: Manifest) -> dict[str, str]:
+    return {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
+
+
+def test_the_admission_policy_and_its_binding_are_rendered_by_default_for_every_namespace(
+    render: Render,
+) -> None:
+    objects = render(release="prod")
+    policy = one(objects, "ValidatingAdmissionPolicy")
+    binding = one(objects, "ValidatingAdmissionPolicyBinding")
+    assert policy["apiVersion"] == binding["apiVersion"] == "admissionregistration.k8s.io/v1"
+    assert policy["metadata"]["name"] == "prod-checkpointed-jobs-operator-only"
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"]
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    assert "matchResources" not in binding["spec"]  # every namespace
+    spec = policy["spec"]
+    assert spec["failurePolicy"] == "Fail"
+    assert spec["matchConstraints"]["objectSelector"] == {
+        "matchExpressions": [{"key": "checkpointed.io/job", "operator": "Exists"}]
+    }
+    (rule,) = spec["matchConstraints"]["resourceRules"]
+    assert rule["apiGroups"] == [""]
+    assert sorted(rule["resources"]) == ["configmaps", "pods"]  # no subresources
+    assert sorted(rule["operations"]) == ["CREATE", "UPDATE"]
+
+
+@pytest.mark.parametrize(
+    ("values", "account"),
+    [({}, "prod-checkpointed-jobs"),
+     ({"serviceAccount": {"create": True, "name": "cjob-operator"}}, "cjob-operator"),
+     ({"serviceAccount": {"create": False, "name": "platform-operator"}}, "platform-operator")],
+    ids=["release-name", "chosen-name", "existing-account"],
+)  # fmt: skip
+def test_the_admission_policy_lets_only_the_operator_account_of_the_release_through(
+    render: Render, values: dict[str, Any], account: str
+) -> None:
+    objects = render(values, release="prod", namespace="ops")
+    user = f"system:serviceaccount:ops:{account}"
+    assert operator_user(objects, "ops") == user
+    policy = one(objects, "ValidatingAdmissionPolicy")
+    variables = policy_variables(policy)
+    assert variables["operator"] == json.dumps(user)
+    assert variables["isOperator"] == "request.userInfo.username == variables.operator"
+    for validation in policy["spec"]["validations"]:
+        assert "variables.isOperator" in validation["expression"]
+        assert validation["reason"] == "Forbidden"
+        assert user in validation["message"]
+        assert "\n" not in validation["message"]
+        assert validation["message"].startswith(f"only the checkpointed-jobs operator ({user})")
+
+
+def test_the_admission_policy_guards_the_three_roles_and_the_promotion_annotation(
+    render: Render,
+) -> None:
+    policy = one(render(), "ValidatingAdmissionPolicy")
+    variables = policy_variables(policy)
+    for name in ("newRoleProtected", "oldRoleProtected"):
+        assert "['driver', 'standby', 'cleanup']" in variables[name]
+    assert "executor" not in json.dumps(policy["spec"]["variables"])
+    for name in ("newPromotion", "oldPromotion"):
+        assert "'checkpointed.io/standby-promotion'" in variables[name]
+    messages = " ".join(v["message"] for v in policy["spec"]["validations"])
+    assert "may create pods with role driver, standby or cleanup" in messages
+    assert "may write the annotation checkpointed.io/standby-promotion" in messages
+
+
+def test_the_admission_policy_binding_follows_the_watched_namespaces(render: Render) -> None:
+    objects = render({"watchNamespaces": ["team-a", "team-b"]})
+    binding = one(objects, "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"]["matchResources"] == {
+        "namespaceSelector": {
+            "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In",
+                                  "values": ["team-a", "team-b"]}]
+        }
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("values", [{}, {"watchNamespaces": ["team-a"]}], ids=["all", "some"])
+def test_no_admission_policy_is_rendered_when_it_is_switched_off(
+    render: Render, values: dict[str, Any]
+) -> None:
+    objects = render({**values, "admissionPolicy": {"enabled": False}})
+    assert not of_kind(objects, "ValidatingAdmissionPolicy")
+    assert not of_kind(objects, "ValidatingAdmissionPolicyBinding")
+    assert of_kind(objects, "Deployment")
