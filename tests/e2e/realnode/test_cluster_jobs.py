@@ -16,7 +16,7 @@ import yaml
 from e2e.controlplane.rest import RestClient, quote
 from e2e.controlplane.waiting import pod_is_ready
 from e2e.jobs import RUNNING_SUM_DIR
-from e2e.kind.chart import ChartRelease
+from e2e.kind.chart import ChartRelease, HelmCommandError
 from e2e.realnode import scenario
 from e2e.realnode.pytest_plugin import RealCluster
 from e2e.realnode.s3 import ClusterS3
@@ -77,6 +77,63 @@ def _running_sum(
             "pod": pod,
         },
     }
+
+
+def _impostor_standby(job: scenario.JobHandle, *, image: str) -> dict[str, Any]:
+    """A pod with the labels of the job's standby, the spec hash of its driver and a
+    readiness that passes at once, but created by a test, not for the job."""
+    driver = job.pod(f"{job.name}-attempt-1") or {}
+    spec_hash = driver["metadata"]["annotations"]["checkpointed.io/spec-hash"]
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {
+            "name": f"{job.name}-standby-9",
+            "labels": {"checkpointed.io/job": job.name, "checkpointed.io/role": "standby",
+                       "checkpointed.io/attempt": "1"},
+            "annotations": {"checkpointed.io/spec-hash": spec_hash},
+        },
+        "spec": {
+            "securityContext": {"runAsNonRoot": True, "runAsUser": 1000,
+                                "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{
+                "name": "driver", "image": image, "imagePullPolicy": "Never",
+                "command": ["sleep", "3600"],
+                "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
+                "securityContext": {"allowPrivilegeEscalation": False,
+                                    "capabilities": {"drop": ["ALL"]}},
+            }],
+            "terminationGracePeriodSeconds": 1,
+        },
+    }
+
+
+def _neighbour(kubectl: scenario.Kubectl, namespace: str) -> str:
+    """Another job's driver ServiceAccount, with the right to create pods (Spark's
+    drivers create their executors): what a hostile job's code runs as."""
+    kubectl("create", "serviceaccount", "neighbour-driver", "--namespace", namespace)
+    kubectl("create", "role", "neighbour-pods", "--namespace", namespace, "--verb=create,get",
+            "--resource=pods")  # fmt: skip
+    kubectl("create", "rolebinding", "neighbour-pods", "--namespace", namespace,
+            "--role=neighbour-pods", f"--serviceaccount={namespace}:neighbour-driver")
+    return f"system:serviceaccount:{namespace}:neighbour-driver"
+
+
+def _operator_account(kubectl: scenario.Kubectl, operator: ChartRelease) -> str:
+    name = kubectl("get", "deployment", "--namespace", operator.namespace, "-o",
+                   "jsonpath={.items[0].spec.template.spec.serviceAccountName}").strip()
+    return f"system:serviceaccount:{operator.namespace}:{name}"
+
+
+def _create_pod_as(kubectl: scenario.Kubectl, *, namespace: str, pod: dict[str, Any],
+                   user: str) -> str:
+    """Create ``pod`` as ``user``: "" when created, else the API server's refusal."""
+    try:
+        kubectl("create", "--namespace", namespace, "-f", "-", f"--as={user}",
+                "--as-group=system:serviceaccounts", "--as-group=system:authenticated",
+                stdin=yaml.safe_dump(pod))
+    except HelmCommandError as exc:  # kubectl's error, with the server's message
+        return str(exc)
+    return ""
 
 
 def finished(job: scenario.JobHandle, *, timeout: float = 400) -> dict[str, Any]:
@@ -266,6 +323,25 @@ def test_a_k8s_job_with_a_warm_standby_recovers_from_a_driver_kill_by_promoting_
                         what="the standby to watch the active driver", timeout=60,
                         detail=job.describe)  # fmt: skip
 
+    # Pods posing as the job's standby. A neighbour's ServiceAccount that may create
+    # pods is refused by the chart's admission policy; one the policy lets through
+    # (created with the operator's own identity, as nobody else can) but not owned by
+    # the job is ignored by the operator, which says so.
+    impostor = _impostor_standby(job, image=real_cluster.runtime_image)
+    refused = _create_pod_as(kubectl, namespace=restricted_namespace, pod=impostor,
+                             user=_neighbour(kubectl, restricted_namespace))
+    assert "only the checkpointed-jobs operator" in refused, refused
+    operator_account = _operator_account(kubectl, operator)
+    assert _create_pod_as(kubectl, namespace=restricted_namespace, pod=impostor,
+                          user=operator_account) == ""
+    scenario.wait_until(lambda: any(e.startswith("ForeignPodIgnored: pod warm-standby-9 ")
+                                    for e in job.events()),
+                        what="the operator to report the pod it ignores", timeout=60,
+                        detail=job.describe)  # fmt: skip
+    scenario.wait_until(lambda: pod_is_ready(job.pod("warm-standby-9")),
+                        what="the impostor to be Ready", timeout=120,
+                        detail=job.describe)  # fmt: skip
+
     killed_at = time.time()
     scenario.kill_container(real_cluster.node.ctr, job.driver() or {})
     scenario.wait_until(lambda: job.status().get("driverPod") == "warm-standby-1",
@@ -290,6 +366,9 @@ def test_a_k8s_job_with_a_warm_standby_recovers_from_a_driver_kill_by_promoting_
     record_property("standby_driver_kill_to_promotion_s", round(promoted_after, 2))
     record_property("standby_driver_kill_to_records_seen_s", round(seen_after, 2))
     assert job.pod("warm-attempt-2") is None, "the standby was promoted: no new driver pod"
+    planted = job.pod("warm-standby-9") or {}
+    assert planted["metadata"]["labels"]["checkpointed.io/role"] == "standby", "never promoted"
+    assert "deletionTimestamp" not in planted["metadata"], "not the operator's to delete"
     promoted = job.pod("warm-standby-1") or {}
     assert promoted["metadata"]["labels"]["checkpointed.io/role"] == "driver"
     assert promoted["metadata"]["labels"]["checkpointed.io/attempt"] == "2"
