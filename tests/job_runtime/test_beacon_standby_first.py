@@ -46,12 +46,6 @@ IDLE = MAX_WATCHERS + MAX_UNAUTHENTICATED + 20
 """Idle connections: every place for unproven ones, and then some."""
 
 
-@pytest.fixture
-def sockets() -> Iterator[list[socket.socket]]:
-    opened: list[socket.socket] = []
-    yield opened
-    for sock in opened:
-        sock.close()
 
 
 @pytest.fixture
@@ -68,17 +62,17 @@ def driver() -> Iterator[tuple[subprocess.Popen[str], BeaconAddress]]:
     process.wait(timeout=10)
 
 
-def hold_idle(port: int, sockets: list[socket.socket]) -> None:
+def hold_idle(port: int, idle_sockets: list[socket.socket]) -> None:
     for _ in range(IDLE):
-        sockets.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+        idle_sockets.append(socket.create_connection(("127.0.0.1", port), timeout=5))
 
 
 class TestAStandbyGetsInAheadOfIdleConnections:
     def test_a_standby_watches_and_reports_a_killed_driver_while_idle_peers_hold_the_beacon(
             self, driver: tuple[subprocess.Popen[str], BeaconAddress],
-            sockets: list[socket.socket]) -> None:
+            idle_sockets: list[socket.socket]) -> None:
         process, address = driver
-        hold_idle(address.port, sockets)
+        hold_idle(address.port, idle_sockets)
         reports: list[DriverLost] = []
         watch = ActiveDriverWatch(pod="clicks-standby", report=reports.append)
         watch.start()
@@ -95,10 +89,10 @@ class TestAStandbyGetsInAheadOfIdleConnections:
             assert watch.join(timeout=5)
 
     def test_the_token_is_greeted_while_the_idle_connections_are_still_held(
-            self, sockets: list[socket.socket]) -> None:
+            self, idle_sockets: list[socket.socket]) -> None:
         beacon = DriverBeacon(host="127.0.0.1", attempt=3, proof_seconds=30.0)
         try:
-            hold_idle(beacon.port, sockets)
+            hold_idle(beacon.port, idle_sockets)
             wait_for(lambda: beacon.watchers == MAX_WATCHERS
                      and beacon.waiting == MAX_UNAUTHENTICATED,
                      what="the idle connections to fill every place", timeout=10)
@@ -116,23 +110,23 @@ class TestAStandbyGetsInAheadOfIdleConnections:
 
 class TestStrangersPastTheGreetedFewWaitBriefly:
     def test_an_ungreeted_connection_without_the_token_is_closed_after_its_time(
-            self, sockets: list[socket.socket]) -> None:
+            self, idle_sockets: list[socket.socket]) -> None:
         beacon = DriverBeacon(host="127.0.0.1", attempt=3, proof_seconds=0.5)
         try:
             for _ in range(MAX_WATCHERS + 1):
-                sockets.append(socket.create_connection(("127.0.0.1", beacon.port),
+                idle_sockets.append(socket.create_connection(("127.0.0.1", beacon.port),
                                                         timeout=5))
-            for greeted in sockets[:MAX_WATCHERS]:
+            for greeted in idle_sockets[:MAX_WATCHERS]:
                 assert greeted.recv(256).startswith(b"{")
-            assert sockets[-1].recv(256) == b""  # closed without a greeting
+            assert idle_sockets[-1].recv(256) == b""  # closed without a greeting
             assert beacon.waiting == 0
         finally:
             beacon.close()
 
-    def test_a_wrong_token_is_not_let_in(self, sockets: list[socket.socket]) -> None:
+    def test_a_wrong_token_is_not_let_in(self, idle_sockets: list[socket.socket]) -> None:
         beacon = DriverBeacon(host="127.0.0.1", attempt=3, proof_seconds=30.0)
         try:
-            hold_idle(beacon.port, sockets)
+            hold_idle(beacon.port, idle_sockets)
             with socket.create_connection(("127.0.0.1", beacon.port), timeout=5) as guesser:
                 guesser.sendall(token_line("0" * len(beacon.token)))
                 assert guesser.recv(256) == b""

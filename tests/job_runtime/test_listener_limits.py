@@ -2,18 +2,16 @@
 
 A stranger can neither hold a listener's thread past the handshake's deadline by
 sending a byte now and then, nor, by opening connections and saying nothing, pile up
-threads or keep out a peer that holds the attempt's key. Real loopback sockets.
+threads or keep out a peer that holds the attempt's key. Real loopback idle_sockets.
 """
 
 from __future__ import annotations
 
-import select
 import socket
 import threading
 import time
-from collections.abc import Iterator
 
-import pytest
+from idle_peers import closed_by_server, open_idle
 
 from e2e.controlplane.waiting import wait_for
 from job_runtime.coordinator.rpc import RpcServer, connect
@@ -41,27 +39,10 @@ LONG_DEADLINE = 60.0
 """A deadline no idle connection reaches while a test runs: whatever closes one is the cap."""
 
 
-def closed_by_server(sock: socket.socket) -> bool:
-    """Whether the other end closed ``sock``, without waiting."""
-    readable, _, _ = select.select([sock], [], [], 0)
-    if not readable:
-        return False
-    try:
-        return sock.recv(1, socket.MSG_PEEK) == b""
-    except OSError:
-        return True
 
 
-def open_idle(address: tuple[str, int], count: int) -> list[socket.socket]:
-    return [socket.create_connection(address, timeout=5) for _ in range(count)]
 
 
-@pytest.fixture
-def sockets() -> Iterator[list[socket.socket]]:
-    opened: list[socket.socket] = []
-    yield opened
-    for sock in opened:
-        sock.close()
 
 
 def dribble(sock: socket.socket, data: bytes, stop: threading.Event) -> None:
@@ -131,7 +112,7 @@ class TestTheHandshakeHasADeadlineForTheWholeExchange:
 
 class TestIdleStrangersCannotKeepOutAGenuinePeer:
     def test_a_channel_listener_full_of_idle_connections_still_admits_a_genuine_channel(
-            self, sockets: list[socket.socket]) -> None:
+            self, idle_sockets: list[socket.socket]) -> None:
         threads_before = threading.active_count()
         accepted: list[ChannelHello] = []
         listening = socket.create_server(("127.0.0.1", 0))
@@ -139,8 +120,8 @@ class TestIdleStrangersCannotKeepOutAGenuinePeer:
                                    on_channel=lambda sock, _, hello: accepted.append(hello))
         address: tuple[str, int] = listening.getsockname()[:2]
         try:
-            sockets.extend(open_idle(address, IDLE))
-            wait_for(lambda: sum(map(closed_by_server, sockets)) >= IDLE - MAX_UNAUTHENTICATED,
+            idle_sockets.extend(open_idle(address, IDLE))
+            wait_for(lambda: sum(map(closed_by_server, idle_sockets)) >= IDLE - MAX_UNAUTHENTICATED,
                      what="the connections past the cap to be dropped", timeout=10)
             assert threading.active_count() - threads_before < MAX_UNAUTHENTICATED + 20
 
@@ -148,7 +129,7 @@ class TestIdleStrangersCannotKeepOutAGenuinePeer:
             channel = TcpOutputChannel(address=address, hello=hello, key=KEY,
                                        connect_timeout=5)
             wait_for(lambda: accepted, what="the genuine channel to be accepted", timeout=5)
-            still_open = sum(not closed_by_server(sock) for sock in sockets)
+            still_open = sum(not closed_by_server(sock) for sock in idle_sockets)
             channel.close()
             assert accepted == [hello]
             # It got in while the strangers it displaced one of still held their places.
@@ -157,19 +138,19 @@ class TestIdleStrangersCannotKeepOutAGenuinePeer:
             listener.stop()
 
     def test_the_coordinator_full_of_idle_connections_still_admits_a_subtask(
-            self, sockets: list[socket.socket]) -> None:
+            self, idle_sockets: list[socket.socket]) -> None:
         threads_before = threading.active_count()
         server = RpcServer(host="127.0.0.1", port=0, key=KEY, handler=lambda conn, msg: None,
                            handshake_timeout=LONG_DEADLINE)
         address = (server.host, server.port)
         try:
-            sockets.extend(open_idle(address, IDLE))
-            wait_for(lambda: sum(map(closed_by_server, sockets)) >= IDLE - MAX_UNAUTHENTICATED,
+            idle_sockets.extend(open_idle(address, IDLE))
+            wait_for(lambda: sum(map(closed_by_server, idle_sockets)) >= IDLE - MAX_UNAUTHENTICATED,
                      what="the connections past the cap to be dropped", timeout=10)
             assert threading.active_count() - threads_before < MAX_UNAUTHENTICATED + 20
 
             subtask = connect(server.host, server.port, key=KEY, timeout=5)
-            still_open = sum(not closed_by_server(sock) for sock in sockets)
+            still_open = sum(not closed_by_server(sock) for sock in idle_sockets)
             subtask.close()
             assert still_open >= MAX_UNAUTHENTICATED - 1
         finally:

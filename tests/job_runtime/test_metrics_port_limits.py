@@ -3,19 +3,19 @@
 It listens on every address of the pod (Prometheus scrapes it through the pod's IP),
 so anyone who reaches the pod can connect: idle connections must neither stop a
 scrape from being answered nor pile up threads, and each is closed by the server
-once its time is up. Real loopback sockets against the driver's own server.
+once its time is up. Real loopback idle_sockets against the driver's own server.
 """
 
 from __future__ import annotations
 
 import http.client
-import select
 import socket
 import threading
 import time
 from collections.abc import Iterator
 
 import pytest
+from idle_peers import closed_by_server
 from prometheus_client.exposition import choose_encoder
 
 from e2e.controlplane.waiting import wait_for
@@ -32,14 +32,6 @@ def free_port() -> int:
         return port
 
 
-def closed_by_server(sock: socket.socket) -> bool:
-    readable, _, _ = select.select([sock], [], [], 0)
-    if not readable:
-        return False
-    try:
-        return sock.recv(1, socket.MSG_PEEK) == b""
-    except OSError:
-        return True
 
 
 def scrape(port: int, path: str = "/metrics") -> tuple[int, str, bytes]:
@@ -52,12 +44,6 @@ def scrape(port: int, path: str = "/metrics") -> tuple[int, str, bytes]:
         conn.close()
 
 
-@pytest.fixture
-def sockets() -> Iterator[list[socket.socket]]:
-    opened: list[socket.socket] = []
-    yield opened
-    for sock in opened:
-        sock.close()
 
 
 @pytest.fixture
@@ -72,14 +58,14 @@ def server() -> Iterator[MetricsServer]:
 
 class TestAFloodOfIdleConnections:
     def test_three_hundred_idle_connections_neither_stop_a_scrape_nor_hold_threads(
-            self, sockets: list[socket.socket]) -> None:
+            self, idle_sockets: list[socket.socket]) -> None:
         threads_before = threading.active_count()
         metrics = DriverMetrics(job="clicks")
         metrics.completed.labels("clicks").inc()
         port = free_port()
         metrics.serve(port)  # as the driver opens it: every address, the real limits
         for _ in range(IDLE):
-            sockets.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+            idle_sockets.append(socket.create_connection(("127.0.0.1", port), timeout=5))
 
         status, _, body = scrape(port)
         assert status == 200
@@ -87,10 +73,10 @@ class TestAFloodOfIdleConnections:
         assert threading.active_count() - threads_before < 50
 
     def test_the_server_closes_every_idle_connection_once_its_time_is_up(
-            self, server: MetricsServer, sockets: list[socket.socket]) -> None:
+            self, server: MetricsServer, idle_sockets: list[socket.socket]) -> None:
         for _ in range(IDLE):
-            sockets.append(socket.create_connection(("127.0.0.1", server.port), timeout=5))
-        wait_for(lambda: all(map(closed_by_server, sockets)),
+            idle_sockets.append(socket.create_connection(("127.0.0.1", server.port), timeout=5))
+        wait_for(lambda: all(map(closed_by_server, idle_sockets)),
                  what="the server to close the idle connections", timeout=10)
         wait_for(lambda: server.active == 0, what="their threads to end", timeout=5)
 

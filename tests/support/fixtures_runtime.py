@@ -3,7 +3,8 @@ live in ``jobs/runtime_harness.py`` (the root conftest puts ``jobs/`` on ``sys.p
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import socket
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -34,3 +35,12 @@ def embedded() -> Callable[..., EmbeddedRun]:
 @pytest.fixture(scope="session")
 def job_yaml() -> Callable[..., Path]:
     return write_job_yaml
+
+
+@pytest.fixture
+def idle_sockets() -> Iterator[list[socket.socket]]:
+    """Connections a listener test opens and leaves idle; closed after the test."""
+    opened: list[socket.socket] = []
+    yield opened
+    for sock in opened:
+        sock.close()
