@@ -155,7 +155,7 @@ class _MetricsHTTPServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
         self.active_lock = threading.Lock()
         self._reading: collections.OrderedDict[socket.socket, Any] = collections.OrderedDict()
         """Connections being served that have not sent their whole request yet, oldest first."""
-        self.dropped = RateLimitedLog(logger=log, what="metrics port dropped connections "
+        self.dropped = RateLimitedLog(logger=log, what="metrics port dropped a connection "
                                       "past its limit of connections served at once")
         super().__init__(address, _MetricsHandler)
 

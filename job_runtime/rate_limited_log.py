@@ -42,5 +42,5 @@ class RateLimitedLog:
             if self._last_line is not None and now - self._last_line < self._interval:
                 return
             count, self._unlogged, self._last_line = self._unlogged, 0, now
-        self._logger.warning("%s: %d connection(s) since the last report (%d in all); the "
-                             "latest: %s", self._what, count, self.total, detail)
+        self._logger.warning("%s (%d since the last report, %d in all); the latest: %s",
+                             self._what, count, self.total, detail)

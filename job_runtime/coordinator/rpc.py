@@ -149,11 +149,11 @@ class RpcServer:
         self.port: int = self._sock.getsockname()[1]
         self.host: str = self._sock.getsockname()[0]
         self._failed_handshakes = RateLimitedLog(
-            logger=log, what="coordinator rejected connections that failed the handshake")
+            logger=log, what="coordinator rejected a connection that failed the handshake")
         self.slots = HandshakeSlots(
             limit=max_unauthenticated,
-            dropped=RateLimitedLog(logger=log, what="coordinator dropped connections still "
-                                   "in their handshake to make room"))
+            dropped=RateLimitedLog(logger=log, what="coordinator dropped a connection still "
+                                   "in its handshake to make room"))
         self._broken = 0
         self._rejected_lock = threading.Lock()
         self._thread = threading.Thread(target=self._accept, daemon=True, name="coordinator-rpc")

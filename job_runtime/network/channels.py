@@ -307,11 +307,11 @@ class ChannelListener:
         self._on_channel = on_channel
         self._handshake_timeout = handshake_timeout
         self._failures = RateLimitedLog(logger=log,
-                                        what="channel listener rejected connections")
+                                        what="channel listener rejected a connection")
         self.slots = HandshakeSlots(
             limit=max_unauthenticated,
-            dropped=RateLimitedLog(logger=log, what="channel listener dropped connections "
-                                   "still in their handshake to make room"))
+            dropped=RateLimitedLog(logger=log, what="channel listener dropped a connection "
+                                   "still in its handshake to make room"))
         self._stopped = False
         self._thread = threading.Thread(target=self._accept, daemon=True, name="channels")
         self._thread.start()

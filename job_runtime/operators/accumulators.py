@@ -16,8 +16,8 @@ an unaligned checkpoint), so a reader must be able to tell a format it does not
 know from raw records.
 
 A partial batch of string or binary keys also carries the keys' identities
-(:func:`~job_runtime.operators.key_index.string_identities`, 64 bits each, null for
-a null key) in :data:`KEY_IDENTITY`. The combiner hashes its distinct keys once, and
+(:func:`~job_runtime.operators.key_index.string_identities`, their 64 bits as an
+``int64``, null for a null key) in :data:`KEY_IDENTITY`. The combiner hashes its distinct keys once, and
 both the router (the key group is in the identity's low half) and the keyed
 operator's key index use those hashes instead of walking the keys' bytes twice more.
 The column is optional (a batch without it is hashed by the reader, as older
@@ -210,12 +210,15 @@ def _identity_column(keys: pa.Array) -> pa.Array | None:
         keys = keys.cast(keys.type.value_type)
     if family_of(keys.type) not in (KeyFamily.STRING, KeyFamily.BINARY):
         return None
+    # Stored as int64, the same 64 bits: a batch kept as rows (channel state of an
+    # unaligned checkpoint) comes back through Python ints, which Arrow reads as int64
+    # and cannot fit above 2**63.
     if not keys.null_count:
-        return pa.array(string_identities(keys), type=pa.uint64())
+        return pa.array(string_identities(keys).view(np.int64), type=pa.int64())
     valid = np.asarray(keys.is_valid().to_numpy(zero_copy_only=False))
     ids = np.zeros(len(keys), dtype=np.uint64)
     ids[valid] = string_identities(keys.filter(pa.array(valid)))
-    return pa.array(ids, type=pa.uint64(), mask=~valid)
+    return pa.array(ids.view(np.int64), type=pa.int64(), mask=~valid)
 
 
 def partial_identities(arrow: pa.RecordBatch) -> np.ndarray | None:
@@ -226,7 +229,9 @@ def partial_identities(arrow: pa.RecordBatch) -> np.ndarray | None:
     column = arrow.column(KEY_IDENTITY)
     if column.null_count:
         column = column.fill_null(0)
-    return np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.uint64)
+    if not pa.types.is_int64(column.type):
+        return None  # not a column this runtime wrote: the reader hashes the keys
+    return np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.int64).view(np.uint64)
 
 
 def partial_key_groups(arrow: pa.RecordBatch, max_parallelism: int) -> np.ndarray | None:

@@ -128,7 +128,7 @@ class DriverBeacon:
         self._peers: dict[socket.socket, _Peer] = {}
         self._waiting: collections.OrderedDict[socket.socket, _Peer] = (
             collections.OrderedDict())
-        self.dropped = RateLimitedLog(logger=log, what="driver beacon dropped connections "
+        self.dropped = RateLimitedLog(logger=log, what="driver beacon dropped a connection "
                                       "that did not send its token in time or in order")
         self._lock = threading.Lock()
         self._closed = False
