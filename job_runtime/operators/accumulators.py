@@ -240,8 +240,5 @@ def partial_key_groups(arrow: pa.RecordBatch, max_parallelism: int) -> np.ndarra
     ids = partial_identities(arrow)
     if ids is None:
         return None
-    groups = key_groups_of_identities(ids, max_parallelism)
-    column = arrow.column(KEY_IDENTITY)
-    if column.null_count:
-        groups[~np.asarray(column.is_valid().to_numpy(zero_copy_only=False))] = 0
-    return groups
+    return key_groups_of_identities(ids, max_parallelism,
+                                    nulls_from=arrow.column(KEY_IDENTITY))

@@ -272,11 +272,17 @@ def string_identities(array: pa.Array) -> np.ndarray:
     return np.asarray((fnv.astype(np.uint64) << np.uint64(32)) | crc.astype(np.uint64))
 
 
-def key_groups_of_identities(ids: np.ndarray, max_parallelism: int) -> np.ndarray:
+def key_groups_of_identities(ids: np.ndarray, max_parallelism: int, *,
+                             nulls_from: pa.Array) -> np.ndarray:
     """The key groups of string or binary keys whose :func:`string_identities` are
-    ``ids``: what :func:`~job_runtime.key_hashing.key_groups_of_array` gives the keys."""
+    ``ids``: what :func:`~job_runtime.key_hashing.key_groups_of_array` gives the keys.
+    ``nulls_from`` is null where a key is (the keys, or their identity column): such
+    a key's group is 0 whatever its entry in ``ids``."""
     hashed = mix64_array(ids & np.uint64(0xFFFFFFFF))
-    return np.asarray(hashed % np.uint64(max_parallelism), dtype=np.int64)
+    groups = np.asarray(hashed % np.uint64(max_parallelism), dtype=np.int64)
+    if nulls_from.null_count:
+        groups[~np.asarray(nulls_from.is_valid().to_numpy(zero_copy_only=False))] = 0
+    return groups
 
 
 _HASHED = frozenset({KeyFamily.STRING, KeyFamily.BINARY, KeyFamily.STRUCT})

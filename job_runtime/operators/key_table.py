@@ -64,11 +64,9 @@ class KeyTable:
             if len(new_slots) != self.size - start:
                 self._grown(start)
             elif identities is not None and self.index.family in _IDENTIFIED:
-                groups = key_groups_of_identities(identities[at], self._max_parallelism)
-                new_keys = uniques.take(pa.array(at))
-                if new_keys.null_count:
-                    groups[~np.asarray(new_keys.is_valid().to_numpy(zero_copy_only=False))] = 0
-                self._grown(start, groups=groups)
+                self._grown(start, groups=key_groups_of_identities(
+                    identities[at], self._max_parallelism,
+                    nulls_from=uniques.take(pa.array(at))))
             else:
                 self._grown(start, new_keys=uniques.take(pa.array(at)))
         return slots
