@@ -110,3 +110,14 @@ def client_error_text(exc: BaseException) -> str:
     first: Any = exc.args[0] if exc.args else None
     text = str(first.str()) if callable(getattr(first, "str", None)) else str(exc)
     return text or type(exc).__name__
+
+
+@keyword_error
+class UnpublishedInputError(RuntimeJobError):
+    """A subtask was not told where the staged copy of its input ``name`` is published:
+    it never lists staging directories itself, since an unpublished one may be stale."""
+
+    name: str
+
+    def describe(self) -> str:
+        return f"no published staged copy of the input {self.name!r} was given to the subtask"

@@ -17,8 +17,11 @@ How the rules of :mod:`cjob_checkpoint.store.base` are kept, whatever the backen
   marker, and the next add retries.
 * **Ambiguity.** When a commit's outcome is unknown, :class:`AmbiguousWriteError`
   is raised and nothing is deleted; the next add reads what actually landed.
-* **Size.** Commits and restore reports are checked against the backend's budget
-  before they are swapped in.
+* **First publication wins.** A staged input is published in a fenced swap that
+  adds it only while its name is free, decided again on every fresh read; a lost
+  race or a lost answer reads the winner back.
+* **Size.** Commits, restore reports and publications are checked against the
+  backend's budget before they are swapped in.
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from cjob_checkpoint.store.base import (
 )
 from cjob_checkpoint.store.restorable import MetadataReader, first_readable
 from cjob_checkpoint.store.retention import ensure_retained, ids_to_prune
+from cjob_checkpoint.store.staged_inputs import StagedInput, StagedInputFencedError, StagedInputs
 from cjob_checkpoint.store.state import StoreDraft, StoreState
 
 __all__ = [
@@ -318,6 +322,47 @@ class BackedCheckpointStore(CompletedCheckpointStore):
 
     def _read_restore_report(self) -> str | None:
         return self.read_state().restore_report
+
+    def publish_staged_input(self, candidate: StagedInput) -> StagedInput:
+        """Publish ``candidate`` unless an input of its name is published; returns the
+        published one, which is the job's input of that name for good.
+
+        Only the attempt that owns the store publishes: an older one raises
+        :class:`StagedInputFencedError` (a :class:`FencedError`) whether or not the
+        name is taken, since it is about to be fenced anyway. The first publication
+        wins: the input a checkpoint's positions point into must never change under a
+        restore. One fenced swap adds the record only while the name is free; the
+        winner is read from the state as swapped or as found, so a lost race or a lost
+        answer (retried) reads it back.
+        """
+        name = candidate.name
+
+        def change(draft: StoreDraft) -> bool:
+            try:
+                moved = self._fence(draft)
+            except FencedError as exc:
+                raise StagedInputFencedError(attempt=exc.attempt,
+                                             current_attempt=exc.current_attempt,
+                                             name=name) from None
+            published = StagedInputs.decode(draft.staged_inputs)
+            if published.get(name) is not None:
+                return moved
+            draft.staged_inputs = published.with_input(candidate).encode()
+            self.backend.check_budget(draft.freeze())
+            return True
+
+        state = self._update(change, operation=f"publish the staged input {name!r}",
+                             retry_ambiguous=True)
+        winner = StagedInputs.decode(state.staged_inputs).get(name)
+        assert winner is not None, "a publication that succeeded names its input"
+        if winner != candidate:
+            _log.info("the staged input %r of attempt %d is not used: attempt %d published "
+                      "%s first", name, candidate.attempt, winner.attempt, winner.uri)
+        return winner
+
+    def staged_input(self, name: str) -> StagedInput | None:
+        """The published input ``name``, if any (no fence: reading is harmless)."""
+        return StagedInputs.decode(self.read_state().staged_inputs).get(name)
 
     def _ensure_open(self) -> None:
         if self._closed:

@@ -5,6 +5,7 @@
     metadata.annotations:
       checkpointed.io/fence-attempt: "3"          the only attempt allowed to write
       checkpointed.io/restored: {...}             what that attempt restored (RestoreReport)
+      checkpointed.io/staged-inputs: {...}        the published staged inputs (StagedInputs)
     data:
       checkpointID-0000000000000000042: {...}     pointer: CompletedCheckpoint JSON
       discarding-0000000000000000040: {...}       discard marker of checkpoint 40
@@ -42,6 +43,7 @@ from cjob_spec.standby_signal import PROMOTION_ANNOTATION, StandbyPromotion, Sta
 __all__ = [
     "ANNOTATION_FENCE",
     "ANNOTATION_RESTORED",
+    "ANNOTATION_STAGED_INPUTS",
     "COUNTER_KEY",
     "DEFAULT_BUDGET_BYTES",
     "LABEL_JOB",
@@ -55,6 +57,9 @@ COUNTER_KEY = CONFIGMAP_COUNTER_KEY
 ANNOTATION_RESTORED = "checkpointed.io/restored"
 """The driver's :class:`RestoreReport` for its attempt: an annotation, not a data key,
 so readers that iterate the data (pointers, markers, counter) never meet it."""
+ANNOTATION_STAGED_INPUTS = "checkpointed.io/staged-inputs"
+"""The job's published staged inputs (``StagedInputs``), kept raw: an annotation, like
+the restore report, so readers that iterate the data never meet it."""
 MARKER_KEY_FORMAT = "discarding-%019d"
 DEFAULT_BUDGET_BYTES = 256 * 1024
 """A quarter of the 1 MiB a ConfigMap may hold: room for about a thousand pointers."""
@@ -314,6 +319,7 @@ class StoreObject:
             pointers={i: data[pointer_key(i)] for i in self.pointer_ids()},
             markers={i: data[marker_key(i)] for i in self.marked_ids()},
             restore_report=self.restore_report_text,
+            staged_inputs=self.annotations.get(ANNOTATION_STAGED_INPUTS),
             origin=self,
         )
 
@@ -336,6 +342,10 @@ class StoreObject:
             changed.annotations.pop(ANNOTATION_RESTORED, None)
         else:
             changed.set_restore_report_text(state.restore_report)
+        if state.staged_inputs is None:
+            changed.annotations.pop(ANNOTATION_STAGED_INPUTS, None)
+        else:
+            changed.annotations[ANNOTATION_STAGED_INPUTS] = state.staged_inputs
         return changed
 
     def snapshot(self) -> StoreSnapshot:

@@ -8,6 +8,7 @@ holds, with the same names as the ConfigMap store's keys::
     counter                                      next checkpoint id
     attempt                                      fence: the attempt that owns the store
     restored                                     what the current attempt restored
+    staged-inputs                                the published staged inputs
     .lock                                        flock(2) target
 
 :class:`FileBackend` reads the directory as one state under a shared ``flock``
@@ -72,6 +73,7 @@ LOCK_NAME = ".lock"
 ATTEMPT_NAME = "attempt"
 COUNTER_NAME = "counter"
 RESTORED_NAME = "restored"
+STAGED_INPUTS_NAME = "staged-inputs"
 MARKER_SUFFIX = ".discarding"
 _POINTER = CHECKPOINT_POINTER_NAME
 _MARKER = re.compile(r"^checkpointID-(\d{19})\.discarding$")
@@ -162,7 +164,7 @@ def _digest(state: StoreState) -> str:
     """The version of a file store: what it holds, so any change moves it."""
     content = json.dumps([state.fence, state.counter, sorted(state.pointers.items()),
                           sorted(state.unreadable.items()), sorted(state.markers.items()),
-                          state.restore_report])
+                          state.restore_report, state.staged_inputs])
     return hashlib.sha256(content.encode("utf-8", "surrogateescape")).hexdigest()
 
 
@@ -225,9 +227,16 @@ class FileBackend:
             report = None
         except (UnicodeDecodeError, IsADirectoryError):
             report = ""  # undecodable: read as an unreadable report
+        try:
+            staged: str | None = _read_text(self._path(STAGED_INPUTS_NAME))
+        except FileNotFoundError:
+            staged = None
+        except (UnicodeDecodeError, IsADirectoryError):
+            staged = ""  # undecodable: read (and refused) as an unreadable document
         state = StoreState(version="", fence=read_attempt(self.directory),
                            counter=_read_int(self._path(COUNTER_NAME)), pointers=pointers,
-                           unreadable=unreadable, markers=markers, restore_report=report)
+                           unreadable=unreadable, markers=markers, restore_report=report,
+                           staged_inputs=staged)
         return dataclasses.replace(state, version=_digest(state))
 
     def compare_and_swap(self, *, expected: StoreState, new: StoreState,
@@ -270,6 +279,11 @@ class FileBackend:
                 _remove(self._path(RESTORED_NAME))
             else:
                 _write_text(self._path(RESTORED_NAME), new.restore_report)
+        if new.staged_inputs != current.staged_inputs:
+            if new.staged_inputs is None:
+                _remove(self._path(STAGED_INPUTS_NAME))
+            else:
+                _write_text(self._path(STAGED_INPUTS_NAME), new.staged_inputs)
 
     def check_budget(self, state: StoreState) -> None:
         return None

@@ -55,7 +55,8 @@ class MemoryBackend:
             self._state = StoreState(
                 version=str(next(self._generations)), fence=new.fence, counter=new.counter,
                 pointers=dict(new.pointers), unreadable=dict(new.unreadable),
-                markers=dict(new.markers), restore_report=new.restore_report)
+                markers=dict(new.markers), restore_report=new.restore_report,
+                staged_inputs=new.staged_inputs)
             return self._state
 
     def locate(self, checkpoint_id: int) -> str:

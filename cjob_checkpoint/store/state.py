@@ -1,11 +1,12 @@
 """What every completed-checkpoint store holds, independent of where it is kept.
 
 A store's whole content is small (a fence, a counter, a few pointers and
-markers, a restore report), so a backend reads it as one :class:`StoreState`
-and writes it back as one compare-and-swap. The rules that decide *what* to
-write (fencing, retention, two-phase pruning) work on a :class:`StoreDraft` and
-are written once, in :mod:`cjob_checkpoint.store.backed`; the memory, file and
-ConfigMap backends only know how to read and swap the state.
+markers, a restore report, the published staged inputs), so a backend reads it
+as one :class:`StoreState` and writes it back as one compare-and-swap. The rules
+that decide *what* to write (fencing, retention, two-phase pruning, first-wins
+publication) work on a :class:`StoreDraft` and are written once, in
+:mod:`cjob_checkpoint.store.backed`; the memory, file and ConfigMap backends only
+know how to read and swap the state.
 
 Pointers stay raw text here: a damaged pointer must survive a read-modify-write
 untouched, and only the reader that needs it decodes it (:func:`decode_pointer`).
@@ -54,6 +55,9 @@ class StoreState:
     """Checkpoint id -> discard marker (phase one of a two-phase prune)."""
     restore_report: str | None = None
     """The encoded :class:`~cjob_checkpoint.store.restore_report.RestoreReport`, if any."""
+    staged_inputs: str | None = None
+    """The encoded :class:`~cjob_checkpoint.store.staged_inputs.StagedInputs`, if any
+    input was ever published (raw: an unreadable document must survive a swap)."""
     origin: Any = dataclasses.field(default=None, compare=False, repr=False)
     """The backend's own reading (a ConfigMap object), which its swap edits."""
 
@@ -111,12 +115,13 @@ class StoreDraft:
         self.unreadable = dict(state.unreadable)
         self.markers = dict(state.markers)
         self.restore_report = state.restore_report
+        self.staged_inputs = state.staged_inputs
 
     def freeze(self) -> StoreState:
         return dataclasses.replace(
             self.base, fence=self.fence, counter=self.counter, pointers=dict(self.pointers),
             unreadable=dict(self.unreadable), markers=dict(self.markers),
-            restore_report=self.restore_report)
+            restore_report=self.restore_report, staged_inputs=self.staged_inputs)
 
     @property
     def state(self) -> StoreState:

@@ -45,3 +45,5 @@ class SubtaskConfig:
     """Local working directory of the ``rocksdb`` backend; empty: Spark's scratch dir."""
     loopback: bool = False
     """Local mode: channel listeners bind :data:`LOOPBACK`, nothing else can reach them."""
+    staged_inputs: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Input name -> the published staged copy its readers read (``SourceContext``)."""

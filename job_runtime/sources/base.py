@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from collections.abc import Set
+from collections.abc import Mapping, Set
 from typing import Any
 
 from job_runtime.records import Batch
+from job_runtime.sources.staging import DriverStaging
 
 RECORD_BATCH_SIZE = 8192
 """Rows per source batch when a Python function sees every record (``map``,
@@ -93,6 +94,9 @@ class SourceContext:
     """The only columns the pipeline reads, when it reads named columns only (see
     ``job_runtime.execution.stages.source_columns``); ``None``: every column. A source
     may leave the others out of its batches."""
+    staged_inputs: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Input name -> where the staged copy the job reads was published (see
+    :mod:`job_runtime.sources.staged_dataset`); the driver decides it once."""
 
 
 class Source(abc.ABC):
@@ -142,8 +146,12 @@ class Source(abc.ABC):
         the position is not of this source."""
         return None
 
-    def prepare_on_driver(self, *, spark_context: Any, staging_uri: str) -> None:  # noqa: B027
+    def prepare_on_driver(self, *, spark_context: Any, staging: DriverStaging) -> None:  # noqa: B027
         """Runs once in the driver before the job starts (e.g. to stage a DataFrame).
+
+        ``staging`` is the job's staging area; what a source stages there is read only
+        once published through it (:meth:`DriverStaging.use`), which is how the
+        subtasks learn where it is.
 
         The driver runs a plain ``SparkContext``: a ``SparkSession`` costs about as
         much startup again, which every restart would pay, so only a source that

@@ -2,9 +2,13 @@
 
 A DataFrame's partitions may differ between two evaluations (shuffles, file
 listing order), which would break exactly-once replay. So the driver evaluates
-the DataFrame once per job, writes it as Parquet files under the job's staging
-area (skipped when a previous attempt finished staging), and the subtasks read
-those files as splits with a row offset as position.
+the DataFrame once per job and writes it as Parquet files, and the subtasks read
+those files as splits with a row offset as position. Which files those are is
+decided once for the job: each driver stages into a directory of its own and
+publishes it under the checkpoint store's fence, the first publication wins for
+good, and later attempts and restores read the published copy without
+evaluating the DataFrame again (:mod:`job_runtime.sources.staged_dataset`). The
+subtasks learn the published location from the driver (``SourceContext``).
 """
 
 from __future__ import annotations
@@ -12,9 +16,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from cjob_checkpoint.storage.factory import get_filesystem
+from job_runtime.errors import UnpublishedInputError
 from job_runtime.sources.base import Source, SourceContext, Split, SplitReader
 from job_runtime.sources.files import FilesSource
+from job_runtime.sources.staged_dataset import stage_once
+from job_runtime.sources.staging import DriverStaging
+
+
+def spark_uri(uri: str) -> str:
+    """The URI Spark writes ``uri`` at: ``file://`` for a local path, ``s3a://`` for S3."""
+    if uri.startswith("s3://"):
+        return "s3a://" + uri.removeprefix("s3://")
+    if "://" in uri and not uri.startswith("file://"):
+        return uri
+    return "file://" + uri.removeprefix("file://")
 
 
 class DataFrameSource(Source):
@@ -27,27 +42,23 @@ class DataFrameSource(Source):
         self.source_name = name
         self.batch_size = batch_size
 
-    def _staged(self, staging_uri: str) -> str:
-        return staging_uri.rstrip("/") + f"/{self.source_name}"
+    def prepare_on_driver(self, *, spark_context: Any, staging: DriverStaging) -> None:
+        stage_once(staging=staging, name=self.source_name,
+                   stage=lambda uri: self._write(spark_context, uri))
 
-    def prepare_on_driver(self, *, spark_context: Any, staging_uri: str) -> None:
-        target = self._staged(staging_uri)
-        fs = get_filesystem(target)
-        if fs.exists(target + "/_SUCCESS"):
-            return
+    def _write(self, spark_context: Any, uri: str) -> None:
         from pyspark.sql import SparkSession
 
         spark = SparkSession(spark_context)
-        df = self.build(spark)
-        spark_target = target if "://" in target and not target.startswith("file://") else (
-            "file://" + target.removeprefix("file://"))
-        if target.startswith("s3://"):
-            spark_target = "s3a://" + target.removeprefix("s3://")
-        df.write.mode("overwrite").parquet(spark_target)
+        # The directory is this driver's own: nobody else's files can be in it.
+        self.build(spark).write.mode("overwrite").parquet(spark_uri(uri))
 
     def _files(self, context: SourceContext) -> FilesSource:
-        target = self._staged(context.staging_uri)
-        return FilesSource(paths=[target + "/"], fmt="parquet", pattern="*.parquet",
+        staged = context.staged_inputs.get(self.source_name)
+        if staged is None:
+            raise UnpublishedInputError(name=self.source_name)
+        return FilesSource(paths=[staged.rstrip("/") + "/"], fmt="parquet",
+                           pattern="*.parquet",
                            batch_size=self.batch_size or context.batch_size)
 
     def splits(self, *, context: SourceContext) -> list[Split]:

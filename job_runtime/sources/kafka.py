@@ -79,6 +79,7 @@ from job_runtime.sources.base import (
     Split,
     SplitReader,
 )
+from job_runtime.sources.staging import DriverStaging
 
 if TYPE_CHECKING:
     from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
@@ -464,11 +465,11 @@ class KafkaSource(Source):
         digest = hashlib.sha256(choice.encode()).hexdigest()[:16]
         return join_uri(staging_uri, "kafka", f"plan-{digest}.json")
 
-    def prepare_on_driver(self, *, spark_context: Any, staging_uri: str) -> None:
+    def prepare_on_driver(self, *, spark_context: Any, staging: DriverStaging) -> None:
         """At the job's first start, resolve the plan and stage it; later attempts
         find it staged and ask the brokers nothing (a broker down during a restart
         only makes the readers wait)."""
-        uri = self._plan_uri(staging_uri)
+        uri = self._plan_uri(staging.uri)
         fs = get_filesystem(uri)
         if fs.exists(uri):
             _parse_plan(fs.read_bytes(uri), uri=uri)

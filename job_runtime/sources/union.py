@@ -15,6 +15,7 @@ from collections.abc import Sequence, Set
 from typing import Any
 
 from job_runtime.sources.base import Source, SourceContext, Split, SplitReader
+from job_runtime.sources.staging import DriverStaging
 
 UNION_INDEX_BASE = 10**12
 """Far above any index one source gives (the Kafka source's discovered partitions
@@ -97,6 +98,6 @@ class UnionSource(Source):
                                                  context=context)
         return None if split is None else self._wrap(place, [split])[0]
 
-    def prepare_on_driver(self, *, spark_context: Any, staging_uri: str) -> None:
+    def prepare_on_driver(self, *, spark_context: Any, staging: DriverStaging) -> None:
         for source in self.inputs:
-            source.prepare_on_driver(spark_context=spark_context, staging_uri=staging_uri)
+            source.prepare_on_driver(spark_context=spark_context, staging=staging)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pickle
 from typing import Any
@@ -22,6 +23,7 @@ from cjob_checkpoint.store.configmap_errors import (
     StoreUnavailableError,
 )
 from cjob_checkpoint.store.configmap_layout import (
+    ANNOTATION_STAGED_INPUTS,
     DEFAULT_BUDGET_BYTES,
     StoreObject,
     build_store_configmap,
@@ -137,6 +139,22 @@ class TestStandbyReport:
     def test_a_report_that_cannot_be_read_is_no_report(self, text: str) -> None:
         # A newer release's, or garbage: the kubelet's report of the driver's end still comes.
         assert parse_store(configmap({}, {DRIVER_LOST_ANNOTATION: text})).driver_lost is None
+
+
+class TestStagedInputs:
+    def test_the_published_inputs_live_in_an_annotation_and_survive_other_changes(
+            self) -> None:
+        text = '{"inputs":{},"version":1}'
+        obj = StoreObject(configmap({pointer_key(1): pointer(1).to_json()},
+                                    {ANNOTATION_STAGED_INPUTS: text}))
+
+        state = obj.state()
+        changed = obj.with_state(dataclasses.replace(state, counter=5))
+
+        assert state.staged_inputs == text
+        assert changed.annotations[ANNOTATION_STAGED_INPUTS] == text
+        assert ANNOTATION_STAGED_INPUTS not in changed.data
+        assert StoreObject(configmap({})).state().staged_inputs is None
 
 
 class TestBody:

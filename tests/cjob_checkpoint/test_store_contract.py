@@ -44,6 +44,11 @@ from cjob_checkpoint.store.memory import (
     MemoryBackend,
 )
 from cjob_checkpoint.store.restore_report import RestoredCheckpoint, RestoreReport
+from cjob_checkpoint.store.staged_inputs import (
+    StagedInput,
+    StagedInputFencedError,
+    UnreadableStagedInputsError,
+)
 from cjob_checkpoint.store.state import StoreDraft
 
 
@@ -249,6 +254,68 @@ class TestFencing:
                 RestoreReport(attempt=1, checkpoint=None))
 
         assert harness.store(attempt=2).restore_report() == report
+
+
+def staged(uri: str, *, attempt: int = 1, name: str = "numbers") -> StagedInput:
+    return StagedInput(name=name, uri=uri, attempt=attempt)
+
+
+class TestPublishingStagedInputs:
+    def test_the_first_publication_of_a_name_wins_for_good(self, harness: Harness) -> None:
+        harness.advance(2)
+        first = harness.store(attempt=2).publish_staged_input(staged("s/a", attempt=2))
+
+        later = harness.store(attempt=3).publish_staged_input(staged("s/b", attempt=3))
+
+        assert later == first == staged("s/a", attempt=2)
+        assert harness.store(attempt=3).staged_input("numbers") == first
+
+    def test_an_older_attempt_cannot_publish_even_a_name_still_free(
+            self, harness: Harness) -> None:
+        harness.advance(2)
+
+        with pytest.raises(StagedInputFencedError) as caught:
+            harness.store(attempt=1).publish_staged_input(staged("s/old"))
+
+        assert (caught.value.attempt, caught.value.current_attempt) == (1, 2)
+        assert caught.value.name == "numbers"
+        assert harness.store(attempt=2).staged_input("numbers") is None
+
+    def test_publications_of_other_names_and_checkpoints_keep_each_other(
+            self, harness: Harness) -> None:
+        store = harness.store()
+        store.publish_staged_input(staged("s/a"))
+        store.add_checkpoint_and_subsume_oldest(harness.checkpoint(1), discard=harness.discard)
+        store.publish_staged_input(staged("s/c", name="clicks"))
+
+        assert store.staged_input("numbers") == staged("s/a")
+        assert store.staged_input("clicks") == staged("s/c", name="clicks")
+        assert ids(store.all()) == [1]
+
+    def test_two_drivers_publishing_at_once_agree_on_one_winner(self, harness: Harness) -> None:
+        winners: list[StagedInput] = []
+
+        def publish(uri: str) -> None:
+            winners.append(harness.store().publish_staged_input(staged(uri)))
+
+        together(lambda: publish("s/one"), lambda: publish("s/two"))
+
+        assert len(winners) == 2 and winners[0] == winners[1]
+        assert harness.store().staged_input("numbers") == winners[0]
+
+    def test_a_record_of_another_version_is_refused_and_never_overwritten(
+            self, harness: Harness) -> None:
+        def damage(draft: StoreDraft) -> bool:
+            draft.staged_inputs = '{"version": 99, "inputs": {}}'
+            return True
+
+        update_state(harness.backend(), damage, operation="damage the record", where="test")
+
+        with pytest.raises(UnreadableStagedInputsError, match="version 99"):
+            harness.store().publish_staged_input(staged("s/a"))
+        with pytest.raises(UnreadableStagedInputsError):
+            harness.store().staged_input("numbers")
+        assert harness.backend().read().staged_inputs == '{"version": 99, "inputs": {}}'
 
 
 class TestCounter:

@@ -68,6 +68,7 @@ from job_runtime.network.handshake import new_key
 from job_runtime.pipeline import Pipeline
 from job_runtime.sinks.base import Sink, sink_job_id
 from job_runtime.sources.base import Source
+from job_runtime.sources.staging import DriverStaging
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -148,7 +149,8 @@ def _run(settings: DriverSettings) -> int:
                           metrics=metrics, attempt=settings.attempt,
                           fallback_notes=tuple(resolution.notes))
     sc = _wait_for_spark(spark, status=status, warm=warm)
-    outcome = _run_stage(sc, job=job, storage=storage, coordinator=coordinator, status=status,
+    staging = DriverStaging(uri=_staging(storage), attempt=settings.attempt, store=store)
+    outcome = _run_stage(sc, job=job, staging=staging, coordinator=coordinator, status=status,
                          wiring=wiring, warm=warm)
     return _end(outcome, settings=settings, job=job, store=store, coordinator=coordinator,
                 status=status, spark_context=sc, s3=s3)
@@ -276,20 +278,22 @@ def _wait_for_spark(spark: SparkStarter, *, status: StatusWriter, warm: WarmStar
     return sc
 
 
-def _run_stage(sc: Any, *, job: LoadedJob, storage: CheckpointStorage,
+def _run_stage(sc: Any, *, job: LoadedJob, staging: DriverStaging,
                coordinator: CheckpointCoordinator, status: StatusWriter, wiring: StageWiring,
                warm: WarmStart) -> BaseException | None:
     """Launch the barrier stage (unless a standby parked it) and wait for its end;
-    what ended the job, or ``None`` when it finished."""
+    what ended the job, or ``None`` when it finished. The subtasks read the inputs the
+    source's preparation published (a parked stage's source prepares nothing)."""
     try:
         # Before any Spark job: the source's preparation may already run the job's code.
         if not warm.code_shipped:
             ship_job_code(sc, job.code)
-        job.source.prepare_on_driver(spark_context=sc, staging_uri=_staging(storage))
+        job.source.prepare_on_driver(spark_context=sc, staging=staging)
         stage = warm.stage
         if stage is None:
-            stage = BarrierStage(spark_context=sc,
-                                 config=wiring.subtask_config(coordinator_port=coordinator.port))
+            config = wiring.subtask_config(coordinator_port=coordinator.port,
+                                           staged_inputs=dict(staging.inputs))
+            stage = BarrierStage(spark_context=sc, config=config)
             stage.start()
         assert stage.launched_at is not None
         status.timeline["stageLaunchedAt"] = stage.launched_at
@@ -370,7 +374,7 @@ def _staging(storage: CheckpointStorage) -> str:
 
 def _subtask_config(*, settings: DriverSettings, code: JobCodePaths, storage: CheckpointStorage,
                     s3: S3Config, coordinator_host: str, coordinator_port: int, key: bytes,
-                    loopback: bool) -> SubtaskConfig:
+                    loopback: bool, staged_inputs: dict[str, str] | None = None) -> SubtaskConfig:
     return SubtaskConfig(
         job_id=settings.job_id, job_name=settings.job_name, entrypoint=settings.entrypoint,
         python_path=code.executor_path, args=settings.args, parallelism=settings.parallelism,
@@ -378,4 +382,5 @@ def _subtask_config(*, settings: DriverSettings, code: JobCodePaths, storage: Ch
         coordinator_port=coordinator_port, checkpoint_root=settings.checkpoint_storage,
         staging_uri=_staging(storage), mode=settings.mode, unaligned=settings.unaligned,
         credits=settings.credits, s3=dataclasses.asdict(s3) if s3.to_env() else None, key=key,
-        loopback=loopback, state_backend=settings.state_backend, state_dir=settings.state_dir)
+        loopback=loopback, state_backend=settings.state_backend, state_dir=settings.state_dir,
+        staged_inputs=dict(staged_inputs or {}))

@@ -14,7 +14,8 @@ import dataclasses
 import enum
 import os
 
-from cjob_checkpoint.store.base import CheckpointIdCounter, CompletedCheckpointStore
+from cjob_checkpoint.store.backed import BackedCheckpointStore
+from cjob_checkpoint.store.base import CheckpointIdCounter
 from cjob_checkpoint.store.triggers import FileTriggerSource, TriggerSource
 from job_runtime.errors import ConfigurationError
 
@@ -66,9 +67,10 @@ MEMORY_STORE = StoreAddress.parse("memory:")
 
 
 def open_store(address: StoreAddress, *, retained: int,
-               attempt: int) -> tuple[CompletedCheckpointStore, CheckpointIdCounter]:
+               attempt: int) -> tuple[BackedCheckpointStore, CheckpointIdCounter]:
     """The completed-checkpoint store and the id counter at ``address``, fenced for
-    ``attempt``, keeping ``retained`` checkpoints."""
+    ``attempt``, keeping ``retained`` checkpoints (the store also publishes staged
+    inputs)."""
     match address.kind:
         case StoreKind.FILE:
             from cjob_checkpoint.store.file import FileCheckpointIdCounter, FileCheckpointStore

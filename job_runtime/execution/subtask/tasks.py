@@ -258,7 +258,8 @@ class SourceTask(Task):
                                      job_id=config.job_id,
                                      s3=self.runtime.s3_config,
                                      batch_size=self.plan.source_batch_size,
-                                     columns=self.plan.source_columns)
+                                     columns=self.plan.source_columns,
+                                     staged_inputs=config.staged_inputs)
         all_splits = source.splits(context=self.context)
         if restore is not None:
             # Splits an earlier attempt discovered, rebuilt from their positions so

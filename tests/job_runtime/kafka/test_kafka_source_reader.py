@@ -20,6 +20,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewPartitions
 
+from cjob_checkpoint.store.memory import InMemoryCheckpointStore
 from e2e.kafka import KafkaBroker, create_topic, transactional_producer
 from e2e.kafka.clients import read_topic
 from job_runtime import sources
@@ -27,6 +28,7 @@ from job_runtime.errors import ConfigurationError, UserCodeError
 from job_runtime.records import Batch
 from job_runtime.sources.base import SourceContext, Split, SplitReader
 from job_runtime.sources.kafka import KafkaSource
+from job_runtime.sources.staging import DriverStaging
 
 READ_TIMEOUT = 30.0
 
@@ -44,6 +46,12 @@ def context(tmp_path: Path, *, subtask: int = 0, parallelism: int = 1,
             batch_size: int = 8192) -> SourceContext:
     return SourceContext(subtask=subtask, parallelism=parallelism,
                          staging_uri=str(tmp_path / "staging"), batch_size=batch_size)
+
+
+def driver_staging(tmp_path: Path) -> DriverStaging:
+    """The staging area as a driver of attempt 1 prepares its source in."""
+    return DriverStaging(uri=str(tmp_path / "staging"), attempt=1,
+                         store=InMemoryCheckpointStore(attempt=1))
 
 
 def identity(splits: list[Split]) -> list[tuple[int, str, int]]:
@@ -100,7 +108,7 @@ def test_the_splits_are_the_partitions_in_the_order_of_the_topics_then_by_partit
         context=context(tmp_path / "unstaged"))) == expected
 
     driver = sources.kafka([second, first], bootstrap)
-    driver.prepare_on_driver(spark_context=None, staging_uri=str(tmp_path / "staging"))
+    driver.prepare_on_driver(spark_context=None, staging=driver_staging(tmp_path))
     staged = list((tmp_path / "staging" / "kafka").glob("plan-*.json"))
     assert len(staged) == 1
 
@@ -112,7 +120,7 @@ def test_the_splits_are_the_partitions_in_the_order_of_the_topics_then_by_partit
         assert identity(sources.kafka([second, first], bootstrap).splits(context=ctx)) == expected
     # A later attempt's driver leaves the plan as it was.
     sources.kafka([second, first], bootstrap).prepare_on_driver(
-        spark_context=None, staging_uri=str(tmp_path / "staging"))
+        spark_context=None, staging=driver_staging(tmp_path))
     assert json.loads(staged[0].read_text())["partitions"][3:] == [
         {"topic": first, "partition": 0, "start": 0, "end": None},
         {"topic": first, "partition": 1, "start": 0, "end": None},
@@ -172,7 +180,7 @@ def test_partitions_added_later_are_discovered_under_the_same_indexes_in_every_p
     second = create_topic(bootstrap=bootstrap, partitions=2)
     produce(bootstrap, first, [b"old"])
     source = sources.kafka([first, second], bootstrap)
-    source.prepare_on_driver(spark_context=None, staging_uri=str(tmp_path / "staging"))
+    source.prepare_on_driver(spark_context=None, staging=driver_staging(tmp_path))
     planned = source.splits(context=context(tmp_path))
     assert source.discover(context=context(tmp_path), known=frozenset()) == []
 
@@ -251,7 +259,7 @@ def test_a_bounded_source_ends_at_the_end_offsets_of_its_first_start_after_more_
     topic = create_topic(bootstrap=bootstrap, partitions=2)
     produce(bootstrap, topic, [b"early-%d" % i for i in range(10)], partition=0)
     sources.kafka(topic, bootstrap, bounded=True).prepare_on_driver(
-        spark_context=None, staging_uri=str(tmp_path / "staging"))
+        spark_context=None, staging=driver_staging(tmp_path))
     produce(bootstrap, topic, [b"late-%d" % i for i in range(5)], partition=0)
     produce(bootstrap, topic, [b"late-%d" % i for i in range(5)], partition=1)
 
@@ -439,7 +447,7 @@ def test_an_unknown_topic_is_one_line_from_the_driver_and_stages_nothing(
     topic = f"missing-{uuid.uuid4().hex[:8]}"
     source = sources.kafka(topic, kafka_broker.bootstrap)
     with pytest.raises(ConfigurationError) as raised:
-        source.prepare_on_driver(spark_context=None, staging_uri=str(tmp_path / "staging"))
+        source.prepare_on_driver(spark_context=None, staging=driver_staging(tmp_path))
     message = str(raised.value)
     assert message == f"sources.kafka: topic {topic!r} does not exist at {kafka_broker.bootstrap}"
     assert not (tmp_path / "staging").exists()
@@ -452,7 +460,7 @@ def test_brokers_that_do_not_answer_are_one_line_within_the_timeout(tmp_path: Pa
     source = sources.kafka("events", address, timeout=2.0)
     started = time.monotonic()
     with pytest.raises(ConfigurationError) as raised:
-        source.prepare_on_driver(spark_context=None, staging_uri=str(tmp_path / "staging"))
+        source.prepare_on_driver(spark_context=None, staging=driver_staging(tmp_path))
     assert time.monotonic() - started < 10.0
     message = str(raised.value)
     assert message.startswith(f"sources.kafka: no Kafka broker at {address} answered within 2s")

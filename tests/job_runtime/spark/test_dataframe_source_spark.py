@@ -20,6 +20,6 @@ def test_a_dataframe_source_is_staged_once_and_read_exactly_once_across_a_crash(
     assert run.status is not None and run.status["subtaskRestarts"] >= 1
     assert run.status["restoredFrom"] is not None
     assert harness.running_sum_problems(count=COUNT) == []
-    staged = list(harness.checkpoints.rglob("staging/numbers/_SUCCESS"))
+    staged = list(harness.checkpoints.rglob("staging/numbers.attempts/attempt-1-*/_SUCCESS"))
     assert len(staged) == 1, "the DataFrame was not staged under the job's staging area"
     assert len(list(staged[0].parent.glob("*.parquet"))) >= 1
