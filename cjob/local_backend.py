@@ -42,6 +42,7 @@ from cjob_lifecycle.actions import (
     DeleteCheckpointStore,
     DeleteCleanupPod,
     DeleteDriver,
+    DeleteExecutor,
     EmitEvent,
     EnsureCheckpointConfigMap,
     EnsureNetworkPolicy,
@@ -54,6 +55,7 @@ from cjob_lifecycle.actions import (
     RemoveFinalizer,
     RequestCheckpoint,
     RequeueAfter,
+    RetainCheckpointStore,
 )
 from cjob_lifecycle.observed import DriverPod, Observed, StoreOwnership, StoreView
 from cjob_lifecycle.plan import PlanSettings
@@ -323,7 +325,7 @@ class LocalBackend:
                   | EnsureNetworkPolicy() | EnsureSparkAuthSecret()):
                 pass  # a cluster's objects: a local driver runs as the user, on this machine
             case (CreateCleanupPod() | DeleteCleanupPod() | DeleteCheckpointStore()
-                  | RemoveFinalizer()):
+                  | RetainCheckpointStore() | DeleteExecutor() | RemoveFinalizer()):
                 pass  # only a job being deleted gets these, and the runner deletes none
             case RequeueAfter():
                 pass  # the caller's next wake-up

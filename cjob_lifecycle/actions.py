@@ -146,9 +146,18 @@ class EmitEvent:
 
 
 @dataclass(frozen=True)
+class DeleteExecutor:
+    """Delete an executor pod of a job being deleted, which may still upload checkpoint
+    data (its driver is gone, and the garbage collector has yet to delete it)."""
+
+    name: str
+
+
+@dataclass(frozen=True)
 class CreateCleanupPod:
-    """Create pod ``name`` running ``image`` to delete the job's checkpoint directory
-    ``uri`` (``<storage>/<job>-<uid>``), stopped by the kubelet after ``deadline_seconds``.
+    """Create pod ``name`` running ``image`` to delete the job's checkpoint directories
+    ``uris`` (``<storage>/<job>-<uid>``, one per storage the job used), stopped by the
+    kubelet after ``deadline_seconds``.
 
     The pod, not the operator, reaches the storage: it mounts the job's volumes and
     gets the S3 credentials from the job's Secret through the kubelet. AlreadyExists
@@ -156,7 +165,7 @@ class CreateCleanupPod:
     """
 
     name: str
-    uri: str
+    uris: tuple[str, ...]
     image: str
     deadline_seconds: int
 
@@ -174,6 +183,16 @@ class DeleteCheckpointStore:
     """Delete the checkpoint ConfigMap ``name`` (its data is gone, nothing to point at)."""
 
     name: str
+
+
+@dataclass(frozen=True)
+class RetainCheckpointStore:
+    """Keep the checkpoint ConfigMap ``name`` after the job is gone: the data it indexes
+    could not be deleted. Its owner reference to the job is removed (the garbage
+    collector would delete it with the job) and ``message`` says what was kept and why."""
+
+    name: str
+    message: str
 
 
 @dataclass(frozen=True)
@@ -203,9 +222,11 @@ Action = (
     | DeleteDriver
     | RequestCheckpoint
     | EmitEvent
+    | DeleteExecutor
     | CreateCleanupPod
     | DeleteCleanupPod
     | DeleteCheckpointStore
+    | RetainCheckpointStore
     | RemoveFinalizer
     | RequeueAfter
 )

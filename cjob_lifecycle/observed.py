@@ -65,6 +65,28 @@ class DriverPod:
 
 
 @dataclass(frozen=True)
+class ExecutorPod:
+    """An executor pod Spark created for one of the job's drivers.
+
+    Seen only while the job is deleted: an executor may still upload checkpoint data
+    after its driver stopped (the garbage collector deletes it only then), so the
+    data is deleted only once every executor has stopped too.
+    """
+
+    name: str
+    phase: str
+    deletion_timestamp: datetime | None = None
+
+    @property
+    def is_live(self) -> bool:
+        return self.phase in ("Pending", "Running")
+
+    @property
+    def is_terminating(self) -> bool:
+        return self.deletion_timestamp is not None
+
+
+@dataclass(frozen=True)
 class CleanupPod:
     """The pod deleting the job's checkpoint data, reduced to what deletion waits on.
 
@@ -135,6 +157,9 @@ class Observed:
     job: CheckpointedJob
     status: JobStatus
     pods: tuple[DriverPod, ...] = ()
+    executors: tuple[ExecutorPod, ...] = ()
+    """The executor pods of the job's drivers; read only for a job whose deletion
+    deletes its checkpoint data."""
     cleanup_pod: CleanupPod | None = None
     """The pod deleting the checkpoint data of a job being deleted, once there is one."""
     store: StoreView = StoreView()

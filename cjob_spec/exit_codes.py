@@ -40,6 +40,10 @@ class ExitCode(IntEnum):
     """The job is suspended: its final checkpoint completed and every sink committed it.
     Not a failure: the supervisor that asked for it marks the job suspended, and one
     whose suspend was withdrawn meanwhile starts the next attempt at once."""
+    FENCED = 9
+    """A newer attempt took over the checkpoint store while this driver still ran: it
+    stopped when it next tried to commit. Proof that the driver was alive, so a
+    standby's report that it was lost was false."""
 
 
 PERMANENT_EXIT_CODES: frozenset[int] = frozenset(
@@ -55,6 +59,7 @@ _REASONS: dict[int, Reason] = {
     ExitCode.RESTORE_FAILED: Reason.RESTORE_FAILED,
     ExitCode.CLEANUP_FAILED: Reason.CLEANUP_FAILED,
     ExitCode.SUSPENDED: Reason.SUSPENDED,
+    ExitCode.FENCED: Reason.FENCED,
     137: Reason.KILLED,
     143: Reason.TERMINATED,
 }
@@ -68,6 +73,7 @@ _DESCRIPTIONS: dict[int, str] = {
     ExitCode.RESTORE_FAILED: "the checkpoint to restore from is unreadable or foreign",
     ExitCode.CLEANUP_FAILED: "the checkpoint data could not be deleted",
     ExitCode.SUSPENDED: "stopped for a suspend after its final checkpoint was committed",
+    ExitCode.FENCED: "stopped because a newer attempt took over its checkpoint store",
     137: "killed (SIGKILL, often out of memory)",
     143: "terminated (SIGTERM)",
 }

@@ -48,6 +48,9 @@ ANNOTATION_EXECUTOR_POD_TEMPLATE = "checkpointed.io/executor-pod-template"
 the pod mounts as a file for ``spark.kubernetes.executor.podTemplateFile``."""
 ANNOTATION_FENCE = "checkpointed.io/fence-attempt"
 """On the checkpoint ConfigMap: the only attempt allowed to write to the store."""
+ANNOTATION_RETAINED = "checkpointed.io/retained"
+"""On a checkpoint ConfigMap that outlived its deleted job: what data it indexes was
+kept, and why (the job's ``cleanupPolicy.checkpoints: Delete`` could not delete it)."""
 
 CONFIGMAP_COUNTER_KEY = "counter"
 CONFIGMAP_CHECKPOINT_KEY_FORMAT = "checkpointID-%019d"

@@ -94,6 +94,8 @@ class Reason(StrEnum):
     """The driver exited 6: the checkpoint to restore is unreadable or foreign (permanent)."""
     CLEANUP_FAILED = "CleanupFailed"
     """The cleanup command exited 7: the checkpoint data could not be deleted."""
+    FENCED = "Fenced"
+    """The driver exited 9: a newer attempt took over its checkpoint store."""
     KILLED = "Killed"
     """The driver exited 137 (SIGKILL, often out of memory)."""
     TERMINATED = "Terminated"
@@ -143,6 +145,9 @@ class Reason(StrEnum):
     """The driver restored an older checkpoint because the newer one is unreadable."""
     RESTART_COUNT_RESET = "RestartCountReset"
     """The attempt ran healthy for ``restartPolicy.resetAfter``."""
+    FALSE_DRIVER_LOST = "FalseDriverLost"
+    """A driver a standby reported lost still ran until the takeover fenced it: the
+    takeover is not counted as a restart."""
     STANDBY_FAILED = "StandbyFailed"
     """The standby driver failed; a new one is started."""
     CHECKPOINTS_DELETED = "CheckpointsDeleted"

@@ -222,6 +222,10 @@ class JobStatus:
     """The last ``spec.checkpoint.triggerNonce`` the operator acted on."""
     suspend_requested_at: datetime | None = None
     """When a final checkpoint was requested before suspending the running attempt."""
+    storage_roots: tuple[str, ...] = ()
+    """Every checkpoint directory (``<storage>/<job>-<uid>``) an attempt was started
+    with, oldest first: a job whose storage changed has checkpoints under each, and
+    ``cleanupPolicy.checkpoints: Delete`` deletes them all."""
 
     def condition(self, kind: str) -> Condition | None:
         return next((item for item in self.conditions if item.type == kind), None)
@@ -258,6 +262,8 @@ class JobStatus:
         for key, value in optional:
             if value is not None:
                 result[key] = value
+        if self.storage_roots:
+            result["storageRoots"] = list(self.storage_roots)
         result["conditions"] = [item.to_dict() for item in self.conditions]
         return result
 
@@ -294,6 +300,7 @@ class JobStatus:
             observed_generation=_int(data, "observedGeneration"),
             last_trigger_nonce=_str(data, "lastTriggerNonce"),
             suspend_requested_at=_time(data, "suspendRequestedAt"),
+            storage_roots=_strings(data, "storageRoots"),
         )
 
 
@@ -336,6 +343,13 @@ def is_condition_true(conditions: Sequence[Condition], kind: str) -> bool:
 def _str(data: Mapping[str, Any], key: str) -> str | None:
     value = data.get(key)
     return value if isinstance(value, str) else None
+
+
+def _strings(data: Mapping[str, Any], key: str) -> tuple[str, ...]:
+    value = data.get(key)
+    if not isinstance(value, list):
+        return ()
+    return tuple(dict.fromkeys(item for item in value if isinstance(item, str) and item))
 
 
 def _int(data: Mapping[str, Any], key: str) -> int | None:

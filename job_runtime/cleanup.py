@@ -1,4 +1,4 @@
-"""``python -m job_runtime cleanup``: delete one job's checkpoint directory.
+"""``python -m job_runtime cleanup``: delete one job's checkpoint directories.
 
 The operator runs this in a short-lived pod when a CheckpointedJob with
 ``cleanupPolicy.checkpoints: Delete`` is deleted. The pod, not the operator, holds
@@ -7,22 +7,26 @@ settings and credentials, which reach the environment exactly as the driver's do
 (the kubelet resolves the credentials Secret). So the operator never reads a Secret
 and never mounts a job's volume.
 
-A mistake here deletes data, so the command deletes exactly one directory of the
+A mistake here deletes data, so the command deletes only directories of the
 checkpoint layout, ``<root>/<job-name>-<job-uid>`` (see
-:mod:`cjob_checkpoint.checkpoint_storage`), and refuses any other URI before
-touching storage. Running it twice is harmless: a directory that is already gone
-is a success.
+:mod:`cjob_checkpoint.checkpoint_storage`), one per storage root the job ever used
+(the operator records them in the job's status), and refuses any other URI before
+touching storage. It aborts the uploads an executor or a driver left unfinished
+there (invisible to a listing, billed all the same), and then lists again: the
+operator deletes the job's checkpoint index only after a verified empty result.
+Running it twice is harmless: a directory that is already gone is a success.
 
 The outcome is one line, printed last and written to the container's termination
 message file, which Kubernetes shows in the pod's status and the operator quotes in
 its Event. Exit codes: 0 done, ``BAD_CONFIG`` for a refused URI, ``CLEANUP_FAILED``
-when storage did not let the data be deleted.
+when storage did not let the data be deleted, or something was still there after.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -51,18 +55,40 @@ class CleanupRefusedError(Exception):
         return f"refusing to delete {self.uri}: {self.cause}"
 
 
+@keyword_error
+class CleanupIncompleteError(Exception):
+    """Something is still there after the deletion: a writer that outlived the drivers,
+    or storage that answered success without deleting. The data is kept and named."""
+
+    remaining: tuple[tuple[str, int, int], ...]
+    """``(uri, files, unfinished uploads)`` for every directory not empty afterwards."""
+
+    def describe(self) -> str:
+        parts = []
+        for uri, files, uploads in self.remaining:
+            what = [f"{files} files"] if files else []
+            if uploads:
+                what.append(f"{uploads} unfinished uploads")
+            parts.append(f"{' and '.join(what)} remain under {uri}")
+        return "; ".join(parts) + " after the deletion"
+
+
 @dataclass(frozen=True, kw_only=True)
 class CleanupResult:
-    """What a cleanup found and removed."""
+    """What a cleanup found and removed, over every directory it was given."""
 
-    uri: str
+    uris: tuple[str, ...]
     files_deleted: int
+    uploads_aborted: int = 0
 
     @property
     def message(self) -> str:
-        if self.files_deleted == 0:
-            return f"nothing to delete under {self.uri} (already gone)"
-        return f"deleted {self.files_deleted} files under {self.uri}"
+        where = ", ".join(self.uris)
+        if self.files_deleted == 0 and self.uploads_aborted == 0:
+            return f"nothing to delete under {where} (already gone)"
+        aborted = (f" and aborted {self.uploads_aborted} unfinished uploads"
+                   if self.uploads_aborted else "")
+        return f"deleted {self.files_deleted} files{aborted} under {where}"
 
 
 def job_directory(uri: str, *, job_name: str, job_uid: str) -> str:
@@ -99,28 +125,52 @@ def job_directory(uri: str, *, job_name: str, job_uid: str) -> str:
     return trimmed
 
 
-def delete_job_directory(uri: str, *, fs: FileSystem) -> CleanupResult:
-    """Delete everything under the job directory ``uri`` (checked by the caller)."""
-    try:
-        found = fs.list(uri)
-        fs.delete_prefix(uri)
-    except StorageNotFoundError:
-        found = []  # the bucket itself is gone: so is everything in it
-    return CleanupResult(uri=uri, files_deleted=len(found))
+def delete_job_directories(
+    uris: Sequence[str], *, fs_for: Callable[[str], FileSystem]
+) -> CleanupResult:
+    """Delete everything under each job directory in ``uris`` (checked by the caller),
+    abort the uploads left unfinished there, then look again.
+
+    The operator deletes the job's checkpoint index only on success, so success means
+    verifiably empty: whatever is found afterwards raises
+    :class:`CleanupIncompleteError`, which names it.
+    """
+    files = uploads = 0
+    remaining: list[tuple[str, int, int]] = []
+    for uri in uris:
+        fs = fs_for(uri)
+        try:
+            files += len(fs.list(uri))
+            uploads += fs.abort_uploads(uri)
+            fs.delete_prefix(uri)
+            left = (uri, len(fs.list(uri)), len(fs.unfinished_uploads(uri)))
+        except StorageNotFoundError:
+            continue  # the bucket itself is gone: so is everything in it
+        if left[1] or left[2]:
+            remaining.append(left)
+    if remaining:
+        raise CleanupIncompleteError(remaining=tuple(remaining))
+    return CleanupResult(uris=tuple(uris), files_deleted=files, uploads_aborted=uploads)
 
 
 def run_cleanup(
-    *, uri: str, job_name: str, job_uid: str, termination_log: str | None
+    *, uris: Sequence[str], job_name: str, job_uid: str, termination_log: str | None
 ) -> int:
-    """The ``cleanup`` subcommand: check, delete, report one line; returns the exit code."""
+    """The ``cleanup`` subcommand: check every URI, delete, report one line; returns
+    the exit code. One URI that is not the job's refuses them all, before any deletion."""
     try:
-        directory = job_directory(uri, job_name=job_name, job_uid=job_uid)
-        fs = get_filesystem(directory, s3=S3Config.from_env())
-        result = delete_job_directory(directory, fs=fs)
+        directories = list(dict.fromkeys(
+            job_directory(uri, job_name=job_name, job_uid=job_uid) for uri in uris))
+        config = S3Config.from_env()
+        result = delete_job_directories(
+            directories, fs_for=lambda directory: get_filesystem(directory, s3=config))
     except CleanupRefusedError as exc:
         return _finish(str(exc), code=ExitCode.BAD_CONFIG, termination_log=termination_log)
     except UnsupportedUriError as exc:
-        return _finish(f"refusing to delete {uri}: {exc.cause}", code=ExitCode.BAD_CONFIG,
+        return _finish(f"refusing to delete {exc.uri}: {exc.cause}", code=ExitCode.BAD_CONFIG,
+                       termination_log=termination_log)
+    except CleanupIncompleteError as exc:
+        return _finish(f"checkpoint data kept: {exc}", code=ExitCode.CLEANUP_FAILED,
                        termination_log=termination_log)
     except StorageError as exc:
         return _finish(f"checkpoint data kept: {exc}", code=ExitCode.CLEANUP_FAILED,

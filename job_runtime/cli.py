@@ -108,9 +108,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="with a configmap store: listen at ADDRESS for standby drivers, "
                           "which then hear of this driver's death at once (set by the "
                           "operator)")
-    cleanup = sub.add_parser("cleanup", help="delete a deleted job's checkpoint directory")
-    cleanup.add_argument("--uri", required=True,
-                         help="the job's checkpoint directory, <storage>/<job-name>-<job-uid>")
+    cleanup = sub.add_parser("cleanup", help="delete a deleted job's checkpoint directories")
+    cleanup.add_argument("--uri", required=True, action="append", dest="uris",
+                         help="a checkpoint directory of the job, <storage>/<job-name>-<job-uid>;"
+                              " once for every storage the job used")
     cleanup.add_argument("--job-name", required=True)
     cleanup.add_argument("--job-uid", required=True)
     cleanup.add_argument("--termination-log", default=DEFAULT_TERMINATION_LOG,
@@ -165,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     ns = build_parser().parse_args(argv)
     if ns.command == "cleanup":
         # No INFO logging: the command's outcome is its one last line.
-        return run_cleanup(uri=ns.uri, job_name=ns.job_name, job_uid=ns.job_uid,
+        return run_cleanup(uris=ns.uris, job_name=ns.job_name, job_uid=ns.job_uid,
                            termination_log=ns.termination_log)
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

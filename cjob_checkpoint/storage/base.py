@@ -25,6 +25,7 @@ skip names that start with ``.`` or ``_`` as Spark and Hadoop do.
 from __future__ import annotations
 
 import abc
+import builtins
 from contextlib import AbstractContextManager
 from typing import BinaryIO
 
@@ -91,6 +92,20 @@ class FileSystem(abc.ABC):
         crash in between leaves both. Raises :class:`StorageNotFoundError` when
         ``src`` is missing; callers that retry check ``exists`` first.
         """
+
+    def unfinished_uploads(self, prefix_uri: str) -> builtins.list[str]:
+        """The objects below ``prefix_uri`` whose upload began and never completed.
+
+        Only an object store has them: a multipart upload that its writer never
+        completed nor aborted (the writer was killed) keeps its parts, billed and
+        invisible to :meth:`list`, until it is aborted. A file system's partly
+        written file is a file, which :meth:`list` shows.
+        """
+        return []
+
+    def abort_uploads(self, prefix_uri: str) -> int:
+        """Abort every unfinished upload below ``prefix_uri``; how many were aborted."""
+        return 0
 
     def join(self, base: str, *parts: str) -> str:
         """Append path segments to ``base`` with single slashes."""

@@ -268,6 +268,39 @@ class S3FileSystem(FileSystem):
                 return []
         return sorted(found)
 
+    def unfinished_uploads(self, prefix_uri: str) -> builtins.list[str]:
+        bucket, key = split_s3_uri(prefix_uri)
+        base = prefix_uri.rstrip("/")
+        prefix = _dir_prefix(key)
+        return sorted(base + "/" + upload_key[len(prefix):]
+                      for upload_key, _id in self._list_uploads(prefix_uri, bucket, prefix))
+
+    def abort_uploads(self, prefix_uri: str) -> int:
+        bucket, key = split_s3_uri(prefix_uri)
+        uploads = self._list_uploads(prefix_uri, bucket, _dir_prefix(key))
+        for upload_key, upload_id in uploads:
+            def _abort(upload_key: str = upload_key, upload_id: str = upload_id) -> Any:
+                return self.client.abort_multipart_upload(
+                    Bucket=bucket, Key=upload_key, UploadId=upload_id)
+
+            try:
+                self._call(prefix_uri, "abort an upload", _abort)
+            except StorageNotFoundError:
+                continue  # completed or aborted meanwhile
+        return len(uploads)
+
+    def _list_uploads(self, uri: str, bucket: str,
+                      prefix: str) -> builtins.list[tuple[str, str]]:
+        def _walk() -> builtins.list[tuple[str, str]]:
+            found: builtins.list[tuple[str, str]] = []
+            paginator = self.client.get_paginator("list_multipart_uploads")
+            for page in paginator.paginate(Bucket=bucket, Prefix=prefix):
+                for upload in page.get("Uploads", []):
+                    found.append((str(upload["Key"]), str(upload["UploadId"])))
+            return found
+
+        return cast(builtins.list[tuple[str, str]], self._call(uri, "list uploads", _walk))
+
     def rename(self, src: str, dst: str) -> None:
         src_bucket, src_key = self._object(src)
         dst_bucket, dst_key = self._object(dst)

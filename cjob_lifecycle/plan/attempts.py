@@ -165,8 +165,17 @@ def start_attempt(draft: Draft, *, reason: Reason, reset_restarts: bool) -> None
         next_restart_at=None,
         restored_from=None,
         suspend_requested_at=None,
+        storage_roots=_with_storage_root(draft),
     )
     draft.requeue_in(draft.settings.pod_appear_grace_seconds)
+
+
+def _with_storage_root(draft: Draft) -> tuple[str, ...]:
+    """The status's storage roots with the one this attempt writes to: a deletion with
+    ``cleanupPolicy.checkpoints: Delete`` deletes every root the job ever used."""
+    roots = draft.status.storage_roots
+    root = draft.storage_root
+    return roots if root is None or root in roots else (*roots, root)
 
 
 def attempt_ended(draft: Draft, pod: DriverPod | None, end: AttemptEnd) -> bool:

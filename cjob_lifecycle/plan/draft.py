@@ -15,6 +15,7 @@ from typing import TypeVar
 from cjob_lifecycle.actions import Action, EmitEvent, EventType, RequeueAfter
 from cjob_lifecycle.observed import Observed
 from cjob_spec.model import CheckpointedJob
+from cjob_spec.names import job_checkpoint_dir
 from cjob_spec.reasons import PodReason, Reason
 from cjob_spec.status import JobStatus
 from cjob_spec.times import to_utc
@@ -100,6 +101,16 @@ class Draft:
     @property
     def name(self) -> str:
         return self.job.metadata.name
+
+    @property
+    def storage_root(self) -> str | None:
+        """The checkpoint directory the job's spec names now (``<storage>/<job>-<uid>``);
+        ``None`` for a job without a uid (a document never stored)."""
+        uid = self.job.metadata.uid
+        if not uid:
+            return None
+        return job_checkpoint_dir(self.job.spec.checkpoint.storage, job_name=self.name,
+                                  job_uid=uid)
 
     def seconds_since(self, moment: datetime) -> float:
         return (self.now - to_utc(moment)).total_seconds()

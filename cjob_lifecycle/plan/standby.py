@@ -18,7 +18,7 @@ from cjob_lifecycle.plan.draft import Draft
 from cjob_lifecycle.plan.failures import restart_decision
 from cjob_lifecycle.plan.pods import delete, delete_finished
 from cjob_spec.driver_beacon import DriverLost
-from cjob_spec.exit_codes import describe_exit
+from cjob_spec.exit_codes import ExitCode, describe_exit
 from cjob_spec.model import spec_hash
 from cjob_spec.names import standby_pod_name
 from cjob_spec.reasons import Reason
@@ -190,7 +190,10 @@ def complete_lost_driver_failure(draft: Draft) -> None:
 
     The standby's report comes first and knows only that the connection closed; what
     ended the process (``OOMKilled``, exit code 137) is on the pod once the kubelet
-    sees it, and belongs where a user looks for why the job restarted.
+    sees it, and belongs where a user looks for why the job restarted. A driver that
+    ends ``FENCED`` was alive until the takeover (packet loss, not a death, closed the
+    connection): the report was false, and the takeover gives its restart back, so
+    a flaky network cannot spend ``maxRestarts``.
     """
     failure = draft.status.last_failure
     if (failure is None or failure.reason != Reason.DRIVER_LOST
@@ -203,7 +206,16 @@ def complete_lost_driver_failure(draft: Draft) -> None:
         detail = describe_exit(pod.exit_code)
         if pod.reason:
             detail = f"{pod.reason}, {detail}"
+        message = f"{failure.message}; its pod then failed: {detail}"
+        if pod.exit_code == ExitCode.FENCED:
+            restarts = max(0, draft.status.restarts - 1)
+            message = (f"{failure.message}; the report was false: the driver was alive until "
+                       f"the takeover fenced it ({detail})")
+            draft.set(restarts=restarts)
+            draft.event("Warning", Reason.FALSE_DRIVER_LOST,
+                        f"driver pod {pod.name} was still running when a standby reported it "
+                        f"lost, and stopped only when the takeover fenced it: the takeover is "
+                        f"not counted against maxRestarts ({restarts} restarts counted)")
         draft.set(last_failure=dataclasses.replace(
-            failure, exit_code=pod.exit_code,
-            message=f"{failure.message}; its pod then failed: {detail}"))
+            failure, exit_code=pod.exit_code, message=message))
         return

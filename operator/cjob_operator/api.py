@@ -44,7 +44,15 @@ from cjob_operator.cluster import (
     StatusConflictError,
     StoreReading,
 )
-from cjob_spec.names import API_GROUP, API_VERSION, KIND, LABEL_ATTEMPT, LABEL_ROLE, PLURAL
+from cjob_spec.names import (
+    ANNOTATION_RETAINED,
+    API_GROUP,
+    API_VERSION,
+    KIND,
+    LABEL_ATTEMPT,
+    LABEL_ROLE,
+    PLURAL,
+)
 from cjob_spec.standby_signal import PROMOTION_ANNOTATION, StandbyPromotion
 from cjob_spec.status import CheckpointRef
 from cjob_spec.times import format_time
@@ -273,6 +281,18 @@ class KubeCluster:
             ok=frozenset({404}),
         )
 
+    def retain_configmap(self, *, namespace: str, name: str, message: str) -> None:
+        patch = {"metadata": {"ownerReferences": None,
+                              "annotations": {ANNOTATION_RETAINED: message}}}
+        _call(
+            f"keep ConfigMap {namespace}/{name} after its job",
+            lambda: self.core.patch_namespaced_config_map(
+                name, namespace, patch, _content_type=MERGE_PATCH,
+                _request_timeout=REQUEST_TIMEOUT,
+            ),
+            ok=frozenset({404}),
+        )
+
     # --- pods and the driver's companions ---------------------------------------------------
 
     def create_pod(self, *, manifest: Manifest) -> None:
@@ -295,6 +315,16 @@ class KubeCluster:
         if pod is None:
             return None
         return cast(Mapping[str, Any], self.api_client.sanitize_for_serialization(pod))
+
+    def list_pods(self, *, namespace: str, labels: Mapping[str, str]) -> list[Mapping[str, Any]]:
+        selector = ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
+        found = _call(
+            f"list pods {selector} in {namespace}",
+            lambda: self.core.list_namespaced_pod(namespace, label_selector=selector,
+                                                  _request_timeout=REQUEST_TIMEOUT),
+        )
+        serialized = self.api_client.sanitize_for_serialization(found)
+        return [item for item in serialized.get("items") or [] if isinstance(item, Mapping)]
 
     def delete_pod(self, *, namespace: str, name: str, force: bool) -> None:
         options: dict[str, Any] = {"propagationPolicy": "Background"}

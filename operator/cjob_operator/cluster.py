@@ -130,6 +130,10 @@ class Cluster(Protocol):
     def delete_pod(self, *, namespace: str, name: str, force: bool) -> None:
         """Delete a pod (grace period 0 when ``force``); NotFound is success."""
 
+    def list_pods(self, *, namespace: str, labels: Mapping[str, str]) -> list[Mapping[str, Any]]:
+        """The pods of ``namespace`` that carry every label in ``labels``, as the API
+        server has them now."""
+
     def request_checkpoint(self, *, namespace: str, name: str, nonce: str) -> None:
         """Ask the driver using the store ``name`` for one checkpoint tagged ``nonce``."""
 
@@ -146,3 +150,7 @@ class Cluster(Protocol):
 
     def delete_configmap(self, *, namespace: str, name: str) -> None:
         """Delete a ConfigMap; NotFound is success."""
+
+    def retain_configmap(self, *, namespace: str, name: str, message: str) -> None:
+        """Keep a ConfigMap after its owner is deleted: drop its owner references and
+        annotate it with ``message`` (``ANNOTATION_RETAINED``); NotFound is success."""

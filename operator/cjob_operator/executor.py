@@ -30,6 +30,7 @@ from cjob_lifecycle.actions import (
     DeleteCheckpointStore,
     DeleteCleanupPod,
     DeleteDriver,
+    DeleteExecutor,
     EmitEvent,
     EnsureCheckpointConfigMap,
     EnsureNetworkPolicy,
@@ -42,6 +43,7 @@ from cjob_lifecycle.actions import (
     RemoveFinalizer,
     RequestCheckpoint,
     RequeueAfter,
+    RetainCheckpointStore,
 )
 from cjob_operator.builders.companions import (
     SPARK_AUTH_SECRET_BYTES,
@@ -194,15 +196,20 @@ class ActionExecutor:
                 )
             case EmitEvent():
                 post_event(self.cluster, ref=job_ref(job), event=action)
+            case DeleteExecutor():
+                cluster.delete_pod(namespace=namespace, name=action.name, force=False)
             case CreateCleanupPod():
                 cluster.create_pod(manifest=build_cleanup_pod(
-                    job, uri=action.uri, image=action.image,
+                    job, uris=action.uris, image=action.image,
                     deadline_seconds=action.deadline_seconds, operator_config=config,
                 ))
             case DeleteCleanupPod():
                 cluster.delete_pod(namespace=namespace, name=action.name, force=False)
             case DeleteCheckpointStore():
                 cluster.delete_configmap(namespace=namespace, name=action.name)
+            case RetainCheckpointStore():
+                cluster.retain_configmap(namespace=namespace, name=action.name,
+                                         message=action.message)
             case RemoveFinalizer() | RequeueAfter():
                 pass  # carried out by the caller (kopf removes its finalizer, the loop waits)
             case _:

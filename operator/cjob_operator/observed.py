@@ -19,6 +19,7 @@ from cjob_lifecycle.observed import (
     POD_PHASES,
     CleanupPod,
     DriverPod,
+    ExecutorPod,
     StoreOwnership,
     StoreView,
 )
@@ -27,11 +28,13 @@ from cjob_spec.names import (
     ANNOTATION_SPEC_HASH,
     CLEANUP_CONTAINER,
     DRIVER_CONTAINER,
+    EXECUTOR_CONTAINER,
     LABEL_ATTEMPT,
     LABEL_JOB,
     LABEL_ROLE,
     ROLE_CLEANUP,
     ROLE_DRIVER,
+    ROLE_EXECUTOR,
     ROLE_STANDBY,
 )
 from cjob_spec.times import parse_time
@@ -164,6 +167,32 @@ def observe_cleanup(
         if pod is not None:
             return pod
     return None
+
+
+def observe_executors(
+    manifests: Iterable[Mapping[str, Any]], *, job_name: str
+) -> tuple[ExecutorPod, ...]:
+    """The executor pods of the job's drivers among ``manifests``.
+
+    Spark creates them with the job's labels (the driver's settings ask for them) and
+    the driver pod as their owner, not the job, so a pod counts when it has both and
+    its owner is a pod. One that merely looks like them holds the job's deletion at
+    most ``kill_grace_seconds`` after the operator deleted it (see the plan).
+    """
+    found = []
+    for manifest in manifests:
+        metadata = _mapping(manifest.get("metadata"))
+        labels = _mapping(metadata.get("labels"))
+        owners = metadata.get("ownerReferences") or []
+        if (labels.get(LABEL_JOB) != job_name or labels.get(LABEL_ROLE) != ROLE_EXECUTOR
+                or not any(isinstance(owner, Mapping) and owner.get("kind") == "Pod"
+                           for owner in owners)):
+            continue
+        state = _pod_state(manifest, container_name=EXECUTOR_CONTAINER)
+        if state is not None:
+            found.append(ExecutorPod(name=state.name, phase=state.phase,
+                                     deletion_timestamp=state.deletion_timestamp))
+    return tuple(sorted(found, key=lambda pod: pod.name))
 
 
 def _own_pods(

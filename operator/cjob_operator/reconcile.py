@@ -34,6 +34,7 @@ from cjob_lifecycle.actions import (
 )
 from cjob_lifecycle.observed import Observed
 from cjob_lifecycle.plan import Plan, PlanSettings, plan, plan_invalid_spec
+from cjob_lifecycle.plan.deletion import retention
 from cjob_operator.cluster import (
     Cluster,
     ClusterError,
@@ -44,11 +45,17 @@ from cjob_operator.cluster import (
 from cjob_operator.config import OperatorConfig
 from cjob_operator.executor import ActionExecutor, ExecutionReport, job_ref, post_event
 from cjob_operator.metrics import OperatorMetrics
-from cjob_operator.observed import foreign_pods, observe_cleanup, observe_pods, observe_store
+from cjob_operator.observed import (
+    foreign_pods,
+    observe_cleanup,
+    observe_executors,
+    observe_pods,
+    observe_store,
+)
 from cjob_operator.read_cache import JobKey, ReadCache, ReadSettings, WatchedVersions
 from cjob_spec.errors import SpecError
 from cjob_spec.model import CheckpointCleanup, CheckpointedJob
-from cjob_spec.names import cleanup_pod_name
+from cjob_spec.names import LABEL_JOB, LABEL_ROLE, ROLE_EXECUTOR, cleanup_pod_name
 from cjob_spec.parse import parse_job
 from cjob_spec.reasons import PodReason, Reason
 from cjob_spec.status import JobStatus, Phase
@@ -225,7 +232,8 @@ class Reconciler:
                 self._record_refused_driver(body, result, report.error)
             failed = report.failed_action
             if isinstance(failed, CreateCleanupPod) and not report.error.retryable:
-                return self._cleanup_refused(job, failed, report.error)
+                own = observe_store(reading, job_name=name, job_uid=job.metadata.uid).is_own
+                return self._cleanup_refused(key, job, failed, report.error, store_is_own=own)
             return self._failed(key, step=step, error=report.error, job=job)
         if report.finalized:
             self._record(job, status=result.status, reading=reading, pending=None)
@@ -277,10 +285,14 @@ class Reconciler:
         except ClusterError as exc:
             return self._failed(key, step="read-store", error=exc, job=job)
         cleanup: list[Mapping[str, Any]] = []
+        executors: list[Mapping[str, Any]] = []
         if deleting and job.spec.cleanup_policy.checkpoints is CheckpointCleanup.DELETE:
-            # Read, not indexed: only a job being deleted has one, for a few seconds.
+            # Read, not indexed: only a job being deleted has one, for a few seconds,
+            # and only its deletion waits for the executors Spark created.
             try:
                 found = self.cluster.read_pod(namespace=namespace, name=cleanup_pod_name(name))
+                executors = self.cluster.list_pods(
+                    namespace=namespace, labels={LABEL_JOB: name, LABEL_ROLE: ROLE_EXECUTOR})
             except ClusterError as exc:
                 return self._failed(key, step="read-cleanup-pod", error=exc, job=job)
             cleanup = [found] if found is not None else []
@@ -289,6 +301,7 @@ class Reconciler:
             job=job,
             status=status,
             pods=observe_pods(pods, job_name=name, job_uid=job.metadata.uid),
+            executors=observe_executors(executors, job_name=name),
             cleanup_pod=observe_cleanup(cleanup, job_name=name, job_uid=job.metadata.uid),
             store=observe_store(reading, job_name=name, job_uid=job.metadata.uid),
             deleting=deleting,
@@ -313,16 +326,20 @@ class Reconciler:
                        f"as a driver or standby")
 
     def _cleanup_refused(
-        self, job: CheckpointedJob, action: CreateCleanupPod, error: ClusterError
+        self, key: JobKey, job: CheckpointedJob, action: CreateCleanupPod, error: ClusterError,
+        *, store_is_own: bool,
     ) -> Outcome:
         """The API server refused the cleanup pod for good (a quota, an admission policy).
 
-        Retrying cannot help and a deletion must never be held forever: the data is
-        kept, the Warning says where and why, and the job goes.
+        Retrying cannot help and a deletion must never be held forever: the data and its
+        index are kept, the Warning says where and why, and the job goes.
         """
-        self._post(job_ref(job), "Warning", Reason.CHECKPOINTS_RETAINED,
-                   f"checkpoint data under {action.uri} kept: {error}; delete it with the "
-                   f"job's credentials")
+        actions = retention(job_name=job.metadata.name, where=", ".join(action.uris),
+                            why=str(error), store_is_own=store_is_own)
+        report = self.executor.execute(actions, job=job)
+        if report.error is not None:
+            step = type(report.failed_action).__name__ if report.failed_action else "execute"
+            return self._failed(key, step=step, error=report.error, job=job)
         return Outcome(finalized=True)
 
     def _record_refused_driver(

@@ -15,7 +15,8 @@ import cjob_checkpoint
 import job_runtime
 from cjob_checkpoint.keyword_error import keyword_error
 
-SAMPLES: dict[str, Any] = {"str": "s3://bucket/job/chk-7", "int": 7, "object": "seven"}
+SAMPLES: dict[str, Any] = {"str": "s3://bucket/job/chk-7", "int": 7, "object": "seven",
+                          "tuple[tuple[str, int, int], ...]": (("s3://bucket/job", 2, 1),)}
 
 
 def keyword_errors() -> list[type[BaseException]]:

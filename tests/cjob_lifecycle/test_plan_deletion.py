@@ -11,12 +11,15 @@ from cjob_lifecycle.actions import (
     DeleteCheckpointStore,
     DeleteCleanupPod,
     DeleteDriver,
+    DeleteExecutor,
     EmitEvent,
     RemoveFinalizer,
+    RetainCheckpointStore,
 )
-from cjob_lifecycle.observed import CleanupPod
+from cjob_lifecycle.observed import CleanupPod, ExecutorPod
 from cjob_lifecycle.plan import Plan
 from cjob_spec import Phase, Reason
+from cjob_spec.status import JobStatus
 
 DELETE = {"cleanupPolicy.checkpoints": "Delete"}
 JOB_DIR = "s3://ckpt/jobs/clicks-uid-1"
@@ -27,11 +30,18 @@ def cleanup_pod(phase: str, *, created: float = 20, **fields: object) -> Cleanup
                       **fields)  # type: ignore[arg-type]
 
 
-def deleting(now: float, pod: CleanupPod | None = None, **spec: object) -> Plan:
+def deleting(now: float, pod: CleanupPod | None = None, *,
+             executors: tuple[ExecutorPod, ...] = (), roots: tuple[str, ...] = (),
+             **spec: object) -> Plan:
     """A pass over the job being deleted, with ``cleanupPolicy.checkpoints: Delete``."""
     job = make_job(**{**DELETE, **spec})
-    return run(observe(job, status(Phase.SUCCEEDED, job=job), deleting=True, cleanup_pod=pod),
-               at(now))
+    return run(observe(job, status(Phase.SUCCEEDED, job=job, storage_roots=roots),
+                       deleting=True, cleanup_pod=pod, executors=executors), at(now))
+
+
+def executor(phase: str = "Running", *, deleted: float | None = None) -> ExecutorPod:
+    return ExecutorPod(name="clicks-attempt-1-exec-1", phase=phase,
+                       deletion_timestamp=None if deleted is None else at(deleted))
 
 
 class TestStoppingTheDrivers:
@@ -71,6 +81,37 @@ class TestStoppingTheDrivers:
         result = run(observe(make_job(), status(Phase.SUCCEEDED), deleting=True), at(20))
         assert kinds(result) == ["RemoveFinalizer"]
 
+    def test_checkpoints_are_not_deleted_while_an_executor_may_still_upload(self) -> None:
+        result = deleting(20, executors=(executor(),))
+        assert result.of_type(DeleteExecutor) == [DeleteExecutor(name="clicks-attempt-1-exec-1")]
+        assert not result.of_type(CreateCleanupPod)
+        assert not result.of_type(RemoveFinalizer)
+        assert result.requeue_after == 5
+        assert "1 executor pod" in (result.status.message or "")
+
+    def test_an_executor_being_deleted_is_waited_for_but_not_deleted_again(self) -> None:
+        result = deleting(20, executors=(executor(deleted=15),))
+        assert kinds(result) == ["RequeueAfter"]
+
+    def test_an_executor_that_outlives_its_deletion_by_the_kill_grace_no_longer_holds_up(
+        self,
+    ) -> None:
+        result = deleting(15 + 30, executors=(executor(deleted=15),))
+        assert result.of_type(CreateCleanupPod)
+
+    @pytest.mark.parametrize("phase", ["Succeeded", "Failed", "Unknown"])
+    def test_an_executor_that_ended_or_whose_node_is_gone_does_not_hold_up(
+        self, phase: str
+    ) -> None:
+        result = deleting(20, executors=(executor(phase),))
+        assert result.of_type(CreateCleanupPod)
+        assert not result.of_type(DeleteExecutor) or phase == "Unknown"
+
+    def test_a_job_that_retains_its_checkpoints_does_not_wait_for_executors(self) -> None:
+        result = run(observe(make_job(), status(Phase.SUCCEEDED), deleting=True,
+                             executors=(executor(),)), at(20))
+        assert kinds(result) == ["RemoveFinalizer"]
+
 
 class TestTheCleanupPod:
     """With cleanupPolicy Delete, a cleanup pod deletes the job's directory."""
@@ -80,7 +121,7 @@ class TestTheCleanupPod:
     ) -> None:
         result = deleting(20)
         assert result.of_type(CreateCleanupPod) == [
-            CreateCleanupPod(name="clicks-cleanup", uri=JOB_DIR, image=IMAGE,
+            CreateCleanupPod(name="clicks-cleanup", uris=(JOB_DIR,), image=IMAGE,
                              deadline_seconds=600)
         ]
         assert not result.of_type(RemoveFinalizer)
@@ -113,6 +154,32 @@ class TestTheCleanupPod:
         assert JOB_DIR in event.message and "deleted 7 files" in event.message
 
 
+class TestEveryStorageTheJobUsed:
+    """A job whose storage changed has checkpoints under every root it used."""
+
+    def test_the_cleanup_pod_deletes_every_root_the_status_records_and_the_current_one(
+        self,
+    ) -> None:
+        old = "s3://old-bucket/ckpt/clicks-uid-1"
+        result = deleting(20, roots=(old, JOB_DIR))
+        assert result.of_type(CreateCleanupPod)[0].uris == (old, JOB_DIR)
+        assert old in (result.status.message or "")
+
+    def test_a_status_from_before_roots_were_recorded_still_gets_the_current_root(self) -> None:
+        assert deleting(20).of_type(CreateCleanupPod)[0].uris == (JOB_DIR,)
+
+    def test_starting_an_attempt_records_its_storage_root_once(self) -> None:
+        job = make_job()
+        first = run(observe(job, JobStatus()), at(0))
+        assert first.status.storage_roots == (JOB_DIR,)
+        moved = make_job(**{"checkpoint.storage": "s3://other/ckpt"})
+        second = run(observe(moved, first.status.replace(phase=Phase.FAILED)), at(10))
+        assert second.status.attempt == 2
+        assert second.status.storage_roots == (JOB_DIR, "s3://other/ckpt/clicks-uid-1")
+        again = run(observe(moved, second.status.replace(phase=Phase.FAILED)), at(20))
+        assert again.status.storage_roots == second.status.storage_roots
+
+
 class TestDataThatIsKept:
     """A cleanup that cannot succeed keeps the data, says where and why, and lets the job go."""
 
@@ -140,6 +207,20 @@ class TestDataThatIsKept:
         assert (event.type, event.reason) == ("Warning", Reason.CHECKPOINTS_RETAINED)
         assert JOB_DIR in event.message and expected in event.message
         assert not result.of_type(DeleteCleanupPod)
+
+    def test_kept_data_keeps_its_index_the_store_outlives_the_job(self) -> None:
+        result = deleting(60, cleanup_pod(
+            "Failed", exit_code=7,
+            message="checkpoint data kept: 1 files remain under s3://x after the deletion"))
+        order = kinds(result)
+        assert order[-1] == "RemoveFinalizer"
+        assert order.index("RetainCheckpointStore") < order.index("RemoveFinalizer"), \
+            "kept before the job goes: the garbage collector would delete it with the job"
+        (retain,) = result.of_type(RetainCheckpointStore)
+        assert retain.name == "clicks-checkpoints"
+        assert "1 files remain" in retain.message
+        (event,) = result.of_type(EmitEvent)
+        assert "clicks-checkpoints" in event.message, "the Warning says where the index is"
 
     def test_a_cleanup_pod_past_its_deadline_is_stopped_and_the_data_reported_kept(self) -> None:
         stuck = cleanup_pod("Pending", reason="ImagePullBackOff")

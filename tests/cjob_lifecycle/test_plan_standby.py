@@ -20,6 +20,7 @@ from cjob_lifecycle.observed import DriverPod, Observed
 from cjob_lifecycle.plan import Plan, PlanSettings, plan
 from cjob_spec import CheckpointedJob, Phase, Reason, spec_hash
 from cjob_spec.driver_beacon import DriverLost
+from cjob_spec.exit_codes import ExitCode
 
 WITH_STANDBY = PlanSettings()
 
@@ -262,6 +263,35 @@ class TestAReportThatTheDriverIsLost:
         again = run(reported(observe(job, ended.status, dead, promoted), lost(1)), at(75))
         assert again.status.last_failure == failure  # said once
         assert "clicks-attempt-1" not in [a.name for a in ended.of_type(DeleteDriver)]
+
+    def test_a_reported_driver_that_turns_out_alive_gives_its_restart_back_once(
+        self,
+    ) -> None:
+        # Packet loss closed the beacon connection; the old driver ran on until the
+        # takeover fenced it, and it exited saying so: the report was false.
+        job = standby_job(**{"restartPolicy.maxRestarts": 1})
+        result = run(reported(running_attempt_one(job, standby(1, job=job)), lost(1)), at(65.2))
+        assert result.status.restarts == 1
+        promoted = dataclasses.replace(standby(1, job=job), attempt=2, standby=False)
+        fenced = driver(1, "Failed", job=job, exit_code=ExitCode.FENCED, hash_of=job)
+        ended = run(reported(observe(job, result.status, fenced, promoted), lost(1)), at(70))
+        assert ended.status.restarts == 0, "a false report does not spend maxRestarts"
+        failure = ended.status.last_failure
+        assert failure is not None and failure.exit_code == ExitCode.FENCED
+        assert "the report was false" in failure.message
+        (event,) = [a for a in ended.of_type(EmitEvent) if a.reason == Reason.FALSE_DRIVER_LOST]
+        assert event.type == "Warning" and "clicks-attempt-1" in event.message
+        again = run(reported(observe(job, ended.status, fenced, promoted), lost(1)), at(75))
+        assert again.status.restarts == 0 and again.status.last_failure == failure
+        assert not [a for a in again.of_type(EmitEvent) if a.reason == Reason.FALSE_DRIVER_LOST]
+
+    def test_a_reported_driver_that_really_died_keeps_its_restart_counted(self) -> None:
+        job = standby_job()
+        result = run(reported(running_attempt_one(job, standby(1, job=job)), lost(1)), at(65.2))
+        promoted = dataclasses.replace(standby(1, job=job), attempt=2, standby=False)
+        dead = driver(1, "Failed", job=job, exit_code=137, hash_of=job)
+        ended = run(reported(observe(job, result.status, dead, promoted), lost(1)), at(70))
+        assert ended.status.restarts == 1
 
     def test_a_reported_driver_still_running_after_the_grace_is_stopped(self) -> None:
         # The report was false (a network fault): the old driver is fenced and now stopped.

@@ -39,7 +39,7 @@ RELEASED = {
     "CheckpointsDeleted", "CheckpointsNotPersistent", "CheckpointsRetained", "CleanupFailed",
     "ContainerCannotRun", "DeadlineExceeded", "DeletingCheckpoints", "DriverCreateFailed",
     "DriverFailed", "DriverLost", "DriverPodDeleted", "DriverPodMissing", "Evicted", "Failed",
-    "ForeignPodIgnored",
+    "FalseDriverLost", "Fenced", "ForeignPodIgnored",
     "Finished", "InvalidConfiguration", "InvalidSpec", "JobDeleted", "Killed", "NoImage",
     "NodeLost", "NotFailed", "NotRunning", "OOMKilled", "Pending", "PrunedHistory",
     "ReconcileError", "RestartCountReset", "RestartLimitExceeded", "Restarted", "Restarting",
@@ -186,7 +186,7 @@ DRIVER_STATES: list[dict[str, object] | None] = [
     {"phase": "Running"},
     {"phase": "Running", "deleting": at(40)},
     {"phase": "Succeeded"},
-    *({"phase": "Failed", "exit_code": code} for code in (1, 2, 3, 4, 5, 6, 7, 137, 143)),
+    *({"phase": "Failed", "exit_code": code} for code in (1, 2, 3, 4, 5, 6, 7, 9, 137, 143)),
     {"phase": "Failed", "exit_code": 137, "reason": "OOMKilled"},
     {"phase": "Failed", "exit_code": None, "reason": "Evicted"},
     {"phase": "Failed", "exit_code": None, "reason": "DeadlineExceeded"},
@@ -271,6 +271,12 @@ def standby_situations() -> Iterator[tuple[Observed, datetime]]:
                         detail="its connection closed without a goodbye")
     reporting = StoreView(exists=True, fence_attempt=1, driver_lost=report)
     yield observe(job, running, driver(1, job=job), standby(1, job), store=reporting), at(61)
+    taken_over = run(observe(job, running, driver(1, job=job), standby(1, job), store=reporting),
+                     at(61)).status
+    promoted = dataclasses.replace(standby(1, job), attempt=2, standby=False)
+    for code in (9, 137):  # alive until fenced (a false report), or really dead
+        ended = driver(1, "Failed", job=job, exit_code=code)
+        yield observe(job, taken_over, ended, promoted, store=reporting), at(70)
     failed = standby(1, job, phase="Failed", exit_code=1, finished_at=at(0), message="boom")
     yield observe(job, running, driver(1, job=job), failed), at(500)
     changed = make_job(**{"standby.enabled": True, "image": "example.org/clicks:2.0"})

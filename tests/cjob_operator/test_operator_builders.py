@@ -75,7 +75,7 @@ def all_manifests() -> list[dict[str, Any]]:
 
 def cleanup_pod(job: CheckpointedJob, *, image: str = "example.org/clicks:1.0",
                 config: OperatorConfig = CONFIG) -> dict[str, Any]:
-    return build_cleanup_pod(job, uri="s3://ckpt/jobs/clicks-uid-1", image=image,
+    return build_cleanup_pod(job, uris=("s3://ckpt/jobs/clicks-uid-1",), image=image,
                              deadline_seconds=600, operator_config=config)
 
 
@@ -517,6 +517,14 @@ def test_the_cleanup_pod_runs_the_cleanup_command_for_exactly_the_jobs_directory
     assert observe_driver_pod(pod) is None, "never mistaken for a driver"
 
 
+def test_the_cleanup_pod_is_given_every_storage_root_the_job_used() -> None:
+    roots = ("s3://old/clicks-uid-1", "s3://ckpt/jobs/clicks-uid-1")
+    pod = build_cleanup_pod(make_job(), uris=roots, image="example.org/clicks:1.0",
+                            deadline_seconds=600, operator_config=CONFIG)
+    args = pod["spec"]["containers"][0]["args"]
+    assert args[:4] == ["--uri", "s3://old/clicks-uid-1", "--uri", "s3://ckpt/jobs/clicks-uid-1"]
+
+
 def test_the_cleanup_pod_runs_once_within_a_deadline_and_without_api_access() -> None:
     spec = cleanup_pod(make_job())["spec"]
     assert spec["restartPolicy"] == "Never"
@@ -715,7 +723,7 @@ class TestUserStringsReachTheRuntimeByteForByte:
         assert value(self._expanded_args(pod), "--restore") == pointer
 
     def test_the_cleanup_pod_deletes_the_storage_root_as_written(self) -> None:
-        pod = build_cleanup_pod(self._job(), uri="s3://ckpt/jobs/$(POD_NAME)/clicks-uid-1",
+        pod = build_cleanup_pod(self._job(), uris=("s3://ckpt/jobs/$(POD_NAME)/clicks-uid-1",),
                                 image="example.org/clicks:1.0", deadline_seconds=600,
                                 operator_config=CONFIG)
         assert value(self._expanded_args(pod), "--uri") == "s3://ckpt/jobs/$(POD_NAME)/clicks-uid-1"

@@ -47,8 +47,9 @@ class TestEveryKindOfAction:
             "create_pod(sums-attempt-1)", "create_pod(sums-standby-1)",
             "request_checkpoint(sums-checkpoints, n1)", "advance_fence(2)",
             "promote_standby(sums-standby-1, 2)", "delete_pod(sums-attempt-1)",
-            "post_event(Started)", "create_pod(sums-cleanup)", "delete_pod(sums-cleanup)",
-            "delete_configmap(sums-checkpoints)",
+            "post_event(Started)", "delete_pod(sums-attempt-1-exec-1)",
+            "create_pod(sums-cleanup)", "delete_pod(sums-cleanup)",
+            "retain_configmap(sums-checkpoints)", "delete_configmap(sums-checkpoints)",
         ]
 
     def test_an_action_of_no_known_kind_fails_loudly(self) -> None:

@@ -319,6 +319,9 @@ def test_a_failing_cleanup_pod_keeps_the_data_says_why_and_lets_the_job_go(
     assert "exit code 7" in retained.message
     assert "access denied" in retained.message
     assert "CheckpointsDeleted" not in cluster.reasons()
+    assert cluster.store is not None and cluster.store.owners == (), \
+        "the index of the kept data outlives the job"
+    assert "access denied" in cluster.store_annotations["checkpointed.io/retained"]
 
 
 def test_a_cleanup_pod_the_api_server_refuses_keeps_the_data_and_lets_the_job_go(
@@ -337,6 +340,34 @@ def test_a_cleanup_pod_the_api_server_refuses_keeps_the_data_and_lets_the_job_go
     (retained,) = [e for e in cluster.events if e.reason == "CheckpointsRetained"]
     assert "file:///ckpt/sums-uid-1" in retained.message
     assert "exceeded quota" in retained.message
+    assert cluster.store is not None and cluster.store.owners == ()
+    assert "sums-checkpoints" in retained.message
+
+
+def test_deleting_with_cleanup_delete_waits_for_the_executors_that_may_still_upload(
+    clock: Clock,
+) -> None:
+    cluster = FakeCluster(job=job_document(cleanupPolicy={"checkpoints": "Delete"}))
+    subject = reconciler(cluster, clock)
+    run_pass(subject, cluster)
+    cluster.set_pod_state("sums-attempt-1", "Failed", exit_code=143)
+    executor = copy.deepcopy(cluster.pod_list()[0])
+    executor["metadata"].update(
+        name="sums-attempt-1-exec-1",
+        labels={"checkpointed.io/job": "sums", "checkpointed.io/role": "executor"},
+        ownerReferences=[{"apiVersion": "v1", "kind": "Pod", "name": "sums-attempt-1",
+                          "uid": "driver-uid"}])
+    cluster.pods["sums-attempt-1-exec-1"] = executor
+    cluster.set_pod_state("sums-attempt-1-exec-1", "Running")
+    assert cluster.job is not None
+    cluster.job["metadata"]["deletionTimestamp"] = "2024-05-01T12:01:00Z"
+    run_pass(subject, cluster)
+    assert "delete_pod(sums-attempt-1-exec-1)" in cluster.calls
+    assert "sums-cleanup" not in cluster.pods, "no cleanup while an executor may still upload"
+    assert "1 executor pod" in cluster.status["message"]
+    cluster.set_pod_state("sums-attempt-1-exec-1", "Failed", exit_code=143)
+    run_pass(subject, cluster)
+    assert "sums-cleanup" in cluster.pods
 
 
 class TestPodsTheOperatorDidNotCreate:

@@ -230,6 +230,7 @@ def test_always_restarts_a_clean_exit_within_the_same_budget() -> None:
         (4, False, "CheckpointFailuresExceeded"),
         (5, False, "StorageUnreachable"),
         (6, True, "RestoreFailed"),
+        (9, False, "Fenced"),
         (137, False, "Killed"),
         (None, False, "DriverLost"),
     ],
@@ -242,4 +243,4 @@ def test_exit_codes_map_to_reasons_and_permanence(
 
 
 def test_exit_code_values_are_the_runtime_contract() -> None:
-    assert [int(code) for code in ExitCode] == [0, 2, 3, 4, 5, 6, 7, 8]
+    assert [int(code) for code in ExitCode] == [0, 2, 3, 4, 5, 6, 7, 8, 9]

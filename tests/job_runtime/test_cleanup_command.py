@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from cjob_checkpoint.storage.local import LocalFileSystem
 from cjob_spec.exit_codes import ExitCode
 from e2e.s3 import FaultyS3, S3Bucket
+from job_runtime.cleanup import CleanupIncompleteError, delete_job_directories
 
 NAME = "clicks"
 UID = "0b7c3e1a-5d2f-4e8a-9c61-2f4d7a8b9e10"
@@ -157,3 +159,81 @@ def test_storage_that_refuses_the_deletion_keeps_the_data_and_says_so_in_one_lin
     s3_faults.proxy.pass_through()
     listed = s3_faults.bucket.client.list_objects_v2(Bucket=s3_faults.bucket.bucket)
     assert [item["Key"] for item in listed.get("Contents", [])] == [key]
+
+
+# --- every root, unfinished uploads, and data that outlives the deletion ---------------
+
+
+def test_it_deletes_every_root_the_job_used_and_counts_them_together(tmp_path: Path) -> None:
+    fill(tmp_path / "old" / JOB_DIR)
+    fill(tmp_path / "new" / JOB_DIR)
+    fill(tmp_path / "new" / f"other-{UID}")
+    done = cleanup("--uri", f"file://{tmp_path}/old/{JOB_DIR}",
+                   *job_args(f"file://{tmp_path}/new/{JOB_DIR}"))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == (
+        f"deleted 6 files under file://{tmp_path}/old/{JOB_DIR}, file://{tmp_path}/new/{JOB_DIR}")
+    assert not (tmp_path / "old" / JOB_DIR).exists()
+    assert not (tmp_path / "new" / JOB_DIR).exists()
+    assert (tmp_path / "new" / f"other-{UID}").exists()
+
+
+def test_one_refused_root_refuses_them_all_before_anything_is_deleted(tmp_path: Path) -> None:
+    fill(tmp_path / JOB_DIR)
+    done = cleanup("--uri", f"file://{tmp_path}/other-{UID}",
+                   *job_args(f"file://{tmp_path}/{JOB_DIR}"))
+    assert done.returncode == ExitCode.BAD_CONFIG, done
+    assert len([p for p in (tmp_path / JOB_DIR).rglob("*") if p.is_file()]) == 3
+
+
+def _s3_env(bucket: S3Bucket) -> dict[str, str]:
+    return {
+        "AWS_ACCESS_KEY_ID": bucket.s3_config.access_key_id or "",
+        "AWS_SECRET_ACCESS_KEY": bucket.s3_config.secret_access_key or "",
+        "AWS_ENDPOINT_URL": bucket.endpoint_url,
+        "AWS_REGION": "us-east-1",
+    }
+
+
+def test_an_upload_left_unfinished_under_the_jobs_directory_is_aborted(
+    s3_bucket: S3Bucket,
+) -> None:
+    client, name = s3_bucket.client, s3_bucket.bucket
+    client.put_object(Bucket=name, Key=f"ckpt/{JOB_DIR}/chk-1/_metadata", Body=b"x")
+    mine = client.create_multipart_upload(Bucket=name, Key=f"ckpt/{JOB_DIR}/chk-2/op/0")
+    client.upload_part(Bucket=name, Key=f"ckpt/{JOB_DIR}/chk-2/op/0", PartNumber=1,
+                       UploadId=mine["UploadId"], Body=b"y" * 1024)
+    theirs = client.create_multipart_upload(Bucket=name, Key=f"ckpt/other-{UID}/chk-1/op/0")
+    done = cleanup(*job_args(f"s3://{name}/ckpt/{JOB_DIR}"), env=_s3_env(s3_bucket))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == (
+        f"deleted 1 files and aborted 1 unfinished uploads under s3://{name}/ckpt/{JOB_DIR}")
+    left = client.list_multipart_uploads(Bucket=name).get("Uploads", [])
+    assert [upload["UploadId"] for upload in left] == [theirs["UploadId"]]
+    client.abort_multipart_upload(Bucket=name, Key=f"ckpt/other-{UID}/chk-1/op/0",
+                                  UploadId=theirs["UploadId"])
+
+
+class _LateWriter(LocalFileSystem):
+    """A directory that an executor still writes into while the cleanup deletes it."""
+
+    def __init__(self, *, late: Path) -> None:
+        super().__init__()
+        self.late = late
+
+    def delete_prefix(self, uri: str) -> None:
+        super().delete_prefix(uri)
+        self.late.parent.mkdir(parents=True, exist_ok=True)
+        self.late.write_bytes(b"late")
+
+
+def test_data_written_while_the_cleanup_deletes_is_found_and_reported_kept(
+    tmp_path: Path,
+) -> None:
+    fill(tmp_path / JOB_DIR)
+    uri = f"file://{tmp_path}/{JOB_DIR}"
+    fs = _LateWriter(late=tmp_path / JOB_DIR / "chk-3" / "op" / "0")
+    with pytest.raises(CleanupIncompleteError) as raised:
+        delete_job_directories([uri], fs_for=lambda _uri: fs)
+    assert str(raised.value) == f"1 files remain under {uri} after the deletion"
+    assert (tmp_path / JOB_DIR / "chk-3" / "op" / "0").exists()

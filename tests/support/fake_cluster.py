@@ -16,6 +16,7 @@ from typing import Any
 from cjob_operator.cluster import ClusterError, JobRef, Manifest, StatusConflictError, StoreReading
 
 from cjob_checkpoint.store.configmap_layout import StoreOwner
+from cjob_spec.names import ANNOTATION_RETAINED
 from cjob_spec.standby_signal import PROMOTION_ANNOTATION, StandbyPromotion
 from cjob_spec.status import CheckpointRef
 
@@ -169,6 +170,12 @@ class FakeCluster:
         self._enter("delete_configmap", name)
         self.store = None
 
+    def retain_configmap(self, *, namespace: str, name: str, message: str) -> None:
+        self._enter("retain_configmap", name)
+        if self.store is not None:
+            self.store = dataclasses.replace(self.store, owners=())
+            self.store_annotations[ANNOTATION_RETAINED] = message
+
     # --- pods and companions ------------------------------------------------------------
 
     def create_pod(self, *, manifest: Manifest) -> None:
@@ -180,6 +187,11 @@ class FakeCluster:
         self._enter("read_pod", name)
         pod = self.pods.get(name)
         return copy.deepcopy(pod) if pod is not None else None
+
+    def list_pods(self, *, namespace: str, labels: Mapping[str, str]) -> list[Manifest]:
+        self._enter("list_pods", ",".join(f"{k}={v}" for k, v in sorted(labels.items())))
+        return [copy.deepcopy(pod) for pod in self.pods.values()
+                if all(pod["metadata"].get("labels", {}).get(k) == v for k, v in labels.items())]
 
     def delete_pod(self, *, namespace: str, name: str, force: bool) -> None:
         self._enter("delete_pod", name)

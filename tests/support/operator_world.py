@@ -9,7 +9,7 @@ from typing import Any
 
 from cjob_operator.cluster import JobRef, StoreReading
 
-from cjob_lifecycle.observed import CleanupPod, DriverPod, Observed, StoreView
+from cjob_lifecycle.observed import CleanupPod, DriverPod, ExecutorPod, Observed, StoreView
 from cjob_lifecycle.plan import Plan, PlanSettings, plan
 from cjob_spec import CheckpointedJob, CheckpointRef, JobStatus, Phase, parse_job, spec_hash
 
@@ -130,11 +130,13 @@ def observe(
     deleting: bool = False,
     default_image: str | None = None,
     cleanup_pod: CleanupPod | None = None,
+    executors: tuple[ExecutorPod, ...] = (),
 ) -> Observed:
     return Observed(
         job=job or make_job(),
         status=job_status or JobStatus(),
         pods=tuple(pods),
+        executors=executors,
         cleanup_pod=cleanup_pod,
         store=store or StoreView(exists=True, fence_attempt=max([0, *(p.attempt for p in pods)])),
         deleting=deleting,

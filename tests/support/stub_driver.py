@@ -18,9 +18,10 @@ import signal
 import sys
 import time
 
+from cjob_spec.exit_codes import ExitCode
 from cjob_spec.standby_signal import StandbyReady, read_promotion, ready_path, write_signal
 
-FENCE_MISMATCH = 9
+FENCE_MISMATCH = ExitCode.FENCED
 
 
 def main() -> int:

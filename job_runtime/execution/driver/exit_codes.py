@@ -26,8 +26,9 @@ from job_runtime.errors import (
 )
 from job_runtime.execution.driver.logger import log
 
-FENCED = 1
-"""A newer attempt owns the store: end quietly with a plain failure."""
+FENCED = ExitCode.FENCED
+"""A newer attempt owns the store: end quietly, with the code that tells the operator
+this driver was alive when it was superseded."""
 
 
 @dataclasses.dataclass(frozen=True)

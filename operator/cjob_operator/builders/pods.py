@@ -8,6 +8,7 @@ itself never needs the job's volumes or credentials.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import yaml
@@ -106,12 +107,12 @@ def storage_env(job: CheckpointedJob, config: OperatorConfig) -> list[dict[str, 
 def build_cleanup_pod(
     job: CheckpointedJob,
     *,
-    uri: str,
+    uris: Sequence[str],
     image: str,
     deadline_seconds: int,
     operator_config: OperatorConfig,
 ) -> Manifest:
-    """The pod that deletes a deleted job's checkpoint directory ``uri``.
+    """The pod that deletes a deleted job's checkpoint directories ``uris``.
 
     It reaches the storage as the job's driver does, so the operator needs neither
     Secret reads nor the job's volumes: the same image, security contexts, volumes
@@ -131,8 +132,8 @@ def build_cleanup_pod(
         "image": image,
         "imagePullPolicy": config.image_pull_policy,
         "command": list(config.cleanup_command),
-        "args": ["--uri", kubelet_literal(uri), "--job-name", name, "--job-uid", uid,
-                 "--termination-log", TERMINATION_LOG],
+        "args": [*(arg for uri in uris for arg in ("--uri", kubelet_literal(uri))),
+                 "--job-name", name, "--job-uid", uid, "--termination-log", TERMINATION_LOG],
         "env": storage_env(job, config),
         "resources": {
             "requests": {"cpu": CLEANUP_CPU, "memory": CLEANUP_MEMORY},

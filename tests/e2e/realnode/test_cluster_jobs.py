@@ -5,6 +5,7 @@ PersistentVolumeClaim; pods killed mid-run; output checked exactly-once."""
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -154,7 +155,7 @@ CODE_MOUNT = {"name": "code", "mountPath": "/opt/cjob/jobs/running-sum", "readOn
 def _apply_s3_job(
     *, rest: RestClient, kubectl: scenario.Kubectl, s3: ClusterS3, namespace: str, name: str,
     master: str, cleanup: str = "Retain", standby: bool = False,
-    checkpoints: str = "checkpoints", output: str = "output",
+    checkpoints: str = "checkpoints", output: str = "output", rocksdb: bool = False,
 ) -> tuple[scenario.JobHandle, str]:  # fmt: skip
     """The running sum with its code from a ConfigMap and its checkpoints and output in
     an S3 bucket of its own (under the prefixes ``checkpoints`` and ``output``),
@@ -172,6 +173,8 @@ def _apply_s3_job(
         master=master, s3={"endpoint": s3.cluster_endpoint, "credentialsSecret": "s3-credentials"},
         pod={"volumes": [CODE_VOLUME], "volumeMounts": [CODE_MOUNT]}, cleanup=cleanup,
     )  # fmt: skip
+    if rocksdb:
+        manifest["spec"]["state"] = {"backend": "rocksdb"}
     if standby:
         manifest["spec"]["standby"] = {"enabled": True}
         manifest["spec"]["spark"].setdefault("conf", {})[
@@ -457,24 +460,43 @@ def test_file_checkpoints_on_a_claim_survive_a_driver_kill(
         rest.request("DELETE", f"/api/v1/persistentvolumes/{quote(pv)}")
 
 
-def test_deleting_a_job_with_cleanup_policy_delete_removes_its_s3_checkpoints_and_store(
+def test_deleting_a_running_job_with_cleanup_policy_delete_removes_every_root_and_upload(
     real_cluster: RealCluster,
     real_namespace: str,
     operator: ChartRelease,
     cluster_s3: ClusterS3,
     kubectl: scenario.Kubectl,
 ) -> None:
+    """Deleted while it runs, with executors still checkpointing RocksDB state to S3,
+    after its storage moved once: nothing of it is left under either root, no upload
+    is left unfinished, and the store goes last."""
     rest = real_cluster.rest()
     client = cluster_s3.client()
     # A storage path the kubelet would rewrite: the driver must write, and the cleanup
     # pod delete, the one root the user wrote.
     job, bucket = _apply_s3_job(rest=rest, kubectl=kubectl, s3=cluster_s3,
-                                namespace=real_namespace, name="doomed", master="local[2]",
-                                cleanup="Delete", checkpoints=TRICKY_CHECKPOINTS)  # fmt: skip
+                                namespace=real_namespace, name="doomed", master="k8s",
+                                cleanup="Delete", checkpoints=TRICKY_CHECKPOINTS,
+                                rocksdb=True)  # fmt: skip
     scenario.wait_until(lambda: job.latest_checkpoint_id() >= 1, what="a checkpoint",
                         timeout=240, detail=job.describe)  # fmt: skip
     written = scenario.list_keys(client, bucket=bucket, prefix="checkpoints")
     assert written and {key.split("/")[0] for key in written} == {TRICKY_CHECKPOINTS}
+    # The storage moves: the next attempt restores from the old root, writes to the new.
+    kubectl("patch", "checkpointedjob", "doomed", "--namespace", real_namespace,
+            "--type=merge", "-p",
+            json.dumps({"spec": {"checkpoint": {"storage": f"s3://{bucket}/moved"}}}))
+    scenario.wait_until(
+        lambda: str((job.status().get("latestCheckpoint") or {}).get("path", "")).startswith(
+            f"s3://{bucket}/moved/"),
+        what="a checkpoint under the moved storage", timeout=240, detail=job.describe)
+    assert len(job.status().get("storageRoots") or []) == 2, job.status()
+    # An upload its writer never finished (a killed executor's, until aborted: billed,
+    # and invisible to a listing).
+    uid = (rest.get(f"/apis/checkpointed.io/v1alpha1/namespaces/{quote(real_namespace)}"
+                    f"/checkpointedjobs/doomed"))["metadata"]["uid"]
+    client.create_multipart_upload(Bucket=bucket, Key=f"moved/doomed-{uid}/chk-999/op/0")
+    assert job.pods("executor"), "deleted while its executors run"
     store = f"/api/v1/namespaces/{quote(real_namespace)}/configmaps/doomed-checkpoints"
     assert rest.get(store)
 
@@ -489,10 +511,10 @@ def test_deleting_a_job_with_cleanup_policy_delete_removes_its_s3_checkpoints_an
         return False
 
     scenario.wait_until(store_gone, what="the checkpoint ConfigMap deleted", timeout=120)
-    scenario.wait_until(
-        lambda: not scenario.list_keys(client, bucket=bucket, prefix="checkpoints"),
-        what="the S3 checkpoints deleted", timeout=120,
-    )  # fmt: skip
+    assert not job.pods("executor")
+    for prefix in (TRICKY_CHECKPOINTS, "moved"):
+        assert not scenario.list_keys(client, bucket=bucket, prefix=prefix), prefix
+    assert not client.list_multipart_uploads(Bucket=bucket).get("Uploads")
 
 
 def test_a_job_whose_checkpoint_store_was_deleted_refuses_to_start_empty_until_told_where_to_resume(
