@@ -10,7 +10,7 @@ CRD := crds/checkpointedjob.yaml
 CHART_CRD := charts/checkpointed-jobs/crds/checkpointedjob.yaml
 
 .PHONY: help host-packages install chart-crds run lint test test-unit test-spark test-cluster \
-	test-kafka test-postgres test-e2e tests-without-builds server-tests-spark \
+	test-kafka test-postgres test-e2e test-chaos tests-without-builds server-tests-spark \
 	server-tests-services builds kafka-jars controlplane images cluster cluster-down e2e-kind bench bench-throughput \
 	bench-overhead bench-barriers bench-state-size bench-recovery bench-operator \
 	bench-recovery-operator bench-kafka bench-windows bench-timers bench-realistic clean
@@ -20,6 +20,7 @@ help:
 	@echo "make test     host packages, lint, the builds, then every test"
 	@echo "make test T=tests/<package>   the tests of one folder or file (no lint, no builds)"
 	@echo "make test-unit / test-spark / test-cluster / test-kafka / test-postgres / test-e2e   one tier"
+	@echo "make test-chaos   ten minutes of random kills on the real node (not in make test)"
 	@echo "make cluster  a local cluster: control plane, real node, images, S3, the chart"
 	@echo "make lint     ruff, mypy (strict) and import-linter"
 	@echo "make chart-crds  copy $(CRD) (the one to edit) into the chart"
@@ -110,7 +111,7 @@ test: $(STAMP) chart-crds
 else
 test: host-packages chart-crds
 	@$(MAKE) --no-print-directory -j5 controlplane images kafka-jars tests-without-builds
-	$(BIN)/python -m pytest -m "cluster or e2e" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "(cluster or e2e) and not chaos" $(PYTEST_ARGS)
 endif
 
 # The unit tests wait on child processes, sockets and timeouts more than they compute:
@@ -122,7 +123,7 @@ test-spark: $(STAMP) chart-crds
 	$(BIN)/python -m pytest -m spark $(PYTEST_ARGS)
 
 test-cluster: host-packages $(STAMP) chart-crds controlplane
-	$(BIN)/python -m pytest -m "cluster and not e2e" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "cluster and not e2e and not chaos" $(PYTEST_ARGS)
 
 test-kafka: host-packages kafka-jars
 	$(BIN)/python -m pytest -m kafka $(PYTEST_ARGS)
@@ -131,7 +132,13 @@ test-postgres: host-packages $(STAMP)
 	$(BIN)/python -m pytest -m postgres $(PYTEST_ARGS)
 
 test-e2e: host-packages builds
-	$(BIN)/python -m pytest -m e2e $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "e2e and not chaos" $(PYTEST_ARGS)
+
+# The chaos run (tests/e2e/realnode/chaos/) kills pods at random for ten minutes:
+# longer than the budget of `make test` allows, so it runs only here.
+# CJOB_CHAOS_SECONDS shortens it, CJOB_CHAOS_SEED repeats a run's draws.
+test-chaos: host-packages builds
+	$(BIN)/python -m pytest -m chaos -s $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench all

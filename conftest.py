@@ -44,6 +44,7 @@ TIERS: dict[str, tuple[str, ...]] = {
     "soak": ("soak",),
     "realnode": ("realnode", "cluster", "e2e"),
     "kind": ("kind", "e2e"),
+    "chaos": ("chaos",),
 }
 """A folder name in a test's path -> the markers every test below it gets."""
 
