@@ -23,7 +23,7 @@ from operator_live import (
     install_kopf_peering,
 )
 
-from e2e.controlplane.rest import ApiError, quote
+from e2e.controlplane.rest import MERGE_PATCH, ApiError, quote
 from e2e.controlplane.waiting import pod_is_ready, wait_for
 from e2e.jobs import RUNNING_SUM_DIR, running_sum_job
 
@@ -167,10 +167,60 @@ def test_a_killed_driver_restarts_from_its_checkpoint_suspends_resumes_and_finis
     wait_for(lambda: sums.configmap() is None, what="the checkpoint ConfigMap to go", timeout=60)
 
 
-def test_a_killed_driver_is_replaced_by_its_warm_standby_with_exactly_once_output(
+def _refuse_promotions(kube_rest: Any, namespace: str) -> tuple[str, str]:
+    """An admission policy that refuses to relabel a standby pod of ``namespace`` as a
+    driver: the second write of a promotion fails until the policy goes. Returns the
+    paths of the policy and of its binding."""
+    name = f"refuse-promotions-{namespace}"
+    base = "/apis/admissionregistration.k8s.io/v1"
+    role = "'checkpointed.io/role'"
+    kube_rest.request("POST", f"{base}/validatingadmissionpolicies", body={
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
+                "resources": ["pods"]}]},
+            "validations": [{
+                "expression": (
+                    f"!(has(oldObject.metadata.labels) && {role} in oldObject.metadata.labels"
+                    f" && oldObject.metadata.labels[{role}] == 'standby'"
+                    f" && has(object.metadata.labels) && {role} in object.metadata.labels"
+                    f" && object.metadata.labels[{role}] == 'driver')"),
+                "message": "promotions are refused in this namespace for now"}],
+        },
+    })
+    kube_rest.request("POST", f"{base}/validatingadmissionpolicybindings", body={
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name},
+        "spec": {"policyName": name, "validationActions": ["Deny"],
+                 "matchResources": {"namespaceSelector": {"matchLabels": {
+                     "kubernetes.io/metadata.name": namespace}}}},
+    })
+    return (f"{base}/validatingadmissionpolicies/{name}",
+            f"{base}/validatingadmissionpolicybindings/{name}")
+
+
+def _promotion_refused(kube_rest: Any, pod: str) -> bool:
+    """Whether relabelling ``pod`` as a driver is refused now (tried as a dry run)."""
+    try:
+        kube_rest.request("PATCH", pod, query={"dryRun": "All"},
+                          content_type=MERGE_PATCH,
+                          body={"metadata": {"labels": {"checkpointed.io/role": "driver"}}})
+    except ApiError as exc:
+        return "promotions are refused" in str(exc)
+    return False
+
+
+def test_a_killed_driver_is_replaced_by_its_warm_standby_once_even_if_the_promotion_stalls(
     kubectl: Kubectl, kube_rest: Any, kube_namespace: str, process_node: Any,
     cjob_operator: OperatorProcess, tmp_path: Path,
 ) -> None:
+    """The promotion is three writes (the store's record, the pod's labels, the status);
+    the API server refuses the second until a policy goes. The takeover still happens
+    once: one restart counted, the same standby promoted, no new driver pod."""
     count = 12_000
     job = running_sum_job(name="warm", namespace=kube_namespace, work_dir=tmp_path,
                           count=count, rate=500, backoff=("0s", "0s"))
@@ -191,8 +241,16 @@ def test_a_killed_driver_is_replaced_by_its_warm_standby_with_exactly_once_outpu
     assert standby["metadata"]["labels"]["checkpointed.io/role"] == "standby"
 
     # Kill the driver: the standby takes attempt 2 through the store; no new driver pod.
+    policy, binding = _refuse_promotions(kube_rest, kube_namespace)
+    wait_for(lambda: _promotion_refused(kube_rest, f"{pods}/warm-standby-1"),
+             what="the policy to be in force", timeout=60)
     killed_at = warm.status()["latestCheckpoint"]["id"]
     assert process_node.kill_pod_process(namespace=kube_namespace, name="warm-attempt-1") > 0
+    wait_for(lambda: any("promotions are refused" in str(e.get("message"))
+                         for e in warm.events()),
+             what="the relabel of the promoted standby to be refused", timeout=120)
+    kube_rest.request("DELETE", binding)
+    kube_rest.request("DELETE", policy)
     second = warm.until(lambda s: s.get("attempt") == 2 and s.get("phase") == "Running"
                         and "restoredFrom" in s,
                         what="the standby to run attempt 2 and report its restore",
