@@ -34,7 +34,7 @@ from cjob_spec.times import to_utc
 
 
 def plan_deletion(draft: Draft) -> None:
-    """Stop every driver, then delete the checkpoint data if the job asks for it.
+    """Stop every pod of the job, then delete its checkpoint data if the job asks for it.
 
     The data goes only once no pod of the job can write it: its drivers and standby,
     and their executors, which the garbage collector deletes only after their driver
