@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 from cjob_checkpoint.storage.base import FileSystem
 from job_runtime.faults import maybe_fail
 from job_runtime.records import Batch
+from job_runtime.sinks.parquet_encoding import dictionary_columns
 
 
 class Interval:
@@ -65,7 +66,8 @@ class Interval:
             return
         table = pa.Table.from_batches(self._arrow)
         if self._parquet is None:
-            self._parquet = pq.ParquetWriter(self._open_spool(), table.schema)
+            self._parquet = pq.ParquetWriter(self._open_spool(), table.schema,
+                                             use_dictionary=dictionary_columns(table))
         self._parquet.write_table(table)
         self._arrow = []
         self._arrow_bytes = 0
