@@ -23,8 +23,29 @@ from cjob_spec.status import CheckpointRef, JobStatus
 POD_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 
 
+class PodPhase:
+    """What the decisions ask of any pod of the job: whether it may still run, has
+    ended, or is being deleted (its subclasses hold ``phase`` and the timestamp)."""
+
+    phase: str
+    deletion_timestamp: datetime | None
+
+    @property
+    def is_live(self) -> bool:
+        """Pending or Running: the process may still be running or about to."""
+        return self.phase in ("Pending", "Running")
+
+    @property
+    def is_finished(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
+
+    @property
+    def is_terminating(self) -> bool:
+        return self.deletion_timestamp is not None
+
+
 @dataclass(frozen=True)
-class DriverPod:
+class DriverPod(PodPhase):
     """One driver pod of the job, reduced to what the decisions depend on.
 
     ``started_at`` is when the driver container started running; ``exit_code``,
@@ -50,22 +71,9 @@ class DriverPod:
     ready: bool = False
     """For a standby: its Spark is started and its job code loaded."""
 
-    @property
-    def is_live(self) -> bool:
-        """Pending or Running: the process may still be running or about to."""
-        return self.phase in ("Pending", "Running")
-
-    @property
-    def is_finished(self) -> bool:
-        return self.phase in ("Succeeded", "Failed")
-
-    @property
-    def is_terminating(self) -> bool:
-        return self.deletion_timestamp is not None
-
 
 @dataclass(frozen=True)
-class ExecutorPod:
+class ExecutorPod(PodPhase):
     """An executor pod Spark created for one of the job's drivers.
 
     Seen only while the job is deleted: an executor may still upload checkpoint data
@@ -77,17 +85,9 @@ class ExecutorPod:
     phase: str
     deletion_timestamp: datetime | None = None
 
-    @property
-    def is_live(self) -> bool:
-        return self.phase in ("Pending", "Running")
-
-    @property
-    def is_terminating(self) -> bool:
-        return self.deletion_timestamp is not None
-
 
 @dataclass(frozen=True)
-class CleanupPod:
+class CleanupPod(PodPhase):
     """The pod deleting the job's checkpoint data, reduced to what deletion waits on.
 
     ``message`` is the container's termination message (the cleanup command's
@@ -101,14 +101,6 @@ class CleanupPod:
     reason: str | None = None
     message: str | None = None
     deletion_timestamp: datetime | None = None
-
-    @property
-    def is_live(self) -> bool:
-        return self.phase in ("Pending", "Running")
-
-    @property
-    def is_terminating(self) -> bool:
-        return self.deletion_timestamp is not None
 
 
 class StoreOwnership(Enum):

@@ -25,7 +25,7 @@ from cjob_lifecycle.actions import (
 from cjob_lifecycle.observed import CleanupPod
 from cjob_lifecycle.plan.draft import Draft
 from cjob_lifecycle.plan.failures import NO_IMAGE_MESSAGE
-from cjob_lifecycle.plan.pods import wait_for_blocking_pods
+from cjob_lifecycle.plan.pods import is_blocking, wait_for_blocking_pods
 from cjob_spec.exit_codes import describe_exit
 from cjob_spec.model import CheckpointCleanup
 from cjob_spec.names import checkpoint_configmap_name, cleanup_pod_name
@@ -100,12 +100,9 @@ def _stop_executors(draft: Draft) -> int:
     """
     blocking = 0
     for pod in draft.observed.executors:
-        if not pod.is_live and pod.phase != "Unknown":
-            continue
-        if not pod.is_terminating:
+        if (pod.is_live or pod.phase == "Unknown") and not pod.is_terminating:
             draft.act(DeleteExecutor(name=pod.name))
-        if pod.is_live and (pod.deletion_timestamp is None or draft.seconds_since(
-                pod.deletion_timestamp) < draft.settings.kill_grace_seconds):
+        if is_blocking(draft, pod):
             blocking += 1
     return blocking
 

@@ -10,7 +10,7 @@ first reason found, so the actions name every pod once.
 from __future__ import annotations
 
 from cjob_lifecycle.actions import DeleteDriver
-from cjob_lifecycle.observed import DriverPod
+from cjob_lifecycle.observed import DriverPod, PodPhase
 from cjob_lifecycle.plan.draft import Draft
 from cjob_spec.names import driver_pod_name
 from cjob_spec.reasons import PodReason, Reason
@@ -23,8 +23,9 @@ def current_pod(draft: Draft) -> DriverPod | None:
     return draft.observed.pod(status.driver_pod or driver_pod_name(draft.name, status.attempt))
 
 
-def is_blocking(draft: Draft, pod: DriverPod) -> bool:
-    """Whether ``pod`` may still be running a driver that the next attempt must not overlap.
+def is_blocking(draft: Draft, pod: PodPhase) -> bool:
+    """Whether ``pod`` may still be running a driver (or an executor) that the next
+    attempt, or the deletion of the job's data, must not overlap.
 
     Pods in phase Unknown never block (their node is gone); terminating pods stop
     blocking ``kill_grace_seconds`` after their deletion deadline.

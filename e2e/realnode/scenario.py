@@ -288,6 +288,15 @@ def read_jsonl_objects(client: Any, *, bucket: str, prefix: str) -> list[dict[st
     return records
 
 
+def bucket_with_credentials(*, kubectl: Kubectl, s3: ClusterS3, namespace: str,
+                            bucket: str) -> None:
+    """A new bucket on the cluster's S3 server, and its credentials Secret in
+    ``namespace`` for the job's pods."""
+    s3.client().create_bucket(Bucket=bucket)
+    kubectl("apply", "--namespace", namespace, "-f", "-",
+            stdin=yaml.safe_dump(s3.credentials_secret()))  # fmt: skip
+
+
 def list_keys(client: Any, *, bucket: str, prefix: str = "") -> list[str]:
     keys: list[str] = []
     paginator = client.get_paginator("list_objects_v2")

@@ -18,7 +18,7 @@ from e2e.controlplane.rest import RestClient, quote
 from e2e.controlplane.waiting import pod_is_ready
 from e2e.jobs import RUNNING_SUM_DIR
 from e2e.kind.chart import ChartRelease, HelmCommandError
-from e2e.realnode import scenario
+from e2e.realnode import running_sum, scenario
 from e2e.realnode.pytest_plugin import RealCluster
 from e2e.realnode.s3 import ClusterS3
 
@@ -35,49 +35,6 @@ TRICKY_OUTPUT = "output-$$5-$(POD_NAME)"
 TRICKY_CHECKPOINTS = "checkpoints-$$-$(POD_NAME)"
 COUNT = 120_000
 RATE = 3_000  # records per second: about 40 s of input, so kills land mid-run
-
-
-def _job_code_configmap(kubectl: scenario.Kubectl, namespace: str) -> None:
-    kubectl(
-        "create", "configmap", "running-sum-code", "--namespace", namespace,
-        f"--from-file=job.py={RUNNING_SUM_DIR / 'job.py'}",
-    )  # fmt: skip
-
-
-def _running_sum(
-    *, name: str, storage: str, output: str, master: str, s3: dict[str, Any] | None,
-    pod: dict[str, Any], parallelism: int = 2, cleanup: str = "Retain",
-) -> dict[str, Any]:  # fmt: skip
-    checkpoint: dict[str, Any] = {"storage": storage, "interval": "1s", "retained": 3}
-    if s3 is not None:
-        checkpoint["s3"] = s3
-    spark: dict[str, Any] = {"master": master, "driver": {"cores": 1, "memory": "768Mi"}}
-    if master == "k8s":
-        spark["executor"] = {"instances": parallelism, "cores": 1, "memory": "640Mi"}
-        # Two CPUs for the whole node: executors ask for a fraction of one.
-        spark["conf"] = {"spark.kubernetes.executor.request.cores": "200m"}
-    return {
-        "apiVersion": "checkpointed.io/v1alpha1",
-        "kind": "CheckpointedJob",
-        "metadata": {"name": name},
-        "spec": {
-            "job": {
-                "entrypoint": "job:build",
-                "pythonPath": ["/opt/cjob/jobs/running-sum"],
-                "args": {"output": output, "count": COUNT, "rate": RATE},
-            },
-            "parallelism": parallelism,
-            "spark": spark,
-            "checkpoint": checkpoint,
-            "restartPolicy": {
-                "type": "OnFailure",
-                "maxRestarts": 3,
-                "backoff": {"initial": "1s", "max": "5s"},
-            },
-            "cleanupPolicy": {"checkpoints": cleanup},
-            "pod": pod,
-        },
-    }
 
 
 def _impostor_standby(job: scenario.JobHandle, *, image: str) -> dict[str, Any]:
@@ -148,10 +105,6 @@ def finished(job: scenario.JobHandle, *, timeout: float = 400) -> dict[str, Any]
                                detail=job.describe)  # fmt: skip
 
 
-CODE_VOLUME = {"name": "code", "configMap": {"name": "running-sum-code"}}
-CODE_MOUNT = {"name": "code", "mountPath": "/opt/cjob/jobs/running-sum", "readOnly": True}
-
-
 def _apply_s3_job(
     *, rest: RestClient, kubectl: scenario.Kubectl, s3: ClusterS3, namespace: str, name: str,
     master: str, cleanup: str = "Retain", standby: bool = False,
@@ -164,14 +117,13 @@ def _apply_s3_job(
     With ``standby`` it asks for a warm standby driver; both drivers then ask for a
     fraction of a core, or the two-CPU node could not schedule the second."""
     bucket = f"{name}-{namespace[-6:]}"
-    s3.client().create_bucket(Bucket=bucket)
-    kubectl("apply", "--namespace", namespace, "-f", "-",
-            stdin=yaml.safe_dump(s3.credentials_secret()))  # fmt: skip
-    _job_code_configmap(kubectl, namespace)
-    manifest = _running_sum(
+    scenario.bucket_with_credentials(kubectl=kubectl, s3=s3, namespace=namespace,
+                                        bucket=bucket)
+    running_sum.code_configmap(kubectl, namespace)
+    manifest = running_sum.manifest(
         name=name, storage=f"s3://{bucket}/{checkpoints}", output=f"s3://{bucket}/{output}",
-        master=master, s3={"endpoint": s3.cluster_endpoint, "credentialsSecret": "s3-credentials"},
-        pod={"volumes": [CODE_VOLUME], "volumeMounts": [CODE_MOUNT]}, cleanup=cleanup,
+        master=master, s3=running_sum.s3_settings(s3), count=COUNT, rate=RATE, cleanup=cleanup,
+        pod={"volumes": [running_sum.CODE_VOLUME], "volumeMounts": [running_sum.CODE_MOUNT]},
     )  # fmt: skip
     if rocksdb:
         manifest["spec"]["state"] = {"backend": "rocksdb"}
@@ -425,19 +377,21 @@ def test_file_checkpoints_on_a_claim_survive_a_driver_kill(
             "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "", "volumeName": pv,
                      "resources": {"requests": {"storage": "1Gi"}}},
         }))  # fmt: skip
-        _job_code_configmap(kubectl, real_namespace)
-        manifest = _running_sum(
+        running_sum.code_configmap(kubectl, real_namespace)
+        manifest = running_sum.manifest(
             name="local-sum",
             storage="file:///data/checkpoints",
             output="/data/output",
             master="local[2]",
             s3=None,
+            count=COUNT,
+            rate=RATE,
             pod={
                 "volumes": [
-                    CODE_VOLUME,
+                    running_sum.CODE_VOLUME,
                     {"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
                 ],
-                "volumeMounts": [CODE_MOUNT, {"name": "data", "mountPath": "/data"}],
+                "volumeMounts": [running_sum.CODE_MOUNT, {"name": "data", "mountPath": "/data"}],
             },
         )
         kubectl("apply", "--namespace", real_namespace, "-f", "-", stdin=yaml.safe_dump(manifest))

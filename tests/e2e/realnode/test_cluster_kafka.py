@@ -132,9 +132,8 @@ def test_the_kafka_clicks_example_survives_a_driver_kill_with_every_count_once(
     produce.produce(bootstrap, clicks_topic, produce.clicks(count=CLICKS, users=USERS))
 
     bucket = f"kafka-clicks-{suffix}"
-    cluster_s3.client().create_bucket(Bucket=bucket)
-    kubectl("apply", "--namespace", real_namespace, "-f", "-",
-            stdin=yaml.safe_dump(cluster_s3.credentials_secret()))  # fmt: skip
+    scenario.bucket_with_credentials(kubectl=kubectl, s3=cluster_s3, namespace=real_namespace,
+                                        bucket=bucket)
     kubectl("create", "configmap", "kafka-clicks-code", "--namespace", real_namespace,
             f"--from-file=job.py={EXAMPLE_DIR / 'job.py'}")  # fmt: skip
     manifest = _example_manifest(bucket=bucket, clicks=clicks_topic, counts=counts_topic,

@@ -24,17 +24,25 @@ def _source(p: Pipeline) -> Stream:
                                      rate=float(rate) if rate else None))
 
 
+def first_to_claim(marker: str) -> bool:
+    """Create ``marker``; whether this call did (only one process ever does): what makes
+    a fault happen once, in the first attempt that reaches it."""
+    try:
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return False
+    os.close(fd)
+    return True
+
+
 def _crash_once(p: Pipeline) -> Callable[[dict[str, Any]], dict[str, Any]]:
     marker = p.args.get("crash_marker")
     crash_at = int(p.args.get("crash_at", -1))
 
     def maybe_crash(record: dict[str, Any]) -> dict[str, Any]:
         if marker and record["seq"] == crash_at:
-            try:
-                fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            except FileExistsError:
+            if not first_to_claim(marker):
                 return record
-            os.close(fd)
             os.kill(os.getpid(), signal.SIGKILL)
         return record
 

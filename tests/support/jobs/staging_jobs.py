@@ -21,6 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from crashing_jobs import first_to_claim
+
 from job_runtime import Pipeline, sinks, sources
 
 KEYS = 97
@@ -48,11 +50,8 @@ def _pause_then_crash(args: dict[str, Any]) -> Callable[[dict[str, Any]], dict[s
 
     def maybe_pause(record: dict[str, Any]) -> dict[str, Any]:
         if paused and record["seq"] == pause_at:
-            try:
-                fd = os.open(paused, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-            except FileExistsError:
+            if not first_to_claim(paused):
                 return record
-            os.close(fd)
             _wait_for(Path(args["resume"]))
             os.kill(os.getpid(), signal.SIGKILL)
         return record

@@ -22,7 +22,7 @@ import yaml
 from e2e.controlplane.waiting import pod_is_ready
 from e2e.jobs import RUNNING_SUM_DIR
 from e2e.kind.chart import ChartRelease
-from e2e.realnode import scenario
+from e2e.realnode import running_sum, scenario
 from e2e.realnode.chaos_faults import Chaos
 from e2e.realnode.chaos_tally import NOT_ATTEMPT_ENDS, Tally, job_events, recoveries
 from e2e.realnode.chaos_watch import JobWatch
@@ -62,45 +62,19 @@ def _chaos_job(*, name: str, bucket: str, s3: ClusterS3) -> dict[str, Any]:
     of the run; ``tolerableFailures`` lets a checkpoint fail for about a minute while
     the S3 server restarts before the driver gives up (when it does, the restart that
     follows is one more to account for, and the tally names its reason)."""
-    return {
-        "apiVersion": "checkpointed.io/v1alpha1",
-        "kind": "CheckpointedJob",
-        "metadata": {"name": name},
-        "spec": {
-            "job": {
-                "entrypoint": "job:build",
-                "pythonPath": ["/opt/cjob/jobs/running-sum"],
-                "args": {"output": f"s3://{bucket}/output", "count": COUNT, "rate": RATE},
-            },
-            "parallelism": 2,
-            "spark": {
-                "master": "k8s",
-                "driver": {"cores": 1, "memory": "768Mi"},
-                "executor": {"instances": 2, "cores": 1, "memory": "640Mi"},
-                # Two CPUs for the whole node: two drivers and four executors ask
-                # for fractions of one.
-                "conf": {"spark.kubernetes.executor.request.cores": "200m",
-                         "spark.kubernetes.driver.request.cores": "300m"},
-            },
-            "checkpoint": {
-                "storage": f"s3://{bucket}/checkpoints", "interval": "2s", "retained": 3,
-                "tolerableFailures": 30,
-                "s3": {"endpoint": s3.cluster_endpoint, "credentialsSecret": "s3-credentials"},
-            },
-            "state": {"backend": "rocksdb"},
-            "standby": {"enabled": True},
-            "restartPolicy": {
-                "type": "OnFailure", "maxRestarts": MAX_RESTARTS,
-                "backoff": {"initial": "1s", "max": "5s"}, "resetAfter": "24h",
-            },
-            "cleanupPolicy": {"checkpoints": "Retain"},
-            "pod": {
-                "volumes": [{"name": "code", "configMap": {"name": "running-sum-code"}}],
-                "volumeMounts": [{"name": "code", "mountPath": "/opt/cjob/jobs/running-sum",
-                                  "readOnly": True}],
-            },
-        },
-    }
+    manifest = running_sum.manifest(
+        name=name, storage=f"s3://{bucket}/checkpoints", output=f"s3://{bucket}/output",
+        master="k8s", s3=running_sum.s3_settings(s3), count=COUNT, rate=RATE,
+        pod={"volumes": [running_sum.CODE_VOLUME], "volumeMounts": [running_sum.CODE_MOUNT]},
+    )  # fmt: skip
+    spec = manifest["spec"]
+    # Two CPUs for the whole node: two drivers and four executors ask for fractions of one.
+    spec["spark"]["conf"]["spark.kubernetes.driver.request.cores"] = "300m"
+    spec["checkpoint"].update(interval="2s", tolerableFailures=30)
+    spec["state"] = {"backend": "rocksdb"}
+    spec["standby"] = {"enabled": True}
+    spec["restartPolicy"].update(maxRestarts=MAX_RESTARTS, resetAfter="24h")
+    return manifest
 
 
 def _started_attempts(events: list[Any]) -> list[int]:
@@ -134,11 +108,9 @@ def test_a_job_under_ten_minutes_of_random_kills_finishes_with_exactly_once_outp
     namespace = restricted_namespace
     name = "chaos"
     bucket = f"{name}-{namespace[-6:]}"
-    cluster_s3.client().create_bucket(Bucket=bucket)
-    kubectl("apply", "--namespace", namespace, "-f", "-",
-            stdin=yaml.safe_dump(cluster_s3.credentials_secret()))  # fmt: skip
-    kubectl("create", "configmap", "running-sum-code", "--namespace", namespace,
-            f"--from-file=job.py={RUNNING_SUM_DIR / 'job.py'}")  # fmt: skip
+    scenario.bucket_with_credentials(kubectl=kubectl, s3=cluster_s3, namespace=namespace,
+                                        bucket=bucket)
+    running_sum.code_configmap(kubectl, namespace)
     kubectl("apply", "--namespace", namespace, "-f", "-",
             stdin=yaml.safe_dump(_chaos_job(name=name, bucket=bucket, s3=cluster_s3)))
     job = scenario.JobHandle(rest=rest, namespace=namespace, name=name)
