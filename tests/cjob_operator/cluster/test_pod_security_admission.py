@@ -153,8 +153,8 @@ def test_the_cleanup_pod_is_admitted_there_and_carries_no_secret_value(
                            "s3": {"endpoint": "http://s3:9000", "credentialsSecret": "creds"}},
         },
     })
-    pod = without_owner(build_cleanup_pod(job, uri="s3://ckpt/jobs/clicks-uid-1", image=IMAGE,
-                                          deadline_seconds=600,
+    pod = without_owner(build_cleanup_pod(job, uris=("s3://ckpt/jobs/clicks-uid-1",),
+                                          image=IMAGE, deadline_seconds=600,
                                           operator_config=OperatorConfig()))
     create_pod(kube_rest, kube_namespace, pod)
     created = kube_rest.get(f"/api/v1/namespaces/{quote(kube_namespace)}/pods/clicks-cleanup")
