@@ -297,17 +297,25 @@ def test_pods_of_an_earlier_job_with_the_same_name_are_not_this_jobs_pods(clock:
     assert observe_pods([pod], job_name="other", job_uid="uid-1") == ()
 
 
+def deleted_after_attempt_one(clock: Clock, *, phase: str,
+                              exit_code: int) -> tuple[FakeCluster, Reconciler]:
+    """A job with ``cleanupPolicy.checkpoints: Delete`` whose first driver ended in
+    ``phase`` with ``exit_code``, then deleted (no pass has seen the deletion yet)."""
+    cluster = FakeCluster(job=job_document(cleanupPolicy={"checkpoints": "Delete"}))
+    subject = reconciler(cluster, clock)
+    run_pass(subject, cluster)
+    cluster.set_pod_state("sums-attempt-1", phase, exit_code=exit_code)
+    assert cluster.job is not None
+    cluster.job["metadata"]["deletionTimestamp"] = "2024-05-01T12:01:00Z"
+    return cluster, subject
+
+
 def test_a_failing_cleanup_pod_keeps_the_data_says_why_and_lets_the_job_go(
     clock: Clock,
 ) -> None:
     """The operator reads no Secrets and touches no storage: when the cleanup pod
     cannot delete the data, the deletion still finishes, and the Event says why."""
-    cluster = FakeCluster(job=job_document(cleanupPolicy={"checkpoints": "Delete"}))
-    subject = reconciler(cluster, clock)
-    run_pass(subject, cluster)
-    cluster.set_pod_state("sums-attempt-1", "Succeeded", exit_code=0)
-    assert cluster.job is not None
-    cluster.job["metadata"]["deletionTimestamp"] = "2024-05-01T12:01:00Z"
+    cluster, subject = deleted_after_attempt_one(clock, phase="Succeeded", exit_code=0)
     assert not run_pass(subject, cluster).finalized
     cluster.set_pod_state(
         "sums-cleanup", "Failed", exit_code=7,
@@ -327,12 +335,7 @@ def test_a_failing_cleanup_pod_keeps_the_data_says_why_and_lets_the_job_go(
 def test_a_cleanup_pod_the_api_server_refuses_keeps_the_data_and_lets_the_job_go(
     clock: Clock,
 ) -> None:
-    cluster = FakeCluster(job=job_document(cleanupPolicy={"checkpoints": "Delete"}))
-    subject = reconciler(cluster, clock)
-    run_pass(subject, cluster)
-    cluster.set_pod_state("sums-attempt-1", "Succeeded", exit_code=0)
-    assert cluster.job is not None
-    cluster.job["metadata"]["deletionTimestamp"] = "2024-05-01T12:01:00Z"
+    cluster, subject = deleted_after_attempt_one(clock, phase="Succeeded", exit_code=0)
     cluster.fail["create_pod"] = ClusterError(
         operation="create pod team/sums-cleanup", cause="HTTP 403: exceeded quota",
         retryable=False)
@@ -347,10 +350,7 @@ def test_a_cleanup_pod_the_api_server_refuses_keeps_the_data_and_lets_the_job_go
 def test_deleting_with_cleanup_delete_waits_for_the_executors_that_may_still_upload(
     clock: Clock,
 ) -> None:
-    cluster = FakeCluster(job=job_document(cleanupPolicy={"checkpoints": "Delete"}))
-    subject = reconciler(cluster, clock)
-    run_pass(subject, cluster)
-    cluster.set_pod_state("sums-attempt-1", "Failed", exit_code=143)
+    cluster, subject = deleted_after_attempt_one(clock, phase="Failed", exit_code=143)
     executor = copy.deepcopy(cluster.pod_list()[0])
     executor["metadata"].update(
         name="sums-attempt-1-exec-1",
@@ -359,8 +359,6 @@ def test_deleting_with_cleanup_delete_waits_for_the_executors_that_may_still_upl
                           "uid": "driver-uid"}])
     cluster.pods["sums-attempt-1-exec-1"] = executor
     cluster.set_pod_state("sums-attempt-1-exec-1", "Running")
-    assert cluster.job is not None
-    cluster.job["metadata"]["deletionTimestamp"] = "2024-05-01T12:01:00Z"
     run_pass(subject, cluster)
     assert "delete_pod(sums-attempt-1-exec-1)" in cluster.calls
     assert "sums-cleanup" not in cluster.pods, "no cleanup while an executor may still upload"
