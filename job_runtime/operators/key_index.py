@@ -407,10 +407,17 @@ class _HashedLookup:
                           dtype=np.int64)
 
     def add(self, ids: np.ndarray, slots: np.ndarray) -> None:
-        """Add distinct identities not present yet."""
+        """Add identities not present yet (one given twice keeps its last slot)."""
         if len(ids):
             self._table.map_keys_to_values(np.ascontiguousarray(ids).view(np.int64),
                                            np.ascontiguousarray(slots, dtype=np.int64))
+
+    def add_new(self, ids: np.ndarray, slots: np.ndarray) -> bool:
+        """:meth:`add`; whether every identity was new and distinct (the table grew by
+        as many)."""
+        before = len(self._table)
+        self.add(ids, slots)
+        return len(self._table) - before == len(ids)
 
 
 def _searched_lookup() -> _HashedLookup | _SortedLookup:
@@ -599,9 +606,9 @@ class KeyIndex:
     def _valid_slots(self, values: pa.Array, *, ids: np.ndarray | None = None) -> np.ndarray:
         if ids is None:
             ids = self._identities(values)
-        found = self._lookup.find(ids)
-        if self.family in _HASHED:
-            found = self._verified(values, found)
+        held = self._lookup.find(ids)
+        hashed = self.family in _HASHED
+        found = self._verified(values, held) if hashed else held
         missing = np.flatnonzero(found < 0)
         if not len(missing):
             return found
@@ -609,22 +616,37 @@ class KeyIndex:
             values.take(pa.array(missing))
         new_ids = ids[missing]
         slots = self._append(new_values)
-        _, first = np.unique(new_ids, return_index=True)
-        taken = np.zeros(len(missing), dtype=bool)
-        taken[first] = True
-        # An identity already held by another key, or by two new keys: the second
-        # key (and any after it) is kept aside and found by its value.
-        if self.family in _HASHED:
-            held = self._lookup.find(new_ids[first]) >= 0
-            taken[first[held]] = False
-        self._add_ids(new_ids[taken], slots[taken], held_before=int(slots[0]))
-        if not taken.all():
-            aside = np.flatnonzero(~taken)
+        if hashed:
+            aside = self._add_hashed(new_ids, slots, held=held[missing] >= 0)
             for i, value in zip(aside.tolist(), new_values.take(pa.array(aside)).to_pylist(),
                                 strict=True):
                 self._colliding[_object_key(value)] = int(slots[i])
+        else:
+            # Distinct keys whose identities are their values: distinct identities.
+            self._add_ids(new_ids, slots, held_before=int(slots[0]))
         found[missing] = slots
         return found
+
+    def _add_hashed(self, ids: np.ndarray, slots: np.ndarray, *, held: np.ndarray) -> np.ndarray:
+        """Make the hashed identities of new keys findable; returns the positions of the
+        keys kept aside, to be found by value: those whose identity another key holds
+        (``held``), and the second key (and any after it) of two new keys sharing one.
+
+        Identities shared by different keys come about once in 2**64 pairs, so the
+        hash table is asked first to take them all and to say, by its size, whether
+        they were distinct; only when they were not (or some were held) are they sorted
+        to find the first of each."""
+        lookup = self._lookup
+        if isinstance(lookup, _HashedLookup) and not held.any() and lookup.add_new(ids, slots):
+            return np.empty(0, dtype=np.int64)
+        _, first = np.unique(ids, return_index=True)
+        taken = np.zeros(len(ids), dtype=bool)
+        taken[first] = True
+        taken[held] = False
+        # Over a hash table that took them all, the first slot of each shared identity
+        # is written again: the table keeps the last value given to a key.
+        lookup.add(ids[taken], slots[taken])
+        return np.flatnonzero(~taken)
 
     def _add_ids(self, ids: np.ndarray, slots: np.ndarray, *, held_before: int) -> None:
         """Make ``ids`` findable (slots from ``held_before`` on were just appended)."""

@@ -8,10 +8,12 @@ without a Python loop, or a Python object, per record or per key.
 
 Snapshots are copy-on-write: a snapshot takes the current arrays as they are and
 marks them shared; the first batch after it that changes accumulators in place
-copies them first (once per checkpoint interval), and a batch with new keys needs no
-extra copy, since growing already builds new arrays. The keys and key-group arrays
-are never changed in place. So the barrier costs microseconds whatever the number
-of keys; the copy is paid while processing.
+copies them first (once per checkpoint interval). The arrays are views of the first
+``size`` entries of larger ones, whose capacity doubles as keys arrive: a batch with
+new keys writes their empty accumulators and key groups past the end of every view
+a snapshot holds, so it needs no copy, and adding keys costs what the new keys do,
+not a copy of every key held. The keys are never changed in place. So the barrier
+costs microseconds whatever the number of keys; the copy is paid while processing.
 """
 
 from __future__ import annotations
@@ -36,8 +38,12 @@ class KeyTable:
         self._specs = specs
         self._max_parallelism = max_parallelism
         self.index = KeyIndex()
-        self.groups = np.empty(0, dtype=np.int64)
+        self._groups_store = np.empty(0, dtype=np.int64)
+        self._acc_store: dict[str, np.ndarray] = {}
+        self.groups = self._groups_store
+        """The key group of each slot (a view of the first ``size`` entries)."""
         self.acc: dict[str, np.ndarray] = {}
+        """The accumulators of each slot, per accumulator (views, as ``groups``)."""
         self._shared = False
         self.array_copies = 0
         """Accumulator arrays copied because a snapshot still held them (observable
@@ -56,12 +62,15 @@ class KeyTable:
         keys' string identities, when a combiner sent them)."""
         start = self.size
         slots = self.index.slots(uniques, identities=identities)
-        if self.size > start:
+        n_new = self.size - start
+        if n_new:
             # The new keys are hashed from the batch's own keys, not taken back out of
             # the index (which would gather its whole key store on every new key).
-            new_slots, first = np.unique(slots[slots >= start], return_index=True)
-            at = np.flatnonzero(slots >= start)[first]
-            if len(new_slots) != self.size - start:
+            # Each new slot appears once: ``at[i]`` is the row of slot ``start + i``.
+            fresh = np.flatnonzero(slots >= start)
+            at = np.full(n_new, -1, dtype=np.int64)
+            at[slots[fresh] - start] = fresh
+            if len(fresh) != n_new or (at < 0).any():
                 self._grown(start)
             elif identities is not None and self.index.family in _IDENTIFIED:
                 self._grown(start, groups=key_groups_of_identities(
@@ -76,23 +85,32 @@ class KeyTable:
         """New slots from ``start`` on: their key groups (``groups``, or hashed from
         ``new_keys``, the keys of those slots in order, or from the index) and empty
         accumulators."""
-        n_new = self.size - start
+        size = self.size
         if groups is None:
             if new_keys is None:
-                new_keys = self.index.take(np.arange(start, self.size))
+                new_keys = self.index.take(np.arange(start, size))
             groups = key_groups_of_array(new_keys, self._max_parallelism)
-        self.groups = np.concatenate([self.groups, groups])
+        if size > len(self._groups_store):
+            capacity = max(size, 2 * len(self._groups_store), 1024)
+            self._groups_store = _with_capacity(self._groups_store[:start], capacity, 0)
+            for name, (func, _) in self._specs.items():
+                held = self._acc_store.get(name, initial(func, 0))[:start]
+                self._acc_store[name] = _with_capacity(held, capacity, initial(func, 1)[0])
+            # New arrays throughout: a snapshot holding the old ones is safe from here on.
+            self._shared = False
+        self._groups_store[start:size] = groups
+        self.groups = self._groups_store[:size]
         for name, (func, _) in self._specs.items():
-            current = self.acc.get(name, initial(func, 0))
-            self.acc[name] = np.concatenate([current, initial(func, n_new)])
-        # New arrays throughout: a snapshot holding the old ones is safe from here on.
-        self._shared = False
+            store = self._acc_store[name]
+            store[start:size] = initial(func, 1)[0]
+            self.acc[name] = store[:size]
 
     def merge(self, slots: np.ndarray, folded: dict[str, np.ndarray]) -> None:
         """Fold per-key partials in at ``slots`` (distinct), copying shared arrays first."""
         if self._shared:
-            for name, values in self.acc.items():
-                self.acc[name] = values.copy()
+            for name in self.acc:
+                self._acc_store[name] = self._acc_store[name].copy()
+                self.acc[name] = self._acc_store[name][:self.size]
                 self.array_copies += 1
             self._shared = False
         merge_into(self.acc, slots, folded, self._specs)
@@ -145,6 +163,13 @@ class KeyTable:
             if name in self.acc:
                 self.acc[name][start:self.size] = values[mask]
         return int(mask.sum())
+
+
+def _with_capacity(values: np.ndarray, capacity: int, fill: Any) -> np.ndarray:
+    """A new array of ``capacity`` entries starting with ``values``, the rest ``fill``."""
+    out = np.full(capacity, fill, dtype=values.dtype)
+    out[:len(values)] = values
+    return out
 
 
 def _object_array(values: list[Any]) -> np.ndarray:

@@ -14,7 +14,13 @@ import pytest
 from job_runtime import Pipeline
 from job_runtime.errors import UserCodeError
 from job_runtime.execution.stages import plan_stages
-from job_runtime.operators.accumulators import PARTIAL_PREFIX, is_partial
+from job_runtime.operators.accumulators import (
+    PARTIAL_PREFIX,
+    accumulator_specs,
+    fold,
+    fold_keys,
+    is_partial,
+)
 from job_runtime.operators.combiner import Combiner
 from job_runtime.operators.key_index import factorize_keys
 from job_runtime.operators.keyed import AggregateOperator, build_keyed_operator
@@ -210,6 +216,94 @@ class TestCombinedAggregates:
             operator.process(Batch(arrow=foreign))
 
         assert "version 1" in str(caught.value.details)
+
+
+COUNTS_AND_SUMS = {"n": "count", "total": ("sum", "v"), "avg": ("mean", "v")}
+
+
+def _numbered_fold(keys: pa.Array, values: dict[str, np.ndarray], *, partial: bool
+                   ) -> dict[Any, dict[str, float]]:
+    """The fold by numbering the keys first: what string keys got before Arrow folded them."""
+    specs = accumulator_specs(aggregate_op(**COUNTS_AND_SUMS).aggregates)
+    codes, uniques = factorize_keys(keys)
+    folded = fold(column=values.__getitem__, codes=codes, n_unique=len(uniques), specs=specs,
+                  partial=partial)
+    return {key: {name: float(v[i]) for name, v in folded.items()}
+            for i, key in enumerate(uniques.to_pylist())}
+
+
+def _arrow_fold(keys: pa.Array, values: dict[str, np.ndarray], *, partial: bool
+                ) -> dict[Any, dict[str, float]]:
+    specs = accumulator_specs(aggregate_op(**COUNTS_AND_SUMS).aggregates)
+    uniques, folded = fold_keys(keys=keys, column=values.__getitem__, specs=specs,
+                                partial=partial)
+    assert folded["count"].dtype == np.int64
+    assert len(set(uniques.to_pylist())) == len(uniques)
+    return {key: {name: float(v[i]) for name, v in folded.items()}
+            for i, key in enumerate(uniques.to_pylist())}
+
+
+def _same_floats(expected: dict[Any, dict[str, float]], got: dict[Any, dict[str, float]]) -> None:
+    assert got.keys() == expected.keys()
+    for key, row in expected.items():
+        for name, value in row.items():
+            if np.isnan(value):
+                assert np.isnan(got[key][name]), (key, name)
+            else:
+                assert got[key][name] == value, (key, name)
+
+
+class TestArrowFold:
+    """String and binary keys with counts and sums are folded by Arrow's grouped
+    aggregation; it must give what numbering the keys and summing with numpy gives."""
+
+    @pytest.mark.parametrize("kind", [pa.string(), pa.large_string(), pa.binary()])
+    def test_records_fold_to_the_same_counts_and_sums_as_numbered_keys(
+            self, kind: pa.DataType) -> None:
+        rng = random.Random(5)
+        words = [None if rng.random() < 0.1 else f"user-{rng.randrange(40)}"
+                 for _ in range(3000)]
+        raw = [None if w is None else (w.encode() if kind == pa.binary() else w)
+               for w in words]
+        keys = pa.array(raw, type=kind)
+        # A null value is NaN to numpy: its key's sum is NaN, as a NaN value makes it.
+        amounts = pa.array([None if i % 97 == 0 else float("nan") if i % 89 == 0
+                            else float(rng.randint(-50, 50)) for i in range(len(raw))])
+        values = {"v": np.asarray(amounts.to_numpy(zero_copy_only=False))}
+
+        _same_floats(_numbered_fold(keys, values, partial=False),
+                     _arrow_fold(keys, values, partial=False))
+
+    def test_partial_rows_fold_to_the_same_counts_and_sums_as_numbered_keys(self) -> None:
+        rng = random.Random(8)
+        keys = pa.array([None if rng.random() < 0.05 else f"k{rng.randrange(30)}"
+                         for _ in range(500)])
+        values = {PARTIAL_PREFIX + "count": np.array([rng.randint(1, 9) for _ in range(500)],
+                                                     dtype=np.int64),
+                  PARTIAL_PREFIX + "sum:v": np.array([rng.uniform(-5, 5) for _ in range(500)])}
+
+        expected = _numbered_fold(keys, values, partial=True)
+        got = _arrow_fold(keys, values, partial=True)
+
+        assert got.keys() == expected.keys()
+        for key, row in expected.items():
+            assert got[key]["count"] == row["count"]
+            assert got[key]["sum:v"] == pytest.approx(row["sum:v"], rel=1e-12, abs=1e-12)
+
+    @pytest.mark.parametrize("seed", range(6))
+    def test_random_batches_give_the_same_counts_and_sums_with_and_without_the_combiner(
+            self, seed: int) -> None:
+        rng = random.Random(100 + seed)
+        batches = random_batches(rng, string_keys=True)
+        op = aggregate_op(**COUNTS_AND_SUMS)
+
+        expected = without_combiner(op, batches)
+        got = with_combiner(op, batches, rng, max_records=rng.choice([1, 50, 10_000]))
+
+        assert got.keys() == expected.keys()
+        for key, row in expected.items():
+            assert got[key]["n"] == row["n"]
+            assert got[key]["total"] == pytest.approx(row["total"], rel=1e-12, abs=1e-9)
 
 
 class TestFactorize:

@@ -199,6 +199,30 @@ class TestAggregateCopyOnWrite:
         assert snapshot.key_count() == 1
         assert restored_rows(snapshot.serialize(), "a") == {"a": {"n": 1, "total": 1.0}}
 
+    def test_keys_added_within_and_past_the_arrays_capacity_leave_a_snapshot_alone(
+            self) -> None:
+        operator = aggregate_operator()
+        operator.process(batch(*[(f"k{i}", 1.0) for i in range(700)]))
+        snapshot = operator.snapshot()
+        groups = snapshot.groups.copy()
+        # New keys first fill the arrays' spare room behind the snapshot's entries,
+        # then outgrow it; the old keys change in between.
+        operator.process(batch(*[(f"n{i}", 5.0) for i in range(300)]))
+        operator.process(batch(*[(f"k{i}", 2.0) for i in range(0, 700, 3)]))
+        operator.process(batch(*[(f"m{i}", 7.0) for i in range(5000)]))
+        operator.process(batch(("k1", 4.0)))
+
+        assert snapshot.key_count() == 700
+        assert np.array_equal(snapshot.groups, groups)
+        assert restored_rows(snapshot.serialize(), "k0", "k1", "k699") == {
+            "k0": {"n": 1, "total": 1.0}, "k1": {"n": 1, "total": 1.0},
+            "k699": {"n": 1, "total": 1.0}}
+        later = operator.snapshot()
+        assert later.key_count() == 6000
+        assert restored_rows(later.serialize(), "k0", "k1", "n0", "m4999") == {
+            "k0": {"n": 2, "total": 3.0}, "k1": {"n": 2, "total": 5.0},
+            "n0": {"n": 1, "total": 5.0}, "m4999": {"n": 1, "total": 7.0}}
+
 
 # --------------------------------------------------------------------------- files sink
 
