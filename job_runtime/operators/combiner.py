@@ -36,6 +36,8 @@ from job_runtime.operators.accumulators import (
     PARTIAL_PREFIX,
     accumulator_specs,
     fold_keys,
+    hash_fold,
+    hash_foldable,
     partial_batch,
 )
 from job_runtime.operators.key_index import concat_keys, typed_keys
@@ -125,19 +127,34 @@ class Combiner:
         """Fold the buffered records into partial rows, held until the next send."""
         if not self._records:
             return
-        columns: dict[str, np.ndarray] = {}
-        for column, parts in self._parts.items():
-            if column not in self.value_columns:
-                continue
-            chunks = [np.asarray(p.to_numpy(zero_copy_only=False)) for p in parts]
-            columns[column] = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
-        # The keys stay in Arrow: strings are hashed in their buffers, never as objects.
-        keys = concat_keys(self._parts[KEY])
-        self._parts = {c: [] for c in self.columns}
+        parts, self._parts = self._parts, {c: [] for c in self.columns}
         self._records = 0
-        uniques, folded = fold_keys(keys=keys, column=columns.__getitem__, specs=self.specs)
-        self._folds.append((uniques, folded))
-        self._folded_rows += len(uniques)
+        folded = self._hash_folded(parts)
+        if folded is None:
+            columns: dict[str, np.ndarray] = {}
+            for column in self.value_columns:
+                chunks = [np.asarray(p.to_numpy(zero_copy_only=False)) for p in parts[column]]
+                columns[column] = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)
+            # The keys stay in Arrow: strings are hashed in their buffers, never as objects.
+            folded = fold_keys(keys=concat_keys(parts[KEY]), column=columns.__getitem__,
+                               specs=self.specs)
+        self._folds.append(folded)
+        self._folded_rows += len(folded[0])
+
+    def _hash_folded(self, parts: dict[str, list[pa.Array | pa.ChunkedArray]]) -> Folded | None:
+        """The buffer folded by Arrow's grouped aggregation over the batches as they came
+        (no copy into one array first), or ``None`` when their keys or accumulators
+        are not for it, or their types differ from batch to batch."""
+        key_types = {part.type for part in parts[KEY]}
+        if len(key_types) != 1 or not hash_foldable(next(iter(key_types)), self.specs):
+            return None
+        try:
+            keys = pa.chunked_array(parts[KEY])
+            values = {c: pa.chunked_array(parts[c]) for c in self.value_columns}
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            return None
+        return hash_fold(keys=keys, column=values.__getitem__, specs=self.specs,
+                         partial=False)
 
     def _merge_folds(self) -> Folded:
         """The held partial rows folded into one row per distinct key."""

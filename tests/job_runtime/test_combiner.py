@@ -306,6 +306,46 @@ class TestArrowFold:
             assert got[key]["total"] == pytest.approx(row["total"], rel=1e-12, abs=1e-9)
 
 
+    def test_batches_whose_columns_change_type_fold_to_the_same_counts_and_sums(self) -> None:
+        op = aggregate_op(**COUNTS_AND_SUMS)
+        batches = [
+            Batch(arrow=pa.RecordBatch.from_pydict({"k": ["a", "b", "a"], "v": [1, 2, None]})),
+            Batch(arrow=pa.RecordBatch.from_arrays(
+                [pa.array(["b", "c"], type=pa.large_string()), pa.array([0.5, 4.0])],
+                names=["k", "v"])),
+            Batch(arrow=pa.RecordBatch.from_pydict({"k": ["c", None], "v": [1.5, 2.5]})),
+        ]
+        combiner = Combiner(op=op, max_records=10_000, max_delay=3600.0)
+        for batch in batches:
+            combiner.add(batch)
+        partial = combiner.flush()
+        assert partial is not None
+        rows = {r["k"]: r for r in partial.rows}
+
+        assert {k: r[PARTIAL_PREFIX + "count"] for k, r in rows.items()} == {
+            "a": 2, "b": 2, "c": 2, None: 1}
+        assert np.isnan(rows["a"][PARTIAL_PREFIX + "sum:v"])
+        assert rows["b"][PARTIAL_PREFIX + "sum:v"] == 2.5
+        assert rows["c"][PARTIAL_PREFIX + "sum:v"] == 5.5
+        assert rows[None][PARTIAL_PREFIX + "sum:v"] == 2.5
+
+
+    def test_a_null_integer_value_makes_its_keys_sum_nan_as_without_the_combiner(
+            self) -> None:
+        op = aggregate_op(**COUNTS_AND_SUMS)
+        batches = [Batch(arrow=pa.RecordBatch.from_pydict(
+            {"k": ["a", "b", "a", "c"], "v": pa.array([1, 2, None, 7], type=pa.int64())}))
+            for _ in range(3)]
+
+        expected = without_combiner(op, batches)
+        got = with_combiner(op, batches, random.Random(1), max_records=10_000)
+
+        assert np.isnan(expected["a"]["total"]) and np.isnan(got["a"]["total"])
+        assert got["a"]["n"] == expected["a"]["n"] == 6
+        assert got["b"]["total"] == expected["b"]["total"] == 6.0
+        assert got["c"]["total"] == expected["c"]["total"] == 21.0
+
+
 class TestFactorize:
     @pytest.mark.parametrize("keys", [
         np.array([5, 3, 5, 9, 3, 3], dtype=np.int64),
