@@ -361,10 +361,14 @@ class EmbeddedRunner:
                                standby_launch_for=self._launch_standby,
                                promotion_for=self._promotion, on_promote=self._on_promote)
         written: dict[str, Any] | None = None
+        planned = status
         try:
             while True:
                 observed = backend.observe(status)
                 result = plan(observed, now=self.clock(), settings=LOCAL_SETTINGS)
+                # From here on the pass's actions may have happened (a driver launched):
+                # an interrupt before its status is written still records it (below).
+                planned = result.status
                 self._report_failure(status, result.status)
                 backend.execute(result.actions)
                 self._print_events(status, result.status)
@@ -381,6 +385,8 @@ class EmbeddedRunner:
                 self._watch(backend, status=status, wake_after=result.requeue_after)
         except KeyboardInterrupt:
             backend.stop_all()
+            if planned.to_dict() != written:
+                write_status(self.paths, planned)
             raise
         finally:
             self._end_progress_line()

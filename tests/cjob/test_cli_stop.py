@@ -8,6 +8,7 @@ timeout, ``kill``) must both stop them before the runner exits.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -92,3 +93,42 @@ def test_a_signalled_runner_stops_its_driver_before_it_exits(
     assert "run the same command again to resume" in output
     status = json.loads((state / "demo" / "status.json").read_text())
     assert status["phase"] in ("Pending", "Running")   # resumable, not reported as failed
+
+
+def test_an_interrupt_right_after_the_driver_started_still_records_a_resumable_status(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The signal can land between launching the driver and writing status.json: the
+    # pass's status must be written all the same, and the driver stopped.
+    from cjob.embedded import EmbeddedRunner, RunOptions
+    from cjob_spec import load_job_file
+
+    monkeypatch.setenv("STUB_SECONDS", "120")
+    monkeypatch.setenv("STUB_EXITS", "0")
+    job = tmp_path / "job.yaml"
+    job.write_text(textwrap.dedent("""\
+        apiVersion: checkpointed.io/v1alpha1
+        kind: CheckpointedJob
+        metadata: {name: demo, uid: uid-1}
+        spec:
+          job: {entrypoint: "job:build"}
+          parallelism: 1
+          spark: {master: "local[1]"}
+          checkpoint: {storage: "file:///unused", interval: 1s}
+        """))
+    state = tmp_path / "state"
+    runner = EmbeddedRunner(
+        job=load_job_file(str(job)),
+        options=RunOptions(state_dir=str(state), fresh=True, out=io.StringIO(),
+                           base_dir=str(tmp_path), driver_command=(sys.executable, str(STUB))))
+
+    def interrupted(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "_print_events", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        runner.run()
+
+    assert driver_pids(state) == [], "the runner left its driver running"
+    status = json.loads((state / "demo" / "status.json").read_text())
+    assert status["phase"] in ("Pending", "Running")
+    assert status["attempt"] == 1
