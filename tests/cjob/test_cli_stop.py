@@ -39,7 +39,8 @@ LAUNCHER = textwrap.dedent(f"""\
     """)
 
 
-def start_runner(tmp_path: Path) -> tuple[subprocess.Popen[str], Path]:
+def write_job(tmp_path: Path) -> Path:
+    """A one-driver job file for the stub driver."""
     job = tmp_path / "job.yaml"
     job.write_text(textwrap.dedent("""\
         apiVersion: checkpointed.io/v1alpha1
@@ -51,6 +52,11 @@ def start_runner(tmp_path: Path) -> tuple[subprocess.Popen[str], Path]:
           spark: {master: "local[1]"}
           checkpoint: {storage: "file:///unused", interval: 1s}
         """))
+    return job
+
+
+def start_runner(tmp_path: Path) -> tuple[subprocess.Popen[str], Path]:
+    job = write_job(tmp_path)
     state = tmp_path / "state"
     env = {**os.environ, "STUB_SECONDS": "120", "STUB_EXITS": "0"}
     proc = subprocess.Popen([sys.executable, "-c", LAUNCHER, "run", str(job), "--state-dir",
@@ -104,17 +110,7 @@ def test_an_interrupt_right_after_the_driver_started_still_records_a_resumable_s
 
     monkeypatch.setenv("STUB_SECONDS", "120")
     monkeypatch.setenv("STUB_EXITS", "0")
-    job = tmp_path / "job.yaml"
-    job.write_text(textwrap.dedent("""\
-        apiVersion: checkpointed.io/v1alpha1
-        kind: CheckpointedJob
-        metadata: {name: demo, uid: uid-1}
-        spec:
-          job: {entrypoint: "job:build"}
-          parallelism: 1
-          spark: {master: "local[1]"}
-          checkpoint: {storage: "file:///unused", interval: 1s}
-        """))
+    job = write_job(tmp_path)
     state = tmp_path / "state"
     runner = EmbeddedRunner(
         job=load_job_file(str(job)),
