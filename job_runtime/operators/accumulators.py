@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 
 from job_runtime.operators.key_index import (
     KeyFamily,
-    canonical,
+    canonical_type,
     dense_offsets,
     factorize_keys,
     family_of,
@@ -145,11 +145,10 @@ def hash_fold(*, keys: pa.Array | pa.ChunkedArray, column: Callable[[str], Value
     """
     family = family_of(keys.type)
     assert family is not None and hash_foldable(keys.type, specs)
-    if isinstance(keys, pa.ChunkedArray):
-        keys = pa.chunked_array([canonical(chunk, family) for chunk in keys.chunks],
-                                type=_CANONICAL_KEY[family])
-    else:
-        keys = canonical(keys, family)
+    # What ``canonical`` does to strings and binaries, on chunked keys too: one type.
+    target = canonical_type(family)
+    if keys.type != target:
+        keys = keys.cast(target)
     arrays: list[pa.Array | pa.ChunkedArray] = [keys]
     names = ["key"]
     aggregations: list[tuple[Any, ...]] = []
@@ -172,9 +171,6 @@ def hash_fold(*, keys: pa.Array | pa.ChunkedArray, column: Callable[[str], Value
                                specs[name][0] == "count" else np.float64)
               for name, out in outputs.items()}
     return grouped.column("key").combine_chunks(), folded
-
-
-_CANONICAL_KEY = {KeyFamily.STRING: pa.string(), KeyFamily.BINARY: pa.binary()}
 
 
 def _summable(values: Values, *, counts: bool) -> pa.Array | pa.ChunkedArray:

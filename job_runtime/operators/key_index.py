@@ -124,6 +124,11 @@ def typed_keys(keys: pa.Array, kind: pa.DataType | None) -> pa.Array:
         return keys
 
 
+def canonical_type(family: KeyFamily) -> pa.DataType | None:
+    """The one type a family's keys are held in (``None``: composite and Python keys)."""
+    return _CANONICAL.get(family)
+
+
 def canonical(column: pa.Array, family: KeyFamily) -> pa.Array:
     """``column`` in its family's one type, floats with one NaN and one zero."""
     if family == KeyFamily.STRUCT:

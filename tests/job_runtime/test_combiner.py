@@ -221,26 +221,30 @@ class TestCombinedAggregates:
 COUNTS_AND_SUMS = {"n": "count", "total": ("sum", "v"), "avg": ("mean", "v")}
 
 
+COUNTS_AND_SUMS_SPECS = accumulator_specs(aggregate_op(**COUNTS_AND_SUMS).aggregates)
+
+
+def _by_key(uniques: pa.Array, folded: dict[str, np.ndarray]) -> dict[Any, dict[str, float]]:
+    return {key: {name: float(v[i]) for name, v in folded.items()}
+            for i, key in enumerate(uniques.to_pylist())}
+
+
 def _numbered_fold(keys: pa.Array, values: dict[str, np.ndarray], *, partial: bool
                    ) -> dict[Any, dict[str, float]]:
     """The fold by numbering the keys first: what string keys got before Arrow folded them."""
-    specs = accumulator_specs(aggregate_op(**COUNTS_AND_SUMS).aggregates)
     codes, uniques = factorize_keys(keys)
-    folded = fold(column=values.__getitem__, codes=codes, n_unique=len(uniques), specs=specs,
-                  partial=partial)
-    return {key: {name: float(v[i]) for name, v in folded.items()}
-            for i, key in enumerate(uniques.to_pylist())}
+    return _by_key(uniques, fold(column=values.__getitem__, codes=codes,
+                                 n_unique=len(uniques), specs=COUNTS_AND_SUMS_SPECS,
+                                 partial=partial))
 
 
 def _arrow_fold(keys: pa.Array, values: dict[str, np.ndarray], *, partial: bool
                 ) -> dict[Any, dict[str, float]]:
-    specs = accumulator_specs(aggregate_op(**COUNTS_AND_SUMS).aggregates)
-    uniques, folded = fold_keys(keys=keys, column=values.__getitem__, specs=specs,
-                                partial=partial)
+    uniques, folded = fold_keys(keys=keys, column=values.__getitem__,
+                                specs=COUNTS_AND_SUMS_SPECS, partial=partial)
     assert folded["count"].dtype == np.int64
     assert len(set(uniques.to_pylist())) == len(uniques)
-    return {key: {name: float(v[i]) for name, v in folded.items()}
-            for i, key in enumerate(uniques.to_pylist())}
+    return _by_key(uniques, folded)
 
 
 def _same_floats(expected: dict[Any, dict[str, float]], got: dict[Any, dict[str, float]]) -> None:
@@ -305,7 +309,6 @@ class TestArrowFold:
             assert got[key]["n"] == row["n"]
             assert got[key]["total"] == pytest.approx(row["total"], rel=1e-12, abs=1e-9)
 
-
     def test_batches_whose_columns_change_type_fold_to_the_same_counts_and_sums(self) -> None:
         op = aggregate_op(**COUNTS_AND_SUMS)
         batches = [
@@ -328,7 +331,6 @@ class TestArrowFold:
         assert rows["b"][PARTIAL_PREFIX + "sum:v"] == 2.5
         assert rows["c"][PARTIAL_PREFIX + "sum:v"] == 5.5
         assert rows[None][PARTIAL_PREFIX + "sum:v"] == 2.5
-
 
     def test_a_null_integer_value_makes_its_keys_sum_nan_as_without_the_combiner(
             self) -> None:
