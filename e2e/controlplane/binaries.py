@@ -28,7 +28,9 @@ NODE_BINARIES = (
     "pause",
     "versitygw",
 )
-ALL_BINARIES = (*CONTROL_PLANE_BINARIES, "kubectl", "helm", "kwok", *NODE_BINARIES)
+#: What the kind scenarios add: kubeadm for the node image built here, and kind.
+KIND_BINARIES = ("kubeadm", "kind")
+ALL_BINARIES = (*CONTROL_PLANE_BINARIES, "kubectl", "helm", "kwok", *NODE_BINARIES, *KIND_BINARIES)
 
 
 class MissingBinariesError(RuntimeError):
@@ -62,8 +64,10 @@ class Versions:
     kwok: str
     containerd: str
     coredns: str
+    coredns_build: str
     pause: str
     versitygw: str
+    kind: str
 
 
 def read_versions(*, path: Path = VERSIONS_FILE) -> Versions:
@@ -82,8 +86,10 @@ def read_versions(*, path: Path = VERSIONS_FILE) -> Versions:
         kwok=values["KWOK_VERSION"],
         containerd=values["CONTAINERD_VERSION"],
         coredns=values["COREDNS_VERSION"],
+        coredns_build=values["COREDNS_BUILD"],
         pause=values["PAUSE_VERSION"],
         versitygw=values["VERSITYGW_VERSION"],
+        kind=values["KIND_VERSION"],
     )
 
 
@@ -100,8 +106,8 @@ def default_bin_dir(*, versions: Versions | None = None) -> Path:
     v = versions or read_versions()
     name = (
         f"set-k8s-{v.kubernetes}-etcd-{v.etcd}-helm-{v.helm}-kwok-{v.kwok}"
-        f"-containerd-{v.containerd}-coredns-{v.coredns}-pause-{v.pause}"
-        f"-versitygw-{v.versitygw}"
+        f"-containerd-{v.containerd}-coredns-{v.coredns}-{v.coredns_build}-pause-{v.pause}"
+        f"-versitygw-{v.versitygw}-kind-{v.kind}"
     )
     return cache_dir() / "bin" / name
 

@@ -3,8 +3,9 @@
 # versions.env: the control plane (etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler), the tools (kubectl, helm, kwok) and the real node (kubelet,
 # kube-proxy, containerd with its runc shim and ctr, CoreDNS, and the sandbox's pause
-# program), and versitygw, the S3 server the cluster quick start and the real-node
-# scenarios run as a pod. Binaries are cached per component and version under
+# program), versitygw, the S3 server the cluster quick start and the real-node
+# scenarios run as a pod, and what the kind scenarios add: kubeadm (in the node image
+# built here) and kind itself. Binaries are cached per component and version under
 #   ${CJOB_CACHE_DIR:-~/.cache/checkpointed-jobs}/bin/<component>-<version>/
 # and linked together in one "set" directory that --print-bin-dir prints.
 #
@@ -24,9 +25,9 @@ source "${here}/versions.env"
 
 cache_dir="${CJOB_CACHE_DIR:-${HOME}/.cache/checkpointed-jobs}"
 bin_root="${cache_dir}/bin"
-set_dir="${bin_root}/set-k8s-${KUBERNETES_VERSION}-etcd-${ETCD_VERSION}-helm-${HELM_VERSION}-kwok-${KWOK_VERSION}-containerd-${CONTAINERD_VERSION}-coredns-${COREDNS_VERSION}-pause-${PAUSE_VERSION}-versitygw-${VERSITYGW_VERSION}"
+set_dir="${bin_root}/set-k8s-${KUBERNETES_VERSION}-etcd-${ETCD_VERSION}-helm-${HELM_VERSION}-kwok-${KWOK_VERSION}-containerd-${CONTAINERD_VERSION}-coredns-${COREDNS_VERSION}-${COREDNS_BUILD}-pause-${PAUSE_VERSION}-versitygw-${VERSITYGW_VERSION}-kind-${KIND_VERSION}"
 work_root="${cache_dir}/build"
-kube_components=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
+kube_components=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy kubeadm)
 containerd_components=(containerd containerd-shim-runc-v2 ctr)
 
 component_dir() { # component version
@@ -39,14 +40,15 @@ component_version() { # component
     helm) echo "${HELM_VERSION}" ;;
     kwok) echo "${KWOK_VERSION}" ;;
     containerd | containerd-shim-runc-v2 | ctr) echo "${CONTAINERD_VERSION}" ;;
-    coredns) echo "${COREDNS_VERSION}" ;;
+    coredns) echo "${COREDNS_VERSION}-${COREDNS_BUILD}" ;;
     pause) echo "${PAUSE_VERSION}" ;;
     versitygw) echo "${VERSITYGW_VERSION}" ;;
+    kind) echo "${KIND_VERSION}" ;;
     *) echo "${KUBERNETES_VERSION}" ;;
   esac
 }
 
-all_components=(etcd "${kube_components[@]}" helm kwok "${containerd_components[@]}" coredns pause versitygw)
+all_components=(etcd "${kube_components[@]}" helm kwok "${containerd_components[@]}" coredns pause versitygw kind)
 
 is_cached() { # component
   local c="$1"
@@ -154,10 +156,14 @@ build_kubernetes() {
       | while read -r m; do echo "	${m} => ${m} ${staging}"; done
     echo ")"
   } >"${dir}/go.mod"
-  for m in "${kube_components[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/${m}"); done
+  # Only the components not cached yet (a new one in the list builds alone).
+  local wanted=()
+  for m in "${kube_components[@]}"; do
+    is_cached "${m}" || { wanted+=("${m}"); pkgs+=("k8s.io/kubernetes/cmd/${m}"); }
+  done
   log "kubernetes ${kv}: resolving modules (staging ${staging})"
   (cd "${dir}" && go mod download k8s.io/kubernetes >/dev/null)
-  log "kubernetes ${kv}: compiling ${kube_components[*]} with -p ${jobs}"
+  log "kubernetes ${kv}: compiling ${wanted[*]} with -p ${jobs}"
   mkdir -p "${dir}/out"
   local minor="${kv#v1.}"
   minor="${minor%%.*}"
@@ -166,7 +172,7 @@ build_kubernetes() {
   kflags+=" -X ${vpkg}.gitMinor=${minor} -X ${vpkg}.gitTreeState=clean"
   kflags+=" -X ${vpkg}.buildDate=1970-01-01T00:00:00Z"
   (cd "${dir}" && go build -p "${jobs}" -trimpath -ldflags "${kflags}" -o "${dir}/out/" "${pkgs[@]}")
-  for m in "${kube_components[@]}"; do
+  for m in "${wanted[@]}"; do
     install_into "${m}" "${kv}" "${dir}/out/${m}"
   done
   log "kubernetes ${kv}: done in $(($(date +%s) - t0))s"
@@ -248,18 +254,22 @@ go 1.26.0
 
 require github.com/coredns/coredns ${cv}
 MOD
-  # Only the plugins cluster DNS uses: the full set links every cloud provider's SDK
-  # and takes several times as long to build.
+  # Only the plugins cluster DNS uses (the real node's Corefile, and kubeadm's in the
+  # kind node: forward, loop, prometheus): the full set links every cloud provider's
+  # SDK and takes several times as long to build. COREDNS_BUILD names this list.
   cat >"${dir}/main.go" <<'GO'
 package main
 
 import (
 	_ "github.com/coredns/coredns/plugin/cache"
 	_ "github.com/coredns/coredns/plugin/errors"
+	_ "github.com/coredns/coredns/plugin/forward"
 	_ "github.com/coredns/coredns/plugin/health"
 	_ "github.com/coredns/coredns/plugin/kubernetes"
 	_ "github.com/coredns/coredns/plugin/loadbalance"
 	_ "github.com/coredns/coredns/plugin/log"
+	_ "github.com/coredns/coredns/plugin/loop"
+	_ "github.com/coredns/coredns/plugin/metrics"
 	_ "github.com/coredns/coredns/plugin/ready"
 	_ "github.com/coredns/coredns/plugin/reload"
 
@@ -272,7 +282,7 @@ GO
   (cd "${dir}" && go mod tidy >/dev/null 2>&1 || go mod download >/dev/null)
   log "coredns ${cv}: compiling (cluster DNS plugins only)"
   (cd "${dir}" && go build -p "${jobs}" -trimpath -ldflags "${ldflags_common}" -o "${dir}/coredns" .)
-  install_into coredns "${cv}" "${dir}/coredns"
+  install_into coredns "${cv}-${COREDNS_BUILD}" "${dir}/coredns"
   log "coredns ${cv}: done in $(($(date +%s) - t0))s"
 }
 
@@ -286,6 +296,17 @@ build_pause() {
   (cd "${dir}" && go build -trimpath -ldflags "${ldflags_common}" -o "${dir}/pause" .)
   install_into pause "${PAUSE_VERSION}" "${dir}/pause"
   log "pause ${PAUSE_VERSION}: done in $(($(date +%s) - t0))s"
+}
+
+build_kind() {
+  local dir t0
+  t0=$(date +%s)
+  dir="$(new_wrapper "kind-${KIND_VERSION}")"
+  log "kind ${KIND_VERSION}: compiling"
+  GOBIN="${dir}" go install -p "${jobs}" -trimpath -ldflags "${ldflags_common}" \
+    "sigs.k8s.io/kind@${KIND_VERSION}"
+  install_into kind "${KIND_VERSION}" "${dir}/kind"
+  log "kind ${KIND_VERSION}: done in $(($(date +%s) - t0))s"
 }
 
 build_versitygw() {
@@ -311,6 +332,7 @@ for c in "${containerd_components[@]}"; do is_cached "$c" || need_containerd=1; 
 is_cached coredns || build_coredns
 is_cached pause || build_pause
 is_cached versitygw || build_versitygw
+is_cached kind || build_kind
 
 mkdir -p "${set_dir}"
 for c in "${all_components[@]}"; do
