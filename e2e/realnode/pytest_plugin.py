@@ -60,6 +60,12 @@ class RealCluster:
     def rest(self) -> RestClient:
         return self.plane.admin_rest()
 
+    def kill_container(self, pod: dict[str, Any]) -> None:
+        """SIGKILL the pod's container through the node's containerd (``ctr``)."""
+        from e2e.realnode.scenario import kill_container
+
+        kill_container(self.node.ctr, pod)
+
 
 def _unavailable(message: str) -> None:
     if is_ci():

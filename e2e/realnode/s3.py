@@ -13,13 +13,13 @@ import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from e2e.controlplane.binaries import read_versions
 from e2e.controlplane.rest import ApiError, RestClient, quote
 from e2e.realnode import dns
 from e2e.realnode.archive import ImageFile, SmallImage, write_archive
-from e2e.realnode.node import ImageArchive, NodeNotReadyError, RealNode
+from e2e.realnode.node import ImageArchive, NodeNotReadyError
 
 S3_TAG = f"checkpointed-jobs/versitygw:{read_versions().versitygw.lstrip('v')}"
 S3_PORT = 9000
@@ -64,6 +64,20 @@ class ClusterS3:
                 "AWS_SECRET_ACCESS_KEY": self.secret_access_key,
             },
         }
+
+
+class ImageHost(Protocol):
+    """A cluster's node that takes image archives (the real node, a kind cluster)."""
+
+    @property
+    def bin_dir(self) -> Path: ...
+
+    @property
+    def work_dir(self) -> Path: ...
+
+    def import_image(self, archive: ImageArchive) -> None: ...
+
+    def rest(self) -> RestClient: ...
 
 
 def s3_image(*, bin_dir: Path) -> SmallImage:
@@ -143,7 +157,7 @@ def manifests(
 
 def start_s3(
     *,
-    node: RealNode,
+    node: ImageHost,
     namespace: str,
     data_path: Path | None = None,
     access_key_id: str | None = None,

@@ -14,7 +14,9 @@ from typing import Any
 import pytest
 import yaml
 
-from e2e.controlplane.rest import RestClient, quote
+from e2e import cluster_scenarios
+from e2e.cluster_scenarios import COUNT, RATE, apply_s3_job, finished
+from e2e.controlplane.rest import quote
 from e2e.controlplane.waiting import pod_is_ready
 from e2e.jobs import RUNNING_SUM_DIR
 from e2e.kind.chart import ChartRelease, HelmCommandError
@@ -33,8 +35,6 @@ from verify import verify  # noqa: E402
 TRICKY_OUTPUT = "output-$$5-$(POD_NAME)"
 """An output prefix the kubelet would rewrite in an argument (the driver has POD_NAME)."""
 TRICKY_CHECKPOINTS = "checkpoints-$$-$(POD_NAME)"
-COUNT = 120_000
-RATE = 3_000  # records per second: about 40 s of input, so kills land mid-run
 
 
 def _impostor_standby(job: scenario.JobHandle, *, image: str) -> dict[str, Any]:
@@ -94,47 +94,6 @@ def _create_pod_as(kubectl: scenario.Kubectl, *, namespace: str, pod: dict[str, 
     return ""
 
 
-def finished(job: scenario.JobHandle, *, timeout: float = 400) -> dict[str, Any]:
-    """The job's status once it is Succeeded or Failed."""
-
-    def final() -> dict[str, Any] | None:
-        status = job.status()
-        return status if status.get("phase") in ("Succeeded", "Failed") else None
-
-    return scenario.wait_until(final, what="the job to finish", timeout=timeout,
-                               detail=job.describe)  # fmt: skip
-
-
-def _apply_s3_job(
-    *, rest: RestClient, kubectl: scenario.Kubectl, s3: ClusterS3, namespace: str, name: str,
-    master: str, cleanup: str = "Retain", standby: bool = False,
-    checkpoints: str = "checkpoints", output: str = "output", rocksdb: bool = False,
-) -> tuple[scenario.JobHandle, str]:  # fmt: skip
-    """The running sum with its code from a ConfigMap and its checkpoints and output in
-    an S3 bucket of its own (under the prefixes ``checkpoints`` and ``output``),
-    applied with kubectl; returns the job and the bucket.
-
-    With ``standby`` it asks for a warm standby driver; both drivers then ask for a
-    fraction of a core, or the two-CPU node could not schedule the second."""
-    bucket = f"{name}-{namespace[-6:]}"
-    scenario.bucket_with_credentials(kubectl=kubectl, s3=s3, namespace=namespace,
-                                        bucket=bucket)
-    running_sum.code_configmap(kubectl, namespace)
-    manifest = running_sum.manifest(
-        name=name, storage=f"s3://{bucket}/{checkpoints}", output=f"s3://{bucket}/{output}",
-        master=master, s3=running_sum.s3_settings(s3), count=COUNT, rate=RATE, cleanup=cleanup,
-        pod={"volumes": [running_sum.CODE_VOLUME], "volumeMounts": [running_sum.CODE_MOUNT]},
-    )  # fmt: skip
-    if rocksdb:
-        manifest["spec"]["state"] = {"backend": "rocksdb"}
-    if standby:
-        manifest["spec"]["standby"] = {"enabled": True}
-        manifest["spec"]["spark"].setdefault("conf", {})[
-            "spark.kubernetes.driver.request.cores"] = "300m"
-    kubectl("apply", "--namespace", namespace, "-f", "-", stdin=yaml.safe_dump(manifest))
-    return scenario.JobHandle(rest=rest, namespace=namespace, name=name), bucket
-
-
 def test_a_k8s_job_survives_an_executor_kill_and_a_driver_kill_with_exactly_once_output(
     real_cluster: RealCluster,
     restricted_namespace: str,
@@ -143,101 +102,10 @@ def test_a_k8s_job_survives_an_executor_kill_and_a_driver_kill_with_exactly_once
     kubectl: scenario.Kubectl,
     record_property: Any,
 ) -> None:
-    rest = real_cluster.rest()
-    client = cluster_s3.client()
-    created_at = time.monotonic()
-    real_namespace = restricted_namespace
-    job, bucket = _apply_s3_job(rest=rest, kubectl=kubectl, s3=cluster_s3,
-                                namespace=real_namespace, name="sum", master="k8s")  # fmt: skip
-
-    # The baseline of the recovery times below, in the same run: a cold start.
-    scenario.wait_until(lambda: scenario.records_flowing(job.driver()),
-                        what="the first records", timeout=300,
-                        detail=job.describe)  # fmt: skip
-    cold_start = time.monotonic() - created_at
-    record_property("cold_start_to_first_record_s", round(cold_start, 1))
-
-    # Spark created the executors as pods of the runtime image, and a checkpoint completed.
-    def two_executors() -> list[dict[str, Any]] | None:
-        running = job.running_executors()
-        return running if len(running) == 2 else None
-
-    executors = scenario.wait_until(two_executors, what="two running executor pods",
-                                    timeout=240, detail=job.describe)  # fmt: skip
-    assert all(p["spec"]["containers"][0]["image"] == real_cluster.runtime_image for p in executors)
-    # In a namespace enforcing Pod Security "restricted": the executors got their
-    # security context from the operator's pod template. Spark's own RPC
-    # authenticates with the job's Secret, mounted as a file: no secret in the pod spec.
-    for pod in executors:
-        assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
-        container = pod["spec"]["containers"][0]
-        assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
-        env = {e["name"]: e for e in container.get("env", [])}
-        assert "value" not in env["_SPARK_AUTH_SECRET"], "the key is only referenced"
-        assert env["_SPARK_AUTH_SECRET"]["valueFrom"]["secretKeyRef"]["name"] == "sum-spark-auth"
-    policy = rest.request("GET", f"/apis/networking.k8s.io/v1/namespaces/"
-                                 f"{quote(real_namespace)}/networkpolicies/sum-pods")
-    assert policy["spec"]["podSelector"]["matchLabels"]["checkpointed.io/job"] == "sum"
-    scenario.wait_until(lambda: job.latest_checkpoint_id() >= 2, what="checkpoint 2",
-                        timeout=180, detail=job.describe)  # fmt: skip
-    first_driver = job.status()["driverPod"]
-
-    # 1. Kill an executor: Spark relaunches the barrier stage in the same driver, from
-    #    the latest checkpoint.
-    driver = job.driver()
-    assert driver is not None
-    before = scenario.driver_metrics(driver)
-    victim = executors[0]
-    killed_at = time.monotonic()
-    scenario.kill_container(real_cluster.node.ctr, victim)
-    scenario.wait_until(
-        lambda: scenario.driver_metrics(driver).get("cjob_job_subtask_restarts", 0)
-        > before.get("cjob_job_subtask_restarts", 0),
-        what="the barrier stage relaunched", timeout=180, detail=job.describe,
+    cluster_scenarios.executor_and_driver_kills(
+        cluster=real_cluster, namespace=restricted_namespace, s3=cluster_s3, kubectl=kubectl,
+        record_property=record_property,
     )  # fmt: skip
-    scenario.wait_until(
-        lambda: scenario.driver_metrics(driver).get("cjob_job_records_in", 0) > 0,
-        what="records flowing again after the executor kill", timeout=180, detail=job.describe,
-    )  # fmt: skip
-    executor_recovery = time.monotonic() - killed_at
-    record_property("executor_kill_to_first_record_s", round(executor_recovery, 1))
-    assert job.status()["driverPod"] == first_driver, "an executor kill must not restart the driver"
-    assert job.status().get("restarts", 0) == 0
-
-    # 2. Kill the driver: the operator starts the next attempt from the latest checkpoint.
-    checkpoint_before_kill = scenario.wait_until(
-        lambda: job.latest_checkpoint_id() or None, what="a checkpoint", timeout=60
-    )
-    killed_at = time.monotonic()
-    scenario.kill_container(real_cluster.node.ctr, job.driver() or {})
-
-    def next_driver() -> str | None:
-        name = job.status().get("driverPod")
-        return str(name) if name and name != first_driver else None
-
-    second = scenario.wait_until(next_driver, what="a second attempt", timeout=120,
-                                 detail=job.describe)  # fmt: skip
-    scenario.wait_until(lambda: scenario.records_flowing(job.pod(second)),
-                        what="records flowing in the second attempt", timeout=240,
-                        detail=job.describe)  # fmt: skip
-    driver_recovery = time.monotonic() - killed_at
-    record_property("driver_kill_to_first_record_s", round(driver_recovery, 1))
-
-    done = finished(job)
-    assert done["phase"] == "Succeeded", job.describe()
-    assert done["restarts"] == 1
-
-    restored = scenario.restored_id_from_logs(job.logs(second))
-    assert restored is not None and restored >= checkpoint_before_kill
-    assert done["restoredFrom"]["id"] == restored
-
-    records = scenario.read_jsonl_objects(client, bucket=bucket, prefix="output/")
-    assert verify(records, count=COUNT) == []
-    print(f"cold start -> first record {cold_start:.1f}s; "
-          f"executor kill -> first record {executor_recovery:.1f}s "
-          f"({executor_recovery / cold_start:.2f}x); "
-          f"driver kill -> first record {driver_recovery:.1f}s "
-          f"({driver_recovery / cold_start:.2f}x)")  # fmt: skip
 
 
 def test_a_k8s_job_with_a_warm_standby_recovers_from_a_driver_kill_by_promoting_it(
@@ -253,7 +121,7 @@ def test_a_k8s_job_with_a_warm_standby_recovers_from_a_driver_kill_by_promoting_
     # The output path holds what the kubelet rewrites in container arguments ("$$",
     # "$(POD_NAME)"): both drivers must write under it as written, not under their
     # own pod names.
-    job, bucket = _apply_s3_job(rest=rest, kubectl=kubectl, s3=cluster_s3,
+    job, bucket = apply_s3_job(rest=rest, kubectl=kubectl, s3=cluster_s3,
                                 namespace=restricted_namespace, name="warm", master="k8s",
                                 standby=True, output=TRICKY_OUTPUT)  # fmt: skip
 
@@ -298,7 +166,7 @@ def test_a_k8s_job_with_a_warm_standby_recovers_from_a_driver_kill_by_promoting_
                         detail=job.describe)  # fmt: skip
 
     killed_at = time.time()
-    scenario.kill_container(real_cluster.node.ctr, job.driver() or {})
+    real_cluster.kill_container(job.driver() or {})
     scenario.wait_until(lambda: job.status().get("driverPod") == "warm-standby-1",
                         what="the standby to be promoted", timeout=120,
                         detail=job.describe)  # fmt: skip
@@ -399,7 +267,7 @@ def test_file_checkpoints_on_a_claim_survive_a_driver_kill(
         scenario.wait_until(lambda: job.latest_checkpoint_id() >= 2, what="checkpoint 2",
                             timeout=240, detail=job.describe)  # fmt: skip
         first = job.status()["driverPod"]
-        scenario.kill_container(real_cluster.node.ctr, job.driver() or {})
+        real_cluster.kill_container(job.driver() or {})
         done = finished(job)
         assert done["phase"] == "Succeeded", job.describe()
         assert done["restarts"] == 1 and done["driverPod"] != first
@@ -428,7 +296,7 @@ def test_deleting_a_running_job_with_cleanup_policy_delete_removes_every_root_an
     client = cluster_s3.client()
     # A storage path the kubelet would rewrite: the driver must write, and the cleanup
     # pod delete, the one root the user wrote.
-    job, bucket = _apply_s3_job(rest=rest, kubectl=kubectl, s3=cluster_s3,
+    job, bucket = apply_s3_job(rest=rest, kubectl=kubectl, s3=cluster_s3,
                                 namespace=real_namespace, name="doomed", master="k8s",
                                 cleanup="Delete", checkpoints=TRICKY_CHECKPOINTS,
                                 rocksdb=True)  # fmt: skip
@@ -480,14 +348,14 @@ def test_a_job_whose_checkpoint_store_was_deleted_refuses_to_start_empty_until_t
 ) -> None:
     rest = real_cluster.rest()
     client = cluster_s3.client()
-    job, bucket = _apply_s3_job(rest=rest, kubectl=kubectl, s3=cluster_s3,
+    job, bucket = apply_s3_job(rest=rest, kubectl=kubectl, s3=cluster_s3,
                                 namespace=real_namespace, name="orphan", master="local[2]")  # fmt: skip
     scenario.wait_until(lambda: job.latest_checkpoint_id() >= 2, what="checkpoint 2",
                         timeout=240, detail=job.describe)  # fmt: skip
 
     # The store goes (as if deleted by hand), then the driver dies.
     kubectl("delete", "--namespace", real_namespace, "configmap", "orphan-checkpoints")
-    scenario.kill_container(real_cluster.node.ctr, job.driver() or {})
+    real_cluster.kill_container(job.driver() or {})
     refused = finished(job, timeout=180)
     assert (refused["phase"], refused["reason"]) == ("Failed", "StoreLost"), job.describe()
     lost = refused["latestCheckpoint"]

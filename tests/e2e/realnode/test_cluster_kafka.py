@@ -150,7 +150,7 @@ def test_the_kafka_clicks_example_survives_a_driver_kill_with_every_count_once(
     assert status.get("phase") == "Running", f"the job ended before the kill: {job.describe()}"
     first = status["driverPod"]
     checkpoint_before_kill = job.latest_checkpoint_id()
-    scenario.kill_container(real_cluster.node.ctr, job.driver() or {})
+    real_cluster.kill_container(job.driver() or {})
 
     def next_driver() -> str | None:
         name = job.status().get("driverPod")
