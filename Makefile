@@ -22,6 +22,7 @@ help:
 	@echo "make test-unit / test-spark / test-cluster / test-kafka / test-postgres / test-e2e   one tier"
 	@echo "make test-chaos   ten minutes of random kills on the real node (not in make test)"
 	@echo "make cluster  a local cluster: control plane, real node, images, S3, the chart"
+	@echo "make e2e-kind the real node's scenarios on a kind cluster (Docker, or a private dockerd)"
 	@echo "make lint     ruff, mypy (strict) and import-linter"
 	@echo "make chart-crds  copy $(CRD) (the one to edit) into the chart"
 	@echo "make bench    every benchmark (see bench/README.md)"
@@ -100,8 +101,11 @@ cluster: host-packages chart-crds builds
 cluster-down: $(STAMP)
 	$(BIN)/python -m e2e.realnode down
 
-e2e-kind: $(STAMP) chart-crds
-	bash e2e/kind/run.sh
+# The real node's scenarios on a one-node kind cluster (tests/e2e/kind/): a Docker
+# engine that answers is used, otherwise (as root) the project's private dockerd from
+# Debian's docker.io; the node image is built here (e2e/kind/README.md).
+e2e-kind: host-packages chart-crds builds
+	$(BIN)/python -m pytest -m kind $(PYTEST_ARGS)
 
 # The tier of a test is the folder it lives in (tests/<package>/<tier>/, see the root
 # conftest.py); each slice below selects one tier by its derived marker.
@@ -111,7 +115,8 @@ test: $(STAMP) chart-crds
 else
 test: host-packages chart-crds
 	@$(MAKE) --no-print-directory -j5 controlplane images kafka-jars tests-without-builds
-	$(BIN)/python -m pytest -m "(cluster or e2e) and not chaos" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "(cluster or e2e) and not chaos and not kind" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m kind $(PYTEST_ARGS)
 endif
 
 # The unit tests wait on child processes, sockets and timeouts more than they compute:
@@ -132,7 +137,7 @@ test-postgres: host-packages $(STAMP)
 	$(BIN)/python -m pytest -m postgres $(PYTEST_ARGS)
 
 test-e2e: host-packages builds
-	$(BIN)/python -m pytest -m "e2e and not chaos" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "e2e and not chaos and not kind" $(PYTEST_ARGS)
 
 # The chaos run (tests/e2e/realnode/chaos/) kills pods at random for ten minutes:
 # longer than the budget of `make test` allows, so it runs only here.

@@ -11,7 +11,9 @@
 #   test   what `make test` and `make cluster` add: runc, the CNI plugins, iptables and
 #          conntrack for the real node; debootstrap and buildah for the images; Maven
 #          for the Kafka broker's jars; openssl for the control plane's certificates;
-#          PostgreSQL for the postgres tier's server (any major: the newest is used).
+#          PostgreSQL for the postgres tier's server (any major: the newest is used);
+#          docker.io for the kind scenarios' own Docker engine (its system service is
+#          never started: see below).
 #          Go itself is a prerequisite, not a package: Debian's is older than the
 #          version the pinned Kubernetes needs.
 #
@@ -34,6 +36,7 @@ test_packages=(
   "maven|mvn"
   "openssl|openssl"
   "postgresql|@postgres"
+  "docker.io|/usr/sbin/dockerd"
 )
 
 python="${PYTHON:-python3}"
@@ -103,6 +106,15 @@ command -v apt-get >/dev/null || {
 }
 echo "installing host packages: ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
+# The tests start their own servers (PostgreSQL, a private dockerd); a package must not
+# start its system service. Debian's policy-rc.d hook says so while apt runs, and goes
+# again after, unless the host had one of its own.
+policy=/usr/sbin/policy-rc.d
+if [[ ! -e "${policy}" ]]; then
+  printf '#!/bin/sh\n# no service starts while host packages install\nexit 101\n' >"${policy}"
+  chmod 755 "${policy}"
+  trap 'rm -f "${policy}"' EXIT
+fi
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 still=()

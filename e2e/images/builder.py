@@ -34,7 +34,7 @@ import tarfile
 import tempfile
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -599,17 +599,23 @@ def build_base(*, log: Log, repo: Path = REPO, cache: Path | None = None) -> str
 
 
 def build_with_docker(
-    *, log: Log, repo: Path = REPO, cache: Path | None = None, base_only: bool = False
+    *,
+    log: Log,
+    repo: Path = REPO,
+    cache: Path | None = None,
+    base_only: bool = False,
+    env: Mapping[str, str] | None = None,
 ) -> None:
     """The base (``docker import`` of the same root filesystem) and, unless
-    ``base_only``, both images with ``docker build``, into the local Docker engine."""
+    ``base_only``, both images with ``docker build``, into the local Docker engine
+    (the one ``env``'s ``DOCKER_HOST`` names, when given)."""
     clock = _Clock(log)
     plan = make_plan(repo=repo, cache=cache)
     _check_dockerfiles(plan)
     docker = _which("docker", hint="install Docker, or build with buildah (the default)")
     engine = subprocess.run(
         [docker, "version", "--format", "{{.Server.Version}}"],
-        capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL,
+        capture_output=True, text=True, check=False, stdin=subprocess.DEVNULL, env=env,
     )  # fmt: skip
     if engine.returncode != 0:
         raise ImageBuildError(
@@ -618,7 +624,7 @@ def build_with_docker(
         )
     present = subprocess.run(
         [docker, "image", "inspect", plan.base_reference],
-        capture_output=True, check=False, stdin=subprocess.DEVNULL,
+        capture_output=True, check=False, stdin=subprocess.DEVNULL, env=env,
     ).returncode == 0  # fmt: skip
     if present:
         clock.say(f"base image present in Docker: {plan.base_reference}")
@@ -634,7 +640,7 @@ def build_with_docker(
         clock.say(f"docker import {rootfs.name} as {plan.base_reference}")
         imported = subprocess.run(
             [docker, "import", *changes, str(rootfs), plan.base_reference],
-            check=False, stdin=subprocess.DEVNULL,
+            check=False, stdin=subprocess.DEVNULL, env=env,
         )  # fmt: skip
         if imported.returncode != 0:
             raise ImageBuildError(f"docker import of {rootfs} failed ({imported.returncode})")
@@ -646,7 +652,7 @@ def build_with_docker(
             [docker, "build", "--file", str(image.dockerfile),
              "--build-arg", f"BASE_IMAGE={plan.base_reference}",
              "--tag", image.tag, str(plan.repo)],
-            check=False, stdin=subprocess.DEVNULL,
+            check=False, stdin=subprocess.DEVNULL, env=env,
         )  # fmt: skip
         if proc.returncode != 0:
             raise ImageBuildError(f"docker build of {image.name} failed ({proc.returncode})")

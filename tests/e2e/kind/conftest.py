@@ -1,32 +1,44 @@
-"""Fixtures for kind scenarios; everything here is skipped where Docker is absent."""
+"""Fixtures the kind scenarios share, as the real node's conftest gives its own: kubectl,
+the chart's operator installed from its image, and the S3 server in the cluster."""
 
 from __future__ import annotations
 
-import secrets
-import subprocess
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from e2e.kind.availability import kind_unavailable_reason
+from e2e.kind.chart import ChartRelease
+from e2e.kind.cluster import KindCluster
+from e2e.kind.pytest_plugin import RESTRICTED
+from e2e.realnode import scenario
+from e2e.realnode.s3 import ClusterS3, start_s3
 
 
 @pytest.fixture(scope="session")
-def kind_cluster() -> Iterator[Path]:
-    """A fresh kind cluster for the session; yields its kubeconfig path."""
-    reason = kind_unavailable_reason()
-    if reason is not None:
-        pytest.skip(f"kind scenarios need Docker and kind: {reason}")
-    name = f"cjob-e2e-{secrets.token_hex(3)}"
-    kubeconfig = Path(tempfile.mkdtemp(prefix="cjob-kind-")) / "kubeconfig"
-    subprocess.run(
-        ["kind", "create", "cluster", "--name", name, "--kubeconfig", str(kubeconfig),
-         "--wait", "180s"],
-        check=True,
-    )  # fmt: skip
-    try:
-        yield kubeconfig
-    finally:
-        subprocess.run(["kind", "delete", "cluster", "--name", name], check=False)
+def kubectl(kind_cluster: KindCluster) -> scenario.Kubectl:
+    return scenario.Kubectl(
+        binary=kind_cluster.bin_dir / "kubectl", kubeconfig=kind_cluster.kubeconfig
+    )
+
+
+@pytest.fixture(scope="session")
+def operator(
+    kind_cluster: KindCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ChartRelease]:
+    kind_cluster.rest().request("POST", "/api/v1/namespaces", body={
+        "apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": scenario.OPERATOR_NAMESPACE, "labels": RESTRICTED}})
+    release = scenario.install_operator(
+        helm=kind_cluster.bin_dir / "helm",
+        home=tmp_path_factory.mktemp("helm"),
+        kubeconfig=kind_cluster.kubeconfig,
+        operator_image=kind_cluster.operator_image,
+        runtime_image=kind_cluster.runtime_image,
+    )
+    yield release
+    release.uninstall(missing_ok=True)
+
+
+@pytest.fixture(scope="session")
+def cluster_s3(kind_cluster: KindCluster) -> ClusterS3:
+    return start_s3(node=kind_cluster, namespace="s3")

@@ -1,0 +1,154 @@
+"""pytest fixtures for the scenarios on kind (marker ``kind``).
+
+- ``kind_cluster`` (session): a one-node kind cluster with the project's operator and
+  runtime images loaded (``kind load image-archive``). Where a Docker engine answers
+  (a developer's machine), it is used; otherwise, as root with Debian's ``docker.io``
+  installed, the private engine of ``engine.py`` is started for the session and the
+  host put back after it. The node image is the one ``node_image.py`` builds here,
+  unless ``KIND_NODE_IMAGE`` names another (kind's own images need a registry).
+  Under ``CI=true`` anything missing fails the tests; elsewhere they are skipped with
+  the reason.
+- ``kind_namespace`` (function): a fresh namespace enforcing Pod Security
+  "restricted", deleted after.
+
+When a test fails, the node's kubelet and containerd journal and a dump of the
+test's namespace are saved under ``e2e/logs/<test>/``.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import subprocess
+from collections.abc import Generator, Iterator
+from typing import Any
+
+import pytest
+
+from e2e.controlplane.binaries import ALL_BINARIES
+from e2e.controlplane.namespaces import (
+    create_test_namespace,
+    delete_namespace,
+    wait_for_default_service_account,
+)
+from e2e.controlplane.pytest_plugin import (
+    is_ci,
+    logs_folder,
+    namespace_name_for,
+    require_binaries,
+    write_namespace_dump,
+)
+from e2e.kind.cluster import KindCluster
+from e2e.kind.engine import DockerEngine, EngineError
+from e2e.realnode.node import ImageArchive
+
+_NAMESPACE_KEY = pytest.StashKey[str]()
+_state: dict[str, Any] = {}
+
+RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted",
+              "pod-security.kubernetes.io/enforce-version": "latest"}  # fmt: skip
+
+
+def _unavailable(message: str) -> None:
+    if is_ci():
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
+
+
+class SystemEngine(DockerEngine):
+    """The Docker engine the machine already runs: used as it is, never stopped."""
+
+    def env(self, base: Any = None) -> dict[str, str]:
+        return dict(os.environ if base is None else base)
+
+    def start(self, *, timeout: float = 60.0) -> None:
+        return None
+
+    def stop(self) -> list[str]:
+        return []
+
+
+def _system_engine_answers() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    try:
+        proc = subprocess.run(["docker", "info", "--format", "{{.ServerVersion}}"],
+                              capture_output=True, timeout=20, check=False)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0
+
+
+def _log(line: str) -> None:
+    print(f"[kind] {line}", flush=True)
+
+
+@pytest.fixture(scope="session")
+def kind_cluster() -> Iterator[KindCluster]:
+    bin_dir = require_binaries(ALL_BINARIES)
+    engine: DockerEngine = SystemEngine(log=_log) if _system_engine_answers() else DockerEngine(
+        log=_log)
+    try:
+        engine.start()
+    except EngineError as exc:
+        _unavailable(f"kind scenarios need a Docker engine: {exc}")
+    cluster: KindCluster | None = None
+    try:
+        from e2e.images import build_images
+        from e2e.kind.node_image import build_node_image
+
+        built = build_images(log=_log)
+        configured = os.environ.get("KIND_NODE_IMAGE")
+        node_image = configured or build_node_image(engine=engine, bin_dir=bin_dir, log=_log)
+        cluster = KindCluster(
+            name=f"cjob-e2e-{secrets.token_hex(3)}", engine=engine, kind=bin_dir / "kind",
+            bin_dir=bin_dir, node_image=node_image, local_image=configured is None,
+            runtime_image=built.runtime.tag, operator_image=built.operator.tag, log=_log,
+        )  # fmt: skip
+        cluster.create()
+        _state["cluster"] = cluster
+        for image in (built.runtime, built.operator):
+            cluster.import_image(ImageArchive(tag=image.tag, path=image.archive))
+        yield cluster
+    finally:
+        _state.clear()
+        if cluster is not None:
+            cluster.delete()
+            shutil.rmtree(cluster.work_dir, ignore_errors=True)
+        engine.stop()
+
+
+@pytest.fixture
+def kind_namespace(request: pytest.FixtureRequest, kind_cluster: KindCluster) -> Iterator[str]:
+    rest = kind_cluster.rest()
+    name = namespace_name_for(request.node.name)
+    create_test_namespace(rest, name)
+    request.node.stash[_NAMESPACE_KEY] = name
+    rest.request("PATCH", f"/api/v1/namespaces/{name}", body={"metadata": {"labels": RESTRICTED}},
+                 content_type="application/merge-patch+json")  # fmt: skip
+    wait_for_default_service_account(rest, name)
+    try:
+        yield name
+    finally:
+        delete_namespace(rest, name)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if report.when == "call" and report.failed and "cluster" in _state:
+        try:
+            cluster: KindCluster = _state["cluster"]
+            target = logs_folder(item)
+            target.mkdir(parents=True, exist_ok=True)
+            (target / "node-journal.txt").write_text(cluster.logs())
+            namespace = item.stash.get(_NAMESPACE_KEY, None)
+            if namespace is not None:
+                write_namespace_dump(cluster.rest(), namespace=namespace, target=target)
+            report.sections.append(("kind node logs", f"saved to {target}"))
+        except Exception as exc:  # never hide the test's own failure
+            report.sections.append(("kind node logs", f"could not save logs: {exc!r}"))
+    return report
