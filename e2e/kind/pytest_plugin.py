@@ -42,12 +42,11 @@ from e2e.controlplane.pytest_plugin import (
 from e2e.kind.cluster import KindCluster
 from e2e.kind.engine import DockerEngine, EngineError
 from e2e.realnode.node import ImageArchive
+from e2e.realnode.scenario import RESTRICTED
 
 _NAMESPACE_KEY = pytest.StashKey[str]()
 _state: dict[str, Any] = {}
 
-RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted",
-              "pod-security.kubernetes.io/enforce-version": "latest"}  # fmt: skip
 
 
 def _unavailable(message: str) -> None:

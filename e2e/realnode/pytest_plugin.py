@@ -38,6 +38,7 @@ from e2e.controlplane.pytest_plugin import (
 )
 from e2e.controlplane.rest import RestClient
 from e2e.realnode.node import NODE_IP, ImageArchive, RealNode, missing_host_tools
+from e2e.realnode.scenario import RESTRICTED
 
 _NAMESPACE_KEY = pytest.StashKey[str]()
 _state: dict[str, Any] = {}
@@ -127,9 +128,6 @@ def real_namespace(request: pytest.FixtureRequest, real_cluster: RealCluster) ->
         delete_namespace(rest, name)
 
 
-RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted",
-              "pod-security.kubernetes.io/enforce-version": "latest"}
-"""Pod Security "restricted", enforced: what a locked-down namespace asks of every pod."""
 
 
 @pytest.fixture

@@ -29,6 +29,9 @@ OPERATOR_NAMESPACE = "cjob-system"
 #: What the README's cluster quick start expects: the example's bucket and the
 #: credentials Secret in namespace ``default``.
 EXAMPLE_BUCKET = "running-sum"
+RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted",
+              "pod-security.kubernetes.io/enforce-version": "latest"}  # fmt: skip
+"""Pod Security "restricted", enforced: what a locked-down namespace asks of every pod."""
 
 T = TypeVar("T")
 
@@ -108,6 +111,19 @@ def install_operator(
         timeout=240,
     )  # fmt: skip
     return chart
+
+
+def install_restricted_operator(
+    *, rest: RestClient, helm: Path, home: Path, kubeconfig: Path, operator_image: str,
+    runtime_image: str,
+) -> ChartRelease:  # fmt: skip
+    """The chart's operator, as the scenarios install it: its own namespace enforces Pod
+    Security "restricted" too."""
+    rest.request("POST", "/api/v1/namespaces", body={
+        "apiVersion": "v1", "kind": "Namespace",
+        "metadata": {"name": OPERATOR_NAMESPACE, "labels": RESTRICTED}})  # fmt: skip
+    return install_operator(helm=helm, home=home, kubeconfig=kubeconfig,
+                            operator_image=operator_image, runtime_image=runtime_image)  # fmt: skip
 
 
 def prepare_quick_start(

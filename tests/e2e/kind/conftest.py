@@ -9,7 +9,6 @@ import pytest
 
 from e2e.kind.chart import ChartRelease
 from e2e.kind.cluster import KindCluster
-from e2e.kind.pytest_plugin import RESTRICTED
 from e2e.realnode import scenario
 from e2e.realnode.s3 import ClusterS3, start_s3
 
@@ -25,10 +24,8 @@ def kubectl(kind_cluster: KindCluster) -> scenario.Kubectl:
 def operator(
     kind_cluster: KindCluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ChartRelease]:
-    kind_cluster.rest().request("POST", "/api/v1/namespaces", body={
-        "apiVersion": "v1", "kind": "Namespace",
-        "metadata": {"name": scenario.OPERATOR_NAMESPACE, "labels": RESTRICTED}})
-    release = scenario.install_operator(
+    release = scenario.install_restricted_operator(
+        rest=kind_cluster.rest(),
         helm=kind_cluster.bin_dir / "helm",
         home=tmp_path_factory.mktemp("helm"),
         kubeconfig=kind_cluster.kubeconfig,

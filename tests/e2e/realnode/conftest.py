@@ -11,7 +11,7 @@ import pytest
 from e2e.kind.chart import ChartRelease
 from e2e.realnode import scenario
 from e2e.realnode.kafka import ClusterKafka, start_kafka
-from e2e.realnode.pytest_plugin import RESTRICTED, RealCluster
+from e2e.realnode.pytest_plugin import RealCluster
 from e2e.realnode.s3 import ClusterS3, start_s3
 
 
@@ -26,11 +26,8 @@ def kubectl(real_cluster: RealCluster) -> scenario.Kubectl:
 def operator(
     real_cluster: RealCluster, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ChartRelease]:
-    # The operator's own namespace enforces Pod Security "restricted" too.
-    real_cluster.rest().request("POST", "/api/v1/namespaces", body={
-        "apiVersion": "v1", "kind": "Namespace",
-        "metadata": {"name": scenario.OPERATOR_NAMESPACE, "labels": RESTRICTED}})
-    release = scenario.install_operator(
+    release = scenario.install_restricted_operator(
+        rest=real_cluster.rest(),
         helm=real_cluster.bin_dir / "helm",
         home=tmp_path_factory.mktemp("helm"),
         kubeconfig=real_cluster.kubeconfig,
