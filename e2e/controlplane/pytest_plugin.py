@@ -27,7 +27,7 @@ import secrets
 import shutil
 from collections.abc import Generator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -59,6 +59,14 @@ def is_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
 
 
+def unavailable(message: str) -> NoReturn:
+    """Skip the test for a missing prerequisite, or fail it under CI (where nothing may
+    be missing)."""
+    if is_ci():
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
+
+
 def require_binaries(names: tuple[str, ...]) -> Path:
     """The bin dir, or skip (fail in CI) with a message saying how to build it."""
     bin_dir = find_bin_dir()
@@ -68,9 +76,7 @@ def require_binaries(names: tuple[str, ...]) -> Path:
             f"control plane binaries not built ({', '.join(missing)} missing in {bin_dir}); "
             "run e2e/controlplane/build.sh"
         )
-        if is_ci():
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
+        unavailable(message)
     return bin_dir
 
 

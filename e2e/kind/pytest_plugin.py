@@ -33,10 +33,10 @@ from e2e.controlplane.namespaces import (
     wait_for_default_service_account,
 )
 from e2e.controlplane.pytest_plugin import (
-    is_ci,
     logs_folder,
     namespace_name_for,
     require_binaries,
+    unavailable,
     write_namespace_dump,
 )
 from e2e.kind.cluster import KindCluster
@@ -47,12 +47,6 @@ from e2e.realnode.scenario import RESTRICTED
 _NAMESPACE_KEY = pytest.StashKey[str]()
 _state: dict[str, Any] = {}
 
-
-
-def _unavailable(message: str) -> None:
-    if is_ci():
-        pytest.fail(message, pytrace=False)
-    pytest.skip(message)
 
 
 class SystemEngine(DockerEngine):
@@ -91,7 +85,7 @@ def kind_cluster() -> Iterator[KindCluster]:
     try:
         engine.start()
     except EngineError as exc:
-        _unavailable(f"kind scenarios need a Docker engine: {exc}")
+        unavailable(f"kind scenarios need a Docker engine: {exc}")
     cluster: KindCluster | None = None
     try:
         from e2e.images import build_images

@@ -30,10 +30,10 @@ from e2e.controlplane.namespaces import (
     wait_for_default_service_account,
 )
 from e2e.controlplane.pytest_plugin import (
-    is_ci,
     logs_folder,
     namespace_name_for,
     require_binaries,
+    unavailable,
     write_namespace_dump,
 )
 from e2e.controlplane.rest import RestClient
@@ -68,19 +68,13 @@ class RealCluster:
         kill_container(self.node.ctr, pod)
 
 
-def _unavailable(message: str) -> None:
-    if is_ci():
-        pytest.fail(message, pytrace=False)
-    pytest.skip(message)
-
-
 @pytest.fixture(scope="session")
 def real_cluster() -> Iterator[RealCluster]:
     if os.geteuid() != 0:
-        _unavailable("a real node needs root (network namespaces, mounts, cgroups)")
+        unavailable("a real node needs root (network namespaces, mounts, cgroups)")
     missing = missing_host_tools()
     if missing:
-        _unavailable(f"a real node needs {', '.join(missing)} (see e2e/realnode/README.md)")
+        unavailable(f"a real node needs {', '.join(missing)} (see e2e/realnode/README.md)")
     bin_dir = require_binaries(ALL_BINARIES)
     from e2e.images import build_images
 
