@@ -266,6 +266,7 @@ class Pipeline:
                 raise PipelineDefinitionError(
                     problem=f"the source {entry.source.name!r} is never read: join it to "
                             f"the first with union()")
+        self._check_staged_names()
         uids = [op.uid for op in self.ops] + [op.uid for b in self.branches for op in b.ops] \
             + [op.uid for entry in self.inputs for op in entry.ops]
         if len(uids) != len(set(uids)):
@@ -280,6 +281,21 @@ class Pipeline:
             raise PipelineDefinitionError(
                 problem=f"sink names must be unique: {', '.join(names)} (give each "
                         f".sink(..., name=...) its own)")
+
+    def _check_staged_names(self) -> None:
+        """Two inputs staged under one name would read one copy: the second input's
+        data would never be read, and the first's read twice."""
+        seen: dict[str, Source] = {}
+        for entry in self.inputs:
+            name = entry.source.staged_name
+            if name is None:
+                continue
+            other = seen.setdefault(name, entry.source)
+            if other is not entry.source:
+                raise PipelineDefinitionError(
+                    problem=f"two {entry.source.name} inputs are staged under the name "
+                            f"{name!r}: give each its own name=..., e.g. "
+                            f"sources.{entry.source.name}(..., name='orders')")
 
     def sinks(self) -> list[tuple[str, Sink]]:
         """Every sink of the job by name, the main stream's first."""

@@ -8,19 +8,29 @@ restore a new reader starts from it, whatever the new parallelism is.
 An input that grows while the job runs (a Kafka topic given partitions) can add
 splits later: :meth:`Source.discover` finds them, under indexes derived from what
 they are rather than from when they were found, so every subtask assigns them alike;
-a checkpoint keeps their positions like any other, and a restore rebuilds them from
-those positions (:meth:`Source.restore_split`) before it reads anything.
+a checkpoint keeps their positions like any other. An :attr:`Source.unbounded`
+source never ends, so a subtask that holds none of its splits waits for one instead
+of finishing: any subtask may gain splits at any time (discovery, a restore at
+another parallelism).
+
+A restore hands the checkpoint's positions to :meth:`Source.restore_splits`, which
+says which split each continues: by index for sources whose splits never change,
+by what a split *is* for those whose listing may change between runs (a Kafka
+position names its topic and partition, whatever index a new plan gives it).
 """
 
 from __future__ import annotations
 
 import abc
 import dataclasses
-from collections.abc import Mapping, Set
+import logging
+from collections.abc import Mapping, Sequence, Set
 from typing import Any
 
 from job_runtime.records import Batch
 from job_runtime.sources.staging import DriverStaging
+
+log = logging.getLogger(__name__)
 
 RECORD_BATCH_SIZE = 8192
 """Rows per source batch when a Python function sees every record (``map``,
@@ -32,6 +42,15 @@ second, a batch then holds a barrier back by milliseconds."""
 class Split:
     index: int
     description: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class RestoredSplit:
+    """A split a restored subtask lists, and the position it continues from (``None``:
+    from the split's start)."""
+
+    split: Split
+    position: Any
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -124,6 +143,20 @@ class Source(abc.ABC):
         than one split after the other."""
         return False
 
+    @property
+    def unbounded(self) -> bool:
+        """Whether the input never ends (a log read as it grows). A subtask of such a
+        source never finishes: one that holds no split now waits for one, since it
+        may gain splits at any time, and tells its downstream it is idle."""
+        return False
+
+    @property
+    def staged_name(self) -> str | None:
+        """The name the source stages what it reads under in the job's staging area
+        (``None``: it stages nothing by name). Two inputs of one job may not share
+        one: the second would read what the first staged."""
+        return None
+
     def reads_together(self, split: int) -> bool:
         """:attr:`reads_splits_together` for split ``split`` (a union answers per input)."""
         return self.reads_splits_together
@@ -140,11 +173,30 @@ class Source(abc.ABC):
         task's thread; may raise when the input cannot be asked (tried again later)."""
         return []
 
-    def restore_split(self, index: int, position: Any, *, context: SourceContext) -> Split | None:
-        """The split a checkpoint holds ``position`` of under an ``index`` that
-        :meth:`splits` does not list (one :meth:`discover` found), or ``None`` when
-        the position is not of this source."""
+    def start_position(self, split: Split) -> Any:
+        """The position a checkpoint keeps for a split not read yet. ``None`` (from
+        the split's start) unless the source's splits may be renumbered between runs,
+        whose positions must say what they are a position of."""
         return None
+
+    def restore_splits(self, splits: Sequence[Split], positions: Mapping[int, Any], *,
+                       context: SourceContext) -> list[RestoredSplit]:
+        """Every split to read after a restore, each with the position it continues
+        from: ``splits`` (what :meth:`splits` lists now) and ``positions`` (the
+        checkpoint's, by split index, every subtask's).
+
+        Here, by index: a source whose splits never change. A position under an
+        index the source no longer lists is dropped, with a warning. A source whose
+        splits are found while it runs, or renumbered by a new plan, matches them by
+        what they are instead, and rebuilds those only the checkpoint knows.
+        """
+        listed = {split.index for split in splits}
+        dropped = sorted(index for index in positions if index not in listed)
+        if dropped:
+            log.warning("source %r: the checkpoint holds positions of splits %s, which it no "
+                        "longer has: they are not read", self.name, dropped[:10])
+        return [RestoredSplit(split=split, position=positions.get(split.index))
+                for split in splits]
 
     def prepare_on_driver(self, *, spark_context: Any, staging: DriverStaging) -> None:  # noqa: B027
         """Runs once in the driver before the job starts (e.g. to stage a DataFrame).

@@ -42,6 +42,10 @@ class DataFrameSource(Source):
         self.source_name = name
         self.batch_size = batch_size
 
+    @property
+    def staged_name(self) -> str:
+        return self.source_name
+
     def prepare_on_driver(self, *, spark_context: Any, staging: DriverStaging) -> None:
         stage_once(staging=staging, name=self.source_name,
                    stage=lambda uri: self._write(spark_context, uri))
@@ -71,6 +75,11 @@ class DataFrameSource(Source):
 def dataframe(build: Callable[[Any], Any], *, name: str = "dataframe",
               batch_size: int | None = None) -> DataFrameSource:
     """Read the DataFrame that ``build(spark)`` returns, staged once per job.
+
+    ``name``: what the staged copy is published under; each ``dataframe`` input of a
+    job needs its own (a union of two with one name is refused: the second would
+    read the first's copy). Keep it when the job changes: a restore reads the copy
+    published under it.
 
     ``batch_size`` rows per batch; by default the pipeline's choice (larger when no
     Python function sees single records).

@@ -3,13 +3,25 @@
 **The plan.** Which partitions the job reads, and from which offset (and, bounded, up
 to which), is decided once, at the job's first start: the driver reads the topics'
 metadata and offsets and stages them as a *plan* under the job's staging area
-(``<staging>/kafka/plan-<digest>.json``, the digest of ``topics``, ``start`` and
-``bounded``). Every later attempt and every subtask reads that file, so split ``s``
-is the same partition in every process (the topics in the order given, each one's
-partitions in ascending order), ``start="latest"`` means the end at the job's first
-start, and a bounded job's end never moves, whatever restarts. A subtask that finds
-no plan (only a warm standby whose job never started) makes one from the brokers
-itself, which keeps each partition with one reader.
+(``<staging>/kafka/plan-<digest>.json``, the digest of ``bootstrap``, ``topics``,
+``start`` and ``bounded``: two inputs of a union that read one topic name at two
+clusters never share a plan), with the cluster's id. Every later attempt and every
+subtask reads that file, so split ``s`` is the same partition in every process (the
+topics in the order given, each one's partitions in ascending order),
+``start="latest"`` means the end at the job's first start, and a bounded job's end
+never moves, whatever restarts. A subtask that finds no plan (only a warm standby
+whose job never started) makes one from the brokers itself, which keeps each
+partition with one reader.
+
+**Positions say what they are.** A checkpoint keeps each partition's position as its
+cluster, topic, partition and next offset, also for a partition not read yet, never
+as a bare index. A restore matches positions to partitions by what they are
+(:meth:`KafkaSource.restore_splits`), so a new plan (``topics`` added, removed or
+reordered, ``start`` or ``bounded`` changed) continues every partition the checkpoint
+knows from its offset, once, whatever index the plan gives it; a partition of a topic
+the checkpoint read but does not hold (added since) is read from its beginning, one
+of a topic new to the job from ``start``; positions of topics the job no longer reads
+are dropped with a warning, and one of another cluster is refused.
 
 **Partitions added while the job runs** are found every ``partition_discovery``
 seconds (unbounded sources only, by a thread beside the source task:
@@ -17,10 +29,8 @@ seconds (unbounded sources only, by a thread beside the source task:
 offset. Such a partition is split ``(t + 1) * 1,000,000 + partition`` (``t`` the
 topic's place in ``topics``), so every subtask assigns it alike whenever it sees it;
 its position is checkpointed like the plan's, and a restore rebuilds it from that
-position before reading anything. Changing ``topics``,
-``start`` or ``bounded`` makes a new plan at the next start; a split then keeps its
-index only while the topics before it keep their partition counts, and a restore
-whose checkpoint holds another partition at an index fails with a clear error.
+position before reading anything. An unbounded source never ends: a subtask that
+holds no partition (more subtasks than partitions) waits, idle, for one to be added.
 
 **Reading.** Each reader has its own consumer, assigned its one partition
 (``assign()``: never a consumer group's subscription or rebalancing), with
@@ -73,6 +83,7 @@ from job_runtime.errors import (
 )
 from job_runtime.records import Batch
 from job_runtime.sources.base import (
+    RestoredSplit,
     Source,
     SourceBacklog,
     SourceContext,
@@ -107,7 +118,13 @@ TRANSIENT_ERRORS = frozenset({"NOT_LEADER_FOR_PARTITION", "LEADER_NOT_AVAILABLE"
 """Offset-lookup errors that asking again cures: a partition whose leader is not known
 yet (a topic just created, a broker restarting) or a request that timed out. The client
 does not mark all of them retriable in its admin answers."""
-PLAN_VERSION = 1
+PLAN_VERSION = 2
+"""Version 2 adds the cluster's id; version 1 plans are read with none."""
+PLAN_VERSIONS = (1, 2)
+BEGINNING = -2
+"""The client's logical offset of a partition's first record (``OFFSET_BEGINNING``):
+where a restored partition of a known topic that the checkpoint does not hold starts,
+without asking the broker for its earliest offset."""
 GROUP_ID_PREFIX = "cjob-"
 """The consumers' ``group.id`` is this and the job's id unless ``consumer_config``
 names one. The consumers are assigned their partitions and never join the group: it
@@ -164,10 +181,51 @@ class KafkaPartition:
     topic: str
     partition: int
     start: int
-    """The first offset to read when the checkpoint has no position for the split."""
+    """The first offset to read when the checkpoint has no position for the split
+    (:data:`BEGINNING`: the partition's first record)."""
     end: int | None
     """Bounded: the offset to stop at (the last stable offset at the first start);
     ``None`` for an unbounded source."""
+    cluster: str | None = None
+    """The id of the Kafka cluster the partition is at (``None``: not known, a plan
+    staged before plans kept it)."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class KafkaPosition:
+    """Where a reader of one partition continues: the checkpoint's record of a split,
+    kept as JSON (``topic``, ``partition``, ``offset``, ``end``, ``cluster``)."""
+
+    topic: str
+    partition: int
+    offset: int
+    end: int | None
+    cluster: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        document: dict[str, Any] = {"topic": self.topic, "partition": self.partition,
+                                    "offset": self.offset, "end": self.end}
+        if self.cluster is not None:
+            document["cluster"] = self.cluster
+        return document
+
+    @classmethod
+    def from_json(cls, data: Any) -> KafkaPosition | None:
+        """The position, or ``None`` when ``data`` is not a Kafka partition's."""
+        if not isinstance(data, dict):
+            return None
+        try:
+            end = data.get("end")
+            cluster = data.get("cluster")
+            return cls(topic=str(data["topic"]), partition=int(data["partition"]),
+                       offset=int(data["offset"]), end=None if end is None else int(end),
+                       cluster=None if cluster is None else str(cluster))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.topic, self.partition)
 
 
 class _KafkaReader(SplitReader):
@@ -308,8 +366,9 @@ class _KafkaReader(SplitReader):
             # A checkpoint's position must not pass a record whose dead letter could
             # still be lost: the records before it are all acknowledged.
             self._dead_letters.flush()
-        return {"topic": self._part.topic, "partition": self._part.partition,
-                "offset": self._next, "end": self._end}
+        return KafkaPosition(topic=self._part.topic, partition=self._part.partition,
+                             offset=self._next, end=self._end,
+                             cluster=self._part.cluster).to_json()
 
     def checkpoint_completed(self, position: Any) -> None:
         """Commits the completed checkpoint's offset to the job's consumer group, in the
@@ -320,6 +379,8 @@ class _KafkaReader(SplitReader):
         consumer = self._consumer
         if consumer is None or not self._source.commit_offsets or not isinstance(position, dict):
             return
+        if int(position["offset"]) < 0:
+            return  # nothing read of the partition yet
         try:
             consumer.commit(offsets=[TopicPartition(self._part.topic, self._part.partition,
                                                     int(position["offset"]))],
@@ -338,7 +399,7 @@ class _KafkaReader(SplitReader):
         from confluent_kafka import TopicPartition
 
         consumer = self._consumer
-        if consumer is None:
+        if consumer is None or self._next < 0:
             return None
         try:
             _, high = consumer.get_watermark_offsets(
@@ -460,8 +521,11 @@ class KafkaSource(Source):
     # ------------------------------------------------------------------ the plan
 
     def _plan_uri(self, staging_uri: str) -> str:
-        choice = json.dumps({"topics": self.topics, "start": self.start,
-                             "bounded": self.bounded}, sort_keys=True)
+        """Where the plan is staged: named by everything that makes it this input's."""
+        brokers = sorted({server.strip() for server in self.bootstrap.split(",")
+                          if server.strip()})
+        choice = json.dumps({"bootstrap": brokers, "topics": self.topics,
+                             "start": self.start, "bounded": self.bounded}, sort_keys=True)
         digest = hashlib.sha256(choice.encode()).hexdigest()[:16]
         return join_uri(staging_uri, "kafka", f"plan-{digest}.json")
 
@@ -500,6 +564,7 @@ class KafkaSource(Source):
 
         admin = AdminClient(self._admin_settings())
         metadata = self._cluster_metadata(admin)
+        cluster = metadata.cluster_id or None
         partitions: list[TopicPartition] = []
         for topic in self.topics:
             described = metadata.topics.get(topic)
@@ -529,7 +594,7 @@ class KafkaSource(Source):
             end = ends[key] if self.bounded else None
             plan.append(KafkaPartition(topic=tp.topic, partition=tp.partition,
                                        start=start if end is None else min(start, end),
-                                       end=end))
+                                       end=end, cluster=cluster))
         return plan
 
     def _cluster_metadata(self, admin: AdminClient) -> ClusterMetadata:
@@ -593,6 +658,10 @@ class KafkaSource(Source):
         return [Split(index=i, description=part) for i, part in enumerate(self._plan(context))]
 
     @property
+    def unbounded(self) -> bool:
+        return not self.bounded
+
+    @property
     def discovery_interval(self) -> float | None:
         """A bounded source reads the partitions of its first start only."""
         return None if self.bounded else self.partition_discovery
@@ -605,7 +674,9 @@ class KafkaSource(Source):
         from confluent_kafka.admin import AdminClient
         from confluent_kafka.admin._listoffsets import OffsetSpec
 
-        planned = {(part.topic, part.partition) for part in self._plan(context)}
+        plan = self._plan(context)
+        planned = {(part.topic, part.partition) for part in plan}
+        cluster = plan[0].cluster if plan else None
         admin = AdminClient(self._admin_settings())
         metadata = self._cluster_metadata(admin)
         found: dict[tuple[str, int], int] = {}
@@ -623,19 +694,107 @@ class KafkaSource(Source):
         starts = self._offsets(admin, [TopicPartition(t, p) for t, p in found], earliest)
         return [Split(index=index, description=KafkaPartition(
                     topic=topic, partition=partition, start=starts[(topic, partition)],
-                    end=None))
+                    end=None, cluster=cluster))
                 for (topic, partition), index in found.items()]
 
-    def restore_split(self, index: int, position: Any, *, context: SourceContext) -> Split | None:
-        """A partition an earlier attempt discovered, rebuilt from its checkpointed
-        position (no broker asked: its records after the position are read next)."""
-        if not isinstance(position, dict) or position.get("topic") not in self.topics:
-            return None
-        topic, partition = str(position["topic"]), int(position["partition"])
-        if index != discovered_index(self.topics.index(topic), partition):
-            return None
-        return Split(index=index, description=KafkaPartition(
-            topic=topic, partition=partition, start=int(position["offset"]), end=None))
+    def start_position(self, split: Split) -> dict[str, Any]:
+        """A partition not read yet is kept as what it is, from its start: a restore
+        under a new plan still knows which partition it was."""
+        part: KafkaPartition = split.description
+        return KafkaPosition(topic=part.topic, partition=part.partition, offset=part.start,
+                             end=part.end, cluster=part.cluster).to_json()
+
+    def restore_splits(self, splits: Sequence[Split], positions: Mapping[int, Any], *,
+                       context: SourceContext) -> list[RestoredSplit]:
+        """The plan's partitions and those only the checkpoint knows, each continuing
+        from the checkpoint's offset of *that partition*, whatever index it had there.
+
+        No broker is asked: a partition the checkpoint holds and the plan does not
+        (discovered by an earlier attempt) is rebuilt from its position; one the plan
+        lists and the checkpoint does not starts from its beginning when the
+        checkpoint read its topic (the partition was added since), else from the
+        plan's start (a topic new to the job).
+        """
+        by_partition, unnamed = self._checkpointed(positions, splits=splits)
+        known_topics = {topic for topic, _ in by_partition}
+        restored: list[RestoredSplit] = []
+        for split in splits:
+            part: KafkaPartition = split.description
+            position = by_partition.pop((part.topic, part.partition), None)
+            if position is None and split.index in unnamed:
+                # A partition not read yet, in a checkpoint whose positions did not
+                # name theirs: the plan that wrote it is this one.
+                restored.append(RestoredSplit(split=split, position=unnamed[split.index]))
+            elif position is not None:
+                restored.append(RestoredSplit(split=split, position=self._continued(
+                    position, part=part, context=context)))
+            elif part.topic in known_topics:
+                restored.append(RestoredSplit(split=Split(index=split.index, description=(
+                    dataclasses.replace(part, start=BEGINNING))), position=None))
+            else:
+                restored.append(RestoredSplit(split=split, position=None))
+        planned_cluster = next((s.description.cluster for s in splits), None)
+        dropped: list[str] = []
+        for (topic, partition), position in sorted(by_partition.items()):
+            if topic not in self.topics:
+                dropped.append(f"{topic}/{partition}")
+                continue
+            part = KafkaPartition(topic=topic, partition=partition, start=position.offset,
+                                  end=position.end if self.bounded else None,
+                                  cluster=position.cluster or planned_cluster)
+            restored.append(RestoredSplit(
+                split=Split(index=discovered_index(self.topics.index(topic), partition),
+                            description=part),
+                position=self._continued(position, part=part, context=context)))
+        if dropped:
+            log.warning("kafka source: the checkpoint holds positions of %s, whose topics the "
+                        "job no longer reads: they are not read", ", ".join(dropped[:10]))
+        return restored
+
+    def _checkpointed(self, positions: Mapping[int, Any], *, splits: Sequence[Split]
+                      ) -> tuple[dict[tuple[str, int], KafkaPosition], dict[int, None]]:
+        """The checkpoint's positions by partition; and the indexes of the plan's
+        splits it holds without naming a partition (``None``: not read yet, written
+        before positions named theirs). Two positions of one partition (a plan that
+        read it under two indexes) keep the farther."""
+        listed = {split.index for split in splits}
+        by_partition: dict[tuple[str, int], KafkaPosition] = {}
+        unnamed: dict[int, None] = {}
+        for index, data in sorted(positions.items()):
+            if data is None:
+                if index in listed:
+                    unnamed[index] = None
+                continue
+            position = KafkaPosition.from_json(data)
+            if position is None:
+                raise ConfigurationError(
+                    setting="sources.kafka",
+                    problem=f"the checkpoint's position of split {index} is {data!r}, which "
+                            f"is not a Kafka partition's: the job's sources changed since "
+                            f"the checkpoint")
+            earlier = by_partition.get(position.key)
+            if earlier is not None:
+                log.warning("kafka source: the checkpoint holds topic %r partition %d twice "
+                            "(offsets %d and %d): it continues from the farther",
+                            position.topic, position.partition, earlier.offset,
+                            position.offset)
+                if earlier.offset >= position.offset:
+                    continue
+            by_partition[position.key] = position
+        return by_partition, unnamed
+
+    def _continued(self, position: KafkaPosition, *, part: KafkaPartition,
+                   context: SourceContext) -> dict[str, Any]:
+        """``position`` for the partition ``part`` of this source's plan; refused when
+        the two are at different clusters."""
+        if position.cluster and part.cluster and position.cluster != part.cluster:
+            raise ConfigurationError(
+                setting="sources.kafka",
+                problem=f"the checkpoint's position of topic {position.topic!r} partition "
+                        f"{position.partition} is at Kafka cluster {position.cluster!r}, but "
+                        f"{self.bootstrap} is cluster {part.cluster!r}: offsets of one "
+                        f"cluster mean nothing at another")
+        return dataclasses.replace(position, cluster=part.cluster or position.cluster).to_json()
 
     def open(self, split: Split, position: Any, *, context: SourceContext) -> SplitReader:
         part: KafkaPartition = split.description
@@ -818,21 +977,26 @@ def discovered_index(place: int, partition: int) -> int:
 
 def _plan_bytes(plan: list[KafkaPartition], *, source: KafkaSource) -> bytes:
     return json.dumps({
-        "version": PLAN_VERSION, "topics": source.topics, "start": source.start,
-        "bounded": source.bounded, "plannedAt": int(time.time() * 1000),
-        "partitions": [dataclasses.asdict(part) for part in plan],
+        "version": PLAN_VERSION, "bootstrap": source.bootstrap, "topics": source.topics,
+        "start": source.start, "bounded": source.bounded,
+        "clusterId": plan[0].cluster if plan else None,
+        "plannedAt": int(time.time() * 1000),
+        "partitions": [{"topic": part.topic, "partition": part.partition,
+                        "start": part.start, "end": part.end} for part in plan],
     }, indent=1).encode()
 
 
 def _parse_plan(data: bytes, *, uri: str) -> list[KafkaPartition]:
     document = json.loads(data)
-    if document.get("version") != PLAN_VERSION:
+    if document.get("version") not in PLAN_VERSIONS:
         raise ConfigurationError(setting="sources.kafka",
                                  problem=f"the staged plan {uri} has an unknown version "
                                          f"{document.get('version')!r}")
+    cluster = document.get("clusterId")
     return [KafkaPartition(topic=str(p["topic"]), partition=int(p["partition"]),
                            start=int(p["start"]),
-                           end=None if p["end"] is None else int(p["end"]))
+                           end=None if p["end"] is None else int(p["end"]),
+                           cluster=None if cluster is None else str(cluster))
             for p in document["partitions"]]
 
 

@@ -11,11 +11,20 @@ union only translates indexes.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence, Set
+import logging
+from collections.abc import Mapping, Sequence, Set
 from typing import Any
 
-from job_runtime.sources.base import Source, SourceContext, Split, SplitReader
+from job_runtime.sources.base import (
+    RestoredSplit,
+    Source,
+    SourceContext,
+    Split,
+    SplitReader,
+)
 from job_runtime.sources.staging import DriverStaging
+
+log = logging.getLogger(__name__)
 
 UNION_INDEX_BASE = 10**12
 """Far above any index one source gives (the Kafka source's discovered partitions
@@ -76,6 +85,11 @@ class UnionSource(Source):
         return self.inputs[input_of(split)].reads_splits_together
 
     @property
+    def unbounded(self) -> bool:
+        """A union never ends while one of its inputs does not."""
+        return any(source.unbounded for source in self.inputs)
+
+    @property
     def discovery_interval(self) -> float | None:
         intervals = [source.discovery_interval for source in self.inputs
                      if source.discovery_interval]
@@ -90,13 +104,29 @@ class UnionSource(Source):
             found.extend(self._wrap(place, source.discover(context=context, known=own)))
         return found
 
-    def restore_split(self, index: int, position: Any, *, context: SourceContext) -> Split | None:
-        place = input_of(index)
-        if not 0 <= place < len(self.inputs):
-            return None
-        split = self.inputs[place].restore_split(index - union_index(place, 0), position,
-                                                 context=context)
-        return None if split is None else self._wrap(place, [split])[0]
+    def start_position(self, split: Split) -> Any:
+        part = split.description
+        assert isinstance(part, UnionPart)
+        return self.inputs[part.place].start_position(part.split)
+
+    def restore_splits(self, splits: Sequence[Split], positions: Mapping[int, Any], *,
+                       context: SourceContext) -> list[RestoredSplit]:
+        """Each input restores its own splits from the positions of its place."""
+        restored: list[RestoredSplit] = []
+        for place, source in enumerate(self.inputs):
+            base = union_index(place, 0)
+            own_splits = [split.description.split for split in splits
+                          if input_of(split.index) == place]
+            own_positions = {index - base: position for index, position in positions.items()
+                             if input_of(index) == place}
+            for found in source.restore_splits(own_splits, own_positions, context=context):
+                restored.append(RestoredSplit(split=self._wrap(place, [found.split])[0],
+                                              position=found.position))
+        beyond = sorted({input_of(index) for index in positions} - set(range(len(self.inputs))))
+        if beyond:
+            log.warning("source %r: the checkpoint holds positions of inputs %s, which the "
+                        "union no longer has: they are not read", self.name, beyond)
+        return restored
 
     def prepare_on_driver(self, *, spark_context: Any, staging: DriverStaging) -> None:
         for source in self.inputs:

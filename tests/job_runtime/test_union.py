@@ -18,7 +18,7 @@ from job_runtime import Pipeline, sinks, sources, watermarks
 from job_runtime.errors import PipelineDefinitionError
 from job_runtime.execution.stages import plan_stages
 from job_runtime.execution.subtask.watermark_tracking import SplitWatermarks
-from job_runtime.sources.base import Source, SourceContext, Split
+from job_runtime.sources.base import RestoredSplit, Source, SourceContext, Split
 from job_runtime.sources.union import UNION_INDEX_BASE, UnionPart, UnionSource, input_of
 
 CONTEXT = SourceContext(subtask=0, parallelism=1, staging_uri="file:///unused")
@@ -145,20 +145,28 @@ class TestSplits:
             def discover(self, *, context: SourceContext, known: Any) -> list[Split]:
                 return [] if 7 in known else [Split(index=7, description="found")]
 
-            def restore_split(self, index: int, position: Any, *,
-                              context: SourceContext) -> Split | None:
-                return Split(index=index, description=f"restored at {position}")
+            def restore_splits(self, splits: Any, positions: Any, *,
+                               context: SourceContext) -> list[RestoredSplit]:
+                return [RestoredSplit(split=Split(index=index, description=f"at {position}"),
+                                      position=position)
+                        for index, position in sorted(positions.items())]
 
         union = UnionSource([seq(), Discovering()])
         assert union.discovery_interval == 5.0
         (found,) = union.discover(context=CONTEXT, known=set())
         assert found.index == UNION_INDEX_BASE + 7
         assert union.discover(context=CONTEXT, known={UNION_INDEX_BASE + 7}) == []
-        restored = union.restore_split(UNION_INDEX_BASE + 7, 42, context=CONTEXT)
-        assert restored is not None and restored.index == UNION_INDEX_BASE + 7
-        assert restored.description == UnionPart(place=1, split=Split(index=7,
-                                                                      description="restored at 42"))
-        assert union.restore_split(5 * UNION_INDEX_BASE, 1, context=CONTEXT) is None
+        restored = union.restore_splits(union.splits(context=CONTEXT),
+                                        {3: 5, UNION_INDEX_BASE + 7: 42,
+                                         5 * UNION_INDEX_BASE: 1}, context=CONTEXT)
+        by_index = {item.split.index: item for item in restored}
+        # The sequence's own splits by index; the other input's from its own positions;
+        # an input the union no longer has, nothing.
+        assert by_index[3].position == 5 and by_index[0].position is None
+        assert by_index[UNION_INDEX_BASE + 7].position == 42
+        assert by_index[UNION_INDEX_BASE + 7].split.description == UnionPart(
+            place=1, split=Split(index=7, description="at 42"))
+        assert all(input_of(index) in (0, 1) for index in by_index)
 
 
 def test_each_inputs_splits_hold_time_back_by_their_own_delay_and_idleness() -> None:

@@ -54,7 +54,14 @@ from job_runtime.records import (
     split_by_target,
 )
 from job_runtime.sinks.base import MAIN_SINK, SinkWriter
-from job_runtime.sources.base import Source, SourceBacklog, SourceContext, Split, SplitReader
+from job_runtime.sources.base import (
+    RestoredSplit,
+    Source,
+    SourceBacklog,
+    SourceContext,
+    Split,
+    SplitReader,
+)
 from job_runtime.sources.union import input_of
 from job_runtime.state.backend import BackendKind, StateBackendSettings
 from job_runtime.watermarks import MAX_WATERMARK, WatermarkStrategy, event_times
@@ -78,6 +85,11 @@ WATERMARK_INTERVAL_SECONDS = 0.2
 interval): each send flushes the combiner in front of a windowed aggregate, which
 a watermark per batch would keep from combining much. Also how often a task
 without new records looks whether its splits went idle."""
+
+
+IDLE_WAIT_SECONDS = 0.1
+"""How long a source task with nothing to read (its input ended, or it holds no split
+of an unbounded source yet) waits for a control message before it looks again."""
 
 
 class Task(threading.Thread):
@@ -260,20 +272,21 @@ class SourceTask(Task):
                                      batch_size=self.plan.source_batch_size,
                                      columns=self.plan.source_columns,
                                      staged_inputs=config.staged_inputs)
-        all_splits = source.splits(context=self.context)
-        if restore is not None:
-            # Splits an earlier attempt discovered, rebuilt from their positions so
-            # that none is missing from the next checkpoint.
-            listed = {s.index for s in all_splits}
-            for index, position in sorted(restore.sources.items()):
-                if index not in listed:
-                    found = source.restore_split(index, position, context=self.context)
-                    if found is not None:
-                        all_splits.append(found)
+        listed = source.splits(context=self.context)
+        if restore is None:
+            restored = [RestoredSplit(split=split, position=None) for split in listed]
+        else:
+            # The checkpoint's positions, matched to what the source lists now, and
+            # the splits only the checkpoint knows (found by an earlier attempt's
+            # discovery, or renumbered by a new plan) rebuilt from them: none of them
+            # is missing from the next checkpoint, none is read twice.
+            restored = source.restore_splits(listed, restore.sources, context=self.context)
+        all_splits = [found.split for found in restored]
         self.splits: list[Split] = [s for s in all_splits if self._owns(s)]
         self.positions: dict[int, Any] = {
-            s.index: None if restore is None else restore.source_position(s.index)
-            for s in self.splits}
+            found.split.index: (source.start_position(found.split) if found.position is None
+                                else found.position)
+            for found in restored if self._owns(found.split)}
         self._unopened: list[Split] = list(self.splits)
         self._open: list[tuple[Split, SplitReader]] = []
         self._turn = 0
@@ -318,7 +331,7 @@ class SourceTask(Task):
                          self.runtime.subtask, split.index, self.source.name,
                          split.description)
                 self.splits.append(split)
-                self.positions[split.index] = None
+                self.positions[split.index] = self.source.start_position(split)
                 self._unopened.append(split)
 
     def backlog(self) -> list[SourceBacklog]:
@@ -380,7 +393,9 @@ class SourceTask(Task):
     def _next_batch(self) -> Batch | None:
         """The next batch of the open readers in turn (one reader at a time, per input,
         unless the source reads its splits together); an empty batch when every open
-        reader had nothing; ``None`` once every split ended."""
+        reader had nothing, or when this subtask holds no split of an unbounded
+        source (it may gain one at any time); ``None`` once every split of a bounded
+        source ended."""
         while True:
             while (split := self._next_to_open()) is not None:
                 self._unopened.remove(split)
@@ -390,7 +405,7 @@ class SourceTask(Task):
                     # Only splits being read hold time back, not those waiting their turn.
                     self._watermarks.add_split(split.index)
             if not self._open:
-                return None
+                return Batch(rows=[]) if self.source.unbounded else None
             idle: Batch | None = None
             for _ in range(len(self._open)):
                 index = self._turn % len(self._open)
@@ -428,14 +443,14 @@ class SourceTask(Task):
             if self.finished:
                 return
             if self.exhausted or self.final_barrier is not None:
-                try:
-                    message = self.control.get(timeout=0.1)
-                except queue.Empty:
-                    continue
-                self.handle_control(message)
+                self._wait_for_control(IDLE_WAIT_SECONDS)
                 continue
             self._add_discovered()
             batch = self._next_batch()
+            if batch is not None and not self._open:
+                # No split to read yet: wait for a control message or the next look
+                # for new splits rather than spin (the watermark below says idle).
+                self._wait_for_control(IDLE_WAIT_SECONDS)
             if batch is None:
                 self.flush_combiner()
                 if self._watermarks is not None:
@@ -457,6 +472,13 @@ class SourceTask(Task):
             if self._watermarks is not None:
                 self._advance_watermark(stamps)
             self.flush_if_due()
+
+    def _wait_for_control(self, seconds: float) -> None:
+        try:
+            message = self.control.get(timeout=seconds)
+        except queue.Empty:
+            return
+        self.handle_control(message)
 
     def _advance_watermark(self, stamps: np.ndarray | None) -> None:
         """Send the subtask's watermark downstream when the batch moved it, behind the

@@ -211,14 +211,14 @@ def test_partitions_added_later_are_discovered_under_the_same_indexes_in_every_p
     assert [r["value"] for r in read_at_least(reader, 2)] == [b"a", b"b"]
     position = reader.position()
     reader.close()
-    rebuilt = source.restore_split(1_000_002, position, context=context(tmp_path))
-    assert rebuilt is not None and rebuilt.description.partition == 2
+    (rebuilt,) = [item for item in source.restore_splits(
+        planned, {1_000_002: position}, context=context(tmp_path))
+        if item.split.index == 1_000_002]
+    assert rebuilt.split.description.partition == 2
     produce(bootstrap, first, [b"c"], partition=2)
-    reader = source.open(rebuilt, position, context=context(tmp_path))
+    reader = source.open(rebuilt.split, rebuilt.position, context=context(tmp_path))
     assert [r["value"] for r in read_at_least(reader, 1)] == [b"c"]
     reader.close()
-    # A position under an index that does not match its partition is not this source's.
-    assert source.restore_split(1_000_001, position, context=context(tmp_path)) is None
 
 
 def test_a_reader_restored_from_a_position_continues_exactly_there(

@@ -1,7 +1,7 @@
 """Jobs that read Kafka with ``sources.kafka`` (tests/job_runtime/kafka/).
 
-``bounded_copy`` writes each JSON record's ``n`` with its partition and offset, so a
-test sees a lost or a duplicated record; ``delay`` seconds per record stretch the run
+``bounded_copy`` writes each JSON record's ``n`` with its topic, partition and offset,
+so a test sees a lost or a duplicated record; ``delay`` seconds per record stretch the run
 over several checkpoints.
 """
 
@@ -14,14 +14,21 @@ from job_runtime import Pipeline, sinks, sources, watermarks, windows
 
 
 def bounded_copy(p: Pipeline) -> None:
+    """``topic`` (or a list, ``topics``) copied with each record's topic, partition and
+    offset; bounded unless ``bounded`` is false; ``start`` and ``partition_discovery``
+    as the source takes them."""
     delay = float(p.args.get("delay", 0.0))
 
     def copy(record: dict[str, Any]) -> dict[str, Any]:
         if delay:
             time.sleep(delay)
-        return {"n": record["n"], "partition": record["partition"], "offset": record["offset"]}
+        return {"n": record["n"], "topic": record["topic"], "partition": record["partition"],
+                "offset": record["offset"]}
 
-    source = sources.kafka(p.args["topic"], p.args["bootstrap"], bounded=True,
+    source = sources.kafka(p.args.get("topics") or p.args["topic"], p.args["bootstrap"],
+                           bounded=bool(p.args.get("bounded", True)),
+                           start=p.args.get("start", "earliest"),
+                           partition_discovery=float(p.args.get("partition_discovery", 60.0)),
                            value_format="json", batch_size=int(p.args.get("batch_size", 100)),
                            timeout=float(p.args.get("timeout", 30.0)))
     p.source(source).map(copy).sink(sinks.files(p.args["output"], format="jsonl"))
