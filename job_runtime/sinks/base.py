@@ -57,6 +57,10 @@ class SinkContext:
     """The parallelism of the checkpoint the attempt restored (0 without one): a sink
     that owns resources per subtask (the Kafka sink's transactional ids) finds those
     of subtasks a rescale removed."""
+    restored_job: str = ""
+    """The identity that wrote the checkpoint the attempt restored (empty without one):
+    this job's own, or another job's after a foreign restore, whose pending output a
+    sink finds under that job's name (its committer's records, its transactions)."""
 
     def of_sink(self, name: str) -> SinkContext:
         """This context for the job's sink ``name`` (see :func:`sink_job_id`)."""
@@ -64,7 +68,8 @@ class SinkContext:
             return self
         staging = f"{self.staging_root.rstrip('/')}/sinks/{name}" if self.staging_root else ""
         return dataclasses.replace(self, job_id=sink_job_id(self.job_id, name),
-                                   staging_root=staging)
+                                   staging_root=staging,
+                                   restored_job=sink_job_id(self.restored_job, name))
 
 
 class SinkSnapshot(abc.ABC):

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import json
 import logging
 import time
@@ -208,7 +209,7 @@ class _Transactions(CheckpointCommitter):
                 raise self._fenced from None
             raise
 
-    def _start(self) -> None:
+    def start(self) -> None:
         """Initialise every id this subtask owns (fencing zombies, aborting what they
         left open), then read the markers."""
         if self._fenced is not None:
@@ -231,7 +232,7 @@ class _Transactions(CheckpointCommitter):
 
     def is_committed(self, *, subtask: int, checkpoint_id: int) -> bool:
         if self._stale:
-            self._start()
+            self.start()
         return checkpoint_id <= self._through.get(subtask, 0)
 
     def commit(self, *, subtask: int, checkpoint_id: int) -> None:
@@ -248,7 +249,7 @@ class _Transactions(CheckpointCommitter):
         from confluent_kafka import KafkaException
 
         if self._stale:
-            self._start()
+            self.start()
         if self._fenced is not None:
             raise self._fenced
         producer = self._producer
@@ -451,11 +452,21 @@ class KafkaSink(Sink):
 
     # ------------------------------------------------------------------ subtasks
 
+    def _origin(self, job: str, *, context: SinkContext) -> _Transactions:
+        """The committer of another job whose checkpoint this one restored: its
+        transactional ids this subtask inherits are initialised at once (what that job
+        left open is aborted, and its zombies are fenced), then its markers answer for
+        its intervals."""
+        origin = _Transactions(sink=self, context=dataclasses.replace(context, job_id=job))
+        origin.start()
+        return origin
+
     def open(self, *, context: SinkContext) -> SinkWriter:
         if not self.exactly_once:
             return _AtLeastOnceWriter(sink=self)
         transactions = _Transactions(sink=self, context=context)
         return WriteAheadWriter(send=transactions.send, committer=transactions,
+                                committer_of=functools.partial(self._origin, context=context),
                                 context=context,
                                 staging=staging_path(None, context=context, sink=self.name),
                                 commit_retry=self.commit_retry,

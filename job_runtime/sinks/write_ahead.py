@@ -31,11 +31,19 @@ The life of one interval on one subtask:
 Pending intervals keep the subtask that wrote them: after a rescale, old subtask ``j``'s
 intervals are re-sent by new subtask ``j % parallelism`` under ``j``'s name, so the
 committer's records stay meaningful.
+
+They keep the job that wrote them too. A job restored from another job's checkpoint (a
+job created again, a snapshot restored into a new job) finds that job's pending
+intervals: one is done when *that* job's committer recorded it (it may have sent it
+and deleted its file long ago), or when this job's did (this job sent it before a
+restart); otherwise this job sends it and records it as its own. Another job's staged
+files are never deleted: that job may still be restored from the same checkpoint.
 """
 
 from __future__ import annotations
 
 import abc
+import copy
 import dataclasses
 import functools
 import logging
@@ -67,7 +75,10 @@ __all__ = ["CheckpointCommitter", "PendingInterval", "SendFunction", "WriteAhead
 
 SPOOL_MAGIC = b"CJWA"
 SPOOL_VERSION = 1
-PENDING_VERSION = 1
+PENDING_VERSION = 2
+"""Version 2 names the job that wrote the interval; version 1 intervals were written by
+the job whose checkpoint holds them."""
+PENDING_VERSIONS = (1, 2)
 DEFAULT_MEMORY_BYTES = 8 << 20
 _LENGTH = struct.Struct(">Q")
 
@@ -107,18 +118,23 @@ class PendingInterval:
     subtask: int
     uri: str
     records: int
+    job: str
+    """The identity that wrote it (``SinkContext.job_id``): whose committer knows it."""
 
     def to_json(self) -> dict[str, Any]:
         return {"version": PENDING_VERSION, "checkpointId": self.checkpoint_id,
-                "subtask": self.subtask, "uri": self.uri, "records": self.records}
+                "subtask": self.subtask, "uri": self.uri, "records": self.records,
+                "job": self.job}
 
     @classmethod
-    def from_json(cls, data: Any) -> PendingInterval:
-        if not isinstance(data, dict) or data.get("version") != PENDING_VERSION:
-            raise ValueError(f"not a write-ahead interval of version {PENDING_VERSION}: "
-                             f"{data!r}")
+    def from_json(cls, data: Any, *, written_by: str) -> PendingInterval:
+        """``written_by``: the job a version 1 interval belongs to (the checkpoint's)."""
+        if not isinstance(data, dict) or data.get("version") not in PENDING_VERSIONS:
+            raise ValueError(f"not a write-ahead interval of version "
+                             f"{' or '.join(map(str, PENDING_VERSIONS))}: {data!r}")
         return cls(checkpoint_id=int(data["checkpointId"]), subtask=int(data["subtask"]),
-                   uri=str(data["uri"]), records=int(data["records"]))
+                   uri=str(data["uri"]), records=int(data["records"]),
+                   job=str(data.get("job") or written_by))
 
 
 class _Spool:
@@ -192,11 +208,33 @@ class _StageThrough(SinkSnapshot):
         return self._writer.stage_through(self._checkpoint_id)
 
 
+CommitterOf = Callable[[str], CheckpointCommitter]
+"""A committer that answers for the intervals of the job it is given (another job's,
+after a foreign restore), ready to be asked."""
+
+
+def copy_of(committer: CheckpointCommitter) -> CommitterOf:
+    """Committers for other jobs as shallow copies of ``committer`` as the job handed it
+    over (call before it is opened), each opened with the other job's id."""
+    unopened = copy.copy(committer)
+
+    def committer_of(job_id: str) -> CheckpointCommitter:
+        other = copy.copy(unopened)
+        other.open(job_id=job_id)
+        return other
+
+    return committer_of
+
+
 class WriteAheadWriter(SinkWriter):
     def __init__(self, *, send: SendFunction, committer: CheckpointCommitter,
                  context: SinkContext, staging: str, commit_retry: CommitRetry,
-                 memory_bytes: int, name: str) -> None:
+                 memory_bytes: int, name: str, committer_of: CommitterOf | None = None
+                 ) -> None:
         self._send = send
+        self._committer_of = committer_of or copy_of(committer)
+        self._origins: dict[str, CheckpointCommitter] = {}
+        """Committers of the jobs whose restored intervals this writer sends."""
         self._committer = committer
         self._context = context
         self._staging = staging.rstrip("/")
@@ -263,7 +301,8 @@ class WriteAheadWriter(SinkWriter):
                     due.stage(self._fs, uri)
                     interval = PendingInterval(checkpoint_id=due.checkpoint_id,
                                                subtask=self._context.subtask, uri=uri,
-                                               records=due.records)
+                                               records=due.records,
+                                               job=self._context.job_id)
                 with self._lock:
                     if interval is not None:
                         self._pending.append(interval)
@@ -272,11 +311,29 @@ class WriteAheadWriter(SinkWriter):
             with self._lock:
                 return [p.to_json() for p in self._pending if p.checkpoint_id <= checkpoint_id]
 
+    def _origin(self, job: str) -> CheckpointCommitter:
+        """The committer of ``job``, another job whose interval this writer inherited."""
+        committer = self._origins.get(job)
+        if committer is None:
+            committer = self._origins[job] = self._committer_of(job)
+        return committer
+
+    def _foreign(self, job: str) -> bool:
+        return bool(job) and job != self._context.job_id
+
+    def _arrived(self, interval: PendingInterval) -> bool:
+        """Whether the interval reached the outside: recorded by this job's committer,
+        or, written by another job, by that job's."""
+        if self._committer.is_committed(subtask=interval.subtask,
+                                        checkpoint_id=interval.checkpoint_id):
+            return True
+        return self._foreign(interval.job) and self._origin(interval.job).is_committed(
+            subtask=interval.subtask, checkpoint_id=interval.checkpoint_id)
+
     def _deliver(self, interval: PendingInterval) -> None:
         """Send one interval unless it arrived before, then record it; idempotent."""
         committer = self._committer
-        if not committer.is_committed(subtask=interval.subtask,
-                                      checkpoint_id=interval.checkpoint_id):
+        if not self._arrived(interval):
             if not self._fs.exists(interval.uri):
                 raise LostTransactionError(checkpoint_id=interval.checkpoint_id,
                                            staging=interval.uri,
@@ -289,6 +346,8 @@ class WriteAheadWriter(SinkWriter):
             # the restore sends it again unless send and commit share a transaction.
             maybe_fail("subtask.write-ahead-after-send", interval.checkpoint_id)
             committer.commit(subtask=interval.subtask, checkpoint_id=interval.checkpoint_id)
+        if self._foreign(interval.job):
+            return  # that job's file: it may still be restored from the same checkpoint
         try:
             self._fs.delete(interval.uri)
         except Exception as exc:  # garbage only: the committer has the interval
@@ -320,10 +379,23 @@ class WriteAheadWriter(SinkWriter):
     def restore(self, states: list[Any]) -> None:
         """Send the restored checkpoint's pending intervals not yet committed, oldest
         first, before any new output."""
-        intervals = sorted((PendingInterval.from_json(entry)
+        written_by = self._context.restored_job or self._context.job_id
+        intervals = sorted((PendingInterval.from_json(entry, written_by=written_by)
                             for state in states for entry in state or []),
                            key=lambda p: (p.checkpoint_id, p.subtask))
         with self._send_lock:
+            if self._foreign(written_by):
+                # Made even without pending intervals: a committer that owns resources
+                # per job (the Kafka sink's transactional ids) ends what the other job
+                # left open before this one writes.
+                def origin_ready() -> None:
+                    self._origin(written_by)
+
+                commit_with_retry(origin_ready, retry=self._commit_retry,
+                                  checkpoint_id=max((i.checkpoint_id for i in intervals),
+                                                    default=0),
+                                  target=f"the write-ahead sink's committer of job "
+                                         f"{written_by}")
             for interval in intervals:
                 commit_with_retry(functools.partial(self._deliver, interval),
                                   retry=self._commit_retry,
@@ -337,6 +409,9 @@ class WriteAheadWriter(SinkWriter):
             spool.close()
         self._open = self._new_spool()
         self._committer.close()
+        origins, self._origins = self._origins, {}
+        for committer in origins.values():
+            committer.close()
 
 
 class WriteAheadSink(Sink):

@@ -58,11 +58,13 @@ class OutsideCommitter(CheckpointCommitter):
 
 
 def open_writer(outside: Outside, staging: Path, *, subtask: int = 0, parallelism: int = 1,
-                attempt: str = "a1e1", job_id: str = "job-1") -> SinkWriter:
+                attempt: str = "a1e1", job_id: str = "job-1",
+                restored_job: str = "") -> SinkWriter:
     sink = write_ahead(outside.send, OutsideCommitter(outside), commit_retry=QUICK)
     return sink.open(context=SinkContext(subtask=subtask, parallelism=parallelism,
                                          attempt_tag=attempt, job_id=job_id,
-                                         staging_root=str(staging)))
+                                         staging_root=str(staging),
+                                         restored_job=restored_job or job_id))
 
 
 def rows(*values: int) -> Batch:
@@ -232,6 +234,53 @@ class TestRestores:
         writer.write(rows(1))
         writer.snapshot(1)
         writer.notify_complete(1)
+        assert outside.numbers() == [1]
+
+
+class TestAForeignRestore:
+    """Job B restores job A's checkpoint (A created again, a snapshot restored into a
+    new job): A's pending intervals are A's until B sends one."""
+
+    def test_an_interval_the_other_job_sent_is_not_sent_again_though_its_file_is_gone(
+            self, tmp_path: Path) -> None:
+        outside = Outside()
+        first = open_writer(outside, tmp_path / "a", job_id="job-a")
+        first.write(rows(1))
+        state = first.snapshot(1)
+        first.notify_complete(1)           # sent, recorded, its file deleted
+        assert staged_files(tmp_path / "a") == []
+        second = open_writer(outside, tmp_path / "b", job_id="job-b", restored_job="job-a")
+        second.restore([state])
+        assert outside.numbers() == [1]
+
+    def test_an_interval_the_other_job_did_not_send_is_sent_once_and_its_file_kept(
+            self, tmp_path: Path) -> None:
+        outside = Outside()
+        first = open_writer(outside, tmp_path / "a", job_id="job-a")
+        first.write(rows(1))
+        state = first.snapshot(1)          # the first job ended before sending it
+        open_writer(outside, tmp_path / "b", job_id="job-b", restored_job="job-a").restore(
+            [state])
+        assert outside.numbers() == [1]
+        assert outside.committed == {("job-b", 0, 1)}
+        # The first job's file stays: it may still be restored from the same checkpoint.
+        assert len(staged_files(tmp_path / "a")) == 1
+        # The second job restored again from the same checkpoint: sent already.
+        open_writer(outside, tmp_path / "b", job_id="job-b", restored_job="job-a",
+                    attempt="a2e1").restore([state])
+        assert outside.numbers() == [1]
+
+    def test_an_interval_of_an_earlier_format_belongs_to_the_job_whose_checkpoint_holds_it(
+            self, tmp_path: Path) -> None:
+        outside = Outside()
+        first = open_writer(outside, tmp_path / "a", job_id="job-a")
+        first.write(rows(1))
+        (entry,) = first.snapshot(1)
+        first.notify_complete(1)
+        earlier = {key: value for key, value in entry.items() if key != "job"}
+        earlier["version"] = 1
+        open_writer(outside, tmp_path / "b", job_id="job-b", restored_job="job-a").restore(
+            [[earlier]])
         assert outside.numbers() == [1]
 
 

@@ -249,7 +249,8 @@ class SubtaskRuntime:
             subtask=self.subtask, parallelism=config.parallelism,
             attempt_tag=f"a{registered.attempt}e{self.epoch}", s3=self.s3_config,
             job_id=config.job_id, staging_root=self.storage.job_dir,
-            restored_parallelism=0 if restore is None else restore.parallelism)
+            restored_parallelism=0 if restore is None else restore.parallelism,
+            restored_job="" if restore is None else restore.job)
         writers: dict[str, SinkWriter] = {}
         for name, sink_op in pipeline.sinks():
             writer = writers[name] = sink_op.open(context=context.of_sink(name))

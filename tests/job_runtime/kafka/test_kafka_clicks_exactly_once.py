@@ -23,6 +23,7 @@ from paths import REPO
 from runtime_harness import JobHarness, load_example
 
 from e2e.kafka import KafkaBroker, create_topic
+from job_runtime.sinks.kafka import DEFAULT_CONTROL_TOPIC, read_markers
 
 EXAMPLE = REPO / "examples" / "kafka_clicks"
 COUNT = 3000
@@ -80,6 +81,32 @@ def test_a_restart_at_another_parallelism_with_intervals_pending_counts_every_cl
                          extra=["--restore", "latest"])
     assert second.returncode == 0, second.explain()
     assert second.status is not None and second.status["restoredFrom"]["id"] == 3
+    assert problems(args) == []
+
+
+def test_a_new_job_restored_from_another_jobs_checkpoint_counts_every_click_once(
+        kafka_broker: KafkaBroker, harness: JobHarness) -> None:
+    """Job A is killed before checkpoint 5's metadata, after its transactions of
+    checkpoint 4 committed. Job B (a new uid and store) restores A's checkpoint 4: A's
+    markers say those intervals arrived, B takes over A's transactional ids (aborting
+    what A left open) and counts on."""
+    args = prepare(kafka_broker.bootstrap)
+    first = harness.run(entrypoint="job:build", args=args, attempt=1,
+                        python_path=[str(EXAMPLE)],
+                        env={"CJOB_FAULTS": "driver.before-metadata@5"})
+    assert first.returncode == -9, first.explain()
+    sent = read_markers(bootstrap=kafka_broker.bootstrap, control_topic=DEFAULT_CONTROL_TOPIC,
+                        job=f"{harness.name}-{harness.uid}", timeout=30.0, client_config={})
+    assert any(checkpoint >= 4 for checkpoint in sent.values()), \
+        f"checkpoint 4 was not sent ({sent}): no test"
+    checkpoint = harness.checkpoints / f"{harness.name}-{harness.uid}" / "chk-4" / "_metadata"
+
+    second = JobHarness(harness.base)
+    second.store = harness.base / "store-of-the-new-job"
+    run = second.run(entrypoint="job:build", args=args, attempt=1, python_path=[str(EXAMPLE)],
+                     extra=["--restore", checkpoint.as_uri(), "--allow-foreign-restore"])
+    assert run.returncode == 0, run.explain()
+    assert run.status is not None and run.status["restoredFrom"]["id"] == 4
     assert problems(args) == []
 
 

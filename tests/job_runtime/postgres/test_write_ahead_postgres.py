@@ -50,3 +50,37 @@ def test_a_subtask_killed_between_the_send_and_the_commit_does_not_send_again(
     fired = list(harness.faults_dir.iterdir())
     assert fired, "the fault never fired: the test proves nothing"
     assert verify.verify(verify.read_rows(postgres_dsn, "totals"), count=COUNT) == []
+
+
+def committed_intervals(dsn: str, *, job: str, checkpoint_id: int) -> int:
+    import psycopg
+
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT count(*) FROM cjob_committed WHERE job = %s AND "
+                           "checkpoint = %s", (job, checkpoint_id)).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_a_new_job_restored_from_another_jobs_checkpoint_writes_every_total_once(
+        postgres_dsn: str, harness: JobHarness) -> None:
+    """Job A is killed before checkpoint 5's metadata, after it sent checkpoint 4's
+    intervals and deleted their files. Job B (a new uid, its own store: A created
+    again, or a new job from A's state) restores A's checkpoint 4: A's committer says
+    those intervals arrived, so B neither sends them again nor fails for their files."""
+    first = harness.run(entrypoint="job:build", args=job_args(postgres_dsn), attempt=1,
+                        python_path=[str(EXAMPLE)],
+                        env={"CJOB_FAULTS": "driver.before-metadata@5"})
+    assert first.returncode == -9, first.explain()
+    assert committed_intervals(postgres_dsn, job=f"{harness.name}-{harness.uid}",
+                               checkpoint_id=4) > 0, "checkpoint 4 was not sent: no test"
+    checkpoint = harness.checkpoints / f"{harness.name}-{harness.uid}" / "chk-4" / "_metadata"
+
+    second = JobHarness(harness.base)
+    second.store = harness.base / "store-of-the-new-job"
+    run = second.run(entrypoint="job:build", args=job_args(postgres_dsn), attempt=1,
+                     python_path=[str(EXAMPLE)],
+                     extra=["--restore", checkpoint.as_uri(), "--allow-foreign-restore"])
+    assert run.returncode == 0, run.explain()
+    assert run.status is not None and run.status["restoredFrom"]["id"] == 4
+    assert verify.verify(verify.read_rows(postgres_dsn, "totals"), count=COUNT) == []
