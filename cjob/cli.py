@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
+import subprocess
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from cjob.embedded import RunOptions
-from cjob_spec import CjobSpecError, load_job_file
+from cjob_spec import CheckpointedJob, CjobSpecError, load_job_file
+from cjob_spec.model import is_s3_code
 
 EXIT_USAGE = 2
 DEFAULT_STATE_DIR = RunOptions().state_dir
@@ -62,6 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     validate = sub.add_parser("validate", help="check a CheckpointedJob YAML")
     validate.add_argument("file")
+    validate.add_argument("--against", metavar="CHECKPOINT",
+                          help="also check that this checkpoint's state (its _metadata, or "
+                               "its chk-<id> directory) fits the job's pipeline, as a "
+                               "restore would: the job's code is loaded from its local "
+                               "pythonPath")
     return parser
 
 
@@ -161,7 +169,29 @@ def cmd_validate(ns: argparse.Namespace) -> int:
     except CjobSpecError as exc:
         return _fail(str(exc))
     print(f"{ns.file}: CheckpointedJob {job.metadata.name} is valid")
-    return 0
+    if ns.against is None:
+        return 0
+    return _check_state(job, job_file=Path(ns.file), checkpoint=ns.against)
+
+
+def _check_state(job: CheckpointedJob, *, job_file: Path, checkpoint: str) -> int:
+    """The runtime's own check, as a process (the CLI never imports the runtime): it
+    loads the job's code and compares its pipeline with the checkpoint. Its exit code
+    is the one a restore would end with (10: ``IncompatibleState``)."""
+    code = job.spec.job
+    remote = [entry for entry in code.python_path if is_s3_code(entry)]
+    if remote:
+        return _fail(f"--against loads the job's code locally; its pythonPath names "
+                     f"{remote[0]}, an S3 archive")
+    base = job_file.resolve().parent
+    paths = [entry if os.path.isabs(entry) else str((base / entry).resolve())
+             for entry in code.python_path]
+    if "://" not in checkpoint:
+        checkpoint = Path(checkpoint).resolve().as_uri()
+    command = [sys.executable, "-m", "job_runtime", "check-state",
+               "--entrypoint", code.entrypoint, "--args-json", json.dumps(code.args),
+               "--checkpoint", checkpoint, *[arg for p in paths for arg in ("--python-path", p)]]
+    return subprocess.run(command, check=False).returncode
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,7 +26,7 @@ import json
 from cjob_checkpoint.checkpoint_storage import StateHandle
 from cjob_checkpoint.fields import Json, JsonFields
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 """The ``version`` this runtime writes.
 
 Version 2 added ``shared`` to keyed state handles: the files of an incremental
@@ -36,9 +36,14 @@ checkpoints may reference. Version 1 documents have none and read unchanged.
 Version 3 keys ``sinks`` by sink name, then subtask: a job may have several sinks
 (a side output's among them). Versions 1 and 2 had one sink, keyed by subtask only;
 their transactions read as :data:`MAIN_SINK`'s.
+
+Version 4 adds ``pipeline``: what each keyed operator of the job that wrote it was
+(uid, kind, stage, key, state layout), so that a restore can tell an operator whose
+state it holds apart from a changed one. Earlier documents have none: a restore
+then compares operator uids only.
 """
 
-READABLE_VERSIONS = (1, 2, 3)
+READABLE_VERSIONS = (1, 2, 3, 4)
 """Every ``version`` this runtime reads: each one any release ever wrote."""
 
 MAIN_SINK = "sink"
@@ -157,6 +162,41 @@ class SinkTransactions:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class OperatorDescriptor:
+    """What a keyed operator's state depends on, as the job that wrote a checkpoint
+    built it: a restore into a pipeline whose operator of this ``uid`` differs in any
+    field cannot read the state as it was meant (version 4)."""
+
+    uid: str
+    kind: str
+    """The operator's kind (``reduce``, ``aggregate``, ``window_aggregate``, ...)."""
+    stage: int
+    """The stage it starts (its in-flight data, unaligned, is kept per stage)."""
+    key: str
+    """The key's columns, comma-separated; ``function`` for a key function."""
+    state: str
+    """Its state's layout where the pipeline fixes it (aggregates, window), else empty."""
+
+    def to_json(self) -> dict[str, Json]:
+        return {"uid": self.uid, "kind": self.kind, "stage": self.stage, "key": self.key,
+                "state": self.state}
+
+    @classmethod
+    def from_json(cls, fields: JsonFields) -> OperatorDescriptor:
+        return cls(uid=fields.text("uid"), kind=fields.text("kind"),
+                   stage=fields.integer("stage"), key=_text_or_empty(fields, "key"),
+                   state=_text_or_empty(fields, "state"))
+
+
+def _text_or_empty(fields: JsonFields, name: str) -> str:
+    value = fields.value(name)
+    if not isinstance(value, str):
+        raise MetadataError(f"{name} of an operator descriptor must be a string, got "
+                            f"{type(value).__name__}")
+    return value
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class CheckpointMetadata:
     """One completed checkpoint: who wrote it, and where each task's part lies."""
 
@@ -176,6 +216,9 @@ class CheckpointMetadata:
         default_factory=dict)
     """Stage index -> the in-flight data its subtasks recorded (unaligned checkpoints)."""
     sinks: tuple[SinkTransactions, ...] = ()
+    pipeline: tuple[OperatorDescriptor, ...] | None = None
+    """The keyed operators of the job that wrote it; ``None`` when not known (before
+    version 4, or written by a coordinator not told them)."""
 
     # ------------------------------------------------------------------ restore views
 
@@ -230,6 +273,8 @@ class CheckpointMetadata:
             "channels": {str(stage): [h.to_json() for h in handles]
                          for stage, handles in self.channels.items()},
             "sinks": self._sinks_json(),
+            **({} if self.pipeline is None else
+               {"pipeline": [op.to_json() for op in self.pipeline]}),
         }
 
     def _sinks_json(self) -> dict[str, Json]:
@@ -288,11 +333,15 @@ class CheckpointMetadata:
                 for item in _list(handles, where=f"the channel state of stage {stage}"))
             for stage, handles in fields.object("channels").items()}
         sinks = _sinks(fields, version=version)
+        described = fields.value("pipeline") if version >= 4 else None
+        pipeline = None if described is None else tuple(
+            OperatorDescriptor.from_json(fields.child(item, where="an operator descriptor"))
+            for item in _list(described, where="the pipeline"))
         return cls(job=fields.text("job"), checkpoint_id=fields.integer("checkpointId"),
                    timestamp=fields.number("timestamp"), final=fields.flag("final"),
                    attempt=fields.integer("attempt"), parallelism=fields.integer("parallelism"),
                    max_parallelism=fields.integer("maxParallelism"), sources=sources,
-                   operators=operators, channels=channels, sinks=sinks)
+                   operators=operators, channels=channels, sinks=sinks, pipeline=pipeline)
 
 
 def _sinks(fields: _Fields, *, version: int) -> tuple[SinkTransactions, ...]:

@@ -130,6 +130,7 @@ START_TIMEOUT = DurationField(path="spec.restartPolicy.startTimeout", default="5
 RESTORE_FROM = TextField(path="spec.restore.from", default="latest")
 ON_UNREADABLE = TextField(path="spec.restore.onUnreadable", default="Fail")
 ALLOW_FOREIGN_JOB = FlagField(path="spec.restore.allowForeignJob", default=False)
+ALLOW_NON_RESTORED_STATE = FlagField(path="spec.restore.allowNonRestoredState", default=False)
 
 SUSPEND = FlagField(path="spec.suspend", default=False)
 STATE_BACKEND = TextField(path="spec.state.backend", default="hashmap")
@@ -162,6 +163,7 @@ SPEC_FIELDS: tuple[SpecField, ...] = (
     RESTORE_FROM,
     ON_UNREADABLE,
     ALLOW_FOREIGN_JOB,
+    ALLOW_NON_RESTORED_STATE,
     SUSPEND,
     STATE_BACKEND,
     STANDBY_ENABLED,

@@ -44,10 +44,15 @@ class ExitCode(IntEnum):
     """A newer attempt took over the checkpoint store while this driver still ran: it
     stopped when it next tried to commit. Proof that the driver was alive, so a
     standby's report that it was lost was false."""
+    INCOMPATIBLE_STATE = 10
+    """The checkpoint holds state the job's pipeline no longer maps: an operator it has
+    no more (renamed, removed) or whose kind, key or state layout changed (permanent;
+    ``spec.restore.allowNonRestoredState`` drops that state instead)."""
 
 
 PERMANENT_EXIT_CODES: frozenset[int] = frozenset(
-    {ExitCode.BAD_CONFIG, ExitCode.USER_CODE_ERROR, ExitCode.RESTORE_FAILED}
+    {ExitCode.BAD_CONFIG, ExitCode.USER_CODE_ERROR, ExitCode.RESTORE_FAILED,
+     ExitCode.INCOMPATIBLE_STATE}
 )
 
 _REASONS: dict[int, Reason] = {
@@ -60,6 +65,7 @@ _REASONS: dict[int, Reason] = {
     ExitCode.CLEANUP_FAILED: Reason.CLEANUP_FAILED,
     ExitCode.SUSPENDED: Reason.SUSPENDED,
     ExitCode.FENCED: Reason.FENCED,
+    ExitCode.INCOMPATIBLE_STATE: Reason.INCOMPATIBLE_STATE,
     137: Reason.KILLED,
     143: Reason.TERMINATED,
 }
@@ -74,6 +80,7 @@ _DESCRIPTIONS: dict[int, str] = {
     ExitCode.CLEANUP_FAILED: "the checkpoint data could not be deleted",
     ExitCode.SUSPENDED: "stopped for a suspend after its final checkpoint was committed",
     ExitCode.FENCED: "stopped because a newer attempt took over its checkpoint store",
+    ExitCode.INCOMPATIBLE_STATE: "the checkpoint's state does not fit the job's pipeline",
     137: "killed (SIGKILL, often out of memory)",
     143: "terminated (SIGTERM)",
 }

@@ -219,6 +219,10 @@ class RestoreSpec:
     """Whether ``source`` may be a checkpoint another job wrote (a deleted job's
     retained checkpoints, say). Off by default, so a mistyped path never continues a
     stranger's state and output."""
+    allow_non_restored_state: bool = defaults.ALLOW_NON_RESTORED_STATE.default
+    """Whether a restore may drop state the job's pipeline no longer maps (an operator
+    renamed, removed or changed): those operators start empty and an Event lists
+    them. Off by default: such a restore fails with ``IncompatibleState``."""
 
 
 @dataclass(frozen=True)

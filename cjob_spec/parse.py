@@ -469,7 +469,12 @@ def _read_spec(node: _Node) -> JobSpec:
         _read_restart_policy,
         default=RestartPolicy,
     )
-    restore = node.child("restore", ("from", "onUnreadable", "allowForeignJob"), _read_restore, default=RestoreSpec)
+    restore = node.child(
+        "restore",
+        ("from", "onUnreadable", "allowForeignJob", "allowNonRestoredState"),
+        _read_restore,
+        default=RestoreSpec,
+    )
     cleanup = node.child(
         "cleanupPolicy",
         ("checkpoints",),
@@ -908,6 +913,7 @@ def _read_restore(node: _Node) -> RestoreSpec:
         source=source,
         on_unreadable=node.enum_field(defaults.ON_UNREADABLE, OnUnreadable),
         allow_foreign_job=allow_foreign_job,
+        allow_non_restored_state=node.flag_field(defaults.ALLOW_NON_RESTORED_STATE),
     )
 
 

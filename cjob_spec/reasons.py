@@ -94,6 +94,10 @@ class Reason(StrEnum):
     """The driver exited 6: the checkpoint to restore is unreadable or foreign (permanent)."""
     CLEANUP_FAILED = "CleanupFailed"
     """The cleanup command exited 7: the checkpoint data could not be deleted."""
+    INCOMPATIBLE_STATE = "IncompatibleState"
+    """The driver exited 10: the checkpoint holds state the job's pipeline no longer maps
+    (an operator renamed, removed or changed) and ``allowNonRestoredState`` is off
+    (permanent)."""
     FENCED = "Fenced"
     """The driver exited 9: a newer attempt took over its checkpoint store."""
     KILLED = "Killed"
@@ -143,6 +147,9 @@ class Reason(StrEnum):
     """The checkpoints are written where the next driver pod cannot read them."""
     RESTORED_FROM_FALLBACK = "RestoredFromFallback"
     """The driver restored an older checkpoint because the newer one is unreadable."""
+    NON_RESTORED_STATE = "NonRestoredState"
+    """The driver dropped state the pipeline no longer maps (``allowNonRestoredState``):
+    those operators started empty."""
     RESTART_COUNT_RESET = "RestartCountReset"
     """The attempt ran healthy for ``restartPolicy.resetAfter``."""
     FALSE_DRIVER_LOST = "FalseDriverLost"

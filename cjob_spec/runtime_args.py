@@ -36,6 +36,9 @@ runtime. Flags (values are single arguments; repeatable flags may appear many ti
 ``--allow-foreign-restore``
     Present only when ``spec.restore.allowForeignJob`` lets a path name another job's
     checkpoint.
+``--allow-non-restored-state``
+    Present only when ``spec.restore.allowNonRestoredState`` lets a restore drop the
+    state of operators the pipeline no longer maps.
 ``--on-unreadable fail|fallback``
     What to do when the checkpoint to restore is unreadable: exit 6, or fall back to
     an older retained checkpoint (and say so).
@@ -156,6 +159,8 @@ def to_runtime_args(
     ]
     if spec.restore.allow_foreign_job:
         args.append("--allow-foreign-restore")
+    if spec.restore.allow_non_restored_state:
+        args.append("--allow-non-restored-state")
     if spec.state.backend is not DEFAULT_STATE_BACKEND:
         args += ["--state-backend", spec.state.backend.value]
     args += [

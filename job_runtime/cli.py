@@ -1,5 +1,7 @@
 """``python -m job_runtime run ...``: the driver's command line; ``cleanup ...``: the
-deletion of a job's checkpoint directory (see :mod:`job_runtime.cleanup`).
+deletion of a job's checkpoint directory (see :mod:`job_runtime.cleanup`);
+``check-state ...``: whether a checkpoint's state fits a pipeline
+(:mod:`job_runtime.state_check`).
 
 The flags are the contract written down in :mod:`cjob_spec.runtime_args`; the
 operator and the embedded runner build them from a CheckpointedJob. A flag left out
@@ -31,6 +33,7 @@ from job_runtime.coordinator.settings import CheckpointSettings
 from job_runtime.execution.driver.run import run_driver
 from job_runtime.execution.driver.settings import DriverSettings
 from job_runtime.execution.driver.store import StoreAddress, StoreKind
+from job_runtime.state_check import check_state, parse_args_json
 
 
 class _Parser(argparse.ArgumentParser):
@@ -85,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--on-unreadable", choices=[choice.runtime_flag for choice in OnUnreadable],
                      default=DEFAULT_ON_UNREADABLE.runtime_flag)
     run.add_argument("--allow-foreign-restore", action="store_true")
+    run.add_argument("--allow-non-restored-state", action="store_true")
     run.add_argument("--attempt", type=int, default=_DRIVER.attempt)
     run.add_argument("--store", default=_DRIVER.store.text)
     run.add_argument("--metrics-port", type=int, default=None)
@@ -108,6 +112,13 @@ def build_parser() -> argparse.ArgumentParser:
                      help="with a configmap store: listen at ADDRESS for standby drivers, "
                           "which then hear of this driver's death at once (set by the "
                           "operator)")
+    check = sub.add_parser("check-state", help="whether a checkpoint's state fits a job's "
+                                               "pipeline (exit 0) or not (exit 10)")
+    check.add_argument("--entrypoint", required=True)
+    check.add_argument("--python-path", action="append", default=[])
+    check.add_argument("--args-json", default="{}")
+    check.add_argument("--checkpoint", required=True,
+                       help="a checkpoint's _metadata, or its chk-<id> directory")
     cleanup = sub.add_parser("cleanup", help="delete a deleted job's checkpoint directories")
     cleanup.add_argument("--uri", required=True, action="append", dest="uris",
                          help="a checkpoint directory of the job, <storage>/<job-name>-<job-uid>;"
@@ -142,7 +153,8 @@ def settings_from_args(ns: argparse.Namespace) -> DriverSettings:
                                       tolerable_failures=ns.tolerable_failures),
         mode=ns.checkpoint_mode, unaligned=ns.unaligned, retained=ns.retained,
         restore=ns.restore, on_unreadable=ns.on_unreadable,
-        allow_foreign_restore=ns.allow_foreign_restore, attempt=ns.attempt, store=store,
+        allow_foreign_restore=ns.allow_foreign_restore,
+        allow_non_restored_state=ns.allow_non_restored_state, attempt=ns.attempt, store=store,
         metrics_port=ns.metrics_port, status_file=ns.status_file,
         task_attempts=ns.task_attempts, credits=ns.credits, state_backend=ns.state_backend,
         state_dir=ns.state_dir, standby_file=ns.standby, standby_pod=ns.standby_pod,
@@ -168,6 +180,15 @@ def main(argv: list[str] | None = None) -> int:
         # No INFO logging: the command's outcome is its one last line.
         return run_cleanup(uris=ns.uris, job_name=ns.job_name, job_uid=ns.job_uid,
                            termination_log=ns.termination_log)
+    if ns.command == "check-state":
+        logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+        try:
+            args = parse_args_json(ns.args_json)
+        except ValueError as exc:
+            sys.stderr.write(f"error: {exc}\n")
+            return ExitCode.BAD_CONFIG
+        return check_state(entrypoint=ns.entrypoint, python_path=ns.python_path, args=args,
+                           checkpoint=ns.checkpoint)
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)

@@ -79,6 +79,21 @@ class RestoreError(RuntimeJobError):
 
 
 @keyword_error
+class IncompatibleStateError(RuntimeJobError):
+    """The checkpoint holds state the job's pipeline no longer maps, and the job does
+    not allow dropping it (``spec.restore.allowNonRestoredState``)."""
+
+    pointer: str
+    problems: tuple[str, ...]
+
+    def describe(self) -> str:
+        return (f"the state of checkpoint {self.pointer} does not fit the job's pipeline: "
+                f"{'; '.join(self.problems)}; keep each stateful operator's name "
+                f"(name=...) and kind, restore another checkpoint, or set "
+                f"spec.restore.allowNonRestoredState: true to start these operators empty")
+
+
+@keyword_error
 class ConfigurationError(RuntimeJobError):
     """A setting of the driver is invalid."""
 

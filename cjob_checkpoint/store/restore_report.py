@@ -13,8 +13,12 @@ versioned JSON::
      "fallbackFrom": {"id": 42, "path": ".../chk-42/_metadata"}}
 
 ``id`` and ``path`` are ``null`` for an empty start; ``fallbackFrom`` is ``null``
-unless a newer checkpoint was skipped as unreadable. A reader that meets another
-version refuses it (:class:`UnreadableRestoreReportError`) rather than guessing.
+unless a newer checkpoint was skipped as unreadable. Version 2 adds ``dropped``: the
+state the driver left out because the pipeline no longer maps it
+(``spec.restore.allowNonRestoredState``), one sentence per operator; a report without
+any is still written as version 1, which every reader knows. A reader that meets
+another version refuses it (:class:`UnreadableRestoreReportError`) rather than
+guessing.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ import json
 from collections.abc import Mapping
 from typing import Any, TypeGuard
 
-RESTORE_REPORT_VERSION = 1
+RESTORE_REPORT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 MAX_REPORT_BYTES = 4096
 """A report is a few hundred bytes; the cap keeps it far below the ConfigMap's 1 MiB
 even for absurd paths, and a report over it is not written."""
@@ -36,6 +41,25 @@ __all__ = [
     "RestoredCheckpoint",
     "UnreadableRestoreReportError",
 ]
+
+
+DROPPED_BYTES = 2048
+"""At most this much of a report lists dropped state, so that a pipeline that changed a
+hundred operators still leaves a report under :data:`MAX_REPORT_BYTES`."""
+
+
+def clip_dropped(sentences: tuple[str, ...]) -> tuple[str, ...]:
+    """``sentences`` as many as fit :data:`DROPPED_BYTES`, then how many more there are."""
+    kept: list[str] = []
+    used = 0
+    for i, sentence in enumerate(sentences):
+        size = len(sentence.encode()) + 4
+        if used + size > DROPPED_BYTES:
+            kept.append(f"and {len(sentences) - i} more")
+            break
+        kept.append(sentence)
+        used += size
+    return tuple(kept)
 
 
 class UnreadableRestoreReportError(ValueError):
@@ -61,28 +85,28 @@ class RestoreReport:
     checkpoint: RestoredCheckpoint | None
     fallback_from: RestoredCheckpoint | None = None
     """The newer checkpoint that was skipped because it could not be read."""
-    version: int = RESTORE_REPORT_VERSION
+    dropped: tuple[str, ...] = ()
+    """The state left out because the pipeline no longer maps it, one sentence each."""
 
     @property
     def fell_back(self) -> bool:
         return self.fallback_from is not None
 
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "version": self.version,
-                "attempt": self.attempt,
-                "id": None if self.checkpoint is None else self.checkpoint.id,
-                "path": None if self.checkpoint is None else self.checkpoint.path,
-                "fallbackFrom": None if self.fallback_from is None else self.fallback_from.to_dict(),
-            },
-            sort_keys=True,
-            separators=(",", ":"),
-        )
+        document: dict[str, Any] = {
+            "version": RESTORE_REPORT_VERSION if self.dropped else 1,
+            "attempt": self.attempt,
+            "id": None if self.checkpoint is None else self.checkpoint.id,
+            "path": None if self.checkpoint is None else self.checkpoint.path,
+            "fallbackFrom": None if self.fallback_from is None else self.fallback_from.to_dict(),
+        }
+        if self.dropped:
+            document["dropped"] = list(self.dropped)
+        return json.dumps(document, sort_keys=True, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> RestoreReport:
-        """Decode a report; anything but a well-formed version-1 report is refused."""
+        """Decode a report; anything but a well-formed report of a known version is refused."""
         try:
             data = json.loads(text)
         except ValueError as exc:
@@ -90,9 +114,10 @@ class RestoreReport:
         if not isinstance(data, Mapping):
             raise UnreadableRestoreReportError("not a JSON object")
         version = data.get("version")
-        if version != RESTORE_REPORT_VERSION:
+        if version not in READABLE_VERSIONS or isinstance(version, bool):
             raise UnreadableRestoreReportError(
-                f"version {version!r} is not the supported {RESTORE_REPORT_VERSION}")
+                f"version {version!r} is not one of the supported "
+                f"{', '.join(map(str, READABLE_VERSIONS))}")
         attempt = data.get("attempt")
         if not _is_count(attempt):
             raise UnreadableRestoreReportError(f"attempt {attempt!r} is not a number >= 0")
@@ -101,9 +126,13 @@ class RestoreReport:
         fallback = data.get("fallbackFrom")
         if fallback is not None and not isinstance(fallback, Mapping):
             raise UnreadableRestoreReportError("fallbackFrom is not an object")
+        dropped = data.get("dropped", [])
+        if not isinstance(dropped, list) or not all(isinstance(d, str) for d in dropped):
+            raise UnreadableRestoreReportError("dropped is not a list of sentences")
         return cls(attempt=attempt, checkpoint=checkpoint,
                    fallback_from=None if fallback is None else
-                   _checkpoint(fallback, what="fallbackFrom"))
+                   _checkpoint(fallback, what="fallbackFrom"),
+                   dropped=tuple(dropped))
 
 
 def _is_count(value: object) -> TypeGuard[int]:

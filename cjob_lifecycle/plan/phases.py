@@ -126,12 +126,19 @@ def _on_failed(draft: Draft) -> bool:
     restore_named = (
         status.reason == Reason.STORE_LOST and draft.job.spec.restore.source.kind == "path"
     )
+    # Likewise allowNonRestoredState, set after a restore was refused for state the
+    # pipeline no longer maps: it lets the same checkpoint restore.
+    state_dropping_allowed = (
+        status.reason == Reason.INCOMPATIBLE_STATE
+        and draft.job.spec.restore.allow_non_restored_state
+    )
     store_conflict = status.reason == Reason.STORE_CONFLICT
     store_freed = store_conflict and (
         not draft.observed.store.exists
         or draft.observed.store.ownership is StoreOwnership.THIS_JOB
     )
-    if status.spec_hash != spec_hash(draft.job) or image_arrived or restore_named or store_freed:
+    if (status.spec_hash != spec_hash(draft.job) or image_arrived or restore_named
+            or store_freed or state_dropping_allowed):
         start_attempt(draft, reason=Reason.RETRYING, reset_restarts=True)
     elif store_conflict:
         draft.requeue_in(STORE_CONFLICT_RECHECK_SECONDS)

@@ -87,7 +87,8 @@ def refuse_foreign_store(draft: Draft) -> None:
 
 
 def take_restore_report(draft: Draft) -> None:
-    """Set ``restoredFrom`` from the current attempt's report; warn once on a fallback.
+    """Set ``restoredFrom`` from the current attempt's report; warn once on a fallback,
+    and once when the driver dropped state the pipeline no longer maps.
 
     Only the driver knows what it restored (it may fall back to an older checkpoint
     when ``spec.restore.onUnreadable`` allows it), so ``restoredFrom`` stays unset
@@ -112,4 +113,12 @@ def take_restore_report(draft: Draft) -> None:
             f"because the newer checkpoint {skipped.id} ({skipped.path}) is unreadable "
             f"(spec.restore.onUnreadable: FallbackToPrevious); the records processed after "
             f"checkpoint {restored.id} are processed again",
+        )
+    if restored is not None and report.dropped:
+        draft.event(
+            "Warning",
+            Reason.NON_RESTORED_STATE,
+            f"attempt {report.attempt} restored checkpoint {restored.id} without state the "
+            f"pipeline no longer maps (spec.restore.allowNonRestoredState), which starts "
+            f"empty: {'; '.join(report.dropped)}",
         )

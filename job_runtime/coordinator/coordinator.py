@@ -45,6 +45,7 @@ from cjob_checkpoint.metadata import (
     ChannelStateHandle,
     CheckpointMetadata,
     KeyedStateHandle,
+    OperatorDescriptor,
     SinkTransactions,
 )
 from cjob_checkpoint.store.base import (
@@ -144,11 +145,14 @@ class CheckpointCoordinator:
         port: int = 0,
         triggers: TriggerSource | None = None,
         endpoint: CoordinatorEndpoint | None = None,
+        pipeline: tuple[OperatorDescriptor, ...] = (),
     ) -> None:
         """``endpoint``: one opened earlier, whose registrations this coordinator answers
         (a promoted standby's, see :mod:`job_runtime.coordinator.endpoint`); without it
         the coordinator opens its own at ``host``/``port`` with ``key``."""
         self.job_id = job_id
+        self.pipeline = pipeline
+        """The job's keyed operators, written into every checkpoint's metadata."""
         self.attempt = attempt
         self.parallelism = parallelism
         self.max_parallelism = max_parallelism
@@ -490,7 +494,7 @@ class CheckpointCoordinator:
             sources=sources,
             operators={uid: tuple(handles) for uid, handles in operators.items()},
             channels={stage: tuple(handles) for stage, handles in channels.items()},
-            sinks=tuple(sinks))
+            sinks=tuple(sinks), pipeline=self.pipeline)
 
     def _commit(self, checkpoint_id: int) -> None:
         """On the worker: write ``_metadata``, commit the pointer, then record the outcome."""

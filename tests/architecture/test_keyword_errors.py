@@ -16,7 +16,8 @@ import job_runtime
 from cjob_checkpoint.keyword_error import keyword_error
 
 SAMPLES: dict[str, Any] = {"str": "s3://bucket/job/chk-7", "int": 7, "object": "seven",
-                          "tuple[tuple[str, int, int], ...]": (("s3://bucket/job", 2, 1),)}
+                          "tuple[tuple[str, int, int], ...]": (("s3://bucket/job", 2, 1),),
+                          "tuple[str, ...]": ("operator 'sum' holds state",)}
 
 
 def keyword_errors() -> list[type[BaseException]]:

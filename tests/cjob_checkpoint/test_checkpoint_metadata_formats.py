@@ -173,3 +173,25 @@ class TestVersionThreeKeysTransactionsBySink:
         data["sinks"]["late"] = [1, 2]
         with pytest.raises(MetadataError, match="transactions of sink 'late' must be an object"):
             CheckpointMetadata.from_json(data)
+
+
+class TestVersionFourDescribesTheKeyedOperators:
+    def test_each_keyed_operator_is_read_with_its_kind_stage_key_and_state_layout(
+            self) -> None:
+        metadata = sample(4, "keyed-with-pipeline")
+        assert metadata.pipeline is not None
+        assert [(op.uid, op.kind, op.stage, op.key) for op in metadata.pipeline] == [
+            ("reduce-1", "reduce", 1, "word"), ("per-minute", "window_aggregate", 2, "word")]
+        assert "tumbling" in metadata.pipeline[1].state
+
+    @pytest.mark.parametrize("older", [(1, "keyed-unaligned-files-sink"), (2, "hashmap-keyed"),
+                                       (3, "two-sinks")])
+    def test_an_older_version_knows_no_pipeline(self, older: tuple[int, str]) -> None:
+        assert sample(*older).pipeline is None
+
+    def test_a_descriptor_that_is_not_an_object_is_named(self) -> None:
+        data = json.loads(unframe_metadata(
+            (FORMATS / "v4" / "keyed-with-pipeline" / "_metadata").read_bytes()))
+        data["pipeline"] = [1]
+        with pytest.raises(MetadataError, match="operator descriptor"):
+            CheckpointMetadata.from_json(data)

@@ -102,3 +102,21 @@ class TestAFallback:
         again = run(observe(job, first.status, driver(2, job=job), store=fell_back), at(20))
         assert again.status.restored_from == RestoredFrom(id=7, path=PATH_7)
         assert fallbacks(again) == []
+
+
+class TestDroppedState:
+    """A driver that dropped state the pipeline no longer maps says so in one Warning."""
+
+    def test_a_report_with_dropped_state_warns_once_naming_each_operator(self) -> None:
+        running = status(Phase.RUNNING, 2, latest_checkpoint=checkpoint(8, at(-60)))
+        dropped = RestoreReport(
+            attempt=2, checkpoint=RestoredCheckpoint(id=8, path=PATH_8),
+            dropped=("operator '04-reduce' (reduce) holds state, but the job has no operator "
+                     "of that name (its stateful operators: 'total')",))
+        first = run(observe(make_job(), running, driver(2), store=store(dropped)), at(10))
+        (warning,) = [e for e in first.of_type(EmitEvent)
+                      if e.reason == Reason.NON_RESTORED_STATE]
+        assert warning.type == "Warning"
+        assert "'04-reduce'" in warning.message and "allowNonRestoredState" in warning.message
+        again = run(observe(make_job(), first.status, driver(2), store=store(dropped)), at(20))
+        assert [e for e in again.of_type(EmitEvent) if e.reason == Reason.NON_RESTORED_STATE] == []

@@ -78,6 +78,25 @@ class TestAFinishedJobsSpecChange:
         assert result.actions == ()
         assert result.status.phase is Phase.FAILED
 
+    def test_a_restore_refused_for_incompatible_state_fails_the_job_at_once(self) -> None:
+        running = status(Phase.RUNNING, 2)
+        result = run(observe(make_job(), running, driver(2, "Failed", exit_code=10)), at(50))
+        assert (result.status.phase, result.status.reason) == (
+            Phase.FAILED, Reason.INCOMPATIBLE_STATE)
+        assert not result.of_type(CreateDriver)
+
+    def test_allowing_non_restored_state_after_such_a_failure_retries_the_restore(
+            self) -> None:
+        refused = status(Phase.FAILED, 2, reason=Reason.INCOMPATIBLE_STATE)
+        unchanged = run(observe(make_job(), refused, driver(2, "Failed", exit_code=10)), at(50))
+        assert unchanged.actions == ()
+        allowing = make_job(restore={"allowNonRestoredState": True})
+        result = run(observe(allowing, refused, driver(2, "Failed", exit_code=10, job=allowing)),
+                     at(60))
+        assert result.of_type(CreateDriver)[0].attempt == 3
+        assert result.of_type(CreateDriver)[0].restore_pointer == "latest"
+        assert reasons(result) == [Reason.RETRYING]
+
     def test_a_succeeded_job_is_left_alone(self) -> None:
         done = status(Phase.SUCCEEDED, 1)
         result = run(observe(make_job(image="other:1"), done, driver(1, "Succeeded")), at(50))

@@ -39,7 +39,7 @@ RELEASED = {
     "CheckpointsDeleted", "CheckpointsNotPersistent", "CheckpointsRetained", "CleanupFailed",
     "ContainerCannotRun", "DeadlineExceeded", "DeletingCheckpoints", "DriverCreateFailed",
     "DriverFailed", "DriverLost", "DriverPodDeleted", "DriverPodMissing", "Evicted", "Failed",
-    "FalseDriverLost", "Fenced", "ForeignPodIgnored",
+    "FalseDriverLost", "Fenced", "ForeignPodIgnored", "IncompatibleState", "NonRestoredState",
     "Finished", "InvalidConfiguration", "InvalidSpec", "JobDeleted", "Killed", "NoImage",
     "NodeLost", "NotFailed", "NotRunning", "OOMKilled", "Pending", "PrunedHistory",
     "ReconcileError", "RestartCountReset", "RestartLimitExceeded", "Restarted", "Restarting",
@@ -186,7 +186,8 @@ DRIVER_STATES: list[dict[str, object] | None] = [
     {"phase": "Running"},
     {"phase": "Running", "deleting": at(40)},
     {"phase": "Succeeded"},
-    *({"phase": "Failed", "exit_code": code} for code in (1, 2, 3, 4, 5, 6, 7, 9, 137, 143)),
+    *({"phase": "Failed", "exit_code": code}
+      for code in (1, 2, 3, 4, 5, 6, 7, 9, 10, 137, 143)),
     {"phase": "Failed", "exit_code": 137, "reason": "OOMKilled"},
     {"phase": "Failed", "exit_code": None, "reason": "Evicted"},
     {"phase": "Failed", "exit_code": None, "reason": "DeadlineExceeded"},
@@ -231,6 +232,11 @@ STORES: list[StoreView] = [
               restore_report=RestoreReport(
                   attempt=2, checkpoint=RestoredCheckpoint(id=2, path="s3://x/chk-2/_metadata"),
                   fallback_from=RestoredCheckpoint(id=3, path="s3://x/chk-3/_metadata"))),
+    StoreView(exists=True, latest=checkpoint(3, at(20)), fence_attempt=2,
+              restore_report=RestoreReport(
+                  attempt=2, checkpoint=RestoredCheckpoint(id=3, path="s3://x/chk-3/_metadata"),
+                  dropped=("operator 'sum' holds state, but the job has no operator of that "
+                           "name (its stateful operators: 'total')",))),
 ]
 NOWS = [at(30), at(100), at(700), at(5000)]
 

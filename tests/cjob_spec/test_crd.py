@@ -176,7 +176,7 @@ def test_defaulting_fills_every_optional_section() -> None:
     assert defaulted["checkpoint"]["interval"] == "10s"
     assert defaulted["spark"]["executor"] == {"instances": 1, "cores": 1, "memory": "1Gi"}
     assert defaulted["restore"] == {"from": "latest", "onUnreadable": "Fail",
-                                    "allowForeignJob": False}
+                                    "allowForeignJob": False, "allowNonRestoredState": False}
     assert defaulted["cleanupPolicy"] == {"checkpoints": "Retain"}
     assert defaulted["state"] == {"backend": "hashmap"}
 

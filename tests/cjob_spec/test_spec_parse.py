@@ -591,6 +591,11 @@ ERRORS: list[tuple[str, dict[str, Any], str]] = [
         "spec.restore.allowForeignJob: must be true or false, got a string ('yes')",
     ),
     (
+        "allowNonRestoredState as a string",
+        with_field(M, "spec.restore.allowNonRestoredState", "yes"),
+        "spec.restore.allowNonRestoredState: must be true or false, got a string ('yes')",
+    ),
+    (
         "unknown state backend",
         with_field(M, "spec.state.backend", "RocksDB"),
         "spec.state.backend: must be one of hashmap, rocksdb, got a string ('RocksDB') "
@@ -688,6 +693,7 @@ def test_changes_a_running_driver_depends_on_change_the_spec_hash(path: str, val
         ("spec.restartPolicy.maxRestarts", 1),
         ("spec.restore.from", "s3://old/chk-9/_metadata"),
         ("spec.restore.allowForeignJob", False),
+        ("spec.restore.allowNonRestoredState", True),
         ("spec.cleanupPolicy.checkpoints", "Retain"),
         ("metadata.generation", 9),
     ],

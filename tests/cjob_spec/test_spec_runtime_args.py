@@ -111,6 +111,16 @@ def test_a_restore_of_another_jobs_checkpoint_is_passed_only_when_allowed() -> N
     assert "--allow-foreign-restore" not in refused
 
 
+def test_dropping_state_the_pipeline_no_longer_maps_is_passed_only_when_allowed() -> None:
+    allowed = parse_job(with_field(minimal(), "spec.restore.allowNonRestoredState", True))
+    args = to_runtime_args(allowed, restore_pointer="latest", attempt=1, store="file:x",
+                           job_uid="u")
+    assert args.count("--allow-non-restored-state") == 1
+    refused = to_runtime_args(parse_job(minimal()), restore_pointer="latest", attempt=1,
+                              store="file:x", job_uid="u")
+    assert "--allow-non-restored-state" not in refused
+
+
 def test_at_least_once_mode_is_passed_in_the_runtime_spelling() -> None:
     job = parse_job(with_field(minimal(), "spec.checkpoint.mode", "AtLeastOnce"))
     args = to_runtime_args(job, restore_pointer="latest", attempt=1, store="file:x", job_uid="u")

@@ -22,6 +22,7 @@ from cjob_checkpoint.store.restore_report import (
     RestoredCheckpoint,
     RestoreReport,
     UnreadableRestoreReportError,
+    clip_dropped,
 )
 from job_runtime.execution.driver.restore import record_restore, resolve_restore
 from job_runtime.execution.driver.settings import DriverSettings
@@ -103,7 +104,9 @@ def test_the_report_is_small_typed_versioned_json() -> None:
 
 
 @pytest.mark.parametrize("text", [
-    '{"version": 2, "attempt": 1, "id": null, "path": null, "fallbackFrom": null}',
+    '{"version": 3, "attempt": 1, "id": null, "path": null, "fallbackFrom": null}',
+    '{"version": 2, "attempt": 1, "id": null, "path": null, "fallbackFrom": null, '
+    '"dropped": [3]}',
     '{"attempt": 1}',
     "not json",
     '{"version": 1, "attempt": "one", "id": null, "path": null, "fallbackFrom": null}',
@@ -111,3 +114,15 @@ def test_the_report_is_small_typed_versioned_json() -> None:
 def test_a_report_of_another_version_or_shape_is_refused_rather_than_guessed(text: str) -> None:
     with pytest.raises(UnreadableRestoreReportError):
         RestoreReport.from_json(text)
+
+
+def test_dropped_state_makes_a_version_two_report_and_a_long_list_is_clipped() -> None:
+    report = RestoreReport(attempt=2, checkpoint=RestoredCheckpoint(id=9, path="s3://b/chk-9/_metadata"),
+                           dropped=("operator 'sum' holds state, but ...",))
+    data = json.loads(report.to_json())
+    assert data["version"] == 2 and data["dropped"] == ["operator 'sum' holds state, but ..."]
+    assert RestoreReport.from_json(report.to_json()) == report
+    many = clip_dropped(tuple(f"operator 'op-{i}' holds state: " + "x" * 80 for i in range(200)))
+    assert many[-1].startswith("and ") and many[-1].endswith(" more")
+    huge = RestoreReport(attempt=2, checkpoint=None, dropped=many)
+    assert len(huge.to_json().encode()) < MAX_REPORT_BYTES

@@ -77,7 +77,7 @@ FULL: dict[str, Any] = {
             "startTimeout": "90s",
         },
         "restore": {"from": "s3://old/chk-7/_metadata", "onUnreadable": "FallbackToPrevious",
-                    "allowForeignJob": True},
+                    "allowForeignJob": True, "allowNonRestoredState": True},
         "suspend": True,
         "state": {"backend": "rocksdb"},
         "standby": {"enabled": True},

@@ -19,6 +19,7 @@ from job_runtime.errors import (
     CheckpointFailureBudgetExceeded,
     ConfigurationError,
     EntrypointError,
+    IncompatibleStateError,
     JobCodeError,
     PipelineDefinitionError,
     RestoreError,
@@ -45,6 +46,7 @@ _MAPPINGS = (
               StoreCredentialsError), ExitCode.BAD_CONFIG),
     _Mapping((UserCodeError,), ExitCode.USER_CODE_ERROR),
     _Mapping((RestoreError,), ExitCode.RESTORE_FAILED),
+    _Mapping((IncompatibleStateError,), ExitCode.INCOMPATIBLE_STATE),
     # Checkpoint storage, or an S3 archive of the job's code: the error names which.
     _Mapping((StorageUnavailableError,), ExitCode.STORAGE_UNREACHABLE, "storage unreachable: %s"),
     _Mapping((FencedError,), FENCED),

@@ -24,7 +24,11 @@ from cjob_checkpoint.store.base import (
     UnreadableCheckpointError,
 )
 from cjob_checkpoint.store.restorable import Candidate, first_readable
-from cjob_checkpoint.store.restore_report import RestoredCheckpoint, RestoreReport
+from cjob_checkpoint.store.restore_report import (
+    RestoredCheckpoint,
+    RestoreReport,
+    clip_dropped,
+)
 from job_runtime.errors import RestoreError
 from job_runtime.execution.driver.settings import DriverSettings
 
@@ -53,6 +57,9 @@ class RestoreResolution:
     origin_job: str | None = None
     """The job that wrote ``checkpoint``, when it is not this job (an allowed foreign
     restore): its output newer than the checkpoint is withdrawn like this job's own."""
+    dropped: tuple[str, ...] = ()
+    """The checkpoint's state left out because the pipeline no longer maps it
+    (``spec.restore.allowNonRestoredState``), one sentence each."""
 
     @property
     def fallback_from(self) -> RestoredCheckpoint | None:
@@ -66,7 +73,8 @@ class RestoreResolution:
         restored = None if self.checkpoint is None else RestoredCheckpoint(
             id=self.checkpoint.checkpoint_id, path=self.checkpoint.metadata_path)
         return RestoreReport(attempt=attempt, checkpoint=restored,
-                             fallback_from=self.fallback_from)
+                             fallback_from=self.fallback_from,
+                             dropped=clip_dropped(self.dropped))
 
 
 def check_sinks(metadata: CheckpointMetadata, *, sinks: set[str], pointer: str) -> None:

@@ -26,6 +26,7 @@ import time
 from typing import Any
 
 from cjob_checkpoint.checkpoint_storage import CheckpointStorage
+from cjob_checkpoint.metadata import CheckpointMetadata
 from cjob_checkpoint.storage.base import join_uri
 from cjob_checkpoint.storage.factory import get_filesystem
 from cjob_checkpoint.storage.s3 import S3Config
@@ -38,11 +39,12 @@ from cjob_checkpoint.store.base import (
 from cjob_spec.exit_codes import ExitCode
 from job_runtime.coordinator.coordinator import CheckpointCoordinator
 from job_runtime.coordinator.endpoint import CoordinatorEndpoint
-from job_runtime.errors import ConfigurationError, RestoreError
+from job_runtime.errors import ConfigurationError, IncompatibleStateError, RestoreError
 from job_runtime.execution.config import LOOPBACK, SubtaskConfig
 from job_runtime.execution.driver.barrier_stage import BarrierStage
 from job_runtime.execution.driver.beacon import start_beacon
 from job_runtime.execution.driver.code import JobCodePaths, prepare_job_code, ship_job_code
+from job_runtime.execution.driver.compatibility import incompatibilities, without
 from job_runtime.execution.driver.exit_codes import STARTUP_ERRORS, exit_code
 from job_runtime.execution.driver.logger import log
 from job_runtime.execution.driver.restore import (
@@ -62,6 +64,7 @@ from job_runtime.execution.driver.standby import ParkedStageEnded, wait_as_stand
 from job_runtime.execution.driver.status_writer import StatusWriter
 from job_runtime.execution.driver.store import open_store, open_triggers
 from job_runtime.execution.entrypoint import add_python_path, build_pipeline
+from job_runtime.execution.operator_descriptors import describe_operators
 from job_runtime.execution.stages import StagePlan, plan_stages
 from job_runtime.metrics import DriverMetrics
 from job_runtime.network.handshake import new_key
@@ -227,6 +230,8 @@ def _accept_restore(settings: DriverSettings, *, job: LoadedJob, storage: Checkp
         if metadata is not None:
             check_sinks(metadata, sinks={name for name, _ in job.sinks},
                         pointer=restored.metadata_path)
+            resolution = _fit_state(settings, resolution=resolution, metadata=metadata,
+                                    job=job, pointer=restored.metadata_path)
         for name, sink in job.sinks:
             sink.prepare_restore(checkpoint_id=restored.checkpoint_id,
                                  job_id=sink_job_id(settings.job_id, name), s3=s3)
@@ -236,6 +241,23 @@ def _accept_restore(settings: DriverSettings, *, job: LoadedJob, storage: Checkp
     # Only once the checkpoint is accepted: a refused restore must not be reported.
     record_restore(store=store, attempt=settings.attempt, resolution=resolution)
     return resolution
+
+
+def _fit_state(settings: DriverSettings, *, resolution: RestoreResolution,
+               metadata: CheckpointMetadata, job: LoadedJob,
+               pointer: str) -> RestoreResolution:
+    """The resolution with state the pipeline no longer maps left out when the job
+    allows it; otherwise such state fails the attempt (``IncompatibleState``)."""
+    found = incompatibilities(metadata, describe_operators(job.stages))
+    if not found:
+        return resolution
+    problems = tuple(problem.describe() for problem in found)
+    if not settings.allow_non_restored_state:
+        raise IncompatibleStateError(pointer=pointer, problems=problems)
+    for problem in problems:
+        log.warning("not restoring state the pipeline no longer maps "
+                    "(spec.restore.allowNonRestoredState): %s", problem)
+    return dataclasses.replace(resolution, metadata=without(metadata, found), dropped=problems)
 
 
 def _serve_metrics(settings: DriverSettings, *, resolution: RestoreResolution) -> DriverMetrics:
@@ -265,7 +287,7 @@ def _start_coordinator(settings: DriverSettings, *, job: LoadedJob, storage: Che
         store=store, counter=counter, settings=settings.checkpoint,
         initial_restore=resolution.metadata, initial_restore_pointer=resolution.checkpoint,
         on_complete=on_complete, host=wiring.bind, key=wiring.key, endpoint=warm.endpoint,
-        triggers=open_triggers(settings.store))
+        triggers=open_triggers(settings.store), pipeline=describe_operators(job.stages))
 
 
 def _wait_for_spark(spark: SparkStarter, *, status: StatusWriter, warm: WarmStart) -> Any:

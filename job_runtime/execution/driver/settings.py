@@ -34,6 +34,9 @@ class DriverSettings:
     on_unreadable: str = "fail"
     allow_foreign_restore: bool = False
     """``restore`` may be another job's checkpoint path (``spec.restore.allowForeignJob``)."""
+    allow_non_restored_state: bool = False
+    """A restore may drop state the pipeline no longer maps
+    (``spec.restore.allowNonRestoredState``)."""
     attempt: int = 1
     store: StoreAddress = MEMORY_STORE
     """The completed-checkpoint store (``--store``), read once."""

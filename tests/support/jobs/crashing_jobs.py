@@ -75,7 +75,7 @@ def _running_sum(p: Pipeline, stream: Stream) -> None:
      .map(_crash_once(p))
      .map(lambda r: {"key": r["seq"] % KEYS, "value": r["seq"]})
      .key_by("key")
-     .reduce(add)
+     .reduce(add, name=p.args.get("reduce_name"))
      .sink(sinks.files(p.args["output"], format="jsonl")))
 
 
