@@ -59,6 +59,12 @@ CHECKPOINT_POINTER_NAME = re.compile(r"^checkpointID-(\d{19})$")
 """Matches a pointer's key or file name; group 1 is the checkpoint id."""
 
 
+def job_selector(job_name: str) -> str:
+    """The label selector of every pod of job ``job_name`` (drivers, standbys, executors,
+    the cleanup pod): the scale subresource's ``status.selector``, for autoscalers."""
+    return f"{LABEL_JOB}={job_name}"
+
+
 def driver_pod_name(job_name: str, attempt: int) -> str:
     return f"{job_name}-attempt-{attempt}"
 

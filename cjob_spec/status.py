@@ -222,6 +222,12 @@ class JobStatus:
     """The last ``spec.checkpoint.triggerNonce`` the operator acted on."""
     suspend_requested_at: datetime | None = None
     """When a final checkpoint was requested before suspending the running attempt."""
+    parallelism: int | None = None
+    """The parallelism the current attempt was started with: the scale subresource's
+    replicas (``kubectl scale`` changes ``spec.parallelism``; this follows once the
+    rescaled attempt starts)."""
+    selector: str | None = None
+    """The label selector of the job's pods, for autoscalers (the scale subresource's)."""
     storage_roots: tuple[str, ...] = ()
     """Every checkpoint directory (``<storage>/<job>-<uid>``) an attempt was started
     with, oldest first: a job whose storage changed has checkpoints under each, and
@@ -258,6 +264,8 @@ class JobStatus:
                 "suspendRequestedAt",
                 self.suspend_requested_at and format_time(self.suspend_requested_at),
             ),
+            ("parallelism", self.parallelism),
+            ("selector", self.selector),
         ]
         for key, value in optional:
             if value is not None:
@@ -301,6 +309,8 @@ class JobStatus:
             last_trigger_nonce=_str(data, "lastTriggerNonce"),
             suspend_requested_at=_time(data, "suspendRequestedAt"),
             storage_roots=_strings(data, "storageRoots"),
+            parallelism=_int(data, "parallelism"),
+            selector=_str(data, "selector"),
         )
 
 

@@ -7,7 +7,7 @@ from operator_world import at, checkpoint, driver, make_job, observe, reasons, r
 
 from cjob_lifecycle.actions import CreateDriver, DeleteDriver
 from cjob_lifecycle.observed import StoreView
-from cjob_spec import Phase, Reason
+from cjob_spec import JobStatus, Phase, Reason
 
 
 class TestAnActiveJobsSpecChange:
@@ -58,6 +58,30 @@ class TestAnActiveJobsSpecChange:
         backing_off = status(Phase.RESTARTING, 1, job=old, next_restart_at=at(100))
         result = run(observe(new, backing_off, driver(1, "Failed", exit_code=1, job=old)), at(50))
         assert not result.of_type(CreateDriver) and not result.of_type(DeleteDriver)
+
+
+class TestAScale:
+    """``kubectl scale`` sets spec.parallelism: a last-state upgrade at the new
+    parallelism, which status.parallelism (the scale subresource's replicas) follows
+    once the rescaled attempt starts."""
+
+    def test_a_scaled_job_restarts_from_the_latest_checkpoint_and_reports_its_replicas(
+            self) -> None:
+        two = make_job(parallelism=2)
+        three = make_job(parallelism=3, **{"spark.executor.instances": 3})
+        first = run(observe(two, JobStatus()), at(0))
+        assert (first.status.parallelism, first.status.selector) == (
+            2, "checkpointed.io/job=clicks")
+        running = status(Phase.RUNNING, 3, job=two, parallelism=2,
+                         selector="checkpointed.io/job=clicks")
+        store = StoreView(exists=True, latest=checkpoint(9, at(50)), fence_attempt=3)
+        stopping = run(observe(three, running, driver(3, job=two), store=store), at(60))
+        assert stopping.of_type(DeleteDriver)
+        assert stopping.status.parallelism == 2, "the running attempt still has 2"
+        started = run(observe(three, stopping.status, store=store), at(70))
+        (created,) = started.of_type(CreateDriver)
+        assert created.restore_pointer == "latest"
+        assert started.status.parallelism == 3
 
 
 class TestAFinishedJobsSpecChange:

@@ -13,7 +13,7 @@ import yaml
 from paths import REPO as ROOT
 from spec_documents import full, full_status, minimal, with_field
 
-from cjob_spec import SpecError, parse_job
+from cjob_spec import JobStatus, SpecError, parse_job
 from cjob_spec.parse import MASTER_PATTERN, S3_STORAGE_PATTERN
 
 jsonschema = pytest.importorskip("jsonschema")
@@ -101,10 +101,23 @@ def test_the_crd_names_the_checkpointed_job_kind() -> None:
     assert names["categories"]
 
 
-def test_v1alpha1_is_the_one_served_and_stored_version_with_a_status_subresource() -> None:
+def test_v1alpha1_is_the_one_served_and_stored_version_with_status_and_scale() -> None:
     versions = CRD["spec"]["versions"]
     assert [(v["name"], v["served"], v["storage"]) for v in versions] == [("v1alpha1", True, True)]
-    assert VERSION["subresources"] == {"status": {}}
+    assert VERSION["subresources"] == {"status": {}, "scale": {
+        "specReplicasPath": ".spec.parallelism", "statusReplicasPath": ".status.parallelism",
+        "labelSelectorPath": ".status.selector"}}
+
+
+def test_the_scale_subresources_paths_are_fields_the_operator_writes() -> None:
+    schema = VERSION["schema"]["openAPIV3Schema"]["properties"]
+    assert schema["spec"]["properties"]["parallelism"]["type"] == "integer"
+    status = schema["status"]["properties"]
+    assert status["parallelism"]["type"] == "integer"
+    assert status["selector"]["type"] == "string"
+    written = JobStatus(parallelism=3, selector="checkpointed.io/job=sums").to_dict()
+    assert (written["parallelism"], written["selector"]) == (3, "checkpointed.io/job=sums")
+    assert JobStatus.from_dict(written).parallelism == 3
 
 
 def test_kubectl_get_shows_phase_attempt_restarts_and_checkpoint_columns() -> None:
