@@ -63,6 +63,17 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--state-dir", default=DEFAULT_STATE_DIR)
     listing.add_argument("-o", "--output", choices=["table", "json"], default="table")
 
+    snapshot = sub.add_parser("snapshot", help="copy a job's checkpoint into a snapshot that "
+                                               "outlives the job's checkpoints")
+    snapshot.add_argument("name", help="the job")
+    snapshot.add_argument("--snapshot", required=True, metavar="SNAPSHOT",
+                          help="the snapshot's name (letters, digits, '.', '_', '-')")
+    snapshot.add_argument("--checkpoint", type=int, metavar="ID",
+                          help="a retained checkpoint (default: the latest)")
+    snapshot.add_argument("--to", metavar="DIRECTORY",
+                          help="where snapshots are kept (default: <state-dir>/<job>/snapshots)")
+    snapshot.add_argument("--state-dir", default=DEFAULT_STATE_DIR)
+
     validate = sub.add_parser("validate", help="check a CheckpointedJob YAML")
     validate.add_argument("file")
     validate.add_argument("--against", metavar="CHECKPOINT",
@@ -163,6 +174,57 @@ def cmd_checkpoints_list(ns: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_snapshot(ns: argparse.Namespace) -> int:
+    """Copy a retained checkpoint of a local job into ``<to>/<snapshot>/``: a snapshot
+    that ``spec.restore.from`` restores into this job or a new one, whatever happens to
+    the job's checkpoints."""
+    from cjob_checkpoint.checkpoint_storage import ensure_safe_segment
+    from cjob_checkpoint.metadata import MetadataError
+    from cjob_checkpoint.snapshot import snapshot_checkpoint
+    from cjob_checkpoint.storage.errors import StorageError
+    from cjob_checkpoint.storage.factory import get_filesystem
+    from cjob_checkpoint.store import StoreError, list_checkpoints
+    from cjob_checkpoint.store.base import UnreadableCheckpointError
+
+    directory = _job_dir(ns.state_dir, ns.name)
+    if directory is None:
+        return _fail(f"no job {ns.name!r} in {ns.state_dir}", 1)
+    try:
+        ensure_safe_segment(ns.snapshot, what="the snapshot name")
+    except StorageError:
+        return _fail(f"snapshot name {ns.snapshot!r}: use letters, digits, '.', '_' and '-', "
+                     f"starting with a letter or digit")
+    store = directory / "store"
+    try:
+        checkpoints = list_checkpoints(str(store), skip_corrupt=True) if store.exists() else []
+    except StoreError as exc:
+        return _fail(str(exc), 1)
+    if ns.checkpoint is not None:
+        checkpoints = [c for c in checkpoints if c.checkpoint_id == ns.checkpoint]
+    if not checkpoints:
+        which = "no retained checkpoint" if ns.checkpoint is None else \
+            f"no retained checkpoint {ns.checkpoint}"
+        return _fail(f"job {ns.name!r} has {which} (cjob checkpoints list {ns.name})", 1)
+    chosen = max(checkpoints, key=lambda c: c.checkpoint_id)
+    root = Path(ns.to) if ns.to else directory / "snapshots"
+    target = (root / ns.snapshot).resolve()
+    if target.exists():
+        return _fail(f"snapshot {ns.snapshot!r} exists already at {target}", 1)
+    try:
+        taken = snapshot_checkpoint(checkpoint=chosen.metadata_path, target=target.as_uri(),
+                                    name=ns.snapshot,
+                                    source_fs=get_filesystem(chosen.metadata_path),
+                                    target_fs=get_filesystem(target.as_uri()))
+    except UnreadableCheckpointError as exc:
+        return _fail(f"checkpoint {chosen.checkpoint_id} cannot be read: {exc.cause}", 1)
+    except (StorageError, MetadataError) as exc:
+        return _fail(f"checkpoint {chosen.checkpoint_id} could not be copied: {exc}", 1)
+    print(f"snapshot {ns.snapshot} of checkpoint {chosen.checkpoint_id}: {taken.files} files, "
+          f"{taken.size_bytes} bytes")
+    print(f"restore it with spec.restore.from: {taken.metadata_uri}")
+    return 0
+
+
 def cmd_validate(ns: argparse.Namespace) -> int:
     try:
         job = load_job_file(ns.file)
@@ -202,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_status(ns)
     if ns.command == "checkpoints":
         return cmd_checkpoints_list(ns)
+    if ns.command == "snapshot":
+        return cmd_snapshot(ns)
     return cmd_validate(ns)
 
 

@@ -197,6 +197,26 @@ def _text_or_empty(fields: JsonFields, name: str) -> str:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class SnapshotOrigin:
+    """What a snapshot's ``_metadata`` says about where it came from (version 4): a
+    self-contained copy of a completed checkpoint, which no pruning or deletion of the
+    job's checkpoints touches."""
+
+    name: str
+    source: str
+    """The ``_metadata`` of the checkpoint it copies."""
+    taken_at: float
+
+    def to_json(self) -> dict[str, Json]:
+        return {"name": self.name, "source": self.source, "takenAt": self.taken_at}
+
+    @classmethod
+    def from_json(cls, fields: JsonFields) -> SnapshotOrigin:
+        return cls(name=fields.text("name"), source=fields.text("source"),
+                   taken_at=fields.number("takenAt"))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class CheckpointMetadata:
     """One completed checkpoint: who wrote it, and where each task's part lies."""
 
@@ -219,6 +239,8 @@ class CheckpointMetadata:
     pipeline: tuple[OperatorDescriptor, ...] | None = None
     """The keyed operators of the job that wrote it; ``None`` when not known (before
     version 4, or written by a coordinator not told them)."""
+    snapshot: SnapshotOrigin | None = None
+    """Set on a snapshot's copy: its name and the checkpoint it copies."""
 
     # ------------------------------------------------------------------ restore views
 
@@ -233,6 +255,11 @@ class CheckpointMetadata:
         several old ones (and each old file holds keys of several new subtasks).
         """
         return [h.handle for h in self.operators.get(uid, ()) if h.overlaps(key_groups)]
+
+    def keyed_state_files(self, uid: str, *, key_groups: range) -> list[KeyedStateHandle]:
+        """:meth:`keyed_state` with the shared files each state file builds on, where
+        this metadata says they lie (a snapshot moved them)."""
+        return [h for h in self.operators.get(uid, ()) if h.overlaps(key_groups)]
 
     def shared_files(self) -> set[str]:
         """URIs of every shared file this checkpoint references (any operator, subtask)."""
@@ -275,6 +302,7 @@ class CheckpointMetadata:
             "sinks": self._sinks_json(),
             **({} if self.pipeline is None else
                {"pipeline": [op.to_json() for op in self.pipeline]}),
+            **({} if self.snapshot is None else {"snapshot": self.snapshot.to_json()}),
         }
 
     def _sinks_json(self) -> dict[str, Json]:
@@ -337,11 +365,15 @@ class CheckpointMetadata:
         pipeline = None if described is None else tuple(
             OperatorDescriptor.from_json(fields.child(item, where="an operator descriptor"))
             for item in _list(described, where="the pipeline"))
+        origin = fields.value("snapshot") if version >= 4 else None
+        snapshot = None if origin is None else SnapshotOrigin.from_json(
+            fields.child(origin, where="the snapshot's origin"))
         return cls(job=fields.text("job"), checkpoint_id=fields.integer("checkpointId"),
                    timestamp=fields.number("timestamp"), final=fields.flag("final"),
                    attempt=fields.integer("attempt"), parallelism=fields.integer("parallelism"),
                    max_parallelism=fields.integer("maxParallelism"), sources=sources,
-                   operators=operators, channels=channels, sinks=sinks, pipeline=pipeline)
+                   operators=operators, channels=channels, sinks=sinks, pipeline=pipeline,
+                   snapshot=snapshot)
 
 
 def _sinks(fields: _Fields, *, version: int) -> tuple[SinkTransactions, ...]:

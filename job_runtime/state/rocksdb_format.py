@@ -103,6 +103,21 @@ class RocksDBStateFile:
         return cls(key_groups=(groups[0], groups[1]), private=private, shared=tuple(shared))
 
 
+def with_shared_files(data: bytes, shared: tuple[SharedStateFile, ...]) -> bytes:
+    """``data`` whose shared files are where ``shared`` (the checkpoint's metadata, by
+    file name) says they are. The metadata is the authority: a snapshot copies a
+    checkpoint's files elsewhere and rewrites the metadata, never the state files it
+    copies whole. ``data`` unchanged when it already agrees, or is not a rocksdb file."""
+    if not shared or not is_rocksdb_state(data):
+        return data
+    state = RocksDBStateFile.from_bytes(data)
+    where = {f.name: f for f in shared}
+    moved = tuple(where.get(f.name, f) for f in state.shared)
+    if moved == state.shared:
+        return data
+    return dataclasses.replace(state, shared=moved).to_bytes()
+
+
 def is_rocksdb_state(data: bytes) -> bool:
     """Whether ``data`` is a ``rocksdb`` state file (else another backend's snapshot)."""
     return data.startswith(MAGIC)

@@ -278,3 +278,24 @@ class TestSharedFileDeletion:
                                                     key_groups=(0, MAX_P),
                                                     shared=first.shared),)})
         assert job.cleaner.stale(late) == sorted(uris(first))
+
+
+def test_a_state_file_takes_its_shared_files_from_where_the_metadata_says_they_are() -> None:
+    """A snapshot copies a checkpoint's shared files elsewhere and rewrites only the
+    metadata: the restore follows the metadata, by file name."""
+    from cjob_checkpoint.checkpoint_storage import StateHandle
+    from cjob_checkpoint.metadata import SharedStateFile
+    from job_runtime.state.rocksdb_format import RocksDBStateFile, with_shared_files
+
+    old = SharedStateFile(name="000012.sst", handle=StateHandle(
+        uri="s3://ckpt/job/shared/a-000012.sst", size_bytes=3, crc32=1))
+    state = RocksDBStateFile(key_groups=(0, 64), private={"CURRENT": b"MANIFEST-1\n"},
+                             shared=(old,))
+    data = state.to_bytes()
+    moved = SharedStateFile(name="000012.sst", handle=StateHandle(
+        uri="s3://snapshots/v1/job/shared/a-000012.sst", size_bytes=3, crc32=1))
+    relocated = RocksDBStateFile.from_bytes(with_shared_files(data, (moved,)))
+    assert relocated.shared == (moved,)
+    assert relocated.private == state.private and relocated.key_groups == (0, 64)
+    assert with_shared_files(data, (old,)) is data
+    assert with_shared_files(b"not rocksdb", (moved,)) == b"not rocksdb"

@@ -134,6 +134,10 @@ def resolve_restore(
         candidates = found + [c for c in retained if c.checkpoint_id < wanted]
     else:
         foreign = not storage.is_own_checkpoint(request)
+        snapshot = _snapshot_at(request, storage=storage) if foreign else None
+        if snapshot is not None:
+            return _restore_snapshot(request, metadata=snapshot, settings=settings,
+                                     notes=notes)
         if foreign and not settings.allow_foreign_restore:
             raise RestoreError(pointer=request,
                                problem=f"it is not a checkpoint of job {settings.job_id} "
@@ -213,6 +217,40 @@ def _restore_foreign(request: str, *, storage: CheckpointStorage, settings: Driv
                                      timestamp=0.0)
     return RestoreResolution(checkpoint=checkpoint, metadata=_typed(metadata, pointer=request),
                              notes=notes, origin_job=origin)
+
+
+def _snapshot_at(request: str, *, storage: CheckpointStorage) -> CheckpointMetadata | None:
+    """The metadata at ``request`` when it is a snapshot's (``None``: it is not one, or
+    it cannot be read: the foreign path says why)."""
+    if _checkpoint_id_of(request) < 0:
+        return None
+    try:
+        metadata = json.loads(storage.read_metadata(request))
+    except (UnreadableCheckpointError, ValueError):
+        return None
+    if not isinstance(metadata, dict) or "snapshot" not in metadata:
+        return None
+    return _typed(metadata, pointer=request)
+
+
+def _restore_snapshot(request: str, *, metadata: CheckpointMetadata, settings: DriverSettings,
+                      notes: list[str]) -> RestoreResolution:
+    """A snapshot: the user's explicit choice of state, this job's or another's, so it
+    needs no ``allowForeignJob``. Another job's output newer than the snapshot's
+    checkpoint is withdrawn as after a foreign restore."""
+    assert metadata.snapshot is not None
+    directory = _job_directory_of(request)
+    if directory != metadata.job:
+        raise RestoreError(pointer=request,
+                           problem=f"its metadata names job {metadata.job!r} but lies in the "
+                                   f"directory of job {directory!r}")
+    origin = None if metadata.job == settings.job_id else metadata.job
+    notes.append(f"restoring snapshot {metadata.snapshot.name!r} (checkpoint "
+                 f"{metadata.checkpoint_id} of job {metadata.job})")
+    checkpoint = CompletedCheckpoint(checkpoint_id=metadata.checkpoint_id,
+                                     metadata_path=request, timestamp=0.0)
+    return RestoreResolution(checkpoint=checkpoint, metadata=metadata, notes=notes,
+                             origin_job=origin)
 
 
 def _checkpoint_id_of_request(request: str) -> int:

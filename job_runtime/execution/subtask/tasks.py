@@ -64,6 +64,7 @@ from job_runtime.sources.base import (
 )
 from job_runtime.sources.union import input_of
 from job_runtime.state.backend import BackendKind, StateBackendSettings
+from job_runtime.state.rocksdb_format import with_shared_files
 from job_runtime.watermarks import MAX_WATERMARK, WatermarkStrategy, event_times
 
 log = logging.getLogger(__name__)
@@ -545,8 +546,9 @@ class KeyedTask(Task):
     # -- restore
 
     def _restore(self, restore: CheckpointMetadata) -> None:
-        blobs = [self.runtime.read_state(handle) for handle in
-                 restore.keyed_state(self.keyed_op.uid, key_groups=self.key_groups)]
+        blobs = [with_shared_files(self.runtime.read_state(found.handle), found.shared)
+                 for found in restore.keyed_state_files(self.keyed_op.uid,
+                                                        key_groups=self.key_groups)]
         restored = self.operator.restore(blobs)
         log.info("subtask %d restored %d keys of %s", self.runtime.subtask, restored,
                  self.keyed_op.uid)
