@@ -77,10 +77,12 @@ def build_parser() -> argparse.ArgumentParser:
     validate = sub.add_parser("validate", help="check a CheckpointedJob YAML")
     validate.add_argument("file")
     validate.add_argument("--against", metavar="CHECKPOINT",
-                          help="also check that this checkpoint's state (its _metadata, or "
-                               "its chk-<id> directory) fits the job's pipeline, as a "
-                               "restore would: the job's code is loaded from its local "
-                               "pythonPath")
+                          help="also check that this checkpoint's state (its _metadata, its "
+                               "chk-<id> directory, or 'latest': the local job's latest "
+                               "retained one) fits the job's pipeline, as a restore would: "
+                               "the job's code is loaded from its local pythonPath")
+    validate.add_argument("--state-dir", default=DEFAULT_STATE_DIR,
+                          help="where --against latest finds the job")
     return parser
 
 
@@ -233,7 +235,30 @@ def cmd_validate(ns: argparse.Namespace) -> int:
     print(f"{ns.file}: CheckpointedJob {job.metadata.name} is valid")
     if ns.against is None:
         return 0
-    return _check_state(job, job_file=Path(ns.file), checkpoint=ns.against)
+    checkpoint = ns.against
+    if checkpoint == "latest":
+        found = _latest_checkpoint(ns.state_dir, job.metadata.name)
+        if found is None:
+            return _fail(f"job {job.metadata.name!r} has no retained checkpoint in "
+                         f"{ns.state_dir} (run it with cjob run first, or name a checkpoint)",
+                         1)
+        checkpoint = found
+    return _check_state(job, job_file=Path(ns.file), checkpoint=checkpoint)
+
+
+def _latest_checkpoint(state_dir: str, name: str) -> str | None:
+    """The ``_metadata`` of the local job's latest retained checkpoint."""
+    from cjob_checkpoint.store import StoreError, list_checkpoints
+
+    directory = _job_dir(state_dir, name)
+    store = None if directory is None else directory / "store"
+    if store is None or not store.exists():
+        return None
+    try:
+        checkpoints = list_checkpoints(str(store), skip_corrupt=True)
+    except StoreError:
+        return None
+    return max(checkpoints, key=lambda c: c.checkpoint_id).metadata_path if checkpoints else None
 
 
 def _check_state(job: CheckpointedJob, *, job_file: Path, checkpoint: str) -> int:

@@ -81,3 +81,31 @@ def test_job_code_in_an_s3_archive_is_refused_in_one_line(tmp_path: Path) -> Non
     assert run.stderr.strip().splitlines() == [
         "cjob: error: --against loads the job's code locally; its pythonPath names "
         "s3://code/job.zip, an S3 archive"]
+
+
+def test_latest_is_the_local_jobs_latest_retained_checkpoint(tmp_path: Path) -> None:
+    from runtime_harness import write_completed_checkpoints
+
+    from cjob_checkpoint.store.file import FileCheckpointStore, advance_attempt
+
+    state = tmp_path / "state"
+    advance_attempt(str(state / "sums" / "store"), 1)
+    write_completed_checkpoints(
+        CheckpointStorage((state / "sums" / "checkpoints").as_uri(), "sums-u1"),
+        FileCheckpointStore(str(state / "sums" / "store"), retained=3, attempt=1), [1, 2],
+        job="sums-u1")
+    (tmp_path / "job.py").write_text(JOB_CODE)
+    job = write_job_yaml(tmp_path / "job.yaml", name="sums", entrypoint="job:build",
+                         python_path=["."], args={"reduce": "total"})
+    command = [sys.executable, "-m", "cjob", "validate", str(job), "--against", "latest",
+               "--state-dir", str(state)]
+    run = subprocess.run(command, capture_output=True, text=True, env=runtime_env(),
+                         timeout=120, check=False)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "checkpoint 2 of job sums-u1 fits the pipeline" in run.stdout
+    missing = subprocess.run([*command[:-1], str(tmp_path / "nowhere")], capture_output=True,
+                             text=True, env=runtime_env(), timeout=120, check=False)
+    assert missing.returncode == 1
+    assert missing.stderr.strip() == (
+        f"cjob: error: job 'sums' has no retained checkpoint in {tmp_path / 'nowhere'} (run it "
+        f"with cjob run first, or name a checkpoint)")
