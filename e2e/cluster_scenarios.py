@@ -59,7 +59,7 @@ def apply_s3_job(
     *, rest: RestClient, kubectl: scenario.Kubectl, s3: ClusterS3, namespace: str, name: str,
     master: str, cleanup: str = "Retain", standby: bool = False,
     checkpoints: str = "checkpoints", output: str = "output", rocksdb: bool = False,
-    driver_cores: str | None = None,
+    driver_cores: str | None = None, count: int = COUNT,
 ) -> tuple[scenario.JobHandle, str]:  # fmt: skip
     """The running sum with its code from a ConfigMap and its checkpoints and output in
     an S3 bucket of its own (under the prefixes ``checkpoints`` and ``output``),
@@ -74,7 +74,7 @@ def apply_s3_job(
     running_sum.code_configmap(kubectl, namespace)
     manifest = running_sum.manifest(
         name=name, storage=f"s3://{bucket}/{checkpoints}", output=f"s3://{bucket}/{output}",
-        master=master, s3=running_sum.s3_settings(s3), count=COUNT, rate=RATE, cleanup=cleanup,
+        master=master, s3=running_sum.s3_settings(s3), count=count, rate=RATE, cleanup=cleanup,
         pod={"volumes": [running_sum.CODE_VOLUME], "volumeMounts": [running_sum.CODE_MOUNT]},
     )  # fmt: skip
     if rocksdb:

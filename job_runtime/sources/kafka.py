@@ -715,7 +715,7 @@ class KafkaSource(Source):
         checkpoint read its topic (the partition was added since), else from the
         plan's start (a topic new to the job).
         """
-        by_partition, unnamed = self._checkpointed(positions, splits=splits)
+        by_partition, unnamed = self._checkpointed(positions, splits=splits, context=context)
         known_topics = {topic for topic, _ in by_partition}
         restored: list[RestoredSplit] = []
         for split in splits:
@@ -751,7 +751,8 @@ class KafkaSource(Source):
                         "job no longer reads: they are not read", ", ".join(dropped[:10]))
         return restored
 
-    def _checkpointed(self, positions: Mapping[int, Any], *, splits: Sequence[Split]
+    def _checkpointed(self, positions: Mapping[int, Any], *, splits: Sequence[Split],
+                      context: SourceContext
                       ) -> tuple[dict[tuple[str, int], KafkaPosition], dict[int, None]]:
         """The checkpoint's positions by partition; and the indexes of the plan's
         splits it holds without naming a partition (``None``: not read yet, written
@@ -767,11 +768,10 @@ class KafkaSource(Source):
                 continue
             position = KafkaPosition.from_json(data)
             if position is None:
-                raise ConfigurationError(
-                    setting="sources.kafka",
-                    problem=f"the checkpoint's position of split {index} is {data!r}, which "
-                            f"is not a Kafka partition's: the job's sources changed since "
-                            f"the checkpoint")
+                raise UserCodeError(operator=self.name, subtask=context.subtask, details=(
+                    f"the checkpoint's position of split {index} is {data!r}, which is not "
+                    f"a Kafka partition's: the job's sources changed since the checkpoint "
+                    f"(a union's inputs keep their order)"))
             earlier = by_partition.get(position.key)
             if earlier is not None:
                 log.warning("kafka source: the checkpoint holds topic %r partition %d twice "
@@ -788,12 +788,11 @@ class KafkaSource(Source):
         """``position`` for the partition ``part`` of this source's plan; refused when
         the two are at different clusters."""
         if position.cluster and part.cluster and position.cluster != part.cluster:
-            raise ConfigurationError(
-                setting="sources.kafka",
-                problem=f"the checkpoint's position of topic {position.topic!r} partition "
-                        f"{position.partition} is at Kafka cluster {position.cluster!r}, but "
-                        f"{self.bootstrap} is cluster {part.cluster!r}: offsets of one "
-                        f"cluster mean nothing at another")
+            raise UserCodeError(operator=self.name, subtask=context.subtask, details=(
+                f"the checkpoint's position of topic {position.topic!r} partition "
+                f"{position.partition} is at Kafka cluster {position.cluster!r}, but "
+                f"{self.bootstrap} is cluster {part.cluster!r}: offsets of one cluster mean "
+                f"nothing at another"))
         return dataclasses.replace(position, cluster=part.cluster or position.cluster).to_json()
 
     def open(self, split: Split, position: Any, *, context: SourceContext) -> SplitReader:

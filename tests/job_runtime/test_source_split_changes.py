@@ -20,7 +20,7 @@ import pytest
 
 from cjob_checkpoint.checkpoint_storage import StateHandle
 from job_runtime import Pipeline, sinks, sources
-from job_runtime.errors import ConfigurationError, PipelineDefinitionError
+from job_runtime.errors import PipelineDefinitionError, UserCodeError
 from job_runtime.execution.config import SubtaskConfig
 from job_runtime.execution.stages import plan_stages
 from job_runtime.execution.subtask.tasks import SourceTask
@@ -305,16 +305,17 @@ class TestAKafkaRestoreUnderANewPlan:
     def test_refuses_a_position_at_another_cluster_in_one_line(self, tmp_path: Path) -> None:
         source = sources.kafka(["a"], "127.0.0.1:9")
         context = staged(tmp_path, source, [("a", 0, 0)], cluster="cluster-b")
-        with pytest.raises(ConfigurationError) as raised:
+        with pytest.raises(UserCodeError) as raised:
             restored(source, context, {0: position("a", 0, 5, cluster="cluster-a")})
-        assert "cluster 'cluster-a'" in str(raised.value)
-        assert "\n" not in str(raised.value)
+        assert "cluster 'cluster-a'" in raised.value.details
+        assert "\n" not in raised.value.details
 
     def test_refuses_a_position_that_is_not_a_partitions(self, tmp_path: Path) -> None:
         source = sources.kafka(["a"], "127.0.0.1:9")
         context = staged(tmp_path, source, [("a", 0, 0)])
-        with pytest.raises(ConfigurationError, match="not a Kafka partition's"):
+        with pytest.raises(UserCodeError) as raised:
             restored(source, context, {0: 17})
+        assert "not a Kafka partition's" in raised.value.details
 
     def test_a_partition_not_read_yet_is_checkpointed_as_what_it_is(
             self, tmp_path: Path) -> None:
