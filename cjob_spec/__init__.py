@@ -34,6 +34,7 @@ from cjob_spec.model import (
     S3Settings,
     SparkSpec,
     StateBackend,
+    UpgradeMode,
     spec_hash,
 )
 from cjob_spec.parse import load_job_file, parse_job
@@ -96,6 +97,7 @@ __all__ = [
     "SparkSpec",
     "SpecError",
     "StateBackend",
+    "UpgradeMode",
     "configmap_store_arg",
     "decide_restart",
     "describe_exit",

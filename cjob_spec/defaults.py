@@ -133,6 +133,7 @@ ALLOW_FOREIGN_JOB = FlagField(path="spec.restore.allowForeignJob", default=False
 ALLOW_NON_RESTORED_STATE = FlagField(path="spec.restore.allowNonRestoredState", default=False)
 
 SUSPEND = FlagField(path="spec.suspend", default=False)
+UPGRADE_MODE = TextField(path="spec.upgradeMode", default="LastState")
 STATE_BACKEND = TextField(path="spec.state.backend", default="hashmap")
 STANDBY_ENABLED = FlagField(path="spec.standby.enabled", default=False)
 CLEANUP_CHECKPOINTS = TextField(path="spec.cleanupPolicy.checkpoints", default="Retain")
@@ -165,6 +166,7 @@ SPEC_FIELDS: tuple[SpecField, ...] = (
     ALLOW_FOREIGN_JOB,
     ALLOW_NON_RESTORED_STATE,
     SUSPEND,
+    UPGRADE_MODE,
     STATE_BACKEND,
     STANDBY_ENABLED,
     CLEANUP_CHECKPOINTS,

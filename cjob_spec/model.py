@@ -49,6 +49,21 @@ class OnUnreadable(StrEnum):
         return "fail" if self is OnUnreadable.FAIL else "fallback"
 
 
+class UpgradeMode(StrEnum):
+    """How a running attempt makes way for a changed spec."""
+
+    LAST_STATE = "LastState"
+    """Stop the driver and start the new spec from the latest checkpoint: the records
+    read since that checkpoint are read again (exactly once all the same)."""
+    SNAPSHOT = "Snapshot"
+    """Take a final checkpoint through the suspend path (its output committed by every
+    sink, the driver then ends), then start the new spec from it: nothing is read
+    twice. Falls back to ``LastState`` when no final checkpoint completes in time."""
+
+
+DEFAULT_UPGRADE_MODE = UpgradeMode.LAST_STATE
+
+
 class CheckpointCleanup(StrEnum):
     RETAIN = "Retain"
     """Keep checkpoint data in storage when the CheckpointedJob is deleted."""
@@ -351,6 +366,9 @@ class JobSpec:
     restart_policy: RestartPolicy = field(default_factory=RestartPolicy)
     restore: RestoreSpec = field(default_factory=RestoreSpec)
     suspend: bool = defaults.SUSPEND.default
+    upgrade_mode: UpgradeMode = DEFAULT_UPGRADE_MODE
+    """How a spec change reaches a running attempt (not part of ``spec_hash``: changing
+    only this changes nothing that runs)."""
     standby: StandbySpec = field(default_factory=StandbySpec)
     cleanup_policy: CleanupPolicy = field(default_factory=CleanupPolicy)
     pod: PodSettings = field(default_factory=PodSettings)

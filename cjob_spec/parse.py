@@ -64,6 +64,7 @@ from cjob_spec.model import (
     StandbySpec,
     StateBackend,
     StateSpec,
+    UpgradeMode,
 )
 from cjob_spec.names import API_VERSION, KIND
 from cjob_spec.quantities import Memory
@@ -369,6 +370,7 @@ def parse_job(document: Mapping[str, Any]) -> CheckpointedJob:
             "restartPolicy",
             "restore",
             "suspend",
+            "upgradeMode",
             "state",
             "standby",
             "cleanupPolicy",
@@ -508,6 +510,7 @@ def _read_spec(node: _Node) -> JobSpec:
         restart_policy=restart_policy,
         restore=restore,
         suspend=node.flag_field(defaults.SUSPEND),
+        upgrade_mode=node.enum_field(defaults.UPGRADE_MODE, UpgradeMode),
         standby=standby,
         cleanup_policy=cleanup,
     )

@@ -189,6 +189,16 @@ def attempt_ended(draft: Draft, pod: DriverPod | None, end: AttemptEnd) -> bool:
     if pod is not None and end.reason != Reason.DRIVER_LOST:
         delete(draft, pod, end.reason)
     status = draft.status
+    if end.suspended and status.reason == Reason.UPGRADING and not draft.job.spec.suspend:
+        # The final checkpoint a Snapshot upgrade asked for is committed: the new spec
+        # starts from it at once, and it is no restart (see ``upgrades``).
+        latest = status.latest_checkpoint
+        which = f" {latest.id}" if latest is not None else ""
+        message = (f"attempt {status.attempt} stopped after its final checkpoint{which}, its "
+                   f"output committed; starting the new spec from it")
+        draft.set(phase=Phase.RESTARTING, reason=Reason.UPGRADING, message=message,
+                  next_restart_at=truncate_to_seconds(draft.now))
+        return True
     decision = restart_decision(draft, pod, end)
     failure = None
     if not end.succeeded and not end.suspended:

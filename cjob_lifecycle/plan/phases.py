@@ -18,6 +18,7 @@ from cjob_lifecycle.plan.pods import current_pod, delete, wait_for_blocking_pods
 from cjob_lifecycle.plan.standby import reported_lost
 from cjob_lifecycle.plan.store import STORE_CONFLICT_RECHECK_SECONDS
 from cjob_lifecycle.plan.suspension import suspend_active, suspend_now
+from cjob_lifecycle.plan.upgrades import upgrade
 from cjob_spec.model import spec_hash
 from cjob_spec.names import driver_pod_name
 from cjob_spec.reasons import Reason
@@ -86,7 +87,7 @@ def _on_active(draft: Draft) -> bool:
     if end is not None:
         return attempt_ended(draft, pod, end)
     if _spec_changed(draft, pod):
-        return _upgrade(draft, pod)
+        return upgrade(draft, pod)
     if pod.started_at is None or pod.phase == "Pending":
         return _watch_start(draft, pod)
     return _watch_running(draft, pod)
@@ -148,23 +149,6 @@ def _on_failed(draft: Draft) -> bool:
 def _spec_changed(draft: Draft, pod: DriverPod) -> bool:
     running = pod.spec_hash or draft.status.spec_hash
     return running is not None and running != spec_hash(draft.job)
-
-
-def _upgrade(draft: Draft, pod: DriverPod) -> bool:
-    """Last-state upgrade: stop the attempt, start the new spec from the latest checkpoint."""
-    delete(draft, pod, Reason.SPEC_CHANGED)
-    message = (
-        f"spec changed (generation {draft.observed.generation}): stopping attempt "
-        f"{draft.status.attempt} to restart from the latest checkpoint"
-    )
-    draft.event("Normal", Reason.UPGRADING, message)
-    draft.set(
-        phase=Phase.RESTARTING,
-        reason=Reason.UPGRADING,
-        message=message,
-        next_restart_at=truncate_to_seconds(draft.now),
-    )
-    return True
 
 
 def _watch_start(draft: Draft, pod: DriverPod) -> bool:

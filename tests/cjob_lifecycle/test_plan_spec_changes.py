@@ -3,9 +3,11 @@ for a failed one."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from operator_world import at, checkpoint, driver, make_job, observe, reasons, run, status
 
-from cjob_lifecycle.actions import CreateDriver, DeleteDriver
+from cjob_lifecycle.actions import CreateDriver, DeleteDriver, EmitEvent, RequestCheckpoint
 from cjob_lifecycle.observed import StoreView
 from cjob_spec import JobStatus, Phase, Reason
 
@@ -82,6 +84,67 @@ class TestAScale:
         (created,) = started.of_type(CreateDriver)
         assert created.restore_pointer == "latest"
         assert started.status.parallelism == 3
+
+
+class TestASnapshotUpgrade:
+    """upgradeMode Snapshot: a final checkpoint through the suspend path, committed by
+    the sinks, then the new spec from it; LastState when none comes in time."""
+
+    OLD = make_job(upgradeMode="Snapshot")
+    NEW = make_job(upgradeMode="Snapshot", image="example.org/clicks:2.0")
+    STORE = StoreView(exists=True, latest=checkpoint(9, at(50)), fence_attempt=3)
+
+    def asked(self) -> Any:
+        running = status(Phase.RUNNING, 3, job=self.OLD, restarts=1,
+                         latest_checkpoint=checkpoint(9, at(50)))
+        return run(observe(self.NEW, running, driver(3, job=self.OLD), store=self.STORE), at(60))
+
+    def test_a_spec_change_asks_the_running_driver_for_a_final_checkpoint_first(self) -> None:
+        asking = self.asked()
+        assert asking.of_type(RequestCheckpoint) == [
+            RequestCheckpoint(pod="clicks-attempt-3", nonce="suspend-3")]
+        assert not asking.of_type(DeleteDriver) and not asking.of_type(CreateDriver)
+        assert (asking.status.phase, asking.status.reason) == (Phase.RUNNING, Reason.UPGRADING)
+        assert reasons(asking) == [Reason.UPGRADING]
+
+    def test_once_the_driver_stopped_after_it_the_new_spec_starts_from_it_at_once(
+            self) -> None:
+        asking = self.asked()
+        final = checkpoint(10, at(62))
+        after = asking.status.replace(latest_checkpoint=final)
+        stopped = driver(3, "Failed", job=self.OLD, exit_code=8, finished=at(64))
+        ended = run(observe(self.NEW, after, stopped,
+                            store=StoreView(exists=True, latest=final, fence_attempt=3)), at(65))
+        (created,) = ended.of_type(CreateDriver)
+        assert (created.attempt, created.restore_pointer) == (4, "latest")
+        assert created.image == "example.org/clicks:2.0"
+        assert ended.status.restarts == 1, "an upgrade is no restart"
+        assert ended.status.last_failure is None
+        assert Reason.UPGRADED in reasons(ended)
+        assert "checkpoint 10" in ended.status.message
+
+    def test_without_a_final_checkpoint_in_time_it_falls_back_to_the_latest_one(self) -> None:
+        asking = self.asked()
+        timeout = self.NEW.spec.checkpoint.timeout.seconds
+        late = run(observe(self.NEW, asking.status, driver(3, job=self.OLD), store=self.STORE),
+                   at(60 + timeout + 1))
+        assert late.of_type(DeleteDriver) == [
+            DeleteDriver(name="clicks-attempt-3", reason=Reason.SPEC_CHANGED)]
+        (said,) = [e for e in late.of_type(EmitEvent) if e.reason == Reason.UPGRADING]
+        assert "no final checkpoint completed within" in said.message
+        assert (late.status.phase, late.status.reason) == (Phase.RESTARTING, Reason.UPGRADING)
+
+    def test_a_driver_not_running_yet_is_replaced_at_once(self) -> None:
+        pending = status(Phase.PENDING, 3, job=self.OLD)
+        result = run(observe(self.NEW, pending, driver(3, "Pending", job=self.OLD)), at(5))
+        assert result.of_type(DeleteDriver) == [
+            DeleteDriver(name="clicks-attempt-3", reason=Reason.SPEC_CHANGED)]
+        assert not result.of_type(RequestCheckpoint)
+
+    def test_changing_only_the_upgrade_mode_changes_nothing_that_runs(self) -> None:
+        running = status(Phase.RUNNING, 3, job=make_job())
+        result = run(observe(self.OLD, running, driver(3, job=make_job())), at(60))
+        assert not result.of_type(DeleteDriver) and not result.of_type(RequestCheckpoint)
 
 
 class TestAFinishedJobsSpecChange:

@@ -79,6 +79,7 @@ FULL: dict[str, Any] = {
         "restore": {"from": "s3://old/chk-7/_metadata", "onUnreadable": "FallbackToPrevious",
                     "allowForeignJob": True, "allowNonRestoredState": True},
         "suspend": True,
+        "upgradeMode": "Snapshot",
         "state": {"backend": "rocksdb"},
         "standby": {"enabled": True},
         "cleanupPolicy": {"checkpoints": "Delete"},
