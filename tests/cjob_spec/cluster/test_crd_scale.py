@@ -34,6 +34,7 @@ def create_job(rest: RestClient, namespace: str, name: str) -> dict[str, Any]:
     body = copy.deepcopy(minimal())
     body["metadata"] = {"name": name, "namespace": namespace}
     body["spec"]["parallelism"] = 2
+    body["spec"]["spark"] = {"master": "local[4]"}
     created: dict[str, Any] = rest.request("POST", JOBS_PATH.format(namespace=quote(namespace)),
                                            body=body)
     return created
