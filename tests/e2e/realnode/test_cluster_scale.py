@@ -47,7 +47,8 @@ def test_kubectl_scale_rescales_a_running_job_from_its_latest_checkpoint_exactly
         """The checkpoint id the rescaled attempt reached past ``after``, once status
         reports it running at ``parallelism``."""
         status = job.status()
-        if status.get("parallelism") != parallelism or status.get("phase") != "Running":
+        if (status.get("parallelism") != parallelism or status.get("phase") != "Running"
+                or (after > 1 and "restoredFrom" not in status)):
             return None
         latest = job.latest_checkpoint_id()
         return latest if latest > after else None
