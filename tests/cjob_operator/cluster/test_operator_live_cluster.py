@@ -167,48 +167,6 @@ def test_a_killed_driver_restarts_from_its_checkpoint_suspends_resumes_and_finis
     wait_for(lambda: sums.configmap() is None, what="the checkpoint ConfigMap to go", timeout=60)
 
 
-def test_kubectl_scale_with_snapshot_upgrades_rescales_from_a_final_checkpoint_exactly_once(
-    kubectl: Kubectl, kube_rest: Any, kube_namespace: str, process_node: Any,
-    cjob_operator: OperatorProcess, tmp_path: Path,
-) -> None:
-    """upgradeMode Snapshot and the scale subresource: 2 -> 3 -> 2 subtasks, each time a
-    final checkpoint that the sinks commit and the driver stops after by itself, then
-    the new parallelism from it; no restart counted, every running sum once."""
-    count = 20_000
-    job = running_sum_job(name="scaled", namespace=kube_namespace, work_dir=tmp_path,
-                          count=count, rate=500)
-    job["spec"]["spark"]["master"] = "local[4]"
-    job["spec"]["upgradeMode"] = "Snapshot"
-    assert kubectl.apply(job).returncode == 0
-    scaled = watcher(kube_rest, kube_namespace, "scaled", cjob_operator)
-    current = scaled.until(lambda s: s.get("phase") == "Running" and s.get("parallelism") == 2
-                           and s.get("latestCheckpoint", {}).get("id", 0) >= 2,
-                           what="attempt 1 to checkpoint at 2 subtasks", timeout=180)
-    for replicas in (3, 2):
-        before = current["latestCheckpoint"]["id"]
-        attempt = current["attempt"]
-        scaled_to = kubectl.run("-n", kube_namespace, "scale", "checkpointedjob/scaled",
-                                f"--replicas={replicas}")
-        assert scaled_to.returncode == 0, scaled_to.stderr
-        current = scaled.until(
-            lambda s, n=replicas, a=attempt: s.get("attempt", 0) > a
-            and s.get("parallelism") == n and s.get("phase") == "Running"
-            and "restoredFrom" in s,
-            what=f"an attempt at {replicas} subtasks to run and report its restore",
-            timeout=180)
-        assert current["restoredFrom"]["id"] > before, "not the final checkpoint taken after the change"
-        assert current["restarts"] == 0
-    upgrading = [e["message"] for e in scaled.events() if e["reason"] == "Upgrading"]
-    assert len(upgrading) == 2 and all("taking a final checkpoint" in m for m in upgrading)
-    assert not any("restart from the latest checkpoint" in m for m in upgrading)
-    done = scaled.until(lambda s: s.get("phase") in ("Succeeded", "Failed"),
-                        what="the job to finish", timeout=240)
-    assert done["phase"] == "Succeeded", done
-    assert done["restarts"] == 0
-    problems = verify(read_output(tmp_path / "output"), count=count)
-    assert problems == [], problems[:5]
-
-
 def _refuse_promotions(kube_rest: Any, namespace: str) -> tuple[str, str]:
     """An admission policy that refuses to relabel a standby pod of ``namespace`` as a
     driver: the second write of a promotion fails until the policy goes. Returns the
