@@ -20,7 +20,6 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewPartitions
 from runtime_harness import JobHarness
 
-from cjob_spec.exit_codes import ExitCode
 from e2e.kafka import KafkaBroker, create_topic
 
 WAIT = 150.0
@@ -137,19 +136,3 @@ def test_a_restore_under_a_new_plan_continues_every_known_partition_once(
     expected = set(range(2000)) | set(range(3000, 3300)) | set(range(10_500, 10_800))
     assert problems(harness, expected) == []
 
-
-def test_a_checkpoint_of_another_kind_of_source_ends_the_job_with_one_user_error(
-        kafka_broker: KafkaBroker, harness: JobHarness) -> None:
-    """The job read a sequence; its source is now a Kafka topic. The checkpoint's
-    positions are no Kafka partition's: the driver ends with the job's error (exit 3,
-    permanent) at once, instead of Spark retrying the stage and the supervisor the job."""
-    topic = create_topic(bootstrap=kafka_broker.bootstrap, partitions=1)
-    args = {"source": "sequence", "count": 4000, "rate": 1000, "output": str(harness.output),
-            "topic": topic, "bootstrap": kafka_broker.bootstrap}
-    run = harness.run(entrypoint="kafka_jobs:numbers_then_kafka", args=args, attempt=1,
-                      env={"CJOB_FAULTS": "driver.before-metadata@3"})
-    assert run.returncode == -9, run.explain()
-    run = harness.run(entrypoint="kafka_jobs:numbers_then_kafka", attempt=2, timeout=180,
-                      args={**args, "source": "kafka"}, extra=["--restore", "latest"])
-    assert run.returncode == ExitCode.USER_CODE_ERROR, run.explain()
-    assert "which is not a Kafka partition's" in run.output

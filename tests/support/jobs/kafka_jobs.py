@@ -46,14 +46,3 @@ def windowed_counts(p: Pipeline) -> None:
       .aggregate(n="count")
       .sink(sinks.files(p.args["output"], format="jsonl")))
 
-
-def numbers_then_kafka(p: Pipeline) -> None:
-    """``source: sequence`` reads numbers (slowly), ``source: kafka`` a topic: one job
-    whose source a user swapped between two runs."""
-    if p.args["source"] == "sequence":
-        source: Any = sources.sequence(count=int(p.args["count"]), rate=float(p.args["rate"]))
-    else:
-        source = sources.kafka(p.args["topic"], p.args["bootstrap"], value_format="json",
-                               bounded=True)
-    p.source(source).map(lambda r: {"n": r.get("seq", r.get("n"))}).sink(
-        sinks.files(p.args["output"], format="jsonl"))
