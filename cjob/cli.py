@@ -14,11 +14,14 @@ import subprocess
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cjob.embedded import RunOptions
 from cjob_spec import CheckpointedJob, CjobSpecError, load_job_file
 from cjob_spec.model import is_s3_code
+
+if TYPE_CHECKING:
+    from cjob_checkpoint.store.base import CompletedCheckpoint
 
 EXIT_USAGE = 2
 DEFAULT_STATE_DIR = RunOptions().state_dir
@@ -152,15 +155,23 @@ def cmd_status(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _retained(directory: Path) -> list[CompletedCheckpoint]:
+    """The retained checkpoints in a local job's store (none before its first); raises
+    ``StoreError`` for a store that cannot be read."""
+    from cjob_checkpoint.store import list_checkpoints
+
+    store = directory / "store"
+    return list_checkpoints(str(store), skip_corrupt=True) if store.exists() else []
+
+
 def cmd_checkpoints_list(ns: argparse.Namespace) -> int:
-    from cjob_checkpoint.store import StoreError, list_checkpoints
+    from cjob_checkpoint.store import StoreError
 
     directory = _job_dir(ns.state_dir, ns.name)
     if directory is None:
         return _fail(f"no job {ns.name!r} in {ns.state_dir}", 1)
-    store = directory / "store"
     try:
-        checkpoints = list_checkpoints(str(store), skip_corrupt=True) if store.exists() else []
+        checkpoints = _retained(directory)
     except StoreError as exc:
         return _fail(str(exc), 1)
     if ns.output == "json":
@@ -185,7 +196,7 @@ def cmd_snapshot(ns: argparse.Namespace) -> int:
     from cjob_checkpoint.snapshot import snapshot_checkpoint
     from cjob_checkpoint.storage.errors import StorageError
     from cjob_checkpoint.storage.factory import get_filesystem
-    from cjob_checkpoint.store import StoreError, list_checkpoints
+    from cjob_checkpoint.store import StoreError
     from cjob_checkpoint.store.base import UnreadableCheckpointError
 
     directory = _job_dir(ns.state_dir, ns.name)
@@ -196,9 +207,8 @@ def cmd_snapshot(ns: argparse.Namespace) -> int:
     except StorageError:
         return _fail(f"snapshot name {ns.snapshot!r}: use letters, digits, '.', '_' and '-', "
                      f"starting with a letter or digit")
-    store = directory / "store"
     try:
-        checkpoints = list_checkpoints(str(store), skip_corrupt=True) if store.exists() else []
+        checkpoints = _retained(directory)
     except StoreError as exc:
         return _fail(str(exc), 1)
     if ns.checkpoint is not None:
@@ -248,14 +258,13 @@ def cmd_validate(ns: argparse.Namespace) -> int:
 
 def _latest_checkpoint(state_dir: str, name: str) -> str | None:
     """The ``_metadata`` of the local job's latest retained checkpoint."""
-    from cjob_checkpoint.store import StoreError, list_checkpoints
+    from cjob_checkpoint.store import StoreError
 
     directory = _job_dir(state_dir, name)
-    store = None if directory is None else directory / "store"
-    if store is None or not store.exists():
+    if directory is None:
         return None
     try:
-        checkpoints = list_checkpoints(str(store), skip_corrupt=True)
+        checkpoints = _retained(directory)
     except StoreError:
         return None
     return max(checkpoints, key=lambda c: c.checkpoint_id).metadata_path if checkpoints else None

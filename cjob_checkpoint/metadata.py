@@ -254,7 +254,7 @@ class CheckpointMetadata:
         With another parallelism than the checkpoint's, a subtask's range overlaps
         several old ones (and each old file holds keys of several new subtasks).
         """
-        return [h.handle for h in self.operators.get(uid, ()) if h.overlaps(key_groups)]
+        return [h.handle for h in self.keyed_state_files(uid, key_groups=key_groups)]
 
     def keyed_state_files(self, uid: str, *, key_groups: range) -> list[KeyedStateHandle]:
         """:meth:`keyed_state` with the shared files each state file builds on, where

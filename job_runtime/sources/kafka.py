@@ -724,7 +724,7 @@ class KafkaSource(Source):
             if position is None and split.index in unnamed:
                 # A partition not read yet, in a checkpoint whose positions did not
                 # name theirs: the plan that wrote it is this one.
-                restored.append(RestoredSplit(split=split, position=unnamed[split.index]))
+                restored.append(RestoredSplit(split=split, position=None))
             elif position is not None:
                 restored.append(RestoredSplit(split=split, position=self._continued(
                     position, part=part, context=context)))
@@ -753,18 +753,18 @@ class KafkaSource(Source):
 
     def _checkpointed(self, positions: Mapping[int, Any], *, splits: Sequence[Split],
                       context: SourceContext
-                      ) -> tuple[dict[tuple[str, int], KafkaPosition], dict[int, None]]:
+                      ) -> tuple[dict[tuple[str, int], KafkaPosition], set[int]]:
         """The checkpoint's positions by partition; and the indexes of the plan's
         splits it holds without naming a partition (``None``: not read yet, written
         before positions named theirs). Two positions of one partition (a plan that
         read it under two indexes) keep the farther."""
         listed = {split.index for split in splits}
         by_partition: dict[tuple[str, int], KafkaPosition] = {}
-        unnamed: dict[int, None] = {}
+        unnamed: set[int] = set()
         for index, data in sorted(positions.items()):
             if data is None:
                 if index in listed:
-                    unnamed[index] = None
+                    unnamed.add(index)
                 continue
             position = KafkaPosition.from_json(data)
             if position is None:
@@ -800,15 +800,14 @@ class KafkaSource(Source):
         if position is None:
             offset, end = part.start, part.end
         else:
-            if not isinstance(position, dict) or position.get("topic") != part.topic or \
-                    position.get("partition") != part.partition:
+            kept = KafkaPosition.from_json(position)
+            if kept is None or kept.key != (part.topic, part.partition):
                 raise UserCodeError(operator=self.name, subtask=context.subtask, details=(
                     f"the checkpoint's position of split {split.index} is {position!r}, but "
                     f"that split is now topic {part.topic!r} partition {part.partition}: the "
                     f"topics or their partitions changed since the checkpoint"))
-            offset = int(position["offset"])
-            kept_end = position.get("end")
-            end = part.end if kept_end is None else int(kept_end)
+            offset = kept.offset
+            end = part.end if kept.end is None else kept.end
         return _KafkaReader(source=self, part=part, offset=offset,
                             end=end if self.bounded else None,
                             batch_size=self.batch_size or context.batch_size,
