@@ -6,8 +6,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
-CRD := crds/checkpointedjob.yaml
-CHART_CRD := charts/checkpointed-jobs/crds/checkpointedjob.yaml
+CRDS := checkpointedjob.yaml checkpointedjobsnapshot.yaml
+CHART_CRDS := charts/checkpointed-jobs/crds
 
 .PHONY: help host-packages install chart-crds run lint test test-unit test-spark test-cluster \
 	test-kafka test-postgres test-e2e test-chaos tests-without-builds server-tests-spark \
@@ -24,7 +24,7 @@ help:
 	@echo "make cluster  a local cluster: control plane, real node, images, S3, the chart"
 	@echo "make e2e-kind the real node's scenarios on a kind cluster (Docker, or a private dockerd)"
 	@echo "make lint     ruff, mypy (strict) and import-linter"
-	@echo "make chart-crds  copy $(CRD) (the one to edit) into the chart"
+	@echo "make chart-crds  copy crds/*.yaml (the ones to edit) into the chart"
 	@echo "make bench    every benchmark (see bench/README.md)"
 
 # Host packages are checked first, before anything long: as root the missing ones are
@@ -51,10 +51,14 @@ run: $(STAMP)
 	$(BIN)/python examples/running_sum/verify.py --output .cjob/output/running-sum --count 200000
 
 # Helm installs the CRDs of the chart's own crds/ folder, so the chart carries a copy
-# of the CRD; this refreshes it from the source of truth (and leaves an identical copy
-# untouched). Lint, the tests and the cluster run it first; commit the copy it updates.
+# of each CRD; this refreshes them from the source of truth, crds/ (and leaves an
+# identical copy untouched). Lint, the tests and the cluster run it first; commit the
+# copies it updates.
 chart-crds:
-	@cmp -s $(CRD) $(CHART_CRD) || { cp $(CRD) $(CHART_CRD) && echo "updated $(CHART_CRD) from $(CRD)"; }
+	@for crd in $(CRDS); do \
+		cmp -s crds/$$crd $(CHART_CRDS)/$$crd || { cp crds/$$crd $(CHART_CRDS)/$$crd \
+			&& echo "updated $(CHART_CRDS)/$$crd from crds/$$crd"; }; \
+	done
 
 lint: $(STAMP) chart-crds
 	$(BIN)/ruff check .

@@ -101,6 +101,10 @@ def cmd_run(ns: argparse.Namespace) -> int:
         job = load_job_file(ns.file)
     except CjobSpecError as exc:
         return _fail(str(exc))
+    if job.spec.restore.source.snapshot is not None:
+        return _fail("spec.restore.snapshot: names a CheckpointedJobSnapshot object, which "
+                     "only the operator resolves; locally, set spec.restore.from to the "
+                     "snapshot's _metadata path (cjob snapshot prints it)")
     options = RunOptions(state_dir=ns.state_dir, kill_driver_after=ns.kill_driver_after,
                          fresh=ns.fresh, metrics_port=ns.metrics_port,
                          base_dir=str(Path(ns.file).resolve().parent),

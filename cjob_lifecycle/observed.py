@@ -17,6 +17,7 @@ from enum import Enum
 from cjob_checkpoint.store.restore_report import RestoreReport
 from cjob_spec.driver_beacon import DriverLost
 from cjob_spec.model import CheckpointedJob
+from cjob_spec.snapshot import SnapshotState
 from cjob_spec.standby_signal import StandbyPromotion
 from cjob_spec.status import CheckpointRef, JobStatus
 
@@ -143,6 +144,20 @@ class StoreView:
 
 
 @dataclass(frozen=True)
+class RestoreSnapshot:
+    """The CheckpointedJobSnapshot ``spec.restore.snapshot`` names, as a fresh start
+    needs it; ``state`` is ``None`` when there is no such snapshot."""
+
+    name: str
+    state: SnapshotState | None = None
+    path: str | None = None
+    """The copy's ``_metadata``, once Completed."""
+    checkpoint_id: int | None = None
+    job_name: str | None = None
+    message: str | None = None
+
+
+@dataclass(frozen=True)
 class Observed:
     """Everything ``plan`` decides on. ``status`` is the CR's current status."""
 
@@ -159,6 +174,9 @@ class Observed:
     """The CR has a deletion timestamp: run the finalizer path."""
     default_image: str | None = None
     """The operator's runtime image, for a job without ``spec.image``."""
+    restore_snapshot: RestoreSnapshot | None = None
+    """The snapshot ``spec.restore.snapshot`` names, read only while the job has no
+    checkpoint of its own (a fresh start is the only one that restores it)."""
 
     @property
     def image(self) -> str | None:

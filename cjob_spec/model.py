@@ -210,15 +210,19 @@ class RestartPolicy:
 
 @dataclass(frozen=True)
 class RestoreSource:
-    """Where a fresh start restores from: the latest checkpoint, an id, or a path."""
+    """Where a fresh start restores from: the latest checkpoint, an id, a path, or a
+    CheckpointedJobSnapshot (``snapshot``: its name, which the operator resolves to the
+    copy's ``_metadata`` once the snapshot is Completed)."""
 
-    kind: Literal["latest", "id", "path"] = "latest"
+    kind: Literal["latest", "id", "path", "snapshot"] = "latest"
     checkpoint_id: int | None = None
     path: str | None = None
+    snapshot: str | None = None
 
     @property
     def pointer(self) -> str:
-        """The value of the runtime's ``--restore`` flag."""
+        """The value of the runtime's ``--restore`` flag (a snapshot's is its path,
+        which only the supervisor that resolved it knows)."""
         if self.kind == "id":
             return str(self.checkpoint_id)
         if self.kind == "path":

@@ -13,6 +13,8 @@ API_GROUP = "checkpointed.io"
 API_VERSION = "checkpointed.io/v1alpha1"
 KIND = "CheckpointedJob"
 PLURAL = "checkpointedjobs"
+SNAPSHOT_KIND = "CheckpointedJobSnapshot"
+SNAPSHOT_PLURAL = "checkpointedjobsnapshots"
 
 LABEL_JOB = "checkpointed.io/job"
 LABEL_ATTEMPT = "checkpointed.io/attempt"
@@ -25,11 +27,17 @@ ROLE_EXECUTOR = "executor"
 """The role label Spark's executor pods get from the driver's settings."""
 ROLE_CLEANUP = "cleanup"
 """The role label of the pod that deletes a deleted job's checkpoint data."""
+ROLE_SNAPSHOT = "snapshot"
+"""The role label of a pod that takes, or disposes of, a CheckpointedJobSnapshot."""
+LABEL_SNAPSHOT = "checkpointed.io/snapshot"
+"""On a snapshot pod: the CheckpointedJobSnapshot it works for."""
 
 DRIVER_CONTAINER = "driver"
 """The container of a driver pod (and of a standby one) that runs the runtime."""
 CLEANUP_CONTAINER = "cleanup"
 """The container of the cleanup pod."""
+SNAPSHOT_CONTAINER = "snapshot"
+"""The container of a snapshot pod."""
 EXECUTOR_CONTAINER = "spark-kubernetes-executor"
 """Spark's own name for the executor container, kept in the executors' pod template."""
 LABEL_NAME = "app.kubernetes.io/name"
@@ -97,6 +105,24 @@ def network_policy_name(job_name: str) -> str:
 def cleanup_pod_name(job_name: str) -> str:
     """The pod that deletes a deleted job's checkpoint data (``cleanupPolicy`` Delete)."""
     return f"{job_name}-cleanup"
+
+
+def snapshot_pod_name(snapshot_name: str, *, dispose: bool = False) -> str:
+    """The pod that copies a checkpoint into snapshot ``snapshot_name``, or that deletes
+    the copy (``dispose``) when the snapshot is deleted with ``disposeOnDelete``."""
+    return f"{snapshot_name}-{'dispose' if dispose else 'take'}"
+
+
+SNAPSHOTS_DIR = "snapshots"
+"""Below a job's checkpoint storage, where its snapshots are kept: beside, never
+inside, its checkpoint directory, so deleting the job's checkpoints leaves them."""
+
+
+def snapshot_directory(storage: str, *, snapshot_name: str, snapshot_uid: str) -> str:
+    """Where snapshot ``snapshot_name`` keeps its copy:
+    ``<storage>/snapshots/<snapshot>-<uid>`` (the copy's ``_metadata`` is below it at
+    ``<job>-<job uid>/chk-<id>/_metadata``, the layout every restore reads)."""
+    return f"{storage.rstrip('/')}/{SNAPSHOTS_DIR}/{snapshot_name}-{snapshot_uid}"
 
 
 def spark_auth_secret_name(job_name: str) -> str:

@@ -473,7 +473,7 @@ def _read_spec(node: _Node) -> JobSpec:
     )
     restore = node.child(
         "restore",
-        ("from", "onUnreadable", "allowForeignJob", "allowNonRestoredState"),
+        ("from", "snapshot", "onUnreadable", "allowForeignJob", "allowNonRestoredState"),
         _read_restore,
         default=RestoreSpec,
     )
@@ -900,11 +900,25 @@ def _read_backoff(node: _Node) -> Backoff:
     )
 
 
+SNAPSHOT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+
+
 def _read_restore(node: _Node) -> RestoreSpec:
     raw = node.get("from")
     source = RestoreSource()
     if raw is not None:
         source = _read_restore_source(raw)
+    snapshot = node.get("snapshot")
+    if snapshot is not None:
+        if not isinstance(snapshot, str) or not SNAPSHOT_NAME.match(snapshot):
+            raise SpecError(field="spec.restore.snapshot",
+                            problem=f"must name a CheckpointedJobSnapshot (a DNS subdomain), "
+                                    f"got {_describe(snapshot)}")
+        if source.kind != "latest":
+            raise SpecError(field="spec.restore.snapshot",
+                            problem="and spec.restore.from both name a starting point; "
+                                    "keep one")
+        source = RestoreSource(kind="snapshot", snapshot=snapshot)
     allow_foreign_job = node.flag_field(defaults.ALLOW_FOREIGN_JOB)
     if allow_foreign_job and source.kind != "path":
         raise SpecError(

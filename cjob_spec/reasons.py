@@ -72,6 +72,9 @@ class Reason(StrEnum):
     WAITING_FOR_PREVIOUS_STORE = "WaitingForPreviousStore"
     """A new job waits for the garbage collector to delete the checkpoint store of an
     earlier job of the same name."""
+    WAITING_FOR_SNAPSHOT = "WaitingForSnapshot"
+    """A fresh start from ``spec.restore.snapshot`` waits for the snapshot to exist and
+    complete."""
     TERMINATING = "Terminating"
     """The job is being deleted and waits for its driver pods to stop."""
     DELETING_CHECKPOINTS = "DeletingCheckpoints"

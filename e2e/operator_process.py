@@ -24,27 +24,35 @@ from e2e.repo import REPO_ROOT
 
 CRD_FILE = REPO_ROOT / "crds" / "checkpointedjob.yaml"
 CRD_NAME = "checkpointedjobs.checkpointed.io"
+SNAPSHOT_CRD_FILE = REPO_ROOT / "crds" / "checkpointedjobsnapshot.yaml"
 JOBS_PATH = "/apis/checkpointed.io/v1alpha1/namespaces/{namespace}/checkpointedjobs"
+SNAPSHOTS_PATH = "/apis/checkpointed.io/v1alpha1/namespaces/{namespace}/checkpointedjobsnapshots"
+CRDS_PATH = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 
 
 def install_crd(rest: RestClient) -> None:
-    """Create or update the CheckpointedJob CRD and wait until it is served."""
-    crd = yaml.safe_load(CRD_FILE.read_text())
-    path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+    """Create or update the CheckpointedJob and CheckpointedJobSnapshot CRDs and wait
+    until they are served."""
+    for file in (CRD_FILE, SNAPSHOT_CRD_FILE):
+        _install(rest, yaml.safe_load(file.read_text()))
+
+
+def _install(rest: RestClient, crd: dict[str, object]) -> None:
+    name = str(crd["metadata"]["name"])  # type: ignore[index]
     try:
-        rest.request("POST", path, body=crd)
+        rest.request("POST", CRDS_PATH, body=crd)
     except ApiError as exc:
         if exc.status != 409:
             raise
-        current = rest.get(f"{path}/{CRD_NAME}")
-        crd["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-        rest.request("PUT", f"{path}/{CRD_NAME}", body=crd)
+        current = rest.get(f"{CRDS_PATH}/{name}")
+        crd["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]  # type: ignore[index]
+        rest.request("PUT", f"{CRDS_PATH}/{name}", body=crd)
 
     def established() -> bool:
-        conditions = (rest.get(f"{path}/{CRD_NAME}").get("status") or {}).get("conditions") or []
+        conditions = (rest.get(f"{CRDS_PATH}/{name}").get("status") or {}).get("conditions") or []
         return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
-    wait_for(established, what="the CheckpointedJob CRD to be established", timeout=60)
+    wait_for(established, what=f"the CRD {name} to be established", timeout=60)
 
 
 class OperatorExited(RuntimeError):

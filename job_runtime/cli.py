@@ -1,7 +1,8 @@
 """``python -m job_runtime run ...``: the driver's command line; ``cleanup ...``: the
 deletion of a job's checkpoint directory (see :mod:`job_runtime.cleanup`);
 ``check-state ...``: whether a checkpoint's state fits a pipeline
-(:mod:`job_runtime.state_check`).
+(:mod:`job_runtime.state_check`); ``take-snapshot ...`` and ``dispose-snapshot ...``: a
+CheckpointedJobSnapshot pod's work (:mod:`job_runtime.snapshot_pod`).
 
 The flags are the contract written down in :mod:`cjob_spec.runtime_args`; the
 operator and the embedded runner build them from a CheckpointedJob. A flag left out
@@ -33,6 +34,7 @@ from job_runtime.coordinator.settings import CheckpointSettings
 from job_runtime.execution.driver.run import run_driver
 from job_runtime.execution.driver.settings import DriverSettings
 from job_runtime.execution.driver.store import StoreAddress, StoreKind
+from job_runtime.snapshot_pod import dispose_snapshot, report, take_snapshot
 from job_runtime.state_check import check_state, parse_args_json
 
 
@@ -127,6 +129,18 @@ def build_parser() -> argparse.ArgumentParser:
     cleanup.add_argument("--job-uid", required=True)
     cleanup.add_argument("--termination-log", default=DEFAULT_TERMINATION_LOG,
                          help="where to write the one-line outcome for Kubernetes")
+    take = sub.add_parser("take-snapshot", help="copy a completed checkpoint into a "
+                                                "CheckpointedJobSnapshot's directory")
+    take.add_argument("--checkpoint", required=True, help="the checkpoint's _metadata")
+    dispose = sub.add_parser("dispose-snapshot", help="delete a CheckpointedJobSnapshot's "
+                                                      "directory")
+    for command in (take, dispose):
+        command.add_argument("--target", required=True,
+                             help="the snapshot's directory, <storage>/snapshots/<name>-<uid>")
+        command.add_argument("--snapshot-name", required=True)
+        command.add_argument("--snapshot-uid", required=True)
+        command.add_argument("--termination-log", default=DEFAULT_TERMINATION_LOG,
+                             help="where to write the outcome (JSON) for Kubernetes")
     return parser
 
 
@@ -180,6 +194,15 @@ def main(argv: list[str] | None = None) -> int:
         # No INFO logging: the command's outcome is its one last line.
         return run_cleanup(uris=ns.uris, job_name=ns.job_name, job_uid=ns.job_uid,
                            termination_log=ns.termination_log)
+    if ns.command == "take-snapshot":
+        outcome, code = take_snapshot(checkpoint=ns.checkpoint, target=ns.target,
+                                      snapshot_name=ns.snapshot_name,
+                                      snapshot_uid=ns.snapshot_uid)
+        return report(outcome, code, termination_log=ns.termination_log)
+    if ns.command == "dispose-snapshot":
+        outcome, code = dispose_snapshot(target=ns.target, snapshot_name=ns.snapshot_name,
+                                         snapshot_uid=ns.snapshot_uid)
+        return report(outcome, code, termination_log=ns.termination_log)
     if ns.command == "check-state":
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
         try:

@@ -5,7 +5,8 @@ Each attempt n runs in pod ``<job>-attempt-<n>``, or in the standby driver promo
 to it. Before its driver is created or promoted, the store's fence is advanced to n,
 so older attempts (a zombie on a lost node) can no longer write. An attempt restores
 from ``latest`` when the store holds a checkpoint, otherwise from
-``spec.restore.from``.
+``spec.restore.from``, or from the Completed snapshot ``spec.restore.snapshot`` names
+(the attempt waits, Pending, until there is one).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from cjob_spec.names import (
 )
 from cjob_spec.reasons import Reason
 from cjob_spec.restart import AttemptEnd, Finish, GiveUp, Restart
+from cjob_spec.snapshot import SnapshotState
 from cjob_spec.status import FailureRecord, Phase
 from cjob_spec.times import format_time, truncate_to_seconds
 
@@ -119,6 +121,11 @@ def start_attempt(draft: Draft, *, reason: Reason, reset_restarts: bool) -> None
     elif latest is not None and lost is None:
         pointer = "latest"
         origin = f"checkpoint {latest.id}"
+    elif source.kind == "snapshot":
+        resolved = _snapshot_pointer(draft)
+        if resolved is None:
+            return
+        pointer, origin = resolved
     else:
         pointer = source.pointer
         if source.kind == "id":
@@ -171,6 +178,29 @@ def start_attempt(draft: Draft, *, reason: Reason, reset_restarts: bool) -> None
         storage_roots=_with_storage_root(draft),
     )
     draft.requeue_in(draft.settings.pod_appear_grace_seconds)
+
+
+SNAPSHOT_WAIT_SECONDS = 5.0
+
+
+def _snapshot_pointer(draft: Draft) -> tuple[str, str] | None:
+    """The ``_metadata`` of the Completed snapshot ``spec.restore.snapshot`` names, and
+    the words for it; ``None`` (the job waits, Pending) until it is Completed."""
+    name = draft.job.spec.restore.source.snapshot
+    view = draft.observed.restore_snapshot
+    if view is not None and view.state is SnapshotState.COMPLETED and view.path:
+        return view.path, (f"snapshot {name} (checkpoint {view.checkpoint_id} of job "
+                           f"{view.job_name})")
+    if view is None or view.state is None:
+        message = f"waiting for CheckpointedJobSnapshot {name}, which does not exist"
+    elif view.state is SnapshotState.FAILED:
+        message = (f"CheckpointedJobSnapshot {name} failed ({view.message}); apply another "
+                   f"snapshot, or change spec.restore")
+    else:
+        message = f"waiting for CheckpointedJobSnapshot {name} to complete ({view.message})"
+    draft.set(phase=Phase.PENDING, reason=Reason.WAITING_FOR_SNAPSHOT, message=message)
+    draft.requeue_in(SNAPSHOT_WAIT_SECONDS)
+    return None
 
 
 def _with_storage_root(draft: Draft) -> tuple[str, ...]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from e2e.controlplane.timestamps import now_rfc3339
@@ -40,6 +41,8 @@ class ContainerRun:
     cwd: str = ""
     probe_passed: bool = False
     next_probe: float = 0.0
+    termination_file: Path | None = None
+    """The host file standing in for the container's ``terminationMessagePath``."""
 
     def is_running(self) -> bool:
         return self.process is not None and self.process.poll() is None

@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 
 TERMINATION_LOG_LINES = 80
 TERMINATION_LOG_BYTES = 2048
+TERMINATION_MESSAGE_BYTES = 4096
+"""The kubelet's limit for a termination message file."""
 """The kubelet's limits for a termination message taken from the log."""
 
 
@@ -243,6 +245,7 @@ class PodWorker(threading.Thread):
             run.restart_count += 1
         log_file = self.log_path(run.name, restart=run.restart_count)
         log_file.parent.mkdir(parents=True, exist_ok=True)
+        argv = self._termination_file(run, argv)
         run.started_at = now_rfc3339()
         run.env, run.cwd, run.probe_passed, run.next_probe = env, cwd, False, 0.0
         try:
@@ -393,10 +396,31 @@ class PodWorker(threading.Thread):
         self.wake.set()
         return count
 
+    def _termination_file(self, run: ContainerRun, argv: list[str]) -> list[str]:
+        """The kubelet mounts an empty file at the container's ``terminationMessagePath``;
+        a host process has no mount of its own, so an argument naming that path is
+        pointed at a file of the pod's instead, which is read when the process ends."""
+        path = run.spec.get("terminationMessagePath")
+        if not isinstance(path, str) or path not in argv[1:]:
+            run.termination_file = None
+            return argv
+        host = self.pod_dir / "termination" / f"{run.name}-{run.restart_count}"
+        host.parent.mkdir(parents=True, exist_ok=True)
+        host.write_bytes(b"")
+        run.termination_file = host
+        return [argv[0], *(str(host) if arg == path else arg for arg in argv[1:])]
+
     def _termination_message(self, run: ContainerRun, *, code: int) -> str | None:
-        """``terminationMessagePolicy: FallbackToLogsOnError``, as the kubelet has it: a
-        failed container's message is the tail of its log (the file at
-        ``terminationMessagePath`` is a container path, which host processes lack)."""
+        """The termination message file's content, as the kubelet reads it; else, with
+        ``terminationMessagePolicy: FallbackToLogsOnError``, a failed container's message
+        is the tail of its log."""
+        if run.termination_file is not None:
+            try:
+                written = run.termination_file.read_bytes()[:TERMINATION_MESSAGE_BYTES]
+            except OSError:
+                written = b""
+            if written:
+                return written.decode("utf-8", "replace")
         if code == 0 or run.spec.get("terminationMessagePolicy") != "FallbackToLogsOnError":
             return None
         try:

@@ -48,10 +48,10 @@ from cjob_spec.names import (
     ANNOTATION_RETAINED,
     API_GROUP,
     API_VERSION,
-    KIND,
     LABEL_ATTEMPT,
     LABEL_ROLE,
     PLURAL,
+    SNAPSHOT_PLURAL,
 )
 from cjob_spec.standby_signal import PROMOTION_ANNOTATION, StandbyPromotion
 from cjob_spec.status import CheckpointRef
@@ -174,6 +174,36 @@ class KubeCluster:
                 raise StatusConflictError(namespace=namespace, name=name)
             resource_version = (fresh.get("metadata") or {}).get("resourceVersion")
         raise StatusConflictError(namespace=namespace, name=name)
+
+    # --- snapshots ---------------------------------------------------------------------
+
+    def read_snapshot(self, *, namespace: str, name: str) -> Mapping[str, Any] | None:
+        body = _call(
+            f"read CheckpointedJobSnapshot {namespace}/{name}",
+            lambda: self.custom.get_namespaced_custom_object(
+                API_GROUP, VERSION, namespace, SNAPSHOT_PLURAL, name,
+                _request_timeout=REQUEST_TIMEOUT),
+            ok=frozenset({404}),
+        )
+        return cast(Mapping[str, Any], body) if body is not None else None
+
+    def write_snapshot_status(self, *, snapshot: Mapping[str, Any],
+                              status: Mapping[str, Any]) -> None:
+        """A JSON merge patch of the snapshot's status subresource, from what was read.
+
+        No compare-and-swap: one operator (kopf's peering) works on a snapshot, and
+        its spec, the only other part that changes, cannot change what is planned."""
+        metadata = snapshot.get("metadata") or {}
+        namespace = str(metadata.get("namespace"))
+        name = str(metadata.get("name"))
+        patch = {"status": merge_patch(dict(snapshot.get("status") or {}), status)}
+        _call(
+            f"write the status of snapshot {namespace}/{name}",
+            lambda: self.custom.patch_namespaced_custom_object_status(
+                API_GROUP, VERSION, namespace, SNAPSHOT_PLURAL, name, patch,
+                _content_type=MERGE_PATCH, _request_timeout=REQUEST_TIMEOUT),
+            ok=frozenset({404}),
+        )
 
     # --- the checkpoint store ----------------------------------------------------------
 
@@ -390,7 +420,7 @@ class KubeCluster:
         now = format_time(datetime.now(UTC))
         involved: dict[str, Any] = {
             "apiVersion": API_VERSION,
-            "kind": KIND,
+            "kind": job.kind,
             "name": job.name,
             "namespace": job.namespace,
         }

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from cjob_checkpoint.store.configmap_layout import StoreOwner
 from cjob_checkpoint.store.restore_report import RestoreReport
 from cjob_spec.driver_beacon import DriverLost
+from cjob_spec.names import KIND
 from cjob_spec.standby_signal import StandbyPromotion
 from cjob_spec.status import CheckpointRef
 
@@ -56,12 +57,13 @@ class StatusConflictError(ClusterError):
 
 @dataclass(frozen=True)
 class JobRef:
-    """The CheckpointedJob an Event is about."""
+    """The object an Event is about: a CheckpointedJob, or (``kind``) a snapshot of one."""
 
     namespace: str
     name: str
     uid: str | None = None
     resource_version: str | None = None
+    kind: str = KIND
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,9 @@ class StoreReading:
 
 
 class Cluster(Protocol):
+    def read_snapshot(self, *, namespace: str, name: str) -> Mapping[str, Any] | None:
+        """A CheckpointedJobSnapshot (the one ``spec.restore.snapshot`` names)."""
+
     def read_job(self, *, namespace: str, name: str) -> Mapping[str, Any] | None:
         """The CheckpointedJob as the API server has it now, or None if it is gone."""
 

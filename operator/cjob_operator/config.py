@@ -18,6 +18,8 @@ class OperatorConfig:
     """Command of the driver container; the runtime's flags are its arguments."""
     cleanup_command: tuple[str, ...] = ("python", "-m", "job_runtime", "cleanup")
     """Command of the cleanup pod, which deletes a deleted job's checkpoint data."""
+    snapshot_command: tuple[str, ...] = ("python", "-m", "job_runtime")
+    """Command of a snapshot pod; ``take-snapshot`` or ``dispose-snapshot`` follows."""
     image_pull_policy: str = "IfNotPresent"
     metrics_port: int = 9108
     driver_port: int = 7078

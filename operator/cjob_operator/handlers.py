@@ -9,6 +9,8 @@
 * Event handlers only wake the job's loop; they never decide anything.
 * The delete handler runs the finalizer path until the plan says it is done; kopf
   removes the ``checkpointed.io/finalizer`` finalizer when it returns.
+* A CheckpointedJobSnapshot gets a daemon that works until the snapshot is Completed
+  or Failed, and a delete handler that disposes of its copy before kopf lets it go.
 """
 
 from __future__ import annotations
@@ -19,7 +21,13 @@ from typing import Any
 import kopf
 
 from cjob_operator import startup
-from cjob_operator.loops import finalize_job, run_job_loop
+from cjob_operator.cluster import ClusterError
+from cjob_operator.loops import (
+    finalize_job,
+    finalize_snapshot,
+    run_job_loop,
+    run_snapshot_loop,
+)
 from cjob_operator.read_cache import WatchedVersions
 from cjob_spec.names import (
     API_GROUP,
@@ -27,6 +35,7 @@ from cjob_spec.names import (
     LABEL_JOB,
     LABEL_ROLE,
     PLURAL,
+    SNAPSHOT_PLURAL,
     checkpoint_configmap_name,
 )
 
@@ -124,3 +133,23 @@ async def store_changed(
     *, namespace: str | None, labels: Mapping[str, str], memo: Any, **_: Any
 ) -> None:
     _runtime(memo).wakeups.wake(namespace, labels.get(LABEL_JOB))
+
+
+@kopf.daemon(API_GROUP, VERSION, SNAPSHOT_PLURAL, cancellation_backoff=5.0,
+             cancellation_timeout=30.0)
+async def snapshot_loop(*, namespace: str | None, name: str, stopped: kopf.DaemonStopped,
+                        memo: Any, **_: Any) -> None:
+    await run_snapshot_loop(reconciler=_runtime(memo).snapshots, namespace=namespace or "",
+                            name=name, stopped=stopped)
+
+
+@kopf.on.delete(API_GROUP, VERSION, SNAPSHOT_PLURAL)
+async def snapshot_deleted(*, namespace: str | None, name: str, memo: Any, **_: Any) -> None:
+    try:
+        result = await finalize_snapshot(reconciler=_runtime(memo).snapshots,
+                                         namespace=namespace or "", name=name)
+    except ClusterError as exc:
+        raise kopf.TemporaryError(str(exc), delay=FINALIZE_RETRY_SECONDS) from None
+    if not result.released:
+        raise kopf.TemporaryError("disposing of the snapshot's files",
+                                  delay=result.requeue_after or FINALIZE_RETRY_SECONDS)

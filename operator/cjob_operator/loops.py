@@ -9,6 +9,9 @@ The pass itself is blocking API work and runs in a worker thread, so the event l
 
 One loop per job also serialises the passes of a job: two events arriving together
 cause one more pass, not two concurrent ones.
+
+A CheckpointedJobSnapshot gets a loop too, which polls while its copy runs and ends
+once the snapshot is Completed or Failed; its deletion path is kopf's delete handler.
 """
 
 from __future__ import annotations
@@ -21,8 +24,10 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from cjob_operator.cluster import ClusterError
 from cjob_operator.read_cache import WatchedVersions
 from cjob_operator.reconcile import Outcome, Reconciler
+from cjob_operator.snapshot_reconcile import SnapshotPass, SnapshotReconciler
 
 _log = logging.getLogger(__name__)
 
@@ -160,3 +165,34 @@ async def finalize_job(
     return await asyncio.to_thread(
         reconciler.reconcile, namespace=namespace, name=name, pods=list(pods)
     )
+
+
+SNAPSHOT_RETRY_SECONDS = 5.0
+"""After an API error, a snapshot's next pass waits this long."""
+
+
+async def run_snapshot_loop(*, reconciler: SnapshotReconciler, namespace: str, name: str,
+                            stopped: Any) -> SnapshotPass | None:
+    """Reconcile snapshot ``namespace/name`` until it is Completed or Failed (then it
+    never changes), deleted, or the operator stops; API errors are tried again."""
+    result: SnapshotPass | None = None
+    while not stopped:
+        try:
+            result = await asyncio.to_thread(reconciler.reconcile, namespace=namespace,
+                                             name=name)
+        except ClusterError as exc:
+            _log.warning("snapshot %s/%s: %s; trying again", namespace, name, exc)
+            delay = SNAPSHOT_RETRY_SECONDS
+        else:
+            if result.released or result.requeue_after is None:
+                return result
+            delay = result.requeue_after
+        await _wait(asyncio.Event(), stopped, delay)
+    return result
+
+
+async def finalize_snapshot(*, reconciler: SnapshotReconciler, namespace: str,
+                            name: str) -> SnapshotPass:
+    """One pass of a deleted snapshot's path (the caller retries until ``released``)."""
+    return await asyncio.to_thread(reconciler.reconcile, namespace=namespace, name=name,
+                                   deleting=True)

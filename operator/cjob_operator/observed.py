@@ -4,7 +4,8 @@
 kopf delivers it) into a :class:`~cjob_lifecycle.observed.DriverPod` or a
 :class:`~cjob_lifecycle.observed.CleanupPod`, the terms ``plan`` decides in;
 ``observe_pods`` and ``observe_cleanup`` pick the job's own among the pods of its
-name, and ``observe_store`` reads its checkpoint ConfigMap into a
+name, ``observe_snapshot_pod`` reads a CheckpointedJobSnapshot's pod, and
+``observe_store`` reads its checkpoint ConfigMap into a
 :class:`~cjob_lifecycle.observed.StoreView` that says whose it is.
 """
 
@@ -20,9 +21,11 @@ from cjob_lifecycle.observed import (
     CleanupPod,
     DriverPod,
     ExecutorPod,
+    RestoreSnapshot,
     StoreOwnership,
     StoreView,
 )
+from cjob_lifecycle.snapshot_observed import SnapshotPod
 from cjob_operator.cluster import StoreReading
 from cjob_spec.names import (
     ANNOTATION_SPEC_HASH,
@@ -36,7 +39,9 @@ from cjob_spec.names import (
     ROLE_DRIVER,
     ROLE_EXECUTOR,
     ROLE_STANDBY,
+    SNAPSHOT_CONTAINER,
 )
+from cjob_spec.snapshot import SnapshotState, SnapshotStatus
 from cjob_spec.times import parse_time
 
 
@@ -143,6 +148,32 @@ def observe_cleanup_pod(pod: Mapping[str, Any]) -> CleanupPod | None:
         message=lines[-1] if lines else None,
         deletion_timestamp=state.deletion_timestamp,
     )
+
+
+def observe_snapshot_pod(pod: Mapping[str, Any], *, snapshot_uid: str) -> SnapshotPod | None:
+    """Read a snapshot pod manifest; ``None`` unless the snapshot of ``snapshot_uid`` owns
+    it: a pod of that name made by someone else must never report a copy."""
+    if not _owned_by(pod, snapshot_uid):
+        return None
+    state = _pod_state(pod, container_name=SNAPSHOT_CONTAINER)
+    if state is None:
+        return None
+    return SnapshotPod(name=state.name, phase=state.phase, exit_code=state.exit_code,
+                       reason=state.reason, message=state.message,
+                       deletion_timestamp=state.deletion_timestamp)
+
+
+def observe_restore_snapshot(body: Mapping[str, Any] | None, *, name: str) -> RestoreSnapshot:
+    """What a fresh start needs of the snapshot ``name``: its state and, once Completed,
+    its copy's ``_metadata``."""
+    if body is None:
+        return RestoreSnapshot(name=name)
+    status = SnapshotStatus.from_dict(_mapping(body.get("status")))
+    job_name = _mapping(body.get("spec")).get("jobName")
+    return RestoreSnapshot(name=name, state=status.state or SnapshotState.PENDING,
+                           path=status.path, checkpoint_id=status.checkpoint_id,
+                           job_name=job_name if isinstance(job_name, str) else None,
+                           message=status.message)
 
 
 def observe_pods(

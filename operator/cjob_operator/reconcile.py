@@ -50,6 +50,7 @@ from cjob_operator.observed import (
     observe_cleanup,
     observe_executors,
     observe_pods,
+    observe_restore_snapshot,
     observe_store,
 )
 from cjob_operator.read_cache import JobKey, ReadCache, ReadSettings, WatchedVersions
@@ -297,6 +298,15 @@ class Reconciler:
                 return self._failed(key, step="read-cleanup-pod", error=exc, job=job)
             cleanup = [found] if found is not None else []
         self._report_foreign(key, job, pods)
+        restore_snapshot = None
+        source = job.spec.restore.source
+        if source.snapshot is not None and status.latest_checkpoint is None and not deleting:
+            try:
+                body_of_snapshot = self.cluster.read_snapshot(namespace=namespace,
+                                                              name=source.snapshot)
+            except ClusterError as exc:
+                return self._failed(key, step="read-snapshot", error=exc, job=job)
+            restore_snapshot = observe_restore_snapshot(body_of_snapshot, name=source.snapshot)
         observed = Observed(
             job=job,
             status=status,
@@ -306,6 +316,7 @@ class Reconciler:
             store=observe_store(reading, job_name=name, job_uid=job.metadata.uid),
             deleting=deleting,
             default_image=self.operator_config.default_image,
+            restore_snapshot=restore_snapshot,
         )
         return _Planned(body=body, job=job, reading=reading,
                         result=plan(observed, now=now, settings=self.plan_settings),

@@ -23,6 +23,7 @@ from cjob_operator.loops import LoopSettings, Wakeups
 from cjob_operator.metrics import OperatorMetrics
 from cjob_operator.options import OperatorOptions
 from cjob_operator.reconcile import Reconciler
+from cjob_operator.snapshot_reconcile import SnapshotReconciler
 from cjob_spec.names import API_GROUP, LABEL_JOB, LABEL_ROLE, ROLE_DRIVER, ROLE_STANDBY
 
 FINALIZER = "checkpointed.io/finalizer"
@@ -42,6 +43,7 @@ class OperatorRuntime:
 
     reconciler: Reconciler
     wakeups: Wakeups
+    snapshots: SnapshotReconciler
     metrics: OperatorMetrics
     loop_settings: LoopSettings = field(default_factory=LoopSettings)
     metrics_server: Any = None
@@ -84,7 +86,9 @@ def build_runtime(*, options: OperatorOptions) -> OperatorRuntime:
         _log.warning("no --runtime-image: jobs without spec.image will fail (reason NoImage)")
     else:
         _log.info("jobs without spec.image run %s", options.runtime_image)
-    runtime = OperatorRuntime(reconciler=reconciler, wakeups=Wakeups(), metrics=metrics)
+    snapshots = SnapshotReconciler(cluster=cluster, operator_config=config)
+    runtime = OperatorRuntime(reconciler=reconciler, wakeups=Wakeups(), snapshots=snapshots,
+                              metrics=metrics)
     if options.metrics_port:
         runtime.metrics_server = start_http_server(options.metrics_port, registry=metrics.registry)
         _log.info("metrics on port %d", options.metrics_port)

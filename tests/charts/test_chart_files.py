@@ -88,12 +88,16 @@ def test_the_app_version_is_the_python_distribution_version() -> None:
     assert load_yaml(CHART / "Chart.yaml")["appVersion"] == project["version"]
 
 
-def test_the_chart_crd_is_a_byte_identical_copy_of_the_source_of_truth() -> None:
-    source = (REPO / "crds" / "checkpointedjob.yaml").read_bytes()
-    copy = (CHART / "crds" / "checkpointedjob.yaml").read_bytes()
+CRD_FILES = sorted(path.name for path in (REPO / "crds").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("name", CRD_FILES)
+def test_the_chart_crd_is_a_byte_identical_copy_of_the_source_of_truth(name: str) -> None:
+    source = (REPO / "crds" / name).read_bytes()
+    copy = (CHART / "crds" / name).read_bytes()
     assert copy == source, (
-        "charts/checkpointed-jobs/crds/checkpointedjob.yaml differs from "
-        "crds/checkpointedjob.yaml, which is the one to edit; run: make chart-crds"
+        f"charts/checkpointed-jobs/crds/{name} differs from "
+        f"crds/{name}, which is the one to edit; run: make chart-crds"
     )
 
 
@@ -104,16 +108,17 @@ def committed(path: str) -> bytes | None:
     return result.stdout if result.returncode == 0 else None
 
 
-def test_the_committed_chart_crd_is_the_committed_source_of_truth() -> None:
+@pytest.mark.parametrize("name", CRD_FILES)
+def test_the_committed_chart_crd_is_the_committed_source_of_truth(name: str) -> None:
     # The build refreshes the working copy before the tests run, so the test above
     # cannot see a commit that changed the CRD without its chart copy; this one can.
-    source = committed("crds/checkpointedjob.yaml")
-    copy = committed("charts/checkpointed-jobs/crds/checkpointedjob.yaml")
+    source = committed(f"crds/{name}")
+    copy = committed(f"charts/checkpointed-jobs/crds/{name}")
     if source is None or copy is None:
         pytest.skip("not a git checkout with both CRD files committed")
     assert copy == source, (
-        "the commit's charts/checkpointed-jobs/crds/checkpointedjob.yaml differs from its "
-        "crds/checkpointedjob.yaml; run make chart-crds and commit the chart's copy"
+        f"the commit's charts/checkpointed-jobs/crds/{name} differs from its "
+        f"crds/{name}; run make chart-crds and commit the chart's copy"
     )
 
 
@@ -132,6 +137,10 @@ def repository_files(tmp_path: Path) -> tuple[Path, Path]:
     copy = tmp_path / "charts" / "checkpointed-jobs" / "crds" / "checkpointedjob.yaml"
     shutil.copy(REPO / "crds" / "checkpointedjob.yaml", source)
     shutil.copy(source, copy)
+    for name in CRD_FILES:
+        if name != source.name:
+            shutil.copy(REPO / "crds" / name, tmp_path / "crds" / name)
+            shutil.copy(REPO / "crds" / name, copy.parent / name)
     return source, copy
 
 

@@ -46,6 +46,18 @@ class TestInvalidDocuments:
         result = run_cjob("run", str(path), "--state-dir", str(tmp_path / "s"), cwd=tmp_path)
         assert_one_line_error(result, "spec.parallelism")
 
+    def test_a_snapshot_object_to_restore_is_refused_locally_with_the_way_to_do_it(
+            self, tmp_path: Path) -> None:
+        path = good_job(tmp_path, extra="restore: {snapshot: before-upgrade}")
+        result = run_cjob("run", str(path), "--state-dir", str(tmp_path / "s"), cwd=tmp_path)
+        assert_one_line_error(result, "spec.restore.snapshot", "spec.restore.from")
+
+    def test_a_snapshot_and_a_checkpoint_to_restore_are_refused_together(
+            self, tmp_path: Path) -> None:
+        path = good_job(tmp_path, extra="restore: {snapshot: before-upgrade, from: 3}")
+        result = run_cjob("validate", str(path), cwd=tmp_path)
+        assert_one_line_error(result, "spec.restore.snapshot", "keep one")
+
     def test_a_missing_file_is_reported(self, tmp_path: Path) -> None:
         result = run_cjob("run", str(tmp_path / "nope.yaml"), cwd=tmp_path)
         assert_one_line_error(result, "nope.yaml")

@@ -3,13 +3,16 @@ what that driver is asked to restore."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from operator_world import IMAGE, T0, at, checkpoint, driver, kinds, make_job, observe, reasons, run
 
-from cjob_lifecycle.actions import AdvanceFence, CreateDriver, EmitEvent
-from cjob_lifecycle.observed import StoreView
+from cjob_lifecycle.actions import AdvanceFence, CreateDriver, EmitEvent, RequeueAfter
+from cjob_lifecycle.observed import Observed, RestoreSnapshot, StoreView
 from cjob_lifecycle.plan import PlanSettings, plan
 from cjob_spec import JobStatus, Phase, Reason
+from cjob_spec.snapshot import SnapshotState
 
 
 class TestANewJob:
@@ -128,3 +131,46 @@ class TestWhatTheFirstDriverRestores:
         assert result.of_type(CreateDriver)[0].restore_pointer == "latest"
         assert result.status.message is not None and result.status.message.endswith("checkpoint 40")
         assert result.status.restored_from is None, "set only once the driver reports"
+
+
+class TestStartingFromASnapshotObject:
+    """``spec.restore.snapshot``: a fresh start waits until the snapshot is Completed,
+    then restores its copy; a job with checkpoints of its own restores those."""
+
+    SNAPSHOT_PATH = "s3://ckpt/jobs/snapshots/keep-s1/sums-u0/chk-7/_metadata"
+
+    def observed_with(self, view: RestoreSnapshot | None,
+                      store: StoreView | None = None) -> Observed:
+        base = observe(make_job(**{"restore.snapshot": "keep"}), JobStatus(), store=store)
+        return dataclasses.replace(base, restore_snapshot=view)
+
+    def test_a_completed_snapshot_is_what_the_first_driver_restores(self) -> None:
+        view = RestoreSnapshot(name="keep", state=SnapshotState.COMPLETED,
+                               path=self.SNAPSHOT_PATH, checkpoint_id=7, job_name="sums")
+        result = run(self.observed_with(view), T0)
+        assert result.of_type(CreateDriver)[0].restore_pointer == self.SNAPSHOT_PATH
+        assert result.status.message is not None
+        assert result.status.message.endswith("snapshot keep (checkpoint 7 of job sums)")
+
+    @pytest.mark.parametrize(("view", "words"), [
+        (None, "does not exist"),
+        (RestoreSnapshot(name="keep"), "does not exist"),
+        (RestoreSnapshot(name="keep", state=SnapshotState.IN_PROGRESS, message="copying"),
+         "to complete (copying)"),
+        (RestoreSnapshot(name="keep", state=SnapshotState.FAILED, message="pruned"),
+         "failed (pruned)"),
+    ])
+    def test_the_job_waits_pending_until_the_snapshot_is_completed(
+            self, view: RestoreSnapshot | None, words: str) -> None:
+        result = run(self.observed_with(view), T0)
+        assert result.of_type(CreateDriver) == []
+        assert result.status.phase is Phase.PENDING
+        assert result.status.reason == Reason.WAITING_FOR_SNAPSHOT
+        assert words in (result.status.message or "")
+        assert result.of_type(RequeueAfter), "it looks again"
+
+    def test_a_job_with_checkpoints_of_its_own_restores_its_latest_not_the_snapshot(
+            self) -> None:
+        store = StoreView(exists=True, latest=checkpoint(40, at(-60)), fence_attempt=0)
+        result = run(self.observed_with(None, store=store), T0)
+        assert result.of_type(CreateDriver)[0].restore_pointer == "latest"

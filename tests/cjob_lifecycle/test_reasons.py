@@ -48,7 +48,7 @@ RELEASED = {
     "StartTimeout", "Started", "Starting", "StorageUnreachable", "StoreConflict", "StoreLost",
     "Succeeded", "Superseded", "Suspended", "Suspending", "Terminated", "Terminating",
     "Unknown", "Upgraded", "Upgrading", "UserCodeError", "WaitingForPreviousDriver",
-    "WaitingForPreviousStore",
+    "WaitingForPreviousStore", "WaitingForSnapshot",
 }
 """Every value users may already select by. A value leaves this set only deliberately."""
 
@@ -291,6 +291,12 @@ def standby_situations() -> Iterator[tuple[Observed, datetime]]:
     yield observe(make_job(suspend=True), running, driver(1, job=job), standby(1, job)), at(10)
 
 
+def snapshot_situations() -> Iterator[tuple[Observed, datetime]]:
+    """A new job to start from a snapshot object that is not there yet."""
+    yield observe(make_job(**{"restore.snapshot": "keep"}), JobStatus(),
+                  store=StoreView(exists=False)), at(0)
+
+
 def deletion_situations() -> Iterator[tuple[Observed, datetime]]:
     """A job going away, with its data kept or deleted by a cleanup pod in every state."""
     for spec in ({}, {"cleanupPolicy.checkpoints": "Delete"},
@@ -314,7 +320,8 @@ def reasons_given() -> dict[str, set[str]]:
                                 error=SpecError(field="spec.image", problem="is empty"))
     results = itertools.chain(
         (run(observed, now) for observed, now in itertools.chain(
-            everyday_situations(), standby_situations(), deletion_situations())),
+            everyday_situations(), standby_situations(), snapshot_situations(),
+            deletion_situations())),
         [invalid])
     for result in results:
         for where, reason in given(result):

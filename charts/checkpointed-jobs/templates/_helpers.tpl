@@ -116,6 +116,14 @@ driver's; this avoids the much broader "escalate" and "bind" verbs.
 - apiGroups: ["checkpointed.io"]
   resources: ["checkpointedjobs/status"]
   verbs: ["get", "patch"]
+# Snapshots: kopf watches them and patches their finalizer, the operator writes their
+# status. Their pods (below) copy and delete checkpoint data with the job's credentials.
+- apiGroups: ["checkpointed.io"]
+  resources: ["checkpointedjobsnapshots"]
+  verbs: ["get", "list", "watch", "patch"]
+- apiGroups: ["checkpointed.io"]
+  resources: ["checkpointedjobsnapshots/status"]
+  verbs: ["get", "patch"]
 # Driver pods (and, with spark.master k8s, the driver's executor pods, which the
 # driver's Role may manage, so the operator must hold the same verbs), and the
 # cleanup pod that deletes a deleted job's checkpoint data. No Secrets: the kubelet

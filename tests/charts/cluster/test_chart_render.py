@@ -46,6 +46,15 @@ def one(objects: list[Manifest], kind: str) -> Manifest:
     return found[0]
 
 
+def operator_cluster_role(objects: list[Manifest]) -> Manifest:
+    """The operator's own ClusterRole, not the ones aggregated into the default roles."""
+    found = [o for o in of_kind(objects, "ClusterRole")
+             if not any(k.startswith("rbac.authorization.k8s.io/aggregate-to-")
+                        for k in o["metadata"]["labels"])]
+    assert len(found) == 1, f"{len(found)} operator ClusterRoles"
+    return found[0]
+
+
 def container(objects: list[Manifest]) -> dict[str, Any]:
     result: dict[str, Any] = one(objects, "Deployment")["spec"]["template"]["spec"][
         "containers"
@@ -117,8 +126,28 @@ def test_the_defaults_render_the_operator_its_account_rbac_metrics_and_admission
     kinds = sorted(o["kind"] for o in render())
     assert kinds == sorted(
         ["Deployment", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Service",
-         "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+         "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding",
+         "ClusterRole", "ClusterRole"]  # the rights aggregated into admin/edit and view
     )  # fmt: skip
+
+
+def test_the_default_roles_may_use_jobs_snapshots_and_kubectl_scale_but_never_write_status(
+    render: Render,
+) -> None:
+    aggregated = {
+        tuple(sorted(k for k in o["metadata"]["labels"] if k.startswith("rbac."))): o["rules"]
+        for o in render() if o["kind"] == "ClusterRole"
+        and any(k.startswith("rbac.authorization.k8s.io/aggregate-to-")
+                for k in o["metadata"]["labels"])}
+    edit = aggregated[("rbac.authorization.k8s.io/aggregate-to-admin",
+                       "rbac.authorization.k8s.io/aggregate-to-edit")]
+    view = aggregated[("rbac.authorization.k8s.io/aggregate-to-view",)]
+    for rules, verbs in ((edit, {"create", "patch", "delete"}), (view, {"get", "list"})):
+        resources = {r for rule in rules for r in rule["resources"]}
+        assert resources == {"checkpointedjobs", "checkpointedjobs/scale",
+                             "checkpointedjobsnapshots"}
+        assert verbs <= {v for rule in rules for v in rule["verbs"]}
+    assert not {v for rule in view for v in rule["verbs"]} & {"create", "patch", "delete"}
 
 
 def test_every_feature_renders_monitors_dashboard_peering_and_policy_but_no_rbac(
@@ -290,7 +319,7 @@ def test_watched_namespaces_become_flags_and_one_role_per_namespace(render: Rend
         ]
         assert binding["roleRef"]["name"] == roles[0]["metadata"]["name"]
     # Cluster scope keeps only what kopf needs there: reading CRDs and namespaces.
-    cluster_rules = one(objects, "ClusterRole")["rules"]
+    cluster_rules = operator_cluster_role(objects)["rules"]
     assert [r["resources"] for r in cluster_rules] == [
         ["customresourcedefinitions"],
         ["namespaces"],
@@ -302,7 +331,7 @@ def test_watched_namespaces_become_flags_and_one_role_per_namespace(render: Rend
 def test_the_cluster_role_of_an_all_namespaces_operator_holds_the_namespaced_rules(
     render: Render,
 ) -> None:
-    rules = one(render(), "ClusterRole")["rules"]
+    rules = operator_cluster_role(render())["rules"]
     for resource, verb in [("pods", "create"), ("configmaps", "update"),
                            ("roles", "create"), ("rolebindings", "delete")]:  # fmt: skip
         group = "rbac.authorization.k8s.io" if resource.startswith("role") else ""
@@ -381,7 +410,7 @@ def test_several_replicas_switch_on_cluster_peering_and_rolling_updates(
     strategy = one(objects, "Deployment")["spec"]["strategy"]
     assert strategy["type"] == "RollingUpdate"
     assert strategy["rollingUpdate"]["maxUnavailable"] == 0
-    rules = one(objects, "ClusterRole")["rules"]
+    rules = operator_cluster_role(objects)["rules"]
     assert rules_grant(rules, group="kopf.dev", resource="clusterkopfpeerings", verb="patch")
     assert not rules_grant(rules, group="kopf.dev", resource="kopfpeerings", verb="patch")
 
@@ -470,6 +499,7 @@ def test_the_chart_crds_are_included_for_install(render: Render) -> None:
     crds = of_kind(render(include_crds=True), "CustomResourceDefinition")
     assert sorted(c["metadata"]["name"] for c in crds) == [
         "checkpointedjobs.checkpointed.io",
+        "checkpointedjobsnapshots.checkpointed.io",
         "clusterkopfpeerings.kopf.dev",
         "kopfpeerings.kopf.dev",
     ]

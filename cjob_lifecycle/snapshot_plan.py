@@ -1,0 +1,242 @@
+"""``plan_snapshot(observed) -> actions + status`` for one CheckpointedJobSnapshot.
+
+A snapshot goes Pending (its job, or the job's checkpoint, is not there yet) ->
+InProgress (a pod copies the checkpoint) -> Completed or Failed, and stays there:
+its spec cannot change. The copy is made by a pod, never by the operator, because
+only the job's pods hold the storage's credentials and volumes; the pod's outcome is
+its termination message (:class:`SnapshotOutcome`). A copy that failed because
+storage was unreachable, or whose pod died without a word (evicted, out of memory),
+is tried again by a new pod, at most ``MAX_TRIES`` times in all; a checkpoint that
+cannot be read (pruned, damaged) fails at once.
+
+Deleting a snapshot stops a copy still running, then deletes the copy when
+``disposeOnDelete`` is set (and always a partial one), by a second pod built from
+the job's spec recorded when the copy started, so that works after the job is gone.
+A copy that cannot be deleted is kept and named in a Warning: deletion is not
+blocked forever by storage that refuses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from cjob_lifecycle.snapshot_actions import (
+    CreateSnapshotPod,
+    DeleteSnapshotPod,
+    EmitSnapshotEvent,
+    ReleaseSnapshot,
+    SnapshotAction,
+)
+from cjob_lifecycle.snapshot_observed import SnapshotObserved, SnapshotPod
+from cjob_spec.exit_codes import ExitCode
+from cjob_spec.names import snapshot_directory, snapshot_pod_name
+from cjob_spec.snapshot import SnapshotReason, SnapshotState, SnapshotStatus
+from cjob_spec.snapshot_outcome import SnapshotOutcome, SnapshotOutcomeError, SnapshotTask
+from cjob_spec.status import ConditionStatus, ConditionType, set_condition
+
+MAX_TRIES = 3
+WAIT_SECONDS = 10.0
+"""How often a Pending snapshot looks at its job again."""
+POLL_SECONDS = 2.0
+"""How often a snapshot looks at its running pod."""
+
+
+@dataclass(frozen=True)
+class SnapshotPlan:
+    actions: tuple[SnapshotAction, ...]
+    status: SnapshotStatus
+    requeue_after: float | None = None
+    """Look again after this long; ``None``: only when the object changes."""
+
+
+def plan_snapshot(observed: SnapshotObserved, *, now: datetime) -> SnapshotPlan:
+    if observed.deleting:
+        return _plan_deletion(observed)
+    status = observed.status
+    if status.state is not None and status.state.is_final:
+        return SnapshotPlan(actions=(), status=_stamped(observed, status, now=now))
+    if observed.spec is None:
+        return _fail(observed, reason=SnapshotReason.INVALID_SPEC,
+                     message=observed.spec_error or "the spec is not valid", now=now)
+    if status.state is SnapshotState.IN_PROGRESS and status.target and status.source:
+        return _follow_copy(observed, now=now)
+    return _start_copy(observed, now=now)
+
+
+def _start_copy(observed: SnapshotObserved, *, now: datetime) -> SnapshotPlan:
+    spec = observed.spec
+    assert spec is not None
+    job = observed.job
+    if job is None:
+        return _pending(observed, SnapshotReason.WAITING_FOR_JOB,
+                        f"no CheckpointedJob {spec.job_name} in this namespace", now=now)
+    latest = job.latest
+    wanted = spec.checkpoint_id if spec.checkpoint_id is not None else (
+        latest.id if latest is not None else None)
+    if latest is None or wanted is None or wanted > latest.id:
+        what = f"checkpoint {wanted}" if spec.checkpoint_id is not None else "a checkpoint"
+        return _pending(observed, SnapshotReason.WAITING_FOR_CHECKPOINT,
+                        f"waiting for job {spec.job_name} to complete {what}", now=now)
+    source = _checkpoint_path(latest.path, latest_id=latest.id, wanted=wanted)
+    job_dir = latest.path.rstrip("/").rsplit("/", 2)[0]
+    target = snapshot_directory(job_dir.rsplit("/", 1)[0], snapshot_name=observed.name,
+                                snapshot_uid=observed.uid)
+    message = f"copying checkpoint {wanted} of job {spec.job_name} into {target}"
+    status = observed.status.replace(
+        state=SnapshotState.IN_PROGRESS, reason=SnapshotReason.COPYING, message=message,
+        job_uid=job.uid, checkpoint_id=wanted, source=source, target=target,
+        job_spec=dict(job.spec))
+    pod = _take_pod(observed, status=status, job_name=spec.job_name)
+    return SnapshotPlan(
+        actions=(pod, EmitSnapshotEvent("Normal", SnapshotReason.COPYING, message)),
+        status=_stamped(observed, status, now=now), requeue_after=POLL_SECONDS)
+
+
+def _follow_copy(observed: SnapshotObserved, *, now: datetime) -> SnapshotPlan:
+    status = observed.status
+    spec = observed.spec
+    assert spec is not None
+    pod = observed.take_pod
+    if pod is None:
+        if status.job_spec is None or status.job_uid is None:
+            return _fail(observed, reason=SnapshotReason.FAILED,
+                         message="the job's spec was not recorded; apply the snapshot again",
+                         now=now)
+        return SnapshotPlan(actions=(_take_pod(observed, status=status, job_name=spec.job_name),),
+                            status=_stamped(observed, status, now=now),
+                            requeue_after=POLL_SECONDS)
+    if pod.is_terminating or pod.is_live:
+        return SnapshotPlan(actions=(), status=_stamped(observed, status, now=now),
+                            requeue_after=POLL_SECONDS)
+    outcome, problem = _outcome(pod, task=SnapshotTask.TAKE)
+    if outcome is not None and outcome.succeeded:
+        size = _size(outcome.size_bytes)
+        message = (f"checkpoint {outcome.checkpoint_id} of job {spec.job_name} copied: "
+                   f"{outcome.files} files, {size}, at {outcome.path}")
+        done = status.replace(state=SnapshotState.COMPLETED, reason=SnapshotReason.COMPLETED,
+                              message=message, path=outcome.path,
+                              checkpoint_id=outcome.checkpoint_id, size_bytes=outcome.size_bytes,
+                              files=outcome.files, completed_at=now)
+        return SnapshotPlan(actions=(EmitSnapshotEvent("Normal", SnapshotReason.COMPLETED,
+                                                       message),),
+                            status=_stamped(observed, done, now=now))
+    retriable = outcome is None or pod.exit_code == ExitCode.STORAGE_UNREACHABLE
+    if retriable and status.failures + 1 < MAX_TRIES:
+        message = (f"copy {status.failures + 1} of {MAX_TRIES} failed ({problem}); "
+                   f"trying again")
+        again = status.replace(failures=status.failures + 1, reason=SnapshotReason.RETRYING,
+                               message=message)
+        return SnapshotPlan(
+            actions=(DeleteSnapshotPod(pod.name),
+                     EmitSnapshotEvent("Warning", SnapshotReason.RETRYING, message)),
+            status=_stamped(observed, again, now=now), requeue_after=POLL_SECONDS)
+    return _fail(observed, reason=SnapshotReason.FAILED, message=problem, now=now)
+
+
+def _plan_deletion(observed: SnapshotObserved) -> SnapshotPlan:
+    status = observed.status
+    take = observed.take_pod
+    if take is not None and (take.is_live or take.is_terminating):
+        # A copy still writing would leave files behind the disposal: stop it first.
+        actions: tuple[SnapshotAction, ...] = () if take.is_terminating else (
+            DeleteSnapshotPod(take.name),)
+        return SnapshotPlan(actions=actions, status=status, requeue_after=POLL_SECONDS)
+    dispose_on_delete = observed.spec.dispose_on_delete if observed.spec else True
+    complete = status.state is SnapshotState.COMPLETED
+    if status.target is None or (complete and not dispose_on_delete):
+        actions = ()
+        if complete:
+            actions = (EmitSnapshotEvent("Normal", SnapshotReason.KEPT,
+                                         f"disposeOnDelete is false: the snapshot stays at "
+                                         f"{status.path}"),)
+        return SnapshotPlan(actions=(*actions, ReleaseSnapshot()), status=status)
+    if status.job_spec is None or status.job_uid is None or observed.spec is None:
+        return _kept(status, "the job's spec was not recorded, so no pod can reach the storage")
+    pod = observed.dispose_pod
+    if pod is None:
+        create = CreateSnapshotPod(
+            name=snapshot_pod_name(observed.name, dispose=True), task=SnapshotTask.DISPOSE,
+            target=status.target, job_name=observed.spec.job_name, job_uid=status.job_uid,
+            job_spec=status.job_spec)
+        return SnapshotPlan(actions=(create,), status=status, requeue_after=POLL_SECONDS)
+    if pod.is_live or pod.is_terminating:
+        return SnapshotPlan(actions=(), status=status, requeue_after=POLL_SECONDS)
+    outcome, problem = _outcome(pod, task=SnapshotTask.DISPOSE)
+    if outcome is None or not outcome.succeeded:
+        return _kept(status, problem)
+    message = f"deleted {outcome.files} files under {status.target}"
+    return SnapshotPlan(actions=(EmitSnapshotEvent("Normal", SnapshotReason.DISPOSED, message),
+                                 ReleaseSnapshot()), status=status)
+
+
+def _kept(status: SnapshotStatus, problem: str) -> SnapshotPlan:
+    message = f"the snapshot's files were kept at {status.target}: {problem}"
+    return SnapshotPlan(actions=(EmitSnapshotEvent("Warning", SnapshotReason.KEPT, message),
+                                 ReleaseSnapshot()), status=status)
+
+
+def _outcome(pod: SnapshotPod, *, task: SnapshotTask) -> tuple[SnapshotOutcome | None, str]:
+    """The pod's outcome, and the problem in words when it failed."""
+    try:
+        outcome = SnapshotOutcome.from_message(pod.message or "")
+    except SnapshotOutcomeError:
+        why = pod.reason or f"exit code {pod.exit_code}"
+        tail = " ".join((pod.message or "").split())[-300:]
+        return None, f"pod {pod.name} ended ({why}) without an outcome" + (
+            f": {tail}" if tail else "")
+    if outcome.task is not task:
+        return None, f"pod {pod.name} reported a {outcome.task.value} outcome"
+    return outcome, outcome.error or ""
+
+
+def _take_pod(observed: SnapshotObserved, *, status: SnapshotStatus,
+              job_name: str) -> CreateSnapshotPod:
+    assert status.target and status.source and status.job_uid and status.job_spec is not None
+    return CreateSnapshotPod(name=snapshot_pod_name(observed.name), task=SnapshotTask.TAKE,
+                             target=status.target, job_name=job_name, job_uid=status.job_uid,
+                             job_spec=status.job_spec, checkpoint=status.source)
+
+
+def _checkpoint_path(latest_path: str, *, latest_id: int, wanted: int) -> str:
+    """The ``_metadata`` of checkpoint ``wanted``, beside the latest's."""
+    if wanted == latest_id:
+        return latest_path
+    head, _, _ = latest_path.rstrip("/").rpartition(f"/chk-{latest_id}/")
+    return f"{head}/chk-{wanted}/_metadata"
+
+
+def _pending(observed: SnapshotObserved, reason: SnapshotReason, message: str, *,
+             now: datetime) -> SnapshotPlan:
+    status = observed.status.replace(state=SnapshotState.PENDING, reason=reason, message=message)
+    return SnapshotPlan(actions=(), status=_stamped(observed, status, now=now),
+                        requeue_after=WAIT_SECONDS)
+
+
+def _fail(observed: SnapshotObserved, *, reason: SnapshotReason, message: str,
+          now: datetime) -> SnapshotPlan:
+    status = observed.status.replace(state=SnapshotState.FAILED, reason=reason, message=message)
+    return SnapshotPlan(actions=(EmitSnapshotEvent("Warning", reason, message),),
+                        status=_stamped(observed, status, now=now))
+
+
+def _stamped(observed: SnapshotObserved, status: SnapshotStatus, *,
+             now: datetime) -> SnapshotStatus:
+    """``status`` with its Ready condition and ``observedGeneration`` brought up to date."""
+    ready = status.state is SnapshotState.COMPLETED
+    conditions = set_condition(
+        status.conditions, kind=ConditionType.READY,
+        status=ConditionStatus.TRUE if ready else ConditionStatus.FALSE,
+        reason=status.reason or "", message=status.message or "", now=now,
+        observed_generation=observed.generation)
+    return status.replace(conditions=conditions,
+                          observed_generation=observed.generation)
+
+
+def _size(size_bytes: int) -> str:
+    value = float(size_bytes)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{size_bytes} B"

@@ -1,0 +1,117 @@
+"""The pods that take and dispose of a CheckpointedJobSnapshot.
+
+Built as the job's cleanup pod is (:func:`~cjob_operator.builders.pods.build_cleanup_pod`):
+the job's image, security contexts, volumes and placement, and its S3 environment
+with the credentials as ``secretKeyRef``, so the operator reads no Secret and mounts
+no volume. They need no API access and run without a service account token. Their
+outcome is the container's termination message (a ``SnapshotOutcome``).
+
+They belong to the snapshot, not to the job: the snapshot object is their owner (the
+garbage collector deletes them with it), and they carry no job label, so nothing
+that counts a job's pods (its scale selector, its deletion) counts them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cjob_operator.builders.metadata import Manifest
+from cjob_operator.builders.pods import (
+    CLEANUP_CPU,
+    CLEANUP_MEMORY,
+    TERMINATION_LOG,
+    driver_pod_placement,
+    storage_env,
+)
+from cjob_operator.config import OperatorConfig
+from cjob_spec.model import CheckpointedJob
+from cjob_spec.names import (
+    API_VERSION,
+    APP_NAME,
+    LABEL_COMPONENT,
+    LABEL_INSTANCE,
+    LABEL_MANAGED_BY,
+    LABEL_NAME,
+    LABEL_ROLE,
+    LABEL_SNAPSHOT,
+    MANAGED_BY,
+    ROLE_SNAPSHOT,
+    SNAPSHOT_CONTAINER,
+    SNAPSHOT_KIND,
+)
+from cjob_spec.runtime_args import kubelet_literal
+from cjob_spec.security import container_security_context, pod_security_context
+from cjob_spec.snapshot_outcome import SnapshotTask
+
+DEADLINE_SECONDS = 3600
+"""The kubelet stops a snapshot pod after this long: a copy of a large state through a
+slow link may take minutes, never an hour."""
+
+
+def build_snapshot_pod(
+    job: CheckpointedJob,
+    *,
+    name: str,
+    snapshot_name: str,
+    snapshot_uid: str,
+    task: SnapshotTask,
+    target: str,
+    checkpoint: str | None,
+    image: str,
+    operator_config: OperatorConfig,
+) -> Manifest:
+    """Pod ``name`` running ``take-snapshot`` (copy ``checkpoint`` into ``target``) or
+    ``dispose-snapshot`` (delete ``target``) for snapshot ``snapshot_name``."""
+    config = operator_config
+    args = ["take-snapshot", "--checkpoint", kubelet_literal(checkpoint or "")] \
+        if task is SnapshotTask.TAKE else ["dispose-snapshot"]
+    args += ["--target", kubelet_literal(target), "--snapshot-name", snapshot_name,
+             "--snapshot-uid", snapshot_uid, "--termination-log", TERMINATION_LOG]
+    container: dict[str, Any] = {
+        "name": SNAPSHOT_CONTAINER,
+        "image": image,
+        "imagePullPolicy": config.image_pull_policy,
+        "command": list(config.snapshot_command),
+        "args": args,
+        "env": storage_env(job, config),
+        "resources": {
+            "requests": {"cpu": CLEANUP_CPU, "memory": CLEANUP_MEMORY},
+            "limits": {"memory": CLEANUP_MEMORY},
+        },
+        "securityContext": container_security_context(job.spec.pod.container_security_context),
+        "terminationMessagePath": TERMINATION_LOG,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    if job.spec.pod.volume_mounts:
+        container["volumeMounts"] = [dict(m) for m in job.spec.pod.volume_mounts]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": job.metadata.namespace,
+            "labels": {
+                LABEL_NAME: APP_NAME,
+                LABEL_INSTANCE: snapshot_name,
+                LABEL_MANAGED_BY: MANAGED_BY,
+                LABEL_COMPONENT: ROLE_SNAPSHOT,
+                LABEL_ROLE: ROLE_SNAPSHOT,
+                LABEL_SNAPSHOT: snapshot_name,
+            },
+            "ownerReferences": [{
+                "apiVersion": API_VERSION,
+                "kind": SNAPSHOT_KIND,
+                "name": snapshot_name,
+                "uid": snapshot_uid,
+                "controller": True,
+            }],
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "activeDeadlineSeconds": DEADLINE_SECONDS,
+            "automountServiceAccountToken": False,
+            "securityContext": pod_security_context(job.spec.pod.security_context),
+            "containers": [container],
+            **driver_pod_placement(job),
+        },
+    }
