@@ -10,9 +10,11 @@ in the same terms. Tests build observations directly.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
+from typing import Any
 
 from cjob_checkpoint.store.restore_report import RestoreReport
 from cjob_spec.driver_beacon import DriverLost
@@ -174,6 +176,9 @@ class Observed:
     """The CR has a deletion timestamp: run the finalizer path."""
     default_image: str | None = None
     """The operator's runtime image, for a job without ``spec.image``."""
+    raw_spec: Mapping[str, Any] | None = None
+    """The job's spec as stored (the operator's; ``None`` from the embedded runner): what
+    ``spec.rollback`` keeps of a spec that ran well."""
     restore_snapshot: RestoreSnapshot | None = None
     """The snapshot ``spec.restore.snapshot`` names, read only while the job has no
     checkpoint of its own (a fresh start is the only one that restores it)."""

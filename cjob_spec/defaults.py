@@ -136,6 +136,9 @@ SUSPEND = FlagField(path="spec.suspend", default=False)
 UPGRADE_MODE = TextField(path="spec.upgradeMode", default="LastState")
 STATE_BACKEND = TextField(path="spec.state.backend", default="hashmap")
 STANDBY_ENABLED = FlagField(path="spec.standby.enabled", default=False)
+ROLLBACK_ENABLED = FlagField(path="spec.rollback.enabled", default=False)
+ROLLBACK_READINESS_TIMEOUT = DurationField(path="spec.rollback.readinessTimeout", default="5m",
+                                           positive=True)
 CLEANUP_CHECKPOINTS = TextField(path="spec.cleanupPolicy.checkpoints", default="Retain")
 
 SPEC_FIELDS: tuple[SpecField, ...] = (
@@ -169,6 +172,8 @@ SPEC_FIELDS: tuple[SpecField, ...] = (
     UPGRADE_MODE,
     STATE_BACKEND,
     STANDBY_ENABLED,
+    ROLLBACK_ENABLED,
+    ROLLBACK_READINESS_TIMEOUT,
     CLEANUP_CHECKPOINTS,
 )
 """Every field of the spec that has a default (the CRD test walks them)."""

@@ -250,6 +250,16 @@ class StateSpec:
 
 
 @dataclass(frozen=True)
+class RollbackSpec:
+    """Return to the last spec that ran when a new one fails, or completes no checkpoint
+    within ``readiness_timeout`` (the operator; not part of ``spec_hash``)."""
+
+    enabled: bool = defaults.ROLLBACK_ENABLED.default
+    readiness_timeout: Duration = field(
+        default_factory=defaults.ROLLBACK_READINESS_TIMEOUT.default_value)
+
+
+@dataclass(frozen=True)
 class StandbySpec:
     """A warm standby driver: a second driver process whose Spark is started and whose
     job code is loaded, waiting to take over when the active driver ends.
@@ -376,6 +386,7 @@ class JobSpec:
     standby: StandbySpec = field(default_factory=StandbySpec)
     cleanup_policy: CleanupPolicy = field(default_factory=CleanupPolicy)
     pod: PodSettings = field(default_factory=PodSettings)
+    rollback: RollbackSpec = field(default_factory=RollbackSpec)
     state: StateSpec = field(default_factory=StateSpec)
 
 
@@ -402,7 +413,8 @@ def spec_hash(job: CheckpointedJob) -> str:
     the running pod's, the job is upgraded (stopped and restarted from its latest
     checkpoint). Fields that do not need a new driver are left out on purpose:
     ``suspend``, ``restartPolicy``, ``restore`` (it only picks the starting point of a
-    fresh start), ``cleanupPolicy`` and ``checkpoint.triggerNonce``.
+    fresh start), ``cleanupPolicy``, ``upgradeMode``, ``rollback`` and
+    ``checkpoint.triggerNonce``.
     """
     spec = job.spec
     checkpoint = spec.checkpoint

@@ -59,6 +59,7 @@ from cjob_spec.model import (
     RestartPolicyType,
     RestoreSource,
     RestoreSpec,
+    RollbackSpec,
     S3Settings,
     SparkSpec,
     StandbySpec,
@@ -371,6 +372,7 @@ def parse_job(document: Mapping[str, Any]) -> CheckpointedJob:
             "restore",
             "suspend",
             "upgradeMode",
+            "rollback",
             "state",
             "standby",
             "cleanupPolicy",
@@ -498,6 +500,14 @@ def _read_spec(node: _Node) -> JobSpec:
         lambda child: StandbySpec(enabled=child.flag_field(defaults.STANDBY_ENABLED)),
         default=StandbySpec,
     )
+    rollback = node.child(
+        "rollback",
+        ("enabled", "readinessTimeout"),
+        lambda child: RollbackSpec(
+            enabled=child.flag_field(defaults.ROLLBACK_ENABLED),
+            readiness_timeout=child.duration_field(defaults.ROLLBACK_READINESS_TIMEOUT)),
+        default=RollbackSpec,
+    )
     return JobSpec(
         state=state,
         pod=pod,
@@ -513,6 +523,7 @@ def _read_spec(node: _Node) -> JobSpec:
         upgrade_mode=node.enum_field(defaults.UPGRADE_MODE, UpgradeMode),
         standby=standby,
         cleanup_policy=cleanup,
+        rollback=rollback,
     )
 
 

@@ -36,6 +36,11 @@ class Reason(StrEnum):
     """An attempt started after the previous one ended, once its backoff was over."""
     UPGRADED = "Upgraded"
     """An attempt started for a changed spec, from the latest checkpoint."""
+    ROLLED_BACK = "RolledBack"
+    """A changed spec failed, or completed no checkpoint within
+    ``rollback.readinessTimeout``: the job runs its last stable spec again (the Warning
+    Event says why; the attempt starts with this reason, the condition of that name
+    is True)."""
     RESUMED = "Resumed"
     """An attempt started when ``spec.suspend`` was set back to false."""
     RETRYING = "Retrying"
@@ -197,3 +202,5 @@ class Reason(StrEnum):
     """Checkpointing says nothing while the job is not running."""
     NOT_FAILED = "NotFailed"
     """The job has not failed."""
+    NOT_ROLLED_BACK = "NotRolledBack"
+    """With ``spec.rollback``: the job runs its own spec."""

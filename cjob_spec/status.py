@@ -53,6 +53,8 @@ class ConditionType(StrEnum):
     PROGRESSING = "Progressing"
     CHECKPOINTING = "Checkpointing"
     FAILED = "Failed"
+    ROLLED_BACK = "RolledBack"
+    """With ``spec.rollback``: whether the job runs its last good spec instead of its own."""
 
 
 class ConditionStatus(StrEnum):
@@ -193,6 +195,54 @@ class FailureRecord:
 
 
 @dataclass(frozen=True)
+class StableSpec:
+    """The last spec that ran well: an attempt of it completed a checkpoint after it
+    started (kept with ``spec.rollback``, to return to)."""
+
+    spec_hash: str
+    spec: Mapping[str, Any]
+    """The spec as the CheckpointedJob held it."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"specHash": self.spec_hash, "spec": dict(self.spec)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> StableSpec | None:
+        spec_hash = _str(data, "specHash")
+        spec = data.get("spec")
+        if spec_hash is None or not isinstance(spec, Mapping):
+            return None
+        return cls(spec_hash=spec_hash, spec=dict(spec))
+
+
+@dataclass(frozen=True)
+class PendingUpgrade:
+    """A changed spec not proven yet: its first attempt started at ``started_at``, from
+    checkpoint ``checkpoint_id`` (the newest before the change). It is proven once one
+    of its attempts completes a newer checkpoint."""
+
+    spec_hash: str
+    started_at: datetime
+    checkpoint_id: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        result: dict[str, Any] = {"specHash": self.spec_hash,
+                                  "startedAt": format_time(self.started_at)}
+        if self.checkpoint_id is not None:
+            result["checkpointId"] = self.checkpoint_id
+        return result
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> PendingUpgrade | None:
+        spec_hash = _str(data, "specHash")
+        started = _time(data, "startedAt")
+        if spec_hash is None or started is None:
+            return None
+        return cls(spec_hash=spec_hash, started_at=started,
+                   checkpoint_id=_int(data, "checkpointId"))
+
+
+@dataclass(frozen=True)
 class JobStatus:
     """``status`` of a CheckpointedJob. An empty status means "never reconciled"."""
 
@@ -228,6 +278,13 @@ class JobStatus:
     rescaled attempt starts)."""
     selector: str | None = None
     """The label selector of the job's pods, for autoscalers (the scale subresource's)."""
+    stable_spec: StableSpec | None = None
+    """With ``spec.rollback``: the last spec that ran well, to return to."""
+    upgrade: PendingUpgrade | None = None
+    """With ``spec.rollback``: the changed spec now running, until it proves itself."""
+    rolled_back_spec_hash: str | None = None
+    """The hash of a spec that was rolled back: while the job's spec still hashes to it,
+    the job runs ``stable_spec`` instead."""
     storage_roots: tuple[str, ...] = ()
     """Every checkpoint directory (``<storage>/<job>-<uid>``) an attempt was started
     with, oldest first: a job whose storage changed has checkpoints under each, and
@@ -266,6 +323,9 @@ class JobStatus:
             ),
             ("parallelism", self.parallelism),
             ("selector", self.selector),
+            ("lastStableSpec", self.stable_spec and self.stable_spec.to_dict()),
+            ("upgrade", self.upgrade and self.upgrade.to_dict()),
+            ("rolledBackSpecHash", self.rolled_back_spec_hash),
         ]
         for key, value in optional:
             if value is not None:
@@ -311,6 +371,9 @@ class JobStatus:
             storage_roots=_strings(data, "storageRoots"),
             parallelism=_int(data, "parallelism"),
             selector=_str(data, "selector"),
+            stable_spec=_nested(data, "lastStableSpec", StableSpec.from_dict),
+            upgrade=_nested(data, "upgrade", PendingUpgrade.from_dict),
+            rolled_back_spec_hash=_str(data, "rolledBackSpecHash"),
         )
 
 

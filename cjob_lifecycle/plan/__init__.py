@@ -39,5 +39,6 @@ The package has one module per part of the decision, each writing into one
 from cjob_lifecycle.plan.draft import Plan, PlanSettings
 from cjob_lifecycle.plan.invalid_spec import plan_invalid_spec
 from cjob_lifecycle.plan.planner import plan
+from cjob_lifecycle.plan.rollback import effective_job
 
-__all__ = ["Plan", "PlanSettings", "plan", "plan_invalid_spec"]
+__all__ = ["Plan", "PlanSettings", "effective_job", "plan", "plan_invalid_spec"]

@@ -94,7 +94,7 @@ def start_attempt(draft: Draft, *, reason: Reason, reset_restarts: bool) -> None
         return
     observed = draft.observed
     job = draft.job
-    image = observed.image
+    image = draft.image
     if image is None:
         fail_without_image(draft)
         return

@@ -1,4 +1,5 @@
-"""The four conditions (Ready, Progressing, Checkpointing, Failed), set on every pass.
+"""The four conditions (Ready, Progressing, Checkpointing, Failed), and RolledBack with
+``spec.rollback``, set on every pass.
 
 They are derived from the status the pass ends with, never kept up by hand, so they
 cannot disagree with the phase. A condition's ``lastTransitionTime`` moves only when
@@ -11,6 +12,7 @@ from collections.abc import Mapping
 from datetime import timedelta
 
 from cjob_lifecycle.plan.draft import Draft
+from cjob_spec.model import spec_hash
 from cjob_spec.reasons import Reason
 from cjob_spec.status import ConditionStatus, ConditionType, Phase, set_condition
 from cjob_spec.times import format_time, to_utc
@@ -74,6 +76,18 @@ def set_conditions(draft: Draft) -> None:
         reason if failed else Reason.NOT_FAILED,
         message if failed else "",
     )
+    if draft.observed.job.spec.rollback.enabled:
+        back = status.rolled_back_spec_hash
+        in_force = back is not None and back == spec_hash(draft.observed.job)
+        stable = status.stable_spec
+        put(
+            ConditionType.ROLLED_BACK,
+            ConditionStatus.TRUE if in_force else ConditionStatus.FALSE,
+            Reason.ROLLED_BACK if in_force else Reason.NOT_ROLLED_BACK,
+            (f"the spec failed; running the last spec that ran well (hash "
+             f"{stable.spec_hash if stable else '?'}) until the spec changes again")
+            if in_force else "",
+        )
     draft.set(conditions=conditions)
 
 

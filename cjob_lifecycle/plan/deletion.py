@@ -109,7 +109,7 @@ def _stop_executors(draft: Draft) -> int:
 
 def _start_cleanup(draft: Draft, uris: tuple[str, ...]) -> None:
     where = ", ".join(uris)
-    image = draft.observed.image
+    image = draft.image
     if image is None:
         _retain(draft, where, f"there is no image to run the cleanup pod ({NO_IMAGE_MESSAGE})")
         return

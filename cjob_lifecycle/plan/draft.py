@@ -103,6 +103,12 @@ class Draft:
         return self.job.metadata.name
 
     @property
+    def image(self) -> str | None:
+        """The image the job's next pod runs (the spec it runs may be a rolled-back
+        job's stable one, :mod:`~cjob_lifecycle.plan.rollback`); ``None``: none to run."""
+        return self.job.spec.image or self.observed.default_image
+
+    @property
     def storage_root(self) -> str | None:
         """The checkpoint directory the job's spec names now (``<storage>/<job>-<uid>``);
         ``None`` for a job without a uid (a document never stored)."""

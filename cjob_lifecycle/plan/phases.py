@@ -103,6 +103,9 @@ def _on_restarting(draft: Draft) -> bool:
             delete(draft, current, Reason.RESTARTING)
         draft.requeue_at(next_at)
         return False
+    if draft.status.reason == Reason.ROLLED_BACK:
+        start_attempt(draft, reason=Reason.ROLLED_BACK, reset_restarts=True)
+        return False
     upgrading = draft.status.reason == Reason.UPGRADING
     start_attempt(draft, reason=Reason.UPGRADED if upgrading else Reason.RESTARTED,
                   reset_restarts=False)
@@ -121,7 +124,7 @@ def _on_failed(draft: Draft) -> bool:
     if draft.job.spec.suspend:
         return suspend_now(draft, "suspended after failing; resume to retry")
     status = draft.status
-    image_arrived = status.reason == Reason.NO_IMAGE and draft.observed.image is not None
+    image_arrived = status.reason == Reason.NO_IMAGE and draft.image is not None
     # spec.restore is not part of the spec hash (it only shapes a fresh start), so a
     # path named after a StoreLost failure is what resumes the job.
     restore_named = (

@@ -1,9 +1,11 @@
 """One pass over one job: the parts of the decision, in the order they must run.
 
-The order is part of the lifecycle. Drivers of other attempts are stopped before the
-current one is judged; the standby is managed after the state machine, so that one
-promoted in this pass is not also stopped or replaced; the conditions come last, from
-the status everything else left.
+The order is part of the lifecycle. The spec the pass decides for comes first (a
+rolled-back job runs its last stable spec); drivers of other attempts are stopped
+before the current one is judged; a failed change is rolled back after the state
+machine judged its attempt; the standby is managed after that, so that one promoted
+in this pass is not also stopped or replaced; the conditions come last, from the
+status everything else left.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from cjob_lifecycle.plan.conditions import set_conditions
 from cjob_lifecycle.plan.deletion import plan_deletion
 from cjob_lifecycle.plan.draft import Draft, Plan, PlanSettings
 from cjob_lifecycle.plan.phases import run_state_machine
+from cjob_lifecycle.plan.rollback import effective_job, track_rollback
 from cjob_lifecycle.plan.standby import complete_lost_driver_failure, manage_standby
 from cjob_lifecycle.plan.store import take_restore_report
 
@@ -23,6 +26,7 @@ from cjob_lifecycle.plan.store import take_restore_report
 def plan(observed: Observed, *, now: datetime, settings: PlanSettings | None = None) -> Plan:
     """Decide what to do about one CheckpointedJob (see :mod:`cjob_lifecycle.plan`)."""
     draft = Draft(observed, now, settings or PlanSettings())
+    draft.job = effective_job(observed)
     # A store that is not the job's own says nothing about the job.
     own = observed.store.latest if observed.store.is_own else None
     latest = own or observed.status.latest_checkpoint
@@ -33,6 +37,7 @@ def plan(observed: Observed, *, now: datetime, settings: PlanSettings | None = N
         clean_up_other_attempts(draft)
         complete_lost_driver_failure(draft)
         run_state_machine(draft)
+        track_rollback(draft)
         manage_standby(draft)
         take_restore_report(draft)
         set_conditions(draft)

@@ -105,7 +105,7 @@ def manage_standby(draft: Draft) -> None:
             delete_finished(draft, pod)
     if restarting:
         return
-    image = draft.observed.image
+    image = draft.image
     if wanted and keep is None and retry_in > 0:
         draft.requeue_in(retry_in)
     elif wanted and keep is None and image is not None:

@@ -33,7 +33,7 @@ from cjob_lifecycle.actions import (
     RequeueAfter,
 )
 from cjob_lifecycle.observed import Observed
-from cjob_lifecycle.plan import Plan, PlanSettings, plan, plan_invalid_spec
+from cjob_lifecycle.plan import Plan, PlanSettings, effective_job, plan, plan_invalid_spec
 from cjob_lifecycle.plan.deletion import retention
 from cjob_operator.cluster import (
     Cluster,
@@ -317,8 +317,11 @@ class Reconciler:
             deleting=deleting,
             default_image=self.operator_config.default_image,
             restore_snapshot=restore_snapshot,
+            raw_spec=spec if isinstance(spec := body.get("spec"), Mapping) else None,
         )
-        return _Planned(body=body, job=job, reading=reading,
+        # The pods are built from the spec the plan decided for: a rolled-back job's
+        # stable spec, not its own (``cjob_lifecycle.plan.rollback``).
+        return _Planned(body=body, job=effective_job(observed), reading=reading,
                         result=plan(observed, now=now, settings=self.plan_settings),
                         remembered=job_remembered or store_remembered)
 

@@ -32,6 +32,7 @@ from cjob_lifecycle.plan import Plan, plan_invalid_spec
 from cjob_lifecycle.plan.conditions import PHASE_REASONS
 from cjob_spec import CheckpointedJob, JobStatus, Phase, Reason, SpecError, spec_hash
 from cjob_spec.driver_beacon import DriverLost
+from cjob_spec.status import StableSpec
 
 RELEASED = {
     "AttemptEnded", "AwaitingFirstCheckpoint", "BackingOff", "CheckpointCompleted",
@@ -48,7 +49,7 @@ RELEASED = {
     "StartTimeout", "Started", "Starting", "StorageUnreachable", "StoreConflict", "StoreLost",
     "Succeeded", "Superseded", "Suspended", "Suspending", "Terminated", "Terminating",
     "Unknown", "Upgraded", "Upgrading", "UserCodeError", "WaitingForPreviousDriver",
-    "WaitingForPreviousStore", "WaitingForSnapshot",
+    "WaitingForPreviousStore", "WaitingForSnapshot", "RolledBack", "NotRolledBack",
 }
 """Every value users may already select by. A value leaves this set only deliberately."""
 
@@ -297,6 +298,20 @@ def snapshot_situations() -> Iterator[tuple[Observed, datetime]]:
                   store=StoreView(exists=False)), at(0)
 
 
+def rollback_situations() -> Iterator[tuple[Observed, datetime]]:
+    """A changed spec whose attempt failed, with the last one that ran well kept, then the
+    pass after its rollback."""
+    rollback = {"rollback.enabled": True}
+    good, bad = make_job(**rollback), make_job(**rollback, **{"job.entrypoint": "x:y"})
+    kept = StableSpec(spec_hash=spec_hash(good), spec={"job": {"entrypoint": "clicks.job:build"},
+                                                        "checkpoint": {"storage": "s3://c/j"}})
+    failing = status(Phase.RUNNING, 2, job=bad, stable_spec=kept)
+    observed = observe(bad, failing, driver(2, "Failed", job=bad, exit_code=3))
+    yield observed, at(100)
+    yield observe(bad, run(observed, at(100)).status), at(101)
+    yield observe(good, status(Phase.RUNNING, 1, job=good), driver(1, job=good)), at(10)
+
+
 def deletion_situations() -> Iterator[tuple[Observed, datetime]]:
     """A job going away, with its data kept or deleted by a cleanup pod in every state."""
     for spec in ({}, {"cleanupPolicy.checkpoints": "Delete"},
@@ -321,7 +336,7 @@ def reasons_given() -> dict[str, set[str]]:
     results = itertools.chain(
         (run(observed, now) for observed, now in itertools.chain(
             everyday_situations(), standby_situations(), snapshot_situations(),
-            deletion_situations())),
+            rollback_situations(), deletion_situations())),
         [invalid])
     for result in results:
         for where, reason in given(result):

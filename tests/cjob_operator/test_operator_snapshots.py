@@ -104,3 +104,31 @@ def test_a_pod_of_the_copys_name_that_the_snapshot_does_not_own_is_never_believe
     assert status["state"] == "Failed"
     assert "is not this snapshot's" in status["message"]
     assert "path" not in status
+
+
+def test_a_snapshot_pod_mounts_only_the_volume_that_holds_file_storage() -> None:
+    from cjob_operator.builders.snapshot_pods import build_snapshot_pod
+
+    from cjob_spec.parse import parse_job
+
+    spec = {**JOB_SPEC, "checkpoint": {"storage": "file:///data/ckpt"},
+            "pod": {"volumes": [{"name": "code", "configMap": {"name": "sums-code"}},
+                                {"name": "data", "persistentVolumeClaim": {"claimName": "c"}}],
+                    "volumeMounts": [{"name": "code", "mountPath": "/opt/code"},
+                                     {"name": "data", "mountPath": "/data"}]}}
+    job = parse_job({"apiVersion": "checkpointed.io/v1alpha1", "kind": "CheckpointedJob",
+                     "metadata": {"name": "sums", "namespace": NS, "uid": "j1"}, "spec": spec})
+    pod = build_snapshot_pod(job, name="keep-take", snapshot_name="keep", snapshot_uid="s1",
+                             task=SnapshotTask.TAKE, target="file:///data/ckpt/snapshots/keep-s1",
+                             checkpoint="file:///data/ckpt/sums-j1/chk-4/_metadata",
+                             image="runtime:1", operator_config=OperatorConfig())
+    assert [v["name"] for v in pod["spec"]["volumes"]] == ["data"]
+    assert [m["name"] for m in pod["spec"]["containers"][0]["volumeMounts"]] == ["data"]
+    s3_pod = build_snapshot_pod(
+        parse_job({"apiVersion": "checkpointed.io/v1alpha1", "kind": "CheckpointedJob",
+                   "metadata": {"name": "sums", "namespace": NS, "uid": "j1"},
+                   "spec": {**JOB_SPEC, "pod": spec["pod"]}}),
+        name="keep-take", snapshot_name="keep", snapshot_uid="s1", task=SnapshotTask.DISPOSE,
+        target=f"{STORAGE}/snapshots/keep-s1", checkpoint=None, image="runtime:1",
+        operator_config=OperatorConfig())
+    assert "volumes" not in s3_pod["spec"], "S3 storage needs no volume"

@@ -15,6 +15,7 @@ from cjob_spec import (
     Phase,
     RestoredFrom,
 )
+from cjob_spec.status import PendingUpgrade, StableSpec
 
 T0 = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 
@@ -82,6 +83,7 @@ FULL: dict[str, Any] = {
         "upgradeMode": "Snapshot",
         "state": {"backend": "rocksdb"},
         "standby": {"enabled": True},
+        "rollback": {"enabled": True, "readinessTimeout": "2m"},
         "cleanupPolicy": {"checkpoints": "Delete"},
         "pod": {
             "volumes": [{"name": "scratch", "persistentVolumeClaim": {"claimName": "scratch"}}],
@@ -176,4 +178,7 @@ def full_status() -> JobStatus:
         observed_generation=3,
         last_trigger_nonce="n1",
         suspend_requested_at=T0,
+        stable_spec=StableSpec(spec_hash="abd", spec={"parallelism": 2, "job": {"args": {}}}),
+        upgrade=PendingUpgrade(spec_hash="abc", started_at=T0, checkpoint_id=41),
+        rolled_back_spec_hash="abe",
     )

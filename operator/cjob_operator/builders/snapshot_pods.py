@@ -1,9 +1,9 @@
 """The pods that take and dispose of a CheckpointedJobSnapshot.
 
 Built as the job's cleanup pod is (:func:`~cjob_operator.builders.pods.build_cleanup_pod`):
-the job's image, security contexts, volumes and placement, and its S3 environment
-with the credentials as ``secretKeyRef``, so the operator reads no Secret and mounts
-no volume. They need no API access and run without a service account token. Their
+the job's image, security contexts and placement, the volumes that hold its ``file://``
+checkpoint storage (no others), and its S3 environment with the credentials as
+``secretKeyRef``, so the operator reads no Secret and mounts no volume. They need no API access and run without a service account token. Their
 outcome is the container's termination message (a ``SnapshotOutcome``).
 
 They belong to the snapshot, not to the job: the snapshot object is their owner (the
@@ -13,7 +13,9 @@ that counts a job's pods (its scale selector, its deletion) counts them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from cjob_operator.builders.metadata import Manifest
 from cjob_operator.builders.pods import (
@@ -46,6 +48,21 @@ from cjob_spec.snapshot_outcome import SnapshotTask
 DEADLINE_SECONDS = 3600
 """The kubelet stops a snapshot pod after this long: a copy of a large state through a
 slow link may take minutes, never an hour."""
+
+
+def storage_mounts(job: CheckpointedJob, uris: list[str]) -> list[Mapping[str, Any]]:
+    """The job's volume mounts holding the ``file://`` directories among ``uris`` (none
+    for S3): a snapshot pod mounts no more, so a volume it does not need (the job's
+    code in a ConfigMap since deleted, say) can never keep it from starting."""
+    found: list[Mapping[str, Any]] = []
+    for uri in uris:
+        parts = urlsplit(uri)
+        if parts.scheme != "file":
+            continue
+        mount = job.spec.pod.mount_holding(parts.path)
+        if mount is not None and mount not in found:
+            found.append(mount)
+    return found
 
 
 def build_snapshot_pod(
@@ -82,8 +99,15 @@ def build_snapshot_pod(
         "terminationMessagePath": TERMINATION_LOG,
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
-    if job.spec.pod.volume_mounts:
-        container["volumeMounts"] = [dict(m) for m in job.spec.pod.volume_mounts]
+    mounts = storage_mounts(job, [target, *([checkpoint] if checkpoint else [])])
+    if mounts:
+        container["volumeMounts"] = [dict(m) for m in mounts]
+    placement = driver_pod_placement(job)
+    placement.pop("volumes", None)
+    names = {m["name"] for m in mounts}
+    volumes = [dict(v) for v in job.spec.pod.volumes if v.get("name") in names]
+    if volumes:
+        placement["volumes"] = volumes
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -112,6 +136,6 @@ def build_snapshot_pod(
             "automountServiceAccountToken": False,
             "securityContext": pod_security_context(job.spec.pod.security_context),
             "containers": [container],
-            **driver_pod_placement(job),
+            **placement,
         },
     }

@@ -1,4 +1,5 @@
-"""The README's cluster quick start, run as written against the real node.
+"""The README's cluster quick start, and then its snapshot workflow ("Changing a running
+job"), run as written against the real node.
 
 ``make cluster`` itself would start a second node on this machine, so the session's
 cluster stands in for it: the same operator install, S3 server, bucket, Secret and
@@ -27,17 +28,23 @@ pytestmark = [
 README = REPO_ROOT / "README.md"
 BEGIN = "<!-- cluster-quick-start -->"
 END = "<!-- end cluster-quick-start -->"
+CHANGES = ("<!-- cluster-changes -->", "<!-- end cluster-changes -->")
 STATE_DIR = ".cjob/cluster"
+
+
+def block_commands(begin: str = BEGIN, end: str = END) -> list[str]:
+    """The shell lines of one of the README's marked blocks."""
+    text = README.read_text()
+    assert begin in text and end in text, f"the README lost its block {begin}"
+    block = text.split(begin, 1)[1].split(end, 1)[0]
+    lines = block.strip().splitlines()
+    assert lines[0].startswith("```sh") and lines[-1] == "```"
+    return [line for line in lines[1:-1] if line.strip()]
 
 
 def quick_start_commands() -> list[str]:
     """The shell lines of the README's cluster quick start block."""
-    text = README.read_text()
-    assert BEGIN in text and END in text, "the README lost its cluster quick start block"
-    block = text.split(BEGIN, 1)[1].split(END, 1)[0]
-    lines = block.strip().splitlines()
-    assert lines[0].startswith("```sh") and lines[-1] == "```"
-    return [line for line in lines[1:-1] if line.strip()]
+    return block_commands()
 
 
 def test_the_quick_start_block_starts_with_make_cluster_and_uses_its_files() -> None:
@@ -59,7 +66,9 @@ def test_the_readme_cluster_quick_start_runs_as_written(
     scenario.prepare_quick_start(
         rest=rest, s3=cluster_s3, state_dir=state_dir, kubeconfig=real_cluster.kubeconfig
     )
-    commands = quick_start_commands()[1:]  # the session's cluster stands in for `make cluster`
+    # The session's cluster stands in for `make cluster`; the snapshot workflow follows
+    # in the same shell, as the README says.
+    commands = quick_start_commands()[1:] + block_commands(*CHANGES)
     script = "\n".join(["set -euo pipefail", *commands]).replace(STATE_DIR, str(state_dir))
     env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
     try:
@@ -72,12 +81,20 @@ def test_the_readme_cluster_quick_start_runs_as_written(
             timeout=1200,
             check=False,
         )
-        job = scenario.JobHandle(rest=rest, namespace="default", name="running-sum")
+        print(proc.stdout[-3000:], proc.stderr[-3000:], sep="\n")
+        job = scenario.JobHandle(rest=rest, namespace="default", name="running-sum-v2")
         assert proc.returncode == 0, (
             f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}\n{job.describe()}"
         )
-        assert "verdict: output exactly-once" in proc.stdout
-        assert job.status().get("phase") == "Succeeded"
+        assert proc.stdout.count("verdict: output exactly-once") == 2, proc.stdout[-3000:]
+        again = scenario.JobHandle(rest=rest, namespace="default", name="running-sum-v2")
+        status = again.status()
+        assert status.get("phase") == "Succeeded"
+        assert "/snapshots/before-v2-" in status["restoredFrom"]["path"]
     finally:
+        # The jobs and the snapshot first: the snapshot's disposal runs a pod of the job.
         kubectl("delete", "--namespace", "default", "--ignore-not-found", "--wait=true",
-                "checkpointedjob/running-sum", "configmap/running-sum-code", timeout=180)  # fmt: skip
+                "checkpointedjob/running-sum", "checkpointedjob/running-sum-v2",
+                "checkpointedjobsnapshot/before-v2", timeout=180)  # fmt: skip
+        kubectl("delete", "--namespace", "default", "--ignore-not-found",
+                "configmap/running-sum-code", timeout=60)  # fmt: skip

@@ -1,0 +1,55 @@
+"""``spec.rollback`` against a real API server, drivers on the process node: a change
+that breaks the job is rolled back to the spec that ran, which finishes exactly once."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from operator_live import JobWatcher, Kubectl, OperatorProcess
+
+from e2e.jobs import RUNNING_SUM_DIR, running_sum_job
+
+sys.path.insert(0, str(RUNNING_SUM_DIR))
+from verify import read_output, verify
+
+
+def test_a_failed_upgrade_is_rolled_back_and_the_job_finishes_exactly_once(
+    kubectl: Kubectl, kube_rest: Any, kube_namespace: str, process_node: Any,
+    cjob_operator: OperatorProcess, tmp_path: Path,
+) -> None:
+    count = 12_000
+    job = running_sum_job(name="guarded", namespace=kube_namespace, work_dir=tmp_path,
+                          count=count, rate=400)
+    job["spec"]["rollback"] = {"enabled": True, "readinessTimeout": "2m"}
+    assert kubectl.apply(job).returncode == 0
+    guarded = JobWatcher(rest=kube_rest, namespace=kube_namespace, name="guarded",
+                         operator=cjob_operator)
+    stable = guarded.until(lambda s: "lastStableSpec" in s, what="a stable spec",
+                           timeout=180)
+    assert stable["lastStableSpec"]["spec"]["job"]["entrypoint"] == "job:build"
+
+    # A change whose code cannot load: its attempt fails at once, and is rolled back.
+    kubectl.patch_job(kube_namespace, "guarded",
+                      {"spec": {"job": {"entrypoint": "no_such_module:build"}}})
+    back = guarded.until(
+        lambda s: any(c["type"] == "RolledBack" and c["status"] == "True"
+                      for c in s.get("conditions", [])) and s.get("phase") == "Running",
+        what="the rollback to run", timeout=180)
+    assert back["rolledBackSpecHash"] != back["specHash"]
+    assert back["lastFailure"]["reason"] == "InvalidConfiguration"  # no such module
+    (warning,) = [e for e in guarded.events() if e["reason"] == "RolledBack"
+                  and e["type"] == "Warning"]
+    assert "InvalidConfiguration" in warning["message"]
+    pod = kube_rest.get(f"/api/v1/namespaces/{kube_namespace}/pods/{back['driverPod']}")
+    args = pod["spec"]["containers"][0]["args"]
+    assert args[args.index("--entrypoint") + 1] == "job:build", "the stable spec runs"
+    spec = guarded.get()["spec"]  # type: ignore[index]
+    assert spec["job"]["entrypoint"] == "no_such_module:build", "the user's spec is kept"
+
+    done = guarded.until(lambda s: s.get("phase") in ("Succeeded", "Failed"),
+                         what="the job to finish", timeout=300)
+    assert done["phase"] == "Succeeded", done
+    problems = verify(read_output(tmp_path / "output"), count=count)
+    assert problems == [], problems[:5]
