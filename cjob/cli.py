@@ -105,6 +105,9 @@ def cmd_run(ns: argparse.Namespace) -> int:
         return _fail("spec.restore.snapshot: names a CheckpointedJobSnapshot object, which "
                      "only the operator resolves; locally, set spec.restore.from to the "
                      "snapshot's _metadata path (cjob snapshot prints it)")
+    if job.spec.snapshots.in_use:
+        return _fail("spec.snapshots: snapshot objects are the operator's; locally, take one "
+                     "with cjob snapshot")
     options = RunOptions(state_dir=ns.state_dir, kill_driver_after=ns.kill_driver_after,
                          fresh=ns.fresh, metrics_port=ns.metrics_port,
                          base_dir=str(Path(ns.file).resolve().parent),

@@ -38,11 +38,13 @@ from cjob_lifecycle.actions import (
     AdvanceFence,
     CreateCleanupPod,
     CreateDriver,
+    CreateSnapshot,
     CreateStandby,
     DeleteCheckpointStore,
     DeleteCleanupPod,
     DeleteDriver,
     DeleteExecutor,
+    DeleteSnapshot,
     EmitEvent,
     EnsureCheckpointConfigMap,
     EnsureNetworkPolicy,
@@ -327,6 +329,8 @@ class LocalBackend:
             case (CreateCleanupPod() | DeleteCleanupPod() | DeleteCheckpointStore()
                   | RetainCheckpointStore() | DeleteExecutor() | RemoveFinalizer()):
                 pass  # only a job being deleted gets these, and the runner deletes none
+            case CreateSnapshot() | DeleteSnapshot():
+                pass  # snapshot objects are a cluster's; cjob run refuses spec.snapshots
             case RequeueAfter():
                 pass  # the caller's next wake-up
             case _:

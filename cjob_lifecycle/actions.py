@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from cjob_spec.reasons import PodReason, Reason
+from cjob_spec.snapshot import SnapshotTrigger
 
 EventType = Literal["Normal", "Warning"]
 
@@ -179,6 +180,25 @@ class DeleteCleanupPod:
 
 
 @dataclass(frozen=True)
+class CreateSnapshot:
+    """Create the CheckpointedJobSnapshot ``name`` of the job (of checkpoint
+    ``checkpoint_id``, else of its latest), labelled with the job and ``trigger``. It is
+    not owned by the job: it outlives it. AlreadyExists is success."""
+
+    name: str
+    trigger: SnapshotTrigger
+    checkpoint_id: int | None = None
+
+
+@dataclass(frozen=True)
+class DeleteSnapshot:
+    """Delete the CheckpointedJobSnapshot ``name`` (pruned by ``spec.snapshots``); its
+    copy goes with it (``disposeOnDelete``)."""
+
+    name: str
+
+
+@dataclass(frozen=True)
 class DeleteCheckpointStore:
     """Delete the checkpoint ConfigMap ``name`` (its data is gone, nothing to point at)."""
 
@@ -225,6 +245,8 @@ Action = (
     | DeleteExecutor
     | CreateCleanupPod
     | DeleteCleanupPod
+    | CreateSnapshot
+    | DeleteSnapshot
     | DeleteCheckpointStore
     | RetainCheckpointStore
     | RemoveFinalizer

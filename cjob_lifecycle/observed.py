@@ -19,7 +19,7 @@ from typing import Any
 from cjob_checkpoint.store.restore_report import RestoreReport
 from cjob_spec.driver_beacon import DriverLost
 from cjob_spec.model import CheckpointedJob
-from cjob_spec.snapshot import SnapshotState
+from cjob_spec.snapshot import SnapshotState, SnapshotTrigger
 from cjob_spec.standby_signal import StandbyPromotion
 from cjob_spec.status import CheckpointRef, JobStatus
 
@@ -146,6 +146,17 @@ class StoreView:
 
 
 @dataclass(frozen=True)
+class JobSnapshot:
+    """A CheckpointedJobSnapshot the operator took of the job by itself, as the schedule
+    needs it (``spec.snapshots``)."""
+
+    name: str
+    trigger: SnapshotTrigger
+    created_at: datetime
+    state: SnapshotState | None = None
+
+
+@dataclass(frozen=True)
 class RestoreSnapshot:
     """The CheckpointedJobSnapshot ``spec.restore.snapshot`` names, as a fresh start
     needs it; ``state`` is ``None`` when there is no such snapshot."""
@@ -179,6 +190,9 @@ class Observed:
     raw_spec: Mapping[str, Any] | None = None
     """The job's spec as stored (the operator's; ``None`` from the embedded runner): what
     ``spec.rollback`` keeps of a spec that ran well."""
+    snapshots: tuple[JobSnapshot, ...] = ()
+    """The snapshots the operator took of the job by itself, read only when
+    ``spec.snapshots`` asks for any."""
     restore_snapshot: RestoreSnapshot | None = None
     """The snapshot ``spec.restore.snapshot`` names, read only while the job has no
     checkpoint of its own (a fresh start is the only one that restores it)."""

@@ -136,6 +136,13 @@ SUSPEND = FlagField(path="spec.suspend", default=False)
 UPGRADE_MODE = TextField(path="spec.upgradeMode", default="LastState")
 STATE_BACKEND = TextField(path="spec.state.backend", default="hashmap")
 STANDBY_ENABLED = FlagField(path="spec.standby.enabled", default=False)
+SNAPSHOTS_INTERVAL = DurationField(path="spec.snapshots.interval", default="0s")
+"""0s: no periodic snapshots."""
+SNAPSHOTS_MAX_COUNT = IntegerField(path="spec.snapshots.maxCount", default=5, minimum=1,
+                                   maximum=100)
+SNAPSHOTS_MAX_AGE = DurationField(path="spec.snapshots.maxAge", default="0s")
+"""0s: snapshots are not pruned by age."""
+SNAPSHOTS_BEFORE_UPGRADE = FlagField(path="spec.snapshots.beforeUpgrade", default=False)
 ROLLBACK_ENABLED = FlagField(path="spec.rollback.enabled", default=False)
 ROLLBACK_READINESS_TIMEOUT = DurationField(path="spec.rollback.readinessTimeout", default="5m",
                                            positive=True)
@@ -172,6 +179,10 @@ SPEC_FIELDS: tuple[SpecField, ...] = (
     UPGRADE_MODE,
     STATE_BACKEND,
     STANDBY_ENABLED,
+    SNAPSHOTS_INTERVAL,
+    SNAPSHOTS_MAX_COUNT,
+    SNAPSHOTS_MAX_AGE,
+    SNAPSHOTS_BEFORE_UPGRADE,
     ROLLBACK_ENABLED,
     ROLLBACK_READINESS_TIMEOUT,
     CLEANUP_CHECKPOINTS,

@@ -250,6 +250,29 @@ class StateSpec:
 
 
 @dataclass(frozen=True)
+class SnapshotSchedule:
+    """CheckpointedJobSnapshots the operator takes of the job by itself: one every
+    ``interval`` while it runs, and one of the final checkpoint of an
+    ``upgradeMode: Snapshot`` upgrade with ``before_upgrade``; the oldest completed ones
+    beyond ``max_count``, or older than ``max_age``, are deleted (not part of
+    ``spec_hash``)."""
+
+    interval: Duration = field(default_factory=defaults.SNAPSHOTS_INTERVAL.default_value)
+    max_count: int = defaults.SNAPSHOTS_MAX_COUNT.default
+    max_age: Duration = field(default_factory=defaults.SNAPSHOTS_MAX_AGE.default_value)
+    before_upgrade: bool = defaults.SNAPSHOTS_BEFORE_UPGRADE.default
+
+    @property
+    def periodic(self) -> bool:
+        return self.interval.seconds > 0
+
+    @property
+    def in_use(self) -> bool:
+        """Whether the operator takes any snapshot of the job by itself."""
+        return self.periodic or self.before_upgrade
+
+
+@dataclass(frozen=True)
 class RollbackSpec:
     """Return to the last spec that ran when a new one fails, or completes no checkpoint
     within ``readiness_timeout`` (the operator; not part of ``spec_hash``)."""
@@ -387,6 +410,7 @@ class JobSpec:
     cleanup_policy: CleanupPolicy = field(default_factory=CleanupPolicy)
     pod: PodSettings = field(default_factory=PodSettings)
     rollback: RollbackSpec = field(default_factory=RollbackSpec)
+    snapshots: SnapshotSchedule = field(default_factory=SnapshotSchedule)
     state: StateSpec = field(default_factory=StateSpec)
 
 
@@ -413,7 +437,7 @@ def spec_hash(job: CheckpointedJob) -> str:
     the running pod's, the job is upgraded (stopped and restarted from its latest
     checkpoint). Fields that do not need a new driver are left out on purpose:
     ``suspend``, ``restartPolicy``, ``restore`` (it only picks the starting point of a
-    fresh start), ``cleanupPolicy``, ``upgradeMode``, ``rollback`` and
+    fresh start), ``cleanupPolicy``, ``upgradeMode``, ``rollback``, ``snapshots`` and
     ``checkpoint.triggerNonce``.
     """
     spec = job.spec

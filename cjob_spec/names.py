@@ -31,6 +31,9 @@ ROLE_SNAPSHOT = "snapshot"
 """The role label of a pod that takes, or disposes of, a CheckpointedJobSnapshot."""
 LABEL_SNAPSHOT = "checkpointed.io/snapshot"
 """On a snapshot pod: the CheckpointedJobSnapshot it works for."""
+LABEL_SNAPSHOT_TRIGGER = "checkpointed.io/snapshot-trigger"
+"""On a CheckpointedJobSnapshot the operator took by itself (``spec.snapshots``): why
+(``Scheduled``, ``Upgrade``); with ``checkpointed.io/job``, whose."""
 
 DRIVER_CONTAINER = "driver"
 """The container of a driver pod (and of a standby one) that runs the runtime."""
@@ -111,6 +114,16 @@ def snapshot_pod_name(snapshot_name: str, *, dispose: bool = False) -> str:
     """The pod that copies a checkpoint into snapshot ``snapshot_name``, or that deletes
     the copy (``dispose``) when the snapshot is deleted with ``disposeOnDelete``."""
     return f"{snapshot_name}-{'dispose' if dispose else 'take'}"
+
+
+def scheduled_snapshot_name(job_name: str, *, stamp: str) -> str:
+    """A periodic snapshot of a job, ``stamp`` its UTC time as ``YYYYMMDDHHMMSS``."""
+    return f"{job_name}-s-{stamp}"
+
+
+def upgrade_snapshot_name(job_name: str, *, generation: int) -> str:
+    """The snapshot of the final checkpoint before the job's spec ``generation`` ran."""
+    return f"{job_name}-u-{generation}"
 
 
 SNAPSHOTS_DIR = "snapshots"

@@ -61,6 +61,7 @@ from cjob_spec.model import (
     RestoreSpec,
     RollbackSpec,
     S3Settings,
+    SnapshotSchedule,
     SparkSpec,
     StandbySpec,
     StateBackend,
@@ -373,6 +374,7 @@ def parse_job(document: Mapping[str, Any]) -> CheckpointedJob:
             "suspend",
             "upgradeMode",
             "rollback",
+            "snapshots",
             "state",
             "standby",
             "cleanupPolicy",
@@ -500,6 +502,16 @@ def _read_spec(node: _Node) -> JobSpec:
         lambda child: StandbySpec(enabled=child.flag_field(defaults.STANDBY_ENABLED)),
         default=StandbySpec,
     )
+    snapshots = node.child(
+        "snapshots",
+        ("interval", "maxCount", "maxAge", "beforeUpgrade"),
+        lambda child: SnapshotSchedule(
+            interval=child.duration_field(defaults.SNAPSHOTS_INTERVAL),
+            max_count=child.integer_field(defaults.SNAPSHOTS_MAX_COUNT),
+            max_age=child.duration_field(defaults.SNAPSHOTS_MAX_AGE),
+            before_upgrade=child.flag_field(defaults.SNAPSHOTS_BEFORE_UPGRADE)),
+        default=SnapshotSchedule,
+    )
     rollback = node.child(
         "rollback",
         ("enabled", "readinessTimeout"),
@@ -524,6 +536,7 @@ def _read_spec(node: _Node) -> JobSpec:
         standby=standby,
         cleanup_policy=cleanup,
         rollback=rollback,
+        snapshots=snapshots,
     )
 
 

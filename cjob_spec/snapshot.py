@@ -42,6 +42,13 @@ class SnapshotState(StrEnum):
         return self in (SnapshotState.COMPLETED, SnapshotState.FAILED)
 
 
+class SnapshotTrigger(StrEnum):
+    """Why the operator took a snapshot by itself (``spec.snapshots``)."""
+
+    SCHEDULED = "Scheduled"
+    UPGRADE = "Upgrade"
+
+
 class SnapshotReason(StrEnum):
     """The reasons of a snapshot's condition and Events."""
 

@@ -28,6 +28,7 @@ from cjob_lifecycle.observed import DriverPod, StoreOwnership
 from cjob_lifecycle.plan.draft import Draft
 from cjob_lifecycle.plan.failures import fail_without_image, restart_decision
 from cjob_lifecycle.plan.pods import delete, delete_finished, wait_for_blocking_pods
+from cjob_lifecycle.plan.snapshot_schedule import snapshot_before_upgrade
 from cjob_lifecycle.plan.standby import (
     left_to_end,
     lost_to_standby,
@@ -224,6 +225,8 @@ def attempt_ended(draft: Draft, pod: DriverPod | None, end: AttemptEnd) -> bool:
         # starts from it at once, and it is no restart (see ``upgrades``).
         latest = status.latest_checkpoint
         which = f" {latest.id}" if latest is not None else ""
+        if latest is not None:
+            snapshot_before_upgrade(draft, checkpoint_id=latest.id)
         message = (f"attempt {status.attempt} stopped after its final checkpoint{which}, its "
                    f"output committed; starting the new spec from it")
         draft.set(phase=Phase.RESTARTING, reason=Reason.UPGRADING, message=message,

@@ -19,6 +19,7 @@ from cjob_lifecycle.plan.deletion import plan_deletion
 from cjob_lifecycle.plan.draft import Draft, Plan, PlanSettings
 from cjob_lifecycle.plan.phases import run_state_machine
 from cjob_lifecycle.plan.rollback import effective_job, track_rollback
+from cjob_lifecycle.plan.snapshot_schedule import schedule_snapshots
 from cjob_lifecycle.plan.standby import complete_lost_driver_failure, manage_standby
 from cjob_lifecycle.plan.store import take_restore_report
 
@@ -38,6 +39,7 @@ def plan(observed: Observed, *, now: datetime, settings: PlanSettings | None = N
         complete_lost_driver_failure(draft)
         run_state_machine(draft)
         track_rollback(draft)
+        schedule_snapshots(draft)
         manage_standby(draft)
         take_restore_report(draft)
         set_conditions(draft)

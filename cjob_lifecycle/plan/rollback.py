@@ -15,7 +15,8 @@ exactly once.
 two edits a user meant to keep; it runs the stable spec *instead of* the job's as
 long as the job's spec hashes to the rolled-back one. Fields no driver depends on
 (``suspend``, ``restartPolicy``, ``restore``, ``upgradeMode``, ``rollback``,
-``cleanupPolicy``, ``standby``, ``checkpoint.triggerNonce``) are still taken from the
+``snapshots``, ``cleanupPolicy``, ``standby``, ``checkpoint.triggerNonce``) are still
+taken from the
 job, so a rolled-back job can be suspended or given a manual checkpoint; any change
 of a field that is part of the hash is a new spec and is tried (:func:`effective_job`,
 which the operator also builds its pods from).
@@ -63,7 +64,7 @@ def effective_job(observed: Observed) -> CheckpointedJob:
     spec = dataclasses.replace(
         parsed.spec, suspend=own.suspend, restart_policy=own.restart_policy,
         restore=own.restore, upgrade_mode=own.upgrade_mode, rollback=own.rollback,
-        cleanup_policy=own.cleanup_policy, standby=own.standby,
+        cleanup_policy=own.cleanup_policy, standby=own.standby, snapshots=own.snapshots,
         checkpoint=dataclasses.replace(parsed.spec.checkpoint,
                                        trigger_nonce=own.checkpoint.trigger_nonce))
     return dataclasses.replace(job, spec=spec)

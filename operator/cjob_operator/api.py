@@ -187,6 +187,32 @@ class KubeCluster:
         )
         return cast(Mapping[str, Any], body) if body is not None else None
 
+    def list_snapshots(self, *, namespace: str,
+                       labels: Mapping[str, str]) -> list[Mapping[str, Any]]:
+        selector = ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
+        found = _call(
+            f"list CheckpointedJobSnapshots {selector} in {namespace}",
+            lambda: self.custom.list_namespaced_custom_object(
+                API_GROUP, VERSION, namespace, SNAPSHOT_PLURAL, label_selector=selector,
+                _request_timeout=REQUEST_TIMEOUT))
+        items = (found or {}).get("items") if isinstance(found, Mapping) else None
+        return [item for item in items or [] if isinstance(item, Mapping)]
+
+    def create_snapshot(self, *, manifest: Manifest) -> None:
+        namespace, name = _where(manifest)
+        _call(f"create CheckpointedJobSnapshot {namespace}/{name}",
+              lambda: self.custom.create_namespaced_custom_object(
+                  API_GROUP, VERSION, namespace, SNAPSHOT_PLURAL, manifest,
+                  _request_timeout=REQUEST_TIMEOUT),
+              ok=frozenset({409}))
+
+    def delete_snapshot(self, *, namespace: str, name: str) -> None:
+        _call(f"delete CheckpointedJobSnapshot {namespace}/{name}",
+              lambda: self.custom.delete_namespaced_custom_object(
+                  API_GROUP, VERSION, namespace, SNAPSHOT_PLURAL, name,
+                  _request_timeout=REQUEST_TIMEOUT),
+              ok=frozenset({404}))
+
     def write_snapshot_status(self, *, snapshot: Mapping[str, Any],
                               status: Mapping[str, Any]) -> None:
         """A JSON merge patch of the snapshot's status subresource, from what was read.

@@ -87,6 +87,16 @@ class Cluster(Protocol):
     def read_snapshot(self, *, namespace: str, name: str) -> Mapping[str, Any] | None:
         """A CheckpointedJobSnapshot (the one ``spec.restore.snapshot`` names)."""
 
+    def list_snapshots(self, *, namespace: str,
+                       labels: Mapping[str, str]) -> list[Mapping[str, Any]]:
+        """The CheckpointedJobSnapshots carrying ``labels``."""
+
+    def create_snapshot(self, *, manifest: Manifest) -> None:
+        """Create a CheckpointedJobSnapshot; AlreadyExists is success."""
+
+    def delete_snapshot(self, *, namespace: str, name: str) -> None:
+        """Delete a CheckpointedJobSnapshot; NotFound is success."""
+
     def read_job(self, *, namespace: str, name: str) -> Mapping[str, Any] | None:
         """The CheckpointedJob as the API server has it now, or None if it is gone."""
 

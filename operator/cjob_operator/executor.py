@@ -26,11 +26,13 @@ from cjob_lifecycle.actions import (
     AdvanceFence,
     CreateCleanupPod,
     CreateDriver,
+    CreateSnapshot,
     CreateStandby,
     DeleteCheckpointStore,
     DeleteCleanupPod,
     DeleteDriver,
     DeleteExecutor,
+    DeleteSnapshot,
     EmitEvent,
     EnsureCheckpointConfigMap,
     EnsureNetworkPolicy,
@@ -60,6 +62,7 @@ from cjob_operator.builders.metadata import (
     standard_labels,
 )
 from cjob_operator.builders.pods import build_cleanup_pod, build_driver_pod, build_standby_pod
+from cjob_operator.builders.snapshot_pods import build_job_snapshot
 from cjob_operator.cluster import Cluster, ClusterError, JobRef, Manifest
 from cjob_operator.config import OperatorConfig
 from cjob_spec.model import CheckpointedJob
@@ -210,6 +213,12 @@ class ActionExecutor:
             case RetainCheckpointStore():
                 cluster.retain_configmap(namespace=namespace, name=action.name,
                                          message=action.message)
+            case CreateSnapshot():
+                cluster.create_snapshot(manifest=build_job_snapshot(
+                    job, name=action.name, trigger=action.trigger,
+                    checkpoint_id=action.checkpoint_id))
+            case DeleteSnapshot():
+                cluster.delete_snapshot(namespace=namespace, name=action.name)
             case RemoveFinalizer() | RequeueAfter():
                 pass  # carried out by the caller (kopf removes its finalizer, the loop waits)
             case _:

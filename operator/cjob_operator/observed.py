@@ -21,6 +21,7 @@ from cjob_lifecycle.observed import (
     CleanupPod,
     DriverPod,
     ExecutorPod,
+    JobSnapshot,
     RestoreSnapshot,
     StoreOwnership,
     StoreView,
@@ -35,13 +36,14 @@ from cjob_spec.names import (
     LABEL_ATTEMPT,
     LABEL_JOB,
     LABEL_ROLE,
+    LABEL_SNAPSHOT_TRIGGER,
     ROLE_CLEANUP,
     ROLE_DRIVER,
     ROLE_EXECUTOR,
     ROLE_STANDBY,
     SNAPSHOT_CONTAINER,
 )
-from cjob_spec.snapshot import SnapshotState, SnapshotStatus
+from cjob_spec.snapshot import SnapshotState, SnapshotStatus, SnapshotTrigger
 from cjob_spec.times import parse_time
 
 
@@ -161,6 +163,29 @@ def observe_snapshot_pod(pod: Mapping[str, Any], *, snapshot_uid: str) -> Snapsh
     return SnapshotPod(name=state.name, phase=state.phase, exit_code=state.exit_code,
                        reason=state.reason, message=state.message,
                        deletion_timestamp=state.deletion_timestamp)
+
+
+def observe_job_snapshots(items: Iterable[Mapping[str, Any]], *,
+                          job_name: str) -> tuple[JobSnapshot, ...]:
+    """The snapshots the operator took of job ``job_name`` by itself: labelled with the
+    job and a trigger, and naming the job (a snapshot a user took is never pruned)."""
+    found = []
+    for item in items:
+        metadata = _mapping(item.get("metadata"))
+        labels = _mapping(metadata.get("labels"))
+        name = metadata.get("name")
+        created = _time(metadata.get("creationTimestamp"))
+        try:
+            trigger = SnapshotTrigger(str(labels.get(LABEL_SNAPSHOT_TRIGGER)))
+        except ValueError:
+            continue
+        if (not isinstance(name, str) or created is None or labels.get(LABEL_JOB) != job_name
+                or _mapping(item.get("spec")).get("jobName") != job_name):
+            continue
+        status = SnapshotStatus.from_dict(_mapping(item.get("status")))
+        found.append(JobSnapshot(name=name, trigger=trigger, created_at=created,
+                                 state=status.state))
+    return tuple(found)
 
 
 def observe_restore_snapshot(body: Mapping[str, Any] | None, *, name: str) -> RestoreSnapshot:

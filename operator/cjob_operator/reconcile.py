@@ -32,7 +32,7 @@ from cjob_lifecycle.actions import (
     RequestCheckpoint,
     RequeueAfter,
 )
-from cjob_lifecycle.observed import Observed
+from cjob_lifecycle.observed import JobSnapshot, Observed
 from cjob_lifecycle.plan import Plan, PlanSettings, effective_job, plan, plan_invalid_spec
 from cjob_lifecycle.plan.deletion import retention
 from cjob_operator.cluster import (
@@ -49,6 +49,7 @@ from cjob_operator.observed import (
     foreign_pods,
     observe_cleanup,
     observe_executors,
+    observe_job_snapshots,
     observe_pods,
     observe_restore_snapshot,
     observe_store,
@@ -307,6 +308,14 @@ class Reconciler:
             except ClusterError as exc:
                 return self._failed(key, step="read-snapshot", error=exc, job=job)
             restore_snapshot = observe_restore_snapshot(body_of_snapshot, name=source.snapshot)
+        own_snapshots: tuple[JobSnapshot, ...] = ()
+        if job.spec.snapshots.in_use and not deleting:
+            try:
+                listed = self.cluster.list_snapshots(namespace=namespace,
+                                                     labels={LABEL_JOB: name})
+            except ClusterError as exc:
+                return self._failed(key, step="list-snapshots", error=exc, job=job)
+            own_snapshots = observe_job_snapshots(listed, job_name=name)
         observed = Observed(
             job=job,
             status=status,
@@ -317,6 +326,7 @@ class Reconciler:
             deleting=deleting,
             default_image=self.operator_config.default_image,
             restore_snapshot=restore_snapshot,
+            snapshots=own_snapshots,
             raw_spec=spec if isinstance(spec := body.get("spec"), Mapping) else None,
         )
         # The pods are built from the spec the plan decided for: a rolled-back job's

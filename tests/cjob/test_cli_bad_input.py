@@ -52,6 +52,12 @@ class TestInvalidDocuments:
         result = run_cjob("run", str(path), "--state-dir", str(tmp_path / "s"), cwd=tmp_path)
         assert_one_line_error(result, "spec.restore.snapshot", "spec.restore.from")
 
+    def test_periodic_snapshots_are_refused_locally_with_the_way_to_take_one(
+            self, tmp_path: Path) -> None:
+        path = good_job(tmp_path, extra="snapshots: {interval: 1h}")
+        result = run_cjob("run", str(path), "--state-dir", str(tmp_path / "s"), cwd=tmp_path)
+        assert_one_line_error(result, "spec.snapshots", "cjob snapshot")
+
     def test_a_snapshot_and_a_checkpoint_to_restore_are_refused_together(
             self, tmp_path: Path) -> None:
         path = good_job(tmp_path, extra="restore: {snapshot: before-upgrade, from: 3}")

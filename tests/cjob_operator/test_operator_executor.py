@@ -49,6 +49,7 @@ class TestEveryKindOfAction:
             "promote_standby(sums-standby-1, 2)", "delete_pod(sums-attempt-1)",
             "post_event(Started)", "delete_pod(sums-attempt-1-exec-1)",
             "create_pod(sums-cleanup)", "delete_pod(sums-cleanup)",
+            "create_snapshot(sums-s-20260101000000)", "delete_snapshot(sums-s-20250101000000)",
             "retain_configmap(sums-checkpoints)", "delete_configmap(sums-checkpoints)",
         ]
 

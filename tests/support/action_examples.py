@@ -14,11 +14,13 @@ from cjob_lifecycle.actions import (
     AdvanceFence,
     CreateCleanupPod,
     CreateDriver,
+    CreateSnapshot,
     CreateStandby,
     DeleteCheckpointStore,
     DeleteCleanupPod,
     DeleteDriver,
     DeleteExecutor,
+    DeleteSnapshot,
     EmitEvent,
     EnsureCheckpointConfigMap,
     EnsureNetworkPolicy,
@@ -46,6 +48,7 @@ from cjob_spec.names import (
     standby_pod_name,
 )
 from cjob_spec.reasons import Reason
+from cjob_spec.snapshot import SnapshotTrigger
 
 IMAGE = "example.org/runtime:1"
 KINDS: frozenset[type] = frozenset(typing.get_args(Action))
@@ -77,6 +80,8 @@ def one_of_each(job_name: str) -> list[Action]:
         CreateCleanupPod(name=cleanup_pod_name(job_name), uris=("file:///ckpt/job-uid-1",),
                          image=IMAGE, deadline_seconds=600),
         DeleteCleanupPod(name=cleanup_pod_name(job_name)),
+        CreateSnapshot(name=f"{job_name}-s-20260101000000", trigger=SnapshotTrigger.SCHEDULED),
+        DeleteSnapshot(name=f"{job_name}-s-20250101000000"),
         RetainCheckpointStore(name=checkpoint_configmap_name(job_name),
                               message="checkpoint data under file:///ckpt/job-uid-1 kept"),
         DeleteCheckpointStore(name=checkpoint_configmap_name(job_name)),

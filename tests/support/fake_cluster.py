@@ -59,6 +59,7 @@ class Event:
 class FakeCluster:
     job: dict[str, Any] | None = field(default_factory=job_document)
     pods: dict[str, Manifest] = field(default_factory=dict)
+    snapshots: dict[str, Manifest] = field(default_factory=dict)
     objects: dict[tuple[str, str], Manifest] = field(default_factory=dict)
     store: StoreReading | None = None
     store_annotations: dict[str, str] = field(default_factory=dict)
@@ -165,6 +166,25 @@ class FakeCluster:
         labels = self.pods[str(promotion.pod)]["metadata"]["labels"]
         labels.update({"checkpointed.io/role": role,
                        "checkpointed.io/attempt": str(promotion.attempt)})
+
+    def read_snapshot(self, *, namespace: str, name: str) -> Mapping[str, Any] | None:
+        self._enter("read_snapshot", name)
+        return self.snapshots.get(name)
+
+    def list_snapshots(self, *, namespace: str,
+                       labels: Mapping[str, str]) -> list[Mapping[str, Any]]:
+        self._enter("list_snapshots", ",".join(f"{k}={v}" for k, v in sorted(labels.items())))
+        return [s for s in self.snapshots.values()
+                if labels.items() <= s["metadata"].get("labels", {}).items()]
+
+    def create_snapshot(self, *, manifest: Manifest) -> None:
+        name = manifest["metadata"]["name"]
+        self._enter("create_snapshot", name)
+        self.snapshots.setdefault(name, copy.deepcopy(manifest))
+
+    def delete_snapshot(self, *, namespace: str, name: str) -> None:
+        self._enter("delete_snapshot", name)
+        self.snapshots.pop(name, None)
 
     def delete_configmap(self, *, namespace: str, name: str) -> None:
         self._enter("delete_configmap", name)

@@ -117,10 +117,11 @@ driver's; this avoids the much broader "escalate" and "bind" verbs.
   resources: ["checkpointedjobs/status"]
   verbs: ["get", "patch"]
 # Snapshots: kopf watches them and patches their finalizer, the operator writes their
-# status. Their pods (below) copy and delete checkpoint data with the job's credentials.
+# status, and creates and prunes the ones a job's spec.snapshots asks for. Their pods
+# (below) copy and delete checkpoint data with the job's credentials.
 - apiGroups: ["checkpointed.io"]
   resources: ["checkpointedjobsnapshots"]
-  verbs: ["get", "list", "watch", "patch"]
+  verbs: ["get", "list", "watch", "patch", "create", "delete"]
 - apiGroups: ["checkpointed.io"]
   resources: ["checkpointedjobsnapshots/status"]
   verbs: ["get", "patch"]

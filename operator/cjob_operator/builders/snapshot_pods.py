@@ -1,4 +1,5 @@
-"""The pods that take and dispose of a CheckpointedJobSnapshot.
+"""The pods that take and dispose of a CheckpointedJobSnapshot, and the snapshots the
+operator takes of a job by itself.
 
 Built as the job's cleanup pod is (:func:`~cjob_operator.builders.pods.build_cleanup_pod`):
 the job's image, security contexts and placement, the volumes that hold its ``file://``
@@ -32,10 +33,12 @@ from cjob_spec.names import (
     APP_NAME,
     LABEL_COMPONENT,
     LABEL_INSTANCE,
+    LABEL_JOB,
     LABEL_MANAGED_BY,
     LABEL_NAME,
     LABEL_ROLE,
     LABEL_SNAPSHOT,
+    LABEL_SNAPSHOT_TRIGGER,
     MANAGED_BY,
     ROLE_SNAPSHOT,
     SNAPSHOT_CONTAINER,
@@ -43,6 +46,7 @@ from cjob_spec.names import (
 )
 from cjob_spec.runtime_args import kubelet_literal
 from cjob_spec.security import container_security_context, pod_security_context
+from cjob_spec.snapshot import SnapshotTrigger
 from cjob_spec.snapshot_outcome import SnapshotTask
 
 DEADLINE_SECONDS = 3600
@@ -138,4 +142,30 @@ def build_snapshot_pod(
             "containers": [container],
             **placement,
         },
+    }
+
+
+def build_job_snapshot(job: CheckpointedJob, *, name: str, trigger: SnapshotTrigger,
+                       checkpoint_id: int | None) -> Manifest:
+    """A CheckpointedJobSnapshot the operator takes of ``job`` by itself
+    (``spec.snapshots``): labelled with the job and why, owned by nobody (it outlives
+    the job), disposed of with its object."""
+    spec: dict[str, Any] = {"jobName": job.metadata.name}
+    if checkpoint_id is not None:
+        spec["checkpoint"] = checkpoint_id
+    return {
+        "apiVersion": API_VERSION,
+        "kind": SNAPSHOT_KIND,
+        "metadata": {
+            "name": name,
+            "namespace": job.metadata.namespace,
+            "labels": {
+                LABEL_NAME: APP_NAME,
+                LABEL_INSTANCE: job.metadata.name,
+                LABEL_MANAGED_BY: MANAGED_BY,
+                LABEL_JOB: job.metadata.name,
+                LABEL_SNAPSHOT_TRIGGER: trigger.value,
+            },
+        },
+        "spec": spec,
     }

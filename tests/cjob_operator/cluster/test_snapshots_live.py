@@ -155,3 +155,34 @@ def test_mistakes_wait_or_are_refused_with_the_reason(
     both["spec"]["restore"] = {"snapshot": "keep", "from": 3}
     refused = kubectl.apply(both)
     assert refused.returncode != 0 and "keep one" in refused.stderr
+
+
+def test_a_jobs_periodic_snapshots_are_taken_and_the_oldest_pruned(
+    kubectl: Kubectl, kube_rest: Any, kube_namespace: str, process_node: Any,
+    cjob_operator: OperatorProcess, tmp_path: Path,
+) -> None:
+    job = running_sum_job(name="periodic", namespace=kube_namespace, work_dir=tmp_path,
+                          count=12_000, rate=400)
+    job["spec"]["snapshots"] = {"interval": "5s", "maxCount": 1}
+    assert kubectl.apply(job).returncode == 0
+
+    def scheduled() -> list[dict[str, Any]]:
+        found = kube_rest.get(
+            f"{SNAPSHOTS_PATH.format(namespace=quote(kube_namespace))}"
+            f"?labelSelector=checkpointed.io/job%3Dperiodic")["items"]
+        return sorted(found, key=lambda s: s["metadata"]["name"])
+
+    def first_completed() -> str | None:
+        done = [s for s in scheduled() if (s.get("status") or {}).get("state") == "Completed"]
+        return done[0]["metadata"]["name"] if done else None
+
+    first = wait_for(first_completed, what="a periodic snapshot to complete", timeout=180)
+    assert first.startswith("periodic-s-")
+    labels = scheduled()[0]["metadata"]["labels"]
+    assert labels["checkpointed.io/snapshot-trigger"] == "Scheduled"
+    wait_for(lambda: first not in [s["metadata"]["name"] for s in scheduled()]
+             and first_completed() is not None,
+             what="a newer snapshot to complete and the first to be pruned", timeout=180)
+    kubectl.run("-n", kube_namespace, "delete", "checkpointedjob", "periodic", "--wait=true",
+                "--timeout=90s")
+    assert [s["metadata"]["name"] for s in scheduled()], "the job's snapshots outlive it"
