@@ -104,6 +104,29 @@ def storage_env(job: CheckpointedJob, config: OperatorConfig) -> list[dict[str, 
     return env
 
 
+def storage_container(job: CheckpointedJob, *, name: str, image: str, command: Sequence[str],
+                      args: Sequence[str], config: OperatorConfig) -> dict[str, Any]:
+    """A short-lived container that reaches the job's storage as its driver does (the
+    cleanup and snapshot pods): the job's S3 environment, a small fixed size, the job's
+    container security context, and its one-line outcome as the termination message
+    (the end of its log should it die without writing one)."""
+    return {
+        "name": name,
+        "image": image,
+        "imagePullPolicy": config.image_pull_policy,
+        "command": list(command),
+        "args": list(args),
+        "env": storage_env(job, config),
+        "resources": {
+            "requests": {"cpu": CLEANUP_CPU, "memory": CLEANUP_MEMORY},
+            "limits": {"memory": CLEANUP_MEMORY},
+        },
+        "securityContext": container_security_context(job.spec.pod.container_security_context),
+        "terminationMessagePath": TERMINATION_LOG,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+
+
 def build_cleanup_pod(
     job: CheckpointedJob,
     *,
@@ -127,22 +150,11 @@ def build_cleanup_pod(
     uid = job.metadata.uid
     if not uid:
         raise SpecError(field="metadata.uid", problem="is required to delete checkpoint data")
-    container: dict[str, Any] = {
-        "name": CLEANUP_CONTAINER,
-        "image": image,
-        "imagePullPolicy": config.image_pull_policy,
-        "command": list(config.cleanup_command),
-        "args": [*(arg for uri in uris for arg in ("--uri", kubelet_literal(uri))),
-                 "--job-name", name, "--job-uid", uid, "--termination-log", TERMINATION_LOG],
-        "env": storage_env(job, config),
-        "resources": {
-            "requests": {"cpu": CLEANUP_CPU, "memory": CLEANUP_MEMORY},
-            "limits": {"memory": CLEANUP_MEMORY},
-        },
-        "securityContext": container_security_context(job.spec.pod.container_security_context),
-        "terminationMessagePath": TERMINATION_LOG,
-        "terminationMessagePolicy": "FallbackToLogsOnError",
-    }
+    container = storage_container(
+        job, name=CLEANUP_CONTAINER, image=image, command=config.cleanup_command,
+        args=[*(arg for uri in uris for arg in ("--uri", kubelet_literal(uri))),
+              "--job-name", name, "--job-uid", uid, "--termination-log", TERMINATION_LOG],
+        config=config)
     if job.spec.pod.volume_mounts:
         container["volumeMounts"] = [dict(m) for m in job.spec.pod.volume_mounts]
     return {

@@ -20,11 +20,9 @@ from urllib.parse import urlsplit
 
 from cjob_operator.builders.metadata import Manifest
 from cjob_operator.builders.pods import (
-    CLEANUP_CPU,
-    CLEANUP_MEMORY,
     TERMINATION_LOG,
     driver_pod_placement,
-    storage_env,
+    storage_container,
 )
 from cjob_operator.config import OperatorConfig
 from cjob_spec.model import CheckpointedJob
@@ -45,7 +43,7 @@ from cjob_spec.names import (
     SNAPSHOT_KIND,
 )
 from cjob_spec.runtime_args import kubelet_literal
-from cjob_spec.security import container_security_context, pod_security_context
+from cjob_spec.security import pod_security_context
 from cjob_spec.snapshot import SnapshotTrigger
 from cjob_spec.snapshot_outcome import SnapshotTask
 
@@ -88,21 +86,8 @@ def build_snapshot_pod(
         if task is SnapshotTask.TAKE else ["dispose-snapshot"]
     args += ["--target", kubelet_literal(target), "--snapshot-name", snapshot_name,
              "--snapshot-uid", snapshot_uid, "--termination-log", TERMINATION_LOG]
-    container: dict[str, Any] = {
-        "name": SNAPSHOT_CONTAINER,
-        "image": image,
-        "imagePullPolicy": config.image_pull_policy,
-        "command": list(config.snapshot_command),
-        "args": args,
-        "env": storage_env(job, config),
-        "resources": {
-            "requests": {"cpu": CLEANUP_CPU, "memory": CLEANUP_MEMORY},
-            "limits": {"memory": CLEANUP_MEMORY},
-        },
-        "securityContext": container_security_context(job.spec.pod.container_security_context),
-        "terminationMessagePath": TERMINATION_LOG,
-        "terminationMessagePolicy": "FallbackToLogsOnError",
-    }
+    container = storage_container(job, name=SNAPSHOT_CONTAINER, image=image,
+                                  command=config.snapshot_command, args=args, config=config)
     mounts = storage_mounts(job, [target, *([checkpoint] if checkpoint else [])])
     if mounts:
         container["volumeMounts"] = [dict(m) for m in mounts]
