@@ -59,6 +59,11 @@ class UpgradeMode(StrEnum):
     """Take a final checkpoint through the suspend path (its output committed by every
     sink, the driver then ends), then start the new spec from it: nothing is read
     twice. Falls back to ``LastState`` when no final checkpoint completes in time."""
+    STATELESS = "Stateless"
+    """Stop the driver and start the new spec with empty state: its sources read from
+    their ``start`` again, its sinks send nothing the old state still owed, and the
+    output already committed stays. For a change the old state does not fit and need
+    not survive."""
 
 
 DEFAULT_UPGRADE_MODE = UpgradeMode.LAST_STATE

@@ -282,6 +282,11 @@ class JobStatus:
     """With ``spec.rollback``: the last spec that ran well, to return to."""
     upgrade: PendingUpgrade | None = None
     """With ``spec.rollback``: the changed spec now running, until it proves itself."""
+    discarded_through: int | None = None
+    """After an ``upgradeMode: Stateless`` upgrade: the newest checkpoint of the state it
+    discarded (0: there was none). An attempt restores nothing while the store's latest
+    checkpoint is this one or older, so a restart before the new spec's first
+    checkpoint does not bring the old state back."""
     rolled_back_spec_hash: str | None = None
     """The hash of a spec that was rolled back: while the job's spec still hashes to it,
     the job runs ``stable_spec`` instead."""
@@ -325,6 +330,7 @@ class JobStatus:
             ("selector", self.selector),
             ("lastStableSpec", self.stable_spec and self.stable_spec.to_dict()),
             ("upgrade", self.upgrade and self.upgrade.to_dict()),
+            ("discardedThrough", self.discarded_through),
             ("rolledBackSpecHash", self.rolled_back_spec_hash),
         ]
         for key, value in optional:
@@ -373,6 +379,7 @@ class JobStatus:
             selector=_str(data, "selector"),
             stable_spec=_nested(data, "lastStableSpec", StableSpec.from_dict),
             upgrade=_nested(data, "upgrade", PendingUpgrade.from_dict),
+            discarded_through=_int(data, "discardedThrough"),
             rolled_back_spec_hash=_str(data, "rolledBackSpecHash"),
         )
 

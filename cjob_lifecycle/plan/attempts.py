@@ -119,6 +119,10 @@ def start_attempt(draft: Draft, *, reason: Reason, reset_restarts: bool) -> None
     if in_flight is not None:
         pointer = in_flight[1].restore  # what the promoted pod was told already
         origin = "checkpoint " + pointer if pointer.isdigit() else pointer
+    elif (latest is not None and lost is None and draft.status.discarded_through is not None
+          and latest.id <= draft.status.discarded_through):
+        pointer = "none"  # the state a Stateless upgrade discarded (see ``upgrades``)
+        origin = "an empty state (upgradeMode: Stateless)"
     elif latest is not None and lost is None:
         pointer = "latest"
         origin = f"checkpoint {latest.id}"

@@ -22,6 +22,7 @@ from cjob_lifecycle.plan.rollback import effective_job, track_rollback
 from cjob_lifecycle.plan.snapshot_schedule import schedule_snapshots
 from cjob_lifecycle.plan.standby import complete_lost_driver_failure, manage_standby
 from cjob_lifecycle.plan.store import take_restore_report
+from cjob_lifecycle.plan.upgrades import forget_discarded
 
 
 def plan(observed: Observed, *, now: datetime, settings: PlanSettings | None = None) -> Plan:
@@ -42,6 +43,7 @@ def plan(observed: Observed, *, now: datetime, settings: PlanSettings | None = N
         schedule_snapshots(draft)
         manage_standby(draft)
         take_restore_report(draft)
+        forget_discarded(draft)
         set_conditions(draft)
         if draft.status.phase is not None and not draft.status.phase.is_terminal:
             draft.requeue_in(draft.settings.resync_seconds)

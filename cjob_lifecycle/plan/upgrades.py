@@ -5,6 +5,11 @@ latest checkpoint, and the records read since that checkpoint are read again. Th
 output stays exactly once, but the work is done twice and the sinks' output since
 the checkpoint waits for the new attempt.
 
+``Stateless`` stops the driver at once too, and the new spec starts with empty state:
+its sources read from their ``start`` again and its sinks send nothing the old state
+still owed; the output already committed stays. Until the new spec completes its
+first checkpoint, every attempt starts empty (``status.discardedThrough``).
+
 ``Snapshot`` goes through the suspend path first: the running driver is asked for
 a final checkpoint (the suspend nonce of its attempt), every sink commits it, and the
 driver ends by itself (exit code 8). The attempt's end is then an upgrade, not a
@@ -33,9 +38,43 @@ from cjob_spec.times import to_utc, truncate_to_seconds
 def upgrade(draft: Draft, pod: DriverPod) -> bool:
     """Make way for the changed spec, as ``spec.upgradeMode`` says."""
     running = pod.phase == "Running" and pod.started_at is not None
-    if draft.job.spec.upgrade_mode is UpgradeMode.SNAPSHOT and running:
+    mode = draft.job.spec.upgrade_mode
+    if mode is UpgradeMode.SNAPSHOT and running:
         return _through_final_checkpoint(draft, pod)
+    if mode is UpgradeMode.STATELESS:
+        return _restart_empty(draft, pod)
     return restart_from_latest(draft, pod)
+
+
+def _restart_empty(draft: Draft, pod: DriverPod) -> bool:
+    """Stop the attempt; the new spec starts with empty state, and so does every attempt
+    until it completes a checkpoint of its own."""
+    delete(draft, pod, Reason.SPEC_CHANGED)
+    latest = draft.status.latest_checkpoint
+    message = (
+        f"spec changed (generation {draft.observed.generation}): stopping attempt "
+        f"{draft.status.attempt}; the new spec starts with empty state (upgradeMode: "
+        f"Stateless{f', checkpoint {latest.id} and older unused' if latest else ''})"
+    )
+    draft.event("Normal", Reason.UPGRADING, message)
+    draft.set(
+        phase=Phase.RESTARTING,
+        reason=Reason.UPGRADING,
+        message=message,
+        next_restart_at=truncate_to_seconds(draft.now),
+        suspend_requested_at=None,
+        discarded_through=latest.id if latest is not None else 0,
+    )
+    return True
+
+
+def forget_discarded(draft: Draft) -> None:
+    """A checkpoint newer than the state a Stateless upgrade discarded completed: the
+    new spec's own state is what restores from now on."""
+    through = draft.status.discarded_through
+    latest = draft.status.latest_checkpoint
+    if through is not None and latest is not None and latest.id > through:
+        draft.set(discarded_through=None)
 
 
 def restart_from_latest(draft: Draft, pod: DriverPod, *, why: str = "") -> bool:

@@ -188,3 +188,47 @@ class TestAFinishedJobsSpecChange:
         done = status(Phase.SUCCEEDED, 1)
         result = run(observe(make_job(image="other:1"), done, driver(1, "Succeeded")), at(50))
         assert result.actions == ()
+
+
+class TestAStatelessUpgrade:
+    """upgradeMode Stateless: the new spec starts with empty state, and so does every
+    attempt until it completes a checkpoint of its own."""
+
+    OLD = make_job(upgradeMode="Stateless")
+    NEW = make_job(upgradeMode="Stateless", image="example.org/clicks:2.0")
+    STORE = StoreView(exists=True, latest=checkpoint(9, at(50)), fence_attempt=3)
+
+    def stopped(self) -> Any:
+        running = status(Phase.RUNNING, 3, job=self.OLD, latest_checkpoint=checkpoint(9, at(50)))
+        return run(observe(self.NEW, running, driver(3, job=self.OLD), store=self.STORE), at(60))
+
+    def test_the_driver_stops_and_the_new_spec_starts_with_nothing_restored(self) -> None:
+        stopping = self.stopped()
+        assert stopping.of_type(DeleteDriver) == [
+            DeleteDriver(name="clicks-attempt-3", reason=Reason.SPEC_CHANGED)]
+        assert stopping.status.discarded_through == 9
+        (said,) = [e for e in stopping.of_type(EmitEvent) if e.reason == Reason.UPGRADING]
+        assert "empty state" in said.message
+        started = run(observe(self.NEW, stopping.status, store=self.STORE), at(61))
+        (created,) = started.of_type(CreateDriver)
+        assert created.restore_pointer == "none"
+
+    def test_a_restart_before_the_new_specs_first_checkpoint_starts_empty_again(self) -> None:
+        stopping = self.stopped()
+        started = run(observe(self.NEW, stopping.status, store=self.STORE), at(61))
+        failed = driver(4, "Failed", job=self.NEW, exit_code=1, created=at(61))
+        again = run(observe(self.NEW, started.status, failed, store=self.STORE), at(200))
+        (created,) = again.of_type(CreateDriver)
+        assert (created.attempt, created.restore_pointer) == (5, "none")
+
+    def test_once_the_new_spec_checkpointed_its_own_state_restores(self) -> None:
+        stopping = self.stopped()
+        started = run(observe(self.NEW, stopping.status, store=self.STORE), at(61))
+        own = StoreView(exists=True, latest=checkpoint(10, at(90)), fence_attempt=4)
+        running = run(observe(self.NEW, started.status, driver(4, job=self.NEW, created=at(61)),
+                              store=own), at(95))
+        assert running.status.discarded_through is None
+        failed = driver(4, "Failed", job=self.NEW, exit_code=1, created=at(61))
+        later = run(observe(self.NEW, running.status, failed, store=own), at(200))
+        (created,) = later.of_type(CreateDriver)
+        assert (created.attempt, created.restore_pointer) == (5, "latest")

@@ -182,4 +182,5 @@ def full_status() -> JobStatus:
         stable_spec=StableSpec(spec_hash="abd", spec={"parallelism": 2, "job": {"args": {}}}),
         upgrade=PendingUpgrade(spec_hash="abc", started_at=T0, checkpoint_id=41),
         rolled_back_spec_hash="abe",
+        discarded_through=8,
     )
