@@ -80,6 +80,9 @@ def track_rollback(draft: Draft) -> None:
         return
     if status.rolled_back_spec_hash is not None and not rolled_back(observed):
         draft.set(rolled_back_spec_hash=None)  # the spec changed since: it is tried
+    elif status.rolled_back_spec_hash is not None and status.phase is Phase.RUNNING:
+        # Running, but not the job's own spec: the reason says so (and the condition).
+        draft.set(reason=Reason.ROLLED_BACK)
     running = status.spec_hash
     if running is None or status.phase is None:
         return

@@ -129,6 +129,8 @@ class TestWhileRolledBack:
         assert job.spec.checkpoint.trigger_nonce == "n-7"
         result = run(observed, at(130))
         assert result.of_type(DeleteDriver) == [], "the same spec: no upgrade"
+        assert (result.status.phase, result.status.reason) == (Phase.RUNNING,
+                                                               Reason.ROLLED_BACK)
         assert result.status.last_trigger_nonce == "n-7"
 
     def test_a_spec_changed_again_is_tried(self) -> None:

@@ -39,6 +39,7 @@ def test_a_failed_upgrade_is_rolled_back_and_the_job_finishes_exactly_once(
                       for c in s.get("conditions", [])) and s.get("phase") == "Running",
         what="the rollback to run", timeout=180)
     assert back["rolledBackSpecHash"] != back["specHash"]
+    assert back["reason"] == "RolledBack"
     assert back["lastFailure"]["reason"] == "InvalidConfiguration"  # no such module
     (warning,) = [e for e in guarded.events() if e["reason"] == "RolledBack"
                   and e["type"] == "Warning"]
