@@ -49,23 +49,11 @@ def upgrade(draft: Draft, pod: DriverPod) -> bool:
 def _restart_empty(draft: Draft, pod: DriverPod) -> bool:
     """Stop the attempt; the new spec starts with empty state, and so does every attempt
     until it completes a checkpoint of its own."""
-    delete(draft, pod, Reason.SPEC_CHANGED)
     latest = draft.status.latest_checkpoint
-    message = (
-        f"spec changed (generation {draft.observed.generation}): stopping attempt "
-        f"{draft.status.attempt}; the new spec starts with empty state (upgradeMode: "
-        f"Stateless{f', checkpoint {latest.id} and older unused' if latest else ''})"
-    )
-    draft.event("Normal", Reason.UPGRADING, message)
-    draft.set(
-        phase=Phase.RESTARTING,
-        reason=Reason.UPGRADING,
-        message=message,
-        next_restart_at=truncate_to_seconds(draft.now),
-        suspend_requested_at=None,
-        discarded_through=latest.id if latest is not None else 0,
-    )
-    return True
+    unused = f", checkpoint {latest.id} and older unused" if latest else ""
+    return _stop(draft, pod, f"; the new spec starts with empty state (upgradeMode: "
+                             f"Stateless{unused})",
+                 discarded_through=latest.id if latest is not None else 0)
 
 
 def forget_discarded(draft: Draft) -> None:
@@ -79,19 +67,18 @@ def forget_discarded(draft: Draft) -> None:
 
 def restart_from_latest(draft: Draft, pod: DriverPod, *, why: str = "") -> bool:
     """Stop the attempt; the new spec starts from the latest checkpoint."""
+    return _stop(draft, pod, f" to restart from the latest checkpoint{why}")
+
+
+def _stop(draft: Draft, pod: DriverPod, what: str, **changes: object) -> bool:
+    """Delete the attempt's driver for the changed spec, say so, and restart at once."""
     delete(draft, pod, Reason.SPEC_CHANGED)
-    message = (
-        f"spec changed (generation {draft.observed.generation}): stopping attempt "
-        f"{draft.status.attempt} to restart from the latest checkpoint{why}"
-    )
+    message = (f"spec changed (generation {draft.observed.generation}): stopping attempt "
+               f"{draft.status.attempt}{what}")
     draft.event("Normal", Reason.UPGRADING, message)
-    draft.set(
-        phase=Phase.RESTARTING,
-        reason=Reason.UPGRADING,
-        message=message,
-        next_restart_at=truncate_to_seconds(draft.now),
-        suspend_requested_at=None,
-    )
+    draft.set(phase=Phase.RESTARTING, reason=Reason.UPGRADING, message=message,
+              next_restart_at=truncate_to_seconds(draft.now), suspend_requested_at=None,
+              **changes)
     return True
 
 
