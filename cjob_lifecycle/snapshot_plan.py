@@ -234,9 +234,11 @@ def _stamped(observed: SnapshotObserved, status: SnapshotStatus, *,
 
 
 def _size(size_bytes: int) -> str:
-    value = float(size_bytes)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+    if size_bytes < 1024:
+        return f"{size_bytes} B"
+    value = size_bytes / 1024
+    for unit in ("KiB", "MiB"):
+        if value < 1024:
+            return f"{value:.1f} {unit}"
         value /= 1024
-    return f"{size_bytes} B"
+    return f"{value:.1f} GiB"

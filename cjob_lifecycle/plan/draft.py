@@ -55,6 +55,9 @@ class PlanSettings:
 class Plan:
     actions: tuple[Action, ...]
     status: JobStatus
+    job: CheckpointedJob | None = None
+    """The job the plan decided for, whose spec the actions' pods run: the job itself,
+    or a rolled-back job's stable spec (:mod:`~cjob_lifecycle.plan.rollback`)."""
 
     @property
     def requeue_after(self) -> float | None:
@@ -126,4 +129,4 @@ class Draft:
         if self.deadlines:
             delay = max(0.0, (min(self.deadlines) - self.now).total_seconds())
             actions.append(RequeueAfter(seconds=round(delay, 3)))
-        return Plan(actions=tuple(actions), status=self.status)
+        return Plan(actions=tuple(actions), status=self.status, job=self.job)

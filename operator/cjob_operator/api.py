@@ -125,10 +125,16 @@ class KubeCluster:
     # --- the CheckpointedJob ---------------------------------------------------------
 
     def read_job(self, *, namespace: str, name: str) -> Mapping[str, Any] | None:
+        return self._read_custom(PLURAL, f"CheckpointedJob {namespace}/{name}",
+                                 namespace=namespace, name=name)
+
+    def _read_custom(self, plural: str, what: str, *, namespace: str,
+                     name: str) -> Mapping[str, Any] | None:
+        """One of our custom objects as the API server has it now; ``None``: gone."""
         body = _call(
-            f"read CheckpointedJob {namespace}/{name}",
+            f"read {what}",
             lambda: self.custom.get_namespaced_custom_object(
-                API_GROUP, VERSION, namespace, PLURAL, name, _request_timeout=REQUEST_TIMEOUT
+                API_GROUP, VERSION, namespace, plural, name, _request_timeout=REQUEST_TIMEOUT
             ),
             ok=frozenset({404}),
         )
@@ -178,18 +184,12 @@ class KubeCluster:
     # --- snapshots ---------------------------------------------------------------------
 
     def read_snapshot(self, *, namespace: str, name: str) -> Mapping[str, Any] | None:
-        body = _call(
-            f"read CheckpointedJobSnapshot {namespace}/{name}",
-            lambda: self.custom.get_namespaced_custom_object(
-                API_GROUP, VERSION, namespace, SNAPSHOT_PLURAL, name,
-                _request_timeout=REQUEST_TIMEOUT),
-            ok=frozenset({404}),
-        )
-        return cast(Mapping[str, Any], body) if body is not None else None
+        return self._read_custom(SNAPSHOT_PLURAL, f"CheckpointedJobSnapshot {namespace}/{name}",
+                                 namespace=namespace, name=name)
 
     def list_snapshots(self, *, namespace: str,
                        labels: Mapping[str, str]) -> list[Mapping[str, Any]]:
-        selector = ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
+        selector = _label_selector(labels)
         found = _call(
             f"list CheckpointedJobSnapshots {selector} in {namespace}",
             lambda: self.custom.list_namespaced_custom_object(
@@ -373,7 +373,7 @@ class KubeCluster:
         return cast(Mapping[str, Any], self.api_client.sanitize_for_serialization(pod))
 
     def list_pods(self, *, namespace: str, labels: Mapping[str, str]) -> list[Mapping[str, Any]]:
-        selector = ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
+        selector = _label_selector(labels)
         found = _call(
             f"list pods {selector} in {namespace}",
             lambda: self.core.list_namespaced_pod(namespace, label_selector=selector,
@@ -492,6 +492,10 @@ def merge_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any
         if key not in new:
             patch[key] = None
     return patch
+
+
+def _label_selector(labels: Mapping[str, str]) -> str:
+    return ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
 
 
 def _where(manifest: Mapping[str, Any]) -> tuple[str, str]:

@@ -33,7 +33,7 @@ from cjob_lifecycle.actions import (
     RequeueAfter,
 )
 from cjob_lifecycle.observed import JobSnapshot, Observed
-from cjob_lifecycle.plan import Plan, PlanSettings, effective_job, plan, plan_invalid_spec
+from cjob_lifecycle.plan import Plan, PlanSettings, plan, plan_invalid_spec
 from cjob_lifecycle.plan.deletion import retention
 from cjob_operator.cluster import (
     Cluster,
@@ -329,10 +329,10 @@ class Reconciler:
             snapshots=own_snapshots,
             raw_spec=spec if isinstance(spec := body.get("spec"), Mapping) else None,
         )
+        result = plan(observed, now=now, settings=self.plan_settings)
         # The pods are built from the spec the plan decided for: a rolled-back job's
         # stable spec, not its own (``cjob_lifecycle.plan.rollback``).
-        return _Planned(body=body, job=effective_job(observed), reading=reading,
-                        result=plan(observed, now=now, settings=self.plan_settings),
+        return _Planned(body=body, job=result.job or job, reading=reading, result=result,
                         remembered=job_remembered or store_remembered)
 
     def _report_foreign(self, key: JobKey, job: CheckpointedJob,
