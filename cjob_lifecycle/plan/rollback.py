@@ -19,7 +19,7 @@ long as the job's spec hashes to the rolled-back one. Fields no driver depends o
 taken from the
 job, so a rolled-back job can be suspended or given a manual checkpoint; any change
 of a field that is part of the hash is a new spec and is tried (:func:`effective_job`,
-which the operator also builds its pods from).
+which the plan hands back as ``Plan.job`` for the operator to build its pods from).
 """
 
 from __future__ import annotations
@@ -86,25 +86,26 @@ def track_rollback(draft: Draft) -> None:
     running = status.spec_hash
     if running is None or status.phase is None:
         return
+    stable = status.stable_spec
+    on_trial = stable is not None and running != stable.spec_hash
+    if on_trial and (status.upgrade is None or status.upgrade.spec_hash != running):
+        # Recorded before anything can prove the spec: a checkpoint the old spec
+        # completed within the second the new attempt started proves nothing.
+        latest = status.latest_checkpoint
+        draft.set(upgrade=PendingUpgrade(
+            spec_hash=running, started_at=truncate_to_seconds(status.started_at or draft.now),
+            checkpoint_id=latest.id if latest is not None else None))
     if _proven(draft):
-        stable = status.stable_spec
         raw = observed.raw_spec
         if ((stable is None or stable.spec_hash != running) and raw is not None
                 and spec_hash(observed.job) == running):
             draft.set(stable_spec=StableSpec(spec_hash=running, spec=dict(raw)))
-        if status.upgrade is not None:
+        if draft.status.upgrade is not None:
             draft.set(upgrade=None)
         return
-    stable = status.stable_spec
-    if stable is None or running == stable.spec_hash:
+    pending = draft.status.upgrade
+    if not on_trial or pending is None:
         return
-    pending = status.upgrade
-    if pending is None or pending.spec_hash != running:
-        latest = status.latest_checkpoint
-        pending = PendingUpgrade(spec_hash=running,
-                                 started_at=truncate_to_seconds(status.started_at or draft.now),
-                                 checkpoint_id=latest.id if latest is not None else None)
-        draft.set(upgrade=pending)
     why = _failure(draft)
     timeout = draft.job.spec.rollback.readiness_timeout
     deadline = to_utc(pending.started_at) + timedelta(seconds=timeout.seconds)

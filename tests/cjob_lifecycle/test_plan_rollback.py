@@ -140,3 +140,15 @@ class TestWhileRolledBack:
         result = run(observed, at(130))
         assert [d.reason for d in result.of_type(DeleteDriver)] == [Reason.SPEC_CHANGED]
         assert result.status.rolled_back_spec_hash is None
+
+
+class TestTheTrialsStart:
+    def test_a_checkpoint_within_the_second_the_attempt_started_proves_nothing(self) -> None:
+        """``startedAt`` has whole seconds: the old attempt's last checkpoint, completed a
+        moment before the new attempt's pod was created, must not prove the new spec."""
+        v2 = job_of(V2)
+        trial = upgraded_to_v2().replace(latest_checkpoint=checkpoint(5, at(20.4)))
+        result = run(world(V2, trial, driver(2, job=v2, created=at(20)), latest_id=5,
+                           latest_at=20.4), at(21))
+        assert result.status.stable_spec == stable_v1()
+        assert result.status.upgrade is not None and result.status.upgrade.checkpoint_id == 5
