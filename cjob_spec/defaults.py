@@ -114,6 +114,13 @@ RETAINED = IntegerField(path="spec.checkpoint.retained", default=3, minimum=1, m
 """At most 100: checkpoint pointers live in one ConfigMap, which must stay far below 1 MiB."""
 TOLERABLE_FAILURES = IntegerField(path="spec.checkpoint.tolerableFailures", default=0,
                                   minimum=0, maximum=10000)
+CHECKPOINT_STALL_INTERVALS = IntegerField(path="spec.health.checkpointStallIntervals",
+                                          default=5, minimum=0, maximum=10000)
+"""Checkpoint intervals without a completed checkpoint after which a running job is
+restarted as stalled (0: never); see ``job_runtime.coordinator.stall_watch``."""
+SINK_STALL_TIMEOUT = DurationField(path="spec.health.sinkStallTimeout", default="10m")
+"""How long a sink may fail to deliver a completed checkpoint's output before the job
+restarts as stalled (0s: never)."""
 
 RESTART_TYPE = TextField(path="spec.restartPolicy.type", default="OnFailure")
 MAX_RESTARTS = IntegerField(path="spec.restartPolicy.maxRestarts", default=5, minimum=0,
@@ -164,6 +171,8 @@ SPEC_FIELDS: tuple[SpecField, ...] = (
     CHECKPOINT_UNALIGNED,
     RETAINED,
     TOLERABLE_FAILURES,
+    CHECKPOINT_STALL_INTERVALS,
+    SINK_STALL_TIMEOUT,
     RESTART_TYPE,
     MAX_RESTARTS,
     BACKOFF_INITIAL,

@@ -48,11 +48,21 @@ class ExitCode(IntEnum):
     """The checkpoint holds state the job's pipeline no longer maps: an operator it has
     no more (renamed, removed) or whose kind, key or state layout changed (permanent;
     ``spec.restore.allowNonRestoredState`` drops that state instead)."""
+    SINK_REJECTED = 11
+    """A sink's system refused a record for good (too large, unencodable, a constraint
+    violation) and the sink routes no bad records aside (permanent: the restored
+    checkpoint would send the same record again)."""
+    SINK_STALLED = 12
+    """A sink could not deliver a completed checkpoint's output within the stall bound
+    (retried: the next attempt sends it again)."""
+    CHECKPOINT_STALLED = 13
+    """No checkpoint completed within the health window while the job ran (retried from
+    the latest checkpoint)."""
 
 
 PERMANENT_EXIT_CODES: frozenset[int] = frozenset(
     {ExitCode.BAD_CONFIG, ExitCode.USER_CODE_ERROR, ExitCode.RESTORE_FAILED,
-     ExitCode.INCOMPATIBLE_STATE}
+     ExitCode.INCOMPATIBLE_STATE, ExitCode.SINK_REJECTED}
 )
 
 _REASONS: dict[int, Reason] = {
@@ -66,6 +76,9 @@ _REASONS: dict[int, Reason] = {
     ExitCode.SUSPENDED: Reason.SUSPENDED,
     ExitCode.FENCED: Reason.FENCED,
     ExitCode.INCOMPATIBLE_STATE: Reason.INCOMPATIBLE_STATE,
+    ExitCode.SINK_REJECTED: Reason.SINK_REJECTED_RECORD,
+    ExitCode.SINK_STALLED: Reason.SINK_STALLED,
+    ExitCode.CHECKPOINT_STALLED: Reason.CHECKPOINT_STALLED,
     137: Reason.KILLED,
     143: Reason.TERMINATED,
 }
@@ -81,6 +94,9 @@ _DESCRIPTIONS: dict[int, str] = {
     ExitCode.SUSPENDED: "stopped for a suspend after its final checkpoint was committed",
     ExitCode.FENCED: "stopped because a newer attempt took over its checkpoint store",
     ExitCode.INCOMPATIBLE_STATE: "the checkpoint's state does not fit the job's pipeline",
+    ExitCode.SINK_REJECTED: "a sink refused a record for good",
+    ExitCode.SINK_STALLED: "a sink could not deliver its output within the stall bound",
+    ExitCode.CHECKPOINT_STALLED: "no checkpoint completed within the health window",
     137: "killed (SIGKILL, often out of memory)",
     143: "terminated (SIGTERM)",
 }

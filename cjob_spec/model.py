@@ -288,6 +288,21 @@ class RollbackSpec:
 
 
 @dataclass(frozen=True)
+class HealthSpec:
+    """When a job that still runs counts as failed (``spec.health``): no checkpoint for
+    ``checkpoint_stall_intervals`` intervals, or a sink that cannot deliver for
+    ``sink_stall_timeout``. Either restarts it from the latest checkpoint."""
+
+    checkpoint_stall_intervals: int = defaults.CHECKPOINT_STALL_INTERVALS.default
+    sink_stall_timeout: Duration = field(
+        default_factory=defaults.SINK_STALL_TIMEOUT.default_value)
+
+    @property
+    def is_default(self) -> bool:
+        return self == HealthSpec()
+
+
+@dataclass(frozen=True)
 class StandbySpec:
     """A warm standby driver: a second driver process whose Spark is started and whose
     job code is loaded, waiting to take over when the active driver ends.
@@ -417,6 +432,7 @@ class JobSpec:
     rollback: RollbackSpec = field(default_factory=RollbackSpec)
     snapshots: SnapshotSchedule = field(default_factory=SnapshotSchedule)
     state: StateSpec = field(default_factory=StateSpec)
+    health: HealthSpec = field(default_factory=HealthSpec)
 
 
 @dataclass(frozen=True)
@@ -478,5 +494,8 @@ def spec_hash(job: CheckpointedJob) -> str:
         document["pod"] = spec.pod.document()
     if spec.state.backend is not DEFAULT_STATE_BACKEND:   # likewise
         document["stateBackend"] = spec.state.backend.value
+    if not spec.health.is_default:   # likewise
+        document["health"] = [spec.health.checkpoint_stall_intervals,
+                              spec.health.sink_stall_timeout.seconds]
     encoded = json.dumps(document, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(encoded.encode()).hexdigest()[:16]

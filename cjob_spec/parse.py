@@ -50,6 +50,7 @@ from cjob_spec.model import (
     CleanupPolicy,
     DriverResources,
     ExecutorResources,
+    HealthSpec,
     JobCode,
     JobSpec,
     Metadata,
@@ -379,6 +380,7 @@ def parse_job(document: Mapping[str, Any]) -> CheckpointedJob:
             "standby",
             "cleanupPolicy",
             "pod",
+            "health",
         ),
     )
     return CheckpointedJob(metadata=metadata, spec=_read_spec(spec_node))
@@ -520,7 +522,16 @@ def _read_spec(node: _Node) -> JobSpec:
             readiness_timeout=child.duration_field(defaults.ROLLBACK_READINESS_TIMEOUT)),
         default=RollbackSpec,
     )
+    health = node.child(
+        "health",
+        ("checkpointStallIntervals", "sinkStallTimeout"),
+        lambda child: HealthSpec(
+            checkpoint_stall_intervals=child.integer_field(defaults.CHECKPOINT_STALL_INTERVALS),
+            sink_stall_timeout=child.duration_field(defaults.SINK_STALL_TIMEOUT)),
+        default=HealthSpec,
+    )
     return JobSpec(
+        health=health,
         state=state,
         pod=pod,
         image=image,

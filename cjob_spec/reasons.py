@@ -106,6 +106,17 @@ class Reason(StrEnum):
     """The driver exited 10: the checkpoint holds state the job's pipeline no longer maps
     (an operator renamed, removed or changed) and ``allowNonRestoredState`` is off
     (permanent)."""
+    SINK_REJECTED_RECORD = "SinkRejectedRecord"
+    """The driver exited 11: a sink's system refused a record for good (too large,
+    unencodable, a constraint violation) and the sink has no dead-letter route
+    (permanent: the restored checkpoint holds the same record)."""
+    SINK_STALLED = "SinkStalled"
+    """The driver exited 12: a sink could not deliver a completed checkpoint's output for
+    longer than ``spec.health.sinkStallTimeout`` (restarted)."""
+    CHECKPOINT_STALLED = "CheckpointStalled"
+    """The driver exited 13: no checkpoint completed within the health window while the
+    job ran (a hung function, a subtask that stopped reading); restarted from the
+    latest checkpoint."""
     FENCED = "Fenced"
     """The driver exited 9: a newer attempt took over its checkpoint store."""
     KILLED = "Killed"

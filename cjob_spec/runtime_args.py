@@ -30,6 +30,8 @@ runtime. Flags (values are single arguments; repeatable flags may appear many ti
 ``--unaligned``
     Present only for unaligned checkpoints.
 ``--retained N`` / ``--tolerable-failures N``
+``--checkpoint-stall-intervals N`` / ``--sink-stall-timeout S``
+    ``spec.health``; given only when they differ from the defaults.
 ``--restore POINTER``
     ``latest`` (the newest completed checkpoint in the store; a fresh start when the
     store is empty), a checkpoint id of this job, or a path to a ``_metadata`` file.
@@ -72,6 +74,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 
+from cjob_spec import defaults
 from cjob_spec.durations import format_seconds
 from cjob_spec.errors import SpecError
 from cjob_spec.model import DEFAULT_STATE_BACKEND, CheckpointedJob
@@ -163,6 +166,11 @@ def to_runtime_args(
         args.append("--allow-non-restored-state")
     if spec.state.backend is not DEFAULT_STATE_BACKEND:
         args += ["--state-backend", spec.state.backend.value]
+    health = spec.health
+    if health.checkpoint_stall_intervals != defaults.CHECKPOINT_STALL_INTERVALS.default:
+        args += ["--checkpoint-stall-intervals", str(health.checkpoint_stall_intervals)]
+    if health.sink_stall_timeout != defaults.SINK_STALL_TIMEOUT.default_value():
+        args += ["--sink-stall-timeout", format_seconds(health.sink_stall_timeout.seconds)]
     args += [
         "--attempt",
         str(attempt),

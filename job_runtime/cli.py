@@ -86,6 +86,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--retained", type=int, default=defaults.RETAINED.default)
     run.add_argument("--tolerable-failures", type=int,
                      default=defaults.TOLERABLE_FAILURES.default)
+    run.add_argument("--checkpoint-stall-intervals", type=int,
+                     default=defaults.CHECKPOINT_STALL_INTERVALS.default)
+    run.add_argument("--sink-stall-timeout", type=float,
+                     default=_seconds(defaults.SINK_STALL_TIMEOUT))
     run.add_argument("--restore", default=defaults.RESTORE_FROM.default)
     run.add_argument("--on-unreadable", choices=[choice.runtime_flag for choice in OnUnreadable],
                      default=DEFAULT_ON_UNREADABLE.runtime_flag)
@@ -164,7 +168,9 @@ def settings_from_args(ns: argparse.Namespace) -> DriverSettings:
         checkpoint=CheckpointSettings(interval=ns.checkpoint_interval,
                                       min_pause=ns.checkpoint_min_pause,
                                       timeout=ns.checkpoint_timeout,
-                                      tolerable_failures=ns.tolerable_failures),
+                                      tolerable_failures=ns.tolerable_failures,
+                                      stall_intervals=ns.checkpoint_stall_intervals),
+        sink_stall_timeout=ns.sink_stall_timeout,
         mode=ns.checkpoint_mode, unaligned=ns.unaligned, retained=ns.retained,
         restore=ns.restore, on_unreadable=ns.on_unreadable,
         allow_foreign_restore=ns.allow_foreign_restore,

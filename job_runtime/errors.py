@@ -68,6 +68,23 @@ class CheckpointFailureBudgetExceeded(RuntimeJobError):
 
 
 @keyword_error
+class CheckpointStalledError(RuntimeJobError):
+    """The job ran without completing a checkpoint for longer than its health window:
+    something holds the barrier (a function that blocks, a subtask that stopped)."""
+
+    seconds: float
+    window: float
+    completed: int
+    """Checkpoints this driver completed before it stalled."""
+
+    def describe(self) -> str:
+        return (f"no checkpoint completed for {self.seconds:.0f}s while the job ran (the "
+                f"health window is {self.window:.0f}s; {self.completed} completed before): "
+                f"something holds the barrier, such as a function that blocks or a "
+                f"subtask that stopped reading; restarting from the latest checkpoint")
+
+
+@keyword_error
 class RestoreError(RuntimeJobError):
     """The requested checkpoint cannot be restored."""
 

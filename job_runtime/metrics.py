@@ -89,6 +89,21 @@ class DriverMetrics:
             "Records windows dropped for coming after their window was gone", labels,
             registry=r)
         self._late_reported = 0
+        self.sink_pending_intervals = Gauge(
+            "cjob_job_sink_pending_intervals",
+            "Checkpoint intervals the sinks staged and have not delivered yet", labels,
+            registry=r)
+        self.sink_pending_bytes = Gauge(
+            "cjob_job_sink_pending_bytes",
+            "Bytes of the intervals the sinks have not delivered yet", labels, registry=r)
+        self.sink_oldest_pending = Gauge(
+            "cjob_job_sink_oldest_pending_seconds",
+            "How long the oldest interval whose checkpoint completed has waited for its "
+            "send (0 while output flows)", labels, registry=r)
+        self.sink_dead_letters = Counter(
+            "cjob_job_sink_dead_letters",
+            "Records the sinks routed to a dead-letter destination", labels, registry=r)
+        self._dead_letters_reported = 0
         self.in_run_restarts = Gauge("cjob_job_subtask_restarts",
                                      "Relaunches of the barrier stage in this driver", labels,
                                      registry=r)
@@ -144,6 +159,17 @@ class DriverMetrics:
         if late_records > self._late_reported:
             self.late_records.labels(job).inc(late_records - self._late_reported)
         self._late_reported = late_records
+
+    def sinks(self, *, pending_intervals: int, pending_bytes: int,
+              oldest_pending_seconds: float, dead_letters: int) -> None:
+        """What the sinks hold back; dead letters count on from the subtasks' totals."""
+        job = self._job
+        self.sink_pending_intervals.labels(job).set(pending_intervals)
+        self.sink_pending_bytes.labels(job).set(pending_bytes)
+        self.sink_oldest_pending.labels(job).set(oldest_pending_seconds)
+        if dead_letters > self._dead_letters_reported:
+            self.sink_dead_letters.labels(job).inc(dead_letters - self._dead_letters_reported)
+        self._dead_letters_reported = dead_letters
 
     def progress(self, *, records_in: int, records_out: int, failed: int,
                  restarts: int) -> None:

@@ -39,6 +39,7 @@ __all__ = [
     "key_groups_of_batch",
     "key_of",
     "operator_index_for_key_group",
+    "rows_to_arrow",
     "split_by_target",
     "stable_hash",
 ]
@@ -83,7 +84,7 @@ class Batch:
     def arrow(self) -> pa.RecordBatch:
         if self._arrow is None:
             assert self._rows is not None
-            self._arrow = pa.RecordBatch.from_pylist(self._rows)
+            self._arrow = rows_to_arrow(self._rows)
         return self._arrow
 
     def take(self, indices: np.ndarray) -> Batch:
@@ -91,6 +92,25 @@ class Batch:
             return Batch(arrow=self._arrow.take(pa.array(indices)))
         rows = self.rows
         return Batch(rows=[rows[i] for i in indices.tolist()])
+
+
+def rows_to_arrow(rows: list[Record]) -> pa.RecordBatch:
+    """Rows as one batch whose columns are every field any row has, in the order the
+    rows name them; a row without a field has a null there.
+
+    Arrow's ``from_pylist`` takes the columns of the first row only, and would drop a
+    field that only later rows have without a word.
+    """
+    if not rows:
+        return pa.RecordBatch.from_pylist([])
+    first = rows[0].keys()
+    if all(row.keys() == first for row in rows):
+        return pa.RecordBatch.from_pylist(rows)
+    names: dict[str, None] = {}
+    for row in rows:
+        names.update(dict.fromkeys(row))
+    return pa.RecordBatch.from_pydict({name: [row.get(name) for row in rows]
+                                       for name in names})
 
 
 def operator_index_for_key_group(key_group: int, *, parallelism: int, max_parallelism: int) -> int:

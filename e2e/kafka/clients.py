@@ -32,6 +32,7 @@ class Record:
     offset: int
     key: bytes | None
     value: bytes | None
+    headers: tuple[tuple[str, bytes], ...] = ()
 
 
 def create_topic(
@@ -112,6 +113,9 @@ def read_topic(
             records.append(Record(
                 partition=message.partition() or 0, offset=message.offset() or 0,
                 key=message.key(), value=message.value(),
+                headers=tuple((str(name), value.encode() if isinstance(value, str)
+                               else bytes(value or b""))
+                              for name, value in list(message.headers() or [])),
             ))  # fmt: skip
         return sorted(records, key=lambda r: (r.partition, r.offset))
     finally:

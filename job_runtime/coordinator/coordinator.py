@@ -73,6 +73,7 @@ from job_runtime.coordinator.messages import (
     Register,
     Registered,
     Rejected,
+    SinkFailure,
     SourcesFinished,
     TaskMetrics,
     ToCoordinator,
@@ -82,11 +83,13 @@ from job_runtime.coordinator.messages import (
 from job_runtime.coordinator.request_decider import RequestDecider
 from job_runtime.coordinator.rpc import ConnectionLost, RpcConnection
 from job_runtime.coordinator.settings import CheckpointSettings
+from job_runtime.coordinator.stall_watch import StallWatch
 from job_runtime.coordinator.stats import CheckpointStats, CheckpointStatsTracker
 from job_runtime.coordinator.streak import FailureStreak
 from job_runtime.coordinator.worker import SerialWorker
 from job_runtime.errors import UserCodeError
 from job_runtime.faults import maybe_fail
+from job_runtime.sinks.health import SinkHealth
 from job_runtime.state.rocksdb_shared import SharedFileCleaner
 
 log = logging.getLogger(__name__)
@@ -184,6 +187,7 @@ class CheckpointCoordinator:
         self._epoch_restore: CheckpointMetadata | None = None
         self._decider = RequestDecider(settings=settings)
         self._budget = FailureBudget(tolerable=settings.tolerable_failures)
+        self._stall = StallWatch(settings=settings)
         self.failure: BaseException | None = None
         self.failed_event = threading.Event()
         self.finished = threading.Event()
@@ -263,6 +267,8 @@ class CheckpointCoordinator:
                 case UserError(operator=operator, details=details):
                     self._fail_job(UserCodeError(operator=operator, subtask=subtask,
                                                  details=details))
+                case SinkFailure():
+                    self._fail_job(message.error())
 
     def _register(self, conn: RpcConnection, message: Register) -> None:
         epoch = message.epoch
@@ -309,6 +315,7 @@ class CheckpointCoordinator:
         self._sources_finished = set()
         self._done = set()
         self._decider.new_epoch()
+        self._stall.new_epoch()
         self.progress = {}
         self.timeline = {"epochStartedAt": time.time()}
 
@@ -330,6 +337,11 @@ class CheckpointCoordinator:
         with self._lock:
             self._expire(now)
             if not self._running():
+                return
+            self._stall.running(now=now)
+            stalled = self._stall.check(now=now)
+            if stalled is not None:
+                self._fail_job(stalled)
                 return
             poll = (self.triggers is not None
                     and self._decider.poll_due(now=now, pending=len(self._pending)))
@@ -621,6 +633,7 @@ class CheckpointCoordinator:
         self.stats.finished(stats, ok=True)
         self._budget.succeeded()
         self._decider.completed(now=time.monotonic())
+        self._stall.completed(now=time.monotonic(), duration=stats.duration_ms / 1000.0)
         self.latest = completed
         self._restorable = completed
         maybe_fail("driver.before-notify", checkpoint_id)
@@ -707,6 +720,7 @@ class CheckpointCoordinator:
                 # The job's event time is as far as its slowest subtask's.
                 "watermark": min(watermarks) if watermarks else None,
                 "lateRecords": sum(m.late_records for m in metrics),
+                "sinks": sum((m.sinks for m in metrics), SinkHealth()),
                 "recordsIn": records_in,
                 "recordsOut": records_out,
                 "checkpoints": self.stats.summary(),

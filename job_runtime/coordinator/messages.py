@@ -23,13 +23,16 @@ from typing import Any, ClassVar, TypeAlias
 from cjob_checkpoint.checkpoint_storage import StateHandle
 from cjob_checkpoint.fields import Json, JsonFields
 from cjob_checkpoint.metadata import CheckpointMetadata, MetadataError, SharedStateFile
+from job_runtime.sinks.failures import SinkFailedError, SinkFailureKind
+from job_runtime.sinks.health import SinkHealth
 from job_runtime.sources.base import SourceBacklog
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 """Version 2: ``registered`` names the driver attempt (a standby's subtasks register
 before it is promoted, so the attempt cannot travel in the Spark closure). Version 3:
 an ack carries the pre-commits of every sink of the task by name (``sinks``), since a
-job may have several."""
+job may have several. Version 4: ``sink_failure`` says a sink ended the attempt and
+why, and progress carries what the sinks hold back."""
 
 
 class MessageError(ValueError):
@@ -147,10 +150,13 @@ class TaskMetrics:
     epoch); ``None`` without event time, or before any watermark arrived."""
     late_records: int = 0
     """Records its windows dropped for coming after their window was gone."""
+    sinks: SinkHealth = dataclasses.field(default_factory=SinkHealth)
+    """What this subtask's sink writers hold back (all its sinks together)."""
 
     def to_json(self) -> dict[str, Json]:
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         fields["source_backlog"] = [b.to_json() for b in self.source_backlog]
+        fields["sinks"] = dataclasses.asdict(self.sinks)
         return fields
 
     @classmethod
@@ -167,7 +173,17 @@ class TaskMetrics:
                    # Absent from an older subtask's report: no event time there.
                    watermark=fields.optional_integer("watermark"),
                    late_records=fields.integer("late_records") if fields.has("late_records")
-                   else 0)
+                   else 0,
+                   sinks=_sink_health(fields.nested("sinks")) if fields.has("sinks")
+                   else SinkHealth())
+
+
+def _sink_health(fields: _Fields) -> SinkHealth:
+    return SinkHealth(pending_intervals=fields.integer("pending_intervals"),
+                      pending_records=fields.integer("pending_records"),
+                      pending_bytes=fields.integer("pending_bytes"),
+                      oldest_pending_seconds=fields.number("oldest_pending_seconds"),
+                      dead_letters=fields.integer("dead_letters"))
 
 
 # --------------------------------------------------------------------------- subtask -> coordinator
@@ -300,8 +316,40 @@ class UserError(_FromSubtask):
                    details=f.text("details"))
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SinkFailure(_FromSubtask):
+    """A sink ended the attempt: a record refused for good, or output stalled."""
+
+    TYPE: ClassVar[str] = "sink_failure"
+    kind: SinkFailureKind
+    sink: str
+    checkpoint_id: int
+    problem: str
+
+    def _fields(self) -> dict[str, Json]:
+        return {"kind": self.kind.value, "sink": self.sink,
+                "checkpoint_id": self.checkpoint_id, "problem": self.problem}
+
+    @classmethod
+    def from_json(cls, f: _Fields) -> SinkFailure:
+        kind = f.text("kind")
+        try:
+            parsed = SinkFailureKind(kind)
+        except ValueError:
+            raise MessageError(f"'kind' of a sink_failure message must be one of "
+                               f"{', '.join(k.value for k in SinkFailureKind)}, got "
+                               f"{kind!r}") from None
+        return cls(epoch=f.integer("epoch"), subtask=f.integer("subtask"), kind=parsed,
+                   sink=f.text("sink"), checkpoint_id=f.integer("checkpoint_id"),
+                   problem=f.text("problem"))
+
+    def error(self) -> SinkFailedError:
+        return SinkFailedError(kind=self.kind, sink=self.sink, subtask=self.subtask,
+                               checkpoint_id=self.checkpoint_id, problem=self.problem)
+
+
 ToCoordinator: TypeAlias = (Register | Ready | SourcesFinished | Progress | Done | Ack | Decline
-                            | UserError)
+                            | UserError | SinkFailure)
 
 
 # --------------------------------------------------------------------------- coordinator -> subtask
@@ -393,7 +441,7 @@ ToSubtask: TypeAlias = Registered | Rejected | Trigger | Complete | Abort
 Message: TypeAlias = ToCoordinator | ToSubtask
 
 TO_COORDINATOR: dict[str, Any] = {cls.TYPE: cls for cls in (
-    Register, Ready, SourcesFinished, Progress, Done, Ack, Decline, UserError)}
+    Register, Ready, SourcesFinished, Progress, Done, Ack, Decline, UserError, SinkFailure)}
 TO_SUBTASK: dict[str, Any] = {cls.TYPE: cls for cls in (
     Registered, Rejected, Trigger, Complete, Abort)}
 

@@ -14,6 +14,10 @@ class CheckpointSettings:
     timeout: float = defaults.CHECKPOINT_TIMEOUT.default_value().seconds
     max_concurrent: int = 1
     tolerable_failures: int = defaults.TOLERABLE_FAILURES.default
+    stall_intervals: int = defaults.CHECKPOINT_STALL_INTERVALS.default
+    """Intervals without a completed checkpoint after which a running job counts as
+    stalled (``spec.health.checkpointStallIntervals``; 0: never), see
+    :mod:`job_runtime.coordinator.stall_watch`."""
     trigger_poll_interval: float = 5.0
     """Seconds between reads of the manual checkpoint request (an apiserver call)."""
     trigger_retry_pause: float = 1.0

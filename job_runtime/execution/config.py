@@ -45,5 +45,8 @@ class SubtaskConfig:
     """Local working directory of the ``rocksdb`` backend; empty: Spark's scratch dir."""
     loopback: bool = False
     """Local mode: channel listeners bind :data:`LOOPBACK`, nothing else can reach them."""
+    sink_stall_timeout: float = 0.0
+    """Seconds a sink may fail to deliver a completed checkpoint's output before the
+    attempt ends as stalled (``spec.health.sinkStallTimeout``; 0: never)."""
     staged_inputs: dict[str, str] = dataclasses.field(default_factory=dict)
     """Input name -> the published staged copy its readers read (``SourceContext``)."""

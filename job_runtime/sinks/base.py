@@ -27,6 +27,7 @@ from typing import Any
 
 from cjob_checkpoint.metadata import MAIN_SINK
 from job_runtime.records import Batch
+from job_runtime.sinks.health import SinkHealth
 
 __all__ = ["MAIN_SINK", "ReadySinkSnapshot", "Sink", "SinkContext", "SinkSnapshot",
            "SinkWriter", "sink_job_id"]
@@ -57,6 +58,9 @@ class SinkContext:
     """The parallelism of the checkpoint the attempt restored (0 without one): a sink
     that owns resources per subtask (the Kafka sink's transactional ids) finds those
     of subtasks a rescale removed."""
+    stall_timeout: float = 0.0
+    """Seconds a sink may fail to deliver a completed checkpoint's output before it
+    ends the attempt as stalled (``spec.health.sinkStallTimeout``; 0: never)."""
     restored_job: str = ""
     """The identity that wrote the checkpoint the attempt restored (empty without one):
     this job's own, or another job's after a foreign restore, whose pending output a
@@ -123,6 +127,10 @@ class SinkWriter(abc.ABC):
     @abc.abstractmethod
     def restore(self, states: list[Any]) -> None:
         """Commit the pending transactions of restored state before new output."""
+
+    def health(self) -> SinkHealth:
+        """What the writer holds back (nothing, for a writer that holds nothing)."""
+        return SinkHealth()
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources; uncommitted data stays invisible."""

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from job_runtime.errors import RuntimeJobError
+from job_runtime.sinks.failures import SinkFailedError
 
 log = logging.getLogger(__name__)
 
@@ -96,14 +97,15 @@ def commit_with_retry(commit: Callable[[], None], *, retry: CommitRetry, checkpo
     """Run ``commit`` until it succeeds; raise :class:`SinkCommitError` when out of attempts.
 
     A :class:`LostTransactionError` is not retried: missing data does not come back;
-    nor is a :class:`SinkFencedError`: a zombie does not become current by trying.
+    nor is a :class:`SinkFencedError`: a zombie does not become current by trying; nor a
+    :class:`~job_runtime.sinks.failures.SinkFailedError`: a refused record stays refused.
     """
     delays = retry.delays()
     for attempt in range(len(delays) + 1):
         try:
             commit()
             return
-        except (LostTransactionError, SinkFencedError):
+        except (LostTransactionError, SinkFencedError, SinkFailedError):
             raise
         except Exception as exc:
             if attempt == len(delays):

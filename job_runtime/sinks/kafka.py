@@ -45,6 +45,12 @@ from job_runtime.errors import ConfigurationError, PipelineDefinitionError, clie
 from job_runtime.records import Batch
 from job_runtime.sinks.base import Sink, SinkContext, SinkWriter
 from job_runtime.sinks.commit import CommitRetry, SinkFencedError
+from job_runtime.sinks.failures import (
+    BadRecords,
+    RejectedRecordError,
+    SinkFailedError,
+    SinkFailureKind,
+)
 from job_runtime.sinks.write_ahead import (
     DEFAULT_MEMORY_BYTES,
     CheckpointCommitter,
@@ -61,6 +67,24 @@ DEFAULT_CONTROL_TOPIC = "cjob-commits"
 DEFAULT_TRANSACTION_TIMEOUT = 60.0
 MAX_TRANSACTION_TIMEOUT = 900.0
 """The broker's default ``transaction.max.timeout.ms`` (15 minutes)."""
+DEFAULT_MESSAGE_MAX_BYTES = 1_000_000
+"""The producer's default ``message.max.bytes``: a larger record never leaves it."""
+DEAD_LETTER_HEADERS = ("cjob.error", "cjob.topic", "cjob.checkpoint", "cjob.subtask",
+                       "cjob.position", "cjob.value-bytes")
+
+EncodedRecord = tuple[bytes | None, bytes, str | None]
+"""A record as key and value bytes, and why the broker would refuse it (``None``: it
+would not, as far as the sink can tell before sending)."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DeadLetter:
+    """A refused record as it goes to the dead-letter topic: its own key, its value if
+    the topic can hold it, and headers that say why and from where."""
+
+    topic: str
+    value: bytes | None
+    headers: list[tuple[str, bytes]]
 
 _OWN_SETTINGS = {
     "transactional.id": "the sink derives stable ids from the job and the subtask",
@@ -245,26 +269,94 @@ class _Transactions(CheckpointCommitter):
 
     # ------------------------------------------------------------------ sending
 
-    def send(self, records: pa.Table, *, checkpoint_id: int, subtask: int) -> None:
-        from confluent_kafka import KafkaException
+    def send(self, records: pa.Table, *, checkpoint_id: int, subtask: int) -> int:
+        """One interval and its marker in one transaction; the number of its records
+        that went to the dead-letter topic instead of the output.
 
+        A record the broker will never take (too large, a value that cannot be
+        encoded) is found before the transaction begins where it can be, or from its
+        delivery report; it raises :class:`RejectedRecordError`, or with
+        ``bad_records="dead-letter"`` goes to the dead-letter topic in the same
+        transaction as the rest, so dead letters are exactly once too. Whatever fails,
+        the transaction is aborted: no ``read_committed`` reader is left held.
+        """
         if self._stale:
             self.start()
         if self._fenced is not None:
             raise self._fenced
+        encoded = self._sink.encode_checked(records)
+        refused = {position: problem for position, (_, _, problem) in enumerate(encoded)
+                   if problem is not None}
+        oversized: set[int] = set()
+        """Dead letters that the dead-letter topic refused too: sent without the value."""
+        while True:
+            if refused and self._sink.bad_records is BadRecords.FAIL:
+                position = min(refused)
+                raise RejectedRecordError(position=position, problem=refused[position])
+            failures = self._transaction(encoded, refused=refused, oversized=oversized,
+                                         checkpoint_id=checkpoint_id, subtask=subtask)
+            if failures is None:
+                self._through[subtask] = max(self._through.get(subtask, 0), checkpoint_id)
+                return len(refused)
+            # The broker refused some records for good: send the interval again without
+            # them (a dead letter it refused goes again without its value).
+            for position, problem in failures.items():
+                if position in refused:
+                    if position in oversized:
+                        raise RejectedRecordError(position=position, problem=problem)
+                    oversized.add(position)
+                else:
+                    refused[position] = problem
+
+    def _transaction(self, encoded: list[EncodedRecord], *, refused: dict[int, str],
+                     oversized: set[int], checkpoint_id: int,
+                     subtask: int) -> dict[int, str] | None:
+        """Send once; ``None`` when committed, else the positions the broker refused
+        for good (the transaction was aborted). Other failures raise, aborted too."""
+        from confluent_kafka import KafkaException
+
         producer = self._producer
+        sink = self._sink
         marker = CommitMarker(job=self._job, subtask=subtask, checkpoint=checkpoint_id)
+        refusals: dict[int, str] = {}
+
+        def delivered(position: int, error: Any, _message: Any) -> None:
+            if error is not None and _permanent(error):
+                refusals.setdefault(position, _refusal(error))
+
         try:
             producer.begin_transaction()
-            for key, value in self._sink.encode(records):
-                _produce(producer, topic=self._sink.topic, key=key, value=value)
-            _produce(producer, topic=self._sink.control_topic, key=marker.key,
-                     value=marker.value())
-            self._commit(producer)
-        except KafkaException as exc:
+            for position, (key, value, _) in enumerate(encoded):
+                on_delivery = functools.partial(delivered, position)
+                if position in refused:
+                    letter = sink.dead_letter(key=key, value=value, problem=refused[position],
+                                              checkpoint_id=checkpoint_id, subtask=subtask,
+                                              position=position,
+                                              keep_value=position not in oversized)
+                    _produce(producer, topic=letter.topic, key=key, value=letter.value,
+                             headers=letter.headers, on_delivery=on_delivery)
+                    continue
+                try:
+                    _produce(producer, topic=sink.topic, key=key, value=value,
+                             on_delivery=on_delivery)
+                except KafkaException as exc:  # refused before it left this process
+                    error = exc.args[0] if exc.args else None
+                    if error is None or not _permanent(error):
+                        raise
+                    refusals.setdefault(position, _refusal(error))
+            if not refusals:
+                _produce(producer, topic=sink.control_topic, key=marker.key,
+                         value=marker.value())
+                self._commit(producer)
+        except Exception as exc:
             self._after_failure(producer, exc, checkpoint_id=checkpoint_id)
+            if refusals:  # the broker's delivery reports named them
+                return refusals
             raise
-        self._through[subtask] = max(self._through.get(subtask, 0), checkpoint_id)
+        if refusals:
+            self._abort(producer, checkpoint_id=checkpoint_id)
+            return refusals
+        return None
 
     def _commit(self, producer: Any) -> None:
         from confluent_kafka import KafkaException
@@ -279,67 +371,149 @@ class _Transactions(CheckpointCommitter):
                 if error is None or not error.retriable() or time.monotonic() > deadline:
                     raise
 
-    def _after_failure(self, producer: Any, exc: Exception, *, checkpoint_id: int) -> None:
-        """Leave the writer able to try again, or mark it fenced."""
+    def _abort(self, producer: Any, *, checkpoint_id: int) -> None:
+        """End the open transaction, or, if the producer cannot, replace it: a new
+        producer's initialisation aborts what the old one left open."""
         from confluent_kafka import KafkaException
 
-        error = exc.args[0] if exc.args else None
+        try:
+            producer.abort_transaction(self._sink.timeout)
+            return
+        except KafkaException as exc:
+            log.warning("aborting the transaction of checkpoint %d failed, replacing the "
+                        "producer: %s", checkpoint_id, client_error_text(exc))
+        self._producer = None
+        self._stale = True
+        try:
+            self.start()
+        except SinkFencedError:
+            raise
+        except Exception as exc:  # the broker is away: its transaction timeout ends it
+            log.warning("a new producer could not end the transaction of checkpoint %d "
+                        "yet: %s", checkpoint_id, exc)
+
+    def _after_failure(self, producer: Any, exc: Exception, *, checkpoint_id: int) -> None:
+        """Leave the writer able to try again with nothing left open, or mark it fenced."""
+        from confluent_kafka import KafkaException
+
+        error = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
         if error is not None and error.fatal():
             self._producer = None
             self._fenced = SinkFencedError(
                 f"interval of checkpoint {checkpoint_id}: {client_error_text(exc)}")
             raise self._fenced from exc
-        if error is not None and error.txn_requires_abort():
-            try:
-                producer.abort_transaction(self._sink.timeout)
-                return
-            except KafkaException as abort_failed:
-                log.warning("aborting the transaction of checkpoint %d failed: %s",
-                            checkpoint_id, client_error_text(abort_failed))
-        # The outcome is unknown (a commit that timed out may have happened): a new
-        # producer's initialisation ends it either way, and the markers say which.
-        self._producer = None
-        self._stale = True
+        if error is not None and error.retriable() and not error.txn_requires_abort():
+            # A commit whose outcome is unknown (it timed out and may have happened):
+            # a new producer's initialisation ends it either way, and the markers say
+            # which.
+            self._producer = None
+            self._stale = True
+            return
+        self._abort(producer, checkpoint_id=checkpoint_id)
 
 
-def _produce(producer: Any, *, topic: str, key: bytes | None, value: bytes,
-             on_delivery: Any = None) -> None:
+def _permanent(error: Any) -> bool:
+    """Whether the broker (or the client, before sending) refuses a record for good."""
+    from confluent_kafka import KafkaError
+
+    return bool(error.code() in (*_too_large_codes(), KafkaError.INVALID_RECORD,
+                                 KafkaError.INVALID_MSG))
+
+
+def _too_large_codes() -> tuple[int, ...]:
+    from confluent_kafka import KafkaError
+
+    return (KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE,
+            KafkaError.INVALID_MSG_SIZE)
+
+
+def _refusal(error: Any) -> str:
+    """Why a record was refused, as the dead letter's ``cjob.error`` says it."""
+    if error.code() in _too_large_codes():
+        return f"the record is too large for the broker ({error.str()})"
+    return f"the broker refused the record ({error.str()})"
+
+
+def _produce(producer: Any, *, topic: str, key: bytes | None, value: bytes | None,
+             on_delivery: Any = None, headers: list[tuple[str, bytes]] | None = None) -> None:
     while True:
         try:
-            producer.produce(topic, value=value, key=key, on_delivery=on_delivery)
+            if headers:
+                producer.produce(topic, value=value, key=key, on_delivery=on_delivery,
+                                 headers=headers)
+            else:
+                producer.produce(topic, value=value, key=key, on_delivery=on_delivery)
             return
         except BufferError:  # the local queue is full: let deliveries make room
             producer.poll(0.05)
 
 
 class _AtLeastOnceWriter(SinkWriter):
-    """Produce as records come; a barrier waits until the broker acknowledged them all."""
+    """Produce as records come; a barrier waits until the broker acknowledged them all.
 
-    def __init__(self, *, sink: KafkaSink) -> None:
+    A record the broker will never take fails the attempt as refused (no restart would
+    get it through: the restored position reads it again), naming its position among
+    the records written since the last barrier.
+    """
+
+    def __init__(self, *, sink: KafkaSink, context: SinkContext) -> None:
         from confluent_kafka import Producer
 
         self._sink = sink
+        self._subtask = context.subtask
         self._producer = Producer(sink.producer_settings())
         self._failures: list[str] = []
+        self._refused: list[tuple[int, str]] = []
+        self._written = 0
+        """Records written since the last barrier: the next one's positions start here."""
+        self._last_checkpoint = 0
 
-    def _delivered(self, error: Any, message: Any) -> None:
-        if error is not None:
+    def _delivered(self, position: int, error: Any, message: Any) -> None:
+        if error is None:
+            return
+        if _permanent(error):
+            self._refused.append((position, _refusal(error)))
+        else:
             self._failures.append(str(error))
 
+    def _refuse(self, position: int, problem: str) -> SinkFailedError:
+        return SinkFailedError(kind=SinkFailureKind.REJECTED, sink=self._sink.name,
+                               subtask=self._subtask,
+                               checkpoint_id=self._last_checkpoint + 1,
+                               problem=f"record {position} of the interval: {problem}")
+
     def write(self, batch: Batch) -> None:
+        from confluent_kafka import KafkaException
+
         if not len(batch):
             return
-        for key, value in self._sink.encode(pa.Table.from_batches([batch.arrow])):
-            _produce(self._producer, topic=self._sink.topic, key=key, value=value,
-                     on_delivery=self._delivered)
+        for key, value, problem in self._sink.encode_checked(
+                pa.Table.from_batches([batch.arrow])):
+            position = self._written
+            self._written += 1
+            if problem is not None:
+                raise self._refuse(position, problem)
+            try:
+                _produce(self._producer, topic=self._sink.topic, key=key, value=value,
+                         on_delivery=functools.partial(self._delivered, position))
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                if error is None or not _permanent(error):
+                    raise
+                raise self._refuse(position, _refusal(error)) from None
         self._producer.poll(0)
 
     def snapshot(self, checkpoint_id: int) -> Any:
         left = self._producer.flush(self._sink.timeout)
+        if self._refused:
+            position, problem = min(self._refused)
+            raise self._refuse(position, problem)
         if left or self._failures:
             failures, self._failures = self._failures, []
             raise RuntimeError(f"kafka sink: {left} records not acknowledged within "
                                f"{self._sink.timeout:g}s; failures: {failures[:3]}")
+        self._written = 0
+        self._last_checkpoint = checkpoint_id
         return None
 
     def notify_complete(self, checkpoint_id: int, *, final: bool = False) -> None:
@@ -358,8 +532,12 @@ class KafkaSink(Sink):
     def __init__(self, *, topic: str, bootstrap: str, key: str | None,
                  delivery: KafkaDelivery, control_topic: str, transaction_timeout: float,
                  timeout: float, producer_config: Mapping[str, Any],
-                 commit_retry: CommitRetry, memory_bytes: int) -> None:
+                 commit_retry: CommitRetry, memory_bytes: int,
+                 bad_records: BadRecords = BadRecords.FAIL,
+                 dead_letter_topic: str | None = None) -> None:
         self.topic = topic
+        self.bad_records = bad_records
+        self.dead_letter_topic = dead_letter_topic
         self.bootstrap = bootstrap
         self.key = key
         self.delivery = delivery
@@ -370,6 +548,8 @@ class KafkaSink(Sink):
         self.client_config = dict(producer_config)
         self.commit_retry = commit_retry
         self.memory_bytes = memory_bytes
+        self.message_max_bytes = int(self.client_config.get("message.max.bytes",
+                                                            DEFAULT_MESSAGE_MAX_BYTES))
 
     def producer_settings(self) -> dict[str, Any]:
         settings: dict[str, Any] = {
@@ -385,10 +565,55 @@ class KafkaSink(Sink):
     def encode(self, records: pa.Table) -> list[tuple[bytes | None, bytes]]:
         """Each row as a JSON object; its ``key`` column (if any) as the record key."""
         rows = records.to_pylist()
-        keys = [None] * len(rows) if self.key is None else [_key_bytes(r.get(self.key))
-                                                            for r in rows]
-        return [(key, json.dumps(row, separators=(",", ":"), default=str).encode())
-                for key, row in zip(keys, rows, strict=True)]
+        return list(zip(self._keys(rows), map(_json_value, rows), strict=True))
+
+    def _keys(self, rows: list[dict[str, Any]]) -> list[bytes | None]:
+        if self.key is None:
+            return [None] * len(rows)
+        return [_key_bytes(row.get(self.key)) for row in rows]
+
+    def encode_checked(self, records: pa.Table) -> list[EncodedRecord]:
+        """Each row as key and value, and why the broker would refuse it: a value that
+        cannot be encoded (found row by row when the whole table cannot be), or one
+        larger than the producer's ``message.max.bytes``."""
+        try:
+            rows: list[dict[str, Any] | None] = list(records.to_pylist())
+        except (ValueError, OverflowError, TypeError, pa.ArrowException):
+            rows = [_one_row(records, position) for position in range(records.num_rows)]
+        encoded: list[EncodedRecord] = []
+        for position, row in enumerate(rows):
+            if row is None:
+                problem = _row_problem(records, position)
+                encoded.append((None, b"", f"the record cannot be encoded: {problem}"))
+                continue
+            try:
+                value = _json_value(row)
+                key = self._keys([row])[0]
+            except (ValueError, OverflowError, TypeError) as exc:
+                encoded.append((None, b"", f"the record cannot be encoded: {exc}"))
+                continue
+            size = len(value) + len(key or b"")
+            if size > self.message_max_bytes:
+                encoded.append((key, value, f"the record is too large: {size} bytes, over "
+                                            f"the producer's message.max.bytes of "
+                                            f"{self.message_max_bytes}"))
+            else:
+                encoded.append((key, value, None))
+        return encoded
+
+    def dead_letter(self, *, key: bytes | None, value: bytes, problem: str,
+                    checkpoint_id: int, subtask: int, position: int,
+                    keep_value: bool) -> DeadLetter:
+        """The dead letter of a refused record; its value only when the dead-letter
+        topic can take it (a record refused for its size is known by its key and the
+        headers, and stays in the job's staged interval until that is sent)."""
+        assert self.dead_letter_topic is not None
+        fits = keep_value and len(value) + len(key or b"") <= self.message_max_bytes
+        facts = (problem, self.topic, str(checkpoint_id), str(subtask), str(position),
+                 str(len(value)))
+        return DeadLetter(topic=self.dead_letter_topic, value=value if fits and value else None,
+                          headers=[(name, fact.encode()) for name, fact in
+                                   zip(DEAD_LETTER_HEADERS, facts, strict=True)])
 
     # ------------------------------------------------------------------ the driver
 
@@ -407,6 +632,9 @@ class KafkaSink(Sink):
                 f"({client_error_text(exc)})") from None
         if self.topic not in metadata.topics:
             raise self._config_error(f"topic {self.topic!r} does not exist at {self.bootstrap}")
+        if self.dead_letter_topic is not None and self.dead_letter_topic not in metadata.topics:
+            raise self._config_error(f"the dead-letter topic {self.dead_letter_topic!r} does "
+                                     f"not exist at {self.bootstrap}")
         if self.exactly_once and self.control_topic not in metadata.topics:
             self._create_control_topic(admin)
 
@@ -463,7 +691,7 @@ class KafkaSink(Sink):
 
     def open(self, *, context: SinkContext) -> SinkWriter:
         if not self.exactly_once:
-            return _AtLeastOnceWriter(sink=self)
+            return _AtLeastOnceWriter(sink=self, context=context)
         transactions = _Transactions(sink=self, context=context)
         return WriteAheadWriter(send=transactions.send, committer=transactions,
                                 committer_of=functools.partial(self._origin, context=context),
@@ -471,6 +699,29 @@ class KafkaSink(Sink):
                                 staging=staging_path(None, context=context, sink=self.name),
                                 commit_retry=self.commit_retry,
                                 memory_bytes=self.memory_bytes, name=self.name)
+
+
+def _json_value(row: dict[str, Any]) -> bytes:
+    return json.dumps(row, separators=(",", ":"), default=str).encode()
+
+
+def _one_row(records: pa.Table, position: int) -> dict[str, Any] | None:
+    """Row ``position`` as a dict, or ``None`` when a value of it has no Python form."""
+    try:
+        [row] = records.slice(position, 1).to_pylist()
+        return dict(row)
+    except (ValueError, OverflowError, TypeError, pa.ArrowException):
+        return None
+
+
+def _row_problem(records: pa.Table, position: int) -> str:
+    """Which column of row ``position`` has no Python form, and why."""
+    for name in records.column_names:
+        try:
+            records.column(name).slice(position, 1).to_pylist()
+        except (ValueError, OverflowError, TypeError, pa.ArrowException) as exc:
+            return f"column {name!r}: {exc}"
+    return "a value has no Python form"
 
 
 def _key_bytes(value: Any) -> bytes | None:
@@ -486,7 +737,8 @@ def kafka(topic: str, bootstrap: str, *, key: str | None = None, value_format: s
           transaction_timeout: float = DEFAULT_TRANSACTION_TIMEOUT, timeout: float = 30.0,
           producer_config: Mapping[str, Any] | None = None,
           commit_retry: CommitRetry | None = None,
-          memory_bytes: int = DEFAULT_MEMORY_BYTES) -> KafkaSink:
+          memory_bytes: int = DEFAULT_MEMORY_BYTES, bad_records: str = "fail",
+          dead_letter_topic: str | None = None) -> KafkaSink:
     """Write records to the Kafka ``topic`` at ``bootstrap``, each as a JSON object.
 
     ``key``: the column whose value (bytes, or its text) becomes the record key.
@@ -497,6 +749,15 @@ def kafka(topic: str, bootstrap: str, *, key: str | None = None, value_format: s
     the commit markers (created, compacted, on first use). ``transaction_timeout`` is
     the producers' ``transaction.timeout.ms`` in seconds (at most the broker's 15
     minutes). ``producer_config``: further client settings (security, compression).
+
+    ``bad_records``: what to do with a record the broker will never take (larger than
+    ``message.max.bytes``, a value JSON cannot hold): ``"fail"`` (the default) ends
+    the job with one line naming the sink, the checkpoint and the record's position;
+    ``"dead-letter"`` sends it to ``dead_letter_topic`` (which must exist) in the same
+    transaction as the rest of its interval, with headers ``cjob.error``,
+    ``cjob.topic``, ``cjob.checkpoint``, ``cjob.subtask``, ``cjob.position`` and
+    ``cjob.value-bytes`` (a value too large for that topic too is left out), and
+    counts it in ``cjob_job_sink_dead_letters_total``.
     """
     if not isinstance(topic, str) or not topic:
         raise PipelineDefinitionError(problem="kafka sink needs a topic name")
@@ -527,6 +788,29 @@ def kafka(topic: str, bootstrap: str, *, key: str | None = None, value_format: s
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
         raise PipelineDefinitionError(
             problem=f"kafka sink timeout must be a positive number of seconds, got {timeout!r}")
+    try:
+        bad = BadRecords(bad_records)
+    except ValueError:
+        raise PipelineDefinitionError(
+            problem=f"kafka sink bad_records must be one of "
+                    f"{', '.join(b.value for b in BadRecords)}, got {bad_records!r}") from None
+    if bad is BadRecords.DEAD_LETTER and chosen is not KafkaDelivery.EXACTLY_ONCE:
+        raise PipelineDefinitionError(
+            problem="kafka sink bad_records='dead-letter' needs delivery='exactly-once' "
+                    "(at-least-once sends records as they come, with no interval to "
+                    "send again without the refused one)")
+    if bad is BadRecords.DEAD_LETTER and (not isinstance(dead_letter_topic, str)
+                                          or not dead_letter_topic):
+        raise PipelineDefinitionError(
+            problem="kafka sink bad_records='dead-letter' needs a dead_letter_topic")
+    if dead_letter_topic is not None and bad is not BadRecords.DEAD_LETTER:
+        raise PipelineDefinitionError(
+            problem="kafka sink dead_letter_topic is used only with "
+                    "bad_records='dead-letter'")
+    if dead_letter_topic is not None and dead_letter_topic in (topic, control_topic):
+        raise PipelineDefinitionError(
+            problem="kafka sink dead_letter_topic must be a topic other than the output "
+                    "and the control topic")
     settings = dict(producer_config or {})
     for name in settings:
         reason = _OWN_SETTINGS.get(name)
@@ -536,4 +820,5 @@ def kafka(topic: str, bootstrap: str, *, key: str | None = None, value_format: s
     return KafkaSink(topic=topic, bootstrap=bootstrap.strip(), key=key, delivery=chosen,
                      control_topic=control_topic, transaction_timeout=float(transaction_timeout),
                      timeout=float(timeout), producer_config=settings,
-                     commit_retry=commit_retry or CommitRetry(), memory_bytes=memory_bytes)
+                     commit_retry=commit_retry or CommitRetry(), memory_bytes=memory_bytes,
+                     bad_records=bad, dead_letter_topic=dead_letter_topic)

@@ -50,6 +50,7 @@ import logging
 import struct
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import IO, Any, BinaryIO, Protocol
 
@@ -67,6 +68,8 @@ from job_runtime.sinks.commit import (
     SinkFencedError,
     commit_with_retry,
 )
+from job_runtime.sinks.failures import RejectedRecordError, SinkFailedError, SinkFailureKind
+from job_runtime.sinks.health import SinkHealth
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +87,13 @@ _LENGTH = struct.Struct(">Q")
 
 
 class SendFunction(Protocol):
-    def __call__(self, records: pa.Table, *, checkpoint_id: int, subtask: int) -> None: ...
+    """Sends one interval; returns how many of its records went to a dead-letter
+    destination instead (``None``: none), and raises
+    :class:`~job_runtime.sinks.failures.RejectedRecordError` for a record that will
+    never be accepted."""
+
+    def __call__(self, records: pa.Table, *, checkpoint_id: int,
+                 subtask: int) -> int | None: ...
 
 
 class CheckpointCommitter(abc.ABC):
@@ -150,6 +159,7 @@ class _Spool:
             max_size=memory_bytes, prefix="cjob-write-ahead-")
         self._file.write(SPOOL_MAGIC + bytes([SPOOL_VERSION]))
         self.records = 0
+        self.bytes = 0
         self.checkpoint_id = 0
 
     def write(self, batch: Batch) -> None:
@@ -161,6 +171,7 @@ class _Spool:
         self._file.write(_LENGTH.pack(data.size))
         self._file.write(memoryview(data))
         self.records += len(batch)
+        self.bytes += _LENGTH.size + data.size
 
     def stage(self, fs: FileSystem, uri: str) -> None:
         """Copy the spool to ``uri``; durable when this returns; may be repeated."""
@@ -252,6 +263,14 @@ class WriteAheadWriter(SinkWriter):
         self._closed: list[_Spool] = []
         self._pending: list[PendingInterval] = []
         self._open = self._new_spool()
+        self._bytes: dict[str, int] = {}
+        self._completed_at: dict[str, float] = {}
+        """When the checkpoint of each pending interval (by staged URI) completed: the
+        age of undelivered output."""
+        self._failing_since: float | None = None
+        """When the oldest pending interval's send first failed (``None``: it did not)."""
+        self._dead_letters = 0
+        self._clock: Callable[[], float] = time.monotonic
 
     def _new_spool(self) -> _Spool:
         return _Spool(memory_bytes=self._memory_bytes)
@@ -306,6 +325,7 @@ class WriteAheadWriter(SinkWriter):
                 with self._lock:
                     if interval is not None:
                         self._pending.append(interval)
+                        self._bytes[interval.uri] = due.bytes
                     self._closed.remove(due)
                 due.close()
             with self._lock:
@@ -340,8 +360,16 @@ class WriteAheadWriter(SinkWriter):
                                            final="the write-ahead sink's committer")
             with self._fs.open_read(interval.uri) as stream:
                 records = read_staged(stream)
-            self._send(records, checkpoint_id=interval.checkpoint_id,
-                            subtask=interval.subtask)
+            try:
+                routed = self._send(records, checkpoint_id=interval.checkpoint_id,
+                                    subtask=interval.subtask)
+            except RejectedRecordError as exc:
+                raise SinkFailedError(
+                    kind=SinkFailureKind.REJECTED, sink=self._name, subtask=interval.subtask,
+                    checkpoint_id=interval.checkpoint_id,
+                    problem=f"record {exc.position} of the interval's {len(records)}: "
+                            f"{exc.problem}") from None
+            self._dead_letters += routed or 0
             # Killed here, the interval went out and the committer does not know:
             # the restore sends it again unless send and commit share a transaction.
             maybe_fail("subtask.write-ahead-after-send", interval.checkpoint_id)
@@ -355,26 +383,60 @@ class WriteAheadWriter(SinkWriter):
 
     def notify_complete(self, checkpoint_id: int, *, final: bool = False) -> None:
         with self._send_lock:
+            now = self._clock()
             with self._lock:
                 due = [p for p in self._pending if p.checkpoint_id <= checkpoint_id]
+                for interval in due:
+                    self._completed_at.setdefault(interval.uri, now)
             for interval in due:
                 if final:
                     commit_with_retry(functools.partial(self._deliver, interval),
                                       retry=self._commit_retry,
                                       checkpoint_id=interval.checkpoint_id,
-                                      target="the write-ahead sink's send")
+                                      target=f"the {self._name} sink's send")
                 else:
                     try:
                         self._deliver(interval)
-                    except (LostTransactionError, SinkFencedError):
+                    except (LostTransactionError, SinkFencedError, SinkFailedError):
                         raise
                     except Exception as exc:  # in order: later intervals wait for it
-                        log.warning("sending the interval of checkpoint %d failed, will "
-                                    "retry at the next checkpoint: %s",
-                                    interval.checkpoint_id, exc)
+                        self._send_failed(interval, exc)
                         return
+                self._failing_since = None
                 with self._lock:
                     self._pending.remove(interval)
+                    self._completed_at.pop(interval.uri, None)
+                    self._bytes.pop(interval.uri, None)
+
+    def _send_failed(self, interval: PendingInterval, exc: Exception) -> None:
+        """A send that may work later failed: wait for the next checkpoint, unless it has
+        failed for longer than the stall bound."""
+        now = self._clock()
+        if self._failing_since is None:
+            self._failing_since = now
+        failing = now - self._failing_since
+        bound = self._context.stall_timeout
+        if bound and failing > bound:
+            raise SinkFailedError(
+                kind=SinkFailureKind.STALLED, sink=self._name, subtask=interval.subtask,
+                checkpoint_id=interval.checkpoint_id,
+                problem=f"its send has failed for {failing:.0f}s, longer than the stall "
+                        f"bound of {bound:g}s; last: {type(exc).__name__}: {exc}") from exc
+        log.warning("the %s sink's send of the interval of checkpoint %d failed (for %.0fs "
+                    "now), will retry at the next checkpoint: %s", self._name,
+                    interval.checkpoint_id, failing, exc)
+
+    def health(self) -> SinkHealth:
+        now = self._clock()
+        with self._lock:
+            pending = list(self._pending)
+            ages = [now - self._completed_at[p.uri] for p in pending
+                    if p.uri in self._completed_at]
+        return SinkHealth(pending_intervals=len(pending),
+                          pending_records=sum(p.records for p in pending),
+                          pending_bytes=sum(self._bytes.get(p.uri, 0) for p in pending),
+                          oldest_pending_seconds=max(ages, default=0.0),
+                          dead_letters=self._dead_letters)
 
     def restore(self, states: list[Any]) -> None:
         """Send the restored checkpoint's pending intervals not yet committed, oldest
@@ -400,7 +462,7 @@ class WriteAheadWriter(SinkWriter):
                 commit_with_retry(functools.partial(self._deliver, interval),
                                   retry=self._commit_retry,
                                   checkpoint_id=interval.checkpoint_id,
-                                  target="the write-ahead sink's send")
+                                  target=f"the {self._name} sink's send")
 
     def close(self) -> None:
         with self._lock:

@@ -14,10 +14,13 @@ import pytest
 import cjob_checkpoint
 import job_runtime
 from cjob_checkpoint.keyword_error import keyword_error
+from job_runtime.sinks.failures import SinkFailureKind
 
 SAMPLES: dict[str, Any] = {"str": "s3://bucket/job/chk-7", "int": 7, "object": "seven",
+                          "float": 61.5,
                           "tuple[tuple[str, int, int], ...]": (("s3://bucket/job", 2, 1),),
-                          "tuple[str, ...]": ("operator 'sum' holds state",)}
+                          "tuple[str, ...]": ("operator 'sum' holds state",),
+                          "SinkFailureKind": SinkFailureKind.STALLED}
 
 
 def keyword_errors() -> list[type[BaseException]]:

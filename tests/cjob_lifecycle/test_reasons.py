@@ -50,6 +50,7 @@ RELEASED = {
     "Succeeded", "Superseded", "Suspended", "Suspending", "Terminated", "Terminating",
     "Unknown", "Upgraded", "Upgrading", "UserCodeError", "WaitingForPreviousDriver",
     "WaitingForPreviousStore", "WaitingForSnapshot", "RolledBack", "NotRolledBack",
+    "SinkRejectedRecord", "SinkStalled", "CheckpointStalled",
 }
 """Every value users may already select by. A value leaves this set only deliberately."""
 
@@ -188,7 +189,7 @@ DRIVER_STATES: list[dict[str, object] | None] = [
     {"phase": "Running", "deleting": at(40)},
     {"phase": "Succeeded"},
     *({"phase": "Failed", "exit_code": code}
-      for code in (1, 2, 3, 4, 5, 6, 7, 9, 10, 137, 143)),
+      for code in (1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13, 137, 143)),
     {"phase": "Failed", "exit_code": 137, "reason": "OOMKilled"},
     {"phase": "Failed", "exit_code": None, "reason": "Evicted"},
     {"phase": "Failed", "exit_code": None, "reason": "DeadlineExceeded"},

@@ -31,6 +31,7 @@ from job_runtime.coordinator.messages import (
     Register,
     Registered,
     Rejected,
+    SinkFailure,
     SourcesFinished,
     TaskMetrics,
     Trigger,
@@ -39,10 +40,15 @@ from job_runtime.coordinator.messages import (
     decode_to_subtask,
     encode,
 )
+from job_runtime.sinks.failures import SinkFailureKind
+from job_runtime.sinks.health import SinkHealth
 
 HANDLE = StateHandle(uri="file:///ckpt/j/chk-3/reduce/1", size_bytes=120, crc32=77)
 METRICS = TaskMetrics(records_in=10, records_out=9, blocked_seconds=0.5, first_record_at=1.5,
-                      last_record_at=None, restore_seconds=0.25, rejected_connections=2)
+                      last_record_at=None, restore_seconds=0.25, rejected_connections=2,
+                      sinks=SinkHealth(pending_intervals=2, pending_records=40,
+                                       pending_bytes=4096, oldest_pending_seconds=12.5,
+                                       dead_letters=1))
 
 TO_COORDINATOR: list[Message] = [
     Register(epoch=4, subtask=1, host="exec-1", pid=321),
@@ -63,6 +69,10 @@ TO_COORDINATOR: list[Message] = [
         stats=AckStats(bytes=77)),
     Decline(epoch=4, subtask=0, checkpoint_id=3, reason="upload failed", subsumed=True),
     UserError(epoch=4, subtask=0, operator="map-1", details="ZeroDivisionError"),
+    SinkFailure(epoch=4, subtask=1, kind=SinkFailureKind.REJECTED, sink="kafka",
+                checkpoint_id=7, problem="record 2 of the interval's 4: too large"),
+    SinkFailure(epoch=4, subtask=0, kind=SinkFailureKind.STALLED, sink="write_ahead",
+                checkpoint_id=9, problem="its send has failed for 601s"),
 ]
 TO_SUBTASK: list[Message] = [
     Registered(attempt=1, restore=None),
@@ -113,7 +123,7 @@ class TestRejectedMessages:
             decode_to_subtask(encode(Ready(epoch=1, subtask=0)))
 
     def test_another_format_version_is_rejected_naming_both_versions(self) -> None:
-        with pytest.raises(MessageError, match=r"version 1 is not supported.*speaks version 3"):
+        with pytest.raises(MessageError, match=r"version 1 is not supported.*speaks version 4"):
             decode_to_subtask(wire(v=1, type="abort", checkpoint_id=1, reason="x"))
         with pytest.raises(MessageError, match="version None"):
             decode_to_subtask(wire(type="abort", checkpoint_id=1, reason="x"))
@@ -146,3 +156,19 @@ class TestRejectedMessages:
         with pytest.raises(MessageError, match="JSON cannot carry"):
             encode(Ack(epoch=1, subtask=0, checkpoint_id=1, stage=0,
                        state=AckState(sources={"0": object()}), stats=AckStats()))
+
+
+class TestSinkFailures:
+    def test_a_sink_failure_of_an_unknown_kind_is_rejected_naming_the_kinds(self) -> None:
+        with pytest.raises(MessageError, match="'kind' of a sink_failure message must be one "
+                                               "of rejected, stalled, got 'lost'"):
+            decode_to_coordinator(wire(v=FORMAT_VERSION, type="sink_failure", epoch=1,
+                                       subtask=0, kind="lost", sink="kafka", checkpoint_id=1,
+                                       problem="x"))
+
+    def test_progress_of_an_older_subtask_without_sink_figures_reads_as_nothing_held(
+            self) -> None:
+        body = json.loads(encode(Progress(epoch=1, subtask=0, metrics=TaskMetrics())))
+        del body["metrics"]["sinks"]
+        decoded = decode_to_coordinator(json.dumps(body).encode())
+        assert isinstance(decoded, Progress) and decoded.metrics.sinks == SinkHealth()

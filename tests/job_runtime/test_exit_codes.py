@@ -13,12 +13,14 @@ from cjob_checkpoint.store.base import FencedError, StoreError
 from cjob_spec.exit_codes import ExitCode
 from job_runtime.errors import (
     CheckpointFailureBudgetExceeded,
+    CheckpointStalledError,
     ConfigurationError,
     EntrypointError,
     RestoreError,
     UserCodeError,
 )
 from job_runtime.execution.driver.exit_codes import FENCED, STARTUP_ERRORS, exit_code
+from job_runtime.sinks.failures import SinkFailedError, SinkFailureKind
 
 
 @pytest.mark.parametrize(("error", "code"), [
@@ -37,6 +39,11 @@ from job_runtime.execution.driver.exit_codes import FENCED, STARTUP_ERRORS, exit
     (CheckpointFailureBudgetExceeded(failures=3, tolerable=2,
                                      last_reason="storage unavailable: timeout"),
      ExitCode.STORAGE_UNREACHABLE),
+    (SinkFailedError(kind=SinkFailureKind.REJECTED, sink="kafka", subtask=0, checkpoint_id=3,
+                     problem="record 2: too large"), ExitCode.SINK_REJECTED),
+    (SinkFailedError(kind=SinkFailureKind.STALLED, sink="kafka", subtask=0, checkpoint_id=3,
+                     problem="failing for 601s"), ExitCode.SINK_STALLED),
+    (CheckpointStalledError(seconds=61, window=50, completed=2), ExitCode.CHECKPOINT_STALLED),
     (RuntimeError("executor lost"), 1),
 ])  # fmt: skip
 def test_each_ending_maps_to_its_exit_code(error: BaseException, code: int) -> None:

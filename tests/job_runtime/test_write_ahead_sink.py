@@ -20,6 +20,9 @@ from job_runtime.records import Batch
 from job_runtime.sinks import CheckpointCommitter, write_ahead
 from job_runtime.sinks.base import SinkContext, SinkWriter
 from job_runtime.sinks.commit import CommitRetry, LostTransactionError, SinkCommitError
+from job_runtime.sinks.failures import RejectedRecordError, SinkFailedError, SinkFailureKind
+from job_runtime.sinks.health import SinkHealth
+from job_runtime.sinks.write_ahead import WriteAheadWriter
 
 QUICK = CommitRetry(attempts=2, first_delay=0.0, max_delay=0.0)
 
@@ -59,12 +62,21 @@ class OutsideCommitter(CheckpointCommitter):
 
 def open_writer(outside: Outside, staging: Path, *, subtask: int = 0, parallelism: int = 1,
                 attempt: str = "a1e1", job_id: str = "job-1",
-                restored_job: str = "") -> SinkWriter:
+                restored_job: str = "", stall_timeout: float = 0.0) -> SinkWriter:
     sink = write_ahead(outside.send, OutsideCommitter(outside), commit_retry=QUICK)
     return sink.open(context=SinkContext(subtask=subtask, parallelism=parallelism,
                                          attempt_tag=attempt, job_id=job_id,
                                          staging_root=str(staging),
-                                         restored_job=restored_job or job_id))
+                                         restored_job=restored_job or job_id,
+                                         stall_timeout=stall_timeout))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
 
 
 def rows(*values: int) -> Batch:
@@ -179,6 +191,83 @@ class TestFailingSends:
             path.unlink()
         with pytest.raises(LostTransactionError):
             open_writer(outside, tmp_path, attempt="a2e1").restore([state])
+
+
+class TestStalls:
+    def test_pending_intervals_their_records_bytes_and_age_are_reported(
+            self, tmp_path: Path) -> None:
+        outside = Outside(failures_left=1)
+        writer = open_writer(outside, tmp_path)
+        assert isinstance(writer, WriteAheadWriter)
+        clock = writer._clock = Clock()
+        writer.write(rows(1, 2, 3))
+        writer.snapshot(1)
+        writer.notify_complete(1)
+        clock.now += 30
+        health = writer.health()
+        assert (health.pending_intervals, health.pending_records) == (1, 3)
+        assert health.pending_bytes > 0 and health.oldest_pending_seconds == 30
+        writer.snapshot(2)
+        writer.notify_complete(2)
+        assert writer.health() == SinkHealth()
+
+    def test_a_send_failing_longer_than_the_stall_bound_ends_the_attempt_as_stalled(
+            self, tmp_path: Path) -> None:
+        outside = Outside(failures_left=100)
+        writer = open_writer(outside, tmp_path, stall_timeout=60.0)
+        assert isinstance(writer, WriteAheadWriter)
+        clock = writer._clock = Clock()
+        writer.write(rows(1))
+        writer.snapshot(1)
+        writer.notify_complete(1)
+        clock.now += 59
+        writer.snapshot(2)
+        writer.notify_complete(2)
+        clock.now += 2
+        writer.snapshot(3)
+        with pytest.raises(SinkFailedError) as failed:
+            writer.notify_complete(3)
+        assert failed.value.kind is SinkFailureKind.STALLED
+        assert "checkpoint 1" in str(failed.value) and "61s" in str(failed.value)
+
+    def test_a_send_that_recovers_within_the_bound_starts_the_count_again(
+            self, tmp_path: Path) -> None:
+        outside = Outside(failures_left=1)
+        writer = open_writer(outside, tmp_path, stall_timeout=60.0)
+        assert isinstance(writer, WriteAheadWriter)
+        clock = writer._clock = Clock()
+        writer.write(rows(1))
+        writer.snapshot(1)
+        writer.notify_complete(1)
+        clock.now += 50
+        writer.snapshot(2)
+        writer.notify_complete(2)
+        outside.failures_left = 1
+        writer.write(rows(2))
+        writer.snapshot(3)
+        writer.notify_complete(3)
+        clock.now += 50
+        writer.snapshot(4)
+        writer.notify_complete(4)
+        assert outside.numbers() == [1, 2]
+
+    def test_a_record_the_send_refuses_for_good_fails_at_once_naming_it(
+            self, tmp_path: Path) -> None:
+        def send(records: pa.Table, *, checkpoint_id: int, subtask: int) -> None:
+            raise RejectedRecordError(position=1, problem="violates a unique constraint")
+
+        sink = write_ahead(send, OutsideCommitter(Outside()), commit_retry=QUICK)
+        writer = sink.open(context=SinkContext(subtask=0, parallelism=1, attempt_tag="a1e1",
+                                               job_id="job-1", staging_root=str(tmp_path)))
+        writer.write(rows(1, 2))
+        writer.snapshot(1)
+        for final in (False, True):
+            with pytest.raises(SinkFailedError) as failed:
+                writer.notify_complete(1, final=final)
+            assert failed.value.kind is SinkFailureKind.REJECTED
+            assert str(failed.value) == (
+                "the write_ahead sink refused a record for good (subtask 0, interval of "
+                "checkpoint 1): record 1 of the interval's 2: violates a unique constraint")
 
 
 class TestRestores:

@@ -84,6 +84,7 @@ FULL: dict[str, Any] = {
         "state": {"backend": "rocksdb"},
         "standby": {"enabled": True},
         "rollback": {"enabled": True, "readinessTimeout": "2m"},
+        "health": {"checkpointStallIntervals": 8, "sinkStallTimeout": "15m"},
         "snapshots": {"interval": "1h", "maxCount": 3, "maxAge": "72h", "beforeUpgrade": True},
         "cleanupPolicy": {"checkpoints": "Delete"},
         "pod": {

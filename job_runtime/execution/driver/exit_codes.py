@@ -17,6 +17,7 @@ from cjob_checkpoint.store.configmap_errors import StoreCredentialsError
 from cjob_spec.exit_codes import ExitCode
 from job_runtime.errors import (
     CheckpointFailureBudgetExceeded,
+    CheckpointStalledError,
     ConfigurationError,
     EntrypointError,
     IncompatibleStateError,
@@ -26,6 +27,7 @@ from job_runtime.errors import (
     UserCodeError,
 )
 from job_runtime.execution.driver.logger import log
+from job_runtime.sinks.failures import SinkFailedError, SinkFailureKind
 
 FENCED = ExitCode.FENCED
 """A newer attempt owns the store: end quietly, with the code that tells the operator
@@ -45,12 +47,14 @@ _MAPPINGS = (
     _Mapping((EntrypointError, PipelineDefinitionError, ConfigurationError, JobCodeError,
               StoreCredentialsError), ExitCode.BAD_CONFIG),
     _Mapping((UserCodeError,), ExitCode.USER_CODE_ERROR),
+    _Mapping((SinkFailedError,), ExitCode.SINK_REJECTED),
     _Mapping((RestoreError,), ExitCode.RESTORE_FAILED),
     _Mapping((IncompatibleStateError,), ExitCode.INCOMPATIBLE_STATE),
     # Checkpoint storage, or an S3 archive of the job's code: the error names which.
     _Mapping((StorageUnavailableError,), ExitCode.STORAGE_UNREACHABLE, "storage unreachable: %s"),
     _Mapping((FencedError,), FENCED),
     _Mapping((CheckpointFailureBudgetExceeded,), ExitCode.CHECKPOINT_FAILURES_EXCEEDED),
+    _Mapping((CheckpointStalledError,), ExitCode.CHECKPOINT_STALLED),
     _Mapping((StoreError, StorageError), ExitCode.STORAGE_UNREACHABLE,
              "checkpoint store or storage failed: %s"),
 )
@@ -58,7 +62,7 @@ _MAPPINGS = (
 
 STARTUP_ERRORS: tuple[type[BaseException], ...] = tuple(
     error for mapping in _MAPPINGS for error in mapping.errors
-    if error is not CheckpointFailureBudgetExceeded)
+    if error not in (CheckpointFailureBudgetExceeded, CheckpointStalledError, SinkFailedError))
 """What the driver maps while it starts; anything else is a bug and keeps its traceback."""
 
 
@@ -70,6 +74,8 @@ def exit_code(error: BaseException, *, logged: bool = False) -> int:
         if isinstance(error, mapping.errors):
             if not logged:
                 log.error(mapping.message, error)
+            if isinstance(error, SinkFailedError) and error.kind is SinkFailureKind.STALLED:
+                return ExitCode.SINK_STALLED
             if isinstance(error, CheckpointFailureBudgetExceeded) and (
                     "unavailable" in error.last_reason or "unreachable" in error.last_reason):
                 return ExitCode.STORAGE_UNREACHABLE

@@ -405,4 +405,5 @@ def _subtask_config(*, settings: DriverSettings, code: JobCodePaths, storage: Ch
         staging_uri=_staging(storage), mode=settings.mode, unaligned=settings.unaligned,
         credits=settings.credits, s3=dataclasses.asdict(s3) if s3.to_env() else None, key=key,
         loopback=loopback, state_backend=settings.state_backend, state_dir=settings.state_dir,
+        sink_stall_timeout=settings.sink_stall_timeout,
         staged_inputs=dict(staged_inputs or {}))

@@ -27,6 +27,8 @@ class DriverSettings:
     spark_conf: dict[str, str] = dataclasses.field(default_factory=dict)
     checkpoint_storage: str = ""
     checkpoint: CheckpointSettings = dataclasses.field(default_factory=CheckpointSettings)
+    sink_stall_timeout: float = defaults.SINK_STALL_TIMEOUT.default_value().seconds
+    """``spec.health.sinkStallTimeout`` in seconds (0: never), for every sink writer."""
     mode: str = "exactly_once"
     unaligned: bool = False
     retained: int = defaults.RETAINED.default

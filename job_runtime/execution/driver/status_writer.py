@@ -85,6 +85,11 @@ class StatusWriter:
             self.metrics.source_lag(progress["sourceLag"])
             self.metrics.event_time(watermark=progress["watermark"],
                                     late_records=progress["lateRecords"], now=time.time())
+            held = progress["sinks"]
+            self.metrics.sinks(pending_intervals=held.pending_intervals,
+                               pending_bytes=held.pending_bytes,
+                               oldest_pending_seconds=held.oldest_pending_seconds,
+                               dead_letters=held.dead_letters)
         if self.path:
             write_status_file(self.path, status)
 

@@ -33,6 +33,7 @@ from job_runtime.coordinator.messages import (
     Register,
     Registered,
     Rejected,
+    SinkFailure,
     SourcesFinished,
     TaskMetrics,
     ToCoordinator,
@@ -59,6 +60,8 @@ from job_runtime.network.framing import ChannelHello
 from job_runtime.network.handshake import Session
 from job_runtime.operators.chain import RecordChain
 from job_runtime.sinks.base import SinkContext, SinkWriter
+from job_runtime.sinks.failures import SinkFailedError
+from job_runtime.sinks.health import SinkHealth
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +88,7 @@ class SubtaskRuntime:
         self.uploader = Uploader(storage=self.storage, subtask=subtask, epoch=epoch,
                                  send=self.send, cancelled=self.cancelled.is_set)
         self.tasks: list[Task] = []
+        self.writers: dict[str, SinkWriter] = {}
         self.gates: dict[int, InputGate] = {}
         self.failure: BaseException | None = None
         self._sources_finished = False
@@ -160,12 +164,16 @@ class SubtaskRuntime:
     def task_failed(self, exc: BaseException) -> None:
         if self.failure is None:
             self.failure = exc
-        if isinstance(exc, UserCodeError):
-            try:
+        try:
+            if isinstance(exc, UserCodeError):
                 self.send(UserError(epoch=self.epoch, subtask=self.subtask,
                                     operator=exc.operator, details=exc.details))
-            except ConnectionLost:
-                pass
+            elif isinstance(exc, SinkFailedError):
+                self.send(SinkFailure(epoch=self.epoch, subtask=self.subtask, kind=exc.kind,
+                                      sink=exc.sink, checkpoint_id=exc.checkpoint_id,
+                                      problem=exc.problem))
+        except ConnectionLost:
+            pass
         self.cancelled.set()
         for gate in self.gates.values():
             gate.fail(SubtaskFailed("another task of this subtask failed"))
@@ -188,7 +196,8 @@ class SubtaskRuntime:
                                  for lag in t.backlog()),
             watermark=min(marks) if marks else None,
             late_records=sum(t.operator.late_records for t in self.tasks
-                             if isinstance(t, KeyedTask)))
+                             if isinstance(t, KeyedTask)),
+            sinks=sum((writer.health() for writer in self.writers.values()), SinkHealth()))
 
     def _report_progress(self) -> None:
         while not self.cancelled.wait(self.config.progress_interval):
@@ -250,13 +259,18 @@ class SubtaskRuntime:
             attempt_tag=f"a{registered.attempt}e{self.epoch}", s3=self.s3_config,
             job_id=config.job_id, staging_root=self.storage.job_dir,
             restored_parallelism=0 if restore is None else restore.parallelism,
-            restored_job="" if restore is None else restore.job)
-        writers: dict[str, SinkWriter] = {}
+            restored_job="" if restore is None else restore.job,
+            stall_timeout=config.sink_stall_timeout)
+        writers: dict[str, SinkWriter] = self.writers
         for name, sink_op in pipeline.sinks():
             writer = writers[name] = sink_op.open(context=context.of_sink(name))
             if restore is not None:
-                writer.restore(restore.sink_transactions(
-                    subtask=self.subtask, parallelism=config.parallelism, sink=name))
+                try:
+                    writer.restore(restore.sink_transactions(
+                        subtask=self.subtask, parallelism=config.parallelism, sink=name))
+                except SinkFailedError as exc:  # the coordinator learns why the attempt ends
+                    self.task_failed(exc)
+                    raise
         for plan in stages:
             outputs = self._outputs(plan.index + 1) if plan.index + 1 < len(stages) else []
             sink = writers[pipeline.sink_name] if plan.has_sink else None

@@ -3,6 +3,7 @@
 ``crash_at``/``crash_marker`` make the ``map`` SIGKILL its own Python worker when
 it meets record ``crash_at``, as a crashed executor would, but only the first
 time: the marker file remembers it across Spark's relaunch of the stage.
+``hang_at``/``hang_marker`` make it block forever there instead, once.
 """
 
 from __future__ import annotations
@@ -38,12 +39,17 @@ def first_to_claim(marker: str) -> bool:
 def _crash_once(p: Pipeline) -> Callable[[dict[str, Any]], dict[str, Any]]:
     marker = p.args.get("crash_marker")
     crash_at = int(p.args.get("crash_at", -1))
+    hang_marker = p.args.get("hang_marker")
+    hang_at = int(p.args.get("hang_at", -1))
 
     def maybe_crash(record: dict[str, Any]) -> dict[str, Any]:
         if marker and record["seq"] == crash_at:
             if not first_to_claim(marker):
                 return record
             os.kill(os.getpid(), signal.SIGKILL)
+        if hang_marker and record["seq"] == hang_at and first_to_claim(hang_marker):
+            while True:  # a function that never returns, as a deadlock would
+                time.sleep(1.0)
         return record
 
     return maybe_crash

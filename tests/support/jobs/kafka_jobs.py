@@ -46,3 +46,25 @@ def windowed_counts(p: Pipeline) -> None:
       .aggregate(n="count")
       .sink(sinks.files(p.args["output"], format="jsonl")))
 
+
+
+def copy_to_kafka(p: Pipeline) -> None:
+    """``topic`` (bounded) copied to the Kafka topic ``output`` through the exactly-once
+    sink; the record whose ``n`` is ``poison`` gets a value of 3 MB, over every default
+    size limit; ``bad_records`` and ``dead_letter_topic`` as the sink takes them."""
+    poison = int(p.args.get("poison", -1))
+
+    def copy(record: dict[str, Any]) -> dict[str, Any]:
+        copied = {"n": record["n"], "user": record.get("user", "")}
+        if record["n"] == poison:
+            copied["blob"] = "x" * 3_000_000
+        return copied
+
+    source = sources.kafka(p.args["topic"], p.args["bootstrap"], bounded=True,
+                           value_format="json", batch_size=100)
+    dead_letters = p.args.get("dead_letter_topic")
+    sink = sinks.kafka(p.args["output"], p.args["bootstrap"], key="user",
+                       control_topic=p.args["control"],
+                       bad_records="dead-letter" if dead_letters else "fail",
+                       dead_letter_topic=dead_letters)
+    p.source(source).map(copy).sink(sink)

@@ -238,6 +238,7 @@ class EmbeddedRun:
 def write_job_yaml(path: Path, *, name: str, entrypoint: str, python_path: list[str],
                    args: dict[str, Any], parallelism: int = 2, max_restarts: int = 5,
                    checkpoint: dict[str, Any] | None = None,
+                   health: dict[str, Any] | None = None,
                    image: str | None = "checkpointed-jobs/runtime:test") -> Path:
     """A CheckpointedJob for ``cjob run``; ``image=None`` leaves ``spec.image`` out."""
     document: dict[str, Any] = {
@@ -253,6 +254,7 @@ def write_job_yaml(path: Path, *, name: str, entrypoint: str, python_path: list[
                            **(checkpoint or {})},
             "restartPolicy": {"type": "OnFailure", "maxRestarts": max_restarts,
                               "backoff": {"initial": "1s", "max": "2s"}},
+            **({"health": health} if health is not None else {}),
         },
     }
     path.write_text(yaml.safe_dump(document, sort_keys=False))

@@ -1,0 +1,75 @@
+"""When a running job that completes no checkpoint is stuck, not slow.
+
+A function that blocks forever, or a subtask that stopped reading, holds the barrier:
+no checkpoint completes, yet every process is alive and the job says Running. The
+checkpoint timeout would notice, but it is sized for the slowest honest checkpoint
+(ten minutes by default), and ``tolerableFailures`` multiplies it. The watch restarts
+sooner, from evidence the attempt gathered itself:
+
+* the window opens when every subtask of the current stage attempt is ready, and
+  again at each completed checkpoint;
+* it is ``intervals`` checkpoint intervals (``spec.health.checkpointStallIntervals``),
+  or three times the longest checkpoint this driver completed, whichever is longer,
+  so a job whose checkpoints are honestly slow is not mistaken for a stuck one;
+* before the attempt's first completed checkpoint it is at least the checkpoint
+  timeout: the first checkpoint may follow a long restore or a cold cache, and the
+  watch has seen nothing yet to judge by.
+
+Past the window the coordinator fails the job with :class:`CheckpointStalledError`,
+whose exit code the supervisor restarts from the latest checkpoint.
+"""
+
+from __future__ import annotations
+
+from job_runtime.coordinator.settings import CheckpointSettings
+from job_runtime.errors import CheckpointStalledError
+
+SLOWEST_FACTOR = 3.0
+"""How many times the longest completed checkpoint the window is at least."""
+
+
+class StallWatch:
+    def __init__(self, *, settings: CheckpointSettings) -> None:
+        self._settings = settings
+        self._since: float | None = None
+        """When the current window opened (``None``: the stage is not running)."""
+        self._completed = 0
+        self._longest = 0.0
+
+    @property
+    def enabled(self) -> bool:
+        return self._settings.stall_intervals > 0
+
+    def window(self) -> float:
+        settings = self._settings
+        window = max(settings.stall_intervals * settings.interval,
+                     SLOWEST_FACTOR * self._longest)
+        if not self._completed:
+            window = max(window, settings.timeout)
+        return window
+
+    def new_epoch(self) -> None:
+        """The subtasks restarted: nothing runs until they are ready again."""
+        self._since = None
+
+    def running(self, *, now: float) -> None:
+        """Every subtask is ready: the window opens (once per stage attempt)."""
+        if self._since is None:
+            self._since = now
+
+    def completed(self, *, now: float, duration: float) -> None:
+        self._completed += 1
+        self._longest = max(self._longest, duration)
+        if self._since is not None:
+            self._since = now
+
+    def check(self, *, now: float) -> CheckpointStalledError | None:
+        """The error that ends the job once the window passed without a checkpoint."""
+        if not self.enabled or self._since is None:
+            return None
+        waited = now - self._since
+        window = self.window()
+        if waited <= window:
+            return None
+        return CheckpointStalledError(seconds=waited, window=window,
+                                      completed=self._completed)

@@ -1,0 +1,70 @@
+"""The stall watch: a running job that completes no checkpoint for its window is stuck.
+
+The window adapts to the job: a number of intervals, at least three times its slowest
+checkpoint, and before the first completed checkpoint at least the checkpoint timeout.
+"""
+
+from __future__ import annotations
+
+from job_runtime.coordinator.settings import CheckpointSettings
+from job_runtime.coordinator.stall_watch import StallWatch
+from job_runtime.errors import CheckpointStalledError
+
+
+def watch(*, intervals: int = 5, interval: float = 10.0, timeout: float = 600.0) -> StallWatch:
+    return StallWatch(settings=CheckpointSettings(interval=interval, timeout=timeout,
+                                                  stall_intervals=intervals))
+
+
+class TestTheWindow:
+    def test_after_a_checkpoint_it_is_the_intervals(self) -> None:
+        stalls = watch()
+        stalls.running(now=0.0)
+        stalls.completed(now=10.0, duration=0.5)
+        assert stalls.check(now=60.0) is None
+        stalled = stalls.check(now=61.0)
+        assert isinstance(stalled, CheckpointStalledError)
+        assert "no checkpoint completed for 51s" in str(stalled)
+        assert "1 completed before" in str(stalled)
+
+    def test_it_is_at_least_three_times_the_slowest_checkpoint(self) -> None:
+        stalls = watch()
+        stalls.running(now=0.0)
+        stalls.completed(now=40.0, duration=40.0)
+        assert stalls.window() == 120.0
+        assert stalls.check(now=159.0) is None
+        assert stalls.check(now=161.0) is not None
+
+    def test_before_the_first_checkpoint_it_is_at_least_the_checkpoint_timeout(self) -> None:
+        stalls = watch(timeout=600.0)
+        stalls.running(now=0.0)
+        assert stalls.check(now=599.0) is None
+        assert stalls.check(now=601.0) is not None
+
+    def test_a_checkpoint_opens_the_window_again(self) -> None:
+        stalls = watch()
+        stalls.running(now=0.0)
+        stalls.completed(now=10.0, duration=1.0)
+        stalls.completed(now=55.0, duration=1.0)
+        assert stalls.check(now=100.0) is None
+
+
+class TestWhenItWatches:
+    def test_not_until_the_subtasks_are_running(self) -> None:
+        stalls = watch()
+        assert stalls.check(now=10_000.0) is None
+
+    def test_a_relaunch_of_the_subtasks_closes_the_window_until_they_run_again(self) -> None:
+        stalls = watch()
+        stalls.running(now=0.0)
+        stalls.completed(now=10.0, duration=1.0)
+        stalls.new_epoch()
+        assert stalls.check(now=500.0) is None
+        stalls.running(now=500.0)
+        assert stalls.check(now=549.0) is None
+        assert stalls.check(now=551.0) is not None
+
+    def test_zero_intervals_turn_it_off(self) -> None:
+        stalls = watch(intervals=0)
+        stalls.running(now=0.0)
+        assert stalls.check(now=1e9) is None
