@@ -32,8 +32,11 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
+import hashlib
+import hmac
 import json
 import logging
+import re
 import time
 import uuid
 from collections.abc import Mapping
@@ -62,7 +65,11 @@ log = logging.getLogger(__name__)
 
 __all__ = ["CommitMarker", "KafkaDelivery", "KafkaSink", "SinkFencedError", "kafka"]
 
-MARKER_VERSION = 1
+MARKER_VERSION = 2
+LEGACY_MARKER_VERSION = 1
+"""Markers of the shared control topic, as releases before per-job topics wrote them."""
+MAX_TOPIC_NAME = 249
+_TOPIC_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 DEFAULT_CONTROL_TOPIC = "cjob-commits"
 DEFAULT_TRANSACTION_TIMEOUT = 60.0
 MAX_TRANSACTION_TIMEOUT = 900.0
@@ -101,31 +108,65 @@ class KafkaDelivery(enum.StrEnum):
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class CommitMarker:
-    """What the control topic says of one (job, subtask): sent through ``checkpoint``."""
+    """What a control topic says of one (job, subtask): sent through ``checkpoint``.
+
+    Version 2 (the job's own topic) names the ``writer`` (the transactional id that
+    sent it) and carries ``mac``, an HMAC-SHA256 under the key of the interval it
+    commits: the key travels only in the job's checkpoints, so a marker anyone else
+    wrote proves nothing and is ignored. Version 1 (the shared topic of older
+    releases) has neither, and is read only for intervals such a release staged.
+    """
 
     job: str
     subtask: int
     checkpoint: int
+    writer: str = ""
+    mac: str = ""
+    version: int = MARKER_VERSION
 
     @property
     def key(self) -> bytes:
         return f"{self.job}/{self.subtask}".encode()
 
+    @staticmethod
+    def _message(*, job: str, subtask: int, checkpoint: int, writer: str) -> bytes:
+        return f"{job}|{subtask}|{checkpoint}|{writer}".encode()
+
+    @classmethod
+    def signed(cls, *, job: str, subtask: int, checkpoint: int, writer: str,
+               key: bytes) -> CommitMarker:
+        mac = hmac.new(key, cls._message(job=job, subtask=subtask, checkpoint=checkpoint,
+                                         writer=writer), hashlib.sha256).hexdigest()
+        return cls(job=job, subtask=subtask, checkpoint=checkpoint, writer=writer, mac=mac)
+
+    def proven_by(self, key: bytes) -> bool:
+        """Whether the holder of ``key`` wrote this marker."""
+        if self.version != MARKER_VERSION or not self.mac:
+            return False
+        expected = hmac.new(key, self._message(job=self.job, subtask=self.subtask,
+                                               checkpoint=self.checkpoint, writer=self.writer),
+                            hashlib.sha256).hexdigest()
+        return hmac.compare_digest(expected, self.mac)
+
     def value(self) -> bytes:
-        return json.dumps({"version": MARKER_VERSION, "job": self.job,
-                           "subtask": self.subtask, "checkpoint": self.checkpoint},
-                          separators=(",", ":")).encode()
+        data: dict[str, Any] = {"version": self.version, "job": self.job,
+                                "subtask": self.subtask, "checkpoint": self.checkpoint}
+        if self.version == MARKER_VERSION:
+            data.update(writer=self.writer, mac=self.mac)
+        return json.dumps(data, separators=(",", ":")).encode()
 
     @classmethod
     def parse(cls, value: bytes | None) -> CommitMarker | None:
-        """The marker in a control record; ``None`` for one of another version or a
-        tombstone (the topic may be shared with newer or older releases)."""
+        """The marker in a control record; ``None`` for one of an unknown version, a
+        malformed one, or a tombstone."""
         try:
             data = json.loads(value or b"")
-            if data.get("version") != MARKER_VERSION:
+            version = data.get("version")
+            if version not in (LEGACY_MARKER_VERSION, MARKER_VERSION):
                 return None
             return cls(job=str(data["job"]), subtask=int(data["subtask"]),
-                       checkpoint=int(data["checkpoint"]))
+                       checkpoint=int(data["checkpoint"]), version=int(version),
+                       writer=str(data.get("writer") or ""), mac=str(data.get("mac") or ""))
         except (ValueError, KeyError, TypeError, AttributeError):
             return None
 
@@ -134,16 +175,25 @@ def transactional_id(job_id: str, subtask: int) -> str:
     return f"cjob-{job_id}-{subtask}"
 
 
+def control_topic_of(base: str, job: str) -> str:
+    """The control topic of one job: ``<base>.<job>``, with characters Kafka does not
+    allow in a name replaced, and a long one shortened with a hash that keeps it apart
+    from every other job's."""
+    safe = _TOPIC_UNSAFE.sub("_", job)
+    name = f"{base}.{safe}"
+    if len(name) <= MAX_TOPIC_NAME:
+        return name
+    digest = hashlib.sha256(job.encode()).hexdigest()[:16]
+    keep = MAX_TOPIC_NAME - len(base) - len(digest) - 2
+    return f"{base}.{safe[:keep]}-{digest}"
 
 
-def read_markers(*, bootstrap: str, control_topic: str, job: str, timeout: float,
-                 client_config: Mapping[str, Any]) -> dict[int, int]:
-    """Subtask -> the newest checkpoint the control topic says was sent, for ``job``.
-
-    Reads every partition ``read_committed`` up to the high watermark seen at the
-    start; an open transaction of another writer holds the read until it ends (at most
-    its transaction timeout), since a marker behind it may be this job's.
-    """
+def read_control(*, bootstrap: str, control_topic: str, job: str, timeout: float,
+                 client_config: Mapping[str, Any]) -> list[CommitMarker]:
+    """Every marker of ``job`` in ``control_topic`` (none when the topic does not
+    exist), read ``read_committed`` from the start to the high watermark seen at the
+    start; an open transaction holds the read until it ends (at most its transaction
+    timeout), since a marker behind it may be this job's."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
     consumer = Consumer({
@@ -154,12 +204,12 @@ def read_markers(*, bootstrap: str, control_topic: str, job: str, timeout: float
         "enable.partition.eof": True,
         "isolation.level": "read_committed",
     })
-    through: dict[int, int] = {}
+    markers: list[CommitMarker] = []
     try:
         described = consumer.list_topics(topic=control_topic, timeout=timeout).topics.get(
             control_topic)
         if described is None or described.error is not None:
-            return through
+            return markers
         targets: dict[int, int] = {}
         for partition in described.partitions:
             _, high = consumer.get_watermark_offsets(TopicPartition(control_topic, partition),
@@ -167,7 +217,7 @@ def read_markers(*, bootstrap: str, control_topic: str, job: str, timeout: float
             if high > 0:
                 targets[partition] = high
         if not targets:
-            return through
+            return markers
         consumer.assign([TopicPartition(control_topic, p, OFFSET_BEGINNING) for p in targets])
         deadline = time.monotonic() + timeout
         while targets:
@@ -179,17 +229,27 @@ def read_markers(*, bootstrap: str, control_topic: str, job: str, timeout: float
             if message is not None and error is None:
                 marker = CommitMarker.parse(message.value())
                 if marker is not None and marker.job == job:
-                    through[marker.subtask] = max(through.get(marker.subtask, 0),
-                                                  marker.checkpoint)
+                    markers.append(marker)
             elif error is not None and error.code() != KafkaError._PARTITION_EOF:
                 log.warning("reading %s: %s", control_topic, error)
             positions = consumer.position([TopicPartition(control_topic, p) for p in targets])
             for position in positions:
                 if position.offset >= targets[position.partition]:
                     del targets[position.partition]
-        return through
+        return markers
     finally:
         consumer.close()
+
+
+def read_markers(*, bootstrap: str, control_topic: str, job: str, timeout: float,
+                 client_config: Mapping[str, Any]) -> dict[int, int]:
+    """Subtask -> the newest checkpoint ``control_topic`` says was sent for ``job``,
+    proven or not: for what only warns or reports."""
+    through: dict[int, int] = {}
+    for marker in read_control(bootstrap=bootstrap, control_topic=control_topic, job=job,
+                               timeout=timeout, client_config=client_config):
+        through[marker.subtask] = max(through.get(marker.subtask, 0), marker.checkpoint)
+    return through
 
 
 class _Transactions(CheckpointCommitter):
@@ -201,7 +261,17 @@ class _Transactions(CheckpointCommitter):
         self._context = context
         self._job = context.job_id
         self._producer: Any = None
-        self._through: dict[int, int] = {}
+        self._topic = control_topic_of(sink.control_topic, self._job)
+        self._markers: dict[int, list[CommitMarker]] = {}
+        """The job's markers in its own topic, by subtask (proven or not: the keys that
+        prove them may be learnt later)."""
+        self._legacy: dict[int, int] | None = None
+        """What the shared topic of older releases says, read once when an interval they
+        staged is asked about."""
+        self._keys: dict[tuple[int, int], bytes | None] = {}
+        """(subtask, checkpoint) -> the key of that interval (``None``: an older
+        release's interval, without one)."""
+        self._known: set[bytes] = set()
         self._stale = True
         """Whether the markers must be read again before the next answer: at the start,
         and after a commit whose outcome is unknown."""
@@ -246,18 +316,48 @@ class _Transactions(CheckpointCommitter):
             producer = self._new_producer(self._context.subtask)
             self._init(producer, self._context.subtask)
             self._producer = producer
-        self._through = read_markers(bootstrap=self._sink.bootstrap,
-                                     control_topic=self._sink.control_topic, job=self._job,
-                                     timeout=self._sink.timeout,
-                                     client_config=self._sink.client_config)
+        markers: dict[int, list[CommitMarker]] = {}
+        for marker in read_control(bootstrap=self._sink.bootstrap, control_topic=self._topic,
+                                   job=self._job, timeout=self._sink.timeout,
+                                   client_config=self._sink.client_config):
+            if marker.version == MARKER_VERSION:
+                markers.setdefault(marker.subtask, []).append(marker)
+        self._markers = markers
         self._stale = False
 
     # ------------------------------------------------------------------ committer
 
+    def learn_interval(self, *, subtask: int, checkpoint_id: int, key: str) -> None:
+        self._keys[(subtask, checkpoint_id)] = bytes.fromhex(key) if key else None
+        if key:
+            self._known.add(bytes.fromhex(key))
+
     def is_committed(self, *, subtask: int, checkpoint_id: int) -> bool:
+        """Whether a marker says the interval was sent: for an interval with a key, a
+        marker in the job's topic proven by a key of the job's intervals (markers say
+        "sent through", and a later interval's may be the one compaction kept); for one
+        an older release staged, a marker in the shared topic."""
         if self._stale:
             self.start()
-        return checkpoint_id <= self._through.get(subtask, 0)
+        if self._keys.get((subtask, checkpoint_id)) is None:
+            return checkpoint_id <= self._legacy_through().get(subtask, 0)
+        for marker in self._markers.get(subtask, []):
+            if marker.checkpoint >= checkpoint_id and any(
+                    marker.proven_by(key) for key in self._known):
+                return True
+        return False
+
+    def _legacy_through(self) -> dict[int, int]:
+        if self._legacy is None:
+            self._legacy = {}
+            for marker in read_control(bootstrap=self._sink.bootstrap,
+                                       control_topic=self._sink.control_topic, job=self._job,
+                                       timeout=self._sink.timeout,
+                                       client_config=self._sink.client_config):
+                if marker.version == LEGACY_MARKER_VERSION:
+                    self._legacy[marker.subtask] = max(self._legacy.get(marker.subtask, 0),
+                                                       marker.checkpoint)
+        return self._legacy
 
     def commit(self, *, subtask: int, checkpoint_id: int) -> None:
         """The marker went out in the interval's own transaction."""
@@ -293,10 +393,15 @@ class _Transactions(CheckpointCommitter):
             if refused and self._sink.bad_records is BadRecords.FAIL:
                 position = min(refused)
                 raise RejectedRecordError(position=position, problem=refused[position])
+            marker, topic = self._marker(subtask=subtask, checkpoint_id=checkpoint_id)
             failures = self._transaction(encoded, refused=refused, oversized=oversized,
-                                         checkpoint_id=checkpoint_id, subtask=subtask)
+                                         checkpoint_id=checkpoint_id, subtask=subtask,
+                                         marker=marker, marker_topic=topic)
             if failures is None:
-                self._through[subtask] = max(self._through.get(subtask, 0), checkpoint_id)
+                if marker.version == MARKER_VERSION:
+                    self._markers.setdefault(subtask, []).append(marker)
+                elif self._legacy is not None:
+                    self._legacy[subtask] = max(self._legacy.get(subtask, 0), checkpoint_id)
                 return len(refused)
             # The broker refused some records for good: send the interval again without
             # them (a dead letter it refused goes again without its value).
@@ -308,16 +413,27 @@ class _Transactions(CheckpointCommitter):
                 else:
                     refused[position] = problem
 
+    def _marker(self, *, subtask: int, checkpoint_id: int) -> tuple[CommitMarker, str]:
+        """The marker that commits an interval and the topic it goes to: the job's own,
+        proven with the interval's key; for an interval an older release staged, the
+        shared topic that release reads, as it wrote it."""
+        key = self._keys.get((subtask, checkpoint_id))
+        if key is None:
+            return (CommitMarker(job=self._job, subtask=subtask, checkpoint=checkpoint_id,
+                                 version=LEGACY_MARKER_VERSION), self._sink.control_topic)
+        return (CommitMarker.signed(job=self._job, subtask=subtask, checkpoint=checkpoint_id,
+                                    writer=transactional_id(self._job, self._context.subtask),
+                                    key=key), self._topic)
+
     def _transaction(self, encoded: list[EncodedRecord], *, refused: dict[int, str],
-                     oversized: set[int], checkpoint_id: int,
-                     subtask: int) -> dict[int, str] | None:
+                     oversized: set[int], checkpoint_id: int, subtask: int,
+                     marker: CommitMarker, marker_topic: str) -> dict[int, str] | None:
         """Send once; ``None`` when committed, else the positions the broker refused
         for good (the transaction was aborted). Other failures raise, aborted too."""
         from confluent_kafka import KafkaException
 
         producer = self._producer
         sink = self._sink
-        marker = CommitMarker(job=self._job, subtask=subtask, checkpoint=checkpoint_id)
         refusals: dict[int, str] = {}
 
         def delivered(position: int, error: Any, _message: Any) -> None:
@@ -345,8 +461,7 @@ class _Transactions(CheckpointCommitter):
                         raise
                     refusals.setdefault(position, _refusal(error))
             if not refusals:
-                _produce(producer, topic=sink.control_topic, key=marker.key,
-                         value=marker.value())
+                _produce(producer, topic=marker_topic, key=marker.key, value=marker.value())
                 self._commit(producer)
         except Exception as exc:
             self._after_failure(producer, exc, checkpoint_id=checkpoint_id)
@@ -635,25 +750,58 @@ class KafkaSink(Sink):
         if self.dead_letter_topic is not None and self.dead_letter_topic not in metadata.topics:
             raise self._config_error(f"the dead-letter topic {self.dead_letter_topic!r} does "
                                      f"not exist at {self.bootstrap}")
-        if self.exactly_once and self.control_topic not in metadata.topics:
-            self._create_control_topic(admin)
+        if not self.exactly_once:
+            return
+        topic = control_topic_of(self.control_topic, job_id)
+        if topic in metadata.topics:
+            self._check_control_topic(admin, topic)
+        else:
+            self._create_control_topic(admin, topic)
 
-    def _create_control_topic(self, admin: Any) -> None:
+    def _create_control_topic(self, admin: Any, topic: str) -> None:
         from confluent_kafka import KafkaError, KafkaException
         from confluent_kafka.cimpl import NewTopic
 
-        new = NewTopic(self.control_topic, num_partitions=1, replication_factor=-1,
+        new = NewTopic(topic, num_partitions=1, replication_factor=-1,
                        config={"cleanup.policy": "compact"})
         try:
-            admin.create_topics([new], request_timeout=self.timeout)[self.control_topic].result(
+            admin.create_topics([new], request_timeout=self.timeout)[topic].result(
                 timeout=self.timeout)
-            log.info("kafka sink: created the control topic %s", self.control_topic)
+            log.info("kafka sink: created the job's control topic %s", topic)
         except KafkaException as exc:
             error = exc.args[0] if exc.args else None
             if error is None or error.code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise self._config_error(
-                    f"cannot create the control topic {self.control_topic!r}: "
+                    f"cannot create the control topic {topic!r}: "
                     f"{client_error_text(exc)}") from None
+            self._check_control_topic(admin, topic)
+
+    def _check_control_topic(self, admin: Any, topic: str) -> None:
+        """A control topic must keep each key's newest marker for ever: compacted, and
+        nothing else (a ``delete`` policy drops markers after the retention time, and
+        a restore would send their intervals again)."""
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import (  # type: ignore[attr-defined]
+            ConfigResource,
+            ResourceType,
+        )
+
+        resource = ConfigResource(ResourceType.TOPIC, topic)
+        try:
+            described = admin.describe_configs([resource], request_timeout=self.timeout)
+            entries = described[resource].result(timeout=self.timeout)
+        except KafkaException as exc:
+            log.warning("kafka sink: could not read the configuration of the control topic "
+                        "%s to check its cleanup policy: %s", topic, client_error_text(exc))
+            return
+        entry = entries.get("cleanup.policy")
+        policy = "" if entry is None or entry.value is None else str(entry.value)
+        if policy.replace(" ", "") != "compact":
+            raise self._config_error(
+                f"the control topic {topic!r} has cleanup.policy={policy or 'unknown'}; it "
+                f"must be compact (and only compact), or commit markers are deleted and "
+                f"their intervals sent again: kafka-configs --alter --entity-type topics "
+                f"--entity-name {topic} --add-config cleanup.policy=compact")
 
     def prepare_restore(self, *, checkpoint_id: int, job_id: str = "", s3: Any = None) -> None:
         """Kafka cannot withdraw records: say so when a restore goes back past output
@@ -661,7 +809,8 @@ class KafkaSink(Sink):
         if not self.exactly_once:
             return
         try:
-            through = read_markers(bootstrap=self.bootstrap, control_topic=self.control_topic,
+            through = read_markers(bootstrap=self.bootstrap,
+                                   control_topic=control_topic_of(self.control_topic, job_id),
                                    job=job_id, timeout=self.timeout,
                                    client_config=self.client_config)
         except Exception as exc:  # a warning's check must not stop the restore

@@ -47,6 +47,7 @@ import copy
 import dataclasses
 import functools
 import logging
+import secrets
 import struct
 import tempfile
 import threading
@@ -78,10 +79,12 @@ __all__ = ["CheckpointCommitter", "PendingInterval", "SendFunction", "WriteAhead
 
 SPOOL_MAGIC = b"CJWA"
 SPOOL_VERSION = 1
-PENDING_VERSION = 2
+PENDING_VERSION = 3
 """Version 2 names the job that wrote the interval; version 1 intervals were written by
-the job whose checkpoint holds them."""
-PENDING_VERSIONS = (1, 2)
+the job whose checkpoint holds them. Version 3 carries the interval's ``key``, with
+which a committer may prove what it records of the interval (the Kafka sink's
+markers); an interval of an earlier version has none."""
+PENDING_VERSIONS = (1, 2, 3)
 DEFAULT_MEMORY_BYTES = 8 << 20
 _LENGTH = struct.Struct(">Q")
 
@@ -118,6 +121,13 @@ class CheckpointCommitter(abc.ABC):
     def commit(self, *, subtask: int, checkpoint_id: int) -> None:
         """Record that it arrived; must be idempotent (a retry may record it again)."""
 
+    def learn_interval(self, *, subtask: int, checkpoint_id: int,  # noqa: B027 - optional
+                       key: str) -> None:
+        """Told of each interval before any question about it, with its secret ``key``
+        (hex; empty for an interval an older release staged). The key is kept only in
+        the job's checkpoints, so a committer that proves its records with it can tell
+        them from records anyone else wrote where it keeps them."""
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class PendingInterval:
@@ -129,11 +139,14 @@ class PendingInterval:
     records: int
     job: str
     """The identity that wrote it (``SinkContext.job_id``): whose committer knows it."""
+    key: str = ""
+    """The writer's secret for this interval (hex), see
+    :meth:`CheckpointCommitter.learn_interval`; empty before version 3."""
 
     def to_json(self) -> dict[str, Any]:
         return {"version": PENDING_VERSION, "checkpointId": self.checkpoint_id,
                 "subtask": self.subtask, "uri": self.uri, "records": self.records,
-                "job": self.job}
+                "job": self.job, "key": self.key}
 
     @classmethod
     def from_json(cls, data: Any, *, written_by: str) -> PendingInterval:
@@ -143,7 +156,7 @@ class PendingInterval:
                              f"{' or '.join(map(str, PENDING_VERSIONS))}: {data!r}")
         return cls(checkpoint_id=int(data["checkpointId"]), subtask=int(data["subtask"]),
                    uri=str(data["uri"]), records=int(data["records"]),
-                   job=str(data.get("job") or written_by))
+                   job=str(data.get("job") or written_by), key=str(data.get("key") or ""))
 
 
 class _Spool:
@@ -271,6 +284,8 @@ class WriteAheadWriter(SinkWriter):
         """When the oldest pending interval's send first failed (``None``: it did not)."""
         self._dead_letters = 0
         self._clock: Callable[[], float] = time.monotonic
+        self._key = secrets.token_hex(16)
+        """This writer's secret for the intervals it stages (a new one per attempt)."""
 
     def _new_spool(self) -> _Spool:
         return _Spool(memory_bytes=self._memory_bytes)
@@ -321,7 +336,7 @@ class WriteAheadWriter(SinkWriter):
                     interval = PendingInterval(checkpoint_id=due.checkpoint_id,
                                                subtask=self._context.subtask, uri=uri,
                                                records=due.records,
-                                               job=self._context.job_id)
+                                               job=self._context.job_id, key=self._key)
                 with self._lock:
                     if interval is not None:
                         self._pending.append(interval)
@@ -350,9 +365,19 @@ class WriteAheadWriter(SinkWriter):
         return self._foreign(interval.job) and self._origin(interval.job).is_committed(
             subtask=interval.subtask, checkpoint_id=interval.checkpoint_id)
 
+    def _learn(self, interval: PendingInterval) -> None:
+        """Tell the committers that may be asked about ``interval`` of it."""
+        committers = [self._committer]
+        if self._foreign(interval.job):
+            committers.append(self._origin(interval.job))
+        for committer in committers:
+            committer.learn_interval(subtask=interval.subtask,
+                                     checkpoint_id=interval.checkpoint_id, key=interval.key)
+
     def _deliver(self, interval: PendingInterval) -> None:
         """Send one interval unless it arrived before, then record it; idempotent."""
         committer = self._committer
+        self._learn(interval)
         if not self._arrived(interval):
             if not self._fs.exists(interval.uri):
                 raise LostTransactionError(checkpoint_id=interval.checkpoint_id,
@@ -458,6 +483,13 @@ class WriteAheadWriter(SinkWriter):
                                                     default=0),
                                   target=f"the write-ahead sink's committer of job "
                                          f"{written_by}")
+            # Every restored interval is known before the first question: a marker of a
+            # later one may be all that says an earlier one was sent.
+            for interval in intervals:
+                commit_with_retry(functools.partial(self._learn, interval),
+                                  retry=self._commit_retry,
+                                  checkpoint_id=interval.checkpoint_id,
+                                  target=f"the {self._name} sink's committer")
             for interval in intervals:
                 commit_with_retry(functools.partial(self._deliver, interval),
                                   retry=self._commit_retry,

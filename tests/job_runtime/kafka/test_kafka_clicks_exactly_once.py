@@ -23,7 +23,7 @@ from paths import REPO
 from runtime_harness import JobHarness, load_example
 
 from e2e.kafka import KafkaBroker, create_topic
-from job_runtime.sinks.kafka import DEFAULT_CONTROL_TOPIC, read_markers
+from job_runtime.sinks.kafka import DEFAULT_CONTROL_TOPIC, control_topic_of, read_markers
 
 EXAMPLE = REPO / "examples" / "kafka_clicks"
 COUNT = 3000
@@ -95,7 +95,8 @@ def test_a_new_job_restored_from_another_jobs_checkpoint_counts_every_click_once
                         python_path=[str(EXAMPLE)],
                         env={"CJOB_FAULTS": "driver.before-metadata@5"})
     assert first.returncode == -9, first.explain()
-    sent = read_markers(bootstrap=kafka_broker.bootstrap, control_topic=DEFAULT_CONTROL_TOPIC,
+    sent = read_markers(bootstrap=kafka_broker.bootstrap, control_topic=control_topic_of(
+                            DEFAULT_CONTROL_TOPIC, f"{harness.name}-{harness.uid}"),
                         job=f"{harness.name}-{harness.uid}", timeout=30.0, client_config={})
     assert any(checkpoint >= 4 for checkpoint in sent.values()), \
         f"checkpoint 4 was not sent ({sent}): no test"

@@ -25,7 +25,7 @@ from job_runtime.records import Batch
 from job_runtime.sinks import kafka
 from job_runtime.sinks.base import SinkContext, SinkWriter
 from job_runtime.sinks.commit import CommitRetry, SinkFencedError
-from job_runtime.sinks.kafka import CommitMarker, KafkaSink, transactional_id
+from job_runtime.sinks.kafka import CommitMarker, KafkaSink, control_topic_of, transactional_id
 
 QUICK = CommitRetry(attempts=2, first_delay=0.0, max_delay=0.0)
 
@@ -184,11 +184,12 @@ class TestBadInput:
         assert raised.value.describe() == (
             f"sinks.kafka: topic {topic!r} does not exist at {kafka_broker.bootstrap}")
 
-    def test_the_control_topic_is_created_when_missing(self, topics: Topics) -> None:
+    def test_the_jobs_control_topic_is_created_when_missing(self, topics: Topics) -> None:
         control = f"commits-{uuid.uuid4().hex[:8]}"
         kafka(topics.output, topics.bootstrap, control_topic=control).prepare_on_driver(
             job_id=topics.job)
-        assert read_topic(bootstrap=topics.bootstrap, topic=control) == []
+        assert read_topic(bootstrap=topics.bootstrap,
+                          topic=control_topic_of(control, topics.job)) == []
 
     def test_a_broker_that_does_not_answer_is_a_one_line_configuration_error(self) -> None:
         with pytest.raises(ConfigurationError, match=r"no Kafka broker at 127\.0\.0\.1:9 "):
