@@ -79,14 +79,21 @@ class DriverPod(PodPhase):
 class ExecutorPod(PodPhase):
     """An executor pod Spark created for one of the job's drivers.
 
-    Seen only while the job is deleted: an executor may still upload checkpoint data
-    after its driver stopped (the garbage collector deletes it only then), so the
-    data is deleted only once every executor has stopped too.
+    While the job runs, an executor the scheduler cannot place holds the barrier stage
+    (it needs every slot at once): ``unschedulable_since`` and ``unschedulable_message``
+    say since when and why (the scheduler's ``PodScheduled`` condition). While the job
+    is deleted, an executor may still upload checkpoint data after its driver stopped
+    (the garbage collector deletes it only then), so the data is deleted only once
+    every executor has stopped too.
     """
 
     name: str
     phase: str
     deletion_timestamp: datetime | None = None
+    attempt: int | None = None
+    """The attempt of the driver that created it (its label), when it has one."""
+    unschedulable_since: datetime | None = None
+    unschedulable_message: str = ""
 
 
 @dataclass(frozen=True)

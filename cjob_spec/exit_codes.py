@@ -58,6 +58,9 @@ class ExitCode(IntEnum):
     CHECKPOINT_STALLED = 13
     """No checkpoint completed within the health window while the job ran (retried from
     the latest checkpoint)."""
+    RESTART_LOOP = 14
+    """The subtasks failed on every relaunch of the barrier stage Spark allows in one
+    attempt (retried: a new attempt, counted against ``maxRestarts``)."""
 
 
 PERMANENT_EXIT_CODES: frozenset[int] = frozenset(
@@ -79,6 +82,7 @@ _REASONS: dict[int, Reason] = {
     ExitCode.SINK_REJECTED: Reason.SINK_REJECTED_RECORD,
     ExitCode.SINK_STALLED: Reason.SINK_STALLED,
     ExitCode.CHECKPOINT_STALLED: Reason.CHECKPOINT_STALLED,
+    ExitCode.RESTART_LOOP: Reason.RESTART_LOOP,
     137: Reason.KILLED,
     143: Reason.TERMINATED,
 }
@@ -97,6 +101,7 @@ _DESCRIPTIONS: dict[int, str] = {
     ExitCode.SINK_REJECTED: "a sink refused a record for good",
     ExitCode.SINK_STALLED: "a sink could not deliver its output within the stall bound",
     ExitCode.CHECKPOINT_STALLED: "no checkpoint completed within the health window",
+    ExitCode.RESTART_LOOP: "the subtasks failed on every relaunch Spark allows",
     137: "killed (SIGKILL, often out of memory)",
     143: "terminated (SIGTERM)",
 }

@@ -113,6 +113,15 @@ class Reason(StrEnum):
     SINK_STALLED = "SinkStalled"
     """The driver exited 12: a sink could not deliver a completed checkpoint's output for
     longer than ``spec.health.sinkStallTimeout`` (restarted)."""
+    EXECUTORS_UNSCHEDULABLE = "ExecutorsUnschedulable"
+    """An executor of the running attempt could not be placed by the scheduler for
+    longer than ``restartPolicy.startTimeout`` (more CPU or memory than any node has):
+    the barrier stage needs every executor at once, so the job fails rather than
+    restart into the same wait (permanent until the spec changes)."""
+    RESTART_LOOP = "RestartLoop"
+    """The driver exited 14: the subtasks failed on every relaunch of the barrier stage
+    Spark allows in one attempt (a crash that repeats); restarted, counted against
+    ``maxRestarts``."""
     CHECKPOINT_STALLED = "CheckpointStalled"
     """The driver exited 13: no checkpoint completed within the health window while the
     job ran (a hung function, a subtask that stopped reading); restarted from the

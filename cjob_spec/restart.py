@@ -56,6 +56,11 @@ class AttemptEnd:
         return self.exit_code == ExitCode.SUSPENDED
 
 
+PERMANENT_REASONS: frozenset[Reason | PodReason] = frozenset({Reason.EXECUTORS_UNSCHEDULABLE})
+"""Ends without an exit code that a restart cannot fix (the same executors would wait
+for the same missing capacity)."""
+
+
 @dataclass(frozen=True)
 class Restart:
     """Start a new attempt ``delay_seconds`` after the failure (at ``not_before``)."""
@@ -142,6 +147,9 @@ def decide_restart(
             reason=reason_for_exit(end.exit_code),
             message=f"{what}; this failure is permanent, not restarting",
         )
+    elif end.reason in PERMANENT_REASONS and policy.type is not RestartPolicyType.NEVER:
+        return GiveUp(reason=end.reason,
+                      message=f"{what}; this failure is permanent, not restarting")
     elif policy.type is RestartPolicyType.NEVER:
         return Finish(
             succeeded=False,

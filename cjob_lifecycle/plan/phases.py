@@ -178,7 +178,36 @@ def _watch_start(draft: Draft, pod: DriverPod) -> bool:
     return False
 
 
+def _unplaced_executor(draft: Draft, pod: DriverPod) -> bool | None:
+    """End the attempt when one of its executors has waited for a node longer than
+    ``startTimeout`` (what ``attempt_ended`` returns); otherwise come back when the
+    first of them would have (``None``: the attempt goes on)."""
+    timeout = draft.job.spec.restart_policy.start_timeout
+    waiting = [e for e in draft.observed.executors
+               if e.attempt == pod.attempt and e.unschedulable_since is not None
+               and e.phase == "Pending" and e.deletion_timestamp is None]
+    if not waiting:
+        return None
+    oldest = min(waiting, key=lambda e: to_utc(e.unschedulable_since or draft.now))
+    since = to_utc(oldest.unschedulable_since or draft.now)
+    deadline = since + timedelta(seconds=timeout.seconds)
+    if draft.now < deadline:
+        draft.requeue_at(deadline)
+        return None
+    why = f": {oldest.unschedulable_message}" if oldest.unschedulable_message else ""
+    end = AttemptEnd(
+        reason=Reason.EXECUTORS_UNSCHEDULABLE, exit_code=None, at=draft.now,
+        message=(f"{len(waiting)} executor pod(s) of attempt {pod.attempt} could not be "
+                 f"scheduled for {timeout.text} ({oldest.name}{why}); the barrier stage "
+                 f"needs every executor at once: lower spec.spark.executor (instances, "
+                 f"cores, memory) or add capacity, and the changed spec retries the job"))
+    return attempt_ended(draft, pod, end)
+
+
 def _watch_running(draft: Draft, pod: DriverPod) -> bool:
+    ended = _unplaced_executor(draft, pod)
+    if ended is not None:
+        return ended
     status = draft.status
     running_since = truncate_to_seconds(pod.started_at or draft.now)
     if status.phase is not Phase.RUNNING:

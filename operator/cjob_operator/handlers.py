@@ -35,6 +35,7 @@ from cjob_spec.names import (
     LABEL_JOB,
     LABEL_ROLE,
     PLURAL,
+    ROLE_EXECUTOR,
     SNAPSHOT_PLURAL,
     checkpoint_configmap_name,
 )
@@ -49,6 +50,7 @@ DRIVER_LABELS: dict[str, Any] = {
     LABEL_JOB: kopf.PRESENT,
     LABEL_ROLE: _is_driver_role,
 }
+EXECUTOR_LABELS: dict[str, Any] = {LABEL_JOB: kopf.PRESENT, LABEL_ROLE: ROLE_EXECUTOR}
 STORE_LABELS: dict[str, Any] = {LABEL_JOB: kopf.PRESENT}
 FINALIZE_RETRY_SECONDS = 5.0
 
@@ -68,10 +70,27 @@ def _pods(kwargs: Mapping[str, Any], namespace: str | None, name: str) -> list[d
     return list(index.get((namespace or "", name), []))
 
 
+def _pods_and_executors(kwargs: Mapping[str, Any], namespace: str | None,
+                        name: str) -> list[dict[str, Any]]:
+    """The job's pods and the executors its drivers created: a pass tells each kind by
+    its role and owner, and a running job is stuck when an executor cannot be placed."""
+    executors: PodIndex = kwargs["executor_pods"]
+    return [*_pods(kwargs, namespace, name), *executors.get((namespace or "", name), [])]
+
+
 @kopf.index("v1", "pods", labels=DRIVER_LABELS)
 def driver_pods(
     *, namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_: Any
 ) -> dict[tuple[str, str | None], dict[str, Any]]:
+    return {(namespace or "", labels.get(LABEL_JOB)): dict(body.items())}
+
+
+@kopf.index("v1", "pods", labels=EXECUTOR_LABELS)
+def executor_pods(
+    *, namespace: str | None, labels: Mapping[str, str], body: kopf.Body, **_: Any
+) -> dict[tuple[str, str | None], dict[str, Any]]:
+    """Indexed, not watched for passes: an executor's changes are many and a job's
+    loop passes at least every minute, which is soon enough for one left unplaced."""
     return {(namespace or "", labels.get(LABEL_JOB)): dict(body.items())}
 
 
@@ -101,7 +120,7 @@ async def job_loop(
     runtime = _runtime(memo)
     await run_job_loop(
         reconciler=runtime.reconciler, wakeups=runtime.wakeups, namespace=namespace or "",
-        name=name, pods=lambda: _pods(kwargs, namespace, name), stopped=stopped,
+        name=name, pods=lambda: _pods_and_executors(kwargs, namespace, name), stopped=stopped,
         settings=runtime.loop_settings,
         watched=lambda: _watched(kwargs, body, namespace, name),
     )

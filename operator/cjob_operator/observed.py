@@ -106,7 +106,8 @@ def observe_driver_pod(pod: Mapping[str, Any]) -> DriverPod | None:
     labels = _mapping(metadata.get("labels"))
     annotations = _mapping(metadata.get("annotations"))
     attempt_text = labels.get(LABEL_ATTEMPT)
-    if not isinstance(attempt_text, str) or not attempt_text.isdigit():
+    if (not isinstance(attempt_text, str) or not attempt_text.isdigit()
+            or labels.get(LABEL_ROLE) == ROLE_EXECUTOR):
         return None
     state = _pod_state(pod, container_name=DRIVER_CONTAINER)
     if state is None:
@@ -246,9 +247,27 @@ def observe_executors(
             continue
         state = _pod_state(manifest, container_name=EXECUTOR_CONTAINER)
         if state is not None:
-            found.append(ExecutorPod(name=state.name, phase=state.phase,
-                                     deletion_timestamp=state.deletion_timestamp))
+            attempt = labels.get(LABEL_ATTEMPT)
+            since, why = _unschedulable(manifest)
+            found.append(ExecutorPod(
+                name=state.name, phase=state.phase,
+                deletion_timestamp=state.deletion_timestamp,
+                attempt=int(attempt) if isinstance(attempt, str) and attempt.isdigit() else None,
+                unschedulable_since=since, unschedulable_message=why))
     return tuple(sorted(found, key=lambda pod: pod.name))
+
+
+def _unschedulable(pod: Mapping[str, Any]) -> tuple[datetime | None, str]:
+    """Since when the scheduler could not place ``pod``, and its words why (``None``:
+    it is placed, or was never judged unschedulable)."""
+    status = _mapping(pod.get("status"))
+    for condition in status.get("conditions") or []:
+        if not isinstance(condition, Mapping) or condition.get("type") != "PodScheduled":
+            continue
+        if condition.get("status") == "False" and condition.get("reason") == "Unschedulable":
+            since = _time(condition.get("lastTransitionTime"))
+            return (since or datetime.fromtimestamp(0, UTC)), _text(condition.get("message")) or ""
+    return None, ""
 
 
 def _own_pods(

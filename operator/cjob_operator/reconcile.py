@@ -298,6 +298,9 @@ class Reconciler:
             except ClusterError as exc:
                 return self._failed(key, step="read-cleanup-pod", error=exc, job=job)
             cleanup = [found] if found is not None else []
+        elif not deleting:
+            # The index's: an executor the scheduler cannot place holds a running job.
+            executors = list(pods)
         self._report_foreign(key, job, pods)
         restore_snapshot = None
         source = job.spec.restore.source

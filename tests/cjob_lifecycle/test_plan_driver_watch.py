@@ -6,6 +6,7 @@ from __future__ import annotations
 from operator_world import at, driver, kinds, make_job, observe, reasons, run, status
 
 from cjob_lifecycle.actions import CreateDriver, DeleteDriver, RequestCheckpoint
+from cjob_lifecycle.observed import ExecutorPod
 from cjob_spec import ConditionStatus, Phase, Reason
 
 
@@ -108,3 +109,50 @@ class TestManualCheckpoints:
         result = run(observe(new, status(Phase.RUNNING, job=old), driver(1, job=old)), at(10))
         assert not result.of_type(DeleteDriver)
         assert result.status.phase is Phase.RUNNING
+
+
+class TestExecutorsTheSchedulerCannotPlace:
+    """The barrier stage needs every executor at once: one the scheduler cannot place
+    holds the job, which would say Running for ever."""
+
+    @staticmethod
+    def unplaced(since: float, *, attempt: int = 1) -> ExecutorPod:
+        return ExecutorPod(name=f"clicks-exec-{attempt}", phase="Pending", attempt=attempt,
+                           unschedulable_since=at(since),
+                           unschedulable_message="0/1 nodes are available: 1 Insufficient cpu.")
+
+    def test_an_executor_waiting_less_than_the_start_timeout_is_waited_for(self) -> None:
+        observed = observe(make_job(), status(Phase.RUNNING), driver(1),
+                           executors=(self.unplaced(10),))
+        result = run(observed, at(100))
+        assert result.status.phase is Phase.RUNNING
+        assert "DeleteDriver" not in kinds(result)
+        assert result.requeue_after is not None and result.requeue_after <= 210
+
+    def test_past_the_start_timeout_the_job_fails_saying_what_is_missing(self) -> None:
+        observed = observe(make_job(), status(Phase.RUNNING), driver(1),
+                           executors=(self.unplaced(10),))
+        result = run(observed, at(311))
+        new = result.status
+        assert new.phase is Phase.FAILED
+        assert new.reason == Reason.EXECUTORS_UNSCHEDULABLE
+        assert new.restarts == 0, "a restart would wait for the same capacity"
+        assert new.last_failure is not None
+        assert "Insufficient cpu" in new.last_failure.message
+        assert "clicks-exec-1" in new.last_failure.message
+        assert DeleteDriver(name="clicks-attempt-1",
+                            reason=Reason.EXECUTORS_UNSCHEDULABLE) in result.actions
+
+    def test_an_executor_of_an_older_attempt_does_not_count(self) -> None:
+        observed = observe(make_job(), status(Phase.RUNNING, 2), driver(2),
+                           executors=(self.unplaced(10, attempt=1),))
+        result = run(observed, at(1000))
+        assert result.status.phase is Phase.RUNNING
+
+    def test_a_failed_job_whose_spec_changes_is_retried(self) -> None:
+        failed = run(observe(make_job(), status(Phase.RUNNING), driver(1),
+                             executors=(self.unplaced(10),)), at(311)).status
+        smaller = make_job(**{"spark.executor.memory": "512Mi"})
+        result = run(observe(smaller, failed), at(320))
+        assert result.status.reason == Reason.RETRYING
+        assert "CreateDriver" in kinds(result)

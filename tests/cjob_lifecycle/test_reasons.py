@@ -27,7 +27,14 @@ import cjob_lifecycle
 import cjob_spec
 from cjob_checkpoint.store.restore_report import RestoredCheckpoint, RestoreReport
 from cjob_lifecycle.actions import DeleteDriver, EmitEvent
-from cjob_lifecycle.observed import CleanupPod, DriverPod, Observed, StoreOwnership, StoreView
+from cjob_lifecycle.observed import (
+    CleanupPod,
+    DriverPod,
+    ExecutorPod,
+    Observed,
+    StoreOwnership,
+    StoreView,
+)
 from cjob_lifecycle.plan import Plan, plan_invalid_spec
 from cjob_lifecycle.plan.conditions import PHASE_REASONS
 from cjob_spec import CheckpointedJob, JobStatus, Phase, Reason, SpecError, spec_hash
@@ -50,7 +57,8 @@ RELEASED = {
     "Succeeded", "Superseded", "Suspended", "Suspending", "Terminated", "Terminating",
     "Unknown", "Upgraded", "Upgrading", "UserCodeError", "WaitingForPreviousDriver",
     "WaitingForPreviousStore", "WaitingForSnapshot", "RolledBack", "NotRolledBack",
-    "SinkRejectedRecord", "SinkStalled", "CheckpointStalled",
+    "SinkRejectedRecord", "SinkStalled", "CheckpointStalled", "ExecutorsUnschedulable",
+    "RestartLoop",
 }
 """Every value users may already select by. A value leaves this set only deliberately."""
 
@@ -189,7 +197,7 @@ DRIVER_STATES: list[dict[str, object] | None] = [
     {"phase": "Running", "deleting": at(40)},
     {"phase": "Succeeded"},
     *({"phase": "Failed", "exit_code": code}
-      for code in (1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13, 137, 143)),
+      for code in (1, 2, 3, 4, 5, 6, 7, 9, 10, 11, 12, 13, 14, 137, 143)),
     {"phase": "Failed", "exit_code": 137, "reason": "OOMKilled"},
     {"phase": "Failed", "exit_code": None, "reason": "Evicted"},
     {"phase": "Failed", "exit_code": None, "reason": "DeadlineExceeded"},
@@ -293,6 +301,15 @@ def standby_situations() -> Iterator[tuple[Observed, datetime]]:
     yield observe(make_job(suspend=True), running, driver(1, job=job), standby(1, job)), at(10)
 
 
+def executor_situations() -> Iterator[tuple[Observed, datetime]]:
+    """An executor of the running attempt that the scheduler cannot place."""
+    unplaced = ExecutorPod(name="clicks-exec-1", phase="Pending", attempt=1,
+                           unschedulable_since=at(0), unschedulable_message="Insufficient cpu")
+    for now in (at(10), at(400)):
+        yield observe(make_job(), status(Phase.RUNNING, 1), driver(1),
+                      executors=(unplaced,)), now
+
+
 def snapshot_situations() -> Iterator[tuple[Observed, datetime]]:
     """A new job to start from a snapshot object that is not there yet."""
     yield observe(make_job(**{"restore.snapshot": "keep"}), JobStatus(),
@@ -337,6 +354,7 @@ def reasons_given() -> dict[str, set[str]]:
     results = itertools.chain(
         (run(observed, now) for observed, now in itertools.chain(
             everyday_situations(), standby_situations(), snapshot_situations(),
+            executor_situations(),
             rollback_situations(), deletion_situations())),
         [invalid])
     for result in results:

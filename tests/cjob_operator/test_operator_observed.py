@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from cjob_operator.observed import observe_cleanup_pod, observe_driver_pod
+from cjob_operator.observed import observe_cleanup_pod, observe_driver_pod, observe_executors
 from operator_world import make_job
 
 from cjob_lifecycle.observed import Observed
@@ -120,3 +120,42 @@ def test_a_cleanup_pods_outcome_is_the_last_line_of_its_termination_message() ->
     assert observed.message == "checkpoint data kept: access denied"
     assert observe_driver_pod(manifest) is None
     assert observe_cleanup_pod({**manifest, "metadata": {"name": "x", "labels": {}}}) is None
+
+
+def executor(*, conditions: list[dict[str, Any]], attempt: str = "2",
+             owner_kind: str = "Pod") -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": "clicks-exec-1",
+            "labels": {"checkpointed.io/job": "clicks", "checkpointed.io/role": "executor",
+                       "checkpointed.io/attempt": attempt},
+            "ownerReferences": [{"kind": owner_kind, "name": "clicks-attempt-2"}],
+            "creationTimestamp": "2024-05-01T12:00:00Z",
+        },
+        "status": {"phase": "Pending", "conditions": conditions},
+    }
+
+
+UNSCHEDULABLE = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                 "lastTransitionTime": "2024-05-01T12:00:03Z",
+                 "message": "0/1 nodes are available: 1 Insufficient cpu."}
+
+
+def test_an_executor_the_scheduler_cannot_place_is_read_with_since_when_and_why() -> None:
+    [found] = observe_executors([executor(conditions=[UNSCHEDULABLE])], job_name="clicks")
+    assert found.attempt == 2
+    assert found.unschedulable_since == datetime(2024, 5, 1, 12, 0, 3, tzinfo=UTC)
+    assert found.unschedulable_message == "0/1 nodes are available: 1 Insufficient cpu."
+
+
+def test_a_placed_executor_is_not_unschedulable() -> None:
+    placed = {"type": "PodScheduled", "status": "True",
+              "lastTransitionTime": "2024-05-01T12:00:03Z"}
+    [found] = observe_executors([executor(conditions=[placed])], job_name="clicks")
+    assert found.unschedulable_since is None
+
+
+def test_an_executor_is_never_read_as_a_driver_though_it_has_an_attempt_label() -> None:
+    assert observe_driver_pod(executor(conditions=[UNSCHEDULABLE])) is None
+    assert observe_executors([executor(conditions=[], owner_kind="ReplicaSet")],
+                             job_name="clicks") == ()

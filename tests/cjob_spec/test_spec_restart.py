@@ -243,4 +243,4 @@ def test_exit_codes_map_to_reasons_and_permanence(
 
 
 def test_exit_code_values_are_the_runtime_contract() -> None:
-    assert [int(code) for code in ExitCode] == [0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]
+    assert [int(code) for code in ExitCode] == [0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]

@@ -16,6 +16,7 @@ from job_runtime.errors import (
     CheckpointStalledError,
     ConfigurationError,
     EntrypointError,
+    RestartLoopError,
     RestoreError,
     UserCodeError,
 )
@@ -44,6 +45,7 @@ from job_runtime.sinks.failures import SinkFailedError, SinkFailureKind
     (SinkFailedError(kind=SinkFailureKind.STALLED, sink="kafka", subtask=0, checkpoint_id=3,
                      problem="failing for 601s"), ExitCode.SINK_STALLED),
     (CheckpointStalledError(seconds=61, window=50, completed=2), ExitCode.CHECKPOINT_STALLED),
+    (RestartLoopError(relaunches=3, last="Task 0 failed 4 times"), ExitCode.RESTART_LOOP),
     (RuntimeError("executor lost"), 1),
 ])  # fmt: skip
 def test_each_ending_maps_to_its_exit_code(error: BaseException, code: int) -> None:

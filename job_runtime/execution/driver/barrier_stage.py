@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Any, Protocol
 
-from job_runtime.errors import EntrypointError, UserCodeError
+from job_runtime.errors import EntrypointError, RestartLoopError, UserCodeError
 from job_runtime.execution.config import SubtaskConfig
 from job_runtime.execution.subtask.runtime import run_subtask
 
@@ -30,6 +30,7 @@ class FailureSource(Protocol):
 
     failed_event: threading.Event
     failure: BaseException | None
+    epochs_started: int
 
 
 class BarrierStage:
@@ -74,7 +75,13 @@ class BarrierStage:
                 self._sc.cancelAllJobs()
                 self._thread.join(timeout=60)
                 return coordinator.failure
-        return coordinator.failure or self.spark_failure()
+        failure = coordinator.failure or self.spark_failure()
+        if isinstance(failure, SparkGaveUp):
+            # The subtasks failed on every relaunch Spark allows: the attempt ends as a
+            # restart loop, with a reason of its own, rather than as an unknown error.
+            return RestartLoopError(relaunches=max(0, coordinator.epochs_started - 1),
+                                    last=failure.summary)
+        return failure
 
     def _job(self) -> None:
         parallelism = self._config.parallelism
@@ -101,5 +108,12 @@ def _spark_failure(exc: BaseException) -> BaseException:
     marker = "UserCodeError"
     if marker in text:
         return UserCodeError(operator="?", subtask=-1, details=text[-4000:])
-    return RuntimeError(f"Spark gave up on the job after repeated task failures: "
-                        f"{text.splitlines()[0] if text else type(exc).__name__}")
+    return SparkGaveUp(text.splitlines()[0] if text else type(exc).__name__)
+
+
+class SparkGaveUp(RuntimeError):
+    """Spark gave up on the barrier stage after repeated task failures."""
+
+    def __init__(self, summary: str) -> None:
+        super().__init__(f"Spark gave up on the job after repeated task failures: {summary}")
+        self.summary = summary

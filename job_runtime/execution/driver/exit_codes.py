@@ -23,6 +23,7 @@ from job_runtime.errors import (
     IncompatibleStateError,
     JobCodeError,
     PipelineDefinitionError,
+    RestartLoopError,
     RestoreError,
     UserCodeError,
 )
@@ -55,6 +56,7 @@ _MAPPINGS = (
     _Mapping((FencedError,), FENCED),
     _Mapping((CheckpointFailureBudgetExceeded,), ExitCode.CHECKPOINT_FAILURES_EXCEEDED),
     _Mapping((CheckpointStalledError,), ExitCode.CHECKPOINT_STALLED),
+    _Mapping((RestartLoopError,), ExitCode.RESTART_LOOP),
     _Mapping((StoreError, StorageError), ExitCode.STORAGE_UNREACHABLE,
              "checkpoint store or storage failed: %s"),
 )
@@ -62,7 +64,8 @@ _MAPPINGS = (
 
 STARTUP_ERRORS: tuple[type[BaseException], ...] = tuple(
     error for mapping in _MAPPINGS for error in mapping.errors
-    if error not in (CheckpointFailureBudgetExceeded, CheckpointStalledError, SinkFailedError))
+    if error not in (CheckpointFailureBudgetExceeded, CheckpointStalledError, RestartLoopError,
+                     SinkFailedError))
 """What the driver maps while it starts; anything else is a bug and keeps its traceback."""
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from runtime_harness import JOBS, EmbeddedRun, load_example, read_output
+from runtime_harness import JOBS, EmbeddedRun, JobHarness, load_example, read_output
 
 from cjob_spec.exit_codes import ExitCode
 
@@ -42,3 +42,14 @@ def test_a_function_that_blocks_forever_restarts_the_job_as_stalled_and_nothing_
     assert "no checkpoint completed for" in run.attempt_log(1)
     verify = load_example("examples/running_sum/verify.py")
     assert verify.verify(read_output(output), count=COUNT) == []
+
+
+def test_a_subtask_that_dies_on_every_relaunch_ends_the_attempt_as_a_restart_loop(
+        harness: JobHarness) -> None:
+    run = harness.run(entrypoint="crashing_jobs:running_sum", args={
+        "count": COUNT, "rate": RATE, "output": str(harness.output), "crash_at": 300,
+        "crash_always": True})
+    assert run.returncode == ExitCode.RESTART_LOOP, run.explain()
+    [line] = [line for line in run.output.splitlines() if "ERROR job_runtime.driver" in line]
+    assert "the subtasks failed on every relaunch" in line and "restart loop" in line
+    assert run.status is not None and run.status["subtaskRestarts"] >= 1

@@ -3,7 +3,8 @@
 ``crash_at``/``crash_marker`` make the ``map`` SIGKILL its own Python worker when
 it meets record ``crash_at``, as a crashed executor would, but only the first
 time: the marker file remembers it across Spark's relaunch of the stage.
-``hang_at``/``hang_marker`` make it block forever there instead, once.
+``hang_at``/``hang_marker`` make it block forever there instead, once;
+``crash_always`` makes it die at ``crash_at`` on every relaunch.
 """
 
 from __future__ import annotations
@@ -42,7 +43,11 @@ def _crash_once(p: Pipeline) -> Callable[[dict[str, Any]], dict[str, Any]]:
     hang_marker = p.args.get("hang_marker")
     hang_at = int(p.args.get("hang_at", -1))
 
+    always = bool(p.args.get("crash_always"))
+
     def maybe_crash(record: dict[str, Any]) -> dict[str, Any]:
+        if always and record["seq"] == crash_at:
+            os.kill(os.getpid(), signal.SIGKILL)
         if marker and record["seq"] == crash_at:
             if not first_to_claim(marker):
                 return record
