@@ -24,14 +24,25 @@ from cjob_operator.metrics import OperatorMetrics
 from cjob_operator.options import OperatorOptions
 from cjob_operator.reconcile import Reconciler
 from cjob_operator.snapshot_reconcile import SnapshotReconciler
-from cjob_spec.names import API_GROUP, LABEL_JOB, LABEL_ROLE, ROLE_DRIVER, ROLE_STANDBY
+from cjob_spec.names import (
+    API_GROUP,
+    LABEL_JOB,
+    LABEL_ROLE,
+    ROLE_DRIVER,
+    ROLE_EXECUTOR,
+    ROLE_STANDBY,
+)
 
 FINALIZER = "checkpointed.io/finalizer"
 ANNOTATION_PREFIX = "checkpointed.io"
 REPORTING_COMPONENT = "checkpointed-jobs-operator"
 DRIVER_ROLES = (ROLE_DRIVER, ROLE_STANDBY)
-"""The role labels of the pods the operator watches: drivers, and standby drivers."""
-DRIVER_POD_SELECTOR = f"{LABEL_JOB},{LABEL_ROLE} in ({','.join(DRIVER_ROLES)})"
+"""The role labels of the driver pods: drivers, and standby drivers."""
+WATCHED_POD_ROLES = (*DRIVER_ROLES, ROLE_EXECUTOR)
+"""The role labels of the pods the operator watches: its drivers, and the executors
+Spark creates for them (indexed, to tell a running job whose executors cannot be
+placed)."""
+POD_SELECTOR = f"{LABEL_JOB},{LABEL_ROLE} in ({','.join(WATCHED_POD_ROLES)})"
 STORE_SELECTOR = LABEL_JOB
 
 _log = logging.getLogger(__name__)
@@ -71,7 +82,7 @@ def apply_settings(settings: kopf.OperatorSettings, *, options: OperatorOptions)
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.watching.connect_timeout = 10
-    settings.watching.label_selectors["v1", "pods"] = DRIVER_POD_SELECTOR
+    settings.watching.label_selectors["v1", "pods"] = POD_SELECTOR
     settings.watching.label_selectors["v1", "configmaps"] = STORE_SELECTOR
     settings.networking.connect_timeout = 10
 

@@ -142,9 +142,20 @@ def test_pods_and_configmaps_are_watched_with_server_side_selectors() -> None:
     settings = kopf.OperatorSettings()
     apply_settings(settings, options=parse_options(["--namespace", "a"]))
     selectors = {str(key): value for key, value in settings.watching.label_selectors.items()}
-    # Drivers and standby drivers, never executors or cleanup pods.
-    assert "checkpointed.io/job,checkpointed.io/role in (driver,standby)" in selectors.values()
+    # Drivers, standby drivers and the executors Spark creates (their index tells a job
+    # whose executors cannot be placed), never cleanup pods.
+    assert ("checkpointed.io/job,checkpointed.io/role in (driver,standby,executor)"
+            in selectors.values())
     assert "checkpointed.io/job" in selectors.values()
+
+
+def test_every_pod_role_a_handler_indexes_passes_the_server_side_selector() -> None:
+    """A role the selector leaves out never reaches the operator, and its index stays
+    empty without a word."""
+    from cjob_operator import handlers, startup
+
+    assert handlers.EXECUTOR_LABELS["checkpointed.io/role"] in startup.WATCHED_POD_ROLES
+    assert set(startup.DRIVER_ROLES) <= set(startup.WATCHED_POD_ROLES)
 
 
 # --- the per-job loop ----------------------------------------------------------------------
