@@ -60,7 +60,7 @@ from cjob_checkpoint.store.triggers import TriggerSource
 from cjob_spec.names import suspended_attempt
 from job_runtime.coordinator.abort_reason import AbortReason
 from job_runtime.coordinator.endpoint import CoordinatorEndpoint
-from job_runtime.coordinator.failure_budget import FailureBudget
+from job_runtime.coordinator.failure_budget import FailureBudget, counts
 from job_runtime.coordinator.messages import (
     Abort,
     Ack,
@@ -676,6 +676,9 @@ class CheckpointCoordinator:
         self._count_failure(reason=reason, message=message)
 
     def _count_failure(self, *, reason: AbortReason, message: str) -> None:
+        if counts(reason):
+            # Checkpointing is alive, only failing: the failure budget decides.
+            self._stall.failed(now=time.monotonic())
         exceeded = self._budget.failed(reason=reason, message=message)
         if exceeded is not None:
             self._fail_job(exceeded)

@@ -7,7 +7,10 @@ checkpoint timeout would notice, but it is sized for the slowest honest checkpoi
 sooner, from evidence the attempt gathered itself:
 
 * the window opens when every subtask of the current stage attempt is ready, and
-  again at each completed checkpoint;
+  again at each completed checkpoint, and at each failed one that counts against
+  ``tolerableFailures``: a checkpoint that fails (storage away, a declined upload)
+  shows that barriers still move, and the failure budget is what decides about it;
+  a stall is a job whose checkpoints neither complete nor fail;
 * it is ``intervals`` checkpoint intervals (``spec.health.checkpointStallIntervals``),
   or three times the longest checkpoint this driver completed, whichever is longer,
   so a job whose checkpoints are honestly slow is not mistaken for a stuck one;
@@ -60,6 +63,11 @@ class StallWatch:
     def completed(self, *, now: float, duration: float) -> None:
         self._completed += 1
         self._longest = max(self._longest, duration)
+        if self._since is not None:
+            self._since = now
+
+    def failed(self, *, now: float) -> None:
+        """A checkpoint failed for a reason the failure budget counts."""
         if self._since is not None:
             self._since = now
 

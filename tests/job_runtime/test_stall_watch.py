@@ -68,3 +68,12 @@ class TestWhenItWatches:
         stalls = watch(intervals=0)
         stalls.running(now=0.0)
         assert stalls.check(now=1e9) is None
+
+    def test_a_checkpoint_that_fails_opens_the_window_again_the_budget_decides(
+            self) -> None:
+        stalls = watch()
+        stalls.running(now=0.0)
+        stalls.completed(now=10.0, duration=1.0)
+        stalls.failed(now=50.0)
+        assert stalls.check(now=99.0) is None
+        assert stalls.check(now=101.0) is not None
