@@ -60,6 +60,7 @@ def apply_s3_job(
     master: str, cleanup: str = "Retain", standby: bool = False,
     checkpoints: str = "checkpoints", output: str = "output", rocksdb: bool = False,
     driver_cores: str | None = None, count: int = COUNT,
+    executor_request_cores: str | None = None, start_timeout: str | None = None,
 ) -> tuple[scenario.JobHandle, str]:  # fmt: skip
     """The running sum with its code from a ConfigMap and its checkpoints and output in
     an S3 bucket of its own (under the prefixes ``checkpoints`` and ``output``),
@@ -67,7 +68,9 @@ def apply_s3_job(
 
     With ``standby`` it asks for a warm standby driver; both drivers then ask for a
     fraction of a core, or the two-CPU node could not schedule the second.
-    ``driver_cores`` is the driver's CPU request (Spark's default: one core)."""
+    ``driver_cores`` is the driver's CPU request (Spark's default: one core);
+    ``executor_request_cores`` each executor's (a fraction of a core unless given), and
+    ``start_timeout`` the restart policy's."""
     bucket = f"{name}-{namespace[-6:]}"
     scenario.bucket_with_credentials(kubectl=kubectl, s3=s3, namespace=namespace,
                                         bucket=bucket)
@@ -82,9 +85,13 @@ def apply_s3_job(
     if standby:
         manifest["spec"]["standby"] = {"enabled": True}
         driver_cores = driver_cores or "300m"
+    conf = manifest["spec"]["spark"].setdefault("conf", {})
     if driver_cores is not None:
-        manifest["spec"]["spark"].setdefault("conf", {})[
-            "spark.kubernetes.driver.request.cores"] = driver_cores
+        conf["spark.kubernetes.driver.request.cores"] = driver_cores
+    if executor_request_cores is not None:
+        conf["spark.kubernetes.executor.request.cores"] = executor_request_cores
+    if start_timeout is not None:
+        manifest["spec"]["restartPolicy"]["startTimeout"] = start_timeout
     kubectl("apply", "--namespace", namespace, "-f", "-", stdin=yaml.safe_dump(manifest))
     return scenario.JobHandle(rest=rest, namespace=namespace, name=name), bucket
 

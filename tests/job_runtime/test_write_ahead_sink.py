@@ -79,6 +79,19 @@ class Clock:
         return self.now
 
 
+def clocked_writer(outside: Outside, staging: Path, *,
+                   stall_timeout: float = 0.0) -> tuple[WriteAheadWriter, Clock]:
+    """A writer whose time is a :class:`Clock` the test moves, with one record staged
+    for checkpoint 1 and that checkpoint completed."""
+    writer = open_writer(outside, staging, stall_timeout=stall_timeout)
+    assert isinstance(writer, WriteAheadWriter)
+    clock = writer._clock = Clock()
+    writer.write(rows(1))
+    writer.snapshot(1)
+    writer.notify_complete(1)
+    return writer, clock
+
+
 def rows(*values: int) -> Batch:
     return Batch(rows=[{"n": v} for v in values])
 
@@ -213,13 +226,7 @@ class TestStalls:
 
     def test_a_send_failing_longer_than_the_stall_bound_ends_the_attempt_as_stalled(
             self, tmp_path: Path) -> None:
-        outside = Outside(failures_left=100)
-        writer = open_writer(outside, tmp_path, stall_timeout=60.0)
-        assert isinstance(writer, WriteAheadWriter)
-        clock = writer._clock = Clock()
-        writer.write(rows(1))
-        writer.snapshot(1)
-        writer.notify_complete(1)
+        writer, clock = clocked_writer(Outside(failures_left=100), tmp_path, stall_timeout=60.0)
         clock.now += 59
         writer.snapshot(2)
         writer.notify_complete(2)
@@ -233,12 +240,7 @@ class TestStalls:
     def test_a_send_that_recovers_within_the_bound_starts_the_count_again(
             self, tmp_path: Path) -> None:
         outside = Outside(failures_left=1)
-        writer = open_writer(outside, tmp_path, stall_timeout=60.0)
-        assert isinstance(writer, WriteAheadWriter)
-        clock = writer._clock = Clock()
-        writer.write(rows(1))
-        writer.snapshot(1)
-        writer.notify_complete(1)
+        writer, clock = clocked_writer(outside, tmp_path, stall_timeout=60.0)
         clock.now += 50
         writer.snapshot(2)
         writer.notify_complete(2)

@@ -387,20 +387,9 @@ def test_a_job_whose_executors_cannot_be_placed_fails_saying_what_is_missing(
     """Executors asking for more CPU than the node has: the barrier stage can never
     start, and the job says so instead of staying Running (or spending its restarts
     on attempts that would wait for the same capacity)."""
-    name = "greedy"
-    bucket = f"{name}-{real_namespace[-6:]}"
-    scenario.bucket_with_credentials(kubectl=kubectl, s3=cluster_s3, namespace=real_namespace,
-                                     bucket=bucket)
-    running_sum.code_configmap(kubectl, real_namespace)
-    manifest = running_sum.manifest(
-        name=name, storage=f"s3://{bucket}/checkpoints", output=f"s3://{bucket}/output",
-        master="k8s", s3=running_sum.s3_settings(cluster_s3), count=COUNT, rate=RATE,
-        pod={"volumes": [running_sum.CODE_VOLUME], "volumeMounts": [running_sum.CODE_MOUNT]})
-    manifest["spec"]["spark"]["conf"]["spark.kubernetes.executor.request.cores"] = "64"
-    manifest["spec"]["restartPolicy"]["startTimeout"] = "45s"
-    kubectl("apply", "--namespace", real_namespace, "-f", "-", stdin=yaml.safe_dump(manifest))
-    job = scenario.JobHandle(rest=real_cluster.rest(), namespace=real_namespace, name=name)
-
+    job, _ = apply_s3_job(rest=real_cluster.rest(), kubectl=kubectl, s3=cluster_s3,
+                          namespace=real_namespace, name="greedy", master="k8s",
+                          executor_request_cores="64", start_timeout="45s")
     scenario.wait_until(lambda: job.status().get("phase") == "Failed",
                         what="the job failed", timeout=300, detail=job.describe)
     status = job.status()
