@@ -937,6 +937,15 @@ def kafka(topic: str, bootstrap: str, *, key: str | None = None, value_format: s
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
         raise PipelineDefinitionError(
             problem=f"kafka sink timeout must be a positive number of seconds, got {timeout!r}")
+    if timeout >= transaction_timeout:
+        # A transaction lives from the start of an interval's send to its commit, and
+        # the sink waits up to ``timeout`` for the commit alone: with a shorter
+        # transaction the broker would abort every large interval before its commit,
+        # and the sink would send it again at each checkpoint until it stalled.
+        raise PipelineDefinitionError(
+            problem=f"kafka sink transaction_timeout ({transaction_timeout:g}s) must be longer "
+                    f"than its timeout ({timeout:g}s): the broker would abort a transaction "
+                    f"the sink is still waiting to commit")
     try:
         bad = BadRecords(bad_records)
     except ValueError:

@@ -199,6 +199,8 @@ class TestBadInput:
         ({"delivery": "twice"}, "delivery must be one of"),
         ({"value_format": "avro"}, "value_format must be 'json'"),
         ({"transaction_timeout": 3600}, "transaction_timeout must be"),
+        ({"transaction_timeout": 20, "timeout": 30}, r"transaction_timeout \(20s\) must be "
+                                                     r"longer than its timeout \(30s\)"),
         ({"control_topic": "out"}, "control_topic must be"),
         ({"producer_config": {"transactional.id": "mine"}}, "may not set 'transactional.id'"),
     ])
