@@ -393,6 +393,8 @@ class _Transactions(CheckpointCommitter):
             if refused and self._sink.bad_records is BadRecords.FAIL:
                 position = min(refused)
                 raise RejectedRecordError(position=position, problem=refused[position])
+            if self._stale or self._producer is None:
+                self.start()  # an abort replaced the producer: a new one, and the markers
             marker, topic = self._marker(subtask=subtask, checkpoint_id=checkpoint_id)
             failures = self._transaction(encoded, refused=refused, oversized=oversized,
                                          checkpoint_id=checkpoint_id, subtask=subtask,
