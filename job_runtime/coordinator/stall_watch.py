@@ -11,9 +11,11 @@ sooner, from evidence the attempt gathered itself:
   ``tolerableFailures``: a checkpoint that fails (storage away, a declined upload)
   shows that barriers still move, and the failure budget is what decides about it;
   a stall is a job whose checkpoints neither complete nor fail;
-* it is ``intervals`` checkpoint intervals (``spec.health.checkpointStallIntervals``),
-  or three times the longest checkpoint this driver completed, whichever is longer,
-  so a job whose checkpoints are honestly slow is not mistaken for a stuck one;
+* it is ``intervals`` checkpoint intervals (``spec.health.checkpointStallIntervals``,
+  each with ``minPause``), or three times the longest checkpoint this driver
+  completed, whichever is longer, so a job whose checkpoints are honestly slow is not
+  mistaken for a stuck one; and never less than :data:`SHORTEST_WINDOW`, so a pause of
+  the machine (a long garbage collection, a slow disk, a busy node) is not either;
 * before the attempt's first completed checkpoint it is at least the checkpoint
   timeout: the first checkpoint may follow a long restore or a cold cache, and the
   watch has seen nothing yet to judge by.
@@ -29,6 +31,9 @@ from job_runtime.errors import CheckpointStalledError
 
 SLOWEST_FACTOR = 3.0
 """How many times the longest completed checkpoint the window is at least."""
+SHORTEST_WINDOW = 30.0
+"""Seconds: the least window, whatever the interval (which may be a few milliseconds,
+or zero for checkpoints triggered by hand)."""
 
 
 class StallWatch:
@@ -45,8 +50,8 @@ class StallWatch:
 
     def window(self) -> float:
         settings = self._settings
-        window = max(settings.stall_intervals * settings.interval,
-                     SLOWEST_FACTOR * self._longest)
+        window = max(settings.stall_intervals * (settings.interval + settings.min_pause),
+                     SLOWEST_FACTOR * self._longest, SHORTEST_WINDOW)
         if not self._completed:
             window = max(window, settings.timeout)
         return window

@@ -7,7 +7,7 @@ checkpoint, and before the first completed checkpoint at least the checkpoint ti
 from __future__ import annotations
 
 from job_runtime.coordinator.settings import CheckpointSettings
-from job_runtime.coordinator.stall_watch import StallWatch
+from job_runtime.coordinator.stall_watch import SHORTEST_WINDOW, StallWatch
 from job_runtime.errors import CheckpointStalledError
 
 
@@ -26,6 +26,17 @@ class TestTheWindow:
         assert isinstance(stalled, CheckpointStalledError)
         assert "no checkpoint completed for 51s" in str(stalled)
         assert "1 completed before" in str(stalled)
+
+    def test_it_is_never_shorter_than_the_shortest_window(self) -> None:
+        """Checkpoints by hand (interval 0) or every few milliseconds: a pause of the
+        machine is no stall."""
+        for interval in (0.0, 0.01):
+            stalls = watch(interval=interval)
+            stalls.running(now=0.0)
+            stalls.completed(now=1.0, duration=0.001)
+            assert stalls.window() == SHORTEST_WINDOW
+            assert stalls.check(now=1.0 + SHORTEST_WINDOW) is None
+            assert stalls.check(now=1.5 + SHORTEST_WINDOW) is not None
 
     def test_it_is_at_least_three_times_the_slowest_checkpoint(self) -> None:
         stalls = watch()
