@@ -39,7 +39,7 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -245,9 +245,15 @@ def read_markers(*, bootstrap: str, control_topic: str, job: str, timeout: float
                  client_config: Mapping[str, Any]) -> dict[int, int]:
     """Subtask -> the newest checkpoint ``control_topic`` says was sent for ``job``,
     proven or not: for what only warns or reports."""
+    return newest_by_subtask(read_control(bootstrap=bootstrap, control_topic=control_topic,
+                                          job=job, timeout=timeout,
+                                          client_config=client_config))
+
+
+def newest_by_subtask(markers: Iterable[CommitMarker]) -> dict[int, int]:
+    """Subtask -> the newest checkpoint ``markers`` say was sent."""
     through: dict[int, int] = {}
-    for marker in read_control(bootstrap=bootstrap, control_topic=control_topic, job=job,
-                               timeout=timeout, client_config=client_config):
+    for marker in markers:
         through[marker.subtask] = max(through.get(marker.subtask, 0), marker.checkpoint)
     return through
 
@@ -349,14 +355,12 @@ class _Transactions(CheckpointCommitter):
 
     def _legacy_through(self) -> dict[int, int]:
         if self._legacy is None:
-            self._legacy = {}
-            for marker in read_control(bootstrap=self._sink.bootstrap,
-                                       control_topic=self._sink.control_topic, job=self._job,
-                                       timeout=self._sink.timeout,
-                                       client_config=self._sink.client_config):
-                if marker.version == LEGACY_MARKER_VERSION:
-                    self._legacy[marker.subtask] = max(self._legacy.get(marker.subtask, 0),
-                                                       marker.checkpoint)
+            markers = read_control(bootstrap=self._sink.bootstrap,
+                                   control_topic=self._sink.control_topic, job=self._job,
+                                   timeout=self._sink.timeout,
+                                   client_config=self._sink.client_config)
+            self._legacy = newest_by_subtask(
+                m for m in markers if m.version == LEGACY_MARKER_VERSION)
         return self._legacy
 
     def commit(self, *, subtask: int, checkpoint_id: int) -> None:
@@ -679,15 +683,9 @@ class KafkaSink(Sink):
             settings["transaction.timeout.ms"] = int(self.transaction_timeout * 1000)
         return settings
 
-    def encode(self, records: pa.Table) -> list[tuple[bytes | None, bytes]]:
-        """Each row as a JSON object; its ``key`` column (if any) as the record key."""
-        rows = records.to_pylist()
-        return list(zip(self._keys(rows), map(_json_value, rows), strict=True))
-
-    def _keys(self, rows: list[dict[str, Any]]) -> list[bytes | None]:
-        if self.key is None:
-            return [None] * len(rows)
-        return [_key_bytes(row.get(self.key)) for row in rows]
+    def _key(self, row: dict[str, Any]) -> bytes | None:
+        """The record key of ``row``: its ``key`` column (if any), as bytes."""
+        return None if self.key is None else _key_bytes(row.get(self.key))
 
     def encode_checked(self, records: pa.Table) -> list[EncodedRecord]:
         """Each row as key and value, and why the broker would refuse it: a value that
@@ -705,7 +703,7 @@ class KafkaSink(Sink):
                 continue
             try:
                 value = _json_value(row)
-                key = self._keys([row])[0]
+                key = self._key(row)
             except (ValueError, OverflowError, TypeError) as exc:
                 encoded.append((None, b"", f"the record cannot be encoded: {exc}"))
                 continue
