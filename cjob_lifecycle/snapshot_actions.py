@@ -41,8 +41,29 @@ class EmitSnapshotEvent:
 
 
 @dataclass(frozen=True)
+class HoldCheckpoint:
+    """Keep checkpoint ``checkpoint_id`` in the job's store ``store`` from being pruned
+    while the snapshot ``holder`` (its uid) copies it. The store refuses a checkpoint
+    already pruned; the next pass then sees no hold and picks again."""
+
+    store: str
+    checkpoint_id: int
+    holder: str
+    by: str
+
+
+@dataclass(frozen=True)
+class ReleaseCheckpoint:
+    """Let go of the snapshot's hold: the copy is over, or will not happen."""
+
+    store: str
+    holder: str
+
+
+@dataclass(frozen=True)
 class ReleaseSnapshot:
     """Deletion is complete: let the CheckpointedJobSnapshot go (remove the finalizer)."""
 
 
-SnapshotAction = CreateSnapshotPod | DeleteSnapshotPod | EmitSnapshotEvent | ReleaseSnapshot
+SnapshotAction = (CreateSnapshotPod | DeleteSnapshotPod | EmitSnapshotEvent | HoldCheckpoint
+                  | ReleaseCheckpoint | ReleaseSnapshot)

@@ -22,10 +22,22 @@ class SnapshotJob:
     """The CheckpointedJob the snapshot names, as far as a copy needs it."""
 
     uid: str
-    latest: CheckpointRef | None
-    """The job's latest completed checkpoint (``status.latestCheckpoint``)."""
     spec: Mapping[str, Any]
     """The job's spec as stored: what a snapshot pod is built from."""
+    store: str
+    """The job's checkpoint store (its ConfigMap), where the copy's hold is kept."""
+    checkpoints: tuple[CheckpointRef, ...] = ()
+    """The checkpoints the store retains, oldest first (none while it has no store):
+    the store, not the job's status, which may lag behind a pruned checkpoint."""
+    held: int | None = None
+    """The checkpoint this snapshot holds in the store (pruning skips it), if any."""
+
+    @property
+    def latest(self) -> CheckpointRef | None:
+        return self.checkpoints[-1] if self.checkpoints else None
+
+    def retained(self, checkpoint_id: int) -> CheckpointRef | None:
+        return next((ref for ref in self.checkpoints if ref.id == checkpoint_id), None)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -7,7 +7,16 @@ only the job's pods hold the storage's credentials and volumes; the pod's outcom
 its termination message (:class:`SnapshotOutcome`). A copy that failed because
 storage was unreachable, or whose pod died without a word (evicted, out of memory),
 is tried again by a new pod, at most ``MAX_TRIES`` times in all; a checkpoint that
-cannot be read (pruned, damaged) fails at once.
+cannot be read (damaged) fails at once.
+
+The job keeps running while its checkpoint is copied, and prunes every checkpoint
+beyond ``retained`` as newer ones complete: a copy slower than that would lose its
+source half way. So before the pod is made the snapshot *holds* the checkpoint in the
+job's store (:mod:`cjob_checkpoint.store.holds`), in a swap that succeeds only while
+the checkpoint is retained, and it releases the hold once the copy is over, however it
+ended. Which checkpoint is copied is read from the store, not from the job's status,
+which may still name one already pruned; a hold refused because the checkpoint went
+meanwhile is simply asked again, for the newest.
 
 Deleting a snapshot stops a copy still running, then deletes the copy when
 ``disposeOnDelete`` is set (and always a partial one), by a second pod built from
@@ -18,13 +27,15 @@ blocked forever by storage that refuses.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from cjob_lifecycle.snapshot_actions import (
     CreateSnapshotPod,
     DeleteSnapshotPod,
     EmitSnapshotEvent,
+    HoldCheckpoint,
+    ReleaseCheckpoint,
     ReleaseSnapshot,
     SnapshotAction,
 )
@@ -40,6 +51,8 @@ WAIT_SECONDS = 10.0
 """How often a Pending snapshot looks at its job again."""
 POLL_SECONDS = 2.0
 """How often a snapshot looks at its running pod."""
+HOLD_SECONDS = 0.5
+"""How soon a snapshot that asked for a hold looks whether it got it."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +64,17 @@ class SnapshotPlan:
 
 
 def plan_snapshot(observed: SnapshotObserved, *, now: datetime) -> SnapshotPlan:
+    plan = _plan(observed, now=now)
+    job = observed.job
+    over = observed.deleting or (plan.status.state is not None and plan.status.state.is_final)
+    if over and job is not None and job.held is not None:
+        # Released first: should it fail, the pass fails before the status is written.
+        release = ReleaseCheckpoint(store=job.store, holder=observed.uid)
+        return replace(plan, actions=(release, *plan.actions))
+    return plan
+
+
+def _plan(observed: SnapshotObserved, *, now: datetime) -> SnapshotPlan:
     if observed.deleting:
         return _plan_deletion(observed)
     status = observed.status
@@ -72,14 +96,34 @@ def _start_copy(observed: SnapshotObserved, *, now: datetime) -> SnapshotPlan:
         return _pending(observed, SnapshotReason.WAITING_FOR_JOB,
                         f"no CheckpointedJob {spec.job_name} in this namespace", now=now)
     latest = job.latest
-    wanted = spec.checkpoint_id if spec.checkpoint_id is not None else (
-        latest.id if latest is not None else None)
+    wanted = spec.checkpoint_id
+    if wanted is None:
+        # The newest when first asked; once held, that one (checkpoints keep completing,
+        # and chasing each newer one would never start the copy).
+        held = job.retained(job.held) if job.held is not None else None
+        wanted = held.id if held is not None else latest.id if latest is not None else None
     if latest is None or wanted is None or wanted > latest.id:
         what = f"checkpoint {wanted}" if spec.checkpoint_id is not None else "a checkpoint"
         return _pending(observed, SnapshotReason.WAITING_FOR_CHECKPOINT,
                         f"waiting for job {spec.job_name} to complete {what}", now=now)
-    source = _checkpoint_path(latest.path, latest_id=latest.id, wanted=wanted)
-    job_dir = latest.path.rstrip("/").rsplit("/", 2)[0]
+    chosen = job.retained(wanted)
+    if chosen is None:
+        kept = ", ".join(str(ref.id) for ref in job.checkpoints)
+        return _fail(observed, reason=SnapshotReason.NOT_RETAINED,
+                     message=f"checkpoint {wanted} of job {spec.job_name} is no longer "
+                             f"retained (its store keeps {kept}); name one of those, or "
+                             f"leave spec.checkpoint out for the newest", now=now)
+    if job.held != wanted:
+        message = (f"holding checkpoint {wanted} of job {spec.job_name}, so that it is not "
+                   f"pruned while it is copied")
+        status = observed.status.replace(state=SnapshotState.PENDING,
+                                          reason=SnapshotReason.HOLDING, message=message)
+        hold = HoldCheckpoint(store=job.store, checkpoint_id=wanted, holder=observed.uid,
+                              by=f"snapshot {observed.name}")
+        return SnapshotPlan(actions=(hold,), status=_stamped(observed, status, now=now),
+                            requeue_after=HOLD_SECONDS)
+    source = chosen.path
+    job_dir = source.rstrip("/").rsplit("/", 2)[0]
     target = snapshot_directory(job_dir.rsplit("/", 1)[0], snapshot_name=observed.name,
                                 snapshot_uid=observed.uid)
     message = f"copying checkpoint {wanted} of job {spec.job_name} into {target}"
@@ -196,14 +240,6 @@ def _take_pod(observed: SnapshotObserved, *, status: SnapshotStatus,
     return CreateSnapshotPod(name=snapshot_pod_name(observed.name), task=SnapshotTask.TAKE,
                              target=status.target, job_name=job_name, job_uid=status.job_uid,
                              job_spec=status.job_spec, checkpoint=status.source)
-
-
-def _checkpoint_path(latest_path: str, *, latest_id: int, wanted: int) -> str:
-    """The ``_metadata`` of checkpoint ``wanted``, beside the latest's."""
-    if wanted == latest_id:
-        return latest_path
-    head, _, _ = latest_path.rstrip("/").rpartition(f"/chk-{latest_id}/")
-    return f"{head}/chk-{wanted}/_metadata"
 
 
 def _pending(observed: SnapshotObserved, reason: SnapshotReason, message: str, *,

@@ -54,6 +54,8 @@ class SnapshotReason(StrEnum):
 
     WAITING_FOR_JOB = "WaitingForJob"
     WAITING_FOR_CHECKPOINT = "WaitingForCheckpoint"
+    HOLDING = "HoldingCheckpoint"
+    NOT_RETAINED = "CheckpointNotRetained"
     COPYING = "Copying"
     COMPLETED = "SnapshotCompleted"
     RETRYING = "SnapshotRetrying"

@@ -17,6 +17,8 @@ How the rules of :mod:`cjob_checkpoint.store.base` are kept, whatever the backen
   marker, and the next add retries.
 * **Ambiguity.** When a commit's outcome is unknown, :class:`AmbiguousWriteError`
   is raised and nothing is deleted; the next add reads what actually landed.
+* **Holds.** A checkpoint someone is copying (a snapshot) is held: pruning skips
+  it until the holder lets go (:mod:`cjob_checkpoint.store.holds`).
 * **First publication wins.** A staged input is published in a fenced swap that
   adds it only while its name is free, decided again on every fresh read; a lost
   race or a lost answer reads the winner back.
@@ -41,6 +43,7 @@ from cjob_checkpoint.store.base import (
     JobOutcome,
     StoreClosedError,
 )
+from cjob_checkpoint.store.holds import CheckpointHold, CheckpointHolds, UnreadableHoldsError
 from cjob_checkpoint.store.restorable import MetadataReader, first_readable
 from cjob_checkpoint.store.retention import ensure_retained, ids_to_prune
 from cjob_checkpoint.store.staged_inputs import StagedInput, StagedInputFencedError, StagedInputs
@@ -50,7 +53,10 @@ __all__ = [
     "BackedCheckpointIdCounter",
     "BackedCheckpointStore",
     "advance_fence",
+    "held_ids",
+    "hold_checkpoint",
     "readable",
+    "release_checkpoint",
     "take_fence",
 ]
 
@@ -81,6 +87,63 @@ def advance_fence(backend: StoreBackend, attempt: int, *, where: str) -> int:
     update_state(backend, lambda draft: take_fence(draft, attempt, where=where),
                  operation="advance the fence", where=where, retry_ambiguous=True)
     return attempt
+
+
+def held_ids(draft: StoreDraft, *, where: str) -> frozenset[int] | None:
+    """The ids a holder keeps from pruning; ``None`` (prune nothing) when the record of
+    holds cannot be read: a guess could delete the checkpoint a copy is reading."""
+    try:
+        return CheckpointHolds.decode(draft.holds).held_ids()
+    except UnreadableHoldsError as exc:
+        _log.warning("not pruning checkpoints of %s: %s", where, exc)
+        return None
+
+
+def hold_checkpoint(backend: StoreBackend, *, where: str, checkpoint_id: int, holder: str,
+                    by: str) -> bool:
+    """Keep checkpoint ``checkpoint_id`` from being pruned until ``holder`` releases it.
+
+    Succeeds (``True``) only while the checkpoint is live: not marked for discard,
+    not gone. A holder holds one checkpoint; holding another replaces its hold.
+    Not fenced (see :mod:`cjob_checkpoint.store.holds`); decided again on every
+    fresh read, so a lost answer is simply retried.
+    """
+    held = False
+
+    def change(draft: StoreDraft) -> bool:
+        nonlocal held
+        holds = CheckpointHolds.decode(draft.holds)
+        held = checkpoint_id in draft.state.live_ids()
+        if not held:
+            return False
+        current = holds.of(holder)
+        if current is not None and current.checkpoint_id == checkpoint_id:
+            return False
+        draft.holds = holds.with_hold(
+            CheckpointHold(holder=holder, checkpoint_id=checkpoint_id, by=by)).encode()
+        return True
+
+    update_state(backend, change, operation=f"hold checkpoint {checkpoint_id} for {by}",
+                 where=where, retry_ambiguous=True)
+    return held
+
+
+def release_checkpoint(backend: StoreBackend, *, where: str, holder: str) -> bool:
+    """Let go of ``holder``'s hold; returns whether there was one. The checkpoint goes
+    at the next prune, if it is beyond ``retained`` by then."""
+    released = False
+
+    def change(draft: StoreDraft) -> bool:
+        nonlocal released
+        holds = CheckpointHolds.decode(draft.holds)
+        released = holds.of(holder) is not None
+        if released:
+            draft.holds = holds.without(holder).encode()
+        return released
+
+    update_state(backend, change, operation=f"release the checkpoint hold of {holder}",
+                 where=where, retry_ambiguous=True)
+    return released
 
 
 def readable(entries: list[CompletedCheckpoint | CorruptPointerError], *,
@@ -244,7 +307,12 @@ class BackedCheckpointStore(CompletedCheckpointStore):
                 draft.unmark(pointers[-1])
                 changed = True
             live = draft.state.live_ids()
+            held = held_ids(draft, where=self.where)
+            if held is None:
+                return changed
             for checkpoint_id in ids_to_prune(live, retained=keep) if keep > 0 else live:
+                if checkpoint_id in held:
+                    continue  # a copy is reading it: pruned after its holder lets go
                 draft.mark(checkpoint_id, attempt=self.attempt, at=now)
                 changed = True
             return changed

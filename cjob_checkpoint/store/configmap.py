@@ -31,6 +31,8 @@ from cjob_checkpoint.store.backed import (
     BackedCheckpointIdCounter,
     BackedCheckpointStore,
     advance_fence,
+    hold_checkpoint,
+    release_checkpoint,
 )
 from cjob_checkpoint.store.backend import RetryPolicy
 from cjob_checkpoint.store.base import (
@@ -88,12 +90,14 @@ __all__ = [
     "advance_attempt",
     "configure_for_store",
     "ensure_configmap",
+    "hold",
     "marker_key",
     "new_api_client",
     "open_configmap_store",
     "parse_store",
     "pointer_key",
     "read_snapshot",
+    "release",
 ]
 
 
@@ -198,6 +202,21 @@ def advance_attempt(*, api: Any, namespace: str, name: str, attempt: int) -> int
     """
     backend = ConfigMapBackend(access=ConfigMapAccess(api=api, namespace=namespace, name=name))
     return advance_fence(backend, attempt, where=backend.where)
+
+
+def hold(*, api: Any, namespace: str, name: str, checkpoint_id: int, holder: str,
+         by: str) -> bool:
+    """Keep checkpoint ``checkpoint_id`` from being pruned for ``holder`` (a snapshot's
+    uid); ``False`` if it is no longer live (see :func:`hold_checkpoint`)."""
+    backend = ConfigMapBackend(access=ConfigMapAccess(api=api, namespace=namespace, name=name))
+    return hold_checkpoint(backend, where=backend.where, checkpoint_id=checkpoint_id,
+                           holder=holder, by=by)
+
+
+def release(*, api: Any, namespace: str, name: str, holder: str) -> bool:
+    """Let go of ``holder``'s hold, if it has one."""
+    backend = ConfigMapBackend(access=ConfigMapAccess(api=api, namespace=namespace, name=name))
+    return release_checkpoint(backend, where=backend.where, holder=holder)
 
 
 def read_snapshot(*, api: Any, namespace: str, name: str) -> StoreSnapshot:

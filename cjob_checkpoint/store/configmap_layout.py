@@ -6,6 +6,7 @@
       checkpointed.io/fence-attempt: "3"          the only attempt allowed to write
       checkpointed.io/restored: {...}             what that attempt restored (RestoreReport)
       checkpointed.io/staged-inputs: {...}        the published staged inputs (StagedInputs)
+      checkpointed.io/holds: {...}                checkpoints pruning skips (CheckpointHolds)
     data:
       checkpointID-0000000000000000042: {...}     pointer: CompletedCheckpoint JSON
       discarding-0000000000000000040: {...}       discard marker of checkpoint 40
@@ -28,6 +29,7 @@ from typing import Any
 
 from cjob_checkpoint.store.base import CompletedCheckpoint, CorruptPointerError
 from cjob_checkpoint.store.configmap_errors import CorruptStoreDataError
+from cjob_checkpoint.store.holds import CheckpointHolds, UnreadableHoldsError
 from cjob_checkpoint.store.restore_report import RestoreReport, UnreadableRestoreReportError
 from cjob_checkpoint.store.state import StoreState, marker_text, next_checkpoint_id
 from cjob_spec.driver_beacon import DRIVER_LOST_ANNOTATION, BeaconSignalError, DriverLost
@@ -42,6 +44,7 @@ from cjob_spec.standby_signal import PROMOTION_ANNOTATION, StandbyPromotion, Sta
 
 __all__ = [
     "ANNOTATION_FENCE",
+    "ANNOTATION_HOLDS",
     "ANNOTATION_RESTORED",
     "ANNOTATION_STAGED_INPUTS",
     "COUNTER_KEY",
@@ -60,6 +63,8 @@ so readers that iterate the data (pointers, markers, counter) never meet it."""
 ANNOTATION_STAGED_INPUTS = "checkpointed.io/staged-inputs"
 """The job's published staged inputs (``StagedInputs``), kept raw: an annotation, like
 the restore report, so readers that iterate the data never meet it."""
+ANNOTATION_HOLDS = "checkpointed.io/holds"
+"""Checkpoints a copier (a snapshot) is reading, which pruning skips (``CheckpointHolds``)."""
 MARKER_KEY_FORMAT = "discarding-%019d"
 DEFAULT_BUDGET_BYTES = 256 * 1024
 """A quarter of the 1 MiB a ConfigMap may hold: room for about a thousand pointers."""
@@ -123,6 +128,10 @@ class StoreSnapshot:
     driver_lost: DriverLost | None = None
     """A standby's latest report that the active driver is gone; ``None`` if absent or
     unreadable (no report: the kubelet's report of the driver's end still comes)."""
+    holds: CheckpointHolds = dataclasses.field(default_factory=CheckpointHolds)
+    """Who keeps which checkpoint from being pruned (empty if unreadable)."""
+    holds_problem: str | None = None
+    """Why the recorded holds could not be read, if they could not."""
 
     @property
     def latest(self) -> CompletedCheckpoint | None:
@@ -320,6 +329,7 @@ class StoreObject:
             markers={i: data[marker_key(i)] for i in self.marked_ids()},
             restore_report=self.restore_report_text,
             staged_inputs=self.annotations.get(ANNOTATION_STAGED_INPUTS),
+            holds=self.annotations.get(ANNOTATION_HOLDS),
             origin=self,
         )
 
@@ -346,6 +356,10 @@ class StoreObject:
             changed.annotations.pop(ANNOTATION_STAGED_INPUTS, None)
         else:
             changed.annotations[ANNOTATION_STAGED_INPUTS] = state.staged_inputs
+        if state.holds is None:
+            changed.annotations.pop(ANNOTATION_HOLDS, None)
+        else:
+            changed.annotations[ANNOTATION_HOLDS] = state.holds
         return changed
 
     def snapshot(self) -> StoreSnapshot:
@@ -358,6 +372,10 @@ class StoreObject:
             else:
                 checkpoints.append(entry)
         report, report_problem = self._restore_report()
+        try:
+            holds, holds_problem = CheckpointHolds.decode(state.holds), None
+        except UnreadableHoldsError as exc:
+            holds, holds_problem = CheckpointHolds(), f"annotation {ANNOTATION_HOLDS}: {exc}"
         return StoreSnapshot(
             namespace=self.namespace,
             name=self.name,
@@ -374,6 +392,8 @@ class StoreObject:
             owners=self.owners,
             driver_lost=self._driver_lost(),
             promotion=self._promotion(),
+            holds=holds,
+            holds_problem=holds_problem,
         )
 
 

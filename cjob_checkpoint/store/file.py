@@ -9,6 +9,7 @@ holds, with the same names as the ConfigMap store's keys::
     attempt                                      fence: the attempt that owns the store
     restored                                     what the current attempt restored
     staged-inputs                                the published staged inputs
+    holds                                        checkpoints pruning must skip (holds)
     .lock                                        flock(2) target
 
 :class:`FileBackend` reads the directory as one state under a shared ``flock``
@@ -74,6 +75,7 @@ ATTEMPT_NAME = "attempt"
 COUNTER_NAME = "counter"
 RESTORED_NAME = "restored"
 STAGED_INPUTS_NAME = "staged-inputs"
+HOLDS_NAME = "holds"
 MARKER_SUFFIX = ".discarding"
 _POINTER = CHECKPOINT_POINTER_NAME
 _MARKER = re.compile(r"^checkpointID-(\d{19})\.discarding$")
@@ -164,7 +166,7 @@ def _digest(state: StoreState) -> str:
     """The version of a file store: what it holds, so any change moves it."""
     content = json.dumps([state.fence, state.counter, sorted(state.pointers.items()),
                           sorted(state.unreadable.items()), sorted(state.markers.items()),
-                          state.restore_report, state.staged_inputs])
+                          state.restore_report, state.staged_inputs, state.holds])
     return hashlib.sha256(content.encode("utf-8", "surrogateescape")).hexdigest()
 
 
@@ -233,10 +235,16 @@ class FileBackend:
             staged = None
         except (UnicodeDecodeError, IsADirectoryError):
             staged = ""  # undecodable: read (and refused) as an unreadable document
+        try:
+            holds: str | None = _read_text(self._path(HOLDS_NAME))
+        except FileNotFoundError:
+            holds = None
+        except (UnicodeDecodeError, IsADirectoryError):
+            holds = ""  # undecodable: read (and refused) as an unreadable document
         state = StoreState(version="", fence=read_attempt(self.directory),
                            counter=_read_int(self._path(COUNTER_NAME)), pointers=pointers,
                            unreadable=unreadable, markers=markers, restore_report=report,
-                           staged_inputs=staged)
+                           staged_inputs=staged, holds=holds)
         return dataclasses.replace(state, version=_digest(state))
 
     def compare_and_swap(self, *, expected: StoreState, new: StoreState,
@@ -284,6 +292,11 @@ class FileBackend:
                 _remove(self._path(STAGED_INPUTS_NAME))
             else:
                 _write_text(self._path(STAGED_INPUTS_NAME), new.staged_inputs)
+        if new.holds != current.holds:
+            if new.holds is None:
+                _remove(self._path(HOLDS_NAME))
+            else:
+                _write_text(self._path(HOLDS_NAME), new.holds)
 
     def check_budget(self, state: StoreState) -> None:
         return None

@@ -56,7 +56,7 @@ class MemoryBackend:
                 version=str(next(self._generations)), fence=new.fence, counter=new.counter,
                 pointers=dict(new.pointers), unreadable=dict(new.unreadable),
                 markers=dict(new.markers), restore_report=new.restore_report,
-                staged_inputs=new.staged_inputs)
+                staged_inputs=new.staged_inputs, holds=new.holds)
             return self._state
 
     def locate(self, checkpoint_id: int) -> str:

@@ -58,6 +58,9 @@ class StoreState:
     staged_inputs: str | None = None
     """The encoded :class:`~cjob_checkpoint.store.staged_inputs.StagedInputs`, if any
     input was ever published (raw: an unreadable document must survive a swap)."""
+    holds: str | None = None
+    """The encoded :class:`~cjob_checkpoint.store.holds.CheckpointHolds`, if anything is
+    held (raw, for the same reason)."""
     origin: Any = dataclasses.field(default=None, compare=False, repr=False)
     """The backend's own reading (a ConfigMap object), which its swap edits."""
 
@@ -116,12 +119,14 @@ class StoreDraft:
         self.markers = dict(state.markers)
         self.restore_report = state.restore_report
         self.staged_inputs = state.staged_inputs
+        self.holds = state.holds
 
     def freeze(self) -> StoreState:
         return dataclasses.replace(
             self.base, fence=self.fence, counter=self.counter, pointers=dict(self.pointers),
             unreadable=dict(self.unreadable), markers=dict(self.markers),
-            restore_report=self.restore_report, staged_inputs=self.staged_inputs)
+            restore_report=self.restore_report, staged_inputs=self.staged_inputs,
+            holds=self.holds)
 
     @property
     def state(self) -> StoreState:

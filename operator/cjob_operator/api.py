@@ -32,8 +32,10 @@ from cjob_checkpoint.store.base import StoreError
 from cjob_checkpoint.store.configmap import (
     advance_attempt,
     ensure_configmap,
+    hold,
     new_api_client,
     read_snapshot,
+    release,
 )
 from cjob_checkpoint.store.configmap_errors import StoreNotFoundError
 from cjob_checkpoint.store.configmap_triggers import REQUEST_ANNOTATION
@@ -242,20 +244,24 @@ class KubeCluster:
             raise ClusterError(
                 operation=f"read the checkpoint store {namespace}/{name}", cause=str(exc)
             ) from None
-        latest = snapshot.latest
-        ref = None
-        if latest is not None:
-            ref = CheckpointRef(
-                id=latest.checkpoint_id,
-                path=latest.metadata_path,
-                completed_at=datetime.fromtimestamp(latest.timestamp, UTC).replace(microsecond=0),
-                size_bytes=latest.size_bytes or None,
+        checkpoints = tuple(
+            CheckpointRef(
+                id=checkpoint.checkpoint_id,
+                path=checkpoint.metadata_path,
+                completed_at=datetime.fromtimestamp(checkpoint.timestamp, UTC).replace(
+                    microsecond=0),
+                size_bytes=checkpoint.size_bytes or None,
             )
+            for checkpoint in snapshot.checkpoints)
+        if snapshot.holds_problem is not None:
+            _log.warning("%s/%s: %s", namespace, name, snapshot.holds_problem)
         if snapshot.restore_report_problem is not None:
             _log.warning("%s/%s: %s", namespace, name, snapshot.restore_report_problem)
         return StoreReading(
             fence_attempt=snapshot.fence_attempt,
-            latest=ref,
+            latest=checkpoints[-1] if checkpoints else None,
+            checkpoints=checkpoints,
+            holds=snapshot.holds,
             size_bytes=snapshot.size_bytes,
             owners=snapshot.owners,
             restore_report=snapshot.restore_report,
@@ -295,6 +301,28 @@ class KubeCluster:
                 cause=str(exc),
                 retryable=not isinstance(exc, StoreNotFoundError),
             ) from None
+
+    def hold_checkpoint(self, *, namespace: str, store: str, checkpoint_id: int, holder: str,
+                        by: str) -> bool:
+        try:
+            return hold(api=self.core, namespace=namespace, name=store,
+                        checkpoint_id=checkpoint_id, holder=holder, by=by)
+        except StoreNotFoundError:
+            return False
+        except StoreError as exc:
+            raise ClusterError(
+                operation=f"hold checkpoint {checkpoint_id} in {namespace}/{store} for {by}",
+                cause=str(exc)) from None
+
+    def release_checkpoint(self, *, namespace: str, store: str, holder: str) -> None:
+        try:
+            release(api=self.core, namespace=namespace, name=store, holder=holder)
+        except StoreNotFoundError:
+            return
+        except StoreError as exc:
+            raise ClusterError(
+                operation=f"release the checkpoint hold of {holder} in {namespace}/{store}",
+                cause=str(exc)) from None
 
     def request_checkpoint(self, *, namespace: str, name: str, nonce: str) -> None:
         patch = {"metadata": {"annotations": {REQUEST_ANNOTATION: nonce}}}

@@ -13,10 +13,11 @@ client's own exception types.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from cjob_checkpoint.store.configmap_layout import StoreOwner
+from cjob_checkpoint.store.holds import CheckpointHolds
 from cjob_checkpoint.store.restore_report import RestoreReport
 from cjob_spec.driver_beacon import DriverLost
 from cjob_spec.names import KIND
@@ -81,6 +82,10 @@ class StoreReading:
     """A standby's report that the active driver is gone."""
     promotion: StandbyPromotion | None = None
     """The operator's latest standby promotion recorded on the store."""
+    checkpoints: tuple[CheckpointRef, ...] = ()
+    """Every retained checkpoint (live pointers), oldest first; ``latest`` is the last."""
+    holds: CheckpointHolds = field(default_factory=CheckpointHolds)
+    """Who keeps which of them from being pruned (snapshots copying them)."""
 
 
 class Cluster(Protocol):
@@ -148,6 +153,14 @@ class Cluster(Protocol):
     def list_pods(self, *, namespace: str, labels: Mapping[str, str]) -> list[Mapping[str, Any]]:
         """The pods of ``namespace`` that carry every label in ``labels``, as the API
         server has them now."""
+
+    def hold_checkpoint(self, *, namespace: str, store: str, checkpoint_id: int, holder: str,
+                        by: str) -> bool:
+        """Keep checkpoint ``checkpoint_id`` in the store ``store`` from being pruned until
+        ``holder`` releases it; ``False`` when it is no longer retained."""
+
+    def release_checkpoint(self, *, namespace: str, store: str, holder: str) -> None:
+        """Let go of ``holder``'s hold in ``store``; nothing held (or no store) is fine."""
 
     def request_checkpoint(self, *, namespace: str, name: str, nonce: str) -> None:
         """Ask the driver using the store ``name`` for one checkpoint tagged ``nonce``."""

@@ -1,7 +1,8 @@
 """One pass over one CheckpointedJobSnapshot: observe, ``plan_snapshot``, execute, record.
 
-Each pass reads the snapshot, the job it names and the snapshot's two pods fresh
-from the API server (a snapshot lives for seconds or minutes of work, then never
+Each pass reads the snapshot, the job it names, the job's checkpoint store (which
+checkpoints are retained, which one this snapshot holds) and the snapshot's two pods
+fresh from the API server (a snapshot lives for seconds or minutes of work, then never
 changes: polling while it works costs little and needs no extra watch). The status
 is written only after every action succeeded, as for jobs.
 """
@@ -18,6 +19,8 @@ from cjob_lifecycle.snapshot_actions import (
     CreateSnapshotPod,
     DeleteSnapshotPod,
     EmitSnapshotEvent,
+    HoldCheckpoint,
+    ReleaseCheckpoint,
     ReleaseSnapshot,
     SnapshotAction,
 )
@@ -25,11 +28,17 @@ from cjob_lifecycle.snapshot_observed import SnapshotJob, SnapshotObserved
 from cjob_lifecycle.snapshot_plan import SnapshotPlan, plan_snapshot
 from cjob_operator.builders.metadata import Manifest
 from cjob_operator.builders.snapshot_pods import build_snapshot_pod
-from cjob_operator.cluster import ClusterError, JobRef
+from cjob_operator.cluster import ClusterError, JobRef, StoreReading
 from cjob_operator.config import OperatorConfig
 from cjob_operator.observed import observe_snapshot_pod
 from cjob_spec.errors import SpecError
-from cjob_spec.names import API_VERSION, KIND, SNAPSHOT_KIND, snapshot_pod_name
+from cjob_spec.names import (
+    API_VERSION,
+    KIND,
+    SNAPSHOT_KIND,
+    checkpoint_configmap_name,
+    snapshot_pod_name,
+)
 from cjob_spec.parse import parse_job
 from cjob_spec.snapshot import (
     SnapshotReason,
@@ -39,7 +48,6 @@ from cjob_spec.snapshot import (
     parse_snapshot_spec,
 )
 from cjob_spec.snapshot_outcome import SnapshotTask
-from cjob_spec.status import CheckpointRef
 
 _log = logging.getLogger(__name__)
 
@@ -53,6 +61,13 @@ class SnapshotCluster(Protocol):
                               status: Mapping[str, Any]) -> None: ...
 
     def read_job(self, *, namespace: str, name: str) -> Mapping[str, Any] | None: ...
+
+    def read_store(self, *, namespace: str, name: str) -> StoreReading | None: ...
+
+    def hold_checkpoint(self, *, namespace: str, store: str, checkpoint_id: int, holder: str,
+                        by: str) -> bool: ...
+
+    def release_checkpoint(self, *, namespace: str, store: str, holder: str) -> None: ...
 
     def read_pod(self, *, namespace: str, name: str) -> Mapping[str, Any] | None: ...
 
@@ -118,8 +133,8 @@ class SnapshotReconciler:
             spec_error = str(exc)
         status = SnapshotStatus.from_dict(body.get("status"))
         job = None
-        if spec is not None and not deleting and not (status.state and status.state.is_final):
-            job = self._job(namespace=namespace, name=spec.job_name)
+        if spec is not None:
+            job = self._job(namespace=namespace, name=spec.job_name, holder=uid)
         take = self._pod(namespace, snapshot_pod_name(name), uid)
         dispose = self._pod(namespace, snapshot_pod_name(name, dispose=True), uid) \
             if deleting else None
@@ -129,7 +144,7 @@ class SnapshotReconciler:
             spec=spec, spec_error=spec_error, status=status, deleting=deleting, job=job,
             take_pod=take, dispose_pod=dispose)
 
-    def _job(self, *, namespace: str, name: str) -> SnapshotJob | None:
+    def _job(self, *, namespace: str, name: str, holder: str) -> SnapshotJob | None:
         body = self._cluster.read_job(namespace=namespace, name=name)
         if body is None:
             return None
@@ -137,10 +152,15 @@ class SnapshotReconciler:
         spec = body.get("spec")
         if not isinstance(uid, str) or not isinstance(spec, Mapping):
             return None
-        latest = (body.get("status") or {}).get("latestCheckpoint")
-        return SnapshotJob(uid=uid, spec=spec,
-                           latest=CheckpointRef.from_dict(latest)
-                           if isinstance(latest, Mapping) else None)
+        store = checkpoint_configmap_name(name)
+        reading = self._cluster.read_store(namespace=namespace, name=store)
+        if reading is None or not any(owner.uid == uid for owner in reading.owners):
+            # No store yet, or one left by an earlier job of the same name: nothing of
+            # this job's to copy or to hold.
+            return SnapshotJob(uid=uid, spec=spec, store=store)
+        hold = reading.holds.of(holder)
+        return SnapshotJob(uid=uid, spec=spec, store=store, checkpoints=reading.checkpoints,
+                           held=hold.checkpoint_id if hold is not None else None)
 
     def _pod(self, namespace: str, name: str, uid: str) -> Any:
         manifest = self._cluster.read_pod(namespace=namespace, name=name)
@@ -163,6 +183,14 @@ class SnapshotReconciler:
                 self._cluster.create_pod(manifest=manifest)
             case DeleteSnapshotPod():
                 self._cluster.delete_pod(namespace=namespace, name=action.name, force=False)
+            case HoldCheckpoint():
+                # Refused (pruned meanwhile): the next pass sees no hold and asks again.
+                self._cluster.hold_checkpoint(namespace=namespace, store=action.store,
+                                              checkpoint_id=action.checkpoint_id,
+                                              holder=action.holder, by=action.by)
+            case ReleaseCheckpoint():
+                self._cluster.release_checkpoint(namespace=namespace, store=action.store,
+                                                 holder=action.holder)
             case EmitSnapshotEvent():
                 self._event(ref, action)
             case ReleaseSnapshot():

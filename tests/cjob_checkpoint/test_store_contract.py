@@ -21,6 +21,8 @@ from cjob_checkpoint.store.backed import (
     BackedCheckpointIdCounter,
     BackedCheckpointStore,
     advance_fence,
+    hold_checkpoint,
+    release_checkpoint,
 )
 from cjob_checkpoint.store.backend import StoreBackend, update_state
 from cjob_checkpoint.store.base import (
@@ -38,6 +40,7 @@ from cjob_checkpoint.store.configmap import (
 )
 from cjob_checkpoint.store.configmap_client import ConfigMapAccess
 from cjob_checkpoint.store.file import FileBackend, FileCheckpointIdCounter, FileCheckpointStore
+from cjob_checkpoint.store.holds import UnreadableHoldsError
 from cjob_checkpoint.store.memory import (
     InMemoryCheckpointIdCounter,
     InMemoryCheckpointStore,
@@ -210,6 +213,80 @@ class TestTwoPhasePruning:
         assert ids(gone) == [1, 2]
         assert store.marked_ids() == []
         assert harness.storage.list_completed_ids() == [3]
+
+
+class TestHolds:
+    def hold(self, harness: Harness, checkpoint_id: int, holder: str = "snap-uid") -> bool:
+        return hold_checkpoint(harness.backend(), where="test", checkpoint_id=checkpoint_id,
+                               holder=holder, by=f"snapshot {holder}")
+
+    def test_a_held_checkpoint_outlives_retention_until_its_holder_lets_go(
+            self, harness: Harness) -> None:
+        store = harness.store(retained=1)
+        store.add_checkpoint_and_subsume_oldest(harness.checkpoint(1), discard=harness.discard)
+        assert self.hold(harness, 1)
+
+        for checkpoint_id in (2, 3):
+            store.add_checkpoint_and_subsume_oldest(harness.checkpoint(checkpoint_id),
+                                                    discard=harness.discard)
+
+        assert ids(store.all()) == [1, 3]
+        assert harness.discarded == [2]
+        assert harness.storage.list_completed_ids() == [1, 3]
+
+        assert release_checkpoint(harness.backend(), where="test", holder="snap-uid")
+        store.add_checkpoint_and_subsume_oldest(harness.checkpoint(4), discard=harness.discard)
+
+        assert ids(store.all()) == [4]
+        assert harness.storage.list_completed_ids() == [4]
+
+    def test_a_checkpoint_already_marked_or_gone_cannot_be_held(
+            self, harness: Harness) -> None:
+        store = harness.store(retained=1)
+        store.add_checkpoint_and_subsume_oldest(harness.checkpoint(1), discard=harness.discard)
+        store.add_checkpoint_and_subsume_oldest(harness.checkpoint(2), discard=refuse)
+        assert store.marked_ids() == [1]
+
+        assert not self.hold(harness, 1)  # marked: its data may already be half deleted
+        assert not self.hold(harness, 7)  # never there
+        assert self.hold(harness, 2)
+        assert harness.backend().read().holds is not None
+
+    def test_holds_survive_a_new_attempt_and_each_holder_keeps_its_own(
+            self, harness: Harness) -> None:
+        store = harness.store(retained=1)
+        for checkpoint_id in (1, 2):
+            store.add_checkpoint_and_subsume_oldest(harness.checkpoint(checkpoint_id),
+                                                    discard=harness.discard)
+            assert self.hold(harness, checkpoint_id, holder=f"snap-{checkpoint_id}")
+        harness.advance(2)
+        newer = harness.store(attempt=2, retained=1)
+
+        newer.add_checkpoint_and_subsume_oldest(harness.checkpoint(3), discard=harness.discard)
+        assert ids(newer.all()) == [1, 2, 3]
+        release_checkpoint(harness.backend(), where="test", holder="snap-1")
+        newer.add_checkpoint_and_subsume_oldest(harness.checkpoint(4), discard=harness.discard)
+
+        assert ids(newer.all()) == [2, 4]
+        assert not release_checkpoint(harness.backend(), where="test", holder="snap-1")
+
+    def test_unreadable_holds_prune_nothing_and_are_never_overwritten(
+            self, harness: Harness) -> None:
+        store = harness.store(retained=1)
+        store.add_checkpoint_and_subsume_oldest(harness.checkpoint(1), discard=harness.discard)
+
+        def damage(draft: StoreDraft) -> bool:
+            draft.holds = '{"version": 99, "holds": {}}'
+            return True
+
+        update_state(harness.backend(), damage, operation="damage the holds", where="test")
+        store.add_checkpoint_and_subsume_oldest(harness.checkpoint(2), discard=harness.discard)
+
+        assert ids(store.all()) == [1, 2]
+        assert harness.discarded == []
+        with pytest.raises(UnreadableHoldsError, match="version 99"):
+            self.hold(harness, 2)
+        assert harness.backend().read().holds == '{"version": 99, "holds": {}}'
 
 
 class TestFencing:

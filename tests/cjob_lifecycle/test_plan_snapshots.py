@@ -11,6 +11,8 @@ from cjob_lifecycle.snapshot_actions import (
     CreateSnapshotPod,
     DeleteSnapshotPod,
     EmitSnapshotEvent,
+    HoldCheckpoint,
+    ReleaseCheckpoint,
     ReleaseSnapshot,
 )
 from cjob_lifecycle.snapshot_observed import SnapshotJob, SnapshotObserved, SnapshotPod
@@ -28,14 +30,18 @@ JOB_SPEC = {"job": {"entrypoint": "sums.py"}, "checkpoint": {"storage": STORAGE}
 
 
 def observed(*, spec: SnapshotSpec | None = None, status: SnapshotStatus | None = None,
-             latest: int | None = 5, job: bool = True, **changes: object) -> SnapshotObserved:
-    ref = (CheckpointRef(id=latest, path=f"{JOB_DIR}/chk-{latest}/_metadata")
-           if latest is not None else None)
+             latest: int | None = 5, retained: tuple[int, ...] | None = None,
+             held: int | None = None, job: bool = True, **changes: object) -> SnapshotObserved:
+    """The job's store retains checkpoints 1..``latest`` (or ``retained``)."""
+    if retained is None:
+        retained = tuple(range(1, latest + 1)) if latest is not None else ()
+    refs = tuple(CheckpointRef(id=i, path=f"{JOB_DIR}/chk-{i}/_metadata") for i in retained)
     base = SnapshotObserved(
         name="keep", uid="s1", generation=1,
         spec=spec if spec is not None else SnapshotSpec(job_name="sums"),
         status=status if status is not None else SnapshotStatus(),
-        job=SnapshotJob(uid="j1", latest=ref, spec=JOB_SPEC) if job else None)
+        job=SnapshotJob(uid="j1", spec=JOB_SPEC, store="sums-checkpoints", checkpoints=refs,
+                        held=held) if job else None)
     return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
 
 
@@ -76,8 +82,35 @@ class TestTakingACopy:
         assert plan.status.reason == "WaitingForCheckpoint"
         assert "checkpoint 9" in (plan.status.message or "")
 
-    def test_the_latest_checkpoint_is_copied_beside_the_jobs_directory(self) -> None:
+    def test_the_latest_checkpoint_is_held_before_anything_is_copied(self) -> None:
         plan = plan_snapshot(observed(), now=NOW)
+        assert plan.actions == (HoldCheckpoint(store="sums-checkpoints", checkpoint_id=5,
+                                               holder="s1", by="snapshot keep"),)
+        assert plan.status.state is SnapshotState.PENDING
+        assert plan.status.reason == "HoldingCheckpoint"
+        assert plan.requeue_after is not None and plan.requeue_after < 1
+
+    def test_a_held_checkpoint_is_copied_even_when_newer_ones_completed_since(self) -> None:
+        plan = plan_snapshot(observed(latest=8, held=5), now=NOW)
+        create = plan.actions[0]
+        assert isinstance(create, CreateSnapshotPod)
+        assert create.checkpoint == f"{JOB_DIR}/chk-5/_metadata"
+        assert plan.status.checkpoint_id == 5
+
+    def test_a_hold_refused_because_the_checkpoint_was_pruned_asks_for_the_newest(
+            self) -> None:
+        plan = plan_snapshot(observed(latest=8, retained=(7, 8), held=None), now=NOW)
+        assert [a.checkpoint_id for a in plan.actions if isinstance(a, HoldCheckpoint)] == [8]
+
+    def test_a_named_checkpoint_no_longer_retained_fails_naming_those_that_are(self) -> None:
+        plan = plan_snapshot(observed(spec=SnapshotSpec(job_name="sums", checkpoint_id=3),
+                                      retained=(6, 7), latest=7), now=NOW)
+        assert plan.status.state is SnapshotState.FAILED
+        assert plan.status.reason == "CheckpointNotRetained"
+        assert "keeps 6, 7" in (plan.status.message or "")
+
+    def test_the_latest_checkpoint_is_copied_beside_the_jobs_directory(self) -> None:
+        plan = plan_snapshot(observed(held=5), now=NOW)
         create = plan.actions[0]
         assert create == CreateSnapshotPod(
             name="keep-take", task=SnapshotTask.TAKE, target=TARGET, job_name="sums",
@@ -87,8 +120,8 @@ class TestTakingACopy:
         assert plan.status.observed_generation == 1
 
     def test_a_named_older_checkpoint_is_copied_from_its_own_directory(self) -> None:
-        plan = plan_snapshot(observed(spec=SnapshotSpec(job_name="sums", checkpoint_id=3)),
-                             now=NOW)
+        plan = plan_snapshot(observed(spec=SnapshotSpec(job_name="sums", checkpoint_id=3),
+                                      held=3), now=NOW)
         create = plan.actions[0]
         assert isinstance(create, CreateSnapshotPod)
         assert create.checkpoint == f"{JOB_DIR}/chk-3/_metadata"
@@ -103,8 +136,10 @@ class TestTakingACopy:
     def test_a_finished_copy_completes_the_snapshot_with_its_path_and_size(self) -> None:
         outcome = SnapshotOutcome(task=SnapshotTask.TAKE, path=f"{TARGET}/sums-j1/chk-5/_metadata",
                                   checkpoint_id=5, files=7, size_bytes=3 << 20)
-        plan = plan_snapshot(observed(status=copying(), take_pod=finished_pod(outcome)), now=NOW)
+        plan = plan_snapshot(observed(status=copying(), take_pod=finished_pod(outcome), held=5),
+                             now=NOW)
         status = plan.status
+        assert plan.actions[0] == ReleaseCheckpoint(store="sums-checkpoints", holder="s1")
         assert status.state is SnapshotState.COMPLETED
         assert status.path == outcome.path and status.size_bytes == 3 << 20
         assert status.completed_at == NOW
@@ -145,6 +180,21 @@ class TestFailedCopies:
         plan = plan_snapshot(observed(status=copying(), take_pod=pod), now=NOW)
         assert plan.status.state is SnapshotState.FAILED
         assert "pruned" in (plan.status.message or "")
+
+    def test_a_retried_copy_keeps_its_hold_and_a_failed_one_lets_go(self) -> None:
+        outcome = SnapshotOutcome(task=SnapshotTask.TAKE, error="storage is down")
+        pod = finished_pod(outcome, exit_code=ExitCode.STORAGE_UNREACHABLE)
+        retried = plan_snapshot(observed(status=copying(), take_pod=pod, held=5), now=NOW)
+        failed = plan_snapshot(observed(status=copying(failures=MAX_TRIES - 1), take_pod=pod,
+                                        held=5), now=NOW)
+        assert not any(isinstance(a, ReleaseCheckpoint) for a in retried.actions)
+        assert failed.actions[0] == ReleaseCheckpoint(store="sums-checkpoints", holder="s1")
+
+    def test_a_hold_left_by_a_pass_that_ended_early_is_released_later(self) -> None:
+        done = copying(state=SnapshotState.FAILED, message="no pod can be built")
+        plan = plan_snapshot(observed(status=done, held=5), now=NOW)
+        assert plan.actions == (ReleaseCheckpoint(store="sums-checkpoints", holder="s1"),)
+        assert plan_snapshot(observed(status=done), now=NOW).actions == ()
 
     def test_a_pod_that_died_without_an_outcome_is_tried_again_and_quoted(self) -> None:
         pod = SnapshotPod(name="keep-take", phase="Failed", exit_code=137, reason="OOMKilled",
@@ -195,6 +245,13 @@ class TestDeletion:
         plan = plan_snapshot(observed(spec=SnapshotSpec(job_name="sums", dispose_on_delete=False),
                                       status=failed, deleting=True), now=NOW)
         assert isinstance(plan.actions[0], CreateSnapshotPod)
+
+    def test_a_snapshot_deleted_while_holding_lets_go_of_its_checkpoint(self) -> None:
+        plan = plan_snapshot(observed(status=copying(), deleting=True, held=5,
+                                      take_pod=SnapshotPod(name="keep-take", phase="Running")),
+                             now=NOW)
+        assert plan.actions == (ReleaseCheckpoint(store="sums-checkpoints", holder="s1"),
+                                DeleteSnapshotPod("keep-take"))
 
     def test_a_snapshot_never_started_is_released_at_once(self) -> None:
         plan = plan_snapshot(observed(deleting=True), now=NOW)

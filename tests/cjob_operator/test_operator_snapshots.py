@@ -6,11 +6,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from cjob_operator.cluster import JobRef
+from cjob_operator.cluster import JobRef, StoreReading
 from cjob_operator.config import OperatorConfig
 from cjob_operator.snapshot_reconcile import SnapshotReconciler
 
+from cjob_checkpoint.store.configmap_layout import StoreOwner
+from cjob_checkpoint.store.holds import CheckpointHold, CheckpointHolds
 from cjob_spec.snapshot_outcome import SnapshotOutcome, SnapshotTask
+from cjob_spec.status import CheckpointRef
 
 NS = "team"
 STORAGE = "s3://bucket/ckpt"
@@ -36,6 +39,27 @@ class FakeCluster:
                                             "path": f"{STORAGE}/sums-j1/chk-4/_metadata"}}}
         self.pods: dict[str, Mapping[str, Any]] = {}
         self.events: list[tuple[str, str, str]] = []
+        self.retained = (3, 4)
+        self.holds = CheckpointHolds()
+
+    def read_store(self, *, namespace: str, name: str) -> StoreReading | None:
+        assert name == "sums-checkpoints"
+        refs = tuple(CheckpointRef(id=i, path=f"{STORAGE}/sums-j1/chk-{i}/_metadata")
+                     for i in self.retained)
+        return StoreReading(fence_attempt=1, latest=refs[-1], size_bytes=100,
+                            owners=(StoreOwner(name="sums", uid="j1"),), checkpoints=refs,
+                            holds=self.holds)
+
+    def hold_checkpoint(self, *, namespace: str, store: str, checkpoint_id: int, holder: str,
+                        by: str) -> bool:
+        if checkpoint_id not in self.retained:
+            return False
+        self.holds = self.holds.with_hold(
+            CheckpointHold(holder=holder, checkpoint_id=checkpoint_id, by=by))
+        return True
+
+    def release_checkpoint(self, *, namespace: str, store: str, holder: str) -> None:
+        self.holds = self.holds.without(holder)
 
     def read_snapshot(self, *, namespace: str, name: str) -> Mapping[str, Any] | None:
         return self.snapshot
@@ -71,6 +95,9 @@ def test_the_copy_pod_reaches_storage_as_the_jobs_driver_does_and_its_outcome_co
     cluster = FakeCluster()
     reconciler = SnapshotReconciler(cluster=cluster, operator_config=OperatorConfig())
     reconciler.reconcile(namespace=NS, name="keep")
+    assert cluster.pods == {}, "nothing is copied before the checkpoint is held"
+    assert cluster.holds.held_ids() == {4}
+    reconciler.reconcile(namespace=NS, name="keep")
     pod = cluster.pods["keep-take"]
     container = pod["spec"]["containers"][0]
     assert container["image"] == "runtime:1"
@@ -91,6 +118,18 @@ def test_the_copy_pod_reaches_storage_as_the_jobs_driver_does_and_its_outcome_co
     status = cluster.snapshot["status"]
     assert status["state"] == "Completed" and status["path"] == outcome.path
     assert [reason for _, reason, _ in cluster.events] == ["Copying", "SnapshotCompleted"]
+    assert cluster.holds.held_ids() == set(), "let go once copied"
+
+
+def test_the_checkpoint_copied_is_one_the_store_retains_not_the_one_the_status_names() -> None:
+    cluster = FakeCluster()
+    cluster.retained = (6, 7)  # the job's status still says 4, pruned since
+    reconciler = SnapshotReconciler(cluster=cluster, operator_config=OperatorConfig())
+    reconciler.reconcile(namespace=NS, name="keep")
+    cluster.retained = (7, 8)  # newer ones completed; the held 7 stays
+    reconciler.reconcile(namespace=NS, name="keep")
+    args = cluster.pods["keep-take"]["spec"]["containers"][0]["args"]
+    assert args[:3] == ["take-snapshot", "--checkpoint", f"{STORAGE}/sums-j1/chk-7/_metadata"]
 
 
 def test_a_pod_of_the_copys_name_that_the_snapshot_does_not_own_is_never_believed() -> None:
@@ -100,10 +139,13 @@ def test_a_pod_of_the_copys_name_that_the_snapshot_does_not_own_is_never_believe
                                        forged)
     reconciler = SnapshotReconciler(cluster=cluster, operator_config=OperatorConfig())
     reconciler.reconcile(namespace=NS, name="keep")
+    reconciler.reconcile(namespace=NS, name="keep")
     status = cluster.snapshot["status"]
     assert status["state"] == "Failed"
     assert "is not this snapshot's" in status["message"]
     assert "path" not in status
+    reconciler.reconcile(namespace=NS, name="keep")
+    assert cluster.holds.held_ids() == set(), "a copy that never started lets go too"
 
 
 def test_a_snapshot_pod_mounts_only_the_volume_that_holds_file_storage() -> None:

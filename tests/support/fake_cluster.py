@@ -16,6 +16,7 @@ from typing import Any
 from cjob_operator.cluster import ClusterError, JobRef, Manifest, StatusConflictError, StoreReading
 
 from cjob_checkpoint.store.configmap_layout import StoreOwner
+from cjob_checkpoint.store.holds import CheckpointHold
 from cjob_spec.names import ANNOTATION_RETAINED
 from cjob_spec.standby_signal import PROMOTION_ANNOTATION, StandbyPromotion
 from cjob_spec.status import CheckpointRef
@@ -151,7 +152,32 @@ class FakeCluster:
             completed_at=at.astimezone(UTC).replace(microsecond=0),
             size_bytes=512,
         )
-        self.store = dataclasses.replace(self.store, latest=latest, size_bytes=300)
+        self.store = dataclasses.replace(self.store, latest=latest, size_bytes=300,
+                                         checkpoints=(*self.store.checkpoints, latest))
+
+    def prune_to(self, *checkpoint_ids: int) -> None:
+        """Keep only these checkpoints (and any held), as the driver's pruning would."""
+        assert self.store is not None
+        held = self.store.holds.held_ids()
+        kept = tuple(ref for ref in self.store.checkpoints
+                     if ref.id in checkpoint_ids or ref.id in held)
+        self.store = dataclasses.replace(self.store, checkpoints=kept)
+
+    def hold_checkpoint(self, *, namespace: str, store: str, checkpoint_id: int, holder: str,
+                        by: str) -> bool:
+        self._enter("hold_checkpoint", f"{store}, {checkpoint_id}, {holder}")
+        if self.store is None or all(ref.id != checkpoint_id for ref in self.store.checkpoints):
+            return False
+        holds = self.store.holds.with_hold(
+            CheckpointHold(holder=holder, checkpoint_id=checkpoint_id, by=by))
+        self.store = dataclasses.replace(self.store, holds=holds)
+        return True
+
+    def release_checkpoint(self, *, namespace: str, store: str, holder: str) -> None:
+        self._enter("release_checkpoint", f"{store}, {holder}")
+        if self.store is not None:
+            self.store = dataclasses.replace(self.store,
+                                             holds=self.store.holds.without(holder))
 
     def request_checkpoint(self, *, namespace: str, name: str, nonce: str) -> None:
         self._enter("request_checkpoint", f"{name}, {nonce}")

@@ -64,6 +64,9 @@ def test_a_snapshot_outlives_its_job_and_starts_a_new_job_that_continues_exactly
     count = 10_000
     job = running_sum_job(name="first", namespace=kube_namespace, work_dir=tmp_path,
                           count=count, rate=400, cleanup="Delete")
+    # One retained checkpoint, a new one every second: the copy's pod takes longer than
+    # that to start, so only the hold keeps its source from being pruned under it.
+    job["spec"]["checkpoint"]["retained"] = 1
     assert kubectl.apply(job).returncode == 0
     first = JobWatcher(rest=kube_rest, namespace=kube_namespace, name="first",
                        operator=cjob_operator)
@@ -92,6 +95,11 @@ def test_a_snapshot_outlives_its_job_and_starts_a_new_job_that_continues_exactly
     # The job goes on past the snapshot (its output too), then it and its checkpoints go.
     first.until(lambda s: s.get("latestCheckpoint", {}).get("id", 0) >= taken + 2,
                 what="two more checkpoints", timeout=120)
+    store = kube_rest.get(f"/api/v1/namespaces/{kube_namespace}/configmaps/first-checkpoints")
+    assert "checkpointed.io/holds" not in store["metadata"].get("annotations", {}), \
+        "the hold is let go once the copy is done"
+    assert not [key for key in store["data"] if key.endswith("%019d" % taken)], \
+        "and the copied checkpoint is pruned like any other"
     assert kubectl.run("-n", kube_namespace, "delete", "checkpointedjob", "first",
                        "--wait=true", "--timeout=90s").returncode == 0
     assert not (tmp_path / "checkpoints" / f"first-{job_uid}").exists()
