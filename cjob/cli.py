@@ -204,7 +204,9 @@ def cmd_snapshot(ns: argparse.Namespace) -> int:
     from cjob_checkpoint.storage.errors import StorageError
     from cjob_checkpoint.storage.factory import get_filesystem
     from cjob_checkpoint.store import StoreError
+    from cjob_checkpoint.store.backed import hold_checkpoint, release_checkpoint
     from cjob_checkpoint.store.base import UnreadableCheckpointError
+    from cjob_checkpoint.store.file import FileBackend
 
     directory = _job_dir(ns.state_dir, ns.name)
     if directory is None:
@@ -229,14 +231,24 @@ def cmd_snapshot(ns: argparse.Namespace) -> int:
     target = (root / ns.snapshot).resolve()
     if target.exists():
         return _fail(f"snapshot {ns.snapshot!r} exists already at {target}", 1)
+    # A running job prunes as it checkpoints: hold the checkpoint while it is copied.
+    backend = FileBackend(str(directory / "store"))
+    holder = f"cjob-snapshot-{ns.snapshot}-{os.getpid()}"
     try:
-        taken = snapshot_checkpoint(checkpoint=chosen.metadata_path, target=target.as_uri(),
-                                    name=ns.snapshot,
-                                    source_fs=get_filesystem(chosen.metadata_path),
-                                    target_fs=get_filesystem(target.as_uri()))
+        if not hold_checkpoint(backend, where=backend.directory, holder=holder,
+                               checkpoint_id=chosen.checkpoint_id, by=f"snapshot {ns.snapshot}"):
+            return _fail(f"checkpoint {chosen.checkpoint_id} was pruned meanwhile; take the "
+                         f"snapshot again", 1)
+        try:
+            taken = snapshot_checkpoint(checkpoint=chosen.metadata_path,
+                                        target=target.as_uri(), name=ns.snapshot,
+                                        source_fs=get_filesystem(chosen.metadata_path),
+                                        target_fs=get_filesystem(target.as_uri()))
+        finally:
+            release_checkpoint(backend, where=backend.directory, holder=holder)
     except UnreadableCheckpointError as exc:
         return _fail(f"checkpoint {chosen.checkpoint_id} cannot be read: {exc.cause}", 1)
-    except (StorageError, MetadataError) as exc:
+    except (StorageError, MetadataError, StoreError) as exc:
         return _fail(f"checkpoint {chosen.checkpoint_id} could not be copied: {exc}", 1)
     print(f"snapshot {ns.snapshot} of checkpoint {chosen.checkpoint_id}: {taken.files} files, "
           f"{taken.size_bytes} bytes")

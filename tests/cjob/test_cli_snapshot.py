@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from runtime_harness import write_completed_checkpoints
 
+import cjob_checkpoint.snapshot as snapshot_module
 from cjob.cli import main
 from cjob_checkpoint.checkpoint_storage import CheckpointStorage
 from cjob_checkpoint.metadata import CheckpointMetadata
@@ -61,3 +63,26 @@ def test_a_snapshot_name_is_never_reused(tmp_path: Path,
     assert main(["snapshot", "sums", "--snapshot", "v1", "--state-dir", str(tmp_path)]) == 0
     assert main(["snapshot", "sums", "--snapshot", "v1", "--state-dir", str(tmp_path)]) == 1
     assert "snapshot 'v1' exists already" in capsys.readouterr().err
+
+
+def test_checkpoints_the_running_job_completes_during_the_copy_never_prune_its_source(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    storage = local_job(tmp_path, [1, 2])
+    store_dir = str(tmp_path / "sums" / "store")
+    real_copy = snapshot_module.snapshot_checkpoint
+
+    def copy_while_the_job_goes_on(**kwargs: Any) -> Any:
+        # The job completes three checkpoints and keeps one: without the hold, chk-2
+        # would be deleted before it is read.
+        running = FileCheckpointStore(store_dir, retained=1, attempt=1)
+        write_completed_checkpoints(storage, running, [3, 4, 5], job=JOB_ID)
+        return real_copy(**kwargs)
+
+    monkeypatch.setattr(snapshot_module, "snapshot_checkpoint", copy_while_the_job_goes_on)
+    assert main(["snapshot", "sums", "--snapshot", "v1", "--state-dir", str(tmp_path)]) == 0
+    assert "snapshot v1 of checkpoint 2" in capsys.readouterr().out
+    assert not (tmp_path / "sums" / "store" / "holds").exists(), "let go after the copy"
+    later = FileCheckpointStore(store_dir, retained=1, attempt=1)
+    write_completed_checkpoints(storage, later, [6], job=JOB_ID)
+    assert [c.checkpoint_id for c in later.all()] == [6], "and pruned like any other"

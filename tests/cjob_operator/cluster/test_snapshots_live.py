@@ -98,7 +98,7 @@ def test_a_snapshot_outlives_its_job_and_starts_a_new_job_that_continues_exactly
     store = kube_rest.get(f"/api/v1/namespaces/{kube_namespace}/configmaps/first-checkpoints")
     assert "checkpointed.io/holds" not in store["metadata"].get("annotations", {}), \
         "the hold is let go once the copy is done"
-    assert not [key for key in store["data"] if key.endswith("%019d" % taken)], \
+    assert not [key for key in store["data"] if key.endswith(f"{taken:019d}")], \
         "and the copied checkpoint is pruned like any other"
     assert kubectl.run("-n", kube_namespace, "delete", "checkpointedjob", "first",
                        "--wait=true", "--timeout=90s").returncode == 0
