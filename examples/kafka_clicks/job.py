@@ -10,7 +10,10 @@ prints), ``input`` (default ``clicks``), ``output`` (default ``click-counts``),
 ``bounded`` (stop at the input's end at the first start; default false: run forever),
 ``delay`` (seconds per click, to watch it work or let a kill land mid-run),
 ``partition_discovery`` (seconds between looks for partitions added to ``input``;
-default: the source's).
+default: the source's), and ``window``: a duration (``10s``, ``1m``) to count clicks
+per user and tumbling window of event time (``ts``) instead, one record
+``{"user", "window_start", "window_end", "n"}`` per window once the watermark passed
+its end (``max_delay``, default ``5s``, is how far out of order clicks may come).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import os
 import time
 from typing import Any
 
-from job_runtime import Pipeline, sinks, sources
+from job_runtime import Pipeline, sinks, sources, watermarks, windows
 
 
 def count(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
@@ -43,8 +46,23 @@ def build(p: Pipeline) -> None:
                            bounded=bool(p.args.get("bounded", False)), batch_size=100,
                            **({} if discovery is None else
                               {"partition_discovery": float(discovery)}))
+    output = sinks.kafka(p.args.get("output", "click-counts"), bootstrap, key="user")
+    if p.args.get("window"):
+        def stamped_click(click: dict[str, Any]) -> dict[str, Any]:
+            if delay:
+                time.sleep(delay)
+            return {"user": click["user"], "ts": click["ts"]}
+
+        (p.source(source, watermarks=watermarks.bounded_out_of_orderness(
+                      "ts", max_delay=p.args.get("max_delay", "5s")))
+          .map(stamped_click)
+          .key_by("user")
+          .window(windows.tumbling(p.args["window"]))
+          .aggregate(n="count")
+          .sink(output))
+        return
     (p.source(source)
       .map(one_click)
       .key_by("user")
       .reduce(count)
-      .sink(sinks.kafka(p.args.get("output", "click-counts"), bootstrap, key="user")))
+      .sink(output))

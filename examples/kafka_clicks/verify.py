@@ -3,7 +3,10 @@
 Reads both topics ``read_committed``. For each user the job emits its running count
 after every click, so the counts of a user, sorted, must be exactly 1, 2, ..., n for
 its n clicks: a lost click leaves a number out, a click counted twice repeats one.
-Exit code 0 and ``output exactly-once`` when it holds.
+With ``--window`` (the job's ``window`` in milliseconds) the output is one count per
+user and tumbling window instead, and each must appear exactly once with the number
+of clicks whose ``ts`` falls in it. Exit code 0 and ``output exactly-once`` when it
+holds.
 """
 
 from __future__ import annotations
@@ -59,23 +62,49 @@ def verify(clicks: list[dict[str, object]], counts: list[dict[str, object]]) -> 
     return problems
 
 
+def verify_windows(clicks: list[dict[str, object]], counts: list[dict[str, object]], *,
+                   size_ms: int) -> list[str]:
+    """Every (user, window) of the clicks counted exactly once, with its number of clicks."""
+    expected: collections.Counter[tuple[str, int]] = collections.Counter()
+    for click in clicks:
+        ts = int(str(click["ts"]))
+        expected[(str(click["user"]), ts - ts % size_ms)] += 1
+    seen: dict[tuple[str, int], list[int]] = collections.defaultdict(list)
+    problems: list[str] = []
+    for record in counts:
+        key = (str(record["user"]), int(str(record["window_start"])))
+        seen[key].append(int(str(record["n"])))
+        if int(str(record["window_end"])) != key[1] + size_ms:
+            problems.append(f"{key}: window_end {record['window_end']}")
+    for key in sorted(set(expected) | set(seen)):
+        if seen.get(key) != [expected[key]]:
+            problems.append(f"user {key[0]}, window at {key[1]}: counts {seen.get(key, [])}, "
+                            f"{expected[key]} clicks")
+    return problems
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP"))
     parser.add_argument("--input", default="clicks")
     parser.add_argument("--output", default="click-counts")
+    parser.add_argument("--window", type=int, metavar="MS",
+                        help="the job's window in milliseconds, when it counts per window")
     ns = parser.parse_args()
     if not ns.bootstrap:
         print("verify: give --bootstrap or set KAFKA_BOOTSTRAP", file=sys.stderr)
         return 2
     clicks = read_values(ns.bootstrap, ns.input)
-    problems = verify(clicks, read_values(ns.bootstrap, ns.output))
+    counts = read_values(ns.bootstrap, ns.output)
+    problems = (verify(clicks, counts) if ns.window is None
+                else verify_windows(clicks, counts, size_ms=ns.window))
     if problems:
         for problem in problems[:20]:
             print(f"verify: {problem}")
         print("verdict: output NOT exactly-once")
         return 1
-    print(f"verdict: output exactly-once ({len(clicks)} clicks, every count once)")
+    what = "every count once" if ns.window is None else "every window's count once"
+    print(f"verdict: output exactly-once ({len(clicks)} clicks, {what})")
     return 0
 
 

@@ -111,6 +111,24 @@ def test_a_new_job_restored_from_another_jobs_checkpoint_counts_every_click_once
     assert problems(args) == []
 
 
+def test_windowed_counts_killed_between_the_stores_commit_and_the_kafka_commit_arrive_once(
+        kafka_broker: KafkaBroker, harness: JobHarness) -> None:
+    """The example's window mode: Kafka in, counts per user and 500 ms of event time,
+    Kafka out. Killed with checkpoint 3's windows in the store and not yet sent, the
+    restarted job sends them and fires the rest: every window once, with its count."""
+    args = {**prepare(kafka_broker.bootstrap), "window": "500ms", "max_delay": "1s"}
+    first = harness.run(entrypoint="job:build", args=args, attempt=1,
+                        python_path=[str(EXAMPLE)], env={"CJOB_FAULTS": "driver.before-notify@3"})
+    assert first.returncode == -9, first.explain()
+    second = harness.run(entrypoint="job:build", args=args, attempt=2,
+                         python_path=[str(EXAMPLE)], extra=["--restore", "latest"])
+    assert second.returncode == 0, second.explain()
+    clicks = verify.read_values(args["bootstrap"], args["input"])
+    counts = verify.read_values(args["bootstrap"], args["output"])
+    assert sum(int(record["n"]) for record in counts) == COUNT
+    assert verify.verify_windows(clicks, counts, size_ms=500) == []
+
+
 def test_a_subtask_killed_after_its_transaction_committed_does_not_send_it_again(
         kafka_broker: KafkaBroker, harness: JobHarness) -> None:
     args = prepare(kafka_broker.bootstrap)
