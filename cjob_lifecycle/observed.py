@@ -73,6 +73,11 @@ class DriverPod(PodPhase):
     attempt during which it was created. A promoted one is an ordinary driver."""
     ready: bool = False
     """For a standby: its Spark is started and its job code loaded."""
+    node_lost_since: datetime | None = None
+    """Since when the pod's node has stopped reporting (its ``Ready`` condition is
+    ``Unknown``): the pod still says Running, and would for minutes more (the
+    cluster evicts it only after its tolerations run out), but nothing is known of
+    its process. The store's fence keeps it from writing once a newer attempt runs."""
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from cjob_spec.model import spec_hash
 from cjob_spec.reasons import PodReason, Reason
 from cjob_spec.restart import AttemptEnd, RestartDecision, decide_restart
 from cjob_spec.status import FailureRecord, Phase
-from cjob_spec.times import truncate_to_seconds
+from cjob_spec.times import format_time, truncate_to_seconds
 
 POD_FAILURE_REASONS = frozenset({
     Reason.OOM_KILLED, Reason.EVICTED, Reason.DEADLINE_EXCEEDED, Reason.CONTAINER_CANNOT_RUN,
@@ -59,6 +59,15 @@ def pod_end(draft: Draft, pod: DriverPod) -> AttemptEnd | None:
             exit_code=None,
             at=draft.now,
             message=f"the node of driver pod {pod.name} stopped reporting (phase Unknown)",
+        )
+    if pod.node_lost_since is not None and not pod.is_finished:
+        return AttemptEnd(
+            reason=Reason.NODE_LOST,
+            exit_code=None,
+            at=draft.now,
+            message=f"the node of driver pod {pod.name} stopped reporting at "
+                    f"{format_time(pod.node_lost_since)}; a new attempt takes over, and "
+                    f"the store's fence stops the old driver should its node come back",
         )
     if pod.is_terminating:
         return AttemptEnd(

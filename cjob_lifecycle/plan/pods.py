@@ -27,10 +27,13 @@ def is_blocking(draft: Draft, pod: PodPhase) -> bool:
     """Whether ``pod`` may still be running a driver (or an executor) that the next
     attempt, or the deletion of the job's data, must not overlap.
 
-    Pods in phase Unknown never block (their node is gone); terminating pods stop
-    blocking ``kill_grace_seconds`` after their deletion deadline.
+    Pods in phase Unknown, or on a node that stopped reporting, never block (their
+    node is gone; the next attempt's fence stops them should they come back);
+    terminating pods stop blocking ``kill_grace_seconds`` after their deletion deadline.
     """
     if not pod.is_live:
+        return False
+    if isinstance(pod, DriverPod) and pod.node_lost_since is not None:
         return False
     if pod.deletion_timestamp is None:
         return True
@@ -38,11 +41,16 @@ def is_blocking(draft: Draft, pod: PodPhase) -> bool:
 
 
 def delete(draft: Draft, pod: DriverPod, reason: Reason | PodReason) -> None:
-    """Delete a driver pod that may still run, once per pass (the first reason wins)."""
-    if pod.is_terminating or pod.is_finished or pod.name in draft.deleted:
+    """Delete a driver pod that may still run, once per pass (the first reason wins).
+
+    A pod whose node is gone is deleted at once (grace period 0), even one already
+    terminating: no kubelet is left to finish a graceful deletion, and the object
+    would stay until the node came back."""
+    lost = pod.phase == "Unknown" or pod.node_lost_since is not None
+    if (pod.is_terminating and not lost) or pod.is_finished or pod.name in draft.deleted:
         return
     draft.deleted.add(pod.name)
-    draft.act(DeleteDriver(name=pod.name, reason=reason, force=pod.phase == "Unknown"))
+    draft.act(DeleteDriver(name=pod.name, reason=reason, force=lost))
 
 
 def delete_finished(draft: Draft, pod: DriverPod, *,

@@ -65,7 +65,8 @@ def ready_standby(draft: Draft) -> DriverPod | None:
     current = spec_hash(draft.job)
     ready = [pod for pod in draft.observed.pods
              if pod.standby and pod.ready and pod.phase == "Running" and not pod.is_terminating
-             and pod.name not in draft.deleted and pod.spec_hash == current]
+             and pod.node_lost_since is None and pod.name not in draft.deleted
+             and pod.spec_hash == current]
     return max(ready, key=lambda pod: pod.attempt) if ready else None
 
 
@@ -87,12 +88,15 @@ def manage_standby(draft: Draft) -> None:
     for pod in draft.observed.pods:
         if not pod.standby or pod.name == draft.promoted:
             continue
-        usable = pod.is_live and not pod.is_terminating and pod.spec_hash == current
+        usable = (pod.is_live and not pod.is_terminating and pod.spec_hash == current
+                  and pod.node_lost_since is None)
         if wanted and usable and keep is None:
             keep = pod
         elif pod.is_live:
             delete(draft, pod,
-                   Reason.STANDBY_NOT_NEEDED if not wanted else Reason.STANDBY_OUTDATED)
+                   Reason.STANDBY_NOT_NEEDED if not wanted
+                   else Reason.NODE_LOST if pod.node_lost_since is not None
+                   else Reason.STANDBY_OUTDATED)
         elif wanted and pod.phase == "Failed" and pod.finished_at is not None and (
                 wait := draft.settings.standby_retry_seconds
                 - draft.seconds_since(pod.finished_at)) > 0:

@@ -51,6 +51,21 @@ class PodNotFoundError(LookupError):
         super().__init__(f"pod {namespace}/{name} has not run on this process node")
 
 
+class NodeClient(RestClient):
+    """The node's client to the API server, which a test can cut off (:attr:`cut_off`):
+    every request then fails as over a broken network, while the pods' processes
+    run on."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.cut_off = threading.Event()
+
+    def _open(self, method: str, path: str, **kwargs: Any) -> Any:
+        if self.cut_off.is_set():
+            raise OSError(f"{method} {path}: the node is cut off from the API server")
+        return super()._open(method, path, **kwargs)
+
+
 class ProcessNode:
     """Registers a Node and runs the pods bound to it as local processes.
 
@@ -94,7 +109,7 @@ class ProcessNode:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self.client: RestClient
+        self.client: NodeClient
         self.kubelet_api: KubeletApiServer | None = None
         self._registration: NodeRegistration
 
@@ -113,7 +128,7 @@ class ProcessNode:
         pair = self.control_plane.issue_client_cert(
             name=f"node-{self.name}", user=f"system:node:{self.name}", groups=("system:nodes",)
         )
-        self.client = RestClient(
+        self.client = NodeClient(
             server=self.control_plane.server,
             ca_file=self.control_plane.ca_file,
             client_cert=pair.cert,
@@ -162,6 +177,18 @@ class ProcessNode:
             with contextlib.suppress(ApiError, OSError):
                 self.client.request("DELETE", f"/api/v1/nodes/{quote(self.name)}")
 
+    def partition(self) -> None:
+        """Cut the node off from the API server, as a broken network or a hung kubelet
+        would: no heartbeat, pod status or watch gets through, and the pods' processes
+        run on, unseen, until :meth:`heal`."""
+        self.log("partitioned from the API server")
+        self.client.cut_off.set()
+
+    def heal(self) -> None:
+        """Reconnect: the node lists its pods again, and stops those deleted meanwhile."""
+        self.client.cut_off.clear()
+        self.log("reconnected to the API server")
+
     def log(self, message: str) -> None:
         with self._lock, self.node_log_file.open("a") as f:
             f.write(f"{now_micro()} {message}\n")
@@ -190,6 +217,10 @@ class ProcessNode:
                 for event in self._events(query):
                     if self._stop.is_set():
                         return
+                    if self.client.cut_off.is_set():
+                        # A stream opened before the partition: what it says now
+                        # would not reach a partitioned node. Read again after heal().
+                        raise OSError("the node is cut off from the API server")
                     kind, obj = event["type"], event["object"]
                     if kind == "ERROR":
                         resource_version = None

@@ -400,6 +400,16 @@ class KubeCluster:
             return None
         return cast(Mapping[str, Any], self.api_client.sanitize_for_serialization(pod))
 
+    def read_node(self, *, name: str) -> Mapping[str, Any] | None:
+        node = _call(
+            f"read node {name}",
+            lambda: self.core.read_node(name, _request_timeout=REQUEST_TIMEOUT),
+            ok=frozenset({404}),
+        )
+        if node is None:
+            return None
+        return cast(Mapping[str, Any], self.api_client.sanitize_for_serialization(node))
+
     def list_pods(self, *, namespace: str, labels: Mapping[str, str]) -> list[Mapping[str, Any]]:
         selector = _label_selector(labels)
         found = _call(

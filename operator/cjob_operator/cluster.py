@@ -147,6 +147,9 @@ class Cluster(Protocol):
     def read_pod(self, *, namespace: str, name: str) -> Mapping[str, Any] | None:
         """The pod as the API server has it now, or None if there is none."""
 
+    def read_node(self, *, name: str) -> Mapping[str, Any] | None:
+        """The Node ``name`` (where a driver runs), or None if there is none."""
+
     def delete_pod(self, *, namespace: str, name: str, force: bool) -> None:
         """Delete a pod (grace period 0 when ``force``); NotFound is success."""
 

@@ -12,7 +12,7 @@ name, ``observe_snapshot_pod`` reads a CheckpointedJobSnapshot's pod, and
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -202,15 +202,48 @@ def observe_restore_snapshot(body: Mapping[str, Any] | None, *, name: str) -> Re
                            message=status.message)
 
 
+def node_lost_since(node: Mapping[str, Any]) -> datetime | None:
+    """Since when the Node has stopped reporting: its ``Ready`` condition is ``Unknown``
+    (the node controller's word once the kubelet's heartbeats stopped for its grace
+    period). ``False`` is not lost: the kubelet still reports, and runs its pods."""
+    for condition in _mapping(node.get("status")).get("conditions") or []:
+        condition = _mapping(condition)
+        if condition.get("type") == "Ready":
+            if condition.get("status") != "Unknown":
+                return None
+            return _time(condition.get("lastTransitionTime")) or datetime.fromtimestamp(0, UTC)
+    return None
+
+
+def node_of(pod: Mapping[str, Any]) -> str | None:
+    """The node a running pod was bound to."""
+    name = _mapping(pod.get("spec")).get("nodeName")
+    return name if isinstance(name, str) and name else None
+
+
+def running_on(manifests: Iterable[Mapping[str, Any]]) -> set[str]:
+    """The nodes where pods among ``manifests`` that may still run were bound."""
+    return {node for manifest in manifests
+            if _mapping(manifest.get("status")).get("phase") in ("Pending", "Running")
+            and (node := node_of(manifest)) is not None}
+
+
 def observe_pods(
-    manifests: Iterable[Mapping[str, Any]], *, job_name: str, job_uid: str | None
+    manifests: Iterable[Mapping[str, Any]], *, job_name: str, job_uid: str | None,
+    lost_nodes: Mapping[str, datetime] | None = None,
 ) -> tuple[DriverPod, ...]:
-    """The job's driver pods among ``manifests`` (the pod index's entries for the job)."""
-    pods = [
-        pod
-        for manifest in _own_pods(manifests, job_name=job_name, job_uid=job_uid)
-        if (pod := observe_driver_pod(manifest)) is not None
-    ]
+    """The job's driver pods among ``manifests`` (the pod index's entries for the job);
+    ``lost_nodes`` says which nodes stopped reporting, and since when."""
+    lost = lost_nodes or {}
+    pods = []
+    for manifest in _own_pods(manifests, job_name=job_name, job_uid=job_uid):
+        pod = observe_driver_pod(manifest)
+        if pod is None:
+            continue
+        node = node_of(manifest)
+        if node is not None and node in lost and not pod.is_finished:
+            pod = replace(pod, node_lost_since=lost[node])
+        pods.append(pod)
     pods.sort(key=lambda pod: (pod.attempt, pod.name))
     return tuple(pods)
 

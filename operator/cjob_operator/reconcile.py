@@ -45,6 +45,7 @@ from cjob_operator.cluster import (
 from cjob_operator.config import OperatorConfig
 from cjob_operator.executor import ActionExecutor, ExecutionReport, job_ref, post_event
 from cjob_operator.metrics import OperatorMetrics
+from cjob_operator.node_health import NodeHealth
 from cjob_operator.observed import (
     foreign_pods,
     observe_cleanup,
@@ -53,6 +54,7 @@ from cjob_operator.observed import (
     observe_pods,
     observe_restore_snapshot,
     observe_store,
+    running_on,
 )
 from cjob_operator.read_cache import JobKey, ReadCache, ReadSettings, WatchedVersions
 from cjob_spec.errors import SpecError
@@ -154,6 +156,8 @@ class Reconciler:
         self.executor = ActionExecutor(cluster=cluster, operator_config=self.operator_config,
                                        reuse_seconds=self.reads.reuse_seconds)
         self.readings = ReadCache(cluster=cluster, settings=self.reads)
+        self.nodes = NodeHealth(read_node=lambda name: cluster.read_node(name=name),
+                                monotonic=lambda: self.clock().timestamp())
         self._locks: dict[JobKey, threading.Lock] = {}
         self._locks_guard = threading.Lock()
         self._failures: dict[JobKey, int] = {}
@@ -322,7 +326,8 @@ class Reconciler:
         observed = Observed(
             job=job,
             status=status,
-            pods=observe_pods(pods, job_name=name, job_uid=job.metadata.uid),
+            pods=observe_pods(pods, job_name=name, job_uid=job.metadata.uid,
+                              lost_nodes=self.nodes.lost(running_on(pods))),
             executors=observe_executors(executors, job_name=name),
             cleanup_pod=observe_cleanup(cleanup, job_name=name, job_uid=job.metadata.uid),
             store=observe_store(reading, job_name=name, job_uid=job.metadata.uid),

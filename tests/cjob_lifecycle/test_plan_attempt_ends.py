@@ -3,6 +3,8 @@ and the drivers that are lost rather than ended."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from operator_world import (
     IMAGE,
@@ -195,6 +197,32 @@ class TestLostDrivers:
         second = run(observe(make_job(), first.status, lost), at(111))
         assert second.of_type(AdvanceFence) == [AdvanceFence(attempt=2)]
         assert second.of_type(CreateDriver)[0].attempt == 2
+
+    def test_a_driver_still_running_on_a_node_that_stopped_reporting_is_replaced_at_once(
+        self,
+    ) -> None:
+        """The pod says Running for minutes after its node went silent (the cluster
+        evicts it only when its tolerations run out): the node's word is enough."""
+        lost = dataclasses.replace(driver(1), node_lost_since=at(90))
+        first = run(observe(make_job(), status(Phase.RUNNING), lost), at(100))
+        assert DeleteDriver(name="clicks-attempt-1", reason=Reason.NODE_LOST,
+                            force=True) in first.actions
+        assert first.status.last_failure is not None
+        assert first.status.last_failure.reason == Reason.NODE_LOST
+        assert "stopped reporting" in first.status.last_failure.message
+        second = run(observe(make_job(), first.status, lost), at(111))
+        assert second.of_type(AdvanceFence) == [AdvanceFence(attempt=2)]
+        assert second.of_type(CreateDriver)[0].attempt == 2
+
+    def test_a_driver_on_a_lost_node_that_is_already_terminating_is_deleted_at_once(
+        self,
+    ) -> None:
+        """Evicted after its tolerations, it would stay Terminating until the node
+        came back: no kubelet is left to finish a graceful deletion."""
+        lost = dataclasses.replace(driver(1, deleting=at(95)), node_lost_since=at(90))
+        first = run(observe(make_job(), status(Phase.RUNNING), lost), at(100))
+        assert DeleteDriver(name="clicks-attempt-1", reason=Reason.NODE_LOST,
+                            force=True) in first.actions
 
     def test_a_driver_pod_deleted_by_someone_else_is_restarted(self) -> None:
         deleting = driver(1, deleting=at(130))

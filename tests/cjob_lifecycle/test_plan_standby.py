@@ -90,6 +90,16 @@ class TestPromotion:
         assert DeleteDriver(name="clicks-standby-1",
                             reason=Reason.STANDBY_OUTDATED) in result.actions
 
+    def test_a_standby_on_a_node_that_stopped_reporting_is_never_promoted_and_is_replaced(
+            self) -> None:
+        job = standby_job()
+        silent = dataclasses.replace(standby(1, job=job), node_lost_since=at(100))
+        result = run(failed_attempt_one(job, silent), at(120))
+        assert result.of_type(PromoteStandby) == []
+        assert [a.attempt for a in result.of_type(CreateDriver)] == [2]
+        assert DeleteDriver(name="clicks-standby-1", reason=Reason.NODE_LOST,
+                            force=True) in result.actions
+
     def test_a_promoted_standby_is_watched_as_the_attempts_driver(self) -> None:
         job = standby_job()
         promoted = dataclasses.replace(standby(1, job=job), attempt=2, standby=False)

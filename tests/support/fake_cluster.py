@@ -60,6 +60,9 @@ class Event:
 class FakeCluster:
     job: dict[str, Any] | None = field(default_factory=job_document)
     pods: dict[str, Manifest] = field(default_factory=dict)
+    nodes: dict[str, Manifest] = field(default_factory=dict)
+    """Nodes as the test wants them read (any other reads as Ready)."""
+    force_deleted: list[str] = field(default_factory=list)
     snapshots: dict[str, Manifest] = field(default_factory=dict)
     objects: dict[tuple[str, str], Manifest] = field(default_factory=dict)
     store: StoreReading | None = None
@@ -229,6 +232,14 @@ class FakeCluster:
         self._enter("create_pod", name)
         self.pods.setdefault(name, copy.deepcopy(manifest))
 
+    def read_node(self, *, name: str) -> Manifest | None:
+        """A node that reports (Ready), unless the test set ``nodes[name]``."""
+        self._enter("read_node", name)
+        if name in self.nodes:
+            return self.nodes[name]
+        return {"metadata": {"name": name},
+                "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+
     def read_pod(self, *, namespace: str, name: str) -> Manifest | None:
         self._enter("read_pod", name)
         pod = self.pods.get(name)
@@ -242,7 +253,10 @@ class FakeCluster:
     def delete_pod(self, *, namespace: str, name: str, force: bool) -> None:
         self._enter("delete_pod", name)
         pod = self.pods.get(name)
-        if pod is not None:
+        if force:
+            self.force_deleted.append(name)
+            self.pods.pop(name, None)  # no grace period: the object goes at once
+        elif pod is not None:
             pod["metadata"]["deletionTimestamp"] = "2024-05-01T12:00:00Z"
 
     def ensure_object(self, *, manifest: Manifest) -> None:

@@ -186,6 +186,11 @@ Rules the operator needs at cluster scope whatever it watches.
 - apiGroups: ["apiextensions.k8s.io"]
   resources: ["customresourcedefinitions"]
   verbs: ["get", "list", "watch"]
+# A driver's node that stopped reporting (Ready Unknown) ends its attempt at once,
+# instead of after the pod's eviction minutes later: the operator reads that node.
+- apiGroups: [""]
+  resources: ["nodes"]
+  verbs: ["get"]
 {{- if not (include "cjob.clusterWide" .) }}
 # kopf lists and watches namespaces to match watchNamespaces; without this it retries
 # the refused list for about a minute before it falls back to the names as given.

@@ -318,14 +318,17 @@ def test_watched_namespaces_become_flags_and_one_role_per_namespace(render: Rend
             {"kind": "ServiceAccount", "name": account["name"], "namespace": "ops"}
         ]
         assert binding["roleRef"]["name"] == roles[0]["metadata"]["name"]
-    # Cluster scope keeps only what kopf needs there: reading CRDs and namespaces.
+    # Cluster scope keeps only what kopf needs there (reading CRDs and namespaces) and
+    # reading the node of a driver (a node that stopped reporting ends its attempt).
     cluster_rules = operator_cluster_role(objects)["rules"]
     assert [r["resources"] for r in cluster_rules] == [
         ["customresourcedefinitions"],
+        ["nodes"],
         ["namespaces"],
     ]
     assert set(cluster_rules[0]["verbs"]) == {"get", "list", "watch"}
-    assert set(cluster_rules[1]["verbs"]) == {"list", "watch"}
+    assert set(cluster_rules[1]["verbs"]) == {"get"}
+    assert set(cluster_rules[2]["verbs"]) == {"list", "watch"}
 
 
 def test_the_cluster_role_of_an_all_namespaces_operator_holds_the_namespaced_rules(
@@ -347,7 +350,10 @@ def test_the_operator_gets_no_broad_or_dangerous_rights(render: Render) -> None:
         for rule in rules:
             assert "*" not in rule["verbs"] and "*" not in rule["resources"], rule
             assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
-        assert not rules_grant(rules, group="", resource="nodes", verb="get")
+        # A driver's node is read by name, to see that it stopped reporting; nodes are
+        # never listed, watched or changed.
+        for verb in ("list", "watch", "update", "patch", "delete"):
+            assert not rules_grant(rules, group="", resource="nodes", verb=verb), verb
 
 
 @pytest.mark.parametrize(
