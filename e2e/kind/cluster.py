@@ -8,12 +8,17 @@ creates and deletes the cluster, loads image archives into the node (``kind load
 image-archive``), kills a pod's container through the node's own ``ctr`` (the kill
 hook of the scenarios), and routes the cluster's Service and pod ranges from the host
 to the node, so the host reaches an S3 Service or a driver's metrics at the same
-addresses a real node's host does.
+addresses a real node's host does. The engine's record in the host lease names the
+cluster before kind creates it, and each route (with the routes it replaces) before it
+is set, so a killed run's cluster and routes are undone by the next run
+(``engine_record.py``); :meth:`KindCluster.delete` puts the routes back and deletes
+the cluster step by step.
 """
 
 from __future__ import annotations
 
 import base64
+import functools
 import subprocess
 import tempfile
 from collections.abc import Callable
@@ -26,6 +31,8 @@ import yaml
 from e2e.controlplane.rest import RestClient
 from e2e.kind.engine import DockerEngine, EngineError
 from e2e.kind.node_image import KUBEADM_PATCH
+from e2e.kind.routes import SavedRoute, restore_route, save_route, set_route
+from e2e.realnode.host import Teardown
 from e2e.realnode.node import ImageArchive
 
 Log = Callable[[str], None]
@@ -74,7 +81,7 @@ class KindCluster:
     operator_image: str = ""
     log: Log = lambda _: None
     work_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="cjob-kind-")))
-    _routes: list[str] = field(default_factory=list)
+    _routes: list[SavedRoute] = field(default_factory=list)
 
     @property
     def node(self) -> str:
@@ -95,6 +102,7 @@ class KindCluster:
         config = self.work_dir / "cluster.yaml"
         config.write_text(yaml.safe_dump(cluster_config(local_image=self.local_image)))
         self.log(f"kind create cluster {self.name} ({self.node_image})")
+        self.engine.remember_cluster(self.name)
         self._kind("create", "cluster", "--name", self.name, "--image", self.node_image,
                    "--config", str(config), "--kubeconfig", str(self.kubeconfig),
                    "--wait", "180s")  # fmt: skip
@@ -104,24 +112,37 @@ class KindCluster:
                            "/etc/kubernetes/admin.conf", "scale", "deployment", "coredns",
                            "--namespace", "kube-system", "--replicas", "1")  # fmt: skip
 
-    def delete(self) -> None:
-        for cidr in self._routes:
-            subprocess.run(["ip", "route", "del", cidr], capture_output=True, check=False)
+    def delete(self) -> list[str]:
+        """Put the routes back and delete the cluster, each step whatever the others
+        did; return (and log) what could not be undone."""
+        teardown = Teardown(log=self.log)
+        for route in self._routes:
+            teardown.step(f"route {route.destination}", functools.partial(restore_route, route))
         self._routes = []
-        subprocess.run([str(self.kind), "delete", "cluster", "--name", self.name],
-                       env=self.engine.env(), capture_output=True, check=False,
-                       timeout=300)  # fmt: skip
+        teardown.step("kind delete cluster", self._delete_cluster)
+        return teardown.finish()
+
+    def _delete_cluster(self) -> list[str]:
+        proc = subprocess.run([str(self.kind), "delete", "cluster", "--name", self.name],
+                              env=self.engine.env(), capture_output=True, text=True,
+                              check=False, timeout=300)  # fmt: skip
+        if proc.returncode == 0:
+            return []
+        return [proc.stderr.strip()[-2000:] or f"kind exited with status {proc.returncode}"]
 
     def node_ip(self) -> str:
         fmt = "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}"
         return self.engine.docker("inspect", "--format", fmt, self.node).stdout.strip()
 
     def _route_to_node(self) -> None:
+        """Route the Service and pod ranges to the node, each saved (with the routes it
+        replaces) into the engine's record before it is set."""
         via = self.node_ip()
         for cidr in (SERVICE_CIDR, POD_CIDR):
-            subprocess.run(["ip", "route", "replace", cidr, "via", via], check=True,
-                           capture_output=True)  # fmt: skip
-            self._routes.append(cidr)
+            route = save_route(destination=cidr, via=via)
+            self.engine.remember_route(route)
+            self._routes.append(route)
+            set_route(route)
 
     def rest(self) -> RestClient:
         """A REST client as the cluster's admin (kind's kubeconfig holds the

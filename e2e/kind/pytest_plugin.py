@@ -2,9 +2,11 @@
 
 - ``kind_cluster`` (session): a one-node kind cluster with the project's operator and
   runtime images loaded (``kind load image-archive``). Where a Docker engine answers
-  (a developer's machine), it is used; otherwise, as root with Debian's ``docker.io``
-  installed, the private engine of ``engine.py`` is started for the session and the
-  host put back after it. The node image is the one ``node_image.py`` builds here,
+  (a developer's machine), it is used (``SystemEngine``); otherwise, as root with
+  Debian's ``docker.io`` installed, the private engine of ``engine.py`` is started for
+  the session. Either way the run takes the host lease, records the host first, and
+  puts it back after, step by step: what could not be put back is logged and given
+  as a warning of the session. The node image is the one ``node_image.py`` builds here,
   unless ``KIND_NODE_IMAGE`` names another (kind's own images need a registry).
   Under ``CI=true`` anything missing fails the tests; elsewhere they are skipped with
   the reason.
@@ -17,10 +19,11 @@ test's namespace are saved under ``e2e/logs/<test>/``.
 
 from __future__ import annotations
 
+import functools
 import os
 import secrets
 import shutil
-import subprocess
+import warnings
 from collections.abc import Generator, Iterator
 from typing import Any
 
@@ -40,7 +43,8 @@ from e2e.controlplane.pytest_plugin import (
     write_namespace_dump,
 )
 from e2e.kind.cluster import KindCluster
-from e2e.kind.engine import DockerEngine, EngineError
+from e2e.kind.engine import DockerEngine, EngineError, choose_engine
+from e2e.realnode.host import Teardown
 from e2e.realnode.node import ImageArchive
 from e2e.realnode.scenario import RESTRICTED
 
@@ -48,29 +52,8 @@ _NAMESPACE_KEY = pytest.StashKey[str]()
 _state: dict[str, Any] = {}
 
 
-
-class SystemEngine(DockerEngine):
-    """The Docker engine the machine already runs: used as it is, never stopped."""
-
-    def env(self, base: Any = None) -> dict[str, str]:
-        return dict(os.environ if base is None else base)
-
-    def start(self, *, timeout: float = 60.0) -> None:
-        return None
-
-    def stop(self) -> list[str]:
-        return []
-
-
-def _system_engine_answers() -> bool:
-    if shutil.which("docker") is None:
-        return False
-    try:
-        proc = subprocess.run(["docker", "info", "--format", "{{.ServerVersion}}"],
-                              capture_output=True, timeout=20, check=False)  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return proc.returncode == 0
+class HostNotRestoredWarning(UserWarning):
+    """The kind session could not put everything of the host back; says what."""
 
 
 def _log(line: str) -> None:
@@ -80,8 +63,7 @@ def _log(line: str) -> None:
 @pytest.fixture(scope="session")
 def kind_cluster() -> Iterator[KindCluster]:
     bin_dir = require_binaries(ALL_BINARIES)
-    engine: DockerEngine = SystemEngine(log=_log) if _system_engine_answers() else DockerEngine(
-        log=_log)
+    engine = choose_engine(log=_log)
     try:
         engine.start()
     except EngineError as exc:
@@ -106,10 +88,22 @@ def kind_cluster() -> Iterator[KindCluster]:
         yield cluster
     finally:
         _state.clear()
-        if cluster is not None:
-            cluster.delete()
-            shutil.rmtree(cluster.work_dir, ignore_errors=True)
-        engine.stop()
+        tear_down_kind_session(cluster=cluster, engine=engine)
+
+
+def tear_down_kind_session(*, cluster: KindCluster | None, engine: DockerEngine) -> None:
+    """The cluster, its files and the engine, each step whatever the others did (each
+    logs its own problems; the session gets them as one warning)."""
+    teardown = Teardown()
+    if cluster is not None:
+        teardown.step("kind cluster", cluster.delete)
+        teardown.step("cluster files", functools.partial(shutil.rmtree, cluster.work_dir,
+                                                         ignore_errors=True))  # fmt: skip
+    teardown.step("engine", engine.stop)
+    problems = teardown.finish()
+    if problems:
+        warnings.warn(HostNotRestoredWarning("the kind session did not put the host back "
+                                             "fully: " + "; ".join(problems)), stacklevel=1)
 
 
 @pytest.fixture

@@ -9,10 +9,16 @@ iptables rules and the cgroups stay, and the next node would fail on
 So a node holds a lease on the host while it runs: an exclusive ``flock`` on one
 file, which the kernel releases whenever the holder dies, and in that file a
 :class:`NodeRecord` with what the node needs to be undone (its work dir, its
-binaries and the :class:`HostSnapshot` taken before it started). The next node to
-take the lease finds the record of a node that did not stop and finishes that
-node's stop before it starts. A bridge of the same name with no record belongs to
-something else on the host (another Kubernetes node, say), and is never touched.
+binaries and the :class:`HostSnapshot` taken before it started). The kind scenarios'
+Docker engine takes the same lease and writes an :class:`EngineRecord` of its own
+(``e2e/kind/engine_record.py``). The next holder to take the lease finds the record
+of a holder that did not stop and finishes that holder's stop before it starts,
+whichever kind it was. A bridge of the same name with no record belongs to something
+else on the host (another Kubernetes node, say), and is never touched.
+
+The file holds one JSON object, format version 2: ``holder`` (``node`` or
+``kindEngine``) and that holder's fields. Version 1, written before the kind engine
+took part, is a node's record without ``holder``, and is still read.
 """
 
 from __future__ import annotations
@@ -26,13 +32,16 @@ import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, ClassVar, TextIO
 
+from e2e.kind.engine_record import EngineRecord, clear_engine
 from e2e.realnode.host import (
     HostSnapshot,
+    Teardown,
     kill_node_processes,
     remove_cgroups,
     restore_host,
+    text_of,
     unmount_below,
 )
 
@@ -49,7 +58,7 @@ class HostBusyError(RuntimeError):
 class NodeRecord:
     """What undoes a node: written to the lease before the node changes the host."""
 
-    VERSION = 1
+    HOLDER: ClassVar[str] = "node"
 
     pid: int
     work_dir: Path
@@ -59,86 +68,85 @@ class NodeRecord:
     cgroup: str = "kubepods"
     """The cgroup the kubelet puts every pod under, in each hierarchy."""
 
-    def encode(self) -> str:
-        return json.dumps(
-            {
-                "version": self.VERSION,
-                "pid": self.pid,
-                "workDir": str(self.work_dir),
-                "ownsWorkDir": self.owns_work_dir,
-                "binDir": str(self.bin_dir),
-                "cgroup": self.cgroup,
-                "snapshot": _snapshot_to_json(self.snapshot),
-            },
-            indent=2,
-        )
+    def to_json(self) -> dict[str, Any]:
+        """The record's fields (the lease adds its format version and holder)."""
+        return {
+            "pid": self.pid,
+            "workDir": str(self.work_dir),
+            "ownsWorkDir": self.owns_work_dir,
+            "binDir": str(self.bin_dir),
+            "cgroup": self.cgroup,
+            "snapshot": self.snapshot.to_json(),
+        }
 
     @classmethod
-    def decode(cls, text: str) -> NodeRecord:
-        """Read a record; ``ValueError`` says why one cannot be read."""
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"not JSON ({exc})") from None
-        if not isinstance(data, dict):
-            raise ValueError("not a JSON object")
-        if data.get("version") != cls.VERSION:
-            raise ValueError(f"version {data.get('version')!r}, this code reads {cls.VERSION}")
-        try:
-            return cls(
-                pid=int(data["pid"]),
-                work_dir=Path(_text(data["workDir"])),
-                owns_work_dir=bool(data["ownsWorkDir"]),
-                bin_dir=Path(_text(data["binDir"])),
-                cgroup=_cgroup_name(data["cgroup"]),
-                snapshot=_snapshot_from_json(data["snapshot"]),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"a field is missing or malformed ({exc!r})") from None
+    def from_json(cls, data: dict[str, Any]) -> NodeRecord:
+        return cls(
+            pid=int(data["pid"]),
+            work_dir=Path(text_of(data["workDir"])),
+            owns_work_dir=bool(data["ownsWorkDir"]),
+            bin_dir=Path(text_of(data["binDir"])),
+            cgroup=_cgroup_name(data["cgroup"]),
+            snapshot=HostSnapshot.from_json(data["snapshot"]),
+        )
 
 
-def _text(value: Any) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"{value!r} is not a string")
-    return value
+HostRecord = NodeRecord | EngineRecord
+"""What the lease holds: the record of a real node, or of the kind scenarios' engine."""
+
+#: The lease file's format: 2 names the holder; 1 (a node's record) is still read.
+LEASE_VERSION = 2
+_HOLDERS: dict[str, type[NodeRecord] | type[EngineRecord]] = {
+    NodeRecord.HOLDER: NodeRecord,
+    EngineRecord.HOLDER: EngineRecord,
+}
+
+
+def encode_record(record: HostRecord) -> str:
+    return json.dumps({"version": LEASE_VERSION, "holder": record.HOLDER, **record.to_json()},
+                      indent=2)  # fmt: skip
+
+
+def decode_record(text: str) -> HostRecord:
+    """Read a record; ``ValueError`` says why one cannot be read."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    version = data.get("version")
+    holder: Any
+    if version == 1:
+        holder = NodeRecord.HOLDER  # before the kind engine took the lease
+    elif version == LEASE_VERSION:
+        holder = data.get("holder")
+    else:
+        raise ValueError(f"version {version!r}, this code reads 1 and {LEASE_VERSION}")
+    kind = _HOLDERS.get(holder) if isinstance(holder, str) else None
+    if kind is None:
+        raise ValueError(f"holder {holder!r} is unknown, this code reads "
+                         f"{', '.join(sorted(_HOLDERS))}")  # fmt: skip
+    try:
+        return kind.from_json(data)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"a field is missing or malformed ({exc!r})") from None
+
+
+def describe(record: HostRecord) -> str:
+    """The holder, for a message: which run, and where its state is."""
+    if isinstance(record, NodeRecord):
+        return f"a node (pid {record.pid}, work dir {record.work_dir})"
+    where = "the system Docker engine" if record.private is None else (
+        f"a private Docker engine in {record.private.run_dir}")
+    return f"a kind run (pid {record.pid}, on {where})"
 
 
 def _cgroup_name(value: Any) -> str:
-    name = _text(value)
+    name = text_of(value)
     if not name or "/" in name or name in (".", ".."):
         raise ValueError(f"cgroup {name!r} is not one folder name")
     return name
-
-
-def _snapshot_to_json(snapshot: HostSnapshot) -> dict[str, Any]:
-    return {
-        "sysctls": dict(snapshot.sysctls),
-        "iptables": snapshot.iptables,
-        "ip6tables": snapshot.ip6tables,
-        "netns": sorted(snapshot.netns),
-        "links": sorted(snapshot.links),
-        "existing": sorted(str(p) for p in snapshot.existing),
-    }
-
-
-def _snapshot_from_json(data: Any) -> HostSnapshot:
-    if not isinstance(data, dict):
-        raise TypeError("snapshot is not an object")
-    sysctls = data["sysctls"]
-    if not isinstance(sysctls, dict):
-        raise TypeError("sysctls is not an object")
-    rules = {k: data[k] for k in ("iptables", "ip6tables")}
-    for key, value in rules.items():
-        if value is not None and not isinstance(value, str):
-            raise TypeError(f"{key} is not a string")
-    return HostSnapshot(
-        sysctls={_text(k): _text(v) for k, v in sysctls.items()},
-        iptables=rules["iptables"],
-        ip6tables=rules["ip6tables"],
-        netns=frozenset(_text(n) for n in data["netns"]),
-        links=frozenset(_text(n) for n in data["links"]),
-        existing=frozenset(Path(_text(p)) for p in data["existing"]),
-    )
 
 
 class HostLease:
@@ -151,7 +159,7 @@ class HostLease:
 
     @classmethod
     def acquire(cls, *, path: Path = LEASE_PATH) -> HostLease:
-        """Take the lease, or raise :class:`HostBusyError` naming the node holding it."""
+        """Take the lease, or raise :class:`HostBusyError` naming the run holding it."""
         file = path.open("a+", encoding="utf-8")
         try:
             fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -159,31 +167,32 @@ class HostLease:
             holder = _holder(path)
             file.close()
             raise HostBusyError(
-                f"another node runs on this host ({holder}; lease {path}): stop it first "
-                "(`make cluster-down` for the quick-start cluster)"
+                f"another node runs on this host: {holder} holds the lease {path}; stop it "
+                "first (`make cluster-down` for the quick-start cluster)"
             ) from None
         except BaseException:
             file.close()
             raise
         return cls(path=path, file=file)
 
-    def previous(self) -> NodeRecord | None:
-        """The record a node left without stopping, if any."""
+    def previous(self) -> HostRecord | None:
+        """The record a holder left without stopping, if any."""
         self._file.seek(0)
         text = self._file.read()
         if not text.strip():
             return None
         try:
-            return NodeRecord.decode(text)
+            return decode_record(text)
         except ValueError as exc:
             raise HostBusyError(
-                f"{self.path} holds a node record this code cannot read: {exc}. A node that "
-                "did not stop may have left a bridge, mounts and iptables rules: check the "
-                "host, then delete the file"
+                f"{self.path} holds a record this code cannot read: {exc}. A node or kind "
+                "run that did not stop may have left a bridge, routes, mounts, iptables rules "
+                "and kernel settings: check the host, then delete the file"
             ) from None
 
-    def record(self, record: NodeRecord) -> None:
-        self._write(record.encode())
+    def record(self, record: HostRecord) -> None:
+        """Write what undoes the holder: before each change it makes to the host."""
+        self._write(encode_record(record))
 
     def forget(self) -> None:
         """Drop the record: the host is back as the recorded snapshot found it."""
@@ -204,9 +213,9 @@ class HostLease:
 
 def _holder(path: Path) -> str:
     try:
-        return f"pid {NodeRecord.decode(path.read_text(encoding='utf-8')).pid}"
+        return describe(decode_record(path.read_text(encoding="utf-8")))
     except (OSError, ValueError):
-        return "a node still starting"
+        return "a node or kind run still starting"
 
 
 def link_exists(name: str) -> bool:
@@ -218,41 +227,59 @@ def clear_node(record: NodeRecord) -> list[str]:
 
     Processes first (so nothing re-creates what follows), then the mounts that keep
     the pods' network namespaces (and their veths) alive, the cgroups, kube-proxy's
-    rules, and last the snapshot's settings, links, namespaces and rules.
+    rules, and last the snapshot's settings, links, namespaces and rules. Each step
+    runs whatever the ones before it did (:class:`Teardown`).
     """
+    teardown = Teardown()
+    teardown.step("processes", lambda: _kill_processes(record))
+    teardown.step("mounts", lambda: unmount_below(record.work_dir))
+    teardown.step("cgroups", lambda: remove_cgroups(name=record.cgroup))
+    teardown.step("kube-proxy --cleanup", lambda: _kube_proxy_cleanup(record.bin_dir))
+    teardown.step("host", lambda: restore_host(record.snapshot))
+    if record.owns_work_dir:
+        teardown.step("work dir", lambda: shutil.rmtree(record.work_dir, ignore_errors=True))
+    return teardown.finish()
+
+
+def _kill_processes(record: NodeRecord) -> None:
     kill_node_processes(
         shim_binary=record.bin_dir / "containerd-shim-runc-v2",
         work_dir=record.work_dir,
         cgroup_parent=f"/{record.cgroup}",
     )
-    unmount_below(record.work_dir)
-    remove_cgroups(name=record.cgroup)
-    kube_proxy = record.bin_dir / "kube-proxy"
-    if kube_proxy.exists():
-        subprocess.run([str(kube_proxy), "--cleanup"], capture_output=True, check=False, timeout=60)
-    problems = restore_host(record.snapshot)
-    if record.owns_work_dir:
-        shutil.rmtree(record.work_dir, ignore_errors=True)
-    return problems
+
+
+def _kube_proxy_cleanup(bin_dir: Path) -> list[str]:
+    kube_proxy = bin_dir / "kube-proxy"
+    if not kube_proxy.exists():
+        return []
+    proc = subprocess.run([str(kube_proxy), "--cleanup"], capture_output=True, text=True,
+                          check=False, timeout=60)  # fmt: skip
+    return [] if proc.returncode == 0 else [proc.stderr.strip()[-500:]]
+
+
+def clear_record(record: HostRecord) -> list[str]:
+    """Finish the stop of whichever holder left ``record``; return what stays changed."""
+    if isinstance(record, NodeRecord):
+        return clear_node(record)
+    return clear_engine(record)
 
 
 def claim_host(
     *, bridge: str, path: Path = LEASE_PATH, log: Callable[[str], None] = lambda _: None
 ) -> HostLease:
-    """Take the host for a node: finish the stop of a node that was killed, and
-    refuse a host where ``bridge`` exists without a record (someone else's)."""
+    """Take the host for a node or a kind run: finish the stop of one that was killed,
+    and refuse a host where ``bridge`` exists without a record (someone else's)."""
     lease = HostLease.acquire(path=path)
     try:
         previous = lease.previous()
         if previous is not None:
-            log(
-                f"a node (pid {previous.pid}, work dir {previous.work_dir}) was killed "
-                "before it stopped; putting the host back as it found it"
-            )
-            for problem in clear_node(previous):
+            log(f"{describe(previous)} was killed before it stopped; putting the host back "
+                "as it found it")  # fmt: skip
+            for problem in clear_record(previous):
                 log(f"host not fully restored: {problem}")
             lease.forget()
-        if link_exists(bridge) and previous is not None:
+        if link_exists(bridge) and isinstance(previous, NodeRecord):
             raise HostBusyError(
                 f"the bridge {bridge!r} of the killed node could not be removed; delete it "
                 f"(`ip link delete {bridge}`) and start again"
