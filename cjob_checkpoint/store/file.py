@@ -223,29 +223,24 @@ class FileBackend:
                     continue
                 except (UnicodeDecodeError, IsADirectoryError):
                     markers[int(match.group(1))] = ""  # a marker marks, whatever it says
-        try:
-            report: str | None = _read_text(self._path(RESTORED_NAME))
-        except FileNotFoundError:
-            report = None
-        except (UnicodeDecodeError, IsADirectoryError):
-            report = ""  # undecodable: read as an unreadable report
-        try:
-            staged: str | None = _read_text(self._path(STAGED_INPUTS_NAME))
-        except FileNotFoundError:
-            staged = None
-        except (UnicodeDecodeError, IsADirectoryError):
-            staged = ""  # undecodable: read (and refused) as an unreadable document
-        try:
-            holds: str | None = _read_text(self._path(HOLDS_NAME))
-        except FileNotFoundError:
-            holds = None
-        except (UnicodeDecodeError, IsADirectoryError):
-            holds = ""  # undecodable: read (and refused) as an unreadable document
+        report = self._read_document(RESTORED_NAME)
+        staged = self._read_document(STAGED_INPUTS_NAME)
+        holds = self._read_document(HOLDS_NAME)
         state = StoreState(version="", fence=read_attempt(self.directory),
                            counter=_read_int(self._path(COUNTER_NAME)), pointers=pointers,
                            unreadable=unreadable, markers=markers, restore_report=report,
                            staged_inputs=staged, holds=holds)
         return dataclasses.replace(state, version=_digest(state))
+
+    def _read_document(self, name: str) -> str | None:
+        """A record kept whole in one file (restore report, staged inputs, holds):
+        ``None`` when absent, ``""`` when undecodable (its reader then refuses it)."""
+        try:
+            return _read_text(self._path(name))
+        except FileNotFoundError:
+            return None
+        except (UnicodeDecodeError, IsADirectoryError):
+            return ""
 
     def compare_and_swap(self, *, expected: StoreState, new: StoreState,
                          operation: str) -> StoreState:
