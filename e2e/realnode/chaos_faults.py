@@ -1,11 +1,13 @@
 """Chaos on a real node: faults picked at random (from a seed), carried out one at a time.
 
 A long run kills, every 20 to 60 seconds, one of: the active driver's container, an
-executor's, the warm standby's, the operator's, or the S3 server's. Containers are
-killed with SIGKILL through containerd, as a crash or the OOM killer would end them;
-the kubelet then restarts those of restartable pods (the operator's and the S3
-server's, whose ``emptyDir`` data outlives its container) and reports the driver
-pods, which never restart, for the operator to replace.
+executor's, the warm standby's, the operator's, or the S3 server's; with a second,
+Kafka job in the run, also that job's driver (``kafka-driver``) or the Kafka broker's
+container (``kafka``). Containers are killed with SIGKILL through containerd, as a
+crash or the OOM killer would end them; the kubelet then restarts those of
+restartable pods (the operator's, the S3 server's and the broker's, whose
+``emptyDir`` data outlives its container) and reports the driver pods, which never
+restart, for the operator to replace.
 """
 
 from __future__ import annotations
@@ -21,8 +23,11 @@ from e2e.controlplane.rest import RestClient, quote
 from e2e.realnode import scenario
 from e2e.realnode.s3 import ClusterS3
 
-KINDS = ("driver", "executor", "standby", "operator", "s3")
-"""What the chaos kills, one at a time."""
+KINDS = ("driver", "executor", "standby", "operator", "s3", "kafka-driver", "kafka")
+"""What the chaos kills, one at a time (the last two only with a Kafka job in the run)."""
+DRIVER_KINDS = frozenset({"driver", "kafka-driver"})
+KAFKA_KINDS = frozenset({"kafka-driver", "kafka"})
+"""Faults whose recovery is the Kafka job's, not the main job's."""
 
 ATTEMPT_LABEL = "checkpointed.io/attempt"
 
@@ -39,6 +44,11 @@ class Fault:
     wall: float
     attempt: int | None
     """The attempt of the killed driver pod (its label); ``None`` for other kinds."""
+
+    @property
+    def job_kind(self) -> str:
+        """``kafka`` for a fault the Kafka job recovers from, else ``main``."""
+        return "kafka" if self.kind in KAFKA_KINDS else "main"
 
 
 def _container_running(pod: dict[str, Any]) -> bool:
@@ -60,6 +70,16 @@ def _pods(rest: RestClient, *, namespace: str, selector: str | None = None) -> l
     return items
 
 
+def _driver(job: scenario.JobHandle) -> list[dict[str, Any]]:
+    """The job's active driver pod, if its container runs now."""
+    name = (job.get() or {}).get("status", {}).get("driverPod")
+    pod = job.pod(name) if name else None
+    # The status may still name a promoted standby's old role for a moment.
+    if pod is None or pod["metadata"]["labels"].get("checkpointed.io/role") != "driver":
+        return []
+    return _live([pod])
+
+
 @dataclass
 class Chaos:
     """Picks a fault at random every ``min_gap`` to ``max_gap`` seconds and carries it out.
@@ -74,6 +94,10 @@ class Chaos:
     ctr: Ctr
     operator_namespace: str
     s3: ClusterS3
+    kafka_job: scenario.JobHandle | None = None
+    """A second job, Kafka to Kafka, whose driver the chaos kills too."""
+    kafka_namespace: str | None = None
+    """Where the broker runs, when the chaos kills it too."""
     min_gap: float = 20.0
     max_gap: float = 60.0
     log: Callable[[str], None] = print
@@ -87,12 +111,9 @@ class Chaos:
         """The pods a fault of ``kind`` could kill now."""
         rest = self.job.rest
         if kind == "driver":
-            name = (self.job.get() or {}).get("status", {}).get("driverPod")
-            pod = self.job.pod(name) if name else None
-            # The status may still name a promoted standby's old role for a moment.
-            if pod is None or pod["metadata"]["labels"].get("checkpointed.io/role") != "driver":
-                return []
-            return _live([pod])
+            return _driver(self.job)
+        if kind == "kafka-driver":
+            return _driver(self.kafka_job) if self.kafka_job is not None else []
         if kind in ("executor", "standby"):
             return _live(self.job.pods(kind))
         if kind == "operator":
@@ -100,6 +121,11 @@ class Chaos:
         if kind == "s3":
             return _live(_pods(rest, namespace=self.s3.namespace,
                                selector="app.kubernetes.io/name=s3"))
+        if kind == "kafka":
+            if self.kafka_namespace is None:
+                return []
+            return _live(_pods(rest, namespace=self.kafka_namespace,
+                               selector="app.kubernetes.io/name=kafka"))
         raise ValueError(f"unknown kind of fault {kind!r}")
 
     def strike(self) -> Fault | None:
@@ -121,7 +147,8 @@ class Chaos:
             self.log(f"chaos: could not kill {kind} {name}: {exc}")
             return None
         fault = Fault(kind=kind, pod=name, at=at, wall=wall,
-                      attempt=int(attempt_label) if kind == "driver" and attempt_label else None)
+                      attempt=int(attempt_label) if kind in DRIVER_KINDS and attempt_label
+                      else None)
         self.faults.append(fault)
         self.log(f"chaos: +{len(self.faults)} killed {kind} {name}"
                  + (f" (attempt {fault.attempt})" if fault.attempt else ""))

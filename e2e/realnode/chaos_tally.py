@@ -46,6 +46,27 @@ def job_events(job: scenario.JobHandle) -> list[Event]:
 
 
 @dataclass(frozen=True)
+class SecondJob:
+    """The Kafka job of a run: what it read and wrote, what the chaos cost it."""
+
+    name: str
+    restarts: int
+    restarts_not_from_driver_kills: list[str]
+    checkpoints: int
+    records_in: int
+    records_out: int
+
+    def lines(self) -> list[str]:
+        out = [f"  {self.name}: {self.records_in} records in, {self.records_out} out "
+               f"(read_committed), restarts {self.restarts}, {self.checkpoints} checkpoints "
+               f"seen"]
+        if self.restarts_not_from_driver_kills:
+            out.append(f"  {self.name} restarts not from a driver kill: "
+                       + "; ".join(self.restarts_not_from_driver_kills))
+        return out
+
+
+@dataclass(frozen=True)
 class Tally:
     """What a chaos run did and what it cost the job, printed at its end."""
 
@@ -60,6 +81,7 @@ class Tally:
     unrecovered: list[Fault]
     standby_failures: int
     checkpoints: int
+    second: SecondJob | None = None
 
     def lines(self) -> list[str]:
         kills = Counter(fault.kind for fault in self.faults)
@@ -90,16 +112,21 @@ class Tally:
         if self.unrecovered:
             out.append("  kills with no checkpoint after them: "
                        + ", ".join(f"{f.kind} {f.pod}" for f in self.unrecovered))
+        if self.second is not None:
+            out.extend(self.second.lines())
         return out
 
 
-def recoveries(faults: list[Fault], watch: JobWatch) -> tuple[dict[str, list[float]], list[Fault]]:
-    """Per kind, the seconds from each kill to the next completed checkpoint; and the
+def recoveries(faults: list[Fault], watch: JobWatch, *, kafka_watch: JobWatch | None = None
+               ) -> tuple[dict[str, list[float]], list[Fault]]:
+    """Per kind, the seconds from each kill to the next completed checkpoint of the job
+    that recovers from it (the Kafka job's for its driver and the broker); and the
     kills no checkpoint followed."""
     found: dict[str, list[float]] = {}
     unrecovered: list[Fault] = []
     for fault in faults:
-        seen = watch.first_completed_after(fault.wall)
+        recovering = kafka_watch if fault.job_kind == "kafka" and kafka_watch else watch
+        seen = recovering.first_completed_after(fault.wall)
         if seen is None:
             unrecovered.append(fault)
         else:

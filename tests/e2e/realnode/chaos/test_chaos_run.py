@@ -1,7 +1,10 @@
 """A long chaos run on a real node: a job with a warm standby, RocksDB state and
-checkpoints on S3, while its driver, executors, standby, the operator and the S3
-server are killed at random; its output must still be exactly-once, the job must
-finish, and every restart must show in its status and Events.
+checkpoints on S3, and beside it a Kafka -> windowed count -> Kafka job, while the
+first job's driver, executors and standby, the second's driver, the operator, the S3
+server and the Kafka broker are killed at random; both outputs must still be
+exactly-once (the second's read back ``read_committed`` and compared with counts
+computed from its input), both jobs must finish, and every restart of the first
+must show in its status and Events.
 
 Ten minutes of chaos by default (``CJOB_CHAOS_SECONDS``), so not part of
 ``make test``: ``make test-chaos`` runs it. ``CJOB_CHAOS_SEED`` repeats a run's draws.
@@ -9,11 +12,13 @@ Ten minutes of chaos by default (``CJOB_CHAOS_SECONDS``), so not part of
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import random
 import re
 import sys
 import time
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -21,13 +26,16 @@ import yaml
 
 from e2e.controlplane.waiting import pod_is_ready
 from e2e.jobs import RUNNING_SUM_DIR
+from e2e.kafka.clients import create_topic
 from e2e.kind.chart import ChartRelease
 from e2e.realnode import running_sum, scenario
 from e2e.realnode.chaos_faults import Chaos
-from e2e.realnode.chaos_tally import NOT_ATTEMPT_ENDS, Tally, job_events, recoveries
+from e2e.realnode.chaos_tally import NOT_ATTEMPT_ENDS, SecondJob, Tally, job_events, recoveries
 from e2e.realnode.chaos_watch import JobWatch
+from e2e.realnode.kafka import ClusterKafka
 from e2e.realnode.pytest_plugin import RealCluster
 from e2e.realnode.s3 import ClusterS3
+from e2e.repo import REPO_ROOT
 
 sys.path.insert(0, str(RUNNING_SUM_DIR))
 from verify import verify
@@ -45,7 +53,46 @@ COUNT = int(RATE * (CHAOS_SECONDS + LEAD_SECONDS))
 MAX_RESTARTS = 1_000
 """Above any number of kills the chaos can draw: the budget is not what is tested."""
 
+KAFKA_EXAMPLE = REPO_ROOT / "examples" / "kafka_clicks"
+KAFKA_RATE = 100
+"""Clicks per second the Kafka job reads (a delay per click over its two subtasks):
+enough to keep it reading through the whole chaos, little enough for two cores."""
+KAFKA_COUNT = int(KAFKA_RATE * (CHAOS_SECONDS + LEAD_SECONDS))
+WINDOW_MS = 1_000
+
 pytestmark = [pytest.mark.timeout(int(CHAOS_SECONDS) + 3600)]
+
+
+def _kafka_example(name: str) -> ModuleType:
+    """``examples/kafka_clicks/<name>.py`` under a name of its own (the running sum
+    has a ``verify`` module too)."""
+    spec = importlib.util.spec_from_file_location(f"kafka_clicks_{name}",
+                                                  KAFKA_EXAMPLE / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _kafka_job(*, name: str, bucket: str, s3: ClusterS3, kafka: ClusterKafka, clicks: str,
+               counts: str) -> dict[str, Any]:
+    """The click-count example in its window mode: Kafka in, counts per user and second
+    of event time, Kafka out through transactions; Spark local in its driver pod (no
+    executors: the node's two cores already run the first job's), checkpoints on S3."""
+    manifest: dict[str, Any] = yaml.safe_load(
+        (KAFKA_EXAMPLE / "kafka-clicks-cluster.yaml").read_text())
+    manifest["metadata"]["name"] = name
+    spec = manifest["spec"]
+    spec["job"]["args"].update(bootstrap=kafka.cluster_bootstrap, input=clicks, output=counts,
+                               window=f"{WINDOW_MS}ms", max_delay="1s", bounded=True,
+                               delay=2 / KAFKA_RATE)
+    spec["spark"] = {"master": "local[2]", "driver": {"cores": 1, "memory": "1Gi"},
+                     "conf": {"spark.kubernetes.driver.request.cores": "300m"}}
+    spec["checkpoint"].update(storage=f"s3://{bucket}/kafka-checkpoints",
+                              s3=running_sum.s3_settings(s3), interval="2s",
+                              tolerableFailures=30)
+    spec["restartPolicy"].update(maxRestarts=MAX_RESTARTS, resetAfter="24h")
+    return manifest
 
 
 def _seed() -> int:
@@ -99,6 +146,7 @@ def test_a_job_under_ten_minutes_of_random_kills_finishes_with_exactly_once_outp
     restricted_namespace: str,
     operator: ChartRelease,
     cluster_s3: ClusterS3,
+    cluster_kafka: ClusterKafka,
     kubectl: scenario.Kubectl,
 ) -> None:
     seed = _seed()
@@ -115,24 +163,47 @@ def test_a_job_under_ten_minutes_of_random_kills_finishes_with_exactly_once_outp
             stdin=yaml.safe_dump(_chaos_job(name=name, bucket=bucket, s3=cluster_s3)))
     job = scenario.JobHandle(rest=rest, namespace=namespace, name=name)
 
+    # The Kafka job: its input produced up front from the host, its output read back
+    # read_committed from the host at the end.
+    produce, kafka_verify = _kafka_example("produce"), _kafka_example("verify")
+    bootstrap = cluster_kafka.host_bootstrap
+    clicks_topic = create_topic(bootstrap=bootstrap, partitions=4, name=f"clicks-{bucket}")
+    counts_topic = create_topic(bootstrap=bootstrap, partitions=4, name=f"counts-{bucket}")
+    produce.produce(bootstrap, clicks_topic, produce.clicks(count=KAFKA_COUNT, users=40))
+    kubectl("create", "configmap", "kafka-clicks-code", "--namespace", namespace,
+            f"--from-file=job.py={KAFKA_EXAMPLE / 'job.py'}")  # fmt: skip
+    kafka_name = "kafka-windows"
+    kubectl("apply", "--namespace", namespace, "-f", "-", stdin=yaml.safe_dump(_kafka_job(
+        name=kafka_name, bucket=bucket, s3=cluster_s3, kafka=cluster_kafka,
+        clicks=clicks_topic, counts=counts_topic)))
+    kafka_job = scenario.JobHandle(rest=rest, namespace=namespace, name=kafka_name)
+
     # The chaos starts once the job is whole: records flowing, its standby Ready, a
-    # checkpoint completed.
+    # checkpoint completed (the Kafka job's too).
     scenario.wait_until(lambda: scenario.records_flowing(job.pod(f"{name}-attempt-1")),
                         what="the first records", timeout=300, detail=job.describe)
     scenario.wait_until(lambda: pod_is_ready(job.pod(f"{name}-standby-1")),
                         what="the standby to be Ready", timeout=300, detail=job.describe)
     scenario.wait_until(lambda: job.latest_checkpoint_id() >= 1, what="a checkpoint",
                         timeout=120, detail=job.describe)
+    scenario.wait_until(lambda: kafka_job.latest_checkpoint_id() >= 1,
+                        what="a checkpoint of the Kafka job", timeout=300,
+                        detail=kafka_job.describe)
 
-    watch = JobWatch(job=job)
-    watch.poll()
-    watch.start()
+    watch, kafka_watch = JobWatch(job=job), JobWatch(job=kafka_job)
+    for each in (watch, kafka_watch):
+        each.poll()
+        each.start()
     chaos = Chaos(seed=seed, job=job, ctr=real_cluster.node.ctr,
-                  operator_namespace=operator.namespace, s3=cluster_s3,
+                  operator_namespace=operator.namespace, s3=cluster_s3, kafka_job=kafka_job,
+                  kafka_namespace=cluster_kafka.namespace,
                   log=lambda line: print(line, flush=True))
 
     def over() -> bool:
         return job.status().get("phase") in ("Succeeded", "Failed")
+
+    def kafka_over() -> bool:
+        return kafka_job.status().get("phase") in ("Succeeded", "Failed")
 
     try:
         ran = chaos.run(seconds=CHAOS_SECONDS, done=over)
@@ -145,8 +216,12 @@ def test_a_job_under_ten_minutes_of_random_kills_finishes_with_exactly_once_outp
         done = scenario.wait_until(
             lambda: job.status() if over() else None, what="the job to finish",
             timeout=1800, detail=job.describe)
+        kafka_done = scenario.wait_until(
+            lambda: kafka_job.status() if kafka_over() else None,
+            what="the Kafka job to finish", timeout=1800, detail=kafka_job.describe)
     finally:
         watch.stop()
+        kafka_watch.stop()
 
     status = job.status()
     events = job_events(job)
@@ -156,10 +231,25 @@ def test_a_job_under_ten_minutes_of_random_kills_finishes_with_exactly_once_outp
     attempt_ends = [e for e in events if e.type == "Warning" and e.reason not in NOT_ATTEMPT_ENDS
                     and e.reason != "RestartLimitExceeded"]
     driver_kills = [f for f in chaos.faults if f.kind == "driver"]
-    found, unrecovered = recoveries(chaos.faults, watch)
+    found, unrecovered = recoveries(chaos.faults, watch, kafka_watch=kafka_watch)
 
     def ended_by_a_kill(event: Any) -> bool:
         return any(_names_driver(event.message, fault.pod) for fault in driver_kills)
+
+    kafka_status = kafka_job.status()
+    kafka_events = job_events(kafka_job)
+    kafka_driver_kills = [f for f in chaos.faults if f.kind == "kafka-driver"]
+    kafka_ends = [e for e in kafka_events if e.type == "Warning"
+                  and e.reason not in NOT_ATTEMPT_ENDS and e.reason != "RestartLimitExceeded"]
+    clicks = kafka_verify.read_values(bootstrap, clicks_topic)
+    counts = kafka_verify.read_values(bootstrap, counts_topic)
+    second = SecondJob(
+        name=kafka_name, restarts=int(kafka_status.get("restarts", 0)),
+        restarts_not_from_driver_kills=[
+            f"{e.reason}: {e.message}" for e in kafka_ends
+            if not any(_names_driver(e.message, f.pod) for f in kafka_driver_kills)],
+        checkpoints=len(kafka_watch.checkpoints), records_in=len(clicks),
+        records_out=len(counts))
 
     tally = Tally(
         seed=seed, chaos_seconds=ran, faults=chaos.faults, missed=chaos.missed,
@@ -168,7 +258,7 @@ def test_a_job_under_ten_minutes_of_random_kills_finishes_with_exactly_once_outp
                                         if not ended_by_a_kill(e)],
         recoveries=found, unrecovered=unrecovered,
         standby_failures=sum(e.count for e in events if e.reason == "StandbyFailed"),
-        checkpoints=len(watch.checkpoints),
+        checkpoints=len(watch.checkpoints), second=second,
     )
     print("\n".join(tally.lines()), flush=True)
     print("attempt ends: " + "; ".join(f"{e.reason} x{e.count}: {e.message}"
@@ -194,3 +284,13 @@ def test_a_job_under_ten_minutes_of_random_kills_finishes_with_exactly_once_outp
     assert all(f.attempt is not None and f.attempt < attempt for f in driver_kills)
     # Every kill was followed by a completed checkpoint (the last one by the job's end).
     assert unrecovered == [], unrecovered
+    # The Kafka job finished too, every window of its input counted exactly once in
+    # what a read_committed reader sees; each of its killed drivers ended an attempt
+    # that was restarted (broker kills may end attempts too: tallied, not asserted).
+    assert kafka_done["phase"] == "Succeeded", kafka_job.describe()
+    assert len(clicks) == KAFKA_COUNT
+    assert kafka_verify.verify_windows(clicks, counts, size_ms=WINDOW_MS) == []
+    assert int(kafka_status.get("restarts", 0)) == int(kafka_status["attempt"]) - 1
+    unaccounted = [f.pod for f in kafka_driver_kills
+                   if not any(_names_driver(e.message, f.pod) for e in kafka_ends)]
+    assert unaccounted == [], f"Kafka driver kills with no attempt end: {unaccounted}"
