@@ -35,7 +35,10 @@ from e2e.jobs import RUNNING_SUM_DIR, running_sum_job
 sys.path.insert(0, str(RUNNING_SUM_DIR))
 from verify import read_output, verify
 
-COUNT = 40_000
+COUNT = 60_000
+"""Input for 150 s: the old driver, running on unseen, must still be reading when the
+next attempt's fence stops it (the cut comes about 30 s in, the takeover a minute
+later), or it would finish the job itself and never meet the fence."""
 RATE = 400
 
 
