@@ -206,13 +206,10 @@ def node_lost_since(node: Mapping[str, Any]) -> datetime | None:
     """Since when the Node has stopped reporting: its ``Ready`` condition is ``Unknown``
     (the node controller's word once the kubelet's heartbeats stopped for its grace
     period). ``False`` is not lost: the kubelet still reports, and runs its pods."""
-    for condition in _mapping(node.get("status")).get("conditions") or []:
-        condition = _mapping(condition)
-        if condition.get("type") == "Ready":
-            if condition.get("status") != "Unknown":
-                return None
-            return _time(condition.get("lastTransitionTime")) or datetime.fromtimestamp(0, UTC)
-    return None
+    ready = _status_condition(node, "Ready")
+    if ready is None or ready.get("status") != "Unknown":
+        return None
+    return _time(ready.get("lastTransitionTime")) or datetime.fromtimestamp(0, UTC)
 
 
 def node_of(pod: Mapping[str, Any]) -> str | None:
@@ -222,9 +219,12 @@ def node_of(pod: Mapping[str, Any]) -> str | None:
 
 
 def running_on(manifests: Iterable[Mapping[str, Any]]) -> set[str]:
-    """The nodes where pods among ``manifests`` that may still run were bound."""
+    """The nodes where drivers and standbys among ``manifests`` that may still run were
+    bound (executors' nodes are never read: only a driver's node ends an attempt)."""
     return {node for manifest in manifests
             if _mapping(manifest.get("status")).get("phase") in ("Pending", "Running")
+            and _mapping(_mapping(manifest.get("metadata")).get("labels")).get(LABEL_ROLE)
+            != ROLE_EXECUTOR
             and (node := node_of(manifest)) is not None}
 
 
@@ -293,13 +293,11 @@ def observe_executors(
 def _unschedulable(pod: Mapping[str, Any]) -> tuple[datetime | None, str]:
     """Since when the scheduler could not place ``pod``, and its words why (``None``:
     it is placed, or was never judged unschedulable)."""
-    status = _mapping(pod.get("status"))
-    for condition in status.get("conditions") or []:
-        if not isinstance(condition, Mapping) or condition.get("type") != "PodScheduled":
-            continue
-        if condition.get("status") == "False" and condition.get("reason") == "Unschedulable":
-            since = _time(condition.get("lastTransitionTime"))
-            return (since or datetime.fromtimestamp(0, UTC)), _text(condition.get("message")) or ""
+    condition = _status_condition(pod, "PodScheduled")
+    if (condition is not None and condition.get("status") == "False"
+            and condition.get("reason") == "Unschedulable"):
+        since = _time(condition.get("lastTransitionTime"))
+        return (since or datetime.fromtimestamp(0, UTC)), _text(condition.get("message")) or ""
     return None, ""
 
 
@@ -375,14 +373,20 @@ def store_ownership(reading: StoreReading, *, job_name: str,
     return StoreOwnership.OTHER
 
 
+def _status_condition(obj: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+    """The condition of type ``kind`` in a pod's or a node's status, if it has one."""
+    conditions = _mapping(obj.get("status")).get("conditions")
+    if not isinstance(conditions, list):
+        return None
+    return next((c for c in conditions if isinstance(c, Mapping) and c.get("type") == kind),
+                None)
+
+
 def _condition(pod: Mapping[str, Any], kind: str) -> bool:
     """Whether the pod's condition ``kind`` is ``True`` (a standby's Ready: its readiness
     probe found the runtime's readiness file)."""
-    conditions = _mapping(pod.get("status")).get("conditions")
-    if not isinstance(conditions, list):
-        return False
-    return any(isinstance(c, Mapping) and c.get("type") == kind and c.get("status") == "True"
-               for c in conditions)
+    condition = _status_condition(pod, kind)
+    return condition is not None and condition.get("status") == "True"
 
 
 def _container_status(status: Mapping[str, Any], name: str) -> Mapping[str, Any]:

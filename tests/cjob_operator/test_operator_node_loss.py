@@ -11,6 +11,7 @@ import pytest
 from cjob_operator.cluster import ClusterError
 from cjob_operator.node_health import NodeHealth
 from cjob_operator.observed import node_lost_since
+from cjob_operator.observed import running_on as nodes_to_read
 from cjob_operator.reconcile import Reconciler
 from fake_cluster import Clock, FakeCluster
 
@@ -95,3 +96,12 @@ def test_readings_of_a_node_are_shared_for_a_few_seconds() -> None:
     now[0] = 6.0
     health.lost(["a"])
     assert reads == ["a", "b", "a"]
+
+
+def test_only_the_nodes_of_live_drivers_and_standbys_are_read() -> None:
+    def pod(role: str, node_name: str, phase: str = "Running") -> dict[str, Any]:
+        return {"metadata": {"labels": {"checkpointed.io/role": role}},
+                "spec": {"nodeName": node_name}, "status": {"phase": phase}}
+
+    assert nodes_to_read([pod("driver", "a"), pod("standby", "b"), pod("executor", "c"),
+                       pod("driver", "d", phase="Failed")]) == {"a", "b"}
