@@ -40,6 +40,10 @@ PASSTHROUGH_ENV = (
     "SPARK_HOME",
     "PYTHONPATH",
     "CJOB_CACHE_DIR",
+    # The test run's JVM start-up flags (the root conftest.py): a driver pod of this
+    # node starts Spark as the tests' own drivers do. A real node's pods get only
+    # what their image and spec say.
+    "SPARK_SUBMIT_OPTS",
 )
 
 
