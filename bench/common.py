@@ -297,7 +297,7 @@ def update_summary(entries: dict[str, dict[str, Any]]) -> None:
                                default=_json_default) + "\n")
 
 
-def target_entry(*, value: float | None, target: float, unit: str, met: bool | None,
+def target_entry(*, value: float | None, target: float | None, unit: str, met: bool | None,
                  baseline: Any = None, note: str | None = None) -> dict[str, Any]:
     entry: dict[str, Any] = {"value": _rounded(value), "target": target, "unit": unit,
                              "met": met, "baseline": _rounded(baseline)}

@@ -12,15 +12,17 @@ The query, as its best users would write and tune it:
   make an update-mode query's file output exactly-once (the built-in file sink takes
   append mode only);
 * the RocksDB state store with changelog checkpointing, ``local[<parallelism>]``,
-  ``spark.sql.shuffle.partitions`` equal to the parallelism, checkpoint on local disk;
+  ``spark.sql.shuffle.partitions`` equal to the parallelism, checkpoint on local disk,
+  a 4 GiB driver;
   ``spark.sql.files.openCostInBytes`` lowered to 1 MiB so that a batch of one or two
   files is split across both cores instead of read by one task; the default trigger
   (the next batch starts as soon as the previous one ends: no idle time between).
 
-``tune``: the batch-size search of the ``throughput`` benchmark
-(:class:`bench.batch_size_search.BatchSizeSearch`, two passes in one JVM, the second
-decides) over ``maxFilesPerTrigger``: the fastest size whose batches fit 1 s, the
-interval of our checkpoints; prints ``TUNED <json>``.
+``tune``: a batch-size search over ``maxFilesPerTrigger`` (two passes in one JVM, the
+second decides), ``--search throughput`` for its fastest size
+(:class:`bench.batch_size_search.ThroughputSearch`) or ``--search interval`` for the
+fastest whose batches fit 1 s, the interval of our checkpoints
+(:class:`bench.batch_size_search.BatchSizeSearch`); prints ``TUNED <json>``.
 ``run``: a warm-up query (up to eight batches, its own checkpoint and output), then the
 measured query until it has read every record of the input; prints ``RESULT <json>``
 with every batch (the format of :mod:`bench.windows_ss`).
@@ -49,6 +51,10 @@ from bench.windows_ss import (
 )
 
 OPEN_COST_BYTES = 1 << 20
+DRIVER_MEMORY = "4g"
+"""The driver's heap (the executors live in it, ``local[2]``): batches of millions of
+rows over a million keys of RocksDB state want more than the 2 GiB the other
+benchmarks give their smaller inputs."""
 
 
 class BatchFiles:
@@ -120,7 +126,8 @@ def main() -> int:
     parser.add_argument("--format", choices=sorted(SPARK_FORMATS), required=True)
     ns = parser.parse_args()
     spark = session(parallelism=ns.parallelism, app="bench-realistic-structured-streaming",
-                    conf={"spark.sql.files.openCostInBytes": str(OPEN_COST_BYTES)})
+                    conf={"spark.sql.files.openCostInBytes": str(OPEN_COST_BYTES),
+                          "spark.driver.memory": DRIVER_MEMORY})
     start_query = functools.partial(start, spark, source=ns.input, fmt=ns.format)
     return serve(ns, spark=spark,
                  tune_step=lambda work: tune(start_query=start_query, ns=ns, work=work,

@@ -16,9 +16,10 @@ The query, as its best users would write and tune it:
 * the RocksDB state store with changelog checkpointing, ``spark.sql.shuffle.partitions``
   equal to the parallelism, ``local[<parallelism>]``, checkpoint on local disk.
 
-``tune``: the batch-size search of the ``throughput`` benchmark
-(:class:`bench.batch_size_search.BatchSizeSearch`, two passes in one JVM, the second
-decides) over ``maxFilesPerTrigger``; prints ``TUNED <json>``.
+``tune``: a batch-size search over ``maxFilesPerTrigger`` (``--search``: the
+``throughput`` benchmark's, :class:`bench.batch_size_search.BatchSizeSearch`, by
+default, or :class:`bench.batch_size_search.ThroughputSearch`; two passes in one JVM,
+the second decides); prints ``TUNED <json>``.
 ``run``: a warm-up query (eight batches, its own checkpoint and output), then the
 measured query over the whole input until the end record's watermark has emitted the
 last windows; prints ``RESULT <json>`` with every batch.
@@ -40,7 +41,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from bench.batch_size_search import BatchSizeSearch
+from bench.batch_size_search import BatchSizeSearch, SizeSearch, ThroughputSearch
 from bench.ss_results import TUNED_PREFIX, Tuning, TuningPoint
 from bench.ss_results import dump as dump_tuning
 
@@ -260,20 +261,32 @@ def measure_size(*, start_query: QueryStart, ns: argparse.Namespace, work: str,
                        records_per_second=rows / seconds)
 
 
+SEARCHES = ("throughput", "interval")
+"""``--search``: Structured Streaming's fastest size, or the fastest whose batches fit 1 s."""
+
+
+def size_search(ns: argparse.Namespace) -> SizeSearch:
+    """The search ``ns.search`` names over whole files. Both stop at a quarter of the
+    input, which leaves a size its warm-up and measured batches in the input."""
+    files = -(-ns.records // ns.file_records)
+    limit = max(1, files // (1 + MEASURED_BATCHES)) * ns.file_records
+    if ns.search == "throughput":
+        return ThroughputSearch(start=min(ns.start, limit), limit=limit, step=ns.file_records)
+    return BatchSizeSearch(start=min(ns.start, limit), limit=limit,
+                           budget_ms=TRIGGER_SECONDS * 1000.0, floor=ns.file_records)
+
+
 def tune(*, start_query: QueryStart, ns: argparse.Namespace, work: str,
          label: str = "") -> Tuning:
-    """:func:`bench.spark_ss.tune` over ``maxFilesPerTrigger``: the fastest batch whose
-    batches fit the 1 s a checkpoint of ours takes at most to come. A size is rounded to
-    whole files; the largest tried leaves room for its warm-up and measured batches in
-    the input. The smallest size is one file: when even its batches overrun 1 s, the
+    """:func:`bench.spark_ss.tune` over ``maxFilesPerTrigger`` with the search ``--search``
+    names (:func:`size_search`): its fastest size, or the fastest whose batches fit the 1 s
+    a checkpoint of ours takes at most to come. A size is rounded to whole files. For the
+    interval, the smallest size is one file: when even its batches overrun 1 s, the
     search takes the fastest size whose batches are within the noise band of the
     shortest measured (:meth:`BatchSizeSearch.budget`)."""
     deadline = time.monotonic() + ns.timeout
     files = -(-ns.records // ns.file_records)
-    limit = max(1, files // (1 + MEASURED_BATCHES)) * ns.file_records
-    search = BatchSizeSearch(start=min(ns.start, limit), limit=limit,
-                             budget_ms=TRIGGER_SECONDS * 1000.0,
-                             floor=ns.file_records)
+    search = size_search(ns)
     points: list[TuningPoint] = []
     for pass_ in ("warm-up", "measured"):
         points = []
@@ -286,11 +299,10 @@ def tune(*, start_query: QueryStart, ns: argparse.Namespace, work: str,
             point = measure_size(start_query=start_query, ns=ns, work=work,
                                  max_files=max_files, warmup=warmup, deadline=deadline)
             points.append(point)
-            print(f"[tune] {label}{pass_} pass, maxFilesPerTrigger {max_files} "
-                  f"({point.rows_per_batch:,} records): batch {point.batch_ms_median:,.0f} ms, "
-                  f"{point.records_per_second:,.0f} records/s"
-                  f"{'' if search.fits(point) else ' (overruns the trigger)'}",
-                  file=sys.stderr, flush=True)
+            print(f"[tune] {label}{ns.search} search, {pass_} pass, maxFilesPerTrigger "
+                  f"{max_files} ({point.rows_per_batch:,} records): batch "
+                  f"{point.batch_ms_median:,.0f} ms, {point.records_per_second:,.0f} "
+                  f"records/s{search.note(point)}", file=sys.stderr, flush=True)
     return Tuning(points=tuple(points), chosen=search.chosen(points))
 
 
@@ -338,6 +350,9 @@ def process_arguments(*, description: str | None, input_help: str, records_help:
     parser.add_argument("--timeout", type=float, default=timeout)
     parser.add_argument("--start", type=int, default=500_000,
                         help="tune: the first batch size tried, in records")
+    parser.add_argument("--search", choices=SEARCHES, default="interval",
+                        help="tune: Structured Streaming's fastest batch size (throughput), "
+                             "or the fastest whose batches fit 1 s (interval)")
     parser.add_argument("--max-files", type=int, default=0, help="run: maxFilesPerTrigger")
     parser.add_argument("--output", default="", help=output_help)
     parser.add_argument("--checkpoint", default="", help="run: the checkpoint folder")

@@ -8,7 +8,9 @@ whole input (which is faster and never checkpoints within the run).
 
 from __future__ import annotations
 
-from bench.batch_size_search import BatchSizeSearch
+import itertools
+
+from bench.batch_size_search import PLATEAU_GAIN, BatchSizeSearch, ThroughputSearch
 from bench.ss_results import TuningPoint
 
 SEARCH = BatchSizeSearch(start=500_000, limit=200_000_000, budget_ms=1000.0)
@@ -151,3 +153,71 @@ def test_on_an_engine_whose_per_batch_work_overruns_the_trigger_it_searches_upwa
         assert len(points) < 40, "the search ends"
     best = (1.3 * (3_000.0 + 10_000 * 0.0005) - 3_000.0) / 0.0005
     assert 0.8 * best <= search.chosen(points) <= best
+
+
+# --- the throughput search: Structured Streaming at its fastest ---------------------------
+
+FILE = 200_000
+
+
+def throughput_probe(search: ThroughputSearch, *, fixed_ms: float,
+                     ms_per_row: float) -> list[TuningPoint]:
+    """The throughput search against an engine whose batches cost ``fixed_ms`` plus
+    ``ms_per_row`` each row."""
+    points: list[TuningPoint] = []
+    while (size := search.next_size(points)) is not None:
+        assert size not in [p.rows_per_batch for p in points], "a size is tried once"
+        assert size % search.step == 0, "a size is whole files"
+        points.append(point(size, fixed_ms + size * ms_per_row))
+        assert len(points) < 40, "the search ends"
+    return points
+
+
+def test_the_throughput_search_doubles_past_batches_that_fit_a_second_to_the_plateau() -> None:
+    # Spark's shape here: about a second per batch, then 1.3 us a row. The interval
+    # search stops near 100k rows; the rate keeps rising until the rows dominate.
+    search = ThroughputSearch(start=400_000, limit=10_000_000, step=FILE)
+    points = throughput_probe(search, fixed_ms=1000.0, ms_per_row=0.0013)
+    sizes = [p.rows_per_batch for p in points]
+    assert sizes == [400_000, 800_000, 1_600_000, 3_200_000, 6_400_000, 10_000_000]
+    assert search.chosen(points) == 10_000_000
+    rates = [p.records_per_second for p in points]
+    assert rates == sorted(rates)
+
+
+def test_the_throughput_search_stops_once_doubling_gains_less_than_five_percent() -> None:
+    search = ThroughputSearch(start=400_000, limit=100_000_000, step=FILE)
+    points = throughput_probe(search, fixed_ms=1000.0, ms_per_row=0.0013)
+    *rising, last = points
+    assert last.records_per_second < PLATEAU_GAIN * max(p.records_per_second for p in rising)
+    for before, after in itertools.pairwise(rising):
+        assert after.records_per_second >= PLATEAU_GAIN * before.records_per_second
+    assert search.chosen(points) == max(points, key=lambda p: p.records_per_second).rows_per_batch
+    assert search.chosen(points) >= 12_000_000, "near the plateau, not at 1 s batches"
+
+
+def test_the_throughput_search_takes_the_fastest_size_when_a_larger_one_was_slower() -> None:
+    search = ThroughputSearch(start=FILE, limit=10_000_000, step=FILE)
+    points = [point(200_000, 1000.0), point(400_000, 1100.0), point(800_000, 3000.0)]
+    assert search.next_size(points) is None
+    assert search.chosen(points) == 400_000
+
+
+def test_the_throughput_search_rounds_the_first_size_to_whole_files_and_doubles_from_it() -> None:
+    # 500k with files of 200k is two files: the size measured is 400k, and the next 800k
+    # (the old search took a rounded start for coming down and stopped there).
+    search = ThroughputSearch(start=500_000, limit=10_000_000, step=FILE)
+    assert search.next_size([]) == 400_000
+    assert search.next_size([point(400_000, 1500.0)]) == 800_000
+
+
+def test_the_throughput_search_never_passes_a_quarter_of_the_input() -> None:
+    search = ThroughputSearch(start=FILE, limit=1_100_000, step=FILE)
+    points = throughput_probe(search, fixed_ms=1000.0, ms_per_row=0.0001)
+    assert [p.rows_per_batch for p in points] == [200_000, 400_000, 800_000, 1_000_000]
+
+
+def test_the_throughput_search_measures_one_file_when_the_limit_is_below_a_file() -> None:
+    search = ThroughputSearch(start=500_000, limit=50_000, step=FILE)
+    assert search.next_size([]) == FILE
+    assert search.next_size([point(FILE, 900.0)]) is None

@@ -112,15 +112,20 @@ def test_the_realistic_comparison_runs_both_formats_once_at_a_tiny_scale_and_mat
     assert result["scale"]["formats"] == ["parquet", "jsonl"]
     for fmt in ("parquet", "jsonl"):
         (repetition,) = result["runs"][fmt]
-        for side in ("ours", "structured_streaming"):
+        for side in ("ours", "structured_streaming", "structured_streaming_at_interval"):
             assert repetition[side]["matches_reference"] is True
             assert repetition[side]["records"] == 60000
         assert repetition["ours"]["checkpoints_completed"] > 0
         assert repetition["ratio_steady"] > 0 and repetition["ratio_whole"] > 0
+        # --max-files gives both baselines one size: one run serves both rows.
+        assert repetition["structured_streaming_at_interval"] == \
+            repetition["structured_streaming"]
+        assert repetition["ratio_steady_at_interval"] == repetition["ratio_steady"]
         assert repetition["fraction_of_limit"] > 0
         assert result["in_process_limit"][fmt]["records"] == 60000
         assert result["input"]["bytes"][fmt] > 0
     summary = json.loads((tmp_path / "results" / "summary.json").read_text())
     assert {"realistic_parquet_ratio_steady_vs_structured_streaming",
+            "realistic_parquet_ratio_steady_vs_structured_streaming_at_interval",
             "realistic_jsonl_ratio_whole_vs_structured_streaming",
             "realistic_jsonl_fraction_of_in_process_limit"} <= set(summary)
