@@ -28,7 +28,7 @@ import re
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -74,11 +74,6 @@ class DataSpec:
     def file_span_ms(self) -> int:
         """Event time one file covers."""
         return self.file_records * 1000 // self.events_per_second
-
-    @property
-    def newest_ts(self) -> int:
-        """An upper bound of the input's event times (the last record without delay)."""
-        return BASE_MS + (self.records - 1) * 1000 // self.events_per_second
 
 
 def file_name(index: int) -> str:
@@ -441,13 +436,3 @@ class OutputWatcher:
                         self.seen.setdefault(local_path(uri), now)
         except (FileNotFoundError, ValueError):
             return  # not created yet, or a log file caught half-written: the next poll
-
-
-def summarize_input(counts: Sequence[int]) -> dict[str, float]:
-    """Records per user, for the results file: how skewed the input is."""
-    ordered = np.sort(np.asarray(counts, dtype=np.int64))[::-1]
-    total = int(ordered.sum())
-    return {"users_with_records": int((ordered > 0).sum()),
-            "busiest_user_share": float(ordered[0] / total) if total else 0.0,
-            "top_1_percent_share": float(ordered[:max(1, len(ordered) // 100)].sum() / total)
-            if total else 0.0}

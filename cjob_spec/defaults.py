@@ -60,10 +60,6 @@ class DurationField(SpecField):
     def minimum_seconds(self) -> float:
         return Duration.parse(self.minimum).seconds
 
-    @property
-    def maximum_seconds(self) -> float:
-        return Duration.parse(self.maximum).seconds
-
 
 @dataclass(frozen=True, kw_only=True)
 class MemoryField(SpecField):

@@ -189,10 +189,6 @@ class CheckpointSpec:
     now (like a savepoint trigger). The operator records the last nonce it handled in
     ``status.lastTriggerNonce``; changing it does not restart the job."""
 
-    @property
-    def is_s3(self) -> bool:
-        return self.storage.startswith("s3://")
-
 
 @dataclass(frozen=True)
 class Backoff:

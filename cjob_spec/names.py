@@ -146,10 +146,6 @@ def checkpoint_configmap_name(job_name: str) -> str:
     return f"{job_name}-checkpoints"
 
 
-def checkpoint_key(checkpoint_id: int) -> str:
-    return CONFIGMAP_CHECKPOINT_KEY_FORMAT % checkpoint_id
-
-
 def executor_pod_name_prefix(job_name: str, attempt: int) -> str:
     """Spark executor pod name prefix; job names are at most 40 characters for this."""
     return f"{job_name}-{attempt}"

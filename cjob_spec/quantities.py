@@ -100,9 +100,6 @@ class Memory:
     def parse(cls, text: str) -> Memory:
         return cls(bytes=parse_memory_bytes(text), text=text)
 
-    def to_kubernetes(self) -> str:
-        return format_kubernetes_memory(self.bytes)
-
     def to_spark(self) -> str:
         return format_spark_memory(self.bytes)
 

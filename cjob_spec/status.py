@@ -416,10 +416,6 @@ def set_condition(
     return tuple(updated if item.type == kind else item for item in conditions)
 
 
-def is_condition_true(conditions: Sequence[Condition], kind: str) -> bool:
-    return any(item.type == kind and item.status is ConditionStatus.TRUE for item in conditions)
-
-
 def _str(data: Mapping[str, Any], key: str) -> str | None:
     value = data.get(key)
     return value if isinstance(value, str) else None

@@ -272,9 +272,6 @@ class StoreObject:
         marked = self.marked_ids()
         return [i for i in self.pointer_ids() if i not in marked]
 
-    def pointer_text(self, checkpoint_id: int) -> str | None:
-        return self.data.get(pointer_key(checkpoint_id))
-
     def locate(self, checkpoint_id: int) -> str:
         """``configmap:NS/NAME#KEY``: where a pointer is, for error messages."""
         return f"configmap:{self.namespace}/{self.name}#{pointer_key(checkpoint_id)}"

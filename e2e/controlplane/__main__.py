@@ -27,14 +27,6 @@ from e2e.controlplane.rest import ApiError, RestClient
 from e2e.repo import REPO_ROOT
 
 
-class NotRunningError(RuntimeError):
-    """Raised when the background control plane is not running."""
-
-    def __init__(self, *, state_dir: Path) -> None:
-        self.state_dir = state_dir
-        super().__init__(f"no control plane running from {state_dir}")
-
-
 def default_state_dir() -> Path:
     return cache_dir() / "controlplane"
 

@@ -24,7 +24,6 @@ class AlignedBarrierHandler(BarrierHandler):
             checkpoint_id = self.current_id
             alignment = self._now() - self._started
             self._release()
-            self.completed_id = checkpoint_id
             self.listener.on_snapshot(checkpoint_id, alignment_seconds=alignment)
 
     def on_barrier(self, channel: int, checkpoint_id: int) -> None:

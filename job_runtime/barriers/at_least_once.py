@@ -14,7 +14,6 @@ class AtLeastOnceBarrierHandler(BarrierHandler):
     def _maybe_complete(self) -> None:
         if self._pending and len(self._seen | self.closed) >= self.channels:
             self._pending = False
-            self.completed_id = self.current_id
             self.listener.on_snapshot(self.current_id,
                                       alignment_seconds=self._now() - self._started)
 

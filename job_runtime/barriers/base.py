@@ -28,16 +28,11 @@ class BarrierHandler(abc.ABC):
         self.listener = listener
         self.closed: set[int] = set()
         self.current_id = -1
-        self.completed_id = -1
         self._started = 0.0
 
     @property
     def blocked(self) -> frozenset[int]:
         return frozenset()
-
-    @property
-    def open_channels(self) -> int:
-        return self.channels - len(self.closed)
 
     @abc.abstractmethod
     def on_barrier(self, channel: int, checkpoint_id: int) -> None: ...

@@ -49,12 +49,10 @@ class UnalignedBarrierHandler(BarrierHandler):
         if self._aligning and len(self._blocked | self.closed) >= self.channels:
             self._aligning = False
             self._blocked = set()
-            self.completed_id = self.current_id
             self.listener.on_snapshot(self.current_id,
                                       alignment_seconds=self._now() - self._started)
         if self._pending and len(self._arrived | self.closed) >= self.channels:
             self._pending = False
-            self.completed_id = self.current_id
             self.listener.on_channel_state(self.current_id, self._state)
             self._state = {}
 

@@ -77,7 +77,6 @@ class Combiner:
         self._key_type: pa.DataType | None = None
         self._oldest = 0.0
         self.records_in = 0
-        self.rows_out = 0
 
     def __len__(self) -> int:
         """Records buffered and partial rows held, not yet sent."""
@@ -120,7 +119,6 @@ class Combiner:
         self._folded_rows = 0
         out = partial_batch(key=self.key, keys=typed_keys(uniques, self._key_type),
                             folded=folded)
-        self.rows_out += out.num_rows
         return Batch(arrow=out)
 
     def _fold_buffer(self) -> None:

@@ -44,7 +44,6 @@ class WindowCombiner:
         self._windows: dict[int, Combiner] = {}
         self._time_kind: TimeKind | None = None
         self.records_in = 0
-        self.rows_out = 0
 
     def __len__(self) -> int:
         return sum(len(combiner) for combiner in self._windows.values())
@@ -83,7 +82,6 @@ class WindowCombiner:
         self._windows = {}
         if not parts:
             return None
-        self.rows_out += sum(p.num_rows for p in parts)
         if len(parts) == 1:
             return Batch(arrow=parts[0])
         return Batch.of(pa.Table.from_batches(parts))

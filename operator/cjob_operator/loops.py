@@ -22,7 +22,7 @@ import functools
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from cjob_operator.cluster import ClusterError
 from cjob_operator.read_cache import WatchedVersions
@@ -32,14 +32,6 @@ from cjob_operator.snapshot_reconcile import SnapshotPass, SnapshotReconciler
 _log = logging.getLogger(__name__)
 
 Key = tuple[str, str]
-
-
-class StopFlag(Protocol):
-    """What the loop needs of kopf's ``stopped`` flag."""
-
-    def __bool__(self) -> bool: ...
-
-    def is_set(self) -> bool: ...
 
 
 @dataclass(frozen=True)
