@@ -182,14 +182,16 @@ def observe_file_store(directory: Path) -> StoreView:
         return StoreView(exists=False)
     checkpoints = list_checkpoints(str(directory), skip_corrupt=True)
     latest = None
+    latest_attempt = None
     if checkpoints:
         newest = checkpoints[-1]
         latest = checkpoint_ref(checkpoint_id=newest.checkpoint_id, path=newest.metadata_path,
                                 timestamp=newest.timestamp, size_bytes=newest.size_bytes)
+        latest_attempt = newest.attempt
     fence = read_attempt(str(directory))
     report = FileCheckpointStore(str(directory), retained=1, attempt=fence).restore_report()
     return StoreView(exists=True, ownership=StoreOwnership.THIS_JOB, latest=latest,
-                     fence_attempt=fence, restore_report=report)
+                     latest_attempt=latest_attempt, fence_attempt=fence, restore_report=report)
 
 
 @dataclass(frozen=True, kw_only=True)

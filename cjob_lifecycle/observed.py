@@ -139,6 +139,9 @@ class StoreView:
     """Meaningful only when ``exists``."""
     latest: CheckpointRef | None = None
     """The newest completed checkpoint recorded in the store."""
+    latest_attempt: int | None = None
+    """The attempt whose driver committed ``latest`` (from its pointer); ``None`` when
+    unknown. A Stateless upgrade tells the stopped spec's state from the new one's by it."""
     fence_attempt: int | None = None
     """The attempt currently allowed to write (``checkpointed.io/fence-attempt``)."""
     restore_report: RestoreReport | None = None

@@ -287,6 +287,10 @@ class JobStatus:
     discarded (0: there was none). An attempt restores nothing while the store's latest
     checkpoint is this one or older, so a restart before the new spec's first
     checkpoint does not bring the old state back."""
+    discarded_attempt: int | None = None
+    """With ``discarded_through``: the attempt the upgrade stopped. Its driver may still
+    complete a checkpoint between the change and its end; that checkpoint holds the
+    discarded state as well, so only a checkpoint of a later attempt ends the discard."""
     rolled_back_spec_hash: str | None = None
     """The hash of a spec that was rolled back: while the job's spec still hashes to it,
     the job runs ``stable_spec`` instead."""
@@ -331,6 +335,7 @@ class JobStatus:
             ("lastStableSpec", self.stable_spec and self.stable_spec.to_dict()),
             ("upgrade", self.upgrade and self.upgrade.to_dict()),
             ("discardedThrough", self.discarded_through),
+            ("discardedAttempt", self.discarded_attempt),
             ("rolledBackSpecHash", self.rolled_back_spec_hash),
         ]
         for key, value in optional:
@@ -380,6 +385,7 @@ class JobStatus:
             stable_spec=_nested(data, "lastStableSpec", StableSpec.from_dict),
             upgrade=_nested(data, "upgrade", PendingUpgrade.from_dict),
             discarded_through=_int(data, "discardedThrough"),
+            discarded_attempt=_int(data, "discardedAttempt"),
             rolled_back_spec_hash=_str(data, "rolledBackSpecHash"),
         )
 

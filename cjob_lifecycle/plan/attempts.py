@@ -35,7 +35,12 @@ from cjob_lifecycle.plan.standby import (
     promotion_in_flight,
     ready_standby,
 )
-from cjob_lifecycle.plan.store import fail_store_lost, lost_checkpoint, refuse_foreign_store
+from cjob_lifecycle.plan.store import (
+    discarded,
+    fail_store_lost,
+    lost_checkpoint,
+    refuse_foreign_store,
+)
 from cjob_spec.exit_codes import describe_exit
 from cjob_spec.model import ephemeral_storage_problem, spec_hash
 from cjob_spec.names import (
@@ -119,8 +124,7 @@ def start_attempt(draft: Draft, *, reason: Reason, reset_restarts: bool) -> None
     if in_flight is not None:
         pointer = in_flight[1].restore  # what the promoted pod was told already
         origin = "checkpoint " + pointer if pointer.isdigit() else pointer
-    elif (latest is not None and lost is None and draft.status.discarded_through is not None
-          and latest.id <= draft.status.discarded_through):
+    elif latest is not None and lost is None and discarded(draft):
         pointer = "none"  # the state a Stateless upgrade discarded (see ``upgrades``)
         origin = "an empty state (upgradeMode: Stateless)"
     elif latest is not None and lost is None:

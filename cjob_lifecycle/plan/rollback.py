@@ -155,4 +155,5 @@ def _roll_back(draft: Draft, why: str) -> None:
     draft.set(phase=Phase.RESTARTING, reason=Reason.ROLLED_BACK, message=message,
               next_restart_at=truncate_to_seconds(draft.now), upgrade=None,
               rolled_back_spec_hash=spec_hash(draft.observed.job), suspend_requested_at=None,
-              discarded_through=None)  # the stable spec's own state is what it restores
+              discarded_through=None,  # the stable spec's own state is what it restores
+              discarded_attempt=None)

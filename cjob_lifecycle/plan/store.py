@@ -122,3 +122,18 @@ def take_restore_report(draft: Draft) -> None:
             f"pipeline no longer maps (spec.restore.allowNonRestoredState), which starts "
             f"empty: {'; '.join(report.dropped)}",
         )
+
+
+def discarded(draft: Draft) -> bool:
+    """Whether the latest checkpoint holds state a Stateless upgrade discarded: it is
+    no newer than the one seen at the change, or the stopped attempt's driver completed
+    it on its way out (a store that does not say who wrote it counts as that)."""
+    through = draft.status.discarded_through
+    latest = draft.status.latest_checkpoint
+    if through is None or latest is None:
+        return False
+    if latest.id <= through:
+        return True
+    stopped = draft.status.discarded_attempt
+    writer = draft.observed.store.latest_attempt if draft.observed.store.is_own else None
+    return stopped is not None and (writer is None or writer <= stopped)

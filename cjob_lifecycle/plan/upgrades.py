@@ -28,6 +28,7 @@ from cjob_lifecycle.actions import RequestCheckpoint
 from cjob_lifecycle.observed import DriverPod
 from cjob_lifecycle.plan.draft import Draft
 from cjob_lifecycle.plan.pods import delete
+from cjob_lifecycle.plan.store import discarded
 from cjob_spec.model import UpgradeMode
 from cjob_spec.names import suspend_nonce
 from cjob_spec.reasons import Reason
@@ -53,16 +54,16 @@ def _restart_empty(draft: Draft, pod: DriverPod) -> bool:
     unused = f", checkpoint {latest.id} and older unused" if latest else ""
     return _stop(draft, pod, f"; the new spec starts with empty state (upgradeMode: "
                              f"Stateless{unused})",
-                 discarded_through=latest.id if latest is not None else 0)
+                 discarded_through=latest.id if latest is not None else 0,
+                 discarded_attempt=draft.status.attempt)
 
 
 def forget_discarded(draft: Draft) -> None:
-    """A checkpoint newer than the state a Stateless upgrade discarded completed: the
-    new spec's own state is what restores from now on."""
-    through = draft.status.discarded_through
-    latest = draft.status.latest_checkpoint
-    if through is not None and latest is not None and latest.id > through:
-        draft.set(discarded_through=None)
+    """A later attempt, running the new spec, completed a checkpoint: its own state is
+    what restores from now on."""
+    if draft.status.discarded_through is not None and draft.status.latest_checkpoint \
+            is not None and not discarded(draft):
+        draft.set(discarded_through=None, discarded_attempt=None)
 
 
 def restart_from_latest(draft: Draft, pod: DriverPod, *, why: str = "") -> bool:

@@ -260,6 +260,7 @@ class KubeCluster:
         return StoreReading(
             fence_attempt=snapshot.fence_attempt,
             latest=checkpoints[-1] if checkpoints else None,
+            latest_attempt=snapshot.checkpoints[-1].attempt if snapshot.checkpoints else None,
             checkpoints=checkpoints,
             holds=snapshot.holds,
             size_bytes=snapshot.size_bytes,

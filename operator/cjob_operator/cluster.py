@@ -86,6 +86,8 @@ class StoreReading:
     """Every retained checkpoint (live pointers), oldest first; ``latest`` is the last."""
     holds: CheckpointHolds = field(default_factory=CheckpointHolds)
     """Who keeps which of them from being pruned (snapshots copying them)."""
+    latest_attempt: int | None = None
+    """The attempt whose driver committed ``latest``."""
 
 
 class Cluster(Protocol):

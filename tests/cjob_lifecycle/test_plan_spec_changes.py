@@ -221,10 +221,29 @@ class TestAStatelessUpgrade:
         (created,) = again.of_type(CreateDriver)
         assert (created.attempt, created.restore_pointer) == (5, "none")
 
+    def test_a_checkpoint_the_stopping_driver_completes_after_the_change_is_discarded_too(
+            self) -> None:
+        # The old driver, deleted for the change, still completes checkpoint 10 before it
+        # dies: it holds the old spec's state, so the new spec must not restore it.
+        stopping = self.stopped()
+        late = StoreView(exists=True, latest=checkpoint(10, at(60)), fence_attempt=3,
+                         latest_attempt=3)
+        waiting = run(observe(self.NEW, stopping.status, store=late), at(61))
+        assert waiting.status.discarded_through is not None
+        (created,) = waiting.of_type(CreateDriver)
+        assert created.restore_pointer == "none"
+        # The new attempt's own first checkpoint ends the discard.
+        own = StoreView(exists=True, latest=checkpoint(11, at(90)), fence_attempt=4,
+                        latest_attempt=4)
+        running = run(observe(self.NEW, waiting.status, driver(4, job=self.NEW, created=at(61)),
+                              store=own), at(95))
+        assert running.status.discarded_through is None
+
     def test_once_the_new_spec_checkpointed_its_own_state_restores(self) -> None:
         stopping = self.stopped()
         started = run(observe(self.NEW, stopping.status, store=self.STORE), at(61))
-        own = StoreView(exists=True, latest=checkpoint(10, at(90)), fence_attempt=4)
+        own = StoreView(exists=True, latest=checkpoint(10, at(90)), fence_attempt=4,
+                        latest_attempt=4)
         running = run(observe(self.NEW, started.status, driver(4, job=self.NEW, created=at(61)),
                               store=own), at(95))
         assert running.status.discarded_through is None
