@@ -221,6 +221,11 @@ class BackedCheckpointStore(CompletedCheckpointStore):
                                 fallback=fallback)
         return chosen.checkpoint, chosen.notes
 
+    def check_fence(self) -> None:
+        fence = self.read_state().fence
+        if self.attempt < fence:
+            raise FencedError(attempt=self.attempt, current_attempt=fence)
+
     def marked_ids(self) -> list[int]:
         """Ids whose pointer is marked but whose data may not be deleted yet."""
         return self.read_state().marked_pointer_ids()

@@ -230,6 +230,15 @@ class CompletedCheckpointStore(abc.ABC):
         """
 
     @abc.abstractmethod
+    def check_fence(self) -> None:
+        """Raise :class:`FencedError` when a newer attempt owns the store; write nothing.
+
+        For a writer about to give up for another reason: a zombie's checkpoints often
+        fail before one reaches a fenced write, and the fence, not that failure, is why
+        it must stop. A store that cannot be read raises its :class:`StoreError`.
+        """
+
+    @abc.abstractmethod
     def all(self, *, skip_corrupt: bool = False) -> list[CompletedCheckpoint]:
         """Every retained checkpoint not marked for discard, oldest first.
 

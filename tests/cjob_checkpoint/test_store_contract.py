@@ -319,6 +319,19 @@ class TestFencing:
             harness.store(attempt=3).add_checkpoint_and_subsume_oldest(
                 harness.checkpoint(2), discard=harness.discard)
 
+    def test_an_attempt_learns_it_was_fenced_without_writing(
+            self, harness: Harness) -> None:
+        zombie = harness.store(attempt=1)
+        zombie.check_fence()  # the current attempt: no error, nothing written
+        harness.advance(2)
+
+        with pytest.raises(FencedError) as caught:
+            zombie.check_fence()
+
+        assert (caught.value.attempt, caught.value.current_attempt) == (1, 2)
+        harness.store(attempt=2).check_fence()
+        assert harness.store(attempt=2).all() == []
+
     def test_an_older_attempt_cannot_overwrite_the_restore_report(
             self, harness: Harness) -> None:
         harness.advance(2)

@@ -46,6 +46,7 @@ from job_runtime.execution.driver.beacon import start_beacon
 from job_runtime.execution.driver.code import JobCodePaths, prepare_job_code, ship_job_code
 from job_runtime.execution.driver.compatibility import incompatibilities, without
 from job_runtime.execution.driver.exit_codes import STARTUP_ERRORS, exit_code
+from job_runtime.execution.driver.fence import fenced_instead
 from job_runtime.execution.driver.logger import log
 from job_runtime.execution.driver.restore import (
     RestoreResolution,
@@ -351,6 +352,7 @@ def _end(outcome: BaseException | None, *, settings: DriverSettings, job: Loaded
         log.info("job finished: %d records written, %d checkpoints completed",
                  coordinator.snapshot_progress()["recordsOut"], coordinator.stats.completed)
         return ExitCode.FINISHED
+    outcome = fenced_instead(outcome, store=store)
     status.stop(state="failed")
     try:
         spark_context.stop()
