@@ -339,7 +339,9 @@ class CheckpointCoordinator:
             if not self._running():
                 return
             self._stall.running(now=now)
-            stalled = self._stall.check(now=now)
+            stalled = self._stall.check(now=now, sink_waiting=max(
+                (m.sinks.oldest_pending_seconds for m in self.progress.values()),
+                default=0.0))
             if stalled is not None:
                 self._fail_job(stalled)
                 return

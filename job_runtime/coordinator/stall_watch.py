@@ -18,7 +18,14 @@ sooner, from evidence the attempt gathered itself:
   the machine (a long garbage collection, a slow disk, a busy node) is not either;
 * before the attempt's first completed checkpoint it is at least the checkpoint
   timeout: the first checkpoint may follow a long restore or a cold cache, and the
-  watch has seen nothing yet to judge by.
+  watch has seen nothing yet to judge by;
+* while a sink's output waits for its send (a subtask reports a completed
+  checkpoint's interval not yet delivered: a broker or database away, a send that
+  blocks for its client's timeout and holds the barrier meanwhile), the sink's own
+  bound (``spec.health.sinkStallTimeout``) judges: the subtask reports output that
+  waited past it, whether its send fails or hangs, and the job ends as
+  ``SinkStalled``, the cause a user can act on, not as a checkpoint stall that
+  points at their functions.
 
 Past the window the coordinator fails the job with :class:`CheckpointStalledError`,
 whose exit code the supervisor restarts from the latest checkpoint.
@@ -76,13 +83,17 @@ class StallWatch:
         if self._since is not None:
             self._since = now
 
-    def check(self, *, now: float) -> CheckpointStalledError | None:
-        """The error that ends the job once the window passed without a checkpoint."""
+    def check(self, *, now: float, sink_waiting: float = 0.0) -> CheckpointStalledError | None:
+        """The error that ends the job once the window passed without a checkpoint;
+        ``sink_waiting``: how long the oldest output of any sink has waited for its
+        send (0: none waits)."""
         if not self.enabled or self._since is None:
             return None
         waited = now - self._since
         window = self.window()
         if waited <= window:
+            return None
+        if sink_waiting > 0:
             return None
         return CheckpointStalledError(seconds=waited, window=window,
                                       completed=self._completed)

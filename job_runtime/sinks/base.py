@@ -27,6 +27,7 @@ from typing import Any
 
 from cjob_checkpoint.metadata import MAIN_SINK
 from job_runtime.records import Batch
+from job_runtime.sinks.failures import SinkFailedError
 from job_runtime.sinks.health import SinkHealth
 
 __all__ = ["MAIN_SINK", "ReadySinkSnapshot", "Sink", "SinkContext", "SinkSnapshot",
@@ -131,6 +132,13 @@ class SinkWriter(abc.ABC):
     def health(self) -> SinkHealth:
         """What the writer holds back (nothing, for a writer that holds nothing)."""
         return SinkHealth()
+
+    def overdue(self) -> SinkFailedError | None:
+        """The stall of output that has waited past the stall bound, whether its send
+        failed or still runs; ``None`` for a writer that holds nothing back. The
+        subtask asks from its progress thread, so a send that hangs (and so never
+        fails) ends the attempt too."""
+        return None
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release resources; uncommitted data stays invisible."""

@@ -278,9 +278,10 @@ class WriteAheadWriter(SinkWriter):
         self._open = self._new_spool()
         self._bytes: dict[str, int] = {}
         self._completed_at: dict[str, float] = {}
+        self._last_send_failure = ""
+        """The last failed send's error, while output waits (for a stall's report)."""
         """When the checkpoint of each pending interval (by staged URI) completed: the
         age of undelivered output."""
-        self._failing_since: float | None = None
         """When the oldest pending interval's send first failed (``None``: it did not)."""
         self._dead_letters = 0
         self._clock: Callable[[], float] = time.monotonic
@@ -427,29 +428,55 @@ class WriteAheadWriter(SinkWriter):
                     except Exception as exc:  # in order: later intervals wait for it
                         self._send_failed(interval, exc)
                         return
-                self._failing_since = None
                 with self._lock:
                     self._pending.remove(interval)
+                    self._last_send_failure = ""
                     self._completed_at.pop(interval.uri, None)
                     self._bytes.pop(interval.uri, None)
 
     def _send_failed(self, interval: PendingInterval, exc: Exception) -> None:
-        """A send that may work later failed: wait for the next checkpoint, unless it has
-        failed for longer than the stall bound."""
+        """A send that may work later failed: wait for the next checkpoint, unless the
+        interval has waited longer than the stall bound.
+
+        The wait counts from its checkpoint's completion, not from the first failure:
+        a client that blocks for its own timeout before it fails (a broker that does
+        not answer) has spent that time too, and the bound is how long output may wait.
+        """
         now = self._clock()
-        if self._failing_since is None:
-            self._failing_since = now
-        failing = now - self._failing_since
+        with self._lock:
+            waiting = now - self._completed_at.get(interval.uri, now)
+            self._last_send_failure = f"{type(exc).__name__}: {exc}"
         bound = self._context.stall_timeout
-        if bound and failing > bound:
+        if bound and waiting > bound:
             raise SinkFailedError(
                 kind=SinkFailureKind.STALLED, sink=self._name, subtask=interval.subtask,
                 checkpoint_id=interval.checkpoint_id,
-                problem=f"its send has failed for {failing:.0f}s, longer than the stall "
-                        f"bound of {bound:g}s; last: {type(exc).__name__}: {exc}") from exc
-        log.warning("the %s sink's send of the interval of checkpoint %d failed (for %.0fs "
-                    "now), will retry at the next checkpoint: %s", self._name,
-                    interval.checkpoint_id, failing, exc)
+                problem=f"its output has waited {waiting:.0f}s since its checkpoint "
+                        f"completed, longer than the stall bound of {bound:g}s; last send "
+                        f"failure: {type(exc).__name__}: {exc}") from exc
+        log.warning("the %s sink's send of the interval of checkpoint %d failed (its output "
+                    "has waited %.0fs), will retry at the next checkpoint: %s", self._name,
+                    interval.checkpoint_id, waiting, exc)
+
+    def overdue(self) -> SinkFailedError | None:
+        now = self._clock()
+        bound = self._context.stall_timeout
+        with self._lock:
+            waiting = [(now - self._completed_at[p.uri], p) for p in self._pending
+                       if p.uri in self._completed_at]
+            last = self._last_send_failure
+        if not bound or not waiting:
+            return None
+        age, interval = max(waiting, key=lambda entry: entry[0])
+        if age <= bound:
+            return None
+        return SinkFailedError(
+            kind=SinkFailureKind.STALLED, sink=self._name, subtask=interval.subtask,
+            checkpoint_id=interval.checkpoint_id,
+            problem=f"its output has waited {age:.0f}s since its checkpoint completed, "
+                    f"longer than the stall bound of {bound:g}s; "
+                    + (f"last send failure: {last}" if last else
+                       "its send has not returned"))
 
     def health(self) -> SinkHealth:
         now = self._clock()

@@ -88,3 +88,14 @@ class TestWhenItWatches:
         stalls.failed(now=50.0)
         assert stalls.check(now=99.0) is None
         assert stalls.check(now=101.0) is not None
+
+
+def test_while_a_sinks_output_waits_its_own_bound_judges_not_the_watch() -> None:
+    """A sink whose send blocks for its client's timeout (a broker away) holds the
+    barrier too; the subtask reports its output overdue past the sink's bound
+    (``SinkStalled``), which names the cause."""
+    stalls = watch()
+    stalls.running(now=0.0)
+    stalls.completed(now=10.0, duration=0.5)
+    assert stalls.check(now=1000.0, sink_waiting=990.0) is None
+    assert isinstance(stalls.check(now=1000.0, sink_waiting=0.0), CheckpointStalledError)

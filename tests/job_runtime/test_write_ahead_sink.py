@@ -9,6 +9,7 @@ the send and the commit.
 from __future__ import annotations
 
 import dataclasses
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -236,6 +237,75 @@ class TestStalls:
             writer.notify_complete(3)
         assert failed.value.kind is SinkFailureKind.STALLED
         assert "checkpoint 1" in str(failed.value) and "61s" in str(failed.value)
+
+    def test_a_send_that_blocks_past_the_stall_bound_before_it_fails_ends_the_attempt_at_once(
+            self, tmp_path: Path) -> None:
+        """The bound counts from the checkpoint's completion: a client that waits for
+        its own timeout (a broker away) before the first failure has used it up."""
+        outside = Outside()
+        clock = Clock()
+
+        def send_until_the_client_times_out(records: pa.Table, *, checkpoint_id: int,
+                                            subtask: int) -> None:
+            clock.now += 70.0
+            raise ConnectionError("no answer within the client's timeout")
+
+        outside.send = send_until_the_client_times_out  # type: ignore[method-assign]
+        writer = open_writer(outside, tmp_path, stall_timeout=60.0)
+        assert isinstance(writer, WriteAheadWriter)
+        writer._clock = clock
+        writer.write(rows(1))
+        writer.snapshot(1)
+        with pytest.raises(SinkFailedError) as failed:
+            writer.notify_complete(1)
+        assert failed.value.kind is SinkFailureKind.STALLED
+        assert "70s" in str(failed.value)
+
+    def test_a_send_that_hangs_is_reported_overdue_once_its_output_waited_past_the_bound(
+            self, tmp_path: Path) -> None:
+        outside = Outside()
+        clock = Clock()
+        entered, release = threading.Event(), threading.Event()
+
+        def hanging_send(records: pa.Table, *, checkpoint_id: int, subtask: int) -> None:
+            entered.set()
+            release.wait(30)
+            raise ConnectionError("gave up")
+
+        outside.send = hanging_send  # type: ignore[method-assign]
+        writer = open_writer(outside, tmp_path, stall_timeout=60.0)
+        assert isinstance(writer, WriteAheadWriter)
+        writer._clock = clock
+        writer.write(rows(1))
+        writer.snapshot(1)
+        raised: list[BaseException] = []
+
+        def send() -> None:
+            try:
+                writer.notify_complete(1)
+            except SinkFailedError as exc:
+                raised.append(exc)
+
+        sender = threading.Thread(target=send, daemon=True)
+        sender.start()
+        try:
+            assert entered.wait(10)
+            clock.now += 59
+            assert writer.overdue() is None
+            clock.now += 2
+            stall = writer.overdue()
+            assert stall is not None and stall.kind is SinkFailureKind.STALLED
+            assert stall.checkpoint_id == 1 and "its send has not returned" in str(stall)
+        finally:
+            release.set()
+            sender.join(10)
+        # When the send gives up at last, it reports the same stall itself.
+        assert [type(e) for e in raised] == [SinkFailedError]
+
+    def test_a_writer_whose_output_flows_is_never_overdue(self, tmp_path: Path) -> None:
+        writer, clock = clocked_writer(Outside(), tmp_path, stall_timeout=60.0)
+        clock.now += 1000
+        assert writer.overdue() is None
 
     def test_a_send_that_recovers_within_the_bound_starts_the_count_again(
             self, tmp_path: Path) -> None:

@@ -208,6 +208,12 @@ class SubtaskRuntime:
                 return
             if all(t.finished for t in self.tasks):
                 return
+            # Here, not in the sink's own thread: a send that hangs never fails by itself.
+            overdue = next((stall for writer in self.writers.values()
+                            if (stall := writer.overdue()) is not None), None)
+            if overdue is not None:
+                self.task_failed(overdue)
+                return
 
     # ------------------------------------------------------------------ channels
 

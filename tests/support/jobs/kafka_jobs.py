@@ -34,6 +34,15 @@ def bounded_copy(p: Pipeline) -> None:
     p.source(source).map(copy).sink(sinks.files(p.args["output"], format="jsonl"))
 
 
+def paced_numbers_to_kafka(p: Pipeline) -> None:
+    """``count`` records ``{"n": i}`` at ``rate`` per second into the Kafka topic
+    ``output`` through the exactly-once sink (markers in ``control``): a source that
+    never needs the broker, so the job runs on while the broker is away."""
+    source = sources.sequence(int(p.args["count"]), rate=float(p.args["rate"]), splits=2)
+    sink = sinks.kafka(p.args["output"], p.args["bootstrap"], control_topic=p.args["control"])
+    p.source(source).map(lambda r: {"n": r["seq"]}).sink(sink)
+
+
 def windowed_counts(p: Pipeline) -> None:
     """Clicks per user in 1 s event-time windows of an unbounded topic; ``idle_after``
     lets a partition without records stop holding the windows back."""
