@@ -21,7 +21,7 @@ help:
 	@echo "make test     host packages, lint, the builds, then every test"
 	@echo "make test T=tests/<package>   the tests of one folder or file (no lint, no builds)"
 	@echo "make test-unit / test-spark / test-cluster / test-kafka / test-postgres / test-e2e   one tier"
-	@echo "make test-chaos   ten minutes of random kills on the real node (not in make test)"
+	@echo "make test-chaos   ten minutes of random kills on the real node, then a lost node on kind (not in make test)"
 	@echo "make cluster  a local cluster: control plane, real node, images, S3, the chart"
 	@echo "make e2e-kind the real node's scenarios on a kind cluster (Docker, or a private dockerd)"
 	@echo "make lint     ruff, mypy (strict) and import-linter"
@@ -110,7 +110,7 @@ cluster-down: $(STAMP)
 # engine that answers is used, otherwise (as root) the project's private dockerd from
 # Debian's docker.io; the node image is built here (e2e/kind/README.md).
 e2e-kind: host-packages chart-crds builds
-	$(BIN)/python -m pytest -m kind $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "kind and not chaos" $(PYTEST_ARGS)
 
 # The tier of a test is the folder it lives in (tests/<package>/<tier>/, see the root
 # conftest.py); each slice below selects one tier by its derived marker.
@@ -134,7 +134,7 @@ cluster-tests-process-node:
 	$(BIN)/python -m pytest -m "cluster and not e2e and not chaos" $(PYTEST_ARGS)
 
 cluster-tests-nodes: cluster-tests-real-node
-	$(BIN)/python -m pytest -m kind $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "kind and not chaos" $(PYTEST_ARGS)
 
 cluster-tests-real-node:
 	$(BIN)/python -m pytest -m "e2e and not chaos and not kind" $(PYTEST_ARGS)
@@ -159,11 +159,14 @@ test-postgres: host-packages $(STAMP)
 test-e2e: host-packages builds
 	$(BIN)/python -m pytest -m "e2e and not chaos and not kind" $(PYTEST_ARGS)
 
-# The chaos run (tests/e2e/realnode/chaos/) kills pods at random for ten minutes:
-# longer than the budget of `make test` allows, so it runs only here.
-# CJOB_CHAOS_SECONDS shortens it, CJOB_CHAOS_SEED repeats a run's draws.
-test-chaos: host-packages builds
-	$(BIN)/python -m pytest -m chaos -s $(PYTEST_ARGS)
+# The chaos run (tests/e2e/realnode/chaos/) kills pods at random for ten minutes,
+# then kind with a worker node (tests/e2e/kind/chaos/) loses the node a job runs on:
+# longer than the budget of `make test` allows, so they run only here, one after the
+# other (both take the host lease). CJOB_CHAOS_SECONDS shortens the first,
+# CJOB_CHAOS_SEED repeats its draws.
+test-chaos: host-packages chart-crds builds
+	$(BIN)/python -m pytest -m "chaos and not kind" -s $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "chaos and kind" -s $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench all

@@ -34,7 +34,7 @@ class ScenarioCluster(Protocol):
         ...
 
 
-def _verify(records: list[dict[str, Any]], *, count: int) -> list[str]:
+def verify_output(records: list[dict[str, Any]], *, count: int) -> list[str]:
     """The running-sum example's own check of its output."""
     if str(RUNNING_SUM_DIR) not in sys.path:
         sys.path.insert(0, str(RUNNING_SUM_DIR))
@@ -200,7 +200,7 @@ def executor_and_driver_kills(
     assert done["restoredFrom"]["id"] == restored
 
     records = scenario.read_jsonl_objects(client, bucket=bucket, prefix="output/")
-    assert _verify(records, count=COUNT) == []
+    assert verify_output(records, count=COUNT) == []
     print(f"cold start -> first record {cold_start:.1f}s; "
           f"executor kill -> first record {executor_recovery:.1f}s "
           f"({executor_recovery / cold_start:.2f}x); "

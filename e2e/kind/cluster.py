@@ -1,7 +1,7 @@
-"""A one-node kind cluster on the private engine, as the kind scenarios use it.
+"""A kind cluster on the private engine, as the kind scenarios use it.
 
 :func:`cluster_config` is the kind configuration: one control-plane node that also
-runs the workloads, plus two settings some hosts need and others ignore (the kubelet
+runs the workloads (and, for the node-loss run, worker nodes beside it), plus two settings some hosts need and others ignore (the kubelet
 accepts cgroup v1, containerd does not lower ``oom_score_adj``), and with the node
 image built here, the kubeadm settings naming its images. :class:`KindCluster`
 creates and deletes the cluster, loads image archives into the node (``kind load
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import json
 import subprocess
 import tempfile
 from collections.abc import Callable
@@ -28,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from e2e.controlplane.rest import RestClient
+from e2e.controlplane.rest import RestClient, quote
 from e2e.kind.engine import DockerEngine, EngineError
 from e2e.kind.node_image import KUBEADM_PATCH
 from e2e.kind.routes import SavedRoute, restore_route, save_route, set_route
@@ -45,6 +46,9 @@ KUBELET_PATCH = """\
 kind: KubeletConfiguration
 failCgroupV1: false
 """
+#: The node image's bridge network (``node/files/etc/cni/net.d/``) and its one range.
+CNI_CONFIG = "/etc/cni/net.d/10-cjob-bridge.conflist"
+SINGLE_NODE_RANGE = "10.244.0.0/24"
 #: kind's own node images run containerd with a version 2 configuration.
 CONTAINERD_PATCH = """\
 [plugins."io.containerd.grpc.v1.cri"]
@@ -52,16 +56,17 @@ CONTAINERD_PATCH = """\
 """
 
 
-def cluster_config(*, local_image: bool) -> dict[str, Any]:
+def cluster_config(*, local_image: bool, workers: int = 0) -> dict[str, Any]:
     """The kind configuration of the scenarios (``local_image``: the node image built
-    here, whose control plane images carry the project's names)."""
+    here, whose control plane images carry the project's names; ``workers``: nodes
+    beside the control plane's)."""
     patches = [KUBELET_PATCH]
     if local_image:
         patches.append(KUBEADM_PATCH)
     return {
         "kind": "Cluster",
         "apiVersion": "kind.x-k8s.io/v1alpha4",
-        "nodes": [{"role": "control-plane"}],
+        "nodes": [{"role": "control-plane"}] + [{"role": "worker"}] * workers,
         "kubeadmConfigPatches": patches,
         "containerdConfigPatches": [CONTAINERD_PATCH],
     }
@@ -69,7 +74,12 @@ def cluster_config(*, local_image: bool) -> dict[str, Any]:
 
 @dataclass
 class KindCluster:
-    """A kind cluster of one node: create, load images, kill containers, delete."""
+    """A kind cluster: create, load images, kill containers, stop nodes, delete.
+
+    With ``workers`` the control-plane node keeps running workloads too (kind would
+    taint it), so that a job can move to it when a worker stops; the cluster's DNS
+    server is kept on it, since a stopped worker must not take the cluster's names
+    with it."""
 
     name: str
     engine: DockerEngine
@@ -77,6 +87,7 @@ class KindCluster:
     bin_dir: Path
     node_image: str
     local_image: bool = True
+    workers: int = 0
     runtime_image: str = ""
     operator_image: str = ""
     log: Log = lambda _: None
@@ -86,6 +97,11 @@ class KindCluster:
     @property
     def node(self) -> str:
         return f"{self.name}-control-plane"
+
+    @property
+    def worker_nodes(self) -> list[str]:
+        """kind's names of the worker nodes: ``<name>-worker``, ``<name>-worker2``, …"""
+        return [f"{self.name}-worker{'' if i == 1 else i}" for i in range(1, self.workers + 1)]
 
     @property
     def kubeconfig(self) -> Path:
@@ -100,17 +116,71 @@ class KindCluster:
 
     def create(self) -> None:
         config = self.work_dir / "cluster.yaml"
-        config.write_text(yaml.safe_dump(cluster_config(local_image=self.local_image)))
+        config.write_text(yaml.safe_dump(cluster_config(local_image=self.local_image,
+                                                        workers=self.workers)))
         self.log(f"kind create cluster {self.name} ({self.node_image})")
         self.engine.remember_cluster(self.name)
         self._kind("create", "cluster", "--name", self.name, "--image", self.node_image,
                    "--config", str(config), "--kubeconfig", str(self.kubeconfig),
                    "--wait", "180s")  # fmt: skip
         self._route_to_node()
-        # One node: one DNS server is enough, and its CPU request goes to the jobs.
-        self.engine.docker("exec", self.node, "kubectl", "--kubeconfig",
-                           "/etc/kubernetes/admin.conf", "scale", "deployment", "coredns",
-                           "--namespace", "kube-system", "--replicas", "1")  # fmt: skip
+        # One DNS server is enough, and its CPU request goes to the jobs.
+        self.node_kubectl("scale", "deployment", "coredns", "--namespace", "kube-system",
+                          "--replicas", "1")  # fmt: skip
+        if self.workers:
+            self._connect_pod_networks()
+            self.node_kubectl("taint", "nodes", self.node,
+                              "node-role.kubernetes.io/control-plane:NoSchedule-")
+            pin = {"spec": {"template": {"spec": {
+                "nodeSelector": {"kubernetes.io/hostname": self.node}}}}}
+            self.node_kubectl("patch", "deployment", "coredns", "--namespace", "kube-system",
+                              "--patch", json.dumps(pin))  # fmt: skip
+            self.node_kubectl("rollout", "status", "deployment", "coredns", "--namespace",
+                              "kube-system", "--timeout", "180s")  # fmt: skip
+
+    def _connect_pod_networks(self) -> None:
+        """Give each node's pods the node's own pod range, and each node a route to the
+        others' ranges through their addresses on kind's network.
+
+        The node image's bridge network holds one range (kind's own network plugin is
+        not in it), which on several nodes would hand out the same addresses twice
+        with no way between them. Done before any pod but the host-network ones runs
+        on a worker (the cluster's DNS server moves to the control-plane node next)."""
+        names = [self.node, *self.worker_nodes]
+        nodes = {n["metadata"]["name"]: n for n in self.rest().get("/api/v1/nodes")["items"]}
+        ranges = {name: str(nodes[name]["spec"]["podCIDR"]) for name in names}
+        addresses = {name: self.node_ip(name) for name in names}
+        for name in names:
+            config = self.engine.docker("exec", name, "cat", CNI_CONFIG).stdout
+            self.engine.docker("exec", "-i", name, "sh", "-c", f"cat > {CNI_CONFIG}",
+                               stdin=config.replace(SINGLE_NODE_RANGE,
+                                                    ranges[name]).encode())  # fmt: skip
+            for other in names:
+                if other != name:
+                    self.engine.docker("exec", name, "ip", "route", "replace", ranges[other],
+                                       "via", addresses[other])  # fmt: skip
+        self.log(f"pod ranges {ranges}, routed between the nodes")
+
+    def node_kubectl(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """kubectl in the control-plane node, as the cluster's admin."""
+        return self.engine.docker("exec", self.node, "kubectl", "--kubeconfig",
+                                  "/etc/kubernetes/admin.conf", *args)  # fmt: skip
+
+    def cordon(self, node: str, *, unschedulable: bool = True) -> None:
+        """``kubectl cordon`` (or, with ``unschedulable=False``, ``uncordon``) ``node``."""
+        self.rest().request("PATCH", f"/api/v1/nodes/{quote(node)}",
+                            body={"spec": {"unschedulable": unschedulable}},
+                            content_type="application/merge-patch+json")  # fmt: skip
+
+    def pause_node(self, node: str) -> None:
+        """Freeze every process of ``node`` (its kubelet, containerd, pods) at once, as
+        a machine that hangs or drops off the network stops: the API server hears
+        nothing more from it, and nothing on it runs until :meth:`resume_node`."""
+        self.engine.docker("pause", node)
+
+    def resume_node(self, node: str) -> None:
+        """Let a paused node's processes run on from where they stopped."""
+        self.engine.docker("unpause", node)
 
     def delete(self) -> list[str]:
         """Put the routes back and delete the cluster, each step whatever the others
@@ -130,9 +200,11 @@ class KindCluster:
             return []
         return [proc.stderr.strip()[-2000:] or f"kind exited with status {proc.returncode}"]
 
-    def node_ip(self) -> str:
+    def node_ip(self, node: str = "") -> str:
+        """The address on kind's network of ``node`` (the control-plane node's by default)."""
         fmt = "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}"
-        return self.engine.docker("inspect", "--format", fmt, self.node).stdout.strip()
+        return self.engine.docker("inspect", "--format", fmt,
+                                  node or self.node).stdout.strip()  # fmt: skip
 
     def _route_to_node(self) -> None:
         """Route the Service and pod ranges to the node, each saved (with the routes it
@@ -162,10 +234,12 @@ class KindCluster:
         return RestClient(server=cluster["server"], ca_file=files["ca.crt"],
                           client_cert=files["admin.crt"], client_key=files["admin.key"])  # fmt: skip
 
-    def import_image(self, archive: ImageArchive) -> None:
-        """``kind load image-archive``: the archive into the node's containerd."""
+    def import_image(self, archive: ImageArchive, *, nodes: list[str] | None = None) -> None:
+        """``kind load image-archive``: the archive into the containerd of ``nodes``
+        (every node unless given)."""
         self.log(f"kind load image-archive {archive.path.name} ({archive.tag})")
-        self._kind("load", "image-archive", str(archive.path), "--name", self.name,
+        only = ["--nodes", ",".join(nodes)] if nodes else []
+        self._kind("load", "image-archive", str(archive.path), "--name", self.name, *only,
                    timeout=1200)  # fmt: skip
 
     def ctr(self, *args: str) -> subprocess.CompletedProcess[str]:

@@ -1,7 +1,8 @@
 """pytest fixtures for the scenarios on kind (marker ``kind``).
 
 - ``kind_cluster`` (session): a one-node kind cluster with the project's operator and
-  runtime images loaded (``kind load image-archive``). Where a Docker engine answers
+  runtime images loaded (``kind_session``; the node-loss run's conftest asks it for a
+  worker node too) (``kind load image-archive``). Where a Docker engine answers
   (a developer's machine), it is used (``SystemEngine``); otherwise, as root with
   Debian's ``docker.io`` installed, the private engine of ``engine.py`` is started for
   the session. Either way the run takes the host lease, records the host first, and
@@ -62,6 +63,13 @@ def _log(line: str) -> None:
 
 @pytest.fixture(scope="session")
 def kind_cluster() -> Iterator[KindCluster]:
+    yield from kind_session(workers=0)
+
+
+def kind_session(*, workers: int) -> Iterator[KindCluster]:
+    """A kind cluster of a control-plane node and ``workers`` more for a pytest
+    session, the images loaded (the operator's on the control-plane node only: it is
+    the node that stays), the host put back after."""
     bin_dir = require_binaries(ALL_BINARIES)
     engine = choose_engine(log=_log)
     try:
@@ -80,11 +88,13 @@ def kind_cluster() -> Iterator[KindCluster]:
             name=f"cjob-e2e-{secrets.token_hex(3)}", engine=engine, kind=bin_dir / "kind",
             bin_dir=bin_dir, node_image=node_image, local_image=configured is None,
             runtime_image=built.runtime.tag, operator_image=built.operator.tag, log=_log,
+            workers=workers,
         )  # fmt: skip
         cluster.create()
         _state["cluster"] = cluster
-        for image in (built.runtime, built.operator):
-            cluster.import_image(ImageArchive(tag=image.tag, path=image.archive))
+        cluster.import_image(ImageArchive(tag=built.runtime.tag, path=built.runtime.archive))
+        cluster.import_image(ImageArchive(tag=built.operator.tag, path=built.operator.archive),
+                             nodes=[cluster.node])
         yield cluster
     finally:
         _state.clear()

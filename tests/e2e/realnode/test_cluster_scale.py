@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from e2e.cluster_scenarios import RATE, _verify, apply_s3_job, finished
+from e2e.cluster_scenarios import RATE, apply_s3_job, finished, verify_output
 from e2e.kind.chart import ChartRelease, HelmCommandError
 from e2e.realnode import scenario
 from e2e.realnode.pytest_plugin import RealCluster
@@ -87,4 +87,4 @@ def test_kubectl_scale_rescales_a_running_job_from_its_latest_checkpoint_exactly
     assert done["phase"] == "Succeeded", job.describe()
     assert done["restarts"] == 0, "a rescale is an upgrade, not a failure"
     records = scenario.read_jsonl_objects(cluster_s3.client(), bucket=bucket, prefix="output/")
-    assert _verify(records, count=COUNT) == []
+    assert verify_output(records, count=COUNT) == []
