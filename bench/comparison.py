@@ -126,6 +126,24 @@ def _ratios(pair: Pair, runs: list[list[Measurement]], field: str) -> list[float
     return out
 
 
+def select_rows(rows: Sequence[Row], pairs: Sequence[Pair], *,
+                only: Sequence[str]) -> tuple[list[Row], list[Pair]]:
+    """The rows labelled in ``only`` (all when it is empty), and the pairs that still
+    compare two of them (each against the baselines left). An unknown label raises
+    :class:`BenchmarkError` naming the known ones."""
+    if not only:
+        return list(rows), list(pairs)
+    known = [r.label for r in rows]
+    unknown = [label for label in only if label not in known]
+    if unknown:
+        raise BenchmarkError(benchmark="rows", problem=f"no row {unknown[0]!r}; the rows are "
+                                                       f"{', '.join(map(repr, known))}")
+    kept = [r for r in rows if r.label in only]
+    compared = [Pair(ours=p.ours, baselines=tuple(b for b in p.baselines if b in only))
+                for p in pairs if p.ours in only]
+    return kept, [p for p in compared if p.baselines]
+
+
 def run_comparison(*, name: str, title: str, rows: Sequence[Row], pairs: Sequence[Pair],
                    ns: argparse.Namespace, target_ratio: float, summary_key: str,
                    summary_unit: str, left_out: dict[str, str] | None = None,

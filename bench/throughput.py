@@ -27,7 +27,7 @@ import argparse
 from typing import Any
 
 from bench.common import env_int
-from bench.comparison import Pair, RateTarget, run_comparison
+from bench.comparison import Pair, RateTarget, run_comparison, select_rows
 from bench.rows import Baseline, Ours, Row
 
 TARGET_RATIO = 5.0
@@ -79,13 +79,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds allowed to each run (default 900)")
     parser.add_argument("--quick", action="store_true",
                         help="smoke scale: 1,000,000 records, 10,000 keys, one repetition")
+    parser.add_argument("--only", action="append", default=[], metavar="LABEL",
+                        help="run only this row (repeatable; the pairs keep the rows left), "
+                             "for a check of the code rather than a measurement")
 
 
 def run(ns: argparse.Namespace) -> dict[str, Any]:
     if ns.quick:
         ns.records, ns.keys, ns.repeat = 1_000_000, 10_000, 1
+    rows, pairs = select_rows(ROWS, PAIRS, only=ns.only)
     return run_comparison(
-        name="throughput", title="keyed count+sum (vectorised)", rows=ROWS, pairs=PAIRS,
+        name="throughput", title="keyed count+sum (vectorised)", rows=rows, pairs=pairs,
         ns=ns, target_ratio=TARGET_RATIO,
         summary_key="throughput_ratio_vs_structured_streaming",
         summary_unit="x (ours, discard / fastest SS noop, steady records/s)",

@@ -1,9 +1,14 @@
 """What a comparison writes into the summary besides its ratio: ours' own rate against
-the absolute target, counted only when the runs checkpointed as often as promised."""
+the absolute target, counted only when the runs checkpointed as often as promised; and
+which rows and pairs a run of some of the rows keeps."""
 
 from __future__ import annotations
 
-from bench.comparison import RateTarget, rate_entry
+import pytest
+
+from bench import throughput
+from bench.common import BenchmarkError
+from bench.comparison import RateTarget, rate_entry, select_rows
 from bench.rows import Measurement
 
 
@@ -51,3 +56,21 @@ def test_a_rate_below_the_target_is_not_met() -> None:
     runs = [[_ours(8e6, checkpoints=80, processing_seconds=75.0), _baseline()]]
 
     assert rate_entry(TARGET, runs=runs, records=600_000_000)["met"] is False
+
+
+def test_a_run_of_some_rows_keeps_the_pairs_among_them() -> None:
+    rows, pairs = select_rows(throughput.ROWS, throughput.PAIRS,
+                              only=["ours, discard", "SS hdfs, noop", "ours, files"])
+    assert [r.label for r in rows] == ["ours, discard", "ours, files", "SS hdfs, noop"]
+    assert [(p.ours, p.baselines) for p in pairs] == [("ours, discard", ("SS hdfs, noop",))]
+
+
+def test_without_a_selection_every_row_and_pair_runs() -> None:
+    rows, pairs = select_rows(throughput.ROWS, throughput.PAIRS, only=[])
+    assert rows == throughput.ROWS and pairs == throughput.PAIRS
+
+
+def test_an_unknown_row_is_refused_naming_the_rows() -> None:
+    with pytest.raises(BenchmarkError) as refused:
+        select_rows(throughput.ROWS, throughput.PAIRS, only=["ours, discrad"])
+    assert "'ours, discrad'" in str(refused.value) and "'SS hdfs, files'" in str(refused.value)
