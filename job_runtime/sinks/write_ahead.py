@@ -278,11 +278,10 @@ class WriteAheadWriter(SinkWriter):
         self._open = self._new_spool()
         self._bytes: dict[str, int] = {}
         self._completed_at: dict[str, float] = {}
-        self._last_send_failure = ""
-        """The last failed send's error, while output waits (for a stall's report)."""
         """When the checkpoint of each pending interval (by staged URI) completed: the
         age of undelivered output."""
-        """When the oldest pending interval's send first failed (``None``: it did not)."""
+        self._last_send_failure = ""
+        """The last failed send's error, while output waits (for a stall's report)."""
         self._dead_letters = 0
         self._clock: Callable[[], float] = time.monotonic
         self._key = secrets.token_hex(16)
@@ -443,47 +442,50 @@ class WriteAheadWriter(SinkWriter):
         not answer) has spent that time too, and the bound is how long output may wait.
         """
         now = self._clock()
+        failure = f"{type(exc).__name__}: {exc}"
         with self._lock:
             waiting = now - self._completed_at.get(interval.uri, now)
-            self._last_send_failure = f"{type(exc).__name__}: {exc}"
+            self._last_send_failure = failure
         bound = self._context.stall_timeout
         if bound and waiting > bound:
-            raise SinkFailedError(
-                kind=SinkFailureKind.STALLED, sink=self._name, subtask=interval.subtask,
-                checkpoint_id=interval.checkpoint_id,
-                problem=f"its output has waited {waiting:.0f}s since its checkpoint "
-                        f"completed, longer than the stall bound of {bound:g}s; last send "
-                        f"failure: {type(exc).__name__}: {exc}") from exc
+            raise self._stalled(interval, waiting=waiting, bound=bound, last=failure) from exc
         log.warning("the %s sink's send of the interval of checkpoint %d failed (its output "
                     "has waited %.0fs), will retry at the next checkpoint: %s", self._name,
                     interval.checkpoint_id, waiting, exc)
+
+    def _waiting(self, now: float) -> list[tuple[float, PendingInterval]]:
+        """Each pending interval whose checkpoint completed, with how long it has waited
+        (call with ``_lock`` held)."""
+        return [(now - self._completed_at[p.uri], p) for p in self._pending
+                if p.uri in self._completed_at]
 
     def overdue(self) -> SinkFailedError | None:
         now = self._clock()
         bound = self._context.stall_timeout
         with self._lock:
-            waiting = [(now - self._completed_at[p.uri], p) for p in self._pending
-                       if p.uri in self._completed_at]
+            waiting = self._waiting(now)
             last = self._last_send_failure
         if not bound or not waiting:
             return None
         age, interval = max(waiting, key=lambda entry: entry[0])
         if age <= bound:
             return None
+        return self._stalled(interval, waiting=age, bound=bound, last=last)
+
+    def _stalled(self, interval: PendingInterval, *, waiting: float, bound: float,
+                 last: str) -> SinkFailedError:
         return SinkFailedError(
             kind=SinkFailureKind.STALLED, sink=self._name, subtask=interval.subtask,
             checkpoint_id=interval.checkpoint_id,
-            problem=f"its output has waited {age:.0f}s since its checkpoint completed, "
+            problem=f"its output has waited {waiting:.0f}s since its checkpoint completed, "
                     f"longer than the stall bound of {bound:g}s; "
-                    + (f"last send failure: {last}" if last else
-                       "its send has not returned"))
+                    + (f"last send failure: {last}" if last else "its send has not returned"))
 
     def health(self) -> SinkHealth:
         now = self._clock()
         with self._lock:
             pending = list(self._pending)
-            ages = [now - self._completed_at[p.uri] for p in pending
-                    if p.uri in self._completed_at]
+            ages = [age for age, _ in self._waiting(now)]
         return SinkHealth(pending_intervals=len(pending),
                           pending_records=sum(p.records for p in pending),
                           pending_bytes=sum(self._bytes.get(p.uri, 0) for p in pending),
