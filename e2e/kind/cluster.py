@@ -1,12 +1,13 @@
 """A kind cluster on the private engine, as the kind scenarios use it.
 
 :func:`cluster_config` is the kind configuration: one control-plane node that also
-runs the workloads (and, for the node-loss run, worker nodes beside it), plus two settings some hosts need and others ignore (the kubelet
-accepts cgroup v1, containerd does not lower ``oom_score_adj``), and with the node
-image built here, the kubeadm settings naming its images. :class:`KindCluster`
-creates and deletes the cluster, loads image archives into the node (``kind load
-image-archive``), kills a pod's container through the node's own ``ctr`` (the kill
-hook of the scenarios), and routes the cluster's Service and pod ranges from the host
+runs the workloads (and, for the node-loss run, worker nodes beside it), plus two
+settings some hosts need and others ignore (the kubelet accepts cgroup v1,
+containerd does not lower ``oom_score_adj``), and with the node image built here,
+the kubeadm settings naming its images. :class:`KindCluster` creates and deletes the
+cluster, loads image archives into the node (``kind load image-archive``), kills a
+pod's container through the node's own ``ctr`` (the kill hook of the scenarios),
+freezes and resumes a worker node, and routes the cluster's Service and pod ranges from the host
 to the node, so the host reaches an S3 Service or a driver's metrics at the same
 addresses a real node's host does. The engine's record in the host lease names the
 cluster before kind creates it, and each route (with the routes it replaces) before it
