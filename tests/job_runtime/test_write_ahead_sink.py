@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +92,20 @@ def clocked_writer(outside: Outside, staging: Path, *,
     writer.snapshot(1)
     writer.notify_complete(1)
     return writer, clock
+
+
+def staged_writer(send: Callable[..., None], staging: Path, *,
+                  clock: Clock) -> WriteAheadWriter:
+    """A writer that sends through ``send``, bound 60 s, time from ``clock``, with one
+    record staged for checkpoint 1 (not yet completed)."""
+    outside = Outside()
+    outside.send = send  # type: ignore[method-assign]
+    writer = open_writer(outside, staging, stall_timeout=60.0)
+    assert isinstance(writer, WriteAheadWriter)
+    writer._clock = clock
+    writer.write(rows(1))
+    writer.snapshot(1)
+    return writer
 
 
 def rows(*values: int) -> Batch:
@@ -242,7 +257,6 @@ class TestStalls:
             self, tmp_path: Path) -> None:
         """The bound counts from the checkpoint's completion: a client that waits for
         its own timeout (a broker away) before the first failure has used it up."""
-        outside = Outside()
         clock = Clock()
 
         def send_until_the_client_times_out(records: pa.Table, *, checkpoint_id: int,
@@ -250,12 +264,7 @@ class TestStalls:
             clock.now += 70.0
             raise ConnectionError("no answer within the client's timeout")
 
-        outside.send = send_until_the_client_times_out  # type: ignore[method-assign]
-        writer = open_writer(outside, tmp_path, stall_timeout=60.0)
-        assert isinstance(writer, WriteAheadWriter)
-        writer._clock = clock
-        writer.write(rows(1))
-        writer.snapshot(1)
+        writer = staged_writer(send_until_the_client_times_out, tmp_path, clock=clock)
         with pytest.raises(SinkFailedError) as failed:
             writer.notify_complete(1)
         assert failed.value.kind is SinkFailureKind.STALLED
@@ -263,7 +272,6 @@ class TestStalls:
 
     def test_a_send_that_hangs_is_reported_overdue_once_its_output_waited_past_the_bound(
             self, tmp_path: Path) -> None:
-        outside = Outside()
         clock = Clock()
         entered, release = threading.Event(), threading.Event()
 
@@ -272,12 +280,7 @@ class TestStalls:
             release.wait(30)
             raise ConnectionError("gave up")
 
-        outside.send = hanging_send  # type: ignore[method-assign]
-        writer = open_writer(outside, tmp_path, stall_timeout=60.0)
-        assert isinstance(writer, WriteAheadWriter)
-        writer._clock = clock
-        writer.write(rows(1))
-        writer.snapshot(1)
+        writer = staged_writer(hanging_send, tmp_path, clock=clock)
         raised: list[BaseException] = []
 
         def send() -> None:
