@@ -33,13 +33,13 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import BenchmarkError, percentile, python_env
-from bench.operator_bench import (
-    JOBS_PATH,
+from bench.operator_cluster import (
     NAME,
     RECONCILE_SECONDS,
     JobCreation,
     OperatorRun,
     PodTimeline,
+    add_untainted_fake_nodes,
     count_phases,
     create_namespace,
     failure_reasons,
@@ -49,6 +49,7 @@ from bench.operator_bench import (
 )
 from cjob_lifecycle.plan import PlanSettings
 from e2e.controlplane.audit import OPERATOR_USER, count_by_kind, read_audit_records
+from e2e.operator_process import JOBS_PATH
 
 NAMESPACE = "bench-scale"
 REPO = Path(__file__).resolve().parents[1]
@@ -278,7 +279,6 @@ def failing_jobs(*, jobs: int, failures: int, round_index: int) -> list[str]:
 
 
 def measure_fleet(*, plane: Any, work: Path, settings: FleetSettings) -> dict[str, Any]:
-    from bench.operator_bench import add_untainted_fake_nodes
     from e2e.controlplane.kwok import KwokNodes
 
     jobs = settings.jobs

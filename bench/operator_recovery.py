@@ -84,19 +84,12 @@ from bench.common import (
     update_summary,
     write_result,
 )
-from bench.operator_bench import (
-    JOBS_PATH,
-    OperatorRun,
-    PodTimeline,
-    create_namespace,
-    install_crd,
-    kill_when_possible,
-    start_control_plane,
-    wait_until,
-)
+from bench.operator_bench import install_crd, kill_when_possible, start_control_plane
+from bench.operator_cluster import OperatorRun, PodTimeline, create_namespace, wait_until
 from bench.recovery import STANDBY_TARGET_RATIO, STANDBY_TARGET_SECONDS, TARGET_SECONDS
 from e2e.controlplane.container_launch import POD_DIR_ENV
 from e2e.jobs import running_sum_job
+from e2e.operator_process import JOBS_PATH
 
 NAME = "recovery-operator"
 NAMESPACE = "bench-recovery"

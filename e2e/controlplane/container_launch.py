@@ -16,15 +16,13 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from e2e.controlplane.container_run import ContainerRun
 from e2e.controlplane.kubeconfig import write_kubeconfig
+from e2e.controlplane.pod_host import PodHost
 from e2e.controlplane.pod_status import POD_IP
 from e2e.controlplane.rest import ApiError, quote
-
-if TYPE_CHECKING:
-    from e2e.controlplane.process_node import ProcessNode
 
 TOKEN_EXPIRATION_SECONDS = 24 * 3600
 SERVICEACCOUNT_DIR_ENV = "CJOB_SERVICEACCOUNT_DIR"
@@ -74,7 +72,7 @@ class PodLauncher:
     """Builds the launch of each container of one pod; reads the pod as passed in, so
     a change the apiserver reports (a label a ``fieldRef`` names) is seen."""
 
-    def __init__(self, *, node: ProcessNode, namespace: str, pod_name: str, uid: str,
+    def __init__(self, *, node: PodHost, namespace: str, pod_name: str, uid: str,
                  pod_dir: Path) -> None:
         self.node = node
         self.namespace = namespace

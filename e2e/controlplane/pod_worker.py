@@ -17,16 +17,14 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from e2e.controlplane.container_launch import ContainerConfigError, PodLauncher
 from e2e.controlplane.container_run import ContainerRun, terminated_state
+from e2e.controlplane.pod_host import PodHost
 from e2e.controlplane.pod_status import pod_status
 from e2e.controlplane.rest import STRATEGIC_MERGE_PATCH, ApiError, quote
 from e2e.controlplane.timestamps import now_rfc3339
-
-if TYPE_CHECKING:
-    from e2e.controlplane.process_node import ProcessNode
 
 TERMINATION_LOG_LINES = 80
 TERMINATION_LOG_BYTES = 2048
@@ -38,7 +36,7 @@ TERMINATION_MESSAGE_BYTES = 4096
 class PodWorker(threading.Thread):
     """Runs one pod (identified by its UID) from start to termination."""
 
-    def __init__(self, *, node: ProcessNode, pod: dict[str, Any]) -> None:
+    def __init__(self, *, node: PodHost, pod: dict[str, Any]) -> None:
         meta = pod["metadata"]
         super().__init__(name=f"pod-{meta['namespace']}-{meta['name']}", daemon=True)
         self.node = node
