@@ -4,8 +4,9 @@ The map is where a reader finds which module does what; one left out is a module
 nobody can find from the documentation, and the map says to update it with every
 change of layout. A module counts as named when its section of the map (the
 ``### <package>`` heading) quotes it in backticks: as its path below the package
-(``execution/driver/fence``), or its file name, or its bare name (inside a folder's
-list, ``sources/`` then ``union``, ``base``, …).
+(``execution/driver/fence``), the end of that path (``kafka/markers``), or its bare
+name (inside a folder's list, ``sources/`` then ``union``, ``base``, …), with or
+without ``.py``.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ def unnamed_modules(folder: Path, named: set[str]) -> list[str]:
         module = path.relative_to(folder).with_suffix("")
         if module.name == "__init__" or "__pycache__" in module.parts:
             continue
-        if module.as_posix() not in named and module.name not in named:
+        suffixes = {"/".join(module.parts[i:]) for i in range(len(module.parts))}
+        if not suffixes & named:
             missing.append(module.as_posix())
     return missing
 
