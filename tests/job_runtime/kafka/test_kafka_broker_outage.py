@@ -17,8 +17,8 @@ from cjob_spec.exit_codes import ExitCode
 from e2e.kafka import KafkaBroker, create_topic
 from e2e.kafka.clients import read_topic
 
-COUNT = 3_000
-RATE = 100  # 30 s of input: the broker goes away a few seconds in
+COUNT = 1_500
+RATE = 100  # 15 s of input: the broker goes away a few seconds in
 STALL_BOUND = 10.0
 
 
