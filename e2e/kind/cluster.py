@@ -7,8 +7,8 @@ containerd does not lower ``oom_score_adj``), and with the node image built here
 the kubeadm settings naming its images. :class:`KindCluster` creates and deletes the
 cluster, loads image archives into the node (``kind load image-archive``), kills a
 pod's container through the node's own ``ctr`` (the kill hook of the scenarios),
-freezes and resumes a worker node, and routes the cluster's Service and pod ranges from the host
-to the node, so the host reaches an S3 Service or a driver's metrics at the same
+freezes and resumes a worker node, and routes the cluster's Service and pod ranges
+from the host to the node, so the host reaches an S3 Service or a driver's metrics at the same
 addresses a real node's host does. The engine's record in the host lease names the
 cluster before kind creates it, and each route (with the routes it replaces) before it
 is set, so a killed run's cluster and routes are undone by the next run
@@ -30,7 +30,8 @@ from typing import Any
 
 import yaml
 
-from e2e.controlplane.rest import RestClient, quote
+from e2e.controlplane.nodes import cordon
+from e2e.controlplane.rest import RestClient
 from e2e.kind.engine import DockerEngine, EngineError
 from e2e.kind.node_image import KUBEADM_PATCH
 from e2e.kind.routes import SavedRoute, restore_route, save_route, set_route
@@ -169,9 +170,7 @@ class KindCluster:
 
     def cordon(self, node: str, *, unschedulable: bool = True) -> None:
         """``kubectl cordon`` (or, with ``unschedulable=False``, ``uncordon``) ``node``."""
-        self.rest().request("PATCH", f"/api/v1/nodes/{quote(node)}",
-                            body={"spec": {"unschedulable": unschedulable}},
-                            content_type="application/merge-patch+json")  # fmt: skip
+        cordon(self.rest(), node, unschedulable=unschedulable)
 
     def pause_node(self, node: str) -> None:
         """Freeze every process of ``node`` (its kubelet, containerd, pods) at once, as

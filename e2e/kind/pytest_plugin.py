@@ -1,8 +1,8 @@
 """pytest fixtures for the scenarios on kind (marker ``kind``).
 
 - ``kind_cluster`` (session): a one-node kind cluster with the project's operator and
-  runtime images loaded (``kind_session``; the node-loss run's conftest asks it for a
-  worker node too) (``kind load image-archive``). Where a Docker engine answers
+  runtime images loaded (``kind load image-archive``), made by ``kind_session``, which
+  the node-loss run's conftest asks for a worker node too. Where a Docker engine answers
   (a developer's machine), it is used (``SystemEngine``); otherwise, as root with
   Debian's ``docker.io`` installed, the private engine of ``engine.py`` is started for
   the session. Either way the run takes the host lease, records the host first, and

@@ -27,6 +27,7 @@ from operator_live import JobWatcher, Kubectl, OperatorProcess
 from cjob_spec.exit_codes import ExitCode
 from cjob_spec.names import DRIVER_CONTAINER
 from e2e.controlplane.controlplane import ControlPlane
+from e2e.controlplane.nodes import cordon
 from e2e.controlplane.process_node import ProcessNode
 from e2e.controlplane.rest import RestClient, quote
 from e2e.controlplane.waiting import wait_for
@@ -40,12 +41,6 @@ COUNT = 60_000
 next attempt's fence stops it (the cut comes about 30 s in, the takeover a minute
 later), or it would finish the job itself and never meet the fence."""
 RATE = 400
-
-
-def cordon(rest: RestClient, node: str, *, unschedulable: bool) -> None:
-    rest.request("PATCH", f"/api/v1/nodes/{quote(node)}",
-                 body={"spec": {"unschedulable": unschedulable}},
-                 content_type="application/merge-patch+json")
 
 
 def node_of(rest: RestClient, namespace: str, pod: str) -> str:
