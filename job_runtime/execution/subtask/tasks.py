@@ -117,8 +117,9 @@ class Task(threading.Thread):
         self.finished = False
         self.records_in = 0
         self.records_out = 0
-        # Wall-clock times of the first and latest batch a keyed task processed
-        # (reported with progress; the benchmarks derive throughput and recovery time).
+        # Wall-clock times of the first and latest batch a source read or a keyed task
+        # processed (reported with progress: the driver's first_record and last_record
+        # milestones, from which the benchmarks and tests read throughput and recovery).
         self.first_record_at: float | None = None
         self.last_record_at: float | None = None
         self.restore_seconds: float | None = None
@@ -131,6 +132,12 @@ class Task(threading.Thread):
         self._cancelled: Callable[[], bool] = runtime.is_cancelled
 
     # ------------------------------------------------------------------ output
+
+    def _mark_records_seen(self) -> None:
+        now = time.time()
+        if self.first_record_at is None:
+            self.first_record_at = now
+        self.last_record_at = now
 
     def emit(self, batch: Batch) -> None:
         batch = self.chain(batch)
@@ -466,6 +473,8 @@ class SourceTask(Task):
                 stamps, _ = event_times(batch, column=self._watermarks.strategy.column,
                                         operator=f"{self.source.name} source watermarks",
                                         subtask=self.runtime.subtask)
+            if len(batch):
+                self._mark_records_seen()
             self.records_in += len(batch)
             if self._input_chains:
                 batch = self._input_chains[input_of(self._batch_split)](batch)
@@ -602,8 +611,7 @@ class KeyedTask(Task):
     # -- processing
 
     def process(self, batch: Batch) -> None:
-        if self.first_record_at is None:
-            self.first_record_at = time.time()
+        self._mark_records_seen()
         self.records_in += len(batch)
         self.emit(self.operator.process(batch))
         self.emit_side_outputs()

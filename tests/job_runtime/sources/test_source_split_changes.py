@@ -17,16 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from source_tasks import FakeSubtask, source_task
 
-from cjob_checkpoint.checkpoint_storage import StateHandle
 from job_runtime import Pipeline, sinks, sources
 from job_runtime.errors import PipelineDefinitionError, UserCodeError
-from job_runtime.execution.config import SubtaskConfig
-from job_runtime.execution.stages import plan_stages
-from job_runtime.execution.subtask.tasks import SourceTask
-from job_runtime.execution.subtask.uploader import UploadJob
 from job_runtime.records import Batch
-from job_runtime.sinks.base import SinkWriter
 from job_runtime.sources.base import RestoredSplit, Source, SourceContext, Split, SplitReader
 from job_runtime.sources.kafka import (
     BEGINNING,
@@ -38,60 +33,6 @@ from job_runtime.sources.kafka import (
 from job_runtime.sources.union import UNION_INDEX_BASE, UnionSource
 
 WAIT = 10.0
-
-
-# --------------------------------------------------------------------------- a subtask
-
-
-class FakeSubtask:
-    """What a source task asks of its subtask (``TaskContext``), without sockets."""
-
-    def __init__(self, *, subtask: int, parallelism: int) -> None:
-        self.subtask = subtask
-        self.config = SubtaskConfig(
-            job_id="job-uid", job_name="job", entrypoint="m:f", python_path=(), args={},
-            parallelism=parallelism, max_parallelism=128, coordinator_host="127.0.0.1",
-            coordinator_port=1, checkpoint_root="file:///unused", staging_uri="file:///unused",
-            mode="exactly_once", unaligned=False)
-        self.s3_config = None
-        self.cancelled = threading.Event()
-        self.finished_sources = 0
-        self.failure: BaseException | None = None
-
-    def is_cancelled(self) -> bool:
-        return self.cancelled.is_set()
-
-    def submit_snapshot(self, job: UploadJob) -> None:
-        pass
-
-    def read_state(self, handle: StateHandle) -> bytes:
-        raise AssertionError("nothing is restored here")
-
-    def source_finished(self) -> None:
-        self.finished_sources += 1
-
-    def decline(self, checkpoint_id: int, reason: str, *, subsumed: bool) -> None:
-        pass
-
-    def task_failed(self, exc: BaseException) -> None:
-        self.failure = exc
-
-
-class Collected(SinkWriter):
-    def __init__(self) -> None:
-        self.rows: list[dict[str, Any]] = []
-
-    def write(self, batch: Batch) -> None:
-        self.rows.extend(batch.rows)
-
-    def snapshot(self, checkpoint_id: int) -> Any:
-        return None
-
-    def notify_complete(self, checkpoint_id: int, *, final: bool = False) -> None:
-        pass
-
-    def restore(self, states: list[Any]) -> None:
-        pass
 
 
 class OneRecordThenIdle(SplitReader):
@@ -140,15 +81,6 @@ class Growing(Source):
 
     def open(self, split: Split, position: Any, *, context: SourceContext) -> SplitReader:
         return OneRecordThenIdle(split, ends=not self._unbounded)
-
-
-def source_task(source: Source, subtask: FakeSubtask) -> tuple[SourceTask, Collected]:
-    p = Pipeline()
-    p.source(source).sink(sinks.discard())
-    sink = Collected()
-    task = SourceTask(source=source, restore=None, runtime=subtask, plan=plan_stages(p)[0],
-                      outputs=[], sink=sink)
-    return task, sink
 
 
 def eventually(condition: Callable[[], bool], what: str) -> None:
