@@ -90,7 +90,7 @@ from job_runtime.coordinator.worker import SerialWorker
 from job_runtime.errors import UserCodeError
 from job_runtime.faults import maybe_fail
 from job_runtime.sinks.health import SinkHealth
-from job_runtime.state.rocksdb_shared import SharedFileCleaner
+from cjob_checkpoint.shared_state import SharedStateRegistry
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +176,7 @@ class CheckpointCoordinator:
         self._pending: dict[int, PendingCheckpoint] = {}
         self._restore_metadata = initial_restore
         self.restored_from = initial_restore_pointer
-        self.shared_files = SharedFileCleaner(storage=storage)
+        self.shared_files = SharedStateRegistry(storage=storage)
         """Deletes the shared files of incremental snapshots once nothing retained uses them."""
         if initial_restore is not None:
             self.shared_files.remember(initial_restore.checkpoint_id, initial_restore)
@@ -525,7 +525,7 @@ class CheckpointCoordinator:
             stale = self.shared_files.stale(metadata)
             if stale:
                 # A subtask reused a file of a checkpoint pruned meanwhile (see
-                # rocksdb_shared): this checkpoint would not restore, so it fails.
+                # shared_state): this checkpoint would not restore, so it fails.
                 with self._lock:
                     self._commit_failed(checkpoint_id, CommitOutcome(
                         reason=AbortReason.STALE_SHARED_FILES,

@@ -21,7 +21,7 @@ the new 1%, and compactions' output.
 Only the files of a checkpoint this backend was told completed are reused: a
 file uploaded for a checkpoint that was later aborted may be deleted as part of
 that checkpoint's leftovers. Which shared file may be deleted is decided by the
-driver (:mod:`job_runtime.state.rocksdb_shared`).
+driver (:mod:`cjob_checkpoint.shared_state`).
 """
 
 from __future__ import annotations

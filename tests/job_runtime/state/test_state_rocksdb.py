@@ -22,7 +22,7 @@ from job_runtime.records import key_group_of
 from job_runtime.state.backend import UploadedState
 from job_runtime.state.rocksdb import RocksDBStateBackend
 from job_runtime.state.rocksdb_format import RocksDBStateError, RocksDBStateFile
-from job_runtime.state.rocksdb_shared import SharedFileCleaner
+from cjob_checkpoint.shared_state import SharedStateRegistry
 
 MAX_P = 128
 KEYS = 40_000
@@ -39,7 +39,7 @@ class Job:
         self.tmp_path = tmp_path
         self.storage = CheckpointStorage(f"file://{tmp_path}/checkpoints", job_id)
         self.store = InMemoryCheckpointStore(retained=retained)
-        self.cleaner = SharedFileCleaner(storage=self.storage)
+        self.cleaner = SharedStateRegistry(storage=self.storage)
         self.backend = self.new_backend()
         self.uploads: dict[int, UploadedState] = {}
 
@@ -235,7 +235,7 @@ class TestSharedFileDeletion:
         assert not uris(first) & uris(job.complete(2))
         newest = job.store.all()[-1]
         Path(local_path(newest.metadata_path)).write_bytes(b"damaged")
-        job.cleaner = SharedFileCleaner(storage=job.storage)   # a new driver: nothing cached
+        job.cleaner = SharedStateRegistry(storage=job.storage)   # a new driver: nothing cached
         job.fill(range(5), version=3)
         job.complete(3)
         assert uris(first) <= job.shared_on_storage()

@@ -15,7 +15,7 @@ from e2e.s3 import S3Bucket
 from job_runtime.records import key_group_of
 from job_runtime.state.backend import UploadedState
 from job_runtime.state.rocksdb import RocksDBStateBackend
-from job_runtime.state.rocksdb_shared import SharedFileCleaner
+from cjob_checkpoint.shared_state import SharedStateRegistry
 
 MAX_P = 128
 
@@ -31,7 +31,7 @@ def backend(tmp_path: Path, storage: CheckpointStorage, key_groups: range = rang
 
 
 def commit(storage: CheckpointStorage, store: InMemoryCheckpointStore,
-           cleaner: SharedFileCleaner, checkpoint_id: int, uploaded: UploadedState) -> None:
+           cleaner: SharedStateRegistry, checkpoint_id: int, uploaded: UploadedState) -> None:
     metadata = CheckpointMetadata(
         job=storage.job_id, checkpoint_id=checkpoint_id, timestamp=0.0, final=False, attempt=1,
         parallelism=1, max_parallelism=MAX_P,
@@ -49,7 +49,7 @@ def test_incremental_checkpoints_restore_and_clean_up_on_s3(
     storage = CheckpointStorage(f"{s3_bucket.uri}/ckpt", "job-u1",
                                 fs=S3FileSystem(config=s3_bucket.s3_config))
     store = InMemoryCheckpointStore(retained=1)
-    cleaner = SharedFileCleaner(storage=storage)
+    cleaner = SharedStateRegistry(storage=storage)
     db = backend(tmp_path, storage)
     try:
         for key in range(20_000):

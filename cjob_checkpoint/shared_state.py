@@ -1,8 +1,12 @@
-"""Which shared files of incremental snapshots may be deleted, and deleting them.
+"""The shared-state registry (Flink's ``SharedStateRegistry``): which shared files of
+incremental snapshots may be deleted, and deleting them.
 
-A ``rocksdb`` snapshot references table files in ``<job>/shared/`` that earlier
-checkpoints uploaded, so discarding a checkpoint's directory must not delete
-them. The driver runs this cleaner on the store's pruning path:
+An incremental snapshot (a ``rocksdb`` one) references table files in
+``<job>/shared/`` that earlier checkpoints uploaded, so discarding a checkpoint's
+directory must not delete them. Which files a checkpoint shares is written in its
+``_metadata`` (:meth:`~cjob_checkpoint.metadata.CheckpointMetadata.shared_files`),
+so the registry needs no state backend: the coordinator holds one and imports none.
+The driver runs it on the store's pruning path:
 
 1. ``discard`` (the store's discard callback) reads the discarded checkpoint's
    ``_metadata`` *before* deleting its directory and notes the shared files it
@@ -21,7 +25,7 @@ Crash safety, the rules that keep every restorable checkpoint whole:
   restore of another job's checkpoint its files stay that job's.
 - A subtask reuses only files of the last checkpoint it was told completed. In a
   race (that checkpoint pruned while a newer snapshot still referenced one of
-  its files), the coordinator asks :meth:`SharedFileCleaner.stale` and fails the
+  its files), the coordinator asks :meth:`SharedStateRegistry.stale` and fails the
   newer checkpoint instead of completing a broken one.
 
 What may leak: a crash between deleting a checkpoint's directory and deleting
@@ -48,7 +52,7 @@ last checkpoint it heard completed, which lags the newest by the notifications i
 flight (a few at most), so a reference to a file deleted longer ago cannot arrive."""
 
 
-class SharedFileCleaner:
+class SharedStateRegistry:
     """Reference-checked deletion of one job's shared files (the driver holds one)."""
 
     def __init__(self, *, storage: CheckpointStorage) -> None:
