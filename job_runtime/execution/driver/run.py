@@ -334,7 +334,7 @@ def _end(outcome: BaseException | None, *, settings: DriverSettings, job: Loaded
         # Suspended, not finished: the subtasks ended only after every sink committed
         # the suspend checkpoint, which stays for the resume; the sink's staging area
         # is the next attempt's, so the job's end (finish_job) does not run.
-        store.shutdown(JobOutcome.SUSPENDED, discard=coordinator.shared_files.discard)
+        store.shutdown(JobOutcome.SUSPENDED, discard=coordinator.commits.shared_state.discard)
         status.stop(state="suspended")
         spark_context.stop()
         latest = coordinator.latest
@@ -344,9 +344,9 @@ def _end(outcome: BaseException | None, *, settings: DriverSettings, job: Loaded
     if outcome is None:
         for name, sink in job.sinks:
             sink.finish_job(job_id=sink_job_id(settings.job_id, name), s3=s3)
-        store.shutdown(JobOutcome.FINISHED, discard=coordinator.shared_files.discard)
+        store.shutdown(JobOutcome.FINISHED, discard=coordinator.commits.shared_state.discard)
         latest = coordinator.latest
-        coordinator.delete_unreferenced_shared(0 if latest is None else latest.checkpoint_id)
+        coordinator.commits.delete_unreferenced_shared(0 if latest is None else latest.checkpoint_id)
         status.stop(state="finished")
         spark_context.stop()
         log.info("job finished: %d records written, %d checkpoints completed",
