@@ -14,6 +14,7 @@ import pytest
 
 from cjob_checkpoint.checkpoint_storage import CheckpointStorage
 from cjob_checkpoint.metadata import CheckpointMetadata, KeyedStateHandle
+from cjob_checkpoint.shared_state import SharedStateRegistry
 from cjob_checkpoint.storage.errors import CorruptDataError
 from cjob_checkpoint.storage.local import local_path
 from cjob_checkpoint.store.base import CompletedCheckpoint
@@ -22,7 +23,6 @@ from job_runtime.records import key_group_of
 from job_runtime.state.backend import UploadedState
 from job_runtime.state.rocksdb import RocksDBStateBackend
 from job_runtime.state.rocksdb_format import RocksDBStateError, RocksDBStateFile
-from cjob_checkpoint.shared_state import SharedStateRegistry
 
 MAX_P = 128
 KEYS = 40_000

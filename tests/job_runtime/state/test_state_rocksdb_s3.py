@@ -8,6 +8,7 @@ from typing import Any
 
 from cjob_checkpoint.checkpoint_storage import CheckpointStorage
 from cjob_checkpoint.metadata import CheckpointMetadata, KeyedStateHandle
+from cjob_checkpoint.shared_state import SharedStateRegistry
 from cjob_checkpoint.storage.s3 import S3FileSystem
 from cjob_checkpoint.store.base import CompletedCheckpoint
 from cjob_checkpoint.store.memory import InMemoryCheckpointStore
@@ -15,7 +16,6 @@ from e2e.s3 import S3Bucket
 from job_runtime.records import key_group_of
 from job_runtime.state.backend import UploadedState
 from job_runtime.state.rocksdb import RocksDBStateBackend
-from cjob_checkpoint.shared_state import SharedStateRegistry
 
 MAX_P = 128
 
