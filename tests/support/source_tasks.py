@@ -11,7 +11,7 @@ from cjob_checkpoint.checkpoint_storage import StateHandle
 from job_runtime import Pipeline, sinks
 from job_runtime.execution.config import SubtaskConfig
 from job_runtime.execution.stages import plan_stages
-from job_runtime.execution.subtask.tasks import SourceTask
+from job_runtime.execution.subtask.source_task import SourceTask
 from job_runtime.execution.subtask.uploader import UploadJob
 from job_runtime.records import Batch
 from job_runtime.sinks.base import SinkWriter

@@ -46,7 +46,9 @@ from job_runtime.execution.config import LOOPBACK, SubtaskConfig
 from job_runtime.execution.entrypoint import add_python_path, build_pipeline
 from job_runtime.execution.process_clock import process_started_at
 from job_runtime.execution.stages import plan_stages
-from job_runtime.execution.subtask.tasks import BranchOutput, KeyedTask, SourceTask, Task
+from job_runtime.execution.subtask.keyed_task import KeyedTask
+from job_runtime.execution.subtask.source_task import SourceTask
+from job_runtime.execution.subtask.task import BranchOutput, Task
 from job_runtime.execution.subtask.uploader import Uploader, UploadJob
 from job_runtime.network.channels import (
     ChannelListener,

@@ -1,6 +1,6 @@
 """What a task may ask of the subtask it runs in: a narrow protocol, not the runtime.
 
-A task (a thread of one subtask, see :mod:`job_runtime.execution.subtask.tasks`) needs a
+A task (a thread of one subtask, see :mod:`job_runtime.execution.subtask.task`) needs a
 few things from its subtask: settings, whether to stop, a place to hand its
 snapshots, the restored state files, and a way to report declines and failures.
 Naming exactly those keeps the tasks testable without sockets and lets

@@ -24,7 +24,7 @@ from cjob_checkpoint.storage.s3 import S3Config
 from job_runtime.coordinator.messages import Ack, ToCoordinator
 from job_runtime.execution.config import SubtaskConfig
 from job_runtime.execution.stages import StagePlan
-from job_runtime.execution.subtask.tasks import Task
+from job_runtime.execution.subtask.task import Task
 from job_runtime.execution.subtask.uploader import Uploader, UploadJob
 from job_runtime.operators.keyed import build_keyed_operator
 from job_runtime.pipeline import KeyedOp, Pipeline

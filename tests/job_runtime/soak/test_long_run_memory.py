@@ -36,7 +36,7 @@ from job_runtime.coordinator.coordinator import CheckpointCoordinator
 from job_runtime.coordinator.settings import CheckpointSettings
 from job_runtime.execution.config import SubtaskConfig
 from job_runtime.execution.subtask.runtime import SubtaskRuntime
-from job_runtime.execution.subtask.tasks import SourceTask
+from job_runtime.execution.subtask.source_task import SourceTask
 from job_runtime.network.handshake import new_key
 
 JOB = "long-run-uid1"

@@ -23,7 +23,8 @@ PROBE = textwrap.dedent("""\
         def loaded(_):
             import sys
             return sorted(m for m in ("job_runtime.execution.subtask.runtime",
-                                      "job_runtime.execution.subtask.tasks", "pyarrow")
+                                      "job_runtime.execution.subtask.source_task",
+                                      "job_runtime.execution.subtask.keyed_task", "pyarrow")
                           if m in sys.modules)
         return loaded
 
@@ -41,5 +42,6 @@ def test_a_freshly_forked_python_worker_has_the_subtask_code_imported_before_its
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     line = next(line for line in done.stdout.splitlines() if line.startswith("LOADED"))
-    expected = ["job_runtime.execution.subtask.runtime", "job_runtime.execution.subtask.tasks", "pyarrow"]
+    expected = ["job_runtime.execution.subtask.keyed_task", "job_runtime.execution.subtask.runtime",
+                "job_runtime.execution.subtask.source_task", "pyarrow"]
     assert line == f"LOADED {[expected, expected]}"
