@@ -50,7 +50,7 @@ def source(*, timeout: float = 5.0) -> KafkaSource:
 
 def lookup(admin: FlakyAdmin, *, timeout: float = 5.0) -> dict[tuple[str, int], int]:
     partitions = [TopicPartition("events", p) for p in range(3)]
-    return source(timeout=timeout)._offsets(admin, partitions, spec=object())  # type: ignore[arg-type]
+    return source(timeout=timeout)._brokers().offsets(admin, partitions, spec=object())  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("code", [KafkaError.NOT_LEADER_FOR_PARTITION,

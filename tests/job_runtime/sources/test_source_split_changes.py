@@ -27,9 +27,9 @@ from job_runtime.sources.kafka import (
     BEGINNING,
     KafkaPartition,
     KafkaSource,
-    _plan_bytes,
     discovered_index,
 )
+from job_runtime.sources.kafka.plan import plan_bytes
 from job_runtime.sources.union import UNION_INDEX_BASE, UnionSource
 
 WAIT = 10.0
@@ -155,7 +155,8 @@ def staged(tmp_path: Path, source: KafkaSource,
             for t, n, start in partitions]
     uri = source._plan_uri(staging)
     Path(uri).parent.mkdir(parents=True, exist_ok=True)
-    Path(uri).write_bytes(_plan_bytes(plan, source=source))
+    Path(uri).write_bytes(plan_bytes(plan, bootstrap=source.bootstrap, topics=source.topics,
+                                     start=source.start, bounded=source.bounded))
     return SourceContext(subtask=0, parallelism=2, staging_uri=staging)
 
 
