@@ -49,11 +49,10 @@ import functools
 import logging
 import secrets
 import struct
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import IO, Any, BinaryIO, Protocol
+from typing import Any, BinaryIO, Protocol
 
 import pyarrow as pa
 
@@ -71,11 +70,13 @@ from job_runtime.sinks.commit import (
 )
 from job_runtime.sinks.failures import RejectedRecordError, SinkFailedError, SinkFailureKind
 from job_runtime.sinks.health import SinkHealth
+from job_runtime.sinks.interval import Spool
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CheckpointCommitter", "PendingInterval", "SendFunction", "WriteAheadSink",
-           "WriteAheadWriter", "staging_path", "write_ahead"]
+__all__ = ["ArrivalRecord", "CheckpointCommitter", "PendingInterval", "SendFunction",
+           "TransactionalSender", "WriteAheadSink", "WriteAheadWriter", "staging_path",
+           "write_ahead"]
 
 SPOOL_MAGIC = b"CJWA"
 SPOOL_VERSION = 1
@@ -99,12 +100,14 @@ class SendFunction(Protocol):
                  subtask: int) -> int | None: ...
 
 
-class CheckpointCommitter(abc.ABC):
-    """Records which intervals ``(subtask, checkpoint)`` of a job reached the outside.
+class ArrivalRecord(abc.ABC):
+    """Knows which intervals ``(subtask, checkpoint)`` of a job reached the outside.
 
-    The committer is pickled to the executors with the pipeline: open connections in
-    :meth:`open`, not in ``__init__``. Keys must include ``job_id`` so that another
-    job (or the same name created again) never finds this job's records.
+    Pickled to the executors with the pipeline: open connections in :meth:`open`, not
+    in ``__init__``. Keys must include ``job_id`` so that another job (or the same name
+    created again) never finds this job's records. What writes the record is either a
+    :class:`CheckpointCommitter` (a step after the send) or a
+    :class:`TransactionalSender` (in the send's own transaction).
     """
 
     def open(self, *, job_id: str) -> None:  # noqa: B027 - optional hook
@@ -117,16 +120,30 @@ class CheckpointCommitter(abc.ABC):
     def is_committed(self, *, subtask: int, checkpoint_id: int) -> bool:
         """Whether the interval of ``subtask`` closed by ``checkpoint_id`` arrived."""
 
-    @abc.abstractmethod
-    def commit(self, *, subtask: int, checkpoint_id: int) -> None:
-        """Record that it arrived; must be idempotent (a retry may record it again)."""
-
     def learn_interval(self, *, subtask: int, checkpoint_id: int,  # noqa: B027 - optional
                        key: str) -> None:
         """Told of each interval before any question about it, with its secret ``key``
         (hex; empty for an interval an older release staged). The key is kept only in
         the job's checkpoints, so a committer that proves its records with it can tell
         them from records anyone else wrote where it keeps them."""
+
+
+class CheckpointCommitter(ArrivalRecord):
+    """Records, after the user's ``send`` returned, that an interval arrived."""
+
+    @abc.abstractmethod
+    def commit(self, *, subtask: int, checkpoint_id: int) -> None:
+        """Record that it arrived; must be idempotent (a retry may record it again)."""
+
+
+class TransactionalSender(ArrivalRecord):
+    """Sends an interval and the record that it arrived in one transaction (the Kafka
+    sink's records with their commit marker), so there is no commit step: a crash
+    leaves both or neither."""
+
+    @abc.abstractmethod
+    def send(self, records: pa.Table, *, checkpoint_id: int, subtask: int) -> int | None:
+        """As :class:`SendFunction`, with the arrival recorded in the same transaction."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -159,21 +176,18 @@ class PendingInterval:
                    job=str(data.get("job") or written_by), key=str(data.get("key") or ""))
 
 
-class _Spool:
-    """One interval's batches as length-prefixed Arrow IPC streams in a spooled file.
+class ArrowSpool(Spool):
+    """The write-ahead sink's interval: each batch a length-prefixed Arrow IPC stream.
 
     Each batch is a stream of its own (schema and batch), so batches of one interval
     may differ in columns (row-form records need not agree) and are read back as one
-    table with their schemas unified.
+    table with their schemas unified (:func:`read_staged`).
     """
 
     def __init__(self, *, memory_bytes: int) -> None:
-        self._file: IO[bytes] = tempfile.SpooledTemporaryFile(  # noqa: SIM115 - close()
-            max_size=memory_bytes, prefix="cjob-write-ahead-")
-        self._file.write(SPOOL_MAGIC + bytes([SPOOL_VERSION]))
-        self.records = 0
+        super().__init__(memory_bytes=memory_bytes, prefix="cjob-write-ahead-",
+                         header=SPOOL_MAGIC + bytes([SPOOL_VERSION]))
         self.bytes = 0
-        self.checkpoint_id = 0
 
     def write(self, batch: Batch) -> None:
         arrow = batch.arrow
@@ -181,22 +195,11 @@ class _Spool:
         with pa.ipc.new_stream(sink, arrow.schema) as writer:
             writer.write_batch(arrow)
         data = sink.getvalue()
-        self._file.write(_LENGTH.pack(data.size))
-        self._file.write(memoryview(data))
+        spool = self.spool()
+        spool.write(_LENGTH.pack(data.size))
+        spool.write(memoryview(data))
         self.records += len(batch)
         self.bytes += _LENGTH.size + data.size
-
-    def stage(self, fs: FileSystem, uri: str) -> None:
-        """Copy the spool to ``uri``; durable when this returns; may be repeated."""
-        self._file.seek(0)
-        with fs.open_write(uri) as out:
-            while chunk := self._file.read(1 << 20):
-                out.write(chunk)
-            maybe_fail("subtask.during-pre-commit", self.checkpoint_id)
-        self._file.seek(0, 2)
-
-    def close(self) -> None:
-        self._file.close()
 
 
 def read_staged(stream: BinaryIO) -> pa.Table:
@@ -232,17 +235,17 @@ class _StageThrough(SinkSnapshot):
         return self._writer.stage_through(self._checkpoint_id)
 
 
-CommitterOf = Callable[[str], CheckpointCommitter]
+CommitterOf = Callable[[str], ArrivalRecord]
 """A committer that answers for the intervals of the job it is given (another job's,
 after a foreign restore), ready to be asked."""
 
 
-def copy_of(committer: CheckpointCommitter) -> CommitterOf:
+def copy_of(committer: ArrivalRecord) -> CommitterOf:
     """Committers for other jobs as shallow copies of ``committer`` as the job handed it
     over (call before it is opened), each opened with the other job's id."""
     unopened = copy.copy(committer)
 
-    def committer_of(job_id: str) -> CheckpointCommitter:
+    def committer_of(job_id: str) -> ArrivalRecord:
         other = copy.copy(unopened)
         other.open(job_id=job_id)
         return other
@@ -251,13 +254,19 @@ def copy_of(committer: CheckpointCommitter) -> CommitterOf:
 
 
 class WriteAheadWriter(SinkWriter):
-    def __init__(self, *, send: SendFunction, committer: CheckpointCommitter,
+    """``committer``: a :class:`CheckpointCommitter`, with the ``send`` it records, or
+    a :class:`TransactionalSender`, which sends and records in one step (no ``send``)."""
+
+    def __init__(self, *, committer: CheckpointCommitter | TransactionalSender,
                  context: SinkContext, staging: str, commit_retry: CommitRetry,
-                 memory_bytes: int, name: str, committer_of: CommitterOf | None = None
-                 ) -> None:
+                 memory_bytes: int, name: str, send: SendFunction | None = None,
+                 committer_of: CommitterOf | None = None) -> None:
+        if (send is None) != isinstance(committer, TransactionalSender):
+            raise TypeError("a write-ahead writer takes a send function with a "
+                            "CheckpointCommitter, and none with a TransactionalSender")
         self._send = send
         self._committer_of = committer_of or copy_of(committer)
-        self._origins: dict[str, CheckpointCommitter] = {}
+        self._origins: dict[str, ArrivalRecord] = {}
         """Committers of the jobs whose restored intervals this writer sends."""
         self._committer = committer
         self._context = context
@@ -273,7 +282,7 @@ class WriteAheadWriter(SinkWriter):
         self._lock = threading.Lock()
         self._stage_lock = threading.Lock()
         self._send_lock = threading.Lock()
-        self._closed: list[_Spool] = []
+        self._closed: list[ArrowSpool] = []
         self._pending: list[PendingInterval] = []
         self._open = self._new_spool()
         self._bytes: dict[str, int] = {}
@@ -287,8 +296,8 @@ class WriteAheadWriter(SinkWriter):
         self._key = secrets.token_hex(16)
         """This writer's secret for the intervals it stages (a new one per attempt)."""
 
-    def _new_spool(self) -> _Spool:
-        return _Spool(memory_bytes=self._memory_bytes)
+    def _new_spool(self) -> ArrowSpool:
+        return ArrowSpool(memory_bytes=self._memory_bytes)
 
     def _staging_uri(self, checkpoint_id: int) -> str:
         ctx = self._context
@@ -346,7 +355,7 @@ class WriteAheadWriter(SinkWriter):
             with self._lock:
                 return [p.to_json() for p in self._pending if p.checkpoint_id <= checkpoint_id]
 
-    def _origin(self, job: str) -> CheckpointCommitter:
+    def _origin(self, job: str) -> ArrivalRecord:
         """The committer of ``job``, another job whose interval this writer inherited."""
         committer = self._origins.get(job)
         if committer is None:
@@ -367,7 +376,7 @@ class WriteAheadWriter(SinkWriter):
 
     def _learn(self, interval: PendingInterval) -> None:
         """Tell the committers that may be asked about ``interval`` of it."""
-        committers = [self._committer]
+        committers: list[ArrivalRecord] = [self._committer]
         if self._foreign(interval.job):
             committers.append(self._origin(interval.job))
         for committer in committers:
@@ -386,8 +395,13 @@ class WriteAheadWriter(SinkWriter):
             with self._fs.open_read(interval.uri) as stream:
                 records = read_staged(stream)
             try:
-                routed = self._send(records, checkpoint_id=interval.checkpoint_id,
-                                    subtask=interval.subtask)
+                if isinstance(committer, TransactionalSender):
+                    routed = committer.send(records, checkpoint_id=interval.checkpoint_id,
+                                            subtask=interval.subtask)
+                else:
+                    assert self._send is not None
+                    routed = self._send(records, checkpoint_id=interval.checkpoint_id,
+                                        subtask=interval.subtask)
             except RejectedRecordError as exc:
                 raise SinkFailedError(
                     kind=SinkFailureKind.REJECTED, sink=self._name, subtask=interval.subtask,
@@ -395,10 +409,12 @@ class WriteAheadWriter(SinkWriter):
                     problem=f"record {exc.position} of the interval's {len(records)}: "
                             f"{exc.problem}") from None
             self._dead_letters += routed or 0
-            # Killed here, the interval went out and the committer does not know:
-            # the restore sends it again unless send and commit share a transaction.
+            # Killed here, the interval went out and a committer does not know: the
+            # restore sends it again (a transactional sender's record went with it).
             maybe_fail("subtask.write-ahead-after-send", interval.checkpoint_id)
-            committer.commit(subtask=interval.subtask, checkpoint_id=interval.checkpoint_id)
+            if isinstance(committer, CheckpointCommitter):
+                committer.commit(subtask=interval.subtask,
+                                 checkpoint_id=interval.checkpoint_id)
         if self._foreign(interval.job):
             return  # that job's file: it may still be restored from the same checkpoint
         try:

@@ -257,7 +257,7 @@ class KafkaSink(Sink):
         if not self.exactly_once:
             return AtLeastOnceWriter(sink=self, context=context)
         transactions = Transactions(sink=self, context=context)
-        return WriteAheadWriter(send=transactions.send, committer=transactions,
+        return WriteAheadWriter(committer=transactions,
                                 committer_of=functools.partial(self._origin, context=context),
                                 context=context,
                                 staging=staging_path(None, context=context, sink=self.name),

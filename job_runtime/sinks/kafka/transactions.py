@@ -1,4 +1,4 @@
-"""The exactly-once Kafka sink's sender and committer: one transaction per interval.
+"""The exactly-once Kafka sink's transactional sender: one transaction per interval.
 
 Each pending interval is sent with its commit marker in one Kafka transaction under a
 stable transactional id (``cjob-<job>-<subtask>``); its initialisation fences zombies of
@@ -32,16 +32,14 @@ from job_runtime.sinks.kafka.markers import (
 )
 from job_runtime.sinks.kafka.refusals import EncodedRecord, permanent, produce, refusal
 from job_runtime.sinks.kafka.target import KafkaTarget
-from job_runtime.sinks.write_ahead import (
-    CheckpointCommitter,
-)
+from job_runtime.sinks.write_ahead import TransactionalSender
 
 log = logging.getLogger(__name__)
 
 
-class Transactions(CheckpointCommitter):
-    """The exactly-once Kafka writer's sending side and committer in one: an interval
-    and its marker go out in one transaction, so ``commit`` has nothing left to do."""
+class Transactions(TransactionalSender):
+    """The exactly-once Kafka writer's transactional sender: an interval and its commit
+    marker go out in one transaction, and the markers say which intervals arrived."""
 
     def __init__(self, *, sink: KafkaTarget, context: SinkContext) -> None:
         self._sink = sink
@@ -143,9 +141,6 @@ class Transactions(CheckpointCommitter):
             self._legacy = newest_by_subtask(
                 m for m in markers if m.version == LEGACY_MARKER_VERSION)
         return self._legacy
-
-    def commit(self, *, subtask: int, checkpoint_id: int) -> None:
-        """The marker went out in the interval's own transaction."""
 
     def close(self) -> None:
         if self._producer is not None:

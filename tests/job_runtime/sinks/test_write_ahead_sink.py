@@ -24,7 +24,7 @@ from job_runtime.sinks.base import SinkContext, SinkWriter
 from job_runtime.sinks.commit import CommitRetry, LostTransactionError, SinkCommitError
 from job_runtime.sinks.failures import RejectedRecordError, SinkFailedError, SinkFailureKind
 from job_runtime.sinks.health import SinkHealth
-from job_runtime.sinks.write_ahead import WriteAheadWriter
+from job_runtime.sinks.write_ahead import TransactionalSender, WriteAheadWriter
 
 QUICK = CommitRetry(attempts=2, first_delay=0.0, max_delay=0.0)
 
@@ -467,3 +467,52 @@ class TestBadInput:
         sink = write_ahead(Outside().send, OutsideCommitter(Outside()))
         with pytest.raises(PipelineDefinitionError, match="staging"):
             sink.open(context=SinkContext(subtask=0, parallelism=1, attempt_tag="a1e1"))
+
+
+class OutsideTransactions(TransactionalSender):
+    """Sends an interval and its record of arrival as one step, as a transaction would."""
+
+    def __init__(self, outside: Outside) -> None:
+        self.outside = outside
+        self.job_id = ""
+
+    def open(self, *, job_id: str) -> None:
+        self.job_id = job_id
+
+    def is_committed(self, *, subtask: int, checkpoint_id: int) -> bool:
+        return (self.job_id, subtask, checkpoint_id) in self.outside.committed
+
+    def send(self, records: pa.Table, *, checkpoint_id: int, subtask: int) -> None:
+        self.outside.send(records, checkpoint_id=checkpoint_id, subtask=subtask)
+        self.outside.committed.add((self.job_id, subtask, checkpoint_id))
+
+
+class TestATransactionalSender:
+    def transactional_writer(self, outside: Outside, staging: Path) -> WriteAheadWriter:
+        return WriteAheadWriter(committer=OutsideTransactions(outside),
+                                context=SinkContext(subtask=0, parallelism=1,
+                                                    attempt_tag="a1e1", job_id="job-1",
+                                                    staging_root=str(staging)),
+                                staging=str(staging / "write-ahead"), commit_retry=QUICK,
+                                memory_bytes=1 << 20, name="transactional")
+
+    def test_sends_each_interval_once_with_its_record_and_none_again_after_a_restore(
+            self, tmp_path: Path) -> None:
+        outside = Outside()
+        writer = self.transactional_writer(outside, tmp_path)
+        writer.write(rows(1, 2))
+        state = writer.snapshot(1)
+        writer.notify_complete(1)
+        assert outside.received == [(1, 0, [1, 2])]
+        assert outside.committed == {("job-1", 0, 1)}
+        restored = self.transactional_writer(outside, tmp_path)
+        restored.restore([state])
+        assert outside.received == [(1, 0, [1, 2])], "sent again after a restore"
+
+    def test_takes_no_send_function_beside_it(self, tmp_path: Path) -> None:
+        with pytest.raises(TypeError, match="TransactionalSender"):
+            WriteAheadWriter(committer=OutsideTransactions(Outside()), send=Outside().send,
+                             context=SinkContext(subtask=0, parallelism=1, attempt_tag="a",
+                                                 job_id="j", staging_root=str(tmp_path)),
+                             staging=str(tmp_path), commit_retry=QUICK, memory_bytes=1,
+                             name="transactional")
