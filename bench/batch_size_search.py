@@ -43,6 +43,9 @@ NOISE_BAND = 1.3
 """An overrun by less than this factor of the trigger may be one noisy batch."""
 PLATEAU_GAIN = 1.05
 """The throughput search doubles while a size's rate beats every smaller one's by this."""
+SEARCHES = ("throughput", "interval")
+"""The searches a baseline's ``--search`` names: its fastest size (the headline), or the
+fastest that fits our checkpoint interval (the labelled second row)."""
 
 
 class SizeSearch(Protocol):

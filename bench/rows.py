@@ -64,6 +64,10 @@ class Baseline:
     sink: str
     description: str
     tune_start: int
+    search: str = "interval"
+    """``throughput`` (batches back to back, the size searched to its rate's plateau) or
+    ``interval`` (a 1 s trigger, the largest batch that fits it):
+    :data:`bench.batch_size_search.SEARCHES`."""
 
 
 Row = Ours | Baseline
@@ -118,7 +122,7 @@ def _baseline_process(row: Baseline, *, records: int, keys: int, rows_per_batch:
     command = [sys.executable, "-m", "bench.spark_ss", "--query", row.query,
                "--provider", row.provider, "--sink", row.sink, "--records", str(records),
                "--keys", str(keys), "--rows-per-batch", str(rows_per_batch),
-               "--timeout", str(timeout)]
+               "--timeout", str(timeout), "--search", row.search]
     if tune:
         command.append("--tune")
     WORK.mkdir(parents=True, exist_ok=True)

@@ -2,9 +2,12 @@
 
 Every query reads the ``rate-micro-batch`` source (a fixed number of rows per
 micro-batch, so the amount of work does not depend on the clock), keys
-``value % keys`` and keeps count and sum of ``value`` per key, with a 1 s
-processing-time trigger, ``local[P]`` and ``spark.sql.shuffle.partitions = P``
-(one shuffle partition per core):
+``value % keys`` and keeps count and sum of ``value`` per key, with ``local[P]`` and
+``spark.sql.shuffle.partitions = P`` (one shuffle partition per core). The trigger
+follows the search (``--search``): ``throughput`` runs batches back to back (no
+trigger interval: a user tuning for throughput waits for nothing) and searches the
+batch size up to its rate's plateau; ``interval`` holds a 1 s processing-time
+trigger and the largest batch that fits it, our checkpoint interval:
 
 * ``aggregate``: ``groupBy(key).agg(count, sum)``, the engine's own aggregation;
 * ``pandas-state``: ``applyInPandasWithState`` with a Python function per key;
@@ -36,7 +39,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from bench.batch_size_search import BatchSizeSearch
+from bench.batch_size_search import SEARCHES, BatchSizeSearch, SizeSearch, ThroughputSearch
 from bench.ss_results import (
     RESULT_PREFIX,
     TUNED_PREFIX,
@@ -51,6 +54,10 @@ QUERIES = ("aggregate", "pandas-state", "transform-with-state")
 PROVIDERS = ("rocksdb", "hdfs")
 SINKS = ("noop", "files")
 TRIGGER_SECONDS = 1.0
+"""The ``interval`` search's trigger: our checkpoint interval."""
+DRIVER_MEMORY = "4g"
+"""The driver's heap, where ``local[P]`` runs the executors too: the 4 GiB the realistic
+baseline has, so the largest batches a throughput search tries are not squeezed."""
 FIRST_SIZE_WARMUP_BATCHES = 8
 """Warm-up batches of the search's first size: they also warm the JVM. With 2, the
 first size's batches ran 50 % slower than in a warm run, and the search, taking that
@@ -69,7 +76,7 @@ def _session(*, parallelism: int, provider: str) -> Any:
                .master(f"local[{parallelism}]")
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.driver.memory", "2g")
+               .config("spark.driver.memory", DRIVER_MEMORY)
                .config("spark.driver.host", "127.0.0.1")
                .config("spark.driver.bindAddress", "127.0.0.1")
                .config("spark.sql.shuffle.partitions", str(parallelism)))
@@ -131,8 +138,13 @@ class _BatchFiles:
         frame.write.mode("overwrite").parquet(os.path.join(self.output, f"batch={batch_id}"))
 
 
+def _trigger_seconds(search: str) -> float:
+    """Back to back for the throughput search, our interval for the interval search."""
+    return 0.0 if search == "throughput" else TRIGGER_SECONDS
+
+
 def _start(spark: Any, *, query: str, keys: int, rows_per_batch: int, parallelism: int,
-           sink: str, work: str) -> Any:
+           sink: str, work: str, trigger_seconds: float) -> Any:
     from pyspark.sql import functions as F
 
     checkpoint = tempfile.mkdtemp(prefix="checkpoint-", dir=work)
@@ -155,7 +167,7 @@ def _start(spark: Any, *, query: str, keys: int, rows_per_batch: int, parallelis
             outputStructType="key long, n long, total long", outputMode="Update",
             timeMode="None")
     writer = (out.writeStream.outputMode("update")
-              .trigger(processingTime=f"{TRIGGER_SECONDS:g} seconds")
+              .trigger(processingTime=f"{trigger_seconds:g} seconds")
               .option("checkpointLocation", checkpoint))
     if sink == "noop":
         writer = writer.format("noop")
@@ -186,11 +198,12 @@ def _batches(query: Any, *, wanted: int, deadline: float) -> list[dict[str, Any]
 
 def measure(*, spark: Any, query: str, records: int, keys: int, rows_per_batch: int,
             warmup_batches: int, parallelism: int, sink: str, work: str, spark_ready_at: float,
-            deadline: float) -> BaselineRun:
+            deadline: float, trigger_seconds: float) -> BaselineRun:
     """Warm-up batches, then as many batches as carry ``records`` rows."""
     batches = -(-records // rows_per_batch)
     running = _start(spark, query=query, keys=keys, rows_per_batch=rows_per_batch,
-                     parallelism=parallelism, sink=sink, work=work)
+                     parallelism=parallelism, sink=sink, work=work,
+                     trigger_seconds=trigger_seconds)
     try:
         progress = _batches(running, wanted=warmup_batches + batches, deadline=deadline)
         state_rows = [int(p["stateOperators"][0]["numRowsTotal"]) for p in progress
@@ -203,10 +216,19 @@ def measure(*, spark: Any, query: str, records: int, keys: int, rows_per_batch: 
                        state_rows=state_rows[-1] if state_rows else None)
 
 
+def search_of(search: str, *, start: int, limit: int) -> SizeSearch:
+    """``throughput``: the fastest size, up to ``limit`` (a quarter of the run's records,
+    so the chosen size still gives the measured run several batches); ``interval``: the
+    fastest that fits the 1 s trigger."""
+    if search == "throughput":
+        return ThroughputSearch(start=min(start, limit), limit=limit)
+    return BatchSizeSearch(start=start, limit=limit, budget_ms=TRIGGER_SECONDS * 1000.0)
+
+
 def tune(*, spark: Any, query: str, keys: int, start: int, limit: int, parallelism: int,
-         sink: str, work: str, deadline: float) -> Tuning:
-    """The batch size a user tuning this query for throughput would pick, holding it to
-    a checkpoint per trigger interval (:mod:`bench.batch_size_search`).
+         sink: str, work: str, deadline: float, search_kind: str = "interval") -> Tuning:
+    """The batch size a user tuning this query would pick: for throughput, or holding it
+    to a checkpoint per trigger interval (:mod:`bench.batch_size_search`).
 
     The search runs twice in the same JVM and the second pass decides: in the first,
     the per-batch costs of the early, small sizes ran up to twice as long as the same
@@ -215,7 +237,8 @@ def tune(*, spark: Any, query: str, keys: int, start: int, limit: int, paralleli
     (:data:`FIRST_SIZE_WARMUP_BATCHES` for the first size of the first pass) and three
     measured batches.
     """
-    search = BatchSizeSearch(start=start, limit=limit, budget_ms=TRIGGER_SECONDS * 1000.0)
+    search = search_of(search_kind, start=start, limit=limit)
+    trigger_seconds = _trigger_seconds(search_kind)
     points: list[TuningPoint] = []
     for pass_ in ("warm-up", "measured"):
         points = []
@@ -224,14 +247,14 @@ def tune(*, spark: Any, query: str, keys: int, start: int, limit: int, paralleli
             run = measure(spark=spark, query=query, records=3 * size, keys=keys,
                           rows_per_batch=size, warmup_batches=warmup,
                           parallelism=parallelism, sink=sink, work=work, spark_ready_at=0.0,
-                          deadline=deadline)
+                          deadline=deadline, trigger_seconds=trigger_seconds)
             batch_ms = statistics.median(b.duration_ms for b in run.measured)
             point = TuningPoint(rows_per_batch=size, batch_ms_median=batch_ms,
                                 records_per_second=run.measured_records / run.measured_seconds)
             points.append(point)
             print(f"[tune] {pass_} pass, rowsPerBatch {size:,}: batch {batch_ms:,.0f} ms, "
                   f"{point.records_per_second:,.0f} records/s"
-                  f"{'' if search.fits(point) else ' (overruns the trigger)'}",
+                  f"{search.note(point)}",
                   file=sys.stderr, flush=True)
     return Tuning(points=tuple(points), chosen=search.chosen(points))
 
@@ -246,6 +269,10 @@ def main() -> int:
     parser.add_argument("--rows-per-batch", type=int, required=True,
                         help="the batch size of the run, or the first size tried by --tune")
     parser.add_argument("--tune", action="store_true")
+    parser.add_argument("--search", choices=SEARCHES, default="interval",
+                        help="throughput: batches back to back, the size searched to its "
+                             "rate's plateau; interval: a 1 s trigger and the largest batch "
+                             "that fits it")
     parser.add_argument("--warmup-batches", type=int, default=2)
     parser.add_argument("--parallelism", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=900.0)
@@ -256,15 +283,18 @@ def main() -> int:
     spark_ready_at = time.time()
     try:
         if ns.tune:
+            limit = (max(1, ns.records // 4) if ns.search == "throughput"
+                     else max(ns.rows_per_batch, ns.records))
             tuning = tune(spark=spark, query=ns.query, keys=ns.keys, start=ns.rows_per_batch,
-                          limit=max(ns.rows_per_batch, ns.records), parallelism=ns.parallelism,
-                          sink=ns.sink, work=work, deadline=deadline)
+                          limit=limit, parallelism=ns.parallelism, sink=ns.sink, work=work,
+                          deadline=deadline, search_kind=ns.search)
             print(dump(TUNED_PREFIX, tuning), flush=True)
         else:
             run = measure(spark=spark, query=ns.query, records=ns.records, keys=ns.keys,
                           rows_per_batch=ns.rows_per_batch, warmup_batches=ns.warmup_batches,
                           parallelism=ns.parallelism, sink=ns.sink, work=work,
-                          spark_ready_at=spark_ready_at, deadline=deadline)
+                          spark_ready_at=spark_ready_at, deadline=deadline,
+                          trigger_seconds=_trigger_seconds(ns.search))
             print(dump(RESULT_PREFIX, run), flush=True)
     except TimedOut as exc:
         print(f"timed out after {ns.timeout:.0f} s: {exc}", file=sys.stderr, flush=True)

@@ -11,11 +11,15 @@ the steady-state rate and the end-to-end time are measured):
   it aggregates before the exchange (the combiner: one partial row per key per
   flush, flushed before every barrier);
 * Structured Streaming (``bench.spark_ss``), ``local[2]``, 2 shuffle
-  partitions, 1 s trigger, ``groupBy.agg``: RocksDB state store with
-  changelog checkpointing, and the default HDFS-backed state store; each into
-  the ``noop`` sink and into Parquet files per micro-batch (``foreachBatch``,
+  partitions, ``groupBy.agg``: RocksDB state store with changelog
+  checkpointing, and the default HDFS-backed state store; each into the
+  ``noop`` sink and into Parquet files per micro-batch (``foreachBatch``,
   idempotent by batch id). ``rowsPerBatch`` is tuned per configuration by a
-  search before the measured runs (:func:`bench.spark_ss.tune`).
+  search before the measured runs (:func:`bench.spark_ss.tune`): at its
+  fastest (batches back to back, the size doubled until the rate rises by
+  less than 5 %, up to a quarter of the input), the headline; and, for the
+  ``noop`` rows, held to a 1 s trigger (the fastest size whose batches fit our
+  checkpoint interval), a second comparison labelled as such.
 
 Repetitions alternate ours and the baselines. Ratios are computed within one
 repetition and reported as medians.
@@ -30,8 +34,9 @@ from bench.common import env_int
 from bench.comparison import Pair, RateTarget, run_comparison, select_rows
 from bench.rows import Baseline, Ours, Row
 
-TARGET_RATIO = 5.0
-"""Issue #13: >= 5x tuned Structured Streaming (and >= 10M records/s) on 2 cores."""
+TARGET_RATIO = 10.0
+"""Issue 'honest baselines': >= 10x Structured Streaming at its fastest batch size (and
+>= 10M records/s) on 2 cores."""
 RATE_TARGET = RateTarget(key="throughput_records_per_second", label="ours, discard",
                          records_per_second=10e6, checkpoint_interval_s=1.0)
 """The issue's absolute target: 10M records/s on 2 cores with a checkpoint every second."""
@@ -46,23 +51,32 @@ OURS_FILES = Ours(
                 "(two-phase commit per checkpoint)")
 
 
-def _baseline(provider: str, sink: str) -> Baseline:
+def _baseline(provider: str, sink: str, *, search: str = "throughput") -> Baseline:
     store = ("RocksDB + changelog checkpointing" if provider == "rocksdb"
              else "default HDFS-backed state store")
     output = ("noop sink" if sink == "noop"
               else "foreachBatch Parquet per batch id (idempotent)")
-    return Baseline(label=f"SS {provider}, {sink}", query="aggregate", provider=provider,
-                    sink=sink, tune_start=500_000,
+    tuned = ("batches back to back, rowsPerBatch searched to its rate's plateau"
+             if search == "throughput" else
+             "1 s trigger, the largest rowsPerBatch whose batches fit it")
+    suffix = "" if search == "throughput" else " at 1 s"
+    return Baseline(label=f"SS {provider}, {sink}{suffix}", query="aggregate",
+                    provider=provider, sink=sink, tune_start=500_000, search=search,
                     description=f"groupBy.agg, {store}, {output}, local[2], "
-                                f"2 shuffle partitions, 1 s trigger, tuned rowsPerBatch")
+                                f"2 shuffle partitions, 4 GiB driver, {tuned}")
 
 
 ROWS: list[Row] = [OURS_DISCARD, _baseline("rocksdb", "noop"), OURS_FILES,
                    _baseline("rocksdb", "files"), _baseline("hdfs", "noop"),
-                   _baseline("hdfs", "files")]
+                   _baseline("hdfs", "files"), _baseline("rocksdb", "noop", search="interval"),
+                   _baseline("hdfs", "noop", search="interval")]
 
 PAIRS = [Pair(ours=OURS_DISCARD.label, baselines=("SS rocksdb, noop", "SS hdfs, noop")),
-         Pair(ours=OURS_FILES.label, baselines=("SS rocksdb, files", "SS hdfs, files"))]
+         Pair(ours=OURS_FILES.label, baselines=("SS rocksdb, files", "SS hdfs, files")),
+         Pair(ours=OURS_DISCARD.label,
+              baselines=("SS rocksdb, noop at 1 s", "SS hdfs, noop at 1 s"))]
+"""The first pair is the headline (Structured Streaming at its fastest); the last holds
+its batches to our checkpoint interval, a second question (freshness, replay cost)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -92,5 +106,5 @@ def run(ns: argparse.Namespace) -> dict[str, Any]:
         name="throughput", title="keyed count+sum (vectorised)", rows=rows, pairs=pairs,
         ns=ns, target_ratio=TARGET_RATIO,
         summary_key="throughput_ratio_vs_structured_streaming",
-        summary_unit="x (ours, discard / fastest SS noop, steady records/s)",
+        summary_unit="x (ours, discard / SS noop at its fastest batch size, steady records/s)",
         rate_target=RATE_TARGET)
