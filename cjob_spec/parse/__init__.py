@@ -13,7 +13,7 @@ A null value counts as absent, as the API server treats nulls of non-nullable fi
 
 from cjob_spec.parse.checkpoint import S3_STORAGE_PATTERN
 from cjob_spec.parse.job import MAX_JOB_NAME_LENGTH, load_job_file, parse_job
-from cjob_spec.parse.spark import DRIVER_REQUEST_CORES, MASTER_PATTERN
+from cjob_spec.parse.spark_settings import DRIVER_REQUEST_CORES, MASTER_PATTERN
 
 __all__ = [
     "DRIVER_REQUEST_CORES",

@@ -33,11 +33,11 @@ from cjob_spec.model import (
 )
 from cjob_spec.names import API_VERSION, KIND
 from cjob_spec.parse.checkpoint import read_checkpoint, read_restore
-from cjob_spec.parse.code import read_job_code
+from cjob_spec.parse.job_code import read_job_code
 from cjob_spec.parse.node import Node
 from cjob_spec.parse.pod import POD_FIELDS, read_pod
-from cjob_spec.parse.restart import read_restart_policy
-from cjob_spec.parse.spark import check_task_slots, read_spark
+from cjob_spec.parse.restart_policy import read_restart_policy
+from cjob_spec.parse.spark_settings import check_task_slots, read_spark
 from cjob_spec.parse.values import DNS_LABEL_PATTERN, string_map
 
 MAX_PARALLELISM_LIMIT = defaults.MAX_PARALLELISM_LIMIT
