@@ -1,13 +1,14 @@
 """Sinks: exactly-once ``files``, ``kafka`` and ``write_ahead`` (for any system),
 ``print`` and ``discard``."""
 
+from job_runtime.sinks.arrival import CheckpointCommitter
 from job_runtime.sinks.base import Sink, SinkContext, SinkWriter
 from job_runtime.sinks.failures import RejectedRecordError
 from job_runtime.sinks.files import files
 from job_runtime.sinks.kafka import kafka
 from job_runtime.sinks.print import discard
 from job_runtime.sinks.print import print_ as print
-from job_runtime.sinks.write_ahead import CheckpointCommitter, write_ahead
+from job_runtime.sinks.write_ahead import write_ahead
 
 __all__ = ["CheckpointCommitter", "RejectedRecordError", "Sink", "SinkContext", "SinkWriter",
            "discard", "files", "kafka", "print", "write_ahead"]

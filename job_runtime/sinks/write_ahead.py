@@ -42,17 +42,14 @@ files are never deleted: that job may still be restored from the same checkpoint
 
 from __future__ import annotations
 
-import abc
 import copy
-import dataclasses
 import functools
 import logging
 import secrets
-import struct
 import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import Any, BinaryIO, Protocol
+from collections.abc import Callable
+from typing import Any
 
 import pyarrow as pa
 
@@ -61,6 +58,12 @@ from cjob_checkpoint.storage.factory import get_filesystem
 from job_runtime.errors import PipelineDefinitionError, UserCodeError
 from job_runtime.faults import maybe_fail
 from job_runtime.records import Batch
+from job_runtime.sinks.arrival import (
+    ArrivalRecord,
+    CheckpointCommitter,
+    SendFunction,
+    TransactionalSender,
+)
 from job_runtime.sinks.base import Sink, SinkContext, SinkSnapshot, SinkWriter
 from job_runtime.sinks.commit import (
     CommitRetry,
@@ -70,7 +73,7 @@ from job_runtime.sinks.commit import (
 )
 from job_runtime.sinks.failures import RejectedRecordError, SinkFailedError, SinkFailureKind
 from job_runtime.sinks.health import SinkHealth
-from job_runtime.sinks.interval import Spool
+from job_runtime.sinks.write_ahead_log import ArrowSpool, PendingInterval, read_staged
 
 log = logging.getLogger(__name__)
 
@@ -78,152 +81,7 @@ __all__ = ["ArrivalRecord", "CheckpointCommitter", "PendingInterval", "SendFunct
            "TransactionalSender", "WriteAheadSink", "WriteAheadWriter", "staging_path",
            "write_ahead"]
 
-SPOOL_MAGIC = b"CJWA"
-SPOOL_VERSION = 1
-PENDING_VERSION = 3
-"""Version 2 names the job that wrote the interval; version 1 intervals were written by
-the job whose checkpoint holds them. Version 3 carries the interval's ``key``, with
-which a committer may prove what it records of the interval (the Kafka sink's
-markers); an interval of an earlier version has none."""
-PENDING_VERSIONS = (1, 2, 3)
 DEFAULT_MEMORY_BYTES = 8 << 20
-_LENGTH = struct.Struct(">Q")
-
-
-class SendFunction(Protocol):
-    """Sends one interval; returns how many of its records went to a dead-letter
-    destination instead (``None``: none), and raises
-    :class:`~job_runtime.sinks.failures.RejectedRecordError` for a record that will
-    never be accepted."""
-
-    def __call__(self, records: pa.Table, *, checkpoint_id: int,
-                 subtask: int) -> int | None: ...
-
-
-class ArrivalRecord(abc.ABC):
-    """Knows which intervals ``(subtask, checkpoint)`` of a job reached the outside.
-
-    Pickled to the executors with the pipeline: open connections in :meth:`open`, not
-    in ``__init__``. Keys must include ``job_id`` so that another job (or the same name
-    created again) never finds this job's records. What writes the record is either a
-    :class:`CheckpointCommitter` (a step after the send) or a
-    :class:`TransactionalSender` (in the send's own transaction).
-    """
-
-    def open(self, *, job_id: str) -> None:  # noqa: B027 - optional hook
-        """Connect; called on the executor before the first question."""
-
-    def close(self) -> None:  # noqa: B027 - optional hook
-        """Disconnect."""
-
-    @abc.abstractmethod
-    def is_committed(self, *, subtask: int, checkpoint_id: int) -> bool:
-        """Whether the interval of ``subtask`` closed by ``checkpoint_id`` arrived."""
-
-    def learn_interval(self, *, subtask: int, checkpoint_id: int,  # noqa: B027 - optional
-                       key: str) -> None:
-        """Told of each interval before any question about it, with its secret ``key``
-        (hex; empty for an interval an older release staged). The key is kept only in
-        the job's checkpoints, so a committer that proves its records with it can tell
-        them from records anyone else wrote where it keeps them."""
-
-
-class CheckpointCommitter(ArrivalRecord):
-    """Records, after the user's ``send`` returned, that an interval arrived."""
-
-    @abc.abstractmethod
-    def commit(self, *, subtask: int, checkpoint_id: int) -> None:
-        """Record that it arrived; must be idempotent (a retry may record it again)."""
-
-
-class TransactionalSender(ArrivalRecord):
-    """Sends an interval and the record that it arrived in one transaction (the Kafka
-    sink's records with their commit marker), so there is no commit step: a crash
-    leaves both or neither."""
-
-    @abc.abstractmethod
-    def send(self, records: pa.Table, *, checkpoint_id: int, subtask: int) -> int | None:
-        """As :class:`SendFunction`, with the arrival recorded in the same transaction."""
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class PendingInterval:
-    """A staged interval waiting for its send: the sink's checkpoint state, as JSON."""
-
-    checkpoint_id: int
-    subtask: int
-    uri: str
-    records: int
-    job: str
-    """The identity that wrote it (``SinkContext.job_id``): whose committer knows it."""
-    key: str = ""
-    """The writer's secret for this interval (hex), see
-    :meth:`CheckpointCommitter.learn_interval`; empty before version 3."""
-
-    def to_json(self) -> dict[str, Any]:
-        return {"version": PENDING_VERSION, "checkpointId": self.checkpoint_id,
-                "subtask": self.subtask, "uri": self.uri, "records": self.records,
-                "job": self.job, "key": self.key}
-
-    @classmethod
-    def from_json(cls, data: Any, *, written_by: str) -> PendingInterval:
-        """``written_by``: the job a version 1 interval belongs to (the checkpoint's)."""
-        if not isinstance(data, dict) or data.get("version") not in PENDING_VERSIONS:
-            raise ValueError(f"not a write-ahead interval of version "
-                             f"{' or '.join(map(str, PENDING_VERSIONS))}: {data!r}")
-        return cls(checkpoint_id=int(data["checkpointId"]), subtask=int(data["subtask"]),
-                   uri=str(data["uri"]), records=int(data["records"]),
-                   job=str(data.get("job") or written_by), key=str(data.get("key") or ""))
-
-
-class ArrowSpool(Spool):
-    """The write-ahead sink's interval: each batch a length-prefixed Arrow IPC stream.
-
-    Each batch is a stream of its own (schema and batch), so batches of one interval
-    may differ in columns (row-form records need not agree) and are read back as one
-    table with their schemas unified (:func:`read_staged`).
-    """
-
-    def __init__(self, *, memory_bytes: int) -> None:
-        super().__init__(memory_bytes=memory_bytes, prefix="cjob-write-ahead-",
-                         header=SPOOL_MAGIC + bytes([SPOOL_VERSION]))
-        self.bytes = 0
-
-    def write(self, batch: Batch) -> None:
-        arrow = batch.arrow
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, arrow.schema) as writer:
-            writer.write_batch(arrow)
-        data = sink.getvalue()
-        spool = self.spool()
-        spool.write(_LENGTH.pack(data.size))
-        spool.write(memoryview(data))
-        self.records += len(batch)
-        self.bytes += _LENGTH.size + data.size
-
-
-def read_staged(stream: BinaryIO) -> pa.Table:
-    """The records of a staged interval as one table (schemas unified)."""
-    header = stream.read(len(SPOOL_MAGIC) + 1)
-    if header[:len(SPOOL_MAGIC)] != SPOOL_MAGIC or header[len(SPOOL_MAGIC):] != bytes(
-            [SPOOL_VERSION]):
-        raise ValueError("not a write-ahead interval file of version "
-                         f"{SPOOL_VERSION}")
-    tables = list(_tables(stream))
-    if not tables:
-        return pa.table({})
-    return pa.concat_tables(tables, promote_options="permissive")
-
-
-def _tables(stream: BinaryIO) -> Iterator[pa.Table]:
-    while prefix := stream.read(_LENGTH.size):
-        if len(prefix) != _LENGTH.size:
-            raise ValueError("the write-ahead interval file is truncated")
-        (length,) = _LENGTH.unpack(prefix)
-        data = stream.read(length)
-        if len(data) != length:
-            raise ValueError("the write-ahead interval file is truncated")
-        yield pa.ipc.open_stream(pa.py_buffer(data)).read_all()
 
 
 class _StageThrough(SinkSnapshot):

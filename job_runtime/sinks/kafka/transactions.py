@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 
 from job_runtime.errors import client_error_text
+from job_runtime.sinks.arrival import TransactionalSender
 from job_runtime.sinks.base import SinkContext
 from job_runtime.sinks.commit import SinkFencedError
 from job_runtime.sinks.failures import (
@@ -32,7 +33,6 @@ from job_runtime.sinks.kafka.markers import (
 )
 from job_runtime.sinks.kafka.refusals import EncodedRecord, permanent, produce, refusal
 from job_runtime.sinks.kafka.target import KafkaTarget
-from job_runtime.sinks.write_ahead import TransactionalSender
 
 log = logging.getLogger(__name__)
 
