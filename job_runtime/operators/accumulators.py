@@ -16,7 +16,7 @@ an unaligned checkpoint), so a reader must be able to tell a format it does not
 know from raw records.
 
 A partial batch of string or binary keys also carries the keys' identities
-(:func:`~job_runtime.operators.key_index.string_identities`, their 64 bits as an
+(:func:`~job_runtime.operators.key_identity.string_identities`, their 64 bits as an
 ``int64``, null for a null key) in :data:`KEY_IDENTITY`. The combiner hashes its distinct keys once, and
 both the router (the key group is in the identity's low half) and the keyed
 operator's key index use those hashes instead of walking the keys' bytes twice more.
@@ -34,15 +34,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from job_runtime.operators.key_index import (
-    KeyFamily,
-    canonical_type,
-    dense_offsets,
-    factorize_keys,
-    family_of,
-    key_groups_of_identities,
-    string_identities,
-)
+from job_runtime.operators.key_families import KeyFamily, canonical_type, family_of
+from job_runtime.operators.key_identity import key_groups_of_identities, string_identities
+from job_runtime.operators.key_numbering import dense_offsets, factorize_keys
 
 PARTIAL_VERSION = 1
 PARTIAL_PREFIX = f"__cjob_partial_v{PARTIAL_VERSION}:"
@@ -92,7 +86,7 @@ def fold_keys(*, keys: pa.Array | pa.ChunkedArray, column: Callable[[str], np.nd
 
     Dense integer keys are folded straight into arrays over their range, which
     are then cut down to the keys present: no numbering pass at all. Keys of any
-    other type are numbered by :func:`~job_runtime.operators.key_index.factorize_keys`.
+    other type are numbered by :func:`~job_runtime.operators.key_numbering.factorize_keys`.
     """
     if isinstance(keys, pa.ChunkedArray):
         keys = keys.combine_chunks()

@@ -40,7 +40,7 @@ from job_runtime.operators.accumulators import (
     hash_foldable,
     partial_batch,
 )
-from job_runtime.operators.key_index import concat_keys, typed_keys
+from job_runtime.operators.key_families import concat_keys, typed_keys
 from job_runtime.pipeline import KeyedOp
 from job_runtime.records import Batch, key_array
 

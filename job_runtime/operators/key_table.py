@@ -24,7 +24,9 @@ import numpy as np
 import pyarrow as pa
 
 from job_runtime.operators.accumulators import AccumulatorSpecs, initial, merge_into
-from job_runtime.operators.key_index import KeyFamily, KeyIndex, key_groups_of_identities
+from job_runtime.operators.key_families import KeyFamily
+from job_runtime.operators.key_identity import key_groups_of_identities
+from job_runtime.operators.key_index import KeyIndex
 from job_runtime.records import key_groups_of_array
 
 _IDENTIFIED = (KeyFamily.STRING, KeyFamily.BINARY)

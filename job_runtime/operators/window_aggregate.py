@@ -39,7 +39,8 @@ from job_runtime.operators.accumulators import (
     key_columns_of,
 )
 from job_runtime.operators.base import KeyedOperator
-from job_runtime.operators.key_index import factorize_keys, factorize_numbers, typed_keys
+from job_runtime.operators.key_families import typed_keys
+from job_runtime.operators.key_numbering import factorize_keys, factorize_numbers
 from job_runtime.operators.key_table import KeyTable
 from job_runtime.records import Batch, key_array, key_groups_of_array
 from job_runtime.watermarks import MIN_WATERMARK, TimeKind, event_times, time_array

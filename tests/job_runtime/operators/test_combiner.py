@@ -22,7 +22,7 @@ from job_runtime.operators.accumulators import (
     is_partial,
 )
 from job_runtime.operators.combiner import Combiner
-from job_runtime.operators.key_index import factorize_keys
+from job_runtime.operators.key_numbering import factorize_keys
 from job_runtime.operators.keyed import AggregateOperator, build_keyed_operator
 from job_runtime.pipeline import KeyedOp
 from job_runtime.records import (

@@ -12,8 +12,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from job_runtime.operators import key_index
-from job_runtime.operators.key_index import KeyFamily, KeyIndex, factorize_keys
+from job_runtime.operators import key_identity
+from job_runtime.operators.key_families import KeyFamily
+from job_runtime.operators.key_index import KeyIndex
+from job_runtime.operators.key_numbering import factorize_keys
 
 
 def _python_key(value: Any) -> Any:
@@ -120,7 +122,7 @@ class TestKeyIndex:
         def weak(array: pa.Array) -> np.ndarray:
             return np.asarray([len(v) % 4 for v in array.to_pylist()], dtype=np.uint64)
 
-        monkeypatch.setattr(key_index, "string_identities", weak)
+        monkeypatch.setattr(key_identity, "string_identities", weak)
         _check_slots(KeyIndex(), _cut(COLUMNS["strings"], 9))
         _check_slots(KeyIndex(), _cut(COLUMNS["binary"], 9))
         _check_slots(KeyIndex(), _cut(COLUMNS["composite"], 9))

@@ -8,18 +8,18 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from job_runtime.operators.key_index import _HashedLookup, _searched_lookup, _SortedLookup
+from job_runtime.operators.key_lookups import HashedLookup, SortedLookup, searched_lookup
 
-Lookup = _HashedLookup | _SortedLookup
+Lookup = HashedLookup | SortedLookup
 
 
 def hashed() -> Lookup:
-    lookup = _searched_lookup()
-    assert isinstance(lookup, _HashedLookup), "pandas provides the compiled hash table"
+    lookup = searched_lookup()
+    assert isinstance(lookup, HashedLookup), "pandas provides the compiled hash table"
     return lookup
 
 
-LOOKUPS: dict[str, Callable[[], Lookup]] = {"hashed": hashed, "sorted": _SortedLookup}
+LOOKUPS: dict[str, Callable[[], Lookup]] = {"hashed": hashed, "sorted": SortedLookup}
 
 
 @pytest.fixture(params=sorted(LOOKUPS))
