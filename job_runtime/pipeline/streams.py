@@ -1,311 +1,32 @@
-"""The user API: ``build(p: Pipeline)`` describes the dataflow.
-
-A pipeline is a source (or the ``union`` of several, each with record functions of
-its own first), a chain of operators and a sink, with branches: a keyed operator's
-side outputs (``ctx.output(tag, record)`` in ``process``, the windows'
-``late_data()``) each take record functions and a sink of their own. ``key_by`` starts a
-keyed exchange: the records are redistributed by key group so that each key is
-handled by exactly one subtask, and the keyed operator after it (``reduce``,
-``aggregate`` or ``process``) keeps state per key. The description is rebuilt
-in every process by calling the same ``build`` function, so user functions never
-need to be pickled.
+"""The streams ``build`` continues: each method checks its arguments, adds an
+operator to the :class:`~job_runtime.pipeline.definition.PipelineDefinition` and
+returns the stream that continues it.
 """
 
 from __future__ import annotations
 
 import abc
-import dataclasses
-import enum
-import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Generic, TypeVar
 
 import pyarrow as pa
 
 from job_runtime.durations import duration_ms
 from job_runtime.errors import PipelineDefinitionError
+from job_runtime.pipeline.definition import PipelineDefinition, aggregate_specs, check_sink
+from job_runtime.pipeline.ops import (
+    WINDOW_KINDS,
+    Branch,
+    KeyBy,
+    KeyedKind,
+    KeyedOp,
+    RecordKind,
+    RecordOp,
+    SourceInput,
+)
 from job_runtime.records import KeySelector, Record
 from job_runtime.sinks.base import MAIN_SINK, Sink
-from job_runtime.sources.base import Source
-from job_runtime.sources.union import UnionSource
-from job_runtime.watermarks import WatermarkStrategy
 from job_runtime.windows import LATE_DATA, SessionWindows, Window, WindowAssigner
-
-AGGREGATES = ("count", "sum", "min", "max", "mean")
-SINK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
-"""A sink's name keys its pending transactions in checkpoints and names its staging
-folder: letters, digits, '.', '_' and '-'."""
-
-
-class RecordKind(enum.StrEnum):
-    """The stateless functions."""
-
-    MAP = "map"
-    FLAT_MAP = "flat_map"
-    FILTER = "filter"
-    MAP_BATCHES = "map_batches"
-
-
-class KeyedKind(enum.StrEnum):
-    """The keyed operators, one operator class each (see ``build_keyed_operator``)."""
-
-    REDUCE = "reduce"
-    PROCESS = "process"
-    AGGREGATE = "aggregate"
-    WINDOW_AGGREGATE = "window_aggregate"
-    SESSION_AGGREGATE = "session_aggregate"
-    WINDOW_REDUCE = "window_reduce"
-    WINDOW_PROCESS = "window_process"
-    SESSION_REDUCE = "session_reduce"
-    SESSION_PROCESS = "session_process"
-
-
-WINDOW_KINDS = frozenset({KeyedKind.WINDOW_AGGREGATE, KeyedKind.SESSION_AGGREGATE,
-                          KeyedKind.WINDOW_REDUCE, KeyedKind.WINDOW_PROCESS,
-                          KeyedKind.SESSION_REDUCE, KeyedKind.SESSION_PROCESS})
-"""The windowed operators: they route records too late for any window aside."""
-
-
-@dataclasses.dataclass(frozen=True)
-class RecordOp:
-    """A stateless function: ``map``, ``flat_map``, ``filter`` or ``map_batches``."""
-
-    kind: RecordKind
-    fn: Callable[..., Any]
-    uid: str
-
-
-@dataclasses.dataclass(frozen=True)
-class KeyBy:
-    key: str | tuple[str, ...] | KeySelector
-    """A column, several columns (a composite key), or a function of the record."""
-    uid: str
-
-    @property
-    def columns(self) -> tuple[str, ...] | None:
-        """The key's columns; ``None`` for a function."""
-        if isinstance(self.key, str):
-            return (self.key,)
-        if isinstance(self.key, tuple):
-            return self.key
-        return None
-
-
-@dataclasses.dataclass(frozen=True)
-class KeyedOp:
-    """A keyed, stateful operator: ``reduce``, ``aggregate``, ``process``,
-    ``window_aggregate``, ``session_aggregate``, ``window_reduce`` or
-    ``window_process``."""
-
-    kind: KeyedKind
-    uid: str
-    key: KeyBy
-    fn: Callable[..., Any] | None = None
-    aggregates: tuple[tuple[str, str, str | None], ...] = ()
-    window: WindowAssigner | SessionWindows | None = None
-    allowed_lateness: int = 0
-    """Milliseconds a fired window is kept for late records (each updates its row)."""
-    event_time: str | None = None
-    """The event-time column (the source's watermark strategy names it)."""
-    on_timer: Callable[..., Any] | None = None
-    """``process`` only: called as ``on_timer(timestamp, ctx)`` when a timer is due."""
-
-    @property
-    def vectorised(self) -> bool:
-        """Aggregates computed with numpy over named columns, no Python function per
-        record: the stage before it combines, and reads large batches. Not
-        ``session_aggregate``: a record's session depends on the key's other records,
-        so it takes the records themselves."""
-        return self.kind in (KeyedKind.AGGREGATE, KeyedKind.WINDOW_AGGREGATE)
-
-
-Op = RecordOp | KeyBy | KeyedOp
-
-
-@dataclasses.dataclass(kw_only=True)
-class SourceInput:
-    """One source of the pipeline: its records' event time and, once it is unioned with
-    others, the record functions that apply to its records only."""
-
-    source: Source
-    watermarks: WatermarkStrategy | None
-    ops: list[RecordOp] = dataclasses.field(default_factory=list)
-    unioned: bool = False
-    tail: object | None = None
-    """The input's stream that may be continued (each is continued once)."""
-
-
-@dataclasses.dataclass(kw_only=True)
-class Branch:
-    """A side output of a keyed operator, its record functions and its sink. It runs in
-    the operator's task (no exchange), so its sink pre-commits at the same barriers."""
-
-    origin: KeyedOp
-    tag: str
-    ops: list[RecordOp] = dataclasses.field(default_factory=list)
-    sink: Sink | None = None
-    sink_name: str = ""
-
-
-class Pipeline:
-    """What ``build`` receives: the job's arguments and the entry to the dataflow."""
-
-    def __init__(self, *, args: Mapping[str, Any] | None = None, name: str = "job") -> None:
-        self.args: dict[str, Any] = dict(args or {})
-        self.name = name
-        self.source_op: Source | None = None
-        self.watermarks: WatermarkStrategy | None = None
-        self.inputs: list[SourceInput] = []
-        """Every source in the order ``source()`` was called; more than one only with a
-        ``union``, whose record functions before it are each input's ``ops``."""
-        self.ops: list[Op] = []
-        self.sink_op: Sink | None = None
-        self.sink_name = MAIN_SINK
-        self.branches: list[Branch] = []
-        self._tail: object | None = None
-
-    def source(self, source: Source, *, watermarks: WatermarkStrategy | None = None) -> Stream:
-        """The job's input; ``watermarks`` (see :mod:`job_runtime.watermarks`) gives its
-        records an event time, which windows need. Called again, another input, whose
-        stream must be joined to the first with ``union``."""
-        if not isinstance(source, Source):
-            raise PipelineDefinitionError(
-                problem=f"p.source() needs a source from job_runtime.sources, got "
-                        f"{type(source).__name__}")
-        if watermarks is not None and not isinstance(watermarks, WatermarkStrategy):
-            raise PipelineDefinitionError(
-                problem=f"p.source(watermarks=...) needs a strategy from job_runtime.watermarks "
-                        f"(e.g. watermarks.bounded_out_of_orderness('ts', max_delay='5s')), got "
-                        f"{type(watermarks).__name__}")
-        entry = SourceInput(source=source, watermarks=watermarks)
-        self.inputs.append(entry)
-        if self.source_op is not None:
-            entry.tail = Stream(self, input_=entry)
-            return entry.tail
-        self.source_op = source
-        self.watermarks = watermarks
-        stream = Stream(self)
-        self._tail = stream
-        return stream
-
-    def job_source(self) -> Source:
-        """What the source task reads: the one source, or the union of the inputs."""
-        assert self.source_op is not None
-        if len(self.inputs) == 1:
-            return self.source_op
-        return UnionSource([entry.source for entry in self.inputs])
-
-    def _union(self, first: Stream, others: tuple[Stream, ...]) -> Stream:
-        streams = (first, *others)
-        if not others:
-            raise PipelineDefinitionError(problem="union() needs at least one other stream")
-        for stream in streams:
-            if not isinstance(stream, Stream) or stream._p is not self:
-                raise PipelineDefinitionError(
-                    problem="union() joins streams of this pipeline's p.source(...)")
-        mains = [s for s in streams if s._input is None]
-        if len(mains) != 1 or mains[0] is not self._tail:
-            raise PipelineDefinitionError(
-                problem="union() joins each source's stream once, before any key_by: "
-                        "p.source(a).union(p.source(b), ...)")
-        if any(not isinstance(op, RecordOp) for op in self.ops):
-            raise PipelineDefinitionError(problem="union() comes before any key_by")
-        if self.inputs[0].unioned:
-            # The functions after the first union apply to every input: they are not
-            # the first input's own, which a second union would take them for.
-            raise PipelineDefinitionError(
-                problem="union() joins all the sources at once: p.source(a).union("
-                        "p.source(b), p.source(c))")
-        joined = [s._input for s in streams if s._input is not None]
-        if (len({id(entry) for entry in joined}) != len(joined)
-                or any(e.unioned or s is not e.tail for s, e in
-                       ((s, s._input) for s in streams if s._input is not None))):
-            raise PipelineDefinitionError(
-                problem="union() joins each source's stream once, at its end")
-        strategies = [entry.watermarks for entry in (self.inputs[0], *joined)]
-        if any(s is None for s in strategies) and any(s is not None for s in strategies):
-            raise PipelineDefinitionError(
-                problem="union() joins sources that all have watermarks= or none of them: "
-                        "windows need event time from every input")
-        columns = {s.column for s in strategies if s is not None}
-        if len(columns) > 1:
-            raise PipelineDefinitionError(
-                problem=f"union() joins sources whose event time is one column; their "
-                        f"watermarks name {', '.join(sorted(columns))}")
-        # The record functions so far are the first input's own.
-        self.inputs[0].ops = [op for op in self.ops if isinstance(op, RecordOp)]
-        self.inputs[0].unioned = True
-        self.ops = []
-        for entry in joined:
-            entry.unioned = True
-        stream = Stream(self)
-        self._tail = stream
-        return stream
-
-    def _append(self, owner: object, op: Op) -> None:
-        if self.sink_op is not None:
-            raise PipelineDefinitionError(problem="nothing may follow the sink")
-        if owner is not self._tail:
-            raise PipelineDefinitionError(
-                problem="pipelines are linear: each stream can be continued only once")
-        self.ops.append(op)
-
-    def _uid(self, kind: str, name: str | None) -> str:
-        if name:
-            return name
-        before = sum(len(entry.ops) for entry in self.inputs)
-        return f"{before + len(self.ops) + 1:02d}-{kind}"
-
-    def validate(self) -> None:
-        if self.source_op is None:
-            raise PipelineDefinitionError(problem="build() did not call p.source(...)")
-        if self.sink_op is None:
-            raise PipelineDefinitionError(problem="build() did not end the pipeline with .sink(...)")
-        for entry in self.inputs[1:]:
-            if not entry.unioned:
-                raise PipelineDefinitionError(
-                    problem=f"the source {entry.source.name!r} is never read: join it to "
-                            f"the first with union()")
-        self._check_staged_names()
-        uids = [op.uid for op in self.ops] + [op.uid for b in self.branches for op in b.ops] \
-            + [op.uid for entry in self.inputs for op in entry.ops]
-        if len(uids) != len(set(uids)):
-            raise PipelineDefinitionError(problem=f"operator names must be unique: {uids}")
-        for branch in self.branches:
-            if branch.sink is None:
-                raise PipelineDefinitionError(
-                    problem=f"the side output {branch.tag!r} of {branch.origin.uid} does not "
-                            f"end with .sink(...)")
-        names = [name for name, _ in self.sinks()]
-        if len(names) != len(set(names)):
-            raise PipelineDefinitionError(
-                problem=f"sink names must be unique: {', '.join(names)} (give each "
-                        f".sink(..., name=...) its own)")
-
-    def _check_staged_names(self) -> None:
-        """Two inputs staged under one name would read one copy: the second input's
-        data would never be read, and the first's read twice."""
-        seen: dict[str, Source] = {}
-        for entry in self.inputs:
-            name = entry.source.staged_name
-            if name is None:
-                continue
-            other = seen.setdefault(name, entry.source)
-            if other is not entry.source:
-                raise PipelineDefinitionError(
-                    problem=f"two {entry.source.name} inputs are staged under the name "
-                            f"{name!r}: give each its own name=..., e.g. "
-                            f"sources.{entry.source.name}(..., name='orders')")
-
-    def sinks(self) -> list[tuple[str, Sink]]:
-        """Every sink of the job by name, the main stream's first."""
-        found = [] if self.sink_op is None else [(self.sink_name, self.sink_op)]
-        return found + [(b.sink_name, b.sink) for b in self.branches if b.sink is not None]
-
-    @property
-    def keyed_ops(self) -> list[KeyedOp]:
-        return [op for op in self.ops if isinstance(op, KeyedOp)]
-
 
 Continued = TypeVar("Continued", bound="Stream | SideStream")
 
@@ -337,7 +58,7 @@ class RecordFunctions(abc.ABC, Generic[Continued]):
 class Stream(RecordFunctions["Stream"]):
     """A stream of records; each method returns the continued stream."""
 
-    def __init__(self, pipeline: Pipeline, *, origin: KeyedOp | None = None,
+    def __init__(self, pipeline: PipelineDefinition, *, origin: KeyedOp | None = None,
                  input_: SourceInput | None = None) -> None:
         self._p = pipeline
         self._origin = origin
@@ -352,17 +73,17 @@ class Stream(RecordFunctions["Stream"]):
         particular order between them. With event time, every source has watermarks
         on the same column; the union's watermark is the minimum over all their
         splits."""
-        return self._p._union(self, others)
+        return _union(self._p, self, others)
 
     def _record(self, kind: RecordKind, fn: Callable[..., Any], name: str | None) -> Stream:
         if not callable(fn):
             raise PipelineDefinitionError(problem=f"{kind}() needs a function")
-        op = RecordOp(kind=kind, fn=fn, uid=self._p._uid(kind, name))
+        op = RecordOp(kind=kind, fn=fn, uid=self._p.uid(kind, name))
         if self._input is not None:
             return self._input_op(op)
-        self._p._append(self, op)
+        self._p.append(self, op)
         nxt = Stream(self._p)
-        self._p._tail = nxt
+        self._p.tail = nxt
         return nxt
 
     def _input_op(self, op: RecordOp) -> Stream:
@@ -407,10 +128,10 @@ class Stream(RecordFunctions["Stream"]):
         else:
             raise PipelineDefinitionError(
                 problem="key_by() needs a column name, a list of column names or a function")
-        op = KeyBy(key=spec, uid=self._p._uid("key_by", None))
-        self._p._append(self, op)
+        op = KeyBy(key=spec, uid=self._p.uid("key_by", None))
+        self._p.append(self, op)
         keyed = KeyedStream(self._p, op)
-        self._p._tail = keyed
+        self._p.tail = keyed
         return keyed
 
     def side_output(self, tag: str) -> SideStream:
@@ -451,7 +172,7 @@ class Stream(RecordFunctions["Stream"]):
         in checkpoints (give one only when a side output's sink takes the default)."""
         self._joined("sink")
         check_sink(sink, name=name)
-        if self._p._tail is not self:
+        if self._p.tail is not self:
             raise PipelineDefinitionError(
                 problem="each stream can be continued only once (read a keyed operator's "
                         "other records with side_output())")
@@ -465,21 +186,21 @@ class Stream(RecordFunctions["Stream"]):
 class KeyedStream:
     """A stream partitioned by key; the next operator keeps state per key."""
 
-    def __init__(self, pipeline: Pipeline, key: KeyBy) -> None:
+    def __init__(self, pipeline: PipelineDefinition, key: KeyBy) -> None:
         self._p = pipeline
         self._key = key
 
     def _keyed(self, op: KeyedOp) -> Stream:
-        self._p._append(self, op)
+        self._p.append(self, op)
         nxt = Stream(self._p, origin=op)
-        self._p._tail = nxt
+        self._p.tail = nxt
         return nxt
 
     def reduce(self, fn: Callable[[Record, Record], Record], *, name: str | None = None) -> Stream:
         """Combine each record with the key's previous result; emits every update."""
         if not callable(fn):
             raise PipelineDefinitionError(problem="reduce() needs a function")
-        return self._keyed(KeyedOp(kind=KeyedKind.REDUCE, uid=self._p._uid("reduce", name),
+        return self._keyed(KeyedOp(kind=KeyedKind.REDUCE, uid=self._p.uid("reduce", name),
                                    key=self._key, fn=fn))
 
     def process(self, fn: Callable[[Record, Any], Iterable[Record] | None], *,
@@ -497,7 +218,7 @@ class KeyedStream:
             raise PipelineDefinitionError(
                 problem="process(on_timer=...) needs a function of (timestamp, ctx)")
         strategy = self._p.watermarks
-        return self._keyed(KeyedOp(kind=KeyedKind.PROCESS, uid=self._p._uid("process", name),
+        return self._keyed(KeyedOp(kind=KeyedKind.PROCESS, uid=self._p.uid("process", name),
                                    key=self._key, fn=fn, on_timer=on_timer,
                                    event_time=None if strategy is None else strategy.column))
 
@@ -514,7 +235,7 @@ class KeyedStream:
         if self._key.columns is None:
             raise PipelineDefinitionError(
                 problem="aggregate() needs key_by(<column name>) or key_by([<columns>])")
-        return self._keyed(KeyedOp(kind=KeyedKind.AGGREGATE, uid=self._p._uid("aggregate", name),
+        return self._keyed(KeyedOp(kind=KeyedKind.AGGREGATE, uid=self._p.uid("aggregate", name),
                                    key=self._key, aggregates=aggregate_specs(outputs)))
 
     def window(self, assigner: WindowAssigner | SessionWindows, *,
@@ -571,7 +292,7 @@ class WindowedStream:
         session = isinstance(self._assigner, SessionWindows)
         return keyed._keyed(KeyedOp(
             kind=KeyedKind.SESSION_AGGREGATE if session else KeyedKind.WINDOW_AGGREGATE,
-            uid=keyed._p._uid("session" if session else "window", name), key=keyed._key,
+            uid=keyed._p.uid("session" if session else "window", name), key=keyed._key,
             aggregates=specs, window=self._assigner, allowed_lateness=self._allowed_lateness,
             event_time=strategy.column))
 
@@ -604,7 +325,7 @@ class WindowedStream:
         assert strategy is not None
         family = "session" if isinstance(self._assigner, SessionWindows) else "window"
         return keyed._keyed(KeyedOp(
-            kind=KeyedKind(f"{family}_{kind}"), uid=keyed._p._uid(f"{family}_{kind}", name),
+            kind=KeyedKind(f"{family}_{kind}"), uid=keyed._p.uid(f"{family}_{kind}", name),
             key=keyed._key,
             fn=fn, window=self._assigner, allowed_lateness=self._allowed_lateness,
             event_time=strategy.column))
@@ -613,7 +334,7 @@ class WindowedStream:
 class SideStream(RecordFunctions["SideStream"]):
     """A side output of a keyed operator: record functions, then a sink."""
 
-    def __init__(self, pipeline: Pipeline, branch: Branch) -> None:
+    def __init__(self, pipeline: PipelineDefinition, branch: Branch) -> None:
         self._p = pipeline
         self._branch = branch
 
@@ -647,29 +368,51 @@ class SideStream(RecordFunctions["SideStream"]):
         branch.sink_name = name
 
 
-def check_sink(sink: object, *, name: object) -> None:
-    if not isinstance(sink, Sink):
-        raise PipelineDefinitionError(
-            problem=f"sink() needs a sink from job_runtime.sinks, got {type(sink).__name__}")
-    if not isinstance(name, str) or not SINK_NAME.fullmatch(name):
-        raise PipelineDefinitionError(
-            problem=f"sink(name=...) must be 1-100 letters, digits, '.', '_' or '-', "
-                    f"starting with a letter or digit; got {name!r}")
-
-
-def aggregate_specs(outputs: Mapping[str, tuple[str, str | None] | str]
-                    ) -> tuple[tuple[str, str, str | None], ...]:
-    """``out=("sum", "v")`` / ``out="count"`` as ``(out, func, column)``, checked."""
-    specs: list[tuple[str, str, str | None]] = []
-    for out, spec in outputs.items():
-        func, column = (spec, None) if isinstance(spec, str) else spec
-        if func not in AGGREGATES:
+def _union(p: PipelineDefinition, first: Stream, others: tuple[Stream, ...]) -> Stream:
+    """``first.union(*others)``: the inputs joined into one stream, their record
+    functions so far each input's own."""
+    streams = (first, *others)
+    if not others:
+        raise PipelineDefinitionError(problem="union() needs at least one other stream")
+    for stream in streams:
+        if not isinstance(stream, Stream) or stream._p is not p:
             raise PipelineDefinitionError(
-                problem=f"aggregate {out}: unknown function {func!r}; "
-                        f"use one of {', '.join(AGGREGATES)}")
-        if func != "count" and not column:
-            raise PipelineDefinitionError(problem=f"aggregate {out}: {func} needs a column")
-        specs.append((out, func, column))
-    if not specs:
-        raise PipelineDefinitionError(problem="aggregate() needs at least one output")
-    return tuple(specs)
+                problem="union() joins streams of this pipeline's p.source(...)")
+    mains = [s for s in streams if s._input is None]
+    if len(mains) != 1 or mains[0] is not p.tail:
+        raise PipelineDefinitionError(
+            problem="union() joins each source's stream once, before any key_by: "
+                    "p.source(a).union(p.source(b), ...)")
+    if any(not isinstance(op, RecordOp) for op in p.ops):
+        raise PipelineDefinitionError(problem="union() comes before any key_by")
+    if p.inputs[0].unioned:
+        # The functions after the first union apply to every input: they are not
+        # the first input's own, which a second union would take them for.
+        raise PipelineDefinitionError(
+            problem="union() joins all the sources at once: p.source(a).union("
+                    "p.source(b), p.source(c))")
+    joined = [s._input for s in streams if s._input is not None]
+    if (len({id(entry) for entry in joined}) != len(joined)
+            or any(e.unioned or s is not e.tail for s, e in
+                   ((s, s._input) for s in streams if s._input is not None))):
+        raise PipelineDefinitionError(
+            problem="union() joins each source's stream once, at its end")
+    strategies = [entry.watermarks for entry in (p.inputs[0], *joined)]
+    if any(s is None for s in strategies) and any(s is not None for s in strategies):
+        raise PipelineDefinitionError(
+            problem="union() joins sources that all have watermarks= or none of them: "
+                    "windows need event time from every input")
+    columns = {s.column for s in strategies if s is not None}
+    if len(columns) > 1:
+        raise PipelineDefinitionError(
+            problem=f"union() joins sources whose event time is one column; their "
+                    f"watermarks name {', '.join(sorted(columns))}")
+    # The record functions so far are the first input's own.
+    p.inputs[0].ops = [op for op in p.ops if isinstance(op, RecordOp)]
+    p.inputs[0].unioned = True
+    p.ops = []
+    for entry in joined:
+        entry.unioned = True
+    stream = Stream(p)
+    p.tail = stream
+    return stream
