@@ -46,12 +46,22 @@ SAMPLES = 10
 WAIT = 30.0
 
 
-def held_by_runtime() -> int:
-    """Bytes still allocated by lines of ``job_runtime``, free lists emptied first."""
+def held_by_runtime() -> tracemalloc.Snapshot:
+    """What lines of ``job_runtime`` still hold, free lists emptied first."""
     gc.collect()
-    snapshot = tracemalloc.take_snapshot().filter_traces(
+    return tracemalloc.take_snapshot().filter_traces(
         [tracemalloc.Filter(True, "*/job_runtime/*")])
+
+
+def size(snapshot: tracemalloc.Snapshot) -> int:
     return sum(stat.size for stat in snapshot.statistics("filename"))
+
+
+def grown_lines(before: tracemalloc.Snapshot, after: tracemalloc.Snapshot) -> str:
+    """The lines whose held memory grew most between two floors: where a leak is."""
+    return "; ".join(f"{stat.traceback} +{stat.size_diff} B ({stat.count_diff:+} blocks)"
+                     for stat in after.compare_to(before, "lineno")[:5]
+                     if stat.size_diff > 0)
 
 
 def checkpoint_once(coordinator: CheckpointCoordinator) -> None:
@@ -66,15 +76,16 @@ def checkpoint_once(coordinator: CheckpointCoordinator) -> None:
         time.sleep(0.0005)
 
 
-def run_and_measure_floor(coordinator: CheckpointCoordinator, *, checkpoints: int) -> int:
-    """Complete ``checkpoints`` checkpoints; the least memory held after any of the last
-    :data:`SAMPLES` of them."""
-    floor: int | None = None
+def run_and_measure_floor(coordinator: CheckpointCoordinator, *,
+                          checkpoints: int) -> tracemalloc.Snapshot:
+    """Complete ``checkpoints`` checkpoints; what was held after the one of the last
+    :data:`SAMPLES` of them that held least."""
+    floor: tracemalloc.Snapshot | None = None
     for done in range(1, checkpoints + 1):
         checkpoint_once(coordinator)
         if done > checkpoints - SAMPLES:
             held = held_by_runtime()
-            floor = held if floor is None else min(floor, held)
+            floor = held if floor is None or size(held) < size(floor) else floor
     assert floor is not None
     return floor
 
@@ -109,9 +120,12 @@ def test_thousands_of_checkpoints_leave_memory_flat(tmp_path: Path) -> None:
         coordinator.stop()
         thread.join(timeout=WAIT)
 
-    print(f"runtime memory after {CHECKPOINTS // 3}: {third}, after {CHECKPOINTS}: {end}")
+    held_third, held_end = size(third), size(end)
+    print(f"runtime memory after {CHECKPOINTS // 3}: {held_third}, after {CHECKPOINTS}: "
+          f"{held_end}")
     assert coordinator.stats.completed == CHECKPOINTS
-    assert end < third * 1.1, f"runtime memory grew from {third} to {end} bytes"
+    assert held_end < held_third * 1.1, (f"runtime memory grew from {held_third} to "
+                                         f"{held_end} bytes: {grown_lines(third, end)}")
     source = next(t for t in runtime.tasks if isinstance(t, SourceTask))
     assert len(source.emitted_barriers) <= 1, "settled barrier ids are remembered"
     assert len(coordinator.stats.history) <= 100
