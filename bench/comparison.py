@@ -108,7 +108,8 @@ def _tune(rows: Sequence[Row], ns: argparse.Namespace, name: str) -> tuple[dict[
             sizes[row.label] = ns.rows_per_batch
             continue
         print(f"[{name}] tuning rowsPerBatch of {row.label}", flush=True)
-        tuning = tune_baseline(row, records=ns.records, keys=ns.keys, timeout=ns.timeout)
+        tuning = tune_baseline(row, records=row.records_of(ns.records), keys=ns.keys,
+                               timeout=ns.timeout)
         sizes[row.label] = tuning.chosen
         searches[row.label] = [dataclasses.asdict(p) for p in tuning.points]
         tried = ", ".join(f"{p.rows_per_batch:,}: {p.batch_ms_median:,.0f} ms "
@@ -117,10 +118,17 @@ def _tune(rows: Sequence[Row], ns: argparse.Namespace, name: str) -> tuple[dict[
     return sizes, searches
 
 
-def _ratios(pair: Pair, runs: list[list[Measurement]], field: str) -> list[float]:
+def _ratios(pair: Pair, runs: list[list[Measurement]], field: str, *,
+            same_records: bool = False) -> list[float]:
+    """Ours over the fastest baseline, per repetition; with ``same_records``, only where
+    every side ran the same records (an end-to-end time of fewer records compares
+    nothing)."""
     out = []
     for repetition in runs:
         by_label = {m.label: m for m in repetition}
+        sides = [by_label[pair.ours], *(by_label[b] for b in pair.baselines)]
+        if same_records and len({m.records for m in sides}) > 1:
+            continue
         best = max(getattr(by_label[b], field) for b in pair.baselines)
         out.append(getattr(by_label[pair.ours], field) / best)
     return out
@@ -176,7 +184,8 @@ def run_comparison(*, name: str, title: str, rows: Sequence[Row], pairs: Sequenc
                   sizes.get(r["label"])] for r in medians])
     ratios = [Ratio(ours=pair.ours, against_fastest_of=pair.baselines,
                     steady=_ratios(pair, runs, "steady_records_per_second"),
-                    end_to_end=_ratios(pair, runs, "end_to_end_records_per_second"))
+                    end_to_end=_ratios(pair, runs, "end_to_end_records_per_second",
+                                       same_records=True))
               for pair in pairs]
     print_table(f"{name}: ratios within each repetition (ours / fastest baseline)",
                 ["ours", "against", "steady (per repetition)", "median", "end to end", "median"],

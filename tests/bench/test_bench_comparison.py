@@ -8,8 +8,8 @@ import pytest
 
 from bench import throughput
 from bench.common import BenchmarkError
-from bench.comparison import RateTarget, rate_entry, select_rows
-from bench.rows import Measurement
+from bench.comparison import Pair, RateTarget, _ratios, rate_entry, select_rows
+from bench.rows import Baseline, Measurement
 
 
 def _ours(rate: float, *, checkpoints: int, processing_seconds: float) -> Measurement:
@@ -74,3 +74,17 @@ def test_an_unknown_row_is_refused_naming_the_rows() -> None:
     with pytest.raises(BenchmarkError) as refused:
         select_rows(throughput.ROWS, throughput.PAIRS, only=["ours, discrad"])
     assert "'ours, discrad'" in str(refused.value) and "'SS hdfs, files'" in str(refused.value)
+
+
+def test_a_baseline_capped_to_fewer_records_gives_a_steady_ratio_and_no_end_to_end_one(
+) -> None:
+    capped = Measurement(label="SS rocksdb, noop at 1 s", records=10_000_000,
+                         steady_records_per_second=1e6, seconds_to_last_record=20.0,
+                         wall_seconds=25.0, detail={})
+    pair = Pair(ours="ours, discard", baselines=("SS rocksdb, noop at 1 s",))
+    runs = [[_ours(60e6, checkpoints=5, processing_seconds=10.0), capped]]
+
+    assert _ratios(pair, runs, "steady_records_per_second") == [60.0]
+    assert _ratios(pair, runs, "end_to_end_records_per_second", same_records=True) == []
+    assert [b.records_of(600_000_000) for b in throughput.ROWS
+            if isinstance(b, Baseline) and b.search == "interval"] == [10_000_000] * 2
