@@ -185,10 +185,7 @@ class KeyedTask(Task):
         handler = self.handler
         gate = self.gate
         while not self.finished:
-            if self.runtime.is_cancelled():
-                return
-            self.drain_control()
-            if self.finished:
+            if not self.goes_on():
                 return
             priority = gate.take_priority_barrier()
             if priority is not None:

@@ -218,10 +218,7 @@ class SourceTask(Task):
 
     def _read(self) -> None:
         while not self.finished:
-            if self.runtime.is_cancelled():
-                return
-            self.drain_control()
-            if self.finished:
+            if not self.goes_on():
                 return
             if self.exhausted or self.final_barrier is not None:
                 self._wait_for_control(IDLE_WAIT_SECONDS)

@@ -219,6 +219,14 @@ class Task(threading.Thread):
             case _:
                 pass
 
+    def goes_on(self) -> bool:
+        """Between two batches: handle the control messages that arrived; whether the
+        task goes on (not cancelled, not finished by one of them)."""
+        if self.runtime.is_cancelled():
+            return False
+        self.drain_control()
+        return not self.finished
+
     def drain_control(self) -> None:
         while True:
             try:

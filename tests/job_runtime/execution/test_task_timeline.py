@@ -9,6 +9,7 @@ import time
 
 from source_tasks import FakeSubtask, source_task
 
+from job_runtime.execution.subtask.source_task import SourceTask
 from job_runtime.records import Batch
 from job_runtime.sources.base import Source, SourceContext, Split, SplitReader
 
@@ -36,10 +37,8 @@ class OneSplit(Source):
         return TwoBatches()
 
 
-def test_a_source_task_with_no_keyed_step_after_it_reports_its_first_and_last_record() -> None:
-    subtask = FakeSubtask(subtask=0, parallelism=1)
-    task, sink = source_task(OneSplit(), subtask)
-    before = time.time()
+def run_to_its_end(task: SourceTask, subtask: FakeSubtask) -> None:
+    """Run ``task`` until its source finished, then stop it."""
     task.start()
     try:
         deadline = time.monotonic() + WAIT
@@ -49,6 +48,13 @@ def test_a_source_task_with_no_keyed_step_after_it_reports_its_first_and_last_re
     finally:
         subtask.cancelled.set()
         task.join(WAIT)
+
+
+def test_a_source_task_with_no_keyed_step_after_it_reports_its_first_and_last_record() -> None:
+    subtask = FakeSubtask(subtask=0, parallelism=1)
+    task, sink = source_task(OneSplit(), subtask)
+    before = time.time()
+    run_to_its_end(task, subtask)
     assert sink.rows == [{"n": 1}, {"n": 2}]
     assert task.records_in == 2
     assert task.first_record_at is not None and task.last_record_at is not None
@@ -65,13 +71,5 @@ def test_a_source_task_that_reads_nothing_reports_no_record_times() -> None:
 
     subtask = FakeSubtask(subtask=0, parallelism=1)
     task, _ = source_task(Empty(), subtask)
-    task.start()
-    try:
-        deadline = time.monotonic() + WAIT
-        while subtask.finished_sources == 0:
-            assert time.monotonic() < deadline, "the source never finished"
-            time.sleep(0.01)
-    finally:
-        subtask.cancelled.set()
-        task.join(WAIT)
+    run_to_its_end(task, subtask)
     assert task.first_record_at is None and task.last_record_at is None

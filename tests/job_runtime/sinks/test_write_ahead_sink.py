@@ -20,7 +20,7 @@ import pytest
 from job_runtime.errors import PipelineDefinitionError, UserCodeError
 from job_runtime.records import Batch
 from job_runtime.sinks import CheckpointCommitter, write_ahead
-from job_runtime.sinks.arrival import TransactionalSender
+from job_runtime.sinks.arrival import ArrivalRecord, TransactionalSender
 from job_runtime.sinks.base import SinkContext, SinkWriter
 from job_runtime.sinks.commit import CommitRetry, LostTransactionError, SinkCommitError
 from job_runtime.sinks.failures import RejectedRecordError, SinkFailedError, SinkFailureKind
@@ -48,7 +48,9 @@ class Outside:
         return sorted(n for _, _, ns in self.received for n in ns)
 
 
-class OutsideCommitter(CheckpointCommitter):
+class OutsideRecords(ArrivalRecord):
+    """What the outside system's records say arrived, for this job."""
+
     def __init__(self, outside: Outside) -> None:
         self.outside = outside
         self.job_id = ""
@@ -59,6 +61,8 @@ class OutsideCommitter(CheckpointCommitter):
     def is_committed(self, *, subtask: int, checkpoint_id: int) -> bool:
         return (self.job_id, subtask, checkpoint_id) in self.outside.committed
 
+
+class OutsideCommitter(OutsideRecords, CheckpointCommitter):
     def commit(self, *, subtask: int, checkpoint_id: int) -> None:
         self.outside.committed.add((self.job_id, subtask, checkpoint_id))
 
@@ -470,18 +474,8 @@ class TestBadInput:
             sink.open(context=SinkContext(subtask=0, parallelism=1, attempt_tag="a1e1"))
 
 
-class OutsideTransactions(TransactionalSender):
+class OutsideTransactions(OutsideRecords, TransactionalSender):
     """Sends an interval and its record of arrival as one step, as a transaction would."""
-
-    def __init__(self, outside: Outside) -> None:
-        self.outside = outside
-        self.job_id = ""
-
-    def open(self, *, job_id: str) -> None:
-        self.job_id = job_id
-
-    def is_committed(self, *, subtask: int, checkpoint_id: int) -> bool:
-        return (self.job_id, subtask, checkpoint_id) in self.outside.committed
 
     def send(self, records: pa.Table, *, checkpoint_id: int, subtask: int) -> None:
         self.outside.send(records, checkpoint_id=checkpoint_id, subtask=subtask)
