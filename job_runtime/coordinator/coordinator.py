@@ -364,7 +364,7 @@ class CheckpointCoordinator:
                 return None
             now = self.clock()
             pending = PendingCheckpoint(
-                checkpoint_id=checkpoint_id, epoch=epoch.number, final=final, triggered_at=now,
+                checkpoint_id=checkpoint_id, final=final, triggered_at=now,
                 triggered_mono=time.monotonic(), tasks=self.job.tasks(), nonce=nonce,
                 suspends=suspends)
             self.stats.started(pending.stats)

@@ -47,11 +47,10 @@ class JobShape:
 class PendingCheckpoint:
     """A triggered checkpoint that waits for the acknowledgement of every task."""
 
-    def __init__(self, *, checkpoint_id: int, epoch: int, final: bool, triggered_at: float,
+    def __init__(self, *, checkpoint_id: int, final: bool, triggered_at: float,
                  triggered_mono: float, tasks: set[Task], nonce: str | None = None,
                  suspends: bool = False) -> None:
         self.checkpoint_id = checkpoint_id
-        self.epoch = epoch
         self.final = final
         self.triggered_at = triggered_at
         """Wall-clock time of the trigger: the checkpoint's timestamp."""

@@ -16,7 +16,7 @@ def handle(name: str) -> StateHandle:
 
 
 def pending() -> PendingCheckpoint:
-    return PendingCheckpoint(checkpoint_id=7, epoch=1, final=False, triggered_at=1000.0,
+    return PendingCheckpoint(checkpoint_id=7, final=False, triggered_at=1000.0,
                              triggered_mono=50.0, tasks=JOB.tasks())
 
 

@@ -16,25 +16,34 @@ from job_runtime.sources.base import Source, SourceContext, Split, SplitReader
 WAIT = 10.0
 
 
-class TwoBatches(SplitReader):
-    def __init__(self) -> None:
-        self._left = [Batch(rows=[{"n": 1}]), Batch(rows=[{"n": 2}])]
+class Batches(SplitReader):
+    def __init__(self, batches: list[Batch]) -> None:
+        self._left = list(batches)
+        self._read = 0
 
     def read_batch(self) -> Batch | None:
-        return self._left.pop(0) if self._left else None
+        if not self._left:
+            return None
+        self._read += 1
+        return self._left.pop(0)
 
     def position(self) -> int:
-        return 2 - len(self._left)
+        return self._read
 
 
 class OneSplit(Source):
+    """One split that reads ``batches``, then ends."""
+
     name = "numbers"
+
+    def __init__(self, batches: list[Batch]) -> None:
+        self._batches = batches
 
     def splits(self, *, context: SourceContext) -> list[Split]:
         return [Split(index=0, description="the only split")]
 
     def open(self, split: Split, position: object, *, context: SourceContext) -> SplitReader:
-        return TwoBatches()
+        return Batches(self._batches)
 
 
 def run_to_its_end(task: SourceTask, subtask: FakeSubtask) -> None:
@@ -52,7 +61,8 @@ def run_to_its_end(task: SourceTask, subtask: FakeSubtask) -> None:
 
 def test_a_source_task_with_no_keyed_step_after_it_reports_its_first_and_last_record() -> None:
     subtask = FakeSubtask(subtask=0, parallelism=1)
-    task, sink = source_task(OneSplit(), subtask)
+    task, sink = source_task(OneSplit([Batch(rows=[{"n": 1}]), Batch(rows=[{"n": 2}])]),
+                             subtask)
     before = time.time()
     run_to_its_end(task, subtask)
     assert sink.rows == [{"n": 1}, {"n": 2}]
@@ -62,14 +72,7 @@ def test_a_source_task_with_no_keyed_step_after_it_reports_its_first_and_last_re
 
 
 def test_a_source_task_that_reads_nothing_reports_no_record_times() -> None:
-    class Empty(OneSplit):
-        def open(self, split: Split, position: object, *,
-                 context: SourceContext) -> SplitReader:
-            reader = TwoBatches()
-            reader._left = [Batch(rows=[])]
-            return reader
-
     subtask = FakeSubtask(subtask=0, parallelism=1)
-    task, _ = source_task(Empty(), subtask)
+    task, _ = source_task(OneSplit([Batch(rows=[])]), subtask)
     run_to_its_end(task, subtask)
     assert task.first_record_at is None and task.last_record_at is None
