@@ -97,48 +97,54 @@ class Uploader:
             job = self._queue.get()
             if job is None:
                 return
-            started = time.perf_counter()
+            self._upload(job)
+            # Let go of the snapshot now, not when the next job arrives: until it is
+            # dropped, every key group written since its barrier is held twice.
+            del job
+
+    def _upload(self, job: UploadJob) -> None:
+        started = time.perf_counter()
+        try:
+            total = 0
+            operators: dict[str, OperatorState] = {}
+            for uid, (snapshot, key_groups) in job.snapshots.items():
+                groups = (key_groups[0], key_groups[1])
+                if isinstance(snapshot, IncrementalSnapshot):
+                    uploaded = snapshot.upload(storage=self._storage,
+                                               checkpoint_id=job.checkpoint_id,
+                                               operator=uid, subtask=job.subtask)
+                    total += uploaded.uploaded_bytes
+                    operators[uid] = OperatorState(handle=uploaded.handle,
+                                                   key_groups=groups, shared=uploaded.shared)
+                    continue
+                data = snapshot.serialize()
+                handle = self._storage.write_state(job.checkpoint_id, uid, job.subtask, data)
+                total += handle.size_bytes
+                operators[uid] = OperatorState(handle=handle, key_groups=groups)
+            channels: StateHandle | None = None
+            if job.channel_state:
+                rows = {c: [b.rows for b in batches]
+                        for c, batches in job.channel_state.items() if batches}
+                if rows:
+                    data = pickle.dumps(rows, protocol=pickle.HIGHEST_PROTOCOL)
+                    channels = self._storage.write_state(job.checkpoint_id, job.channel_uid,
+                                                         job.subtask, data)
+                    total += channels.size_bytes
+            # The sinks' staged data must be durable before any ack names it.
+            sinks = {name: snapshot.complete() for name, snapshot in job.sinks.items()}
+            stats = AckStats(sync_ms=job.stats.get("sync_ms", 0.0),
+                             alignment_ms=job.stats.get("alignment_ms", 0.0),
+                             async_ms=(time.perf_counter() - started) * 1000.0, bytes=total)
+            self._send(Ack(epoch=self._epoch, subtask=self._subtask,
+                           checkpoint_id=job.checkpoint_id, stage=job.stage,
+                           state=AckState(sources=job.sources, operators=operators,
+                                          channels=channels, sinks=sinks),
+                           stats=stats))
+        except Exception as exc:
+            log.warning("snapshot upload of checkpoint %d failed: %s", job.checkpoint_id, exc)
             try:
-                total = 0
-                operators: dict[str, OperatorState] = {}
-                for uid, (snapshot, key_groups) in job.snapshots.items():
-                    groups = (key_groups[0], key_groups[1])
-                    if isinstance(snapshot, IncrementalSnapshot):
-                        uploaded = snapshot.upload(storage=self._storage,
-                                                   checkpoint_id=job.checkpoint_id,
-                                                   operator=uid, subtask=job.subtask)
-                        total += uploaded.uploaded_bytes
-                        operators[uid] = OperatorState(handle=uploaded.handle,
-                                                       key_groups=groups, shared=uploaded.shared)
-                        continue
-                    data = snapshot.serialize()
-                    handle = self._storage.write_state(job.checkpoint_id, uid, job.subtask, data)
-                    total += handle.size_bytes
-                    operators[uid] = OperatorState(handle=handle, key_groups=groups)
-                channels: StateHandle | None = None
-                if job.channel_state:
-                    rows = {c: [b.rows for b in batches]
-                            for c, batches in job.channel_state.items() if batches}
-                    if rows:
-                        data = pickle.dumps(rows, protocol=pickle.HIGHEST_PROTOCOL)
-                        channels = self._storage.write_state(job.checkpoint_id, job.channel_uid,
-                                                             job.subtask, data)
-                        total += channels.size_bytes
-                # The sinks' staged data must be durable before any ack names it.
-                sinks = {name: snapshot.complete() for name, snapshot in job.sinks.items()}
-                stats = AckStats(sync_ms=job.stats.get("sync_ms", 0.0),
-                                 alignment_ms=job.stats.get("alignment_ms", 0.0),
-                                 async_ms=(time.perf_counter() - started) * 1000.0, bytes=total)
-                self._send(Ack(epoch=self._epoch, subtask=self._subtask,
-                               checkpoint_id=job.checkpoint_id, stage=job.stage,
-                               state=AckState(sources=job.sources, operators=operators,
-                                              channels=channels, sinks=sinks),
-                               stats=stats))
-            except Exception as exc:
-                log.warning("snapshot upload of checkpoint %d failed: %s", job.checkpoint_id, exc)
-                try:
-                    self._send(Decline(epoch=self._epoch, subtask=self._subtask,
-                                       checkpoint_id=job.checkpoint_id,
-                                       reason=f"upload failed: {exc}"))
-                except Exception:
-                    log.warning("could not decline checkpoint %d", job.checkpoint_id)
+                self._send(Decline(epoch=self._epoch, subtask=self._subtask,
+                                   checkpoint_id=job.checkpoint_id,
+                                   reason=f"upload failed: {exc}"))
+            except Exception:
+                log.warning("could not decline checkpoint %d", job.checkpoint_id)
