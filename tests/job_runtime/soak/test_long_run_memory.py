@@ -10,8 +10,8 @@ growth between the two.
 
 What is in flight at the moment of a measurement (records in a channel, a sink
 interval's spool) depends on how busy the machine is, so each measurement is
-the floor over the last checkpoints of its phase: in-flight data comes and
-goes, a leak raises the floor. Each measurement follows a full garbage collection:
+the floor over the last checkpoints of its phase, line by line: in-flight data
+comes and goes (on different lines at different moments), a leak raises the floor. Each measurement follows a full garbage collection:
 CPython keeps freed tuples, floats and dicts on free lists, and tracemalloc still
 counts such a block against the line that first allocated it, so without the
 collection the free lists filling up over thousands of checkpoints read as a leak
@@ -53,15 +53,26 @@ def held_by_runtime() -> tracemalloc.Snapshot:
         [tracemalloc.Filter(True, "*/job_runtime/*")])
 
 
-def size(snapshot: tracemalloc.Snapshot) -> int:
-    return sum(stat.size for stat in snapshot.statistics("filename"))
+Floor = dict[str, int]
+"""Bytes held per line of the runtime, each line's least over a phase's samples."""
 
 
-def grown_lines(before: tracemalloc.Snapshot, after: tracemalloc.Snapshot) -> str:
+def held_per_line(snapshot: tracemalloc.Snapshot) -> Floor:
+    return {str(stat.traceback): stat.size for stat in snapshot.statistics("lineno")}
+
+
+def lower(floor: Floor | None, held: Floor) -> Floor:
+    """Each line's least: in-flight data of different lines peaks at different times."""
+    if floor is None:
+        return held
+    return {line: min(size, held[line]) for line, size in floor.items() if line in held}
+
+
+def grown_lines(before: Floor, after: Floor) -> str:
     """The lines whose held memory grew most between two floors: where a leak is."""
-    return "; ".join(f"{stat.traceback} +{stat.size_diff} B ({stat.count_diff:+} blocks)"
-                     for stat in after.compare_to(before, "lineno")[:5]
-                     if stat.size_diff > 0)
+    growth = sorted(((size - before.get(line, 0), line) for line, size in after.items()),
+                    reverse=True)
+    return "; ".join(f"{line} +{grown} B" for grown, line in growth[:5] if grown > 0)
 
 
 def checkpoint_once(coordinator: CheckpointCoordinator) -> None:
@@ -77,15 +88,14 @@ def checkpoint_once(coordinator: CheckpointCoordinator) -> None:
 
 
 def run_and_measure_floor(coordinator: CheckpointCoordinator, *,
-                          checkpoints: int) -> tracemalloc.Snapshot:
-    """Complete ``checkpoints`` checkpoints; what was held after the one of the last
-    :data:`SAMPLES` of them that held least."""
-    floor: tracemalloc.Snapshot | None = None
+                          checkpoints: int) -> Floor:
+    """Complete ``checkpoints`` checkpoints; what each line held at least after the
+    last :data:`SAMPLES` of them."""
+    floor: Floor | None = None
     for done in range(1, checkpoints + 1):
         checkpoint_once(coordinator)
         if done > checkpoints - SAMPLES:
-            held = held_by_runtime()
-            floor = held if floor is None or size(held) < size(floor) else floor
+            floor = lower(floor, held_per_line(held_by_runtime()))
     assert floor is not None
     return floor
 
@@ -120,7 +130,7 @@ def test_thousands_of_checkpoints_leave_memory_flat(tmp_path: Path) -> None:
         coordinator.stop()
         thread.join(timeout=WAIT)
 
-    held_third, held_end = size(third), size(end)
+    held_third, held_end = sum(third.values()), sum(end.values())
     print(f"runtime memory after {CHECKPOINTS // 3}: {held_third}, after {CHECKPOINTS}: "
           f"{held_end}")
     assert coordinator.stats.completed == CHECKPOINTS
