@@ -5,6 +5,12 @@ sources produce and what vectorised functions work on) or a list of dicts (what
 record functions such as ``map`` produce); each form is converted to the other
 only when an operator needs it.
 
+A batch also says what its rows are (:class:`BatchKind`): records, or the partial
+aggregates a combiner sends over the exchange. The kind is set where a batch is
+made and travels with it (in the frame's kind on the wire), so no operator has to
+guess it from the columns. Likewise the event times a step read from a batch stay
+with it (:mod:`job_runtime.event_time`), for the next step that needs them.
+
 Keys are hashed by :mod:`job_runtime.key_hashing` into one of
 ``max_parallelism`` key groups. Key groups, not keys, are assigned to subtasks,
 which is what lets a restore change the parallelism.
@@ -12,12 +18,14 @@ which is what lets a restore change the parallelism.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+from job_runtime.event_time import EventTimes
 from job_runtime.key_hashing import key_group_of, key_groups_of_array, stable_hash
 
 Record = dict[str, Any]
@@ -28,6 +36,7 @@ their values), or a function of the record."""
 
 __all__ = [
     "Batch",
+    "BatchKind",
     "KeySelector",
     "KeySpec",
     "Record",
@@ -45,23 +54,39 @@ __all__ = [
 ]
 
 
+class BatchKind(enum.Enum):
+    """What the rows of a batch are."""
+
+    RECORDS = "records"
+    """Records, as the pipeline's steps and the user's functions see them."""
+    PARTIAL = "partial"
+    """Partial aggregates: one row per key (and window) with its accumulators, from a
+    combiner to the keyed operator of its ``aggregate``; never seen by user code (see
+    :mod:`job_runtime.operators.accumulators`)."""
+
+
 class Batch:
     """Records in Arrow or row form, converted lazily and at most once each way."""
 
-    __slots__ = ("_arrow", "_rows")
+    __slots__ = ("_arrow", "_rows", "kind", "times")
 
-    def __init__(self, *, arrow: pa.RecordBatch | None = None, rows: list[Record] | None = None):
+    def __init__(self, *, arrow: pa.RecordBatch | None = None, rows: list[Record] | None = None,
+                 kind: BatchKind = BatchKind.RECORDS):
         self._arrow = arrow
         self._rows = rows
+        self.kind = kind
+        self.times: EventTimes | None = None
+        """The event times of the rows, once a step has read them."""
 
     @classmethod
-    def of(cls, value: pa.RecordBatch | pa.Table | list[Record]) -> Batch:
+    def of(cls, value: pa.RecordBatch | pa.Table | list[Record], *,
+           kind: BatchKind = BatchKind.RECORDS) -> Batch:
         if isinstance(value, pa.RecordBatch):
-            return cls(arrow=value)
+            return cls(arrow=value, kind=kind)
         if isinstance(value, pa.Table):
             return cls(arrow=value.combine_chunks().to_batches()[0] if value.num_rows else
-                       pa.RecordBatch.from_pylist([], schema=value.schema))
-        return cls(rows=value)
+                       pa.RecordBatch.from_pylist([], schema=value.schema), kind=kind)
+        return cls(rows=value, kind=kind)
 
     def __len__(self) -> int:
         if self._rows is not None:
@@ -89,9 +114,13 @@ class Batch:
 
     def take(self, indices: np.ndarray) -> Batch:
         if self._arrow is not None:
-            return Batch(arrow=self._arrow.take(pa.array(indices)))
-        rows = self.rows
-        return Batch(rows=[rows[i] for i in indices.tolist()])
+            part = Batch(arrow=self._arrow.take(pa.array(indices)), kind=self.kind)
+        else:
+            rows = self.rows
+            part = Batch(rows=[rows[i] for i in indices.tolist()], kind=self.kind)
+        if self.times is not None:
+            part.times = self.times.take(indices)
+        return part
 
 
 def rows_to_arrow(rows: list[Record]) -> pa.RecordBatch:

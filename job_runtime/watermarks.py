@@ -18,7 +18,6 @@ window of the job open, as in Flink.
 from __future__ import annotations
 
 import dataclasses
-import enum
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -26,19 +25,13 @@ import pyarrow as pa
 
 from job_runtime.durations import duration_ms
 from job_runtime.errors import PipelineDefinitionError, UserCodeError
+from job_runtime.event_time import EventTimes, TimeKind
 from job_runtime.records import Batch
 
 MIN_WATERMARK = -(2**63)
 """Before any record: every window is still open."""
 MAX_WATERMARK = 2**63 - 1
 """After the last record of a bounded input: every window fires."""
-
-
-class TimeKind(enum.StrEnum):
-    """How the event-time column is typed; window bounds come out in the same type."""
-
-    EPOCH_MS = "epoch_ms"
-    TIMESTAMP = "timestamp"
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -74,7 +67,11 @@ def bounded_out_of_orderness(column: str, *, max_delay: str | float,
 def event_times(batch: Batch, *, column: str, operator: str,
                 subtask: int) -> tuple[np.ndarray, TimeKind]:
     """The batch's event times in ms (int64) and the column's :class:`TimeKind`; a
-    missing, null or non-time column is a one-line error naming it."""
+    missing, null or non-time column is a one-line error naming it. Read once per
+    batch: the batch keeps them for the next step that asks."""
+    kept = batch.times
+    if kept is not None and kept.column == column:
+        return kept.millis, kept.kind
     arrow = batch.arrow
     if column not in arrow.schema.names:
         raise _bad(operator, subtask, f"the event-time column {column!r} is not in the "
@@ -94,7 +91,9 @@ def event_times(batch: Batch, *, column: str, operator: str,
     if values.null_count:
         raise _bad(operator, subtask, f"{values.null_count} records have no event time "
                                       f"(null in column {column!r})")
-    return millis.to_numpy(zero_copy_only=False).astype(np.int64, copy=False), time_kind
+    stamps = millis.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+    batch.times = EventTimes(column=column, millis=stamps, kind=time_kind)
+    return stamps, time_kind
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

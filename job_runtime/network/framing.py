@@ -2,7 +2,8 @@
 
 Header: kind (1 byte), payload length (4 bytes), an integer argument (8 bytes,
 the checkpoint id for barriers and cancel markers, the credit count for credit
-announcements). Arrow batches travel as Arrow IPC streams; row batches (what
+announcements). Arrow batches travel as Arrow IPC streams, under a kind of their
+own when they hold partial aggregates (the batch's :class:`BatchKind`); row batches (what
 record functions produce, which may not have one schema) are pickled.
 
 A channel carries frames only after both ends proved they hold the attempt's
@@ -24,7 +25,7 @@ from typing import Any
 import pyarrow as pa
 
 from job_runtime.network.handshake import TAG_BYTES, FrameMac, FrameRejected
-from job_runtime.records import Batch
+from job_runtime.records import Batch, BatchKind
 
 HEADER = struct.Struct(">BIq")
 MAX_PAYLOAD_BYTES = 1 << 30
@@ -47,9 +48,11 @@ class Kind(enum.IntEnum):
     IDLE = 10
     """The sender has no input for now: its watermark holds nobody back until it sends
     records or a watermark again."""
+    PARTIAL = 11
+    """A batch of partial aggregates (:attr:`BatchKind.PARTIAL`) as an Arrow IPC stream."""
 
 
-DATA_KINDS = (Kind.ARROW, Kind.ROWS)
+DATA_KINDS = (Kind.ARROW, Kind.ROWS, Kind.PARTIAL)
 BARRIER_KINDS = (Kind.BARRIER, Kind.FINAL_BARRIER)
 
 
@@ -81,22 +84,24 @@ class ChannelHello:
 
 
 def encode_batch(batch: Batch) -> tuple[Kind, bytes]:
-    if batch.has_arrow:
+    partial = batch.kind is BatchKind.PARTIAL
+    if batch.has_arrow or partial:
         sink = pa.BufferOutputStream()
         arrow = batch.arrow
         with pa.ipc.new_stream(sink, arrow.schema) as writer:
             writer.write_batch(arrow)
-        return Kind.ARROW, sink.getvalue().to_pybytes()
+        return Kind.PARTIAL if partial else Kind.ARROW, sink.getvalue().to_pybytes()
     return Kind.ROWS, pickle.dumps(batch.rows, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def decode_batch(kind: Kind, payload: bytes) -> Batch:
-    if kind == Kind.ARROW:
+    if kind in (Kind.ARROW, Kind.PARTIAL):
+        batch_kind = BatchKind.PARTIAL if kind == Kind.PARTIAL else BatchKind.RECORDS
         reader = pa.ipc.open_stream(pa.py_buffer(payload))
         batches = list(reader)
         if len(batches) == 1:
-            return Batch(arrow=batches[0])
-        return Batch.of(pa.Table.from_batches(batches, schema=reader.schema))
+            return Batch(arrow=batches[0], kind=batch_kind)
+        return Batch.of(pa.Table.from_batches(batches, schema=reader.schema), kind=batch_kind)
     rows: list[dict[str, Any]] = pickle.loads(payload)
     return Batch(rows=rows)
 

@@ -10,10 +10,13 @@ operator's keys.
 A *partial batch* is what the combiner sends over the exchange instead of the
 raw records: the key column plus one column per accumulator, named
 ``PARTIAL_PREFIX + accumulator`` (``__cjob_partial_v1:count``,
-``__cjob_partial_v1:sum:value``, ...). The version sits in the column names
-because a partial batch crosses processes (and may be kept as channel state in
-an unaligned checkpoint), so a reader must be able to tell a format it does not
-know from raw records.
+``__cjob_partial_v1:sum:value``, ...), in a :class:`~job_runtime.records.Batch`
+of kind :attr:`~job_runtime.records.BatchKind.PARTIAL`. The kind travels with the
+batch (in the frame's kind over a channel); the operators read it, not the
+columns. The prefix keeps the accumulators apart from the key's columns, and its
+version lets a reader refuse a format it does not know (:func:`check_partial`).
+Only where a batch was kept as plain rows (channel state of an unaligned
+checkpoint) is its kind read back from its columns, by :func:`kind_of_columns`.
 
 A partial batch of string or binary keys also carries the keys' identities
 (:func:`~job_runtime.operators.key_identity.string_identities`, their 64 bits as an
@@ -27,7 +30,7 @@ keys: the operator takes such a batch's keys as its distinct keys, unnumbered.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeAlias
 
 import numpy as np
@@ -37,6 +40,7 @@ import pyarrow.compute as pc
 from job_runtime.operators.key_families import KeyFamily, canonical_type, family_of
 from job_runtime.operators.key_identity import key_groups_of_identities, string_identities
 from job_runtime.operators.key_numbering import dense_offsets, factorize_keys
+from job_runtime.records import Batch, BatchKind
 
 PARTIAL_VERSION = 1
 PARTIAL_PREFIX = f"__cjob_partial_v{PARTIAL_VERSION}:"
@@ -188,9 +192,12 @@ def key_columns_of(key: str | tuple[str, ...], keys: pa.Array
     return list(key), list(keys.flatten())
 
 
-def is_partial(arrow: pa.RecordBatch) -> bool:
-    """Whether ``arrow`` holds partial aggregates (of any version) rather than records."""
-    return any(name.startswith(_ANY_PARTIAL) for name in arrow.schema.names)
+def kind_of_columns(names: Iterable[str]) -> BatchKind:
+    """The kind of a batch kept as plain rows, read from their columns: partial
+    aggregates (of any version) have accumulator columns, records never do."""
+    if any(name.startswith(_ANY_PARTIAL) for name in names):
+        return BatchKind.PARTIAL
+    return BatchKind.RECORDS
 
 
 def arrow_columns(arrow: pa.RecordBatch) -> Callable[[str], np.ndarray]:
@@ -262,7 +269,7 @@ def merge_into(accumulators: dict[str, np.ndarray], slots: np.ndarray,
 
 
 def partial_batch(*, key: str | tuple[str, ...], keys: pa.Array,
-                  folded: dict[str, np.ndarray]) -> pa.RecordBatch:
+                  folded: dict[str, np.ndarray]) -> Batch:
     """The partial batch of ``keys`` (distinct, one row each; a composite key's as its
     columns) with their folded accumulators, and their identities when they are
     strings or binaries."""
@@ -273,7 +280,7 @@ def partial_batch(*, key: str | tuple[str, ...], keys: pa.Array,
     if identities is not None:
         arrays.append(identities)
         names.append(KEY_IDENTITY)
-    return pa.RecordBatch.from_arrays(arrays, names=names)
+    return Batch(arrow=pa.RecordBatch.from_arrays(arrays, names=names), kind=BatchKind.PARTIAL)
 
 
 def _identity_column(keys: pa.Array) -> pa.Array | None:
@@ -292,10 +299,13 @@ def _identity_column(keys: pa.Array) -> pa.Array | None:
     return pa.array(ids.view(np.int64), type=pa.int64(), mask=~valid)
 
 
-def partial_identities(arrow: pa.RecordBatch) -> np.ndarray | None:
+def partial_identities(batch: Batch) -> np.ndarray | None:
     """The identities a partial batch carries for its keys (0 for a null key), or
-    ``None`` when it carries none."""
-    if KEY_IDENTITY not in arrow.schema.names or not is_partial(arrow):
+    ``None`` when it carries none (or holds records)."""
+    if batch.kind is not BatchKind.PARTIAL:
+        return None
+    arrow = batch.arrow
+    if KEY_IDENTITY not in arrow.schema.names:
         return None
     column = arrow.column(KEY_IDENTITY)
     if column.null_count:
@@ -305,11 +315,11 @@ def partial_identities(arrow: pa.RecordBatch) -> np.ndarray | None:
     return np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.int64).view(np.uint64)
 
 
-def partial_key_groups(arrow: pa.RecordBatch, max_parallelism: int) -> np.ndarray | None:
+def partial_key_groups(batch: Batch, max_parallelism: int) -> np.ndarray | None:
     """The key groups of a partial batch's keys, from the identities it carries (a
     null key's group is 0, as for records); ``None`` when it carries none."""
-    ids = partial_identities(arrow)
+    ids = partial_identities(batch)
     if ids is None:
         return None
     return key_groups_of_identities(ids, max_parallelism,
-                                    nulls_from=arrow.column(KEY_IDENTITY))
+                                    nulls_from=batch.arrow.column(KEY_IDENTITY))

@@ -117,9 +117,8 @@ class Combiner:
         uniques, folded = self._merge_folds()
         self._folds = []
         self._folded_rows = 0
-        out = partial_batch(key=self.key, keys=typed_keys(uniques, self._key_type),
-                            folded=folded)
-        return Batch(arrow=out)
+        return partial_batch(key=self.key, keys=typed_keys(uniques, self._key_type),
+                             folded=folded)
 
     def _fold_buffer(self) -> None:
         """Fold the buffered records into partial rows, held until the next send."""

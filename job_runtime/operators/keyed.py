@@ -24,7 +24,6 @@ from job_runtime.operators.accumulators import (
     arrow_columns,
     check_partial,
     fold,
-    is_partial,
     key_columns_of,
     partial_identities,
 )
@@ -38,7 +37,7 @@ from job_runtime.operators.session_window import SessionWindowOperator
 from job_runtime.operators.window_aggregate import WindowAggregateOperator
 from job_runtime.operators.window_function import WindowProcessOperator, WindowReduceOperator
 from job_runtime.pipeline import KeyedKind, KeyedOp
-from job_runtime.records import Batch, Record, key_array
+from job_runtime.records import Batch, BatchKind, Record, key_array
 from job_runtime.state.backend import (
     StateBackendSettings,
 )
@@ -195,11 +194,11 @@ class AggregateOperator(KeyedOperator):
         arrow = batch.arrow
         # Partial aggregates from a combiner before the exchange, or records (a job
         # without a combiner, or records replayed from an older checkpoint).
-        partial = is_partial(arrow)
+        partial = batch.kind is BatchKind.PARTIAL
         if partial:
             check_partial(arrow.schema.names, self._acc_specs)
         key_column = key_array(arrow, self.key)
-        identities = partial_identities(arrow) if partial else None
+        identities = partial_identities(batch)
         if identities is not None:
             # A combiner's rows: distinct keys, hashed before the exchange.
             codes, uniques = np.arange(len(key_column)), key_column

@@ -30,11 +30,12 @@ import abc
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
+from job_runtime.event_time import TimeKind
 from job_runtime.operators.record_keyed import RecordKeyedOperator
 from job_runtime.records import Batch
 from job_runtime.state.backend import AnySnapshot, KeyedStateBackend
 from job_runtime.state.timers import TimeDomain, TimerService
-from job_runtime.watermarks import MIN_WATERMARK, TimeKind, record_times
+from job_runtime.watermarks import MIN_WATERMARK, record_times
 
 PROGRESS_STATE = "progress"
 """The name, under the operator's, of the state holding, per key group, the time its

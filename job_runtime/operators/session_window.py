@@ -56,11 +56,12 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from job_runtime.event_time import TimeKind
 from job_runtime.operators.accumulators import accumulator_specs, key_columns_of
 from job_runtime.operators.record_window import RecordWindowOperator
 from job_runtime.records import Batch, key_array
 from job_runtime.state.timers import TimeDomain
-from job_runtime.watermarks import TimeKind, time_array
+from job_runtime.watermarks import time_array
 from job_runtime.windows import LATE_DATA, SessionWindows
 
 SESSIONS_STATE = "sessions"

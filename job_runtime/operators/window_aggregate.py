@@ -30,20 +30,20 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from job_runtime.event_time import TimeKind
 from job_runtime.operators.accumulators import (
     PARTIAL_PREFIX,
     accumulator_specs,
     check_partial,
     fold,
-    is_partial,
     key_columns_of,
 )
 from job_runtime.operators.base import KeyedOperator
 from job_runtime.operators.key_families import typed_keys
 from job_runtime.operators.key_numbering import factorize_keys, factorize_numbers
 from job_runtime.operators.key_table import KeyTable
-from job_runtime.records import Batch, key_array, key_groups_of_array
-from job_runtime.watermarks import MIN_WATERMARK, TimeKind, event_times, time_array
+from job_runtime.records import Batch, BatchKind, key_array, key_groups_of_array
+from job_runtime.watermarks import MIN_WATERMARK, event_times, time_array
 from job_runtime.windows import LATE_DATA, WindowAssigner, by_start
 
 SNAPSHOT_VERSION = 2
@@ -96,7 +96,7 @@ class WindowAggregateOperator(KeyedOperator):
         arrow = batch.arrow
         # Records, or partial rows per key and window from the combiner before the
         # exchange (which assigned the windows and counts the records of each row).
-        partial = is_partial(arrow)
+        partial = batch.kind is BatchKind.PARTIAL
         if partial:
             check_partial(arrow.schema.names, self._specs)
             windows, self.time_kind = _partial_windows(arrow)

@@ -20,10 +20,11 @@ import dataclasses
 import numpy as np
 import pyarrow as pa
 
+from job_runtime.event_time import TimeKind
 from job_runtime.operators.combiner import DEFAULT_MAX_DELAY, DEFAULT_MAX_RECORDS, Combiner
 from job_runtime.pipeline import KeyedOp
-from job_runtime.records import Batch
-from job_runtime.watermarks import TimeKind, event_times, time_array
+from job_runtime.records import Batch, BatchKind
+from job_runtime.watermarks import event_times, time_array
 from job_runtime.windows import WindowAssigner
 
 RECORDS_OUTPUT = "__cjob_records"
@@ -83,5 +84,5 @@ class WindowCombiner:
         if not parts:
             return None
         if len(parts) == 1:
-            return Batch(arrow=parts[0])
-        return Batch.of(pa.Table.from_batches(parts))
+            return Batch(arrow=parts[0], kind=BatchKind.PARTIAL)
+        return Batch.of(pa.Table.from_batches(parts), kind=BatchKind.PARTIAL)

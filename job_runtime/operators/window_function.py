@@ -48,10 +48,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from job_runtime.errors import UserCodeError
+from job_runtime.event_time import TimeKind
 from job_runtime.operators.record_window import RecordWindowOperator
 from job_runtime.records import Batch, Record
 from job_runtime.state.timers import TimeDomain
-from job_runtime.watermarks import TimeKind
 from job_runtime.windows import LATE_DATA, Window, WindowAssigner
 
 WINDOWS_STATE = "windows"

@@ -22,6 +22,7 @@ from job_runtime.execution.subtask.uploader import UploadJob
 from job_runtime.execution.subtask.watermark_tracking import ChannelWatermarks
 from job_runtime.network.channels import InputGate
 from job_runtime.network.framing import Kind
+from job_runtime.operators.accumulators import kind_of_columns
 from job_runtime.operators.base import KeyedOperator
 from job_runtime.operators.keyed import build_keyed_operator
 from job_runtime.records import (
@@ -93,7 +94,10 @@ class KeyedTask(Task):
                     mine = [r for r in rows
                             if key_group_of(key_of(r, key), max_p) in self.key_groups]
                     if mine:
-                        self._replay.append(Batch(rows=mine))
+                        # Kept as plain rows: their columns say whether they were
+                        # records or a combiner's partial aggregates.
+                        self._replay.append(Batch(rows=mine,
+                                                  kind=kind_of_columns(mine[0].keys())))
 
     # -- snapshots
 

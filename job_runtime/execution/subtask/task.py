@@ -150,7 +150,7 @@ class Task(threading.Thread):
         if partial is not None:
             # The combiner hashed string keys once: their key groups come with them.
             self._send(partial, groups=partial_key_groups(
-                partial.arrow, self.runtime.config.max_parallelism))
+                partial, self.runtime.config.max_parallelism))
 
     def flush_if_due(self) -> None:
         """The combiner's latency bound, checked while the task waits for input."""

@@ -18,7 +18,7 @@ import pytest
 from job_runtime import Pipeline, sinks, sources, watermarks, windows
 from job_runtime.execution.stages import plan_stages
 from job_runtime.key_hashing import key_group_of, key_groups_of_array
-from job_runtime.operators.accumulators import KEY_IDENTITY, partial_key_groups
+from job_runtime.operators.accumulators import KEY_IDENTITY, kind_of_columns, partial_key_groups
 from job_runtime.operators.combiner import Combiner
 from job_runtime.operators.keyed import AggregateOperator, build_keyed_operator
 from job_runtime.pipeline import KeyedOp
@@ -122,7 +122,7 @@ def _deliver(operators: list[AggregateOperator], batch: Batch | None,
     if batch is None:
         return
     # Routed as a task routes: a combiner's string keys by the identities they carry.
-    groups = partial_key_groups(batch.arrow, MAX_P)
+    groups = partial_key_groups(batch, MAX_P)
     for target, part in split_by_target(batch, "k", parallelism=len(operators),
                                         max_parallelism=MAX_P, groups=groups):
         for row in operators[target].process(part).rows:
@@ -167,7 +167,7 @@ class TestEveryKeyType:
 def without_identities(batch: Batch) -> Batch:
     """The partial batch as a runtime before key identities wrote it."""
     arrow = batch.arrow
-    return Batch(arrow=arrow.drop_columns([KEY_IDENTITY]))
+    return Batch(arrow=arrow.drop_columns([KEY_IDENTITY]), kind=batch.kind)
 
 
 class TestKeyIdentities:
@@ -184,7 +184,7 @@ class TestKeyIdentities:
             combiner.add(batch)
         flushed = combiner.flush()
         assert flushed is not None and KEY_IDENTITY in flushed.arrow.schema.names
-        groups = partial_key_groups(flushed.arrow, MAX_P)
+        groups = partial_key_groups(flushed, MAX_P)
         assert groups is not None
         keys = flushed.arrow.column("k")
         assert groups.tolist() == key_groups_of_array(keys, MAX_P).tolist()
@@ -199,7 +199,7 @@ class TestKeyIdentities:
             [keys, pa.array([1.0] * len(keys))], names=["k", "v"])))
         flushed = combiner.flush()
         assert flushed is not None
-        groups = partial_key_groups(flushed.arrow, MAX_P)
+        groups = partial_key_groups(flushed, MAX_P)
         assert groups is not None
         assert groups.tolist() == [key_group_of(k, MAX_P)
                                    for k in flushed.arrow.column("k").to_pylist()]
@@ -226,9 +226,10 @@ class TestKeyIdentities:
             combiner.add(batch)
             flushed = combiner.flush()
             assert flushed is not None
-            groups = partial_key_groups(flushed.arrow, MAX_P)
-            again = Batch(rows=pickle.loads(pickle.dumps(flushed.rows)))
-            assert partial_key_groups(again.arrow, MAX_P).tolist() == groups.tolist()  # type: ignore[union-attr]
+            groups = partial_key_groups(flushed, MAX_P)
+            kept_rows = pickle.loads(pickle.dumps(flushed.rows))
+            again = Batch(rows=kept_rows, kind=kind_of_columns(kept_rows[0]))
+            assert partial_key_groups(again, MAX_P).tolist() == groups.tolist()  # type: ignore[union-attr]
             rows[0] += sent.process(flushed).rows
             rows[1] += kept.process(again).rows
         assert rows[0] == rows[1]
