@@ -42,7 +42,7 @@ from job_runtime.operators.keyed import AggregateOperator, build_keyed_operator
 from job_runtime.pipeline import KeyedOp, Pipeline
 from job_runtime.records import Batch
 from job_runtime.sinks import discard, files
-from job_runtime.sinks.base import SinkContext, SinkSnapshot, SinkWriter
+from job_runtime.sinks.sink_contract import SinkContext, SinkSnapshot, SinkWriter
 from job_runtime.sources import sequence
 from job_runtime.state.handles import MapState, ProcessContext
 from job_runtime.state.hashmap import HashMapStateBackend

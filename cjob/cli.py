@@ -21,7 +21,7 @@ from cjob_spec import CheckpointedJob, CjobSpecError, load_job_file
 from cjob_spec.model import is_s3_code
 
 if TYPE_CHECKING:
-    from cjob_checkpoint.store.base import CompletedCheckpoint
+    from cjob_checkpoint.store.completed_store import CompletedCheckpoint
 
 EXIT_USAGE = 2
 DEFAULT_STATE_DIR = RunOptions().state_dir
@@ -205,7 +205,7 @@ def cmd_snapshot(ns: argparse.Namespace) -> int:
     from cjob_checkpoint.storage.factory import get_filesystem
     from cjob_checkpoint.store import StoreError
     from cjob_checkpoint.store.backed import hold_checkpoint, release_checkpoint
-    from cjob_checkpoint.store.base import UnreadableCheckpointError
+    from cjob_checkpoint.store.completed_store import UnreadableCheckpointError
     from cjob_checkpoint.store.file import FileBackend
 
     directory = _job_dir(ns.state_dir, ns.name)

@@ -29,15 +29,15 @@ import zlib
 from collections.abc import Iterable
 from typing import Any
 
-from cjob_checkpoint.storage.base import FileSystem, join_uri
 from cjob_checkpoint.storage.errors import (
     CorruptDataError,
     InvalidCheckpointPathError,
     StorageNotFoundError,
 )
 from cjob_checkpoint.storage.factory import get_filesystem
+from cjob_checkpoint.storage.file_system import FileSystem, join_uri
 from cjob_checkpoint.storage.s3 import S3Config, S3FileSystem, is_s3_uri
-from cjob_checkpoint.store.base import CompletedCheckpoint, UnreadableCheckpointError
+from cjob_checkpoint.store.completed_store import CompletedCheckpoint, UnreadableCheckpointError
 
 _log = logging.getLogger(__name__)
 

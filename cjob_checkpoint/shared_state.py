@@ -42,7 +42,7 @@ from collections.abc import Iterable
 from cjob_checkpoint.checkpoint_storage import CheckpointStorage
 from cjob_checkpoint.metadata import CheckpointMetadata, MetadataError
 from cjob_checkpoint.storage.errors import StorageError
-from cjob_checkpoint.store.base import CompletedCheckpoint, UnreadableCheckpointError
+from cjob_checkpoint.store.completed_store import CompletedCheckpoint, UnreadableCheckpointError
 
 log = logging.getLogger(__name__)
 

@@ -39,8 +39,8 @@ from cjob_checkpoint.metadata import (
     SharedStateFile,
     SnapshotOrigin,
 )
-from cjob_checkpoint.storage.base import FileSystem, join_uri
 from cjob_checkpoint.storage.errors import CorruptDataError
+from cjob_checkpoint.storage.file_system import FileSystem, join_uri
 
 CHUNK_BYTES = 8 << 20
 FOREIGN_DIR = "imported"

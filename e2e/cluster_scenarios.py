@@ -15,7 +15,7 @@ import yaml
 from e2e.controlplane.rest import RestClient, quote
 from e2e.jobs import RUNNING_SUM_DIR
 from e2e.realnode import running_sum, scenario
-from e2e.realnode.s3 import ClusterS3
+from e2e.realnode.cluster_s3 import ClusterS3
 
 COUNT = 120_000
 RATE = 3_000  # records per second: about 40 s of input, so kills land mid-run

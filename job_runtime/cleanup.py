@@ -32,9 +32,9 @@ from urllib.parse import urlsplit
 
 from cjob_checkpoint.checkpoint_storage import ensure_safe_segment
 from cjob_checkpoint.keyword_error import keyword_error
-from cjob_checkpoint.storage.base import FileSystem
 from cjob_checkpoint.storage.errors import StorageError, StorageNotFoundError, UnsupportedUriError
 from cjob_checkpoint.storage.factory import get_filesystem
+from cjob_checkpoint.storage.file_system import FileSystem
 from cjob_checkpoint.storage.s3 import S3Config, is_s3_uri
 from cjob_spec.exit_codes import ExitCode
 

@@ -30,9 +30,9 @@ from cjob_spec.model import (
     StateBackend,
 )
 from job_runtime.cleanup import DEFAULT_TERMINATION_LOG, run_cleanup
-from job_runtime.coordinator.settings import CheckpointSettings
+from job_runtime.coordinator.checkpoint_settings import CheckpointSettings
+from job_runtime.execution.driver.driver_settings import DriverSettings
 from job_runtime.execution.driver.run import run_driver
-from job_runtime.execution.driver.settings import DriverSettings
 from job_runtime.execution.driver.store import StoreAddress, StoreKind
 from job_runtime.snapshot_pod import dispose_snapshot, report, take_snapshot
 from job_runtime.state_check import check_state, parse_args_json

@@ -30,7 +30,7 @@ from cjob_checkpoint.snapshot import snapshot_checkpoint
 from cjob_checkpoint.storage.errors import CorruptDataError, StorageError, UnsupportedUriError
 from cjob_checkpoint.storage.factory import get_filesystem
 from cjob_checkpoint.storage.s3 import S3Config
-from cjob_checkpoint.store.base import UnreadableCheckpointError
+from cjob_checkpoint.store.completed_store import UnreadableCheckpointError
 from cjob_spec.exit_codes import ExitCode
 from cjob_spec.names import SNAPSHOTS_DIR
 from cjob_spec.snapshot_outcome import SnapshotOutcome, SnapshotTask

@@ -18,7 +18,7 @@ from typing import Any, TextIO
 
 from cjob_checkpoint.checkpoint_storage import read_metadata
 from cjob_checkpoint.metadata import CheckpointMetadata, MetadataError
-from cjob_checkpoint.store.base import UnreadableCheckpointError
+from cjob_checkpoint.store.completed_store import UnreadableCheckpointError
 from cjob_spec.exit_codes import ExitCode
 from job_runtime.errors import (
     EntrypointError,

@@ -3,7 +3,6 @@
 The checkpoint directory layout built on them is :mod:`cjob_checkpoint.checkpoint_storage`.
 """
 
-from cjob_checkpoint.storage.base import FileSystem
 from cjob_checkpoint.storage.errors import (
     CorruptDataError,
     InvalidCheckpointPathError,
@@ -14,6 +13,7 @@ from cjob_checkpoint.storage.errors import (
     UnsupportedUriError,
 )
 from cjob_checkpoint.storage.factory import get_filesystem
+from cjob_checkpoint.storage.file_system import FileSystem
 from cjob_checkpoint.storage.local import LocalFileSystem
 from cjob_checkpoint.storage.s3 import S3Config, S3FileSystem
 

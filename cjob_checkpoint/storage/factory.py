@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from urllib.parse import urlsplit
 
-from cjob_checkpoint.storage.base import FileSystem
 from cjob_checkpoint.storage.errors import UnsupportedUriError
+from cjob_checkpoint.storage.file_system import FileSystem
 from cjob_checkpoint.storage.local import LocalFileSystem
 from cjob_checkpoint.storage.s3 import S3_SCHEMES, S3Config, S3FileSystem
 

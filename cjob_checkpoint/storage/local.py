@@ -17,7 +17,6 @@ from contextlib import AbstractContextManager
 from typing import BinaryIO, cast
 from urllib.parse import urlsplit
 
-from cjob_checkpoint.storage.base import FileSystem, join_uri
 from cjob_checkpoint.storage.errors import (
     StorageAccessDeniedError,
     StorageError,
@@ -25,6 +24,7 @@ from cjob_checkpoint.storage.errors import (
     StorageUnavailableError,
     UnsupportedUriError,
 )
+from cjob_checkpoint.storage.file_system import FileSystem, join_uri
 
 _log = logging.getLogger(__name__)
 

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO, cast
 from urllib.parse import urlsplit
 
-from cjob_checkpoint.storage.base import FileSystem
 from cjob_checkpoint.storage.errors import (
     StorageAccessDeniedError,
     StorageError,
@@ -25,6 +24,7 @@ from cjob_checkpoint.storage.errors import (
     StorageUnavailableError,
     UnsupportedUriError,
 )
+from cjob_checkpoint.storage.file_system import FileSystem
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -4,7 +4,7 @@ The ConfigMap store (:mod:`cjob_checkpoint.store.configmap`) needs the ``kuberne
 client and is imported only by the driver on Kubernetes and by the operator.
 """
 
-from cjob_checkpoint.store.base import (
+from cjob_checkpoint.store.completed_store import (
     AmbiguousWriteError,
     CheckpointIdCounter,
     CompletedCheckpoint,

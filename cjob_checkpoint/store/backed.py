@@ -1,6 +1,6 @@
 """The one completed-checkpoint store and id counter, over any :class:`StoreBackend`.
 
-How the rules of :mod:`cjob_checkpoint.store.base` are kept, whatever the backend:
+How the rules of :mod:`cjob_checkpoint.store.completed_store` are kept, whatever the backend:
 
 * **Compare-and-swap.** Every change reads the state and swaps it in with the
   version it read; a lost swap is recomputed from a fresh read, so two writers
@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable
 
 from cjob_checkpoint.store.backend import Change, StoreBackend, read_state, update_state
-from cjob_checkpoint.store.base import (
+from cjob_checkpoint.store.completed_store import (
     CheckpointIdCounter,
     CompletedCheckpoint,
     CompletedCheckpointStore,

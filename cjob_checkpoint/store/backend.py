@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
-from cjob_checkpoint.store.base import AmbiguousWriteError, StoreError
+from cjob_checkpoint.store.completed_store import AmbiguousWriteError, StoreError
 from cjob_checkpoint.store.state import StoreDraft, StoreState
 
 __all__ = [
@@ -87,7 +87,7 @@ class StoreBackend(Protocol):
         ...
 
     def check_budget(self, state: StoreState) -> None:
-        """Raise :class:`~cjob_checkpoint.store.base.StoreFullError` if ``state`` is too big."""
+        """Raise :class:`~cjob_checkpoint.store.completed_store.StoreFullError` if ``state`` is too big."""
         ...
 
     def gave_up(self, *, operation: str, conflicts: bool, attempts: int,

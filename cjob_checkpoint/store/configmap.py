@@ -35,7 +35,7 @@ from cjob_checkpoint.store.backed import (
     release_checkpoint,
 )
 from cjob_checkpoint.store.backend import RetryPolicy
-from cjob_checkpoint.store.base import (
+from cjob_checkpoint.store.completed_store import (
     FencedError,
     NoRestorableCheckpointError,
     StoreError,

@@ -37,7 +37,7 @@ from cjob_checkpoint.store.backend import (
     TransientStoreError,
     retrying,
 )
-from cjob_checkpoint.store.base import StoreError
+from cjob_checkpoint.store.completed_store import StoreError
 from cjob_checkpoint.store.configmap_errors import (
     AmbiguousConfigMapWriteError,
     StoreAccessDeniedError,

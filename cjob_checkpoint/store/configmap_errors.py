@@ -2,7 +2,7 @@
 
 Each error names the ConfigMap (``namespace/name``) and says what to do, because
 they end up in a driver's log, a job's ``status.lastFailure`` or an Event. They
-subclass :class:`~cjob_checkpoint.store.base.StoreError`, so the coordinator treats
+subclass :class:`~cjob_checkpoint.store.completed_store.StoreError`, so the coordinator treats
 them like any other store failure; :class:`FencedError` and
 :class:`AmbiguousWriteError` keep their special meaning.
 """
@@ -10,7 +10,7 @@ them like any other store failure; :class:`FencedError` and
 from __future__ import annotations
 
 from cjob_checkpoint.keyword_error import keyword_error
-from cjob_checkpoint.store.base import (
+from cjob_checkpoint.store.completed_store import (
     AmbiguousWriteError,
     StoreError,
     StoreFullError,

@@ -27,7 +27,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from cjob_checkpoint.store.base import CompletedCheckpoint, CorruptPointerError
+from cjob_checkpoint.store.completed_store import CompletedCheckpoint, CorruptPointerError
 from cjob_checkpoint.store.configmap_errors import CorruptStoreDataError
 from cjob_checkpoint.store.holds import CheckpointHolds, UnreadableHoldsError
 from cjob_checkpoint.store.restore_report import RestoreReport, UnreadableRestoreReportError

@@ -47,7 +47,7 @@ from cjob_checkpoint.store.backed import (
     readable,
 )
 from cjob_checkpoint.store.backend import RetryPolicy, SwapConflictError, read_state
-from cjob_checkpoint.store.base import (
+from cjob_checkpoint.store.completed_store import (
     AmbiguousWriteError,
     CompletedCheckpoint,
     CorruptPointerError,

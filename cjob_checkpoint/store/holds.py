@@ -26,7 +26,7 @@ import dataclasses
 import json
 from collections.abc import Mapping
 
-from cjob_checkpoint.store.base import StoreError
+from cjob_checkpoint.store.completed_store import StoreError
 from cjob_spec.versioned import versioned_body
 
 HOLDS_VERSION = 1

@@ -13,7 +13,7 @@ import threading
 
 from cjob_checkpoint.store.backed import BackedCheckpointIdCounter, BackedCheckpointStore
 from cjob_checkpoint.store.backend import RetryPolicy, SwapConflictError
-from cjob_checkpoint.store.base import (
+from cjob_checkpoint.store.completed_store import (
     CompletedCheckpoint,
     Discarder,
     JobOutcome,

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable
 
-from cjob_checkpoint.store.base import (
+from cjob_checkpoint.store.completed_store import (
     CompletedCheckpoint,
     CorruptPointerError,
     NoRestorableCheckpointError,

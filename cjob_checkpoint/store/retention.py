@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from cjob_checkpoint.keyword_error import keyword_error
-from cjob_checkpoint.store.base import StoreError
+from cjob_checkpoint.store.completed_store import StoreError
 
 
 @keyword_error

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cjob_checkpoint.keyword_error import keyword_error
-from cjob_checkpoint.store.base import FencedError, StoreError
+from cjob_checkpoint.store.completed_store import FencedError, StoreError
 from cjob_spec.versioned import versioned_body
 
 STAGED_INPUTS_VERSION = 1

@@ -19,7 +19,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from cjob_checkpoint.store.base import CompletedCheckpoint, CorruptPointerError
+from cjob_checkpoint.store.completed_store import CompletedCheckpoint, CorruptPointerError
 
 __all__ = [
     "StoreDraft",

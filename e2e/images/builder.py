@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from e2e.images.archive import rewrite_names
+from e2e.images.docker_archive import rewrite_names
 from e2e.images.plan import (
     BASE_CMD,
     BASE_ENV,

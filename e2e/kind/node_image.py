@@ -24,7 +24,7 @@ from pathlib import Path
 
 from e2e.controlplane.binaries import read_versions
 from e2e.kind.engine import DockerEngine, EngineError
-from e2e.realnode.archive import ImageFile, SmallImage, write_archive
+from e2e.realnode.small_images import ImageFile, SmallImage, write_archive
 
 Log = Callable[[str], None]
 

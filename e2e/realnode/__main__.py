@@ -48,9 +48,9 @@ def serve(*, state_dir: Path) -> int:
     from e2e.controlplane.controlplane import ControlPlane
     from e2e.images import build_images
     from e2e.kafka.jars import ensure_jars
+    from e2e.realnode.cluster_s3 import start_s3
     from e2e.realnode.kafka import start_kafka
     from e2e.realnode.node import NODE_IP, ImageArchive, RealNode
-    from e2e.realnode.s3 import start_s3
     from e2e.realnode.scenario import install_operator, prepare_quick_start
 
     stop = threading.Event()

@@ -21,7 +21,7 @@ from typing import Any
 
 from e2e.controlplane.rest import RestClient, quote
 from e2e.realnode import scenario
-from e2e.realnode.s3 import ClusterS3
+from e2e.realnode.cluster_s3 import ClusterS3
 
 KINDS = ("driver", "executor", "standby", "operator", "s3", "kafka-driver", "kafka")
 """What the chaos kills, one at a time (the last two only with a Kafka job in the run)."""

@@ -15,7 +15,7 @@ from typing import Any
 from e2e.controlplane.binaries import read_versions
 from e2e.controlplane.rest import ApiError, RestClient, quote
 from e2e.controlplane.waiting import plural_of
-from e2e.realnode.archive import ImageFile, SmallImage
+from e2e.realnode.small_images import ImageFile, SmallImage
 
 CLUSTER_DNS_IP = "10.96.0.10"
 NAMESPACE = "kube-system"

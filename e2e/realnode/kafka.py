@@ -12,7 +12,7 @@ cluster DNS or on a Service leading a pod back to itself.
 The image is the project's runtime image, not one of its own: it already has Java 17
 and ``tini``, and it is imported into the node anyway. The broker's jars are the ones
 :mod:`e2e.kafka.jars` fetches into the host's cache, mounted read-only by ``hostPath``
-(the node is this machine). Packing them into a :class:`~e2e.realnode.archive.SmallImage`
+(the node is this machine). Packing them into a :class:`~e2e.realnode.small_images.SmallImage`
 would also need a JVM and a libc in that image, i.e. a second Debian image to build
 for the same released jars the host-side broker runs. The settings are those of the
 host-side broker (``e2e/kafka/broker.py``): a single node's replication (factor 1,

@@ -36,7 +36,6 @@ from e2e.controlplane.procs import Component, ProcessExitedError, free_port, tai
 from e2e.controlplane.rest import ApiError, RestClient
 from e2e.images.containerd import import_archive
 from e2e.realnode import dns
-from e2e.realnode.archive import write_archive
 from e2e.realnode.host import HostSnapshot, write_sysctl
 from e2e.realnode.lease import (
     LEASE_PATH,
@@ -46,6 +45,7 @@ from e2e.realnode.lease import (
     claim_host,
     clear_node,
 )
+from e2e.realnode.small_images import write_archive
 
 NODE_IP = "10.244.0.1"
 POD_CIDR = "10.244.0.0/24"

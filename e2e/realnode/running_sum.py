@@ -11,7 +11,7 @@ from typing import Any
 
 from e2e.jobs import RUNNING_SUM_DIR
 from e2e.realnode import scenario
-from e2e.realnode.s3 import CREDENTIALS_SECRET, ClusterS3
+from e2e.realnode.cluster_s3 import CREDENTIALS_SECRET, ClusterS3
 
 CODE_CONFIGMAP = "running-sum-code"
 CODE_VOLUME = {"name": "code", "configMap": {"name": CODE_CONFIGMAP}}

@@ -22,7 +22,7 @@ import yaml
 
 from e2e.controlplane.rest import ApiError, RestClient, quote
 from e2e.kind.chart import CHART_DIR, ChartRelease, run_command
-from e2e.realnode.s3 import CREDENTIALS_SECRET, ClusterS3
+from e2e.realnode.cluster_s3 import CREDENTIALS_SECRET, ClusterS3
 
 JOBS_API = "/apis/checkpointed.io/v1alpha1"
 OPERATOR_NAMESPACE = "cjob-system"

@@ -12,7 +12,7 @@
 
 from job_runtime.barriers.aligned import AlignedBarrierHandler
 from job_runtime.barriers.at_least_once import AtLeastOnceBarrierHandler
-from job_runtime.barriers.base import BarrierHandler, BarrierListener
+from job_runtime.barriers.handler import BarrierHandler, BarrierListener
 from job_runtime.barriers.unaligned import UnalignedBarrierHandler
 
 __all__ = [

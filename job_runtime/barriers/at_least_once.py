@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from job_runtime.barriers.base import BarrierHandler
+from job_runtime.barriers.handler import BarrierHandler
 
 
 class AtLeastOnceBarrierHandler(BarrierHandler):

@@ -9,7 +9,7 @@ waiting for under continuing backpressure.
 
 from __future__ import annotations
 
-from job_runtime.barriers.base import BarrierHandler
+from job_runtime.barriers.handler import BarrierHandler
 from job_runtime.records import Batch
 
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from cjob_checkpoint.checkpoint_storage import CheckpointStorage
 from cjob_checkpoint.metadata import CheckpointMetadata
 from cjob_checkpoint.shared_state import SharedStateRegistry
-from cjob_checkpoint.store.base import (
+from cjob_checkpoint.store.completed_store import (
     AmbiguousWriteError,
     CompletedCheckpoint,
     CompletedCheckpointStore,

@@ -48,7 +48,7 @@ from typing import Any
 
 from cjob_checkpoint.checkpoint_storage import CheckpointStorage
 from cjob_checkpoint.metadata import CheckpointMetadata, OperatorDescriptor
-from cjob_checkpoint.store.base import (
+from cjob_checkpoint.store.completed_store import (
     CheckpointIdCounter,
     CompletedCheckpoint,
     CompletedCheckpointStore,
@@ -57,6 +57,7 @@ from cjob_checkpoint.store.base import (
 from cjob_checkpoint.store.triggers import TriggerSource
 from cjob_spec.names import suspended_attempt
 from job_runtime.coordinator.abort_reason import AbortReason
+from job_runtime.coordinator.checkpoint_settings import CheckpointSettings
 from job_runtime.coordinator.commit_service import CommitOutcome, CommitService
 from job_runtime.coordinator.endpoint import CoordinatorEndpoint
 from job_runtime.coordinator.epoch import Epoch
@@ -81,7 +82,6 @@ from job_runtime.coordinator.messages import (
 from job_runtime.coordinator.pending_checkpoint import JobShape, PendingCheckpoint
 from job_runtime.coordinator.request_decider import RequestDecider
 from job_runtime.coordinator.rpc import RpcConnection
-from job_runtime.coordinator.settings import CheckpointSettings
 from job_runtime.coordinator.stall_watch import StallWatch
 from job_runtime.coordinator.stats import CheckpointStats, CheckpointStatsTracker
 from job_runtime.coordinator.streak import FailureStreak

@@ -25,7 +25,7 @@ from cjob_checkpoint.fields import Json, JsonFields
 from cjob_checkpoint.metadata import CheckpointMetadata, MetadataError, SharedStateFile
 from job_runtime.sinks.failures import SinkFailedError, SinkFailureKind
 from job_runtime.sinks.health import SinkHealth
-from job_runtime.sources.base import SourceBacklog
+from job_runtime.sources.source_contract import SourceBacklog
 
 FORMAT_VERSION = 4
 """Version 2: ``registered`` names the driver attempt (a standby's subtasks register

@@ -15,7 +15,7 @@ made-up times.
 
 from __future__ import annotations
 
-from job_runtime.coordinator.settings import CheckpointSettings
+from job_runtime.coordinator.checkpoint_settings import CheckpointSettings
 
 
 class RequestDecider:

@@ -33,7 +33,7 @@ whose exit code the supervisor restarts from the latest checkpoint.
 
 from __future__ import annotations
 
-from job_runtime.coordinator.settings import CheckpointSettings
+from job_runtime.coordinator.checkpoint_settings import CheckpointSettings
 from job_runtime.errors import CheckpointStalledError
 
 SLOWEST_FACTOR = 3.0

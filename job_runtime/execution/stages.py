@@ -20,7 +20,7 @@ from job_runtime.pipeline import (
     RecordKind,
     RecordOp,
 )
-from job_runtime.sources.base import RECORD_BATCH_SIZE
+from job_runtime.sources.source_contract import RECORD_BATCH_SIZE
 from job_runtime.watermarks import WatermarkStrategy
 
 VECTORISED_BATCH_SIZE = 65536

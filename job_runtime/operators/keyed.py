@@ -27,10 +27,10 @@ from job_runtime.operators.accumulators import (
     key_columns_of,
     partial_identities,
 )
-from job_runtime.operators.base import KeyedOperator, StateSnapshot
 from job_runtime.operators.key_families import typed_keys
 from job_runtime.operators.key_numbering import factorize_keys
 from job_runtime.operators.key_table import KeyTable
+from job_runtime.operators.keyed_operator import KeyedOperator, StateSnapshot
 from job_runtime.operators.record_keyed import RecordKeyedOperator
 from job_runtime.operators.session_function import SessionProcessOperator, SessionReduceOperator
 from job_runtime.operators.session_window import SessionWindowOperator

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from job_runtime.operators.base import KeyedOperator
+from job_runtime.operators.keyed_operator import KeyedOperator
 from job_runtime.records import (
     Batch,
     extract_keys,

@@ -38,10 +38,10 @@ from job_runtime.operators.accumulators import (
     fold,
     key_columns_of,
 )
-from job_runtime.operators.base import KeyedOperator
 from job_runtime.operators.key_families import typed_keys
 from job_runtime.operators.key_numbering import factorize_keys, factorize_numbers
 from job_runtime.operators.key_table import KeyTable
+from job_runtime.operators.keyed_operator import KeyedOperator
 from job_runtime.records import Batch, BatchKind, key_array, key_groups_of_array
 from job_runtime.watermarks import MIN_WATERMARK, event_times, time_array
 from job_runtime.windows import LATE_DATA, WindowAssigner, by_start

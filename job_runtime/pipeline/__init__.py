@@ -43,7 +43,7 @@ from job_runtime.pipeline.streams import (
     Stream,
     WindowedStream,
 )
-from job_runtime.sinks.base import MAIN_SINK
+from job_runtime.sinks.sink_contract import MAIN_SINK
 
 __all__ = [
     "AGGREGATES", "MAIN_SINK", "SINK_NAME", "WINDOW_KINDS", "Branch", "KeyBy", "KeyedKind",

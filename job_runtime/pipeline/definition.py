@@ -11,8 +11,8 @@ from typing import Any
 
 from job_runtime.errors import PipelineDefinitionError
 from job_runtime.pipeline.ops import Branch, KeyedOp, Op, SourceInput
-from job_runtime.sinks.base import MAIN_SINK, Sink
-from job_runtime.sources.base import Source
+from job_runtime.sinks.sink_contract import MAIN_SINK, Sink
+from job_runtime.sources.source_contract import Source
 from job_runtime.sources.union import UnionSource
 from job_runtime.watermarks import WatermarkStrategy
 

@@ -8,7 +8,7 @@ from job_runtime.errors import PipelineDefinitionError
 from job_runtime.pipeline.definition import PipelineDefinition
 from job_runtime.pipeline.ops import SourceInput
 from job_runtime.pipeline.streams import Stream
-from job_runtime.sources.base import Source
+from job_runtime.sources.source_contract import Source
 from job_runtime.watermarks import WatermarkStrategy
 
 

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from typing import Any
 
 from job_runtime.records import KeySelector
-from job_runtime.sinks.base import Sink
-from job_runtime.sources.base import Source
+from job_runtime.sinks.sink_contract import Sink
+from job_runtime.sources.source_contract import Source
 from job_runtime.watermarks import WatermarkStrategy
 from job_runtime.windows import SessionWindows, WindowAssigner
 

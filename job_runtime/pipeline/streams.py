@@ -25,7 +25,7 @@ from job_runtime.pipeline.ops import (
     SourceInput,
 )
 from job_runtime.records import KeySelector, Record
-from job_runtime.sinks.base import MAIN_SINK, Sink
+from job_runtime.sinks.sink_contract import MAIN_SINK, Sink
 from job_runtime.windows import LATE_DATA, SessionWindows, Window, WindowAssigner
 
 Continued = TypeVar("Continued", bound="Stream | SideStream")

@@ -2,12 +2,12 @@
 ``print`` and ``discard``."""
 
 from job_runtime.sinks.arrival import CheckpointCommitter
-from job_runtime.sinks.base import Sink, SinkContext, SinkWriter
 from job_runtime.sinks.failures import RejectedRecordError
-from job_runtime.sinks.files import files
+from job_runtime.sinks.files_sink import files
 from job_runtime.sinks.kafka import kafka
 from job_runtime.sinks.print import discard
 from job_runtime.sinks.print import print_ as print
+from job_runtime.sinks.sink_contract import Sink, SinkContext, SinkWriter
 from job_runtime.sinks.write_ahead import write_ahead
 
 __all__ = ["CheckpointCommitter", "RejectedRecordError", "Sink", "SinkContext", "SinkWriter",

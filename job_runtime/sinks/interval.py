@@ -20,7 +20,7 @@ from typing import IO
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from cjob_checkpoint.storage.base import FileSystem
+from cjob_checkpoint.storage.file_system import FileSystem
 from job_runtime.faults import maybe_fail
 from job_runtime.records import Batch
 from job_runtime.sinks.parquet_encoding import dictionary_columns

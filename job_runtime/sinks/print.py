@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from job_runtime.records import Batch
-from job_runtime.sinks.base import Sink, SinkContext, SinkWriter
+from job_runtime.sinks.sink_contract import Sink, SinkContext, SinkWriter
 
 
 class _PrintWriter(SinkWriter):

@@ -53,8 +53,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from cjob_checkpoint.storage.base import FileSystem
 from cjob_checkpoint.storage.factory import get_filesystem
+from cjob_checkpoint.storage.file_system import FileSystem
 from job_runtime.errors import PipelineDefinitionError, UserCodeError
 from job_runtime.faults import maybe_fail
 from job_runtime.records import Batch
@@ -64,7 +64,6 @@ from job_runtime.sinks.arrival import (
     SendFunction,
     TransactionalSender,
 )
-from job_runtime.sinks.base import Sink, SinkContext, SinkSnapshot, SinkWriter
 from job_runtime.sinks.commit import (
     CommitRetry,
     LostTransactionError,
@@ -73,6 +72,7 @@ from job_runtime.sinks.commit import (
 )
 from job_runtime.sinks.failures import RejectedRecordError, SinkFailedError, SinkFailureKind
 from job_runtime.sinks.health import SinkHealth
+from job_runtime.sinks.sink_contract import Sink, SinkContext, SinkSnapshot, SinkWriter
 from job_runtime.sinks.write_ahead_log import ArrowSpool, PendingInterval, read_staged
 
 log = logging.getLogger(__name__)

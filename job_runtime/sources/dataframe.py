@@ -17,8 +17,8 @@ from collections.abc import Callable
 from typing import Any
 
 from job_runtime.errors import UnpublishedInputError
-from job_runtime.sources.base import Source, SourceContext, Split, SplitReader
-from job_runtime.sources.files import FilesSource
+from job_runtime.sources.files_source import FilesSource
+from job_runtime.sources.source_contract import Source, SourceContext, Split, SplitReader
 from job_runtime.sources.staged_dataset import stage_once
 from job_runtime.sources.staging import DriverStaging
 

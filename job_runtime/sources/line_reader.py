@@ -37,8 +37,8 @@ import pyarrow.json as pajson
 
 from job_runtime.errors import UserCodeError
 from job_runtime.records import Batch, Record
-from job_runtime.sources.base import SplitReader
 from job_runtime.sources.line_blocks import Blocks, read_header
+from job_runtime.sources.source_contract import SplitReader
 
 SOURCE_NAME = "files"
 """The files source's name (its ``Source.name``), which a reader's errors give."""

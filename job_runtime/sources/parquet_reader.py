@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from job_runtime.records import Batch
-from job_runtime.sources.base import SplitReader
+from job_runtime.sources.source_contract import SplitReader
 
 
 class ParquetReader(SplitReader):

@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow as pa
 
 from job_runtime.records import Batch
-from job_runtime.sources.base import Source, SourceContext, Split, SplitReader
+from job_runtime.sources.source_contract import Source, SourceContext, Split, SplitReader
 
 _PAUSE_SLICE = 0.005
 

@@ -24,9 +24,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from cjob_checkpoint.storage.base import join_uri
 from cjob_checkpoint.storage.factory import get_filesystem
-from cjob_checkpoint.store.base import FencedError
+from cjob_checkpoint.storage.file_system import join_uri
+from cjob_checkpoint.store.completed_store import FencedError
 from cjob_checkpoint.store.staged_inputs import StagedInput, StagedInputOrigin
 from job_runtime.sources.staging import DriverStaging
 

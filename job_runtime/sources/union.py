@@ -15,7 +15,7 @@ import logging
 from collections.abc import Mapping, Sequence, Set
 from typing import Any
 
-from job_runtime.sources.base import (
+from job_runtime.sources.source_contract import (
     RestoredSplit,
     Source,
     SourceContext,

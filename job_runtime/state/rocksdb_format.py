@@ -26,8 +26,8 @@ from pathlib import Path
 from cjob_checkpoint.checkpoint_storage import StateHandle
 from cjob_checkpoint.fields import Json, JsonFields
 from cjob_checkpoint.metadata import SharedStateFile
-from cjob_checkpoint.storage.base import FileSystem
 from cjob_checkpoint.storage.errors import CorruptDataError
+from cjob_checkpoint.storage.file_system import FileSystem
 
 MAGIC = b"cjob-rocksdb\n"
 FORMAT_VERSION = 1

@@ -28,7 +28,7 @@ import urllib3
 from kubernetes import client as k8s_client
 from kubernetes.client.exceptions import ApiException
 
-from cjob_checkpoint.store.base import StoreError
+from cjob_checkpoint.store.completed_store import StoreError
 from cjob_checkpoint.store.configmap import (
     advance_attempt,
     ensure_configmap,

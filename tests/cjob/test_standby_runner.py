@@ -19,7 +19,7 @@ import pytest
 from paths import SUPPORT
 
 from cjob.embedded import EmbeddedRunner, RunOptions
-from cjob_checkpoint.store.base import CompletedCheckpoint, FencedError
+from cjob_checkpoint.store.completed_store import CompletedCheckpoint, FencedError
 from cjob_checkpoint.store.file import FileCheckpointStore
 from cjob_spec import load_job_file
 

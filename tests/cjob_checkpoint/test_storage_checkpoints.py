@@ -17,7 +17,7 @@ from cjob_checkpoint.checkpoint_storage import (
 )
 from cjob_checkpoint.storage.errors import CorruptDataError, InvalidCheckpointPathError
 from cjob_checkpoint.storage.local import LocalFileSystem
-from cjob_checkpoint.store.base import CompletedCheckpoint, UnreadableCheckpointError
+from cjob_checkpoint.store.completed_store import CompletedCheckpoint, UnreadableCheckpointError
 
 JOB = "clicks-per-user-6f1c2a"
 

@@ -18,7 +18,7 @@ from cjob_checkpoint.storage.errors import (
 from cjob_checkpoint.storage.factory import get_filesystem
 from cjob_checkpoint.storage.local import LocalFileSystem
 from cjob_checkpoint.storage.s3 import MULTIPART_THRESHOLD, S3Config, S3FileSystem
-from cjob_checkpoint.store.base import CompletedCheckpoint, UnreadableCheckpointError
+from cjob_checkpoint.store.completed_store import CompletedCheckpoint, UnreadableCheckpointError
 from e2e.s3 import FaultyS3, S3Bucket, build_config, find_free_port
 
 JOB = "clicks-7d3e"

@@ -11,7 +11,11 @@ import pytest
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from cjob_checkpoint.store.base import AmbiguousWriteError, CompletedCheckpoint, StoreFullError
+from cjob_checkpoint.store.completed_store import (
+    AmbiguousWriteError,
+    CompletedCheckpoint,
+    StoreFullError,
+)
 from cjob_checkpoint.store.configmap_client import ConfigMapAccess, is_not_sent
 from cjob_checkpoint.store.configmap_errors import (
     AmbiguousConfigMapWriteError,

@@ -25,7 +25,7 @@ from cjob_checkpoint.store.backed import (
     release_checkpoint,
 )
 from cjob_checkpoint.store.backend import StoreBackend, update_state
-from cjob_checkpoint.store.base import (
+from cjob_checkpoint.store.completed_store import (
     CompletedCheckpoint,
     CorruptPointerError,
     FencedError,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from cjob_checkpoint.checkpoint_storage import CheckpointStorage
-from cjob_checkpoint.store.base import (
+from cjob_checkpoint.store.completed_store import (
     AmbiguousWriteError,
     CompletedCheckpoint,
     FencedError,

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from cjob_checkpoint.store import file as file_store
-from cjob_checkpoint.store.base import CompletedCheckpoint
+from cjob_checkpoint.store.completed_store import CompletedCheckpoint
 from cjob_checkpoint.store.file import FileCheckpointStore
 
 

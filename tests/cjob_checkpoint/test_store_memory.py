@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from cjob_checkpoint.store.base import (
+from cjob_checkpoint.store.completed_store import (
     CompletedCheckpoint,
     FencedError,
     JobOutcome,

@@ -16,10 +16,10 @@ import pytest
 from paths import REPO
 
 from e2e.images import BuiltImages, ImageImportError, build_images, import_images, make_plan
-from e2e.images.archive import read_repo_tags, rewrite_names
 from e2e.images.builder import ImageArchive
 from e2e.images.containerd import import_command
 from e2e.images.context import DockerIgnore, context_files
+from e2e.images.docker_archive import read_repo_tags, rewrite_names
 from e2e.images.dockerfile import Instruction, context_sources, copy_sources
 from e2e.images.plan import (
     archive_name,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from job_runtime.metrics import DriverMetrics
-from job_runtime.sources.base import SourceBacklog
+from job_runtime.sources.source_contract import SourceBacklog
 
 
 def _samples(metrics: DriverMetrics) -> list[tuple[str, dict[str, str]]]:

@@ -10,8 +10,8 @@ import pandas as pd
 from cjob_checkpoint.checkpoint_storage import CheckpointStorage
 from job_runtime import Pipeline
 from job_runtime.execution.stages import plan_stages
-from job_runtime.operators.base import KeyedOperator
 from job_runtime.operators.keyed import build_keyed_operator
+from job_runtime.operators.keyed_operator import KeyedOperator
 from job_runtime.pipeline import KeyedOp
 from job_runtime.records import key_group_range
 from job_runtime.state.backend import IncrementalSnapshot, StateBackendSettings

@@ -14,8 +14,8 @@ from job_runtime.execution.stages import plan_stages
 from job_runtime.execution.subtask.source_task import SourceTask
 from job_runtime.execution.subtask.uploader import UploadJob
 from job_runtime.records import Batch
-from job_runtime.sinks.base import SinkWriter
-from job_runtime.sources.base import Source
+from job_runtime.sinks.sink_contract import SinkWriter
+from job_runtime.sources.source_contract import Source
 
 
 class FakeSubtask:

@@ -22,7 +22,7 @@ from kubernetes import client as k8s_client
 
 from cjob_checkpoint.checkpoint_storage import CheckpointStorage
 from cjob_checkpoint.storage.local import local_path
-from cjob_checkpoint.store.base import CompletedCheckpoint
+from cjob_checkpoint.store.completed_store import CompletedCheckpoint
 from cjob_checkpoint.store.configmap import (
     ConfigMapCheckpointIdCounter,
     ConfigMapCheckpointStore,

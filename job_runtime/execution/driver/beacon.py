@@ -44,8 +44,8 @@ import threading
 import time
 
 from cjob_spec.driver_beacon import BeaconAddress, BeaconMessage
+from job_runtime.execution.driver.driver_settings import DriverSettings
 from job_runtime.execution.driver.logger import log
-from job_runtime.execution.driver.settings import DriverSettings
 from job_runtime.network.admission import MAX_UNAUTHENTICATED
 from job_runtime.rate_limited_log import RateLimitedLog
 

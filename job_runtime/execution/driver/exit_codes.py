@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 
 from cjob_checkpoint.storage.errors import StorageError, StorageUnavailableError
-from cjob_checkpoint.store.base import FencedError, StoreError
+from cjob_checkpoint.store.completed_store import FencedError, StoreError
 from cjob_checkpoint.store.configmap_errors import StoreCredentialsError
 from cjob_spec.exit_codes import ExitCode
 from job_runtime.errors import (

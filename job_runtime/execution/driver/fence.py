@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 
-from cjob_checkpoint.store.base import CompletedCheckpointStore, FencedError
+from cjob_checkpoint.store.completed_store import CompletedCheckpointStore, FencedError
 
 log = logging.getLogger(__name__)
 

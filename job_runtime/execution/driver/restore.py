@@ -17,7 +17,7 @@ from typing import Any
 
 from cjob_checkpoint.checkpoint_storage import CheckpointStorage
 from cjob_checkpoint.metadata import CheckpointMetadata, MetadataError
-from cjob_checkpoint.store.base import (
+from cjob_checkpoint.store.completed_store import (
     CompletedCheckpoint,
     CompletedCheckpointStore,
     NoRestorableCheckpointError,
@@ -30,7 +30,7 @@ from cjob_checkpoint.store.restore_report import (
     clip_dropped,
 )
 from job_runtime.errors import RestoreError
-from job_runtime.execution.driver.settings import DriverSettings
+from job_runtime.execution.driver.driver_settings import DriverSettings
 
 
 def _typed(metadata: Any, *, pointer: str) -> CheckpointMetadata:

@@ -27,10 +27,10 @@ from typing import Any
 
 from cjob_checkpoint.checkpoint_storage import CheckpointStorage
 from cjob_checkpoint.metadata import CheckpointMetadata
-from cjob_checkpoint.storage.base import join_uri
 from cjob_checkpoint.storage.factory import get_filesystem
+from cjob_checkpoint.storage.file_system import join_uri
 from cjob_checkpoint.storage.s3 import S3Config
-from cjob_checkpoint.store.base import (
+from cjob_checkpoint.store.completed_store import (
     CheckpointIdCounter,
     CompletedCheckpoint,
     CompletedCheckpointStore,
@@ -45,6 +45,7 @@ from job_runtime.execution.driver.barrier_stage import BarrierStage
 from job_runtime.execution.driver.beacon import start_beacon
 from job_runtime.execution.driver.code import JobCodePaths, prepare_job_code, ship_job_code
 from job_runtime.execution.driver.compatibility import incompatibilities, without
+from job_runtime.execution.driver.driver_settings import DriverSettings
 from job_runtime.execution.driver.exit_codes import STARTUP_ERRORS, exit_code
 from job_runtime.execution.driver.fence import fenced_instead
 from job_runtime.execution.driver.logger import log
@@ -55,7 +56,6 @@ from job_runtime.execution.driver.restore import (
     resolve_restore,
 )
 from job_runtime.execution.driver.scratch import new_code_dir
-from job_runtime.execution.driver.settings import DriverSettings
 from job_runtime.execution.driver.spark_start import (
     SparkStarter,
     is_local_master,
@@ -70,8 +70,8 @@ from job_runtime.execution.stages import StagePlan, plan_stages
 from job_runtime.metrics import DriverMetrics
 from job_runtime.network.handshake import new_key
 from job_runtime.pipeline import Pipeline
-from job_runtime.sinks.base import Sink, sink_job_id
-from job_runtime.sources.base import Source
+from job_runtime.sinks.sink_contract import Sink, sink_job_id
+from job_runtime.sources.source_contract import Source
 from job_runtime.sources.staging import DriverStaging
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from job_runtime.errors import ConfigurationError
 from job_runtime.execution.config import LOOPBACK
-from job_runtime.execution.driver.settings import DriverSettings
+from job_runtime.execution.driver.driver_settings import DriverSettings
 
 WORKER_DAEMON = "job_runtime.execution.subtask.worker_daemon"
 """Spark's Python worker daemon with the subtask's code already imported (see there):

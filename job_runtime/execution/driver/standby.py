@@ -40,8 +40,8 @@ from job_runtime.coordinator.endpoint import CoordinatorEndpoint
 from job_runtime.errors import ConfigurationError
 from job_runtime.execution.driver.active_watch import ActiveDriverWatch
 from job_runtime.execution.driver.barrier_stage import BarrierStage
+from job_runtime.execution.driver.driver_settings import DriverSettings
 from job_runtime.execution.driver.logger import log
-from job_runtime.execution.driver.settings import DriverSettings
 from job_runtime.execution.subtask import SUBTASK_MODULES
 
 POLL_SECONDS = 0.01

@@ -15,7 +15,7 @@ import enum
 import os
 
 from cjob_checkpoint.store.backed import BackedCheckpointStore
-from cjob_checkpoint.store.base import CheckpointIdCounter
+from cjob_checkpoint.store.completed_store import CheckpointIdCounter
 from cjob_checkpoint.store.triggers import FileTriggerSource, TriggerSource
 from job_runtime.errors import ConfigurationError
 

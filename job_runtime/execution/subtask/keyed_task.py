@@ -23,8 +23,8 @@ from job_runtime.execution.subtask.watermark_tracking import ChannelWatermarks
 from job_runtime.network.channels import InputGate
 from job_runtime.network.framing import Kind
 from job_runtime.operators.accumulators import kind_of_columns
-from job_runtime.operators.base import KeyedOperator
 from job_runtime.operators.keyed import build_keyed_operator
+from job_runtime.operators.keyed_operator import KeyedOperator
 from job_runtime.records import (
     Batch,
     key_group_of,

@@ -61,9 +61,9 @@ from job_runtime.network.channels import (
 from job_runtime.network.framing import ChannelHello
 from job_runtime.network.handshake import Session
 from job_runtime.operators.chain import RecordChain
-from job_runtime.sinks.base import SinkContext, SinkWriter
 from job_runtime.sinks.failures import SinkFailedError
 from job_runtime.sinks.health import SinkHealth
+from job_runtime.sinks.sink_contract import SinkContext, SinkWriter
 
 log = logging.getLogger(__name__)
 

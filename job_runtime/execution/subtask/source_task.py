@@ -21,7 +21,7 @@ from job_runtime.execution.subtask.watermark_tracking import SplitWatermarks
 from job_runtime.network.framing import Kind
 from job_runtime.operators.chain import RecordChain
 from job_runtime.records import Batch
-from job_runtime.sources.base import (
+from job_runtime.sources.source_contract import (
     RestoredSplit,
     Source,
     SourceBacklog,

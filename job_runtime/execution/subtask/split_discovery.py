@@ -15,7 +15,7 @@ import queue
 import threading
 from collections.abc import Iterable
 
-from job_runtime.sources.base import Source, SourceContext, Split
+from job_runtime.sources.source_contract import Source, SourceContext, Split
 
 log = logging.getLogger(__name__)
 

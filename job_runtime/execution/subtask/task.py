@@ -42,7 +42,7 @@ from job_runtime.records import (
     Batch,
     split_by_target,
 )
-from job_runtime.sinks.base import MAIN_SINK, SinkWriter
+from job_runtime.sinks.sink_contract import MAIN_SINK, SinkWriter
 
 log = logging.getLogger(__name__)
 

@@ -35,7 +35,7 @@ from job_runtime.coordinator.messages import (
     OperatorState,
     ToCoordinator,
 )
-from job_runtime.sinks.base import SinkSnapshot
+from job_runtime.sinks.sink_contract import SinkSnapshot
 from job_runtime.state.backend import IncrementalSnapshot
 
 log = logging.getLogger(__name__)

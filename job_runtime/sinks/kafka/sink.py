@@ -15,12 +15,11 @@ from typing import Any
 import pyarrow as pa
 
 from job_runtime.errors import ConfigurationError, PipelineDefinitionError, client_error_text
-from job_runtime.sinks.base import Sink, SinkContext, SinkWriter
 from job_runtime.sinks.commit import CommitRetry
 from job_runtime.sinks.failures import (
     BadRecords,
 )
-from job_runtime.sinks.kafka.at_least_once import AtLeastOnceWriter
+from job_runtime.sinks.kafka.at_least_once_writer import AtLeastOnceWriter
 from job_runtime.sinks.kafka.markers import DEFAULT_CONTROL_TOPIC, control_topic_of, read_markers
 from job_runtime.sinks.kafka.refusals import (
     DEAD_LETTER_HEADERS,
@@ -29,6 +28,7 @@ from job_runtime.sinks.kafka.refusals import (
     EncodedRecord,
 )
 from job_runtime.sinks.kafka.transactions import Transactions
+from job_runtime.sinks.sink_contract import Sink, SinkContext, SinkWriter
 from job_runtime.sinks.write_ahead import (
     DEFAULT_MEMORY_BYTES,
     WriteAheadWriter,

@@ -16,7 +16,6 @@ import pyarrow as pa
 
 from job_runtime.errors import client_error_text
 from job_runtime.sinks.arrival import TransactionalSender
-from job_runtime.sinks.base import SinkContext
 from job_runtime.sinks.commit import SinkFencedError
 from job_runtime.sinks.failures import (
     BadRecords,
@@ -33,6 +32,7 @@ from job_runtime.sinks.kafka.markers import (
 )
 from job_runtime.sinks.kafka.refusals import EncodedRecord, permanent, produce, refusal
 from job_runtime.sinks.kafka.target import KafkaTarget
+from job_runtime.sinks.sink_contract import SinkContext
 
 log = logging.getLogger(__name__)
 

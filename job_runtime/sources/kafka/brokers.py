@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence, Set
 from typing import TYPE_CHECKING, Any
 
 from job_runtime.errors import ConfigurationError, client_error_text
-from job_runtime.sources.base import Split
 from job_runtime.sources.kafka.plan import KafkaPartition, discovered_index
+from job_runtime.sources.source_contract import Split
 
 if TYPE_CHECKING:
     from confluent_kafka import TopicPartition

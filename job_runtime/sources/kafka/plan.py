@@ -15,7 +15,7 @@ import json
 import time
 from collections.abc import Sequence
 
-from cjob_checkpoint.storage.base import join_uri
+from cjob_checkpoint.storage.file_system import join_uri
 from job_runtime.errors import ConfigurationError
 
 PLAN_VERSION = 2

@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from job_runtime.errors import UserCodeError
-from job_runtime.sources.base import RestoredSplit, Split
 from job_runtime.sources.kafka.plan import BEGINNING, KafkaPartition, discovered_index
+from job_runtime.sources.source_contract import RestoredSplit, Split
 
 log = logging.getLogger(__name__)
 

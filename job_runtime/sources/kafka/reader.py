@@ -19,11 +19,11 @@ import pyarrow as pa
 
 from job_runtime.errors import UserCodeError, client_error_text
 from job_runtime.records import Batch
-from job_runtime.sources.base import SourceBacklog, SplitReader
 from job_runtime.sources.kafka.dead_letters import DeadLetters
 from job_runtime.sources.kafka.decode import RecordDecoder, json_object_problem
 from job_runtime.sources.kafka.plan import KafkaPartition
 from job_runtime.sources.kafka.positions import KafkaPosition
+from job_runtime.sources.source_contract import SourceBacklog, SplitReader
 
 if TYPE_CHECKING:
     from confluent_kafka import Consumer, KafkaError, Message

@@ -11,13 +11,6 @@ from typing import Any
 
 from cjob_checkpoint.storage.factory import get_filesystem
 from job_runtime.errors import PipelineDefinitionError, UserCodeError
-from job_runtime.sources.base import (
-    RestoredSplit,
-    Source,
-    SourceContext,
-    Split,
-    SplitReader,
-)
 from job_runtime.sources.kafka.brokers import Brokers
 from job_runtime.sources.kafka.client_log import CLIENT_LOG
 from job_runtime.sources.kafka.dead_letters import DeadLetters
@@ -31,6 +24,13 @@ from job_runtime.sources.kafka.plan import (
 )
 from job_runtime.sources.kafka.positions import KafkaPosition, restore_splits
 from job_runtime.sources.kafka.reader import KafkaReader
+from job_runtime.sources.source_contract import (
+    RestoredSplit,
+    Source,
+    SourceContext,
+    Split,
+    SplitReader,
+)
 from job_runtime.sources.staging import DriverStaging
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from paths import REPO as REPO_ROOT
 from store_configmap_support import LossyApiProxy, StoreWorld
 
 from cjob_checkpoint.checkpoint_storage import read_metadata
-from cjob_checkpoint.store.base import (
+from cjob_checkpoint.store.completed_store import (
     AmbiguousWriteError,
     CompletedCheckpoint,
     FencedError,
@@ -270,7 +270,7 @@ CRASHING_DRIVER = """
 import os, sys
 from kubernetes import client, config
 from cjob_checkpoint.checkpoint_storage import CheckpointStorage
-from cjob_checkpoint.store.base import CompletedCheckpoint
+from cjob_checkpoint.store.completed_store import CompletedCheckpoint
 from cjob_checkpoint.store.configmap import ConfigMapCheckpointStore
 
 namespace, name, root, job_id, crash_at = sys.argv[1:6]

@@ -21,6 +21,7 @@ from store_configmap_support import LossyApiProxy, StoreWorld
 
 from cjob_checkpoint.store.configmap import ConfigMapCheckpointIdCounter
 from cjob_checkpoint.store.configmap_triggers import ConfigMapTriggerSource
+from job_runtime.coordinator.checkpoint_settings import CheckpointSettings
 from job_runtime.coordinator.coordinator import CheckpointCoordinator
 from job_runtime.coordinator.messages import (
     Abort,
@@ -35,7 +36,6 @@ from job_runtime.coordinator.messages import (
     Trigger,
 )
 from job_runtime.coordinator.rpc import SubtaskConnection, connect
-from job_runtime.coordinator.settings import CheckpointSettings
 from job_runtime.errors import CheckpointFailureBudgetExceeded
 
 WAIT = 30.0

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 from store_configmap_support import LossyApiProxy, StoreWorld
 
-from cjob_checkpoint.store.base import CompletedCheckpoint
+from cjob_checkpoint.store.completed_store import CompletedCheckpoint
 from cjob_checkpoint.store.configmap import ConfigMapCheckpointStore
 
 

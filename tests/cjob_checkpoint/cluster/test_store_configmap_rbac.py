@@ -14,7 +14,7 @@ import pytest
 from driver_account import driver_api
 from kubernetes import client as k8s_client
 
-from cjob_checkpoint.store.base import CompletedCheckpoint
+from cjob_checkpoint.store.completed_store import CompletedCheckpoint
 from cjob_checkpoint.store.configmap import (
     ConfigMapCheckpointIdCounter,
     ConfigMapCheckpointStore,

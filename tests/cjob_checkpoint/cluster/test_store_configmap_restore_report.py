@@ -12,7 +12,7 @@ import json
 import pytest
 from store_configmap_support import StoreWorld
 
-from cjob_checkpoint.store.base import FencedError
+from cjob_checkpoint.store.completed_store import FencedError
 from cjob_checkpoint.store.configmap import read_snapshot
 from cjob_checkpoint.store.configmap_layout import ANNOTATION_RESTORED
 from cjob_checkpoint.store.restore_report import RestoredCheckpoint, RestoreReport

@@ -10,7 +10,7 @@ import pytest
 from e2e.kind.chart import ChartRelease
 from e2e.kind.cluster import KindCluster
 from e2e.realnode import scenario
-from e2e.realnode.s3 import ClusterS3, start_s3
+from e2e.realnode.cluster_s3 import ClusterS3, start_s3
 
 
 @pytest.fixture(scope="session")

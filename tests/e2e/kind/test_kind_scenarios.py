@@ -12,7 +12,7 @@ from e2e import cluster_scenarios
 from e2e.kind.chart import ChartRelease
 from e2e.kind.cluster import KindCluster
 from e2e.realnode import scenario
-from e2e.realnode.s3 import ClusterS3
+from e2e.realnode.cluster_s3 import ClusterS3
 
 pytestmark = [
     # The session fixture builds the node image and creates the cluster in the first test.

@@ -10,9 +10,9 @@ import pytest
 
 from e2e.kind.chart import ChartRelease
 from e2e.realnode import scenario
+from e2e.realnode.cluster_s3 import ClusterS3, start_s3
 from e2e.realnode.kafka import ClusterKafka, start_kafka
 from e2e.realnode.pytest_plugin import RealCluster
-from e2e.realnode.s3 import ClusterS3, start_s3
 
 
 @pytest.fixture(scope="session")

@@ -10,7 +10,7 @@ import json
 import tarfile
 from pathlib import Path
 
-from e2e.realnode.archive import ImageFile, SmallImage, write_archive
+from e2e.realnode.small_images import ImageFile, SmallImage, write_archive
 
 
 def _image(binary: Path) -> SmallImage:

@@ -21,8 +21,8 @@ from e2e.controlplane.waiting import pod_is_ready
 from e2e.jobs import RUNNING_SUM_DIR
 from e2e.kind.chart import ChartRelease, HelmCommandError
 from e2e.realnode import running_sum, scenario
+from e2e.realnode.cluster_s3 import ClusterS3
 from e2e.realnode.pytest_plugin import RealCluster
-from e2e.realnode.s3 import ClusterS3
 
 pytestmark = [
     # The session fixture may import images and start the node inside the first test.

@@ -18,9 +18,9 @@ from e2e.controlplane.rest import quote
 from e2e.kafka.clients import create_topic, read_topic, transactional_producer
 from e2e.kind.chart import ChartRelease
 from e2e.realnode import scenario
+from e2e.realnode.cluster_s3 import ClusterS3
 from e2e.realnode.kafka import ClusterKafka
 from e2e.realnode.pytest_plugin import RealCluster
-from e2e.realnode.s3 import ClusterS3
 from e2e.repo import REPO_ROOT
 
 pytestmark = [

@@ -16,8 +16,8 @@ import pytest
 from e2e.cluster_scenarios import RATE, apply_s3_job, finished, verify_output
 from e2e.kind.chart import ChartRelease, HelmCommandError
 from e2e.realnode import scenario
+from e2e.realnode.cluster_s3 import ClusterS3
 from e2e.realnode.pytest_plugin import RealCluster
-from e2e.realnode.s3 import ClusterS3
 
 COUNT = RATE * 40  # 40 s of input: the two rescales happen in its first seconds
 

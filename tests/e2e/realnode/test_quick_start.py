@@ -17,8 +17,8 @@ import pytest
 
 from e2e.kind.chart import ChartRelease
 from e2e.realnode import scenario
+from e2e.realnode.cluster_s3 import ClusterS3
 from e2e.realnode.pytest_plugin import RealCluster
-from e2e.realnode.s3 import ClusterS3
 from e2e.repo import REPO_ROOT
 
 pytestmark = [

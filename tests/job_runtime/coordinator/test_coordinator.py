@@ -17,9 +17,10 @@ from coordinator_stand_in import KEY, WAIT, StandIn, wait_until
 
 from cjob_checkpoint.checkpoint_storage import CheckpointStorage
 from cjob_checkpoint.metadata import CheckpointMetadata
-from cjob_checkpoint.store.base import CompletedCheckpoint
+from cjob_checkpoint.store.completed_store import CompletedCheckpoint
 from cjob_checkpoint.store.memory import InMemoryCheckpointIdCounter, InMemoryCheckpointStore
 from cjob_checkpoint.store.triggers import FileTriggerSource, request_checkpoint
+from job_runtime.coordinator.checkpoint_settings import CheckpointSettings
 from job_runtime.coordinator.coordinator import CheckpointCoordinator
 from job_runtime.coordinator.messages import (
     Abort,
@@ -29,7 +30,6 @@ from job_runtime.coordinator.messages import (
     Rejected,
     Trigger,
 )
-from job_runtime.coordinator.settings import CheckpointSettings
 from job_runtime.errors import CheckpointFailureBudgetExceeded
 
 JOB = "job-uid1"

@@ -17,10 +17,10 @@ from coordinator_stand_in import KEY, StandIn, wait_until
 from cjob_checkpoint.checkpoint_storage import CheckpointStorage
 from cjob_checkpoint.metadata import CheckpointMetadata
 from cjob_checkpoint.store.memory import InMemoryCheckpointIdCounter, InMemoryCheckpointStore
+from job_runtime.coordinator.checkpoint_settings import CheckpointSettings
 from job_runtime.coordinator.coordinator import CheckpointCoordinator
 from job_runtime.coordinator.endpoint import CoordinatorEndpoint
 from job_runtime.coordinator.messages import Ready, Registered, Rejected
-from job_runtime.coordinator.settings import CheckpointSettings
 
 JOB = "job-uid1"
 

@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 
 from cjob_checkpoint.checkpoint_storage import CheckpointStorage
-from cjob_checkpoint.store.base import CompletedCheckpoint, Discarder
+from cjob_checkpoint.store.completed_store import CompletedCheckpoint, Discarder
 from cjob_checkpoint.store.memory import InMemoryCheckpointIdCounter, InMemoryCheckpointStore
+from job_runtime.coordinator.checkpoint_settings import CheckpointSettings
 from job_runtime.coordinator.coordinator import CheckpointCoordinator
 from job_runtime.coordinator.messages import (
     Abort,
@@ -30,7 +31,6 @@ from job_runtime.coordinator.messages import (
     Registered,
 )
 from job_runtime.coordinator.rpc import SubtaskConnection, connect
-from job_runtime.coordinator.settings import CheckpointSettings
 from job_runtime.metrics import DriverMetrics
 
 JOB = "job-uid1"

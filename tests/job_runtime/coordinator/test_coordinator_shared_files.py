@@ -17,6 +17,7 @@ from cjob_checkpoint.checkpoint_storage import CheckpointStorage, StateHandle
 from cjob_checkpoint.metadata import SharedStateFile
 from cjob_checkpoint.storage.local import local_path
 from cjob_checkpoint.store.memory import InMemoryCheckpointIdCounter, InMemoryCheckpointStore
+from job_runtime.coordinator.checkpoint_settings import CheckpointSettings
 from job_runtime.coordinator.coordinator import CheckpointCoordinator
 from job_runtime.coordinator.messages import (
     Abort,
@@ -26,7 +27,6 @@ from job_runtime.coordinator.messages import (
     Registered,
     Trigger,
 )
-from job_runtime.coordinator.settings import CheckpointSettings
 
 JOB = "job-uid1"
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from job_runtime.coordinator.checkpoint_settings import CheckpointSettings
 from job_runtime.coordinator.request_decider import RequestDecider
-from job_runtime.coordinator.settings import CheckpointSettings
 
 
 def decider(**settings: Any) -> RequestDecider:

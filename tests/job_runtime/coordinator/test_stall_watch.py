@@ -6,7 +6,7 @@ checkpoint, and before the first completed checkpoint at least the checkpoint ti
 
 from __future__ import annotations
 
-from job_runtime.coordinator.settings import CheckpointSettings
+from job_runtime.coordinator.checkpoint_settings import CheckpointSettings
 from job_runtime.coordinator.stall_watch import SHORTEST_WINDOW, StallWatch
 from job_runtime.errors import CheckpointStalledError
 

@@ -25,8 +25,8 @@ from cjob_checkpoint.metadata import CheckpointMetadata
 from cjob_checkpoint.store.memory import InMemoryCheckpointIdCounter, InMemoryCheckpointStore
 from cjob_checkpoint.store.triggers import FileTriggerSource, request_checkpoint
 from cjob_spec.names import suspend_nonce
+from job_runtime.coordinator.checkpoint_settings import CheckpointSettings
 from job_runtime.coordinator.coordinator import CheckpointCoordinator
-from job_runtime.coordinator.settings import CheckpointSettings
 from job_runtime.execution.config import SubtaskConfig
 from job_runtime.execution.subtask.runtime import SubtaskRuntime
 from job_runtime.network.handshake import new_key

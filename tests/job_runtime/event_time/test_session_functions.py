@@ -17,7 +17,7 @@ from keyed_operators import MAX_P, Operators, keyed_op_of, session_reference
 
 from job_runtime import Pipeline, sinks, sources, watermarks, windows
 from job_runtime.errors import UserCodeError
-from job_runtime.operators.base import KeyedOperator
+from job_runtime.operators.keyed_operator import KeyedOperator
 from job_runtime.pipeline import KeyedKind, KeyedOp
 from job_runtime.records import Batch, Record, key_group_of
 from job_runtime.state.backend import BACKEND_KINDS

@@ -20,8 +20,8 @@ from keyed_operators import MAX_P, Operators, keyed_op_of, session_reference
 from job_runtime import Pipeline, sinks, sources, watermarks, windows
 from job_runtime.errors import PipelineDefinitionError, UserCodeError
 from job_runtime.execution.stages import plan_stages, source_batch_size
-from job_runtime.operators.base import KeyedOperator
 from job_runtime.operators.keyed import build_keyed_operator
+from job_runtime.operators.keyed_operator import KeyedOperator
 from job_runtime.operators.session_window import SessionWindowOperator
 from job_runtime.pipeline import KeyedOp
 from job_runtime.records import Batch, key_group_of

@@ -13,8 +13,8 @@ import pytest
 
 from job_runtime import Pipeline, sinks, sources, watermarks, windows
 from job_runtime.execution.stages import plan_stages
-from job_runtime.operators.base import KeyedOperator
 from job_runtime.operators.keyed import build_keyed_operator
+from job_runtime.operators.keyed_operator import KeyedOperator
 from job_runtime.records import Batch, key_group_range
 
 MAX_P = 128

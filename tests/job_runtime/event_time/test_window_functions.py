@@ -23,11 +23,11 @@ from keyed_operators import MAX_P, Operators, keyed_op_of
 from job_runtime import Pipeline, sinks, sources, watermarks, windows
 from job_runtime.errors import PipelineDefinitionError, UserCodeError
 from job_runtime.execution.stages import plan_stages, source_batch_size
-from job_runtime.operators.base import KeyedOperator
+from job_runtime.operators.keyed_operator import KeyedOperator
 from job_runtime.operators.window_function import WindowFunctionOperator, _chunks
 from job_runtime.pipeline import KeyedOp
 from job_runtime.records import Batch, Record, key_group_of
-from job_runtime.sources.base import RECORD_BATCH_SIZE
+from job_runtime.sources.source_contract import RECORD_BATCH_SIZE
 from job_runtime.state.backend import BACKEND_KINDS
 from job_runtime.watermarks import MAX_WATERMARK
 from job_runtime.windows import Window, WindowAssigner

@@ -31,7 +31,7 @@ from job_runtime.network.admission import MAX_UNAUTHENTICATED
 DRIVER = textwrap.dedent("""
     import sys
     from job_runtime.execution.driver.beacon import start_beacon
-    from job_runtime.execution.driver.settings import DriverSettings
+    from job_runtime.execution.driver.driver_settings import DriverSettings
     from job_runtime.execution.driver.store import StoreAddress
 
     settings = DriverSettings(entrypoint="x:y", job_name="clicks", job_uid="u",

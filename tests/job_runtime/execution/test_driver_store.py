@@ -14,7 +14,7 @@ from cjob_checkpoint.store.file import FileCheckpointStore
 from cjob_checkpoint.store.memory import InMemoryCheckpointStore
 from cjob_checkpoint.store.triggers import FileTriggerSource
 from job_runtime.errors import ConfigurationError
-from job_runtime.execution.driver.settings import DriverSettings
+from job_runtime.execution.driver.driver_settings import DriverSettings
 from job_runtime.execution.driver.store import (
     MEMORY_STORE,
     StoreAddress,

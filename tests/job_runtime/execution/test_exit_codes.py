@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from cjob_checkpoint.storage.errors import StorageError, StorageUnavailableError
-from cjob_checkpoint.store.base import FencedError, StoreError
+from cjob_checkpoint.store.completed_store import FencedError, StoreError
 from cjob_spec.exit_codes import ExitCode
 from job_runtime.errors import (
     CheckpointFailureBudgetExceeded,

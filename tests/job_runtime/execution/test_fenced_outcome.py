@@ -8,7 +8,7 @@ was fenced: that is why it stopped, and its exit code says so.
 from __future__ import annotations
 
 from cjob_checkpoint.store.backed import advance_fence
-from cjob_checkpoint.store.base import FencedError, StoreError
+from cjob_checkpoint.store.completed_store import FencedError, StoreError
 from cjob_checkpoint.store.memory import InMemoryCheckpointStore, MemoryBackend
 from cjob_spec.exit_codes import ExitCode
 from job_runtime.errors import CheckpointFailureBudgetExceeded

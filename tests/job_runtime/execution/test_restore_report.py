@@ -14,7 +14,7 @@ import pytest
 from runtime_harness import write_completed_checkpoints
 
 from cjob_checkpoint.checkpoint_storage import CheckpointStorage
-from cjob_checkpoint.store.base import FencedError
+from cjob_checkpoint.store.completed_store import FencedError
 from cjob_checkpoint.store.file import FileCheckpointStore, advance_attempt
 from cjob_checkpoint.store.memory import InMemoryCheckpointStore
 from cjob_checkpoint.store.restore_report import (
@@ -24,8 +24,8 @@ from cjob_checkpoint.store.restore_report import (
     UnreadableRestoreReportError,
     clip_dropped,
 )
+from job_runtime.execution.driver.driver_settings import DriverSettings
 from job_runtime.execution.driver.restore import record_restore, resolve_restore
-from job_runtime.execution.driver.settings import DriverSettings
 
 JOB = "sums"
 UID = "u1"

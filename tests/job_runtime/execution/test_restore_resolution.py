@@ -17,8 +17,8 @@ from cjob_checkpoint.checkpoint_storage import CheckpointStorage
 from cjob_checkpoint.store.file import FileCheckpointStore, advance_attempt
 from cjob_checkpoint.store.restore_report import RestoredCheckpoint
 from job_runtime.errors import RestoreError
+from job_runtime.execution.driver.driver_settings import DriverSettings
 from job_runtime.execution.driver.restore import resolve_restore
-from job_runtime.execution.driver.settings import DriverSettings
 
 JOB = "sums"
 UID = "u1"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from cjob_spec import CheckpointedJob, parse_job, to_runtime_args
 from job_runtime.cli import build_parser, settings_from_args
-from job_runtime.execution.driver.settings import DriverSettings
+from job_runtime.execution.driver.driver_settings import DriverSettings
 
 REQUIRED = ["--job-name", "clicks", "--job-uid", "u-1", "--entrypoint", "clicks.job:build",
             "--checkpoint-storage", "file:///data/ckpt"]

@@ -30,7 +30,7 @@ from job_runtime.operators.keyed import build_keyed_operator
 from job_runtime.pipeline import KeyedOp, Pipeline
 from job_runtime.records import Batch, key_group_of
 from job_runtime.sinks import discard, files
-from job_runtime.sinks.base import SinkContext, SinkWriter
+from job_runtime.sinks.sink_contract import SinkContext, SinkWriter
 from job_runtime.sources import sequence
 from job_runtime.state.handles import MapState, ProcessContext
 from job_runtime.state.hashmap import HashMapStateBackend, deserialize_keyed_state

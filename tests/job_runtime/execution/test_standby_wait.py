@@ -111,7 +111,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_a_standby_pod_needs_a_configmap_store_and_says_so() -> None:
-    from job_runtime.execution.driver.settings import DriverSettings
+    from job_runtime.execution.driver.driver_settings import DriverSettings
     from job_runtime.execution.driver.standby import standby_channel
 
     settings = DriverSettings(job_name="j", job_uid="u", entrypoint="m:f",
@@ -125,7 +125,7 @@ def test_a_standby_pods_relative_readiness_file_is_in_the_temporary_directory(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import tempfile
 
-    from job_runtime.execution.driver.settings import DriverSettings
+    from job_runtime.execution.driver.driver_settings import DriverSettings
     from job_runtime.execution.driver.standby import standby_channel
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))

@@ -11,7 +11,7 @@ from source_tasks import FakeSubtask, source_task
 
 from job_runtime.execution.subtask.source_task import SourceTask
 from job_runtime.records import Batch
-from job_runtime.sources.base import Source, SourceContext, Split, SplitReader
+from job_runtime.sources.source_contract import Source, SourceContext, Split, SplitReader
 
 WAIT = 10.0
 

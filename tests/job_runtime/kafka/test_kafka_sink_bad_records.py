@@ -22,10 +22,10 @@ from e2e.kafka.clients import read_topic, transactional_producer
 from job_runtime.errors import PipelineDefinitionError
 from job_runtime.records import Batch
 from job_runtime.sinks import kafka
-from job_runtime.sinks.base import SinkContext, SinkWriter
 from job_runtime.sinks.commit import CommitRetry
 from job_runtime.sinks.failures import SinkFailedError, SinkFailureKind
 from job_runtime.sinks.kafka import KafkaSink
+from job_runtime.sinks.sink_contract import SinkContext, SinkWriter
 
 QUICK = CommitRetry(attempts=2, first_delay=0.0, max_delay=0.0)
 TOO_LARGE = "x" * 3_000_000

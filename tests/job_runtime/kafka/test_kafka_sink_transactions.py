@@ -23,9 +23,9 @@ from e2e.kafka.clients import read_topic, transactional_producer
 from job_runtime.errors import ConfigurationError, PipelineDefinitionError
 from job_runtime.records import Batch
 from job_runtime.sinks import kafka
-from job_runtime.sinks.base import SinkContext, SinkWriter
 from job_runtime.sinks.commit import CommitRetry, SinkFencedError
 from job_runtime.sinks.kafka import CommitMarker, KafkaSink, control_topic_of, transactional_id
+from job_runtime.sinks.sink_contract import SinkContext, SinkWriter
 
 QUICK = CommitRetry(attempts=2, first_delay=0.0, max_delay=0.0)
 

@@ -26,8 +26,8 @@ from e2e.kafka.clients import read_topic
 from job_runtime import sources
 from job_runtime.errors import ConfigurationError, UserCodeError
 from job_runtime.records import Batch
-from job_runtime.sources.base import SourceContext, Split, SplitReader
 from job_runtime.sources.kafka import KafkaSource
+from job_runtime.sources.source_contract import SourceContext, Split, SplitReader
 from job_runtime.sources.staging import DriverStaging
 
 READ_TIMEOUT = 30.0

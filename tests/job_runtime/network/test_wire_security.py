@@ -19,10 +19,10 @@ import pytest
 
 from cjob_checkpoint.checkpoint_storage import CheckpointStorage
 from cjob_checkpoint.store.memory import InMemoryCheckpointIdCounter, InMemoryCheckpointStore
+from job_runtime.coordinator.checkpoint_settings import CheckpointSettings
 from job_runtime.coordinator.coordinator import CheckpointCoordinator
 from job_runtime.coordinator.messages import FORMAT_VERSION, Ready, Register, Registered
 from job_runtime.coordinator.rpc import ConnectionLost, SubtaskConnection, connect
-from job_runtime.coordinator.settings import CheckpointSettings
 from job_runtime.execution.driver.run import _driver_host
 from job_runtime.execution.subtask.runtime import channel_addresses
 from job_runtime.network.channels import (

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 
 from job_runtime.records import Batch
 from job_runtime.sinks import files
-from job_runtime.sinks.base import SinkContext, SinkWriter
+from job_runtime.sinks.sink_contract import SinkContext, SinkWriter
 
 
 def open_writer(path: Path | str, *, subtask: int = 0, attempt: str = "a1e1",

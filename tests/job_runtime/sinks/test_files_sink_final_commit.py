@@ -17,8 +17,8 @@ import pytest
 
 from job_runtime.records import Batch
 from job_runtime.sinks import files
-from job_runtime.sinks.base import SinkContext, SinkWriter
-from job_runtime.sinks.files import CommitRetry, SinkCommitError
+from job_runtime.sinks.files_sink import CommitRetry, SinkCommitError
+from job_runtime.sinks.sink_contract import SinkContext, SinkWriter
 
 FAST_RETRY = CommitRetry(attempts=3, first_delay=0.05, max_delay=0.1)
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from job_runtime.records import Batch
 from job_runtime.sinks import files
-from job_runtime.sinks.base import SinkContext, SinkWriter
-from job_runtime.sinks.files import output_tag
+from job_runtime.sinks.files_sink import output_tag
+from job_runtime.sinks.sink_contract import SinkContext, SinkWriter
 
 
 def numbers(path: Path) -> list[int]:

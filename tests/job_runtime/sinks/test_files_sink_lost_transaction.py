@@ -13,8 +13,8 @@ import pytest
 
 from job_runtime.records import Batch
 from job_runtime.sinks import files
-from job_runtime.sinks.base import SinkContext, SinkWriter
-from job_runtime.sinks.files import CommitRetry, LostTransactionError
+from job_runtime.sinks.files_sink import CommitRetry, LostTransactionError
+from job_runtime.sinks.sink_contract import SinkContext, SinkWriter
 
 
 def open_writer(path: Path, *, attempt: str) -> SinkWriter:

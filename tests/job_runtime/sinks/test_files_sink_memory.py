@@ -18,7 +18,7 @@ import pytest
 
 from job_runtime.records import Batch
 from job_runtime.sinks import files
-from job_runtime.sinks.base import SinkContext
+from job_runtime.sinks.sink_contract import SinkContext
 
 PADDING = "x" * 200
 BATCHES = 100

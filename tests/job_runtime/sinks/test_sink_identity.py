@@ -15,9 +15,9 @@ import pytest
 from cjob_checkpoint.metadata import CheckpointMetadata, SinkTransactions
 from job_runtime.errors import RestoreError
 from job_runtime.execution.driver.restore import check_sinks
-from job_runtime.sinks.base import MAIN_SINK, SinkContext, sink_job_id
-from job_runtime.sinks.files import output_tag
+from job_runtime.sinks.files_sink import output_tag
 from job_runtime.sinks.kafka import transactional_id
+from job_runtime.sinks.sink_contract import MAIN_SINK, SinkContext, sink_job_id
 
 CONTEXT = SinkContext(subtask=1, parallelism=2, attempt_tag="a1e3", job_id="clicks-u1",
                       staging_root="file:///ckpt/clicks-u1")

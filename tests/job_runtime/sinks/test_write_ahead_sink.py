@@ -21,10 +21,10 @@ from job_runtime.errors import PipelineDefinitionError, UserCodeError
 from job_runtime.records import Batch
 from job_runtime.sinks import CheckpointCommitter, write_ahead
 from job_runtime.sinks.arrival import ArrivalRecord, TransactionalSender
-from job_runtime.sinks.base import SinkContext, SinkWriter
 from job_runtime.sinks.commit import CommitRetry, LostTransactionError, SinkCommitError
 from job_runtime.sinks.failures import RejectedRecordError, SinkFailedError, SinkFailureKind
 from job_runtime.sinks.health import SinkHealth
+from job_runtime.sinks.sink_contract import SinkContext, SinkWriter
 from job_runtime.sinks.write_ahead import WriteAheadWriter
 
 QUICK = CommitRetry(attempts=2, first_delay=0.0, max_delay=0.0)

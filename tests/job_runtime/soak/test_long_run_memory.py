@@ -32,8 +32,8 @@ from paths import JOBS
 
 from cjob_checkpoint.checkpoint_storage import CheckpointStorage
 from cjob_checkpoint.store.memory import InMemoryCheckpointIdCounter, InMemoryCheckpointStore
+from job_runtime.coordinator.checkpoint_settings import CheckpointSettings
 from job_runtime.coordinator.coordinator import CheckpointCoordinator
-from job_runtime.coordinator.settings import CheckpointSettings
 from job_runtime.execution.config import SubtaskConfig
 from job_runtime.execution.subtask.runtime import SubtaskRuntime
 from job_runtime.execution.subtask.source_task import SourceTask

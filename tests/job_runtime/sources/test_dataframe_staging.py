@@ -21,8 +21,8 @@ from cjob_checkpoint.store.staged_inputs import (
     StagedInputOrigin,
 )
 from job_runtime.errors import UnpublishedInputError
-from job_runtime.sources.base import SourceContext
 from job_runtime.sources.dataframe import DataFrameSource
+from job_runtime.sources.source_contract import SourceContext
 from job_runtime.sources.staged_dataset import stage_once
 from job_runtime.sources.staging import DriverStaging
 

@@ -18,8 +18,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from job_runtime.errors import UserCodeError
-from job_runtime.sources.base import RECORD_BATCH_SIZE, SourceContext, SplitReader
-from job_runtime.sources.files import FilesSource, LinePosition, files
+from job_runtime.sources.files_source import FilesSource, LinePosition, files
+from job_runtime.sources.source_contract import RECORD_BATCH_SIZE, SourceContext, SplitReader
 
 CONTEXT = SourceContext(subtask=0, parallelism=1, staging_uri="unused")
 BLOCK = 64

@@ -11,8 +11,8 @@ import pytest
 
 from job_runtime import Pipeline, sinks, sources
 from job_runtime.execution.stages import VECTORISED_BATCH_SIZE, plan_stages
-from job_runtime.sources.base import RECORD_BATCH_SIZE, SourceContext
 from job_runtime.sources.sequence import SequenceSource
+from job_runtime.sources.source_contract import RECORD_BATCH_SIZE, SourceContext
 
 
 def _key(batch: pa.RecordBatch) -> pa.RecordBatch:

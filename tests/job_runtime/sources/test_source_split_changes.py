@@ -22,7 +22,6 @@ from source_tasks import FakeSubtask, source_task
 from job_runtime import Pipeline, sinks, sources
 from job_runtime.errors import PipelineDefinitionError, UserCodeError
 from job_runtime.records import Batch
-from job_runtime.sources.base import RestoredSplit, Source, SourceContext, Split, SplitReader
 from job_runtime.sources.kafka import (
     BEGINNING,
     KafkaPartition,
@@ -30,6 +29,13 @@ from job_runtime.sources.kafka import (
     discovered_index,
 )
 from job_runtime.sources.kafka.plan import plan_bytes
+from job_runtime.sources.source_contract import (
+    RestoredSplit,
+    Source,
+    SourceContext,
+    Split,
+    SplitReader,
+)
 from job_runtime.sources.union import UNION_INDEX_BASE, UnionSource
 
 WAIT = 10.0

@@ -18,7 +18,7 @@ from job_runtime import Pipeline, sinks, sources, watermarks
 from job_runtime.errors import PipelineDefinitionError
 from job_runtime.execution.stages import plan_stages
 from job_runtime.execution.subtask.watermark_tracking import SplitWatermarks
-from job_runtime.sources.base import RestoredSplit, Source, SourceContext, Split
+from job_runtime.sources.source_contract import RestoredSplit, Source, SourceContext, Split
 from job_runtime.sources.union import UNION_INDEX_BASE, UnionPart, UnionSource, input_of
 
 CONTEXT = SourceContext(subtask=0, parallelism=1, staging_uri="file:///unused")

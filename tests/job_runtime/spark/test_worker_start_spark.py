@@ -16,7 +16,7 @@ import textwrap
 from runtime_harness import REPO, runtime_env
 
 PROBE = textwrap.dedent("""\
-    from job_runtime.execution.driver.settings import DriverSettings
+    from job_runtime.execution.driver.driver_settings import DriverSettings
     from job_runtime.execution.driver.spark_start import start_spark_context
 
     def probe():

@@ -17,7 +17,7 @@ from cjob_checkpoint.metadata import CheckpointMetadata, KeyedStateHandle
 from cjob_checkpoint.shared_state import SharedStateRegistry
 from cjob_checkpoint.storage.errors import CorruptDataError
 from cjob_checkpoint.storage.local import local_path
-from cjob_checkpoint.store.base import CompletedCheckpoint
+from cjob_checkpoint.store.completed_store import CompletedCheckpoint
 from cjob_checkpoint.store.memory import InMemoryCheckpointStore
 from job_runtime.records import key_group_of
 from job_runtime.state.backend import UploadedState

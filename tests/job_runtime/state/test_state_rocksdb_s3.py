@@ -10,7 +10,7 @@ from cjob_checkpoint.checkpoint_storage import CheckpointStorage
 from cjob_checkpoint.metadata import CheckpointMetadata, KeyedStateHandle
 from cjob_checkpoint.shared_state import SharedStateRegistry
 from cjob_checkpoint.storage.s3 import S3FileSystem
-from cjob_checkpoint.store.base import CompletedCheckpoint
+from cjob_checkpoint.store.completed_store import CompletedCheckpoint
 from cjob_checkpoint.store.memory import InMemoryCheckpointStore
 from e2e.s3 import S3Bucket
 from job_runtime.records import key_group_of

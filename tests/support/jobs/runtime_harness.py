@@ -281,7 +281,7 @@ def write_completed_checkpoints(storage: Any, store: Any, ids: list[int], *,
     """Checkpoints ``ids`` of ``job`` as a driver completes them: a readable
     ``_metadata`` in ``storage``, then its pointer added to ``store``."""
     from cjob_checkpoint.metadata import CheckpointMetadata
-    from cjob_checkpoint.store.base import CompletedCheckpoint
+    from cjob_checkpoint.store.completed_store import CompletedCheckpoint
 
     for checkpoint_id in ids:
         metadata = CheckpointMetadata(job=job, checkpoint_id=checkpoint_id, timestamp=1.0,

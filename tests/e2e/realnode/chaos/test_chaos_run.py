@@ -32,9 +32,9 @@ from e2e.realnode import running_sum, scenario
 from e2e.realnode.chaos_faults import Chaos
 from e2e.realnode.chaos_tally import NOT_ATTEMPT_ENDS, SecondJob, Tally, job_events, recoveries
 from e2e.realnode.chaos_watch import JobWatch
+from e2e.realnode.cluster_s3 import ClusterS3
 from e2e.realnode.kafka import ClusterKafka
 from e2e.realnode.pytest_plugin import RealCluster
-from e2e.realnode.s3 import ClusterS3
 from e2e.repo import REPO_ROOT
 
 sys.path.insert(0, str(RUNNING_SUM_DIR))

@@ -10,13 +10,13 @@ from typing import Any
 import pyarrow as pa
 
 from job_runtime.records import Batch
-from job_runtime.sinks.base import SinkContext, SinkWriter
 from job_runtime.sinks.failures import (
     SinkFailedError,
     SinkFailureKind,
 )
 from job_runtime.sinks.kafka.refusals import permanent, produce, refusal
 from job_runtime.sinks.kafka.target import KafkaTarget
+from job_runtime.sinks.sink_contract import SinkContext, SinkWriter
 
 
 class AtLeastOnceWriter(SinkWriter):

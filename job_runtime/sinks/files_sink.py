@@ -28,12 +28,11 @@ import re
 import threading
 from typing import Any
 
-from cjob_checkpoint.storage.base import FileSystem
 from cjob_checkpoint.storage.factory import get_filesystem
+from cjob_checkpoint.storage.file_system import FileSystem
 from job_runtime.errors import PipelineDefinitionError
 from job_runtime.faults import maybe_fail
 from job_runtime.records import Batch
-from job_runtime.sinks.base import Sink, SinkContext, SinkSnapshot, SinkWriter
 from job_runtime.sinks.commit import (
     CommitRetry,
     LostTransactionError,
@@ -41,6 +40,7 @@ from job_runtime.sinks.commit import (
     commit_with_retry,
 )
 from job_runtime.sinks.interval import Interval
+from job_runtime.sinks.sink_contract import Sink, SinkContext, SinkSnapshot, SinkWriter
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ from typing import Any, Protocol
 from e2e.controlplane.binaries import read_versions
 from e2e.controlplane.rest import ApiError, RestClient, quote
 from e2e.realnode import dns
-from e2e.realnode.archive import ImageFile, SmallImage, write_archive
 from e2e.realnode.node import ImageArchive, NodeNotReadyError
+from e2e.realnode.small_images import ImageFile, SmallImage, write_archive
 
 S3_TAG = f"checkpointed-jobs/versitygw:{read_versions().versitygw.lstrip('v')}"
 S3_PORT = 9000

@@ -10,7 +10,7 @@ import dataclasses
 from typing import Any
 
 from cjob_spec import defaults
-from job_runtime.coordinator.settings import CheckpointSettings
+from job_runtime.coordinator.checkpoint_settings import CheckpointSettings
 from job_runtime.execution.driver.store import MEMORY_STORE, StoreAddress
 
 

@@ -15,9 +15,9 @@ from typing import IO, Any
 
 from cjob_checkpoint.storage.factory import get_filesystem
 from job_runtime.errors import PipelineDefinitionError
-from job_runtime.sources.base import Source, SourceContext, Split, SplitReader
 from job_runtime.sources.line_reader import SOURCE_NAME, LinePosition, LineReader
 from job_runtime.sources.parquet_reader import ParquetReader
+from job_runtime.sources.source_contract import Source, SourceContext, Split, SplitReader
 
 __all__ = ["DEFAULT_BLOCK_SIZE", "FORMATS", "FilesSource", "LinePosition", "files"]
 """``LinePosition`` (of :mod:`job_runtime.sources.line_reader`) is named here too: a
