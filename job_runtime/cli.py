@@ -102,7 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--task-attempts", type=int, default=_DRIVER.task_attempts)
     run.add_argument("--credits", type=int, default=_DRIVER.credits)
     run.add_argument("--state-backend", choices=[b.value for b in StateBackend],
-                     default=_DRIVER.state_backend)
+                     default=_DRIVER.state_backend.value)
     run.add_argument("--state-dir", default=_DRIVER.state_dir,
                      help="local working directory of the rocksdb state backend")
     run.add_argument("--standby", default=None, metavar="PROMOTION_FILE",
@@ -148,6 +148,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_MODES = {mode.runtime_flag: mode for mode in CheckpointMode}
+_ON_UNREADABLE = {choice.runtime_flag: choice for choice in OnUnreadable}
+"""The command line's words for the spec's enums, read back into them."""
+
+
 def settings_from_args(ns: argparse.Namespace) -> DriverSettings:
     try:
         args = json.loads(ns.args_json)
@@ -171,12 +176,13 @@ def settings_from_args(ns: argparse.Namespace) -> DriverSettings:
                                       tolerable_failures=ns.tolerable_failures,
                                       stall_intervals=ns.checkpoint_stall_intervals),
         sink_stall_timeout=ns.sink_stall_timeout,
-        mode=ns.checkpoint_mode, unaligned=ns.unaligned, retained=ns.retained,
-        restore=ns.restore, on_unreadable=ns.on_unreadable,
+        mode=_MODES[ns.checkpoint_mode], unaligned=ns.unaligned, retained=ns.retained,
+        restore=ns.restore, on_unreadable=_ON_UNREADABLE[ns.on_unreadable],
         allow_foreign_restore=ns.allow_foreign_restore,
         allow_non_restored_state=ns.allow_non_restored_state, attempt=ns.attempt, store=store,
         metrics_port=ns.metrics_port, status_file=ns.status_file,
-        task_attempts=ns.task_attempts, credits=ns.credits, state_backend=ns.state_backend,
+        task_attempts=ns.task_attempts, credits=ns.credits,
+        state_backend=StateBackend(ns.state_backend),
         state_dir=ns.state_dir, standby_file=ns.standby, standby_pod=ns.standby_pod,
         standby_ready_file=ns.standby_ready_file, beacon_host=ns.beacon_host)
 

@@ -10,6 +10,7 @@
   each channel's barrier is persisted as channel state and replayed on restore.
 """
 
+from cjob_spec.model import CheckpointMode
 from job_runtime.barriers.aligned import AlignedBarrierHandler
 from job_runtime.barriers.at_least_once import AtLeastOnceBarrierHandler
 from job_runtime.barriers.handler import BarrierHandler, BarrierListener
@@ -25,9 +26,9 @@ __all__ = [
 ]
 
 
-def build_barrier_handler(*, mode: str, unaligned: bool, channels: int,
+def build_barrier_handler(*, mode: CheckpointMode, unaligned: bool, channels: int,
                           listener: BarrierListener) -> BarrierHandler:
-    if mode == "at_least_once":
+    if mode is CheckpointMode.AT_LEAST_ONCE:
         return AtLeastOnceBarrierHandler(channels=channels, listener=listener)
     if unaligned:
         return UnalignedBarrierHandler(channels=channels, listener=listener)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from cjob_spec.model import CheckpointMode, StateBackend
+
 LOOPBACK = "127.0.0.1"
 """What local mode binds and advertises, driver and subtasks alike: every subtask
 runs on the driver's machine, and nothing else can reach a loopback address."""
@@ -30,7 +32,7 @@ class SubtaskConfig:
     coordinator_port: int
     checkpoint_root: str
     staging_uri: str
-    mode: str  # "exactly_once" | "at_least_once"
+    mode: CheckpointMode
     unaligned: bool
     credits: int = 4
     s3: dict[str, Any] | None = dataclasses.field(default=None, repr=False)
@@ -39,8 +41,8 @@ class SubtaskConfig:
     progress_interval: float = 1.0
     key: bytes = dataclasses.field(default=b"", repr=False)
     """The attempt's secret: every coordinator and channel connection proves it."""
-    state_backend: str = "hashmap"
-    """``hashmap`` or ``rocksdb`` (``spec.state.backend``)."""
+    state_backend: StateBackend = StateBackend.HASHMAP
+    """``spec.state.backend``."""
     state_dir: str = ""
     """Local working directory of the ``rocksdb`` backend; empty: Spark's scratch dir."""
     loopback: bool = False

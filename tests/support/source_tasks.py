@@ -8,6 +8,7 @@ import threading
 from typing import Any
 
 from cjob_checkpoint.checkpoint_storage import StateHandle
+from cjob_spec.model import CheckpointMode
 from job_runtime import Pipeline, sinks
 from job_runtime.execution.config import SubtaskConfig
 from job_runtime.execution.stages import plan_stages
@@ -27,7 +28,7 @@ class FakeSubtask:
             job_id="job-uid", job_name="job", entrypoint="m:f", python_path=(), args={},
             parallelism=parallelism, max_parallelism=128, coordinator_host="127.0.0.1",
             coordinator_port=1, checkpoint_root="file:///unused", staging_uri="file:///unused",
-            mode="exactly_once", unaligned=False)
+            mode=CheckpointMode.EXACTLY_ONCE, unaligned=False)
         self.s3_config = None
         self.cancelled = threading.Event()
         self.finished_sources = 0

@@ -10,6 +10,14 @@ import dataclasses
 from typing import Any
 
 from cjob_spec import defaults
+from cjob_spec.model import (
+    DEFAULT_CHECKPOINT_MODE,
+    DEFAULT_ON_UNREADABLE,
+    DEFAULT_STATE_BACKEND,
+    CheckpointMode,
+    OnUnreadable,
+    StateBackend,
+)
 from job_runtime.coordinator.checkpoint_settings import CheckpointSettings
 from job_runtime.execution.driver.store import MEMORY_STORE, StoreAddress
 
@@ -29,11 +37,11 @@ class DriverSettings:
     checkpoint: CheckpointSettings = dataclasses.field(default_factory=CheckpointSettings)
     sink_stall_timeout: float = defaults.SINK_STALL_TIMEOUT.default_value().seconds
     """``spec.health.sinkStallTimeout`` in seconds (0: never), for every sink writer."""
-    mode: str = "exactly_once"
+    mode: CheckpointMode = DEFAULT_CHECKPOINT_MODE
     unaligned: bool = False
     retained: int = defaults.RETAINED.default
     restore: str = defaults.RESTORE_FROM.default
-    on_unreadable: str = "fail"
+    on_unreadable: OnUnreadable = DEFAULT_ON_UNREADABLE
     allow_foreign_restore: bool = False
     """``restore`` may be another job's checkpoint path (``spec.restore.allowForeignJob``)."""
     allow_non_restored_state: bool = False
@@ -46,8 +54,8 @@ class DriverSettings:
     status_file: str | None = None
     task_attempts: int = 4
     credits: int = 4
-    state_backend: str = defaults.STATE_BACKEND.default
-    """``hashmap`` or ``rocksdb`` (``spec.state.backend``)."""
+    state_backend: StateBackend = DEFAULT_STATE_BACKEND
+    """``spec.state.backend``."""
     state_dir: str = ""
     """Local working directory of the ``rocksdb`` backend; empty: Spark's scratch dir."""
     standby_file: str | None = None

@@ -29,6 +29,7 @@ from cjob_checkpoint.store.restore_report import (
     RestoreReport,
     clip_dropped,
 )
+from cjob_spec.model import OnUnreadable
 from job_runtime.errors import RestoreError
 from job_runtime.execution.driver.driver_settings import DriverSettings
 
@@ -154,7 +155,7 @@ def resolve_restore(
         candidates += [c for c in retained if c.checkpoint_id < found_id]
     try:
         chosen = first_readable(candidates, read=storage.read_metadata,
-                                fallback=settings.on_unreadable == "fallback")
+                                fallback=settings.on_unreadable is OnUnreadable.FALLBACK_TO_PREVIOUS)
     except NoRestorableCheckpointError as exc:
         raise RestoreError(pointer=settings.restore,
                            problem=f"no readable checkpoint to fall back to ({exc.cause})"

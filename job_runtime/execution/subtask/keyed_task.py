@@ -15,6 +15,7 @@ from typing import Any
 from cjob_checkpoint.checkpoint_storage import CheckpointStorage
 from cjob_checkpoint.metadata import CheckpointMetadata
 from cjob_checkpoint.storage.factory import get_filesystem
+from cjob_spec.model import CheckpointMode, StateBackend
 from job_runtime.barriers import BarrierHandler, build_barrier_handler
 from job_runtime.coordinator.messages import Abort
 from job_runtime.execution.subtask.task import Control, Task
@@ -69,7 +70,8 @@ class KeyedTask(Task):
         storage = CheckpointStorage(
             config.checkpoint_root, config.job_id,
             fs=get_filesystem(config.checkpoint_root, s3=self.runtime.s3_config))
-        kind: BackendKind = "rocksdb" if config.state_backend == "rocksdb" else "hashmap"
+        kind: BackendKind = ("rocksdb" if config.state_backend is StateBackend.ROCKSDB
+                             else "hashmap")
         return StateBackendSettings(kind=kind, local_dir=config.state_dir, storage=storage)
 
     def on_complete(self, checkpoint_id: int, final: bool) -> None:
@@ -107,7 +109,7 @@ class KeyedTask(Task):
 
     def on_snapshot(self, checkpoint_id: int, *, alignment_seconds: float) -> None:
         config = self.runtime.config
-        unaligned = (config.unaligned and config.mode == "exactly_once"
+        unaligned = (config.unaligned and config.mode is CheckpointMode.EXACTLY_ONCE
                      and checkpoint_id not in self.final_checkpoints)
         job = self.snapshot(checkpoint_id, alignment_seconds=alignment_seconds,
                             defer_ack=unaligned)

@@ -23,6 +23,7 @@ from typing import Any
 from cjob_checkpoint.checkpoint_storage import CheckpointStorage, StateHandle
 from cjob_checkpoint.storage.factory import get_filesystem
 from cjob_checkpoint.storage.s3 import S3Config
+from cjob_spec.model import CheckpointMode
 from job_runtime.coordinator.messages import (
     Abort,
     Complete,
@@ -256,7 +257,7 @@ class SubtaskRuntime:
         self.storage.fs.prepare()
         registered = self.register()
         restore = registered.restore
-        unaligned = config.unaligned and config.mode == "exactly_once"
+        unaligned = config.unaligned and config.mode is CheckpointMode.EXACTLY_ONCE
         for plan in stages[1:]:
             self.gates[plan.index] = InputGate(channels=config.parallelism,
                                                priority_barriers=unaligned)

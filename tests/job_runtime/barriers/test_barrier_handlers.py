@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from cjob_spec.model import CheckpointMode
 from job_runtime.barriers import (
     AlignedBarrierHandler,
     AtLeastOnceBarrierHandler,
@@ -350,12 +351,12 @@ class TestUnalignedFinalCheckpoint:
 
 
 @pytest.mark.parametrize(("mode", "unaligned", "expected"), [
-    ("exactly_once", False, AlignedBarrierHandler),
-    ("exactly_once", True, UnalignedBarrierHandler),
-    ("at_least_once", False, AtLeastOnceBarrierHandler),
-    ("at_least_once", True, AtLeastOnceBarrierHandler),
+    (CheckpointMode.EXACTLY_ONCE, False, AlignedBarrierHandler),
+    (CheckpointMode.EXACTLY_ONCE, True, UnalignedBarrierHandler),
+    (CheckpointMode.AT_LEAST_ONCE, False, AtLeastOnceBarrierHandler),
+    (CheckpointMode.AT_LEAST_ONCE, True, AtLeastOnceBarrierHandler),
 ])
-def test_the_checkpoint_mode_selects_the_handler(mode: str, unaligned: bool,
+def test_the_checkpoint_mode_selects_the_handler(mode: CheckpointMode, unaligned: bool,
                                                  expected: type) -> None:
     handler = build_barrier_handler(mode=mode, unaligned=unaligned, channels=2,
                                     listener=RecordingListener())

@@ -24,6 +24,7 @@ from cjob_checkpoint.checkpoint_storage import CheckpointStorage
 from cjob_checkpoint.metadata import CheckpointMetadata
 from cjob_checkpoint.store.memory import InMemoryCheckpointIdCounter, InMemoryCheckpointStore
 from cjob_checkpoint.store.triggers import FileTriggerSource, request_checkpoint
+from cjob_spec.model import CheckpointMode
 from cjob_spec.names import suspend_nonce
 from job_runtime.coordinator.checkpoint_settings import CheckpointSettings
 from job_runtime.coordinator.coordinator import CheckpointCoordinator
@@ -71,7 +72,7 @@ class Attempt:
             python_path=(str(JOBS),), args=args, parallelism=1, max_parallelism=128,
             coordinator_host="127.0.0.1", coordinator_port=self.coordinator.port,
             checkpoint_root=(tmp_path / "ckpt").as_uri(),
-            staging_uri=(tmp_path / "staging").as_uri(), mode="exactly_once", unaligned=False,
+            staging_uri=(tmp_path / "staging").as_uri(), mode=CheckpointMode.EXACTLY_ONCE, unaligned=False,
             key=key, loopback=True)
         self.runtime = SubtaskRuntime(config=config, subtask=0, epoch=1,
                                       peers=[("127.0.0.1", listener.getsockname()[1])],

@@ -24,6 +24,7 @@ from cjob_checkpoint.store.restore_report import (
     UnreadableRestoreReportError,
     clip_dropped,
 )
+from cjob_spec.model import OnUnreadable
 from job_runtime.execution.driver.driver_settings import DriverSettings
 from job_runtime.execution.driver.restore import record_restore, resolve_restore
 
@@ -31,7 +32,8 @@ JOB = "sums"
 UID = "u1"
 
 
-def settings(*, attempt: int, on_unreadable: str = "fallback") -> DriverSettings:
+def settings(*, attempt: int,
+             on_unreadable: OnUnreadable = OnUnreadable.FALLBACK_TO_PREVIOUS) -> DriverSettings:
     return DriverSettings(job_name=JOB, job_uid=UID, entrypoint="jobs:build", attempt=attempt,
                           on_unreadable=on_unreadable)
 

@@ -16,6 +16,7 @@ from runtime_harness import write_completed_checkpoints
 from cjob_checkpoint.checkpoint_storage import CheckpointStorage
 from cjob_checkpoint.store.file import FileCheckpointStore, advance_attempt
 from cjob_checkpoint.store.restore_report import RestoredCheckpoint
+from cjob_spec.model import OnUnreadable
 from job_runtime.errors import RestoreError
 from job_runtime.execution.driver.driver_settings import DriverSettings
 from job_runtime.execution.driver.restore import resolve_restore
@@ -24,7 +25,8 @@ JOB = "sums"
 UID = "u1"
 
 
-def settings(*, restore: str = "latest", on_unreadable: str = "fallback",
+def settings(*, restore: str = "latest",
+             on_unreadable: OnUnreadable = OnUnreadable.FALLBACK_TO_PREVIOUS,
              allow_foreign: bool = False) -> DriverSettings:
     return DriverSettings(job_name=JOB, job_uid=UID, entrypoint="jobs:build", attempt=2,
                           restore=restore, on_unreadable=on_unreadable,
@@ -62,7 +64,7 @@ def test_a_damaged_newest_pointer_fails_the_restore_without_fallback(tmp_path: P
     damage_pointer(tmp_path, 2)
 
     with pytest.raises(RestoreError, match="not a valid checkpoint pointer"):
-        resolve_restore(settings=settings(on_unreadable="fail"), storage=storage, store=store)
+        resolve_restore(settings=settings(on_unreadable=OnUnreadable.FAIL), storage=storage, store=store)
 
 
 def test_a_store_whose_only_pointer_is_damaged_never_restarts_from_empty_state(
@@ -78,7 +80,7 @@ def test_a_requested_checkpoint_is_restored_past_a_damaged_older_pointer(tmp_pat
     store, storage = store_with(tmp_path, [1, 2])
     damage_pointer(tmp_path, 1)
 
-    resolution = resolve_restore(settings=settings(restore="2", on_unreadable="fail"),
+    resolution = resolve_restore(settings=settings(restore="2", on_unreadable=OnUnreadable.FAIL),
                                  storage=storage, store=store)
 
     assert resolution.checkpoint is not None and resolution.checkpoint.checkpoint_id == 2

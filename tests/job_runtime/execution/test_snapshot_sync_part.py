@@ -21,6 +21,7 @@ import pytest
 
 from cjob_checkpoint.checkpoint_storage import CheckpointStorage, StateHandle
 from cjob_checkpoint.storage.s3 import S3Config
+from cjob_spec.model import CheckpointMode
 from job_runtime.coordinator.messages import Ack, ToCoordinator
 from job_runtime.execution.config import SubtaskConfig
 from job_runtime.execution.stages import StagePlan
@@ -235,7 +236,7 @@ class InProcessContext:
         self.config = SubtaskConfig(
             job_id="job-uid1", job_name="job", entrypoint="m:f", python_path=(),
             args={}, parallelism=1, max_parallelism=MAX_P, coordinator_host="127.0.0.1",
-            coordinator_port=0, checkpoint_root="", staging_uri="", mode="exactly_once",
+            coordinator_port=0, checkpoint_root="", staging_uri="", mode=CheckpointMode.EXACTLY_ONCE,
             unaligned=False)
 
     @property

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from runtime_harness import REPO, runtime_env
 
+from cjob_spec.model import CheckpointMode
 from cjob_spec.standby_signal import (
     StandbyPromotion,
     StandbyReady,
@@ -156,7 +157,7 @@ def test_a_standby_whose_parked_stage_spark_gives_up_on_ends_with_sparks_reason(
     config = SubtaskConfig(
         job_id="j", job_name="j", entrypoint="m:f", python_path=(), args={}, parallelism=2,
         max_parallelism=128, coordinator_host="127.0.0.1", coordinator_port=1,
-        checkpoint_root="", staging_uri="", mode="exactly_once", unaligned=False)
+        checkpoint_root="", staging_uri="", mode=CheckpointMode.EXACTLY_ONCE, unaligned=False)
     endpoint = CoordinatorEndpoint(host="127.0.0.1", key=b"k" * 32)
     try:
         stage = BarrierStage(spark_context=_GivingUpSpark(), config=config)

@@ -10,6 +10,7 @@ import dataclasses
 import pickle
 
 from cjob_checkpoint.storage.s3 import S3Config
+from cjob_spec.model import CheckpointMode
 from job_runtime.execution.config import SubtaskConfig
 
 SECRET = "wJalrXUtnFEMI-K7MDENG-bPxRfiCYEXAMPLEKEY"
@@ -23,7 +24,7 @@ def config() -> SubtaskConfig:
         job_id="clicks-uid", job_name="clicks", entrypoint="job:build", python_path=(),
         args={}, parallelism=2, max_parallelism=128, coordinator_host="10.0.0.1",
         coordinator_port=7000, checkpoint_root="s3://ckpt/clicks-uid",
-        staging_uri="s3://ckpt/clicks-uid/staging", mode="exactly_once", unaligned=False,
+        staging_uri="s3://ckpt/clicks-uid/staging", mode=CheckpointMode.EXACTLY_ONCE, unaligned=False,
         s3=dataclasses.asdict(s3), key=KEY)
 
 

@@ -32,6 +32,7 @@ from paths import JOBS
 
 from cjob_checkpoint.checkpoint_storage import CheckpointStorage
 from cjob_checkpoint.store.memory import InMemoryCheckpointIdCounter, InMemoryCheckpointStore
+from cjob_spec.model import CheckpointMode
 from job_runtime.coordinator.checkpoint_settings import CheckpointSettings
 from job_runtime.coordinator.coordinator import CheckpointCoordinator
 from job_runtime.execution.config import SubtaskConfig
@@ -114,7 +115,7 @@ def test_thousands_of_checkpoints_leave_memory_flat(tmp_path: Path) -> None:
         python_path=(str(JOBS),), args={"output": str(tmp_path / "out"), "rate": 2000},
         parallelism=1, max_parallelism=128, coordinator_host="127.0.0.1",
         coordinator_port=coordinator.port, checkpoint_root=(tmp_path / "ckpt").as_uri(),
-        staging_uri=(tmp_path / "staging").as_uri(), mode="exactly_once", unaligned=False,
+        staging_uri=(tmp_path / "staging").as_uri(), mode=CheckpointMode.EXACTLY_ONCE, unaligned=False,
         key=key, loopback=True)
     runtime = SubtaskRuntime(config=config, subtask=0, epoch=1,
                              peers=[("127.0.0.1", listener.getsockname()[1])], listener=listener)
