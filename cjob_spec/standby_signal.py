@@ -16,7 +16,7 @@ Every signal crosses a process boundary and may be written and read by different
 releases, so each is a typed structure with a format ``version``, written whole (a
 reader sees nothing or all of it).
 
-The contract lives with the runtime's other arguments (:mod:`cjob_spec.runtime_args`)
+The contract lives beside the runtime's settings (:mod:`cjob_spec.runtime_args`)
 because the supervisor writes it and must not import the runtime to do so.
 """
 

@@ -4,31 +4,28 @@ deletion of a job's checkpoint directory (see :mod:`job_runtime.cleanup`);
 (:mod:`job_runtime.state_check`); ``take-snapshot ...`` and ``dispose-snapshot ...``: a
 CheckpointedJobSnapshot pod's work (:mod:`job_runtime.snapshot_pod`).
 
-The flags are the contract written down in :mod:`cjob_spec.runtime_args`; the
-operator and the embedded runner build them from a CheckpointedJob. A flag left out
-means the spec's default (:mod:`cjob_spec.defaults`); flags no spec field sets (the
-master, the attempt, the store, task attempts, credits) default to the driver's own
-settings, so every default has one place.
+The operator and the embedded runner pass the attempt's settings as one typed,
+versioned document, ``--settings`` (:mod:`cjob_spec.runtime_settings`, built by
+:mod:`cjob_spec.runtime_args`). The same fields as flags serve a command line written
+by hand; a field left out takes the document's default (the spec's, from
+:mod:`cjob_spec.defaults`), so every default has one place. The flags of the
+process's role (standby, beacon) and the driver's own knobs (task attempts, credits,
+the RocksDB directory) sit beside either.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
 import signal
 import sys
 
-from cjob_spec import defaults
 from cjob_spec.exit_codes import ExitCode
-from cjob_spec.model import (
-    DEFAULT_CHECKPOINT_MODE,
-    DEFAULT_ON_UNREADABLE,
-    CheckpointMode,
-    OnUnreadable,
-    StateBackend,
-)
+from cjob_spec.model import CheckpointMode, OnUnreadable, StateBackend
+from cjob_spec.runtime_settings import RuntimeSettings, RuntimeSettingsError
 from job_runtime.cleanup import DEFAULT_TERMINATION_LOG, run_cleanup
 from job_runtime.coordinator.checkpoint_settings import CheckpointSettings
 from job_runtime.execution.driver.driver_settings import DriverSettings
@@ -56,53 +53,61 @@ _DRIVER = DriverSettings(job_name="", job_uid="", entrypoint="")
 """The driver's defaults of the settings no spec field sets."""
 
 
-def _seconds(field: defaults.DurationField) -> float:
-    return field.default_value().seconds
+_MODES = {mode.runtime_flag: mode for mode in CheckpointMode}
+_ON_UNREADABLE = {choice.runtime_flag: choice for choice in OnUnreadable}
+"""The command line's words for the spec's enums, read back into them."""
+
+JOB_FLAGS = {
+    "job_name": "--job-name", "job_uid": "--job-uid", "entrypoint": "--entrypoint",
+    "checkpoint_storage": "--checkpoint-storage",
+}
+"""The flags a command line without ``--settings`` must give (the document's required
+fields)."""
+
+
+def _job_flags(run: argparse.ArgumentParser) -> None:
+    """The settings document's fields as flags, for a command line written by hand. They
+    default to nothing: what is left out takes the document's default."""
+    quiet = argparse.SUPPRESS
+    for flag in JOB_FLAGS.values():
+        run.add_argument(flag, default=quiet)
+    run.add_argument("--python-path", action="append", default=quiet)
+    run.add_argument("--args-json", default=quiet)
+    run.add_argument("--parallelism", type=int, default=quiet)
+    run.add_argument("--max-parallelism", type=int, default=quiet)
+    run.add_argument("--master", default=quiet)
+    run.add_argument("--spark-conf", action="append", type=_key_value, default=quiet)
+    run.add_argument("--checkpoint-interval", type=float, default=quiet)
+    run.add_argument("--checkpoint-min-pause", type=float, default=quiet)
+    run.add_argument("--checkpoint-timeout", type=float, default=quiet)
+    run.add_argument("--checkpoint-mode", choices=list(_MODES), default=quiet)
+    run.add_argument("--unaligned", action="store_true", default=quiet)
+    run.add_argument("--retained", type=int, default=quiet)
+    run.add_argument("--tolerable-failures", type=int, default=quiet)
+    run.add_argument("--checkpoint-stall-intervals", type=int, default=quiet)
+    run.add_argument("--sink-stall-timeout", type=float, default=quiet)
+    run.add_argument("--restore", default=quiet)
+    run.add_argument("--on-unreadable", choices=list(_ON_UNREADABLE), default=quiet)
+    run.add_argument("--allow-foreign-restore", action="store_true", default=quiet)
+    run.add_argument("--allow-non-restored-state", action="store_true", default=quiet)
+    run.add_argument("--state-backend", choices=[b.value for b in StateBackend], default=quiet)
+    run.add_argument("--attempt", type=int, default=quiet)
+    run.add_argument("--store", default=quiet)
+    run.add_argument("--metrics-port", type=int, default=quiet)
+    run.add_argument("--status-file", default=quiet)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="python -m job_runtime")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run a job's driver")
-    run.add_argument("--job-name", required=True)
-    run.add_argument("--job-uid", required=True)
-    run.add_argument("--entrypoint", required=True)
-    run.add_argument("--python-path", action="append", default=[])
-    run.add_argument("--args-json", default="{}")
-    run.add_argument("--parallelism", type=int, default=defaults.PARALLELISM.default)
-    run.add_argument("--max-parallelism", type=int, default=defaults.MAX_PARALLELISM.default)
-    run.add_argument("--master", default=_DRIVER.master)
-    run.add_argument("--spark-conf", action="append", type=_key_value, default=[])
-    run.add_argument("--checkpoint-storage", required=True)
-    run.add_argument("--checkpoint-interval", type=float,
-                     default=_seconds(defaults.CHECKPOINT_INTERVAL))
-    run.add_argument("--checkpoint-min-pause", type=float,
-                     default=_seconds(defaults.CHECKPOINT_MIN_PAUSE))
-    run.add_argument("--checkpoint-timeout", type=float,
-                     default=_seconds(defaults.CHECKPOINT_TIMEOUT))
-    run.add_argument("--checkpoint-mode", choices=[mode.runtime_flag for mode in CheckpointMode],
-                     default=DEFAULT_CHECKPOINT_MODE.runtime_flag)
-    run.add_argument("--unaligned", action="store_true")
-    run.add_argument("--retained", type=int, default=defaults.RETAINED.default)
-    run.add_argument("--tolerable-failures", type=int,
-                     default=defaults.TOLERABLE_FAILURES.default)
-    run.add_argument("--checkpoint-stall-intervals", type=int,
-                     default=defaults.CHECKPOINT_STALL_INTERVALS.default)
-    run.add_argument("--sink-stall-timeout", type=float,
-                     default=_seconds(defaults.SINK_STALL_TIMEOUT))
-    run.add_argument("--restore", default=defaults.RESTORE_FROM.default)
-    run.add_argument("--on-unreadable", choices=[choice.runtime_flag for choice in OnUnreadable],
-                     default=DEFAULT_ON_UNREADABLE.runtime_flag)
-    run.add_argument("--allow-foreign-restore", action="store_true")
-    run.add_argument("--allow-non-restored-state", action="store_true")
-    run.add_argument("--attempt", type=int, default=_DRIVER.attempt)
-    run.add_argument("--store", default=_DRIVER.store.text)
-    run.add_argument("--metrics-port", type=int, default=None)
-    run.add_argument("--status-file", default=None)
+    run.add_argument("--settings", default=None, metavar="JSON",
+                     help="the attempt's settings as one document (what the operator and "
+                          "cjob run pass; see cjob_spec.runtime_settings), instead of the "
+                          "flags below")
+    _job_flags(run)
     run.add_argument("--task-attempts", type=int, default=_DRIVER.task_attempts)
     run.add_argument("--credits", type=int, default=_DRIVER.credits)
-    run.add_argument("--state-backend", choices=[b.value for b in StateBackend],
-                     default=_DRIVER.state_backend.value)
     run.add_argument("--state-dir", default=_DRIVER.state_dir,
                      help="local working directory of the rocksdb state backend")
     run.add_argument("--standby", default=None, metavar="PROMOTION_FILE",
@@ -148,42 +153,72 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-_MODES = {mode.runtime_flag: mode for mode in CheckpointMode}
-_ON_UNREADABLE = {choice.runtime_flag: choice for choice in OnUnreadable}
-"""The command line's words for the spec's enums, read back into them."""
+def runtime_settings_of(ns: argparse.Namespace) -> RuntimeSettings:
+    """The attempt's settings: the ``--settings`` document, or the flags given."""
+    given = {name: value for name, value in vars(ns).items() if name in _FIELDS}
+    if ns.settings is not None:
+        if given:
+            flags = ", ".join(sorted("--" + name.replace("_", "-") for name in given))
+            raise SystemExit(f"give the settings either as --settings or as flags, not "
+                             f"both (also given: {flags})")
+        try:
+            return RuntimeSettings.decode(ns.settings)
+        except RuntimeSettingsError as exc:
+            raise SystemExit(str(exc)) from None
+    missing = [flag for name, flag in JOB_FLAGS.items() if name not in given]
+    if missing:
+        raise SystemExit(f"the following arguments are required: {', '.join(missing)} "
+                         f"(or --settings)")
+    if "args_json" in given:
+        try:
+            given["args"] = json.loads(given.pop("args_json"))
+        except json.JSONDecodeError as exc:
+            raise SystemExit(f"--args-json is not valid JSON: {exc}") from None
+        if not isinstance(given["args"], dict):
+            raise SystemExit("--args-json must be a JSON object")
+    if "python_path" in given:
+        given["python_path"] = tuple(given["python_path"])
+    if "spark_conf" in given:
+        given["spark_conf"] = dict(given["spark_conf"])
+    if "checkpoint_mode" in given:
+        given["checkpoint_mode"] = _MODES[given["checkpoint_mode"]]
+    if "on_unreadable" in given:
+        given["on_unreadable"] = _ON_UNREADABLE[given["on_unreadable"]]
+    if "state_backend" in given:
+        given["state_backend"] = StateBackend(given["state_backend"])
+    return RuntimeSettings(**given)
+
+
+_FIELDS = {field.name for field in dataclasses.fields(RuntimeSettings)} | {"args_json"}
 
 
 def settings_from_args(ns: argparse.Namespace) -> DriverSettings:
-    try:
-        args = json.loads(ns.args_json)
-    except json.JSONDecodeError as exc:
-        raise SystemExit(f"--args-json is not valid JSON: {exc}") from None
-    if not isinstance(args, dict):
-        raise SystemExit("--args-json must be a JSON object")
-    store = StoreAddress.parse(ns.store)
+    runtime = runtime_settings_of(ns)
+    store = StoreAddress.parse(runtime.store)
     if ns.beacon_host is not None and store.kind is not StoreKind.CONFIGMAP:
         # The beacon's address is recorded where standbys watch: the ConfigMap store.
         raise SystemExit(f"--beacon-host needs a configmap:NAMESPACE/NAME store, "
-                         f"got --store {ns.store!r}")
+                         f"got the store {runtime.store!r}")
     return DriverSettings(
-        job_name=ns.job_name, job_uid=ns.job_uid, entrypoint=ns.entrypoint,
-        python_path=tuple(ns.python_path), args=args, parallelism=ns.parallelism,
-        max_parallelism=ns.max_parallelism, master=ns.master, spark_conf=dict(ns.spark_conf),
-        checkpoint_storage=ns.checkpoint_storage,
-        checkpoint=CheckpointSettings(interval=ns.checkpoint_interval,
-                                      min_pause=ns.checkpoint_min_pause,
-                                      timeout=ns.checkpoint_timeout,
-                                      tolerable_failures=ns.tolerable_failures,
-                                      stall_intervals=ns.checkpoint_stall_intervals),
-        sink_stall_timeout=ns.sink_stall_timeout,
-        mode=_MODES[ns.checkpoint_mode], unaligned=ns.unaligned, retained=ns.retained,
-        restore=ns.restore, on_unreadable=_ON_UNREADABLE[ns.on_unreadable],
-        allow_foreign_restore=ns.allow_foreign_restore,
-        allow_non_restored_state=ns.allow_non_restored_state, attempt=ns.attempt, store=store,
-        metrics_port=ns.metrics_port, status_file=ns.status_file,
+        job_name=runtime.job_name, job_uid=runtime.job_uid, entrypoint=runtime.entrypoint,
+        python_path=runtime.python_path, args=dict(runtime.args),
+        parallelism=runtime.parallelism, max_parallelism=runtime.max_parallelism,
+        master=runtime.master, spark_conf=dict(runtime.spark_conf),
+        checkpoint_storage=runtime.checkpoint_storage,
+        checkpoint=CheckpointSettings(interval=runtime.checkpoint_interval,
+                                      min_pause=runtime.checkpoint_min_pause,
+                                      timeout=runtime.checkpoint_timeout,
+                                      tolerable_failures=runtime.tolerable_failures,
+                                      stall_intervals=runtime.checkpoint_stall_intervals),
+        sink_stall_timeout=runtime.sink_stall_timeout,
+        mode=runtime.checkpoint_mode, unaligned=runtime.unaligned, retained=runtime.retained,
+        restore=runtime.restore, on_unreadable=runtime.on_unreadable,
+        allow_foreign_restore=runtime.allow_foreign_restore,
+        allow_non_restored_state=runtime.allow_non_restored_state, attempt=runtime.attempt,
+        store=store, metrics_port=runtime.metrics_port, status_file=runtime.status_file,
         task_attempts=ns.task_attempts, credits=ns.credits,
-        state_backend=StateBackend(ns.state_backend),
-        state_dir=ns.state_dir, standby_file=ns.standby, standby_pod=ns.standby_pod,
+        state_backend=runtime.state_backend, state_dir=ns.state_dir,
+        standby_file=ns.standby, standby_pod=ns.standby_pod,
         standby_ready_file=ns.standby_ready_file, beacon_host=ns.beacon_host)
 
 

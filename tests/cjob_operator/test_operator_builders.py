@@ -24,7 +24,9 @@ from cjob_operator.observed import observe_driver_pod
 from operator_world import make_job
 
 from cjob_spec import CheckpointedJob, SpecError, parse_job, spec_hash
+from cjob_spec.model import CheckpointMode, OnUnreadable
 from cjob_spec.names import ANNOTATION_EXECUTOR_POD_TEMPLATE
+from cjob_spec.runtime_settings import RuntimeSettings
 
 CONFIG = OperatorConfig()
 STANDARD_LABELS = {
@@ -45,9 +47,13 @@ def value(args: list[str], flag: str) -> str:
     return values[0]
 
 
+def settings_of(args: list[str]) -> RuntimeSettings:
+    """The runtime settings a driver pod's arguments carry."""
+    return RuntimeSettings.decode(value(args, "--settings"))
+
+
 def spark_conf(args: list[str]) -> dict[str, str]:
-    pairs = [args[i + 1] for i, item in enumerate(args) if item == "--spark-conf"]
-    return dict(pair.split("=", 1) for pair in pairs)
+    return dict(settings_of(args).spark_conf)
 
 
 def env_of(pod: dict[str, Any]) -> dict[str, Any]:
@@ -146,11 +152,11 @@ def test_the_driver_pod_runs_the_runtime_with_the_restore_pointer_and_fenced_att
     assert container["image"] == "example.org/clicks:1.0"
     assert container["command"] == ["python", "-m", "job_runtime", "run"]
     args = args_of(pod)
-    assert value(args, "--restore") == "latest"
-    assert value(args, "--attempt") == "3"
-    assert value(args, "--store") == "configmap:team/clicks-checkpoints"
-    assert value(args, "--job-uid") == "uid-1"
-    assert value(args, "--metrics-port") == "9108"
+    assert settings_of(args).restore == "latest"
+    assert settings_of(args).attempt == 3
+    assert settings_of(args).store == "configmap:team/clicks-checkpoints"
+    assert settings_of(args).job_uid == "uid-1"
+    assert settings_of(args).metrics_port == 9108
 
 
 def test_every_checkpoint_setting_reaches_the_driver() -> None:
@@ -167,16 +173,16 @@ def test_every_checkpoint_setting_reaches_the_driver() -> None:
         restore={"from": 9, "onUnreadable": "FallbackToPrevious"},
     )
     args = args_of(driver_pod(job, attempt=1, restore_pointer="9", operator_config=CONFIG))
-    assert value(args, "--checkpoint-storage") == "file:///data/ckpt"
-    assert value(args, "--checkpoint-interval") == "30"
-    assert value(args, "--checkpoint-min-pause") == "2"
-    assert value(args, "--checkpoint-timeout") == "60"
-    assert value(args, "--checkpoint-mode") == "at_least_once"
-    assert "--unaligned" not in args
-    assert value(args, "--retained") == "4"
-    assert value(args, "--tolerable-failures") == "2"
-    assert value(args, "--restore") == "9"
-    assert value(args, "--on-unreadable") == "fallback"
+    assert settings_of(args).checkpoint_storage == "file:///data/ckpt"
+    assert settings_of(args).checkpoint_interval == 30
+    assert settings_of(args).checkpoint_min_pause == 2
+    assert settings_of(args).checkpoint_timeout == 60
+    assert settings_of(args).checkpoint_mode is CheckpointMode.AT_LEAST_ONCE
+    assert not settings_of(args).unaligned
+    assert settings_of(args).retained == 4
+    assert settings_of(args).tolerable_failures == 2
+    assert settings_of(args).restore == "9"
+    assert settings_of(args).on_unreadable is OnUnreadable.FALLBACK_TO_PREVIOUS
 
 
 def test_a_kubernetes_master_driver_creates_executors_that_call_back_through_its_service() -> None:
@@ -184,7 +190,7 @@ def test_a_kubernetes_master_driver_creates_executors_that_call_back_through_its
     args = args_of(
         driver_pod(job, attempt=2, restore_pointer="latest", operator_config=CONFIG)
     )
-    assert value(args, "--master") == KUBERNETES_MASTER
+    assert settings_of(args).master == KUBERNETES_MASTER
     assert (
         KUBERNETES_MASTER == "k8s://https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"
     )
@@ -223,7 +229,7 @@ def test_a_local_master_driver_runs_everything_in_its_pod() -> None:
     job = make_job(spark={"master": "local[2,3]", "conf": {"spark.ui.enabled": "false"}})
     pod = driver_pod(job, attempt=1, restore_pointer="latest", operator_config=CONFIG)
     args = args_of(pod)
-    assert value(args, "--master") == "local[2,3]"
+    assert settings_of(args).master == "local[2,3]"
     conf = spark_conf(args)
     assert not any(key.startswith("spark.kubernetes.") for key in conf)
     assert "spark.driver.host" not in conf and "spark.executor.instances" not in conf
@@ -284,7 +290,7 @@ def test_the_operator_config_shapes_the_driver() -> None:
     container = pod["spec"]["containers"][0]
     assert container["command"][0] == "/venv/bin/python"
     assert container["imagePullPolicy"] == "Never"
-    assert value(args_of(pod), "--metrics-port") == "9999"
+    assert settings_of(args_of(pod)).metrics_port == 9999
     assert env_of(pod)["HTTP_PROXY"]["value"] == "http://proxy:3128"
 
 
@@ -694,17 +700,15 @@ class TestUserStringsReachTheRuntimeByteForByte:
         return [kubelet_expanded(arg, self.ENV) for arg in args_of(pod)]
 
     def test_job_args_storage_python_path_and_spark_conf_arrive_as_written(self) -> None:
-        import json
-
         job = self._job()
         for pod in (driver_pod(job, attempt=1, restore_pointer="latest", operator_config=CONFIG),
                     build_standby_pod(job, attempt=1, image=job.spec.image or "",
                                       operator_config=CONFIG)):
             args = self._expanded_args(pod)
-            assert json.loads(value(args, "--args-json")) == {
+            assert settings_of(args).args == {
                 "x": self.TRICKY, "output": "s3://out/$(POD_NAME)"}
-            assert value(args, "--checkpoint-storage") == "s3://ckpt/jobs/$(POD_NAME)/$$"
-            assert value(args, "--python-path") == "/opt/jobs/$(HOSTNAME)"
+            assert settings_of(args).checkpoint_storage == "s3://ckpt/jobs/$(POD_NAME)/$$"
+            assert settings_of(args).python_path == ("/opt/jobs/$(HOSTNAME)",)
             assert spark_conf(args)["spark.user.setting"] == self.TRICKY
 
     def test_the_operators_own_references_are_still_expanded(self) -> None:
@@ -712,7 +716,7 @@ class TestUserStringsReachTheRuntimeByteForByte:
         pod = build_standby_pod(job, attempt=1, image=job.spec.image or "",
                                 operator_config=CONFIG)
         args = self._expanded_args(pod)
-        assert value(args, "--master") == "k8s://https://10.0.0.1:443"
+        assert settings_of(args).master == "k8s://https://10.0.0.1:443"
         assert value(args, "--beacon-host") == "10.1.2.3"
         assert spark_conf(args)["spark.driver.bindAddress"] == "10.1.2.3"
 
@@ -720,7 +724,7 @@ class TestUserStringsReachTheRuntimeByteForByte:
         job = self._job()
         pointer = "s3://ckpt/old/$(POD_NAME)/chk-3/_metadata"
         pod = driver_pod(job, attempt=1, restore_pointer=pointer, operator_config=CONFIG)
-        assert value(self._expanded_args(pod), "--restore") == pointer
+        assert settings_of(self._expanded_args(pod)).restore == pointer
 
     def test_the_cleanup_pod_deletes_the_storage_root_as_written(self) -> None:
         pod = build_cleanup_pod(self._job(), uris=("s3://ckpt/jobs/$(POD_NAME)/clicks-uid-1",),

@@ -24,6 +24,7 @@ from operator_world import (
     observe,
     run,
 )
+from pod_settings import runtime_settings_of
 
 from cjob_lifecycle.actions import CreateDriver, EmitEvent
 from cjob_spec import JobStatus, Phase
@@ -32,9 +33,7 @@ NO_IMAGE = {"image": None}
 
 
 def spark_conf(pod: Mapping[str, Any]) -> dict[str, str]:
-    args = list(pod["spec"]["containers"][0]["args"])
-    pairs = [args[i + 1] for i, item in enumerate(args) if item == "--spark-conf"]
-    return dict(pair.split("=", 1) for pair in pairs)
+    return dict(runtime_settings_of(pod).spark_conf)
 
 
 # --- plan ------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from cjob_operator.metrics import OperatorMetrics
 from cjob_operator.observed import foreign_pods, observe_pods
 from cjob_operator.reconcile import Reconciler
 from fake_cluster import T0, Clock, FakeCluster, job_document
+from pod_settings import runtime_settings_of
 from prometheus_client import generate_latest
 
 
@@ -66,10 +67,10 @@ def test_the_driver_pod_runs_the_runtime_against_the_configmap_store(clock: Cloc
     cluster = FakeCluster()
     run_pass(reconciler(cluster, clock), cluster)
     pod = cluster.pods["sums-attempt-1"]
-    args = pod["spec"]["containers"][0]["args"]
-    assert args[args.index("--store") + 1] == "configmap:team/sums-checkpoints"
-    assert args[args.index("--attempt") + 1] == "1"
-    assert args[args.index("--restore") + 1] == "latest"
+    settings = runtime_settings_of(pod)
+    assert settings.store == "configmap:team/sums-checkpoints"
+    assert settings.attempt == 1
+    assert settings.restore == "latest"
     assert pod["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
 
 

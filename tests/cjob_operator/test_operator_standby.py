@@ -13,6 +13,7 @@ from datetime import timedelta
 
 from cjob_operator.reconcile import Reconciler
 from fake_cluster import T0, Clock, FakeCluster, job_document
+from pod_settings import runtime_settings_of
 
 from cjob_spec.driver_beacon import DriverLost
 from cjob_spec.standby_signal import PROMOTION_ANNOTATION, StandbyPromotion
@@ -60,8 +61,9 @@ def test_a_running_job_that_asks_for_a_standby_gets_one_standby_pod() -> None:
     assert labels["checkpointed.io/attempt"] == "1"
     args = pod["spec"]["containers"][0]["args"]
     assert args[args.index("--standby-pod") + 1] == STANDBY_1
-    assert args[args.index("--attempt") + 1] == "2", "it takes no attempt before the next"
-    assert args[args.index("--store") + 1] == "configmap:team/sums-checkpoints"
+    settings = runtime_settings_of(pod)
+    assert settings.attempt == 2, "it takes no attempt before the next"
+    assert settings.store == "configmap:team/sums-checkpoints"
     probe = pod["spec"]["containers"][0]["readinessProbe"]["exec"]["command"]
     ready_file = args[args.index("--standby-ready-file") + 1]
     assert not ready_file.startswith("/"), "in the container's temporary directory"

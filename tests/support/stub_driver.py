@@ -1,6 +1,6 @@
 """A stand-in for ``python -m job_runtime run`` whose fate is scripted, for lifecycle tests.
 
-It takes the runtime's arguments, checks that the store is fenced to its attempt (as
+It takes the runtime's arguments (the ``--settings`` document), checks that the store is fenced to its attempt (as
 the real driver's store would refuse it otherwise), runs for ``STUB_SECONDS`` and then
 ends as ``STUB_EXITS`` says for its attempt: a comma-separated list of exit codes, the
 last one repeated for later attempts; ``137`` is a real SIGKILL of itself.
@@ -19,6 +19,7 @@ import sys
 import time
 
 from cjob_spec.exit_codes import ExitCode
+from cjob_spec.runtime_settings import RuntimeSettings
 from cjob_spec.standby_signal import StandbyReady, read_promotion, ready_path, write_signal
 
 FENCE_MISMATCH = ExitCode.FENCED
@@ -26,19 +27,20 @@ FENCE_MISMATCH = ExitCode.FENCED
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--attempt", type=int, required=True)
-    parser.add_argument("--store", required=True)
+    parser.add_argument("--settings", required=True)
     parser.add_argument("--standby", default=None)
     ns, _ = parser.parse_known_args()
+    settings = RuntimeSettings.decode(ns.settings)
+    attempt = settings.attempt
     if ns.standby is not None:
-        ns.attempt = wait_for_promotion(ns.standby)
-    store = ns.store.removeprefix("file:")
+        attempt = wait_for_promotion(ns.standby)
+    store = settings.store.removeprefix("file:")
     with open(os.path.join(store, "attempt")) as handle:
-        if int(handle.read()) != ns.attempt:
+        if int(handle.read()) != attempt:
             return FENCE_MISMATCH
     time.sleep(float(os.environ.get("STUB_SECONDS", "2")))
     exits = [int(code) for code in os.environ["STUB_EXITS"].split(",")]
-    code = exits[min(ns.attempt, len(exits)) - 1]
+    code = exits[min(attempt, len(exits)) - 1]
     if code == 137:
         os.kill(os.getpid(), signal.SIGKILL)
     return code

@@ -14,6 +14,7 @@ from cjob_operator.api import KubeCluster
 from cjob_operator.builders import build_driver_pod, build_network_policy
 from cjob_operator.config import OperatorConfig
 from kubernetes import client as k8s_client
+from pod_settings import runtime_settings_of
 
 from cjob_spec import CheckpointedJob, parse_job
 from cjob_spec.names import network_policy_name
@@ -43,9 +44,7 @@ def matches(selector: Any, labels: dict[str, str]) -> bool:
 
 def executor_labels(driver: dict[str, Any]) -> dict[str, str]:
     prefix = "spark.kubernetes.executor.label."
-    args = driver["spec"]["containers"][0]["args"]
-    pairs = [args[i + 1] for i, item in enumerate(args) if item == "--spark-conf"]
-    conf = dict(pair.split("=", 1) for pair in pairs)
+    conf = runtime_settings_of(driver).spark_conf
     return {key[len(prefix):]: value for key, value in conf.items() if key.startswith(prefix)}
 
 

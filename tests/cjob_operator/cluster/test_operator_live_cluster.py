@@ -22,6 +22,7 @@ from operator_live import (
     OperatorProcess,
     install_kopf_peering,
 )
+from pod_settings import runtime_settings_of
 
 from e2e.controlplane.rest import MERGE_PATCH, ApiError, quote
 from e2e.controlplane.waiting import pod_is_ready, wait_for
@@ -119,10 +120,10 @@ def test_a_killed_driver_restarts_from_its_checkpoint_suspends_resumes_and_finis
     reasons = sums.event_reasons()
     assert "Killed" in reasons and "Restarted" in reasons
     restored = second["restoredFrom"]["id"]
-    args = kube_rest.get(f"/api/v1/namespaces/{kube_namespace}/pods/sums-attempt-2")[
-        "spec"]["containers"][0]["args"]
-    assert args[args.index("--restore") + 1] == "latest"
-    assert args[args.index("--attempt") + 1] == "2"
+    settings = runtime_settings_of(
+        kube_rest.get(f"/api/v1/namespaces/{kube_namespace}/pods/sums-attempt-2"))
+    assert settings.restore == "latest"
+    assert settings.attempt == 2
     fence = sums.configmap()["metadata"]["annotations"]["checkpointed.io/fence-attempt"]  # type: ignore[index]
     assert fence == "2"
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from operator_live import JobWatcher, Kubectl, OperatorProcess
+from pod_settings import runtime_settings_of
 
 from e2e.jobs import RUNNING_SUM_DIR, running_sum_job
 
@@ -45,8 +46,7 @@ def test_a_failed_upgrade_is_rolled_back_and_the_job_finishes_exactly_once(
                   and e["type"] == "Warning"]
     assert "InvalidConfiguration" in warning["message"]
     pod = kube_rest.get(f"/api/v1/namespaces/{kube_namespace}/pods/{back['driverPod']}")
-    args = pod["spec"]["containers"][0]["args"]
-    assert args[args.index("--entrypoint") + 1] == "job:build", "the stable spec runs"
+    assert runtime_settings_of(pod).entrypoint == "job:build", "the stable spec runs"
     spec = guarded.get()["spec"]  # type: ignore[index]
     assert spec["job"]["entrypoint"] == "no_such_module:build", "the user's spec is kept"
 
@@ -76,8 +76,7 @@ def test_a_stateless_upgrade_starts_the_new_spec_with_empty_state(
                         timeout=180)
     assert after["discardedThrough"] >= 2
     pod = kube_rest.get(f"/api/v1/namespaces/{kube_namespace}/pods/{after['driverPod']}")
-    args = pod["spec"]["containers"][0]["args"]
-    assert args[args.index("--restore") + 1] == "none"
+    assert runtime_settings_of(pod).restore == "none"
     done = fresh.until(lambda s: s.get("phase") in ("Succeeded", "Failed"),
                        what="the job to finish", timeout=300)
     assert done["phase"] == "Succeeded", done

@@ -1,9 +1,9 @@
 """A driver started without its optional flags runs with the spec's defaults.
 
-The supervisors always pass every flag, but the runtime's own defaults are what a
-hand-written command line, an older supervisor or a test gets: they are the spec's
-defaults (taken from ``cjob_spec.defaults``), and the settings the driver builds from
-them are the driver's own defaults, so neither can drift from the spec.
+The supervisors pass the whole settings document, but a flag left out is what a
+hand-written command line or a test gets: the document's default, which is the spec's
+(taken from ``cjob_spec.defaults``), and the settings the driver builds from them are
+the driver's own defaults, so neither can drift from the spec.
 """
 
 from __future__ import annotations
