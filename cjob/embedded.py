@@ -35,7 +35,7 @@ from cjob_spec import CheckpointedJob, JobStatus, Phase, file_store_arg, to_runt
 from cjob_spec.driver_env import driver_env as spec_driver_env
 from cjob_spec.model import is_s3_code
 from cjob_spec.reasons import Reason
-from cjob_spec.standby_signal import StandbyPromotion, ready_path
+from cjob_spec.standby_signal import SUPERVISOR_PID_ENV, StandbyPromotion, ready_path
 
 Clock = Callable[[], datetime]
 
@@ -265,9 +265,11 @@ class EmbeddedRunner:
                                store=file_store_arg(str(self.paths.store)),
                                master=_local_master(self.job), job_uid=self._uid,
                                metrics_port=self.options.metrics_port)
+        # The standby knows who may promote it from the start (see SUPERVISOR_PID_ENV).
+        env = {**driver_environment(self.job, os.environ), SUPERVISOR_PID_ENV: str(os.getpid())}
         return DriverLaunch(argv=(*self.options.driver_command, *args, "--standby",
                                   str(promotion)),
-                            env=driver_environment(self.job, os.environ),
+                            env=env,
                             log=self.paths.standby_log(action.name), promotion_file=promotion)
 
     def _promotion(self, action: PromoteStandby) -> StandbyPromotion:

@@ -33,6 +33,11 @@ from cjob_spec.versioned import versioned_body
 FORMAT_VERSION = 1
 PROMOTION_ANNOTATION = "checkpointed.io/standby-promotion"
 """The checkpoint ConfigMap's annotation holding the operator's latest promotion."""
+SUPERVISOR_PID_ENV = "CJOB_SUPERVISOR_PID"
+"""Set by ``cjob run`` for a standby it starts: its own process id. A standby whose
+parent is no longer that process can never be promoted and exits. The standby learns
+it from its start, not from its parent when it begins to wait: a supervisor that died
+while the standby was starting Spark has already left it to another parent."""
 
 
 class StandbySignalError(ValueError):

@@ -20,7 +20,13 @@ import time
 
 from cjob_spec.exit_codes import ExitCode
 from cjob_spec.runtime_settings import RuntimeSettings
-from cjob_spec.standby_signal import StandbyReady, read_promotion, ready_path, write_signal
+from cjob_spec.standby_signal import (
+    SUPERVISOR_PID_ENV,
+    StandbyReady,
+    read_promotion,
+    ready_path,
+    write_signal,
+)
 
 FENCE_MISMATCH = ExitCode.FENCED
 
@@ -33,6 +39,8 @@ def main() -> int:
     settings = RuntimeSettings.decode(ns.settings)
     attempt = settings.attempt
     if ns.standby is not None:
+        if os.environ.get(SUPERVISOR_PID_ENV) != str(os.getppid()):
+            return ExitCode.BAD_CONFIG  # the runner must name itself to its standby
         attempt = wait_for_promotion(ns.standby)
     store = settings.store.removeprefix("file:")
     with open(os.path.join(store, "attempt")) as handle:

@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 from cjob_spec.exit_codes import ExitCode
 from cjob_spec.standby_signal import (
+    SUPERVISOR_PID_ENV,
     StandbyPromotion,
     StandbyReady,
     StandbySignalError,
@@ -88,13 +89,13 @@ class PromotionSource(Protocol):
 class FilePromotionSource:
     """The promotion file ``cjob run`` writes, looked for every :data:`POLL_SECONDS`.
 
-    A standby whose supervisor is gone (its parent process changed) can never be
-    promoted: it exits 0 rather than hold a JVM forever.
+    A standby whose supervisor is gone (its parent is no longer the process that
+    started it) can never be promoted: it exits 0 rather than hold a JVM forever.
     """
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self._parent = os.getppid()
+        self._parent = supervisor_pid()
 
     @property
     def where(self) -> str:
@@ -112,6 +113,13 @@ class FilePromotionSource:
             if time.monotonic() >= deadline:
                 return None
             time.sleep(POLL_SECONDS)
+
+
+def supervisor_pid() -> int:
+    """The process that started this standby: the one ``cjob run`` names
+    (:data:`SUPERVISOR_PID_ENV`), else this process's parent now."""
+    named = os.environ.get(SUPERVISOR_PID_ENV, "")
+    return int(named) if named.isdigit() else os.getppid()
 
 
 def await_promotion(source: PromotionSource, *, meanwhile: Callable[[], None],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -16,6 +17,7 @@ from runtime_harness import REPO, runtime_env
 
 from cjob_spec.model import CheckpointMode
 from cjob_spec.standby_signal import (
+    SUPERVISOR_PID_ENV,
     StandbyPromotion,
     StandbyReady,
     StandbySignalError,
@@ -76,18 +78,26 @@ def test_readiness_round_trips_and_half_written_files_are_never_read(tmp_path: P
 
 def test_a_standby_whose_supervisor_is_gone_exits_instead_of_waiting_forever(
         tmp_path: Path) -> None:
+    """Even when the supervisor died before the standby began to wait (a standby spends
+    seconds starting Spark first): the standby knows its supervisor from the runner,
+    not from whichever process is its parent when it begins to wait."""
     pid_file = tmp_path / "waiter.pid"
     waiter = textwrap.dedent(f"""\
-        import os
+        import os, time
         from job_runtime.execution.driver.standby import wait_for_promotion
+        parent = os.getppid()
         open({str(pid_file)!r}, "w").write(str(os.getpid()))
+        while os.getppid() == parent:  # starting Spark while the supervisor dies
+            time.sleep(0.01)
         wait_for_promotion({str(tmp_path / "never.promote")!r}, rewarm=lambda: None)
         """)
-    # The supervisor starts the waiter and dies at once, leaving it orphaned.
+    # The supervisor starts the waiter as cjob run starts a standby, and dies at once,
+    # leaving it orphaned.
     supervisor = textwrap.dedent(f"""\
-        import subprocess, sys, time
-        subprocess.Popen([sys.executable, "-c", {waiter!r}])
-        while not __import__("os").path.exists({str(pid_file)!r}):
+        import os, subprocess, sys, time
+        env = dict(os.environ, {SUPERVISOR_PID_ENV}=str(os.getpid()))
+        subprocess.Popen([sys.executable, "-c", {waiter!r}], env=env)
+        while not os.path.exists({str(pid_file)!r}):
             time.sleep(0.01)
         """)
     subprocess.run([sys.executable, "-c", supervisor], cwd=REPO, env=runtime_env(None),
@@ -96,7 +106,10 @@ def test_a_standby_whose_supervisor_is_gone_exits_instead_of_waiting_forever(
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and _alive(pid):
         time.sleep(0.05)
-    assert not _alive(pid), "the orphaned standby kept waiting"
+    alive = _alive(pid)
+    if alive:
+        os.kill(pid, signal.SIGKILL)
+    assert not alive, "the orphaned standby kept waiting"
 
 
 def _alive(pid: int) -> bool:
