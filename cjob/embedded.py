@@ -31,10 +31,18 @@ from cjob.local_backend import LOCAL_SETTINGS, DriverLaunch, LocalBackend
 from cjob_checkpoint.driver_status import DriverStatus, StatusFileError, read_status_file
 from cjob_lifecycle.actions import CreateDriver, CreateStandby, EmitEvent, PromoteStandby
 from cjob_lifecycle.plan import plan
-from cjob_spec import CheckpointedJob, JobStatus, Phase, file_store_arg, to_runtime_args
+from cjob_spec import (
+    CheckpointedJob,
+    JobStatus,
+    Phase,
+    file_store_arg,
+    runtime_settings,
+    to_runtime_args,
+)
 from cjob_spec.driver_env import driver_env as spec_driver_env
 from cjob_spec.model import is_s3_code
 from cjob_spec.reasons import Reason
+from cjob_spec.runtime_settings import RuntimeSettings
 from cjob_spec.standby_signal import SUPERVISOR_PID_ENV, StandbyPromotion, ready_path
 
 Clock = Callable[[], datetime]
@@ -238,11 +246,9 @@ class EmbeddedRunner:
     def _launch(self, action: CreateDriver) -> DriverLaunch:
         """The driver process of ``action``: what a driver pod would run, locally."""
         attempt = action.attempt
-        args = to_runtime_args(self._job_for_attempt(), restore_pointer=action.restore_pointer,
-                               attempt=attempt, store=file_store_arg(str(self.paths.store)),
-                               master=_local_master(self.job), job_uid=self._uid,
-                               metrics_port=self.options.metrics_port,
-                               status_file=str(self.paths.runtime_status(attempt)))
+        args = to_runtime_args(self._settings(restore_pointer=action.restore_pointer,
+                                              attempt=attempt,
+                                              status_file=str(self.paths.runtime_status(attempt))))
         # An earlier run of a job of this name may have left this attempt's progress
         # file: read before the new driver writes its own, it would show that run's
         # records and checkpoints, and could trigger --kill-driver-after.
@@ -250,6 +256,15 @@ class EmbeddedRunner:
         return DriverLaunch(argv=(*self.options.driver_command, *args),
                             env=driver_environment(self.job, os.environ),
                             log=self.paths.log(attempt))
+
+    def _settings(self, *, restore_pointer: str, attempt: int,
+                  status_file: str | None = None) -> RuntimeSettings:
+        """What a local driver of ``attempt`` is told: a driver pod's settings, with the
+        file store and a local master."""
+        return runtime_settings(self._job_for_attempt(), restore_pointer=restore_pointer,
+                                attempt=attempt, store=file_store_arg(str(self.paths.store)),
+                                master=_local_master(self.job), job_uid=self._uid,
+                                metrics_port=self.options.metrics_port, status_file=status_file)
 
     def _launch_standby(self, action: CreateStandby) -> DriverLaunch:
         """A standby driver: the next attempt's arguments, and the file to wait on.
@@ -260,11 +275,8 @@ class EmbeddedRunner:
         promotion = self.paths.promotion(action.name)
         promotion.unlink(missing_ok=True)
         ready_path(promotion).unlink(missing_ok=True)
-        args = to_runtime_args(self._job_for_attempt(), restore_pointer="latest",
-                               attempt=action.attempt + 1,
-                               store=file_store_arg(str(self.paths.store)),
-                               master=_local_master(self.job), job_uid=self._uid,
-                               metrics_port=self.options.metrics_port)
+        args = to_runtime_args(self._settings(restore_pointer="latest",
+                                              attempt=action.attempt + 1))
         # The standby knows who may promote it from the start (see SUPERVISOR_PID_ENV).
         env = {**driver_environment(self.job, os.environ), SUPERVISOR_PID_ENV: str(os.getpid())}
         return DriverLaunch(argv=(*self.options.driver_command, *args, "--standby",

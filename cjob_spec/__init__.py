@@ -41,7 +41,12 @@ from cjob_spec.parse import load_job_file, parse_job
 from cjob_spec.quantities import Memory, parse_memory_bytes
 from cjob_spec.reasons import PodReason, Reason
 from cjob_spec.restart import AttemptEnd, Finish, GiveUp, Restart, RestartDecision, decide_restart
-from cjob_spec.runtime_args import configmap_store_arg, file_store_arg, to_runtime_args
+from cjob_spec.runtime_args import (
+    configmap_store_arg,
+    file_store_arg,
+    runtime_settings,
+    to_runtime_args,
+)
 from cjob_spec.status import (
     CheckpointRef,
     Condition,
@@ -109,6 +114,7 @@ __all__ = [
     "parse_job",
     "parse_memory_bytes",
     "reason_for_exit",
+    "runtime_settings",
     "set_condition",
     "spec_hash",
     "to_runtime_args",

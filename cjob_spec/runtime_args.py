@@ -100,27 +100,10 @@ def runtime_settings(
     )
 
 
-def to_runtime_args(
-    job: CheckpointedJob,
-    *,
-    restore_pointer: str,
-    attempt: int,
-    store: str,
-    master: str | None = None,
-    job_uid: str | None = None,
-    extra_spark_conf: Mapping[str, str] | None = None,
-    metrics_port: int | None = None,
-    status_file: str | None = None,
-    beacon_host: str | None = None,
-    literal: Callable[[str], str] | None = None,
-) -> list[str]:
-    """Arguments (after ``python -m job_runtime run``) that run ``job``'s attempt: its
-    :func:`runtime_settings` as ``--settings``, and ``--beacon-host`` when given (a
-    caller's own value, like ``master``)."""
-    settings = runtime_settings(
-        job, restore_pointer=restore_pointer, attempt=attempt, store=store, master=master,
-        job_uid=job_uid, extra_spark_conf=extra_spark_conf, metrics_port=metrics_port,
-        status_file=status_file, literal=literal)
+def to_runtime_args(settings: RuntimeSettings, *, beacon_host: str | None = None) -> list[str]:
+    """Arguments (after ``python -m job_runtime run``) that run an attempt: its settings
+    as ``--settings``, and ``--beacon-host`` when given (a caller's own value, like
+    ``master``)."""
     args = ["--settings", settings.encode()]
     if beacon_host is not None:
         args += ["--beacon-host", beacon_host]

@@ -6,13 +6,20 @@ tests read it back as the runtime does and check what each spec field became.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from spec_documents import full, minimal, with_field
 
-from cjob_spec import SpecError, parse_job, to_runtime_args
+from cjob_spec import CheckpointedJob, SpecError, parse_job, runtime_settings, to_runtime_args
 from cjob_spec.model import CheckpointMode, OnUnreadable, StateBackend
 from cjob_spec.runtime_args import configmap_store_arg, file_store_arg
 from cjob_spec.runtime_settings import RuntimeSettings
+
+
+def args_for(job: CheckpointedJob, **options: Any) -> list[str]:
+    """The driver's command line for ``job``, as a supervisor builds it."""
+    return to_runtime_args(runtime_settings(job, **options))
 
 
 def settings_of(args: list[str]) -> RuntimeSettings:
@@ -22,7 +29,7 @@ def settings_of(args: list[str]) -> RuntimeSettings:
 
 def test_every_setting_of_a_full_job_reaches_the_runtime() -> None:
     job = parse_job(full())
-    args = to_runtime_args(
+    args = args_for(
         job,
         restore_pointer="latest",
         attempt=3,
@@ -62,7 +69,7 @@ def test_every_setting_of_a_full_job_reaches_the_runtime() -> None:
 
 def test_a_minimal_job_runs_with_the_documents_defaults() -> None:
     job = parse_job(minimal())
-    args = to_runtime_args(
+    args = args_for(
         job, restore_pointer="7", attempt=1, store=file_store_arg("state/clicks"), job_uid="local"
     )
     settings = settings_of(args)
@@ -76,7 +83,7 @@ def test_a_minimal_job_runs_with_the_documents_defaults() -> None:
 
 def test_the_supervisor_can_override_master_and_add_spark_settings() -> None:
     job = parse_job(with_field(minimal(), "spec.spark.conf", {"spark.ui.enabled": "true"}))
-    args = to_runtime_args(
+    args = args_for(
         job,
         restore_pointer="latest",
         attempt=1,
@@ -94,43 +101,43 @@ def test_a_restore_of_another_jobs_checkpoint_is_passed_only_when_allowed() -> N
     foreign = "s3://ckpt/clicks/clicks-per-user-u0/chk-9/_metadata"
     document = with_field(minimal(), "spec.restore.from", foreign)
     allowed = parse_job(with_field(document, "spec.restore.allowForeignJob", True))
-    settings = settings_of(to_runtime_args(allowed, restore_pointer=foreign, attempt=1,
+    settings = settings_of(args_for(allowed, restore_pointer=foreign, attempt=1,
                                            store="file:x", job_uid="u"))
     assert settings.restore == foreign
     assert settings.allow_foreign_restore
-    refused = settings_of(to_runtime_args(parse_job(document), restore_pointer=foreign,
+    refused = settings_of(args_for(parse_job(document), restore_pointer=foreign,
                                           attempt=1, store="file:x", job_uid="u"))
     assert not refused.allow_foreign_restore
 
 
 def test_dropping_state_the_pipeline_no_longer_maps_is_passed_only_when_allowed() -> None:
     allowed = parse_job(with_field(minimal(), "spec.restore.allowNonRestoredState", True))
-    assert settings_of(to_runtime_args(allowed, restore_pointer="latest", attempt=1,
+    assert settings_of(args_for(allowed, restore_pointer="latest", attempt=1,
                                        store="file:x", job_uid="u")).allow_non_restored_state
-    assert not settings_of(to_runtime_args(parse_job(minimal()), restore_pointer="latest",
+    assert not settings_of(args_for(parse_job(minimal()), restore_pointer="latest",
                                            attempt=1, store="file:x",
                                            job_uid="u")).allow_non_restored_state
 
 
 def test_fractional_durations_are_passed_as_seconds() -> None:
     job = parse_job(with_field(minimal(), "spec.checkpoint.interval", "1500ms"))
-    args = to_runtime_args(job, restore_pointer="latest", attempt=1, store="file:x", job_uid="u")
+    args = args_for(job, restore_pointer="latest", attempt=1, store="file:x", job_uid="u")
     assert settings_of(args).checkpoint_interval == 1.5
 
 
 def test_a_job_without_uid_cannot_be_run() -> None:
     with pytest.raises(SpecError, match=r"metadata\.uid: is required to run the job"):
-        to_runtime_args(parse_job(minimal()), restore_pointer="latest", attempt=1, store="file:x")
+        args_for(parse_job(minimal()), restore_pointer="latest", attempt=1, store="file:x")
 
 
 def test_attempts_start_at_one() -> None:
     with pytest.raises(SpecError, match="attempt: must be >= 1, got 0"):
-        to_runtime_args(parse_job(full()), restore_pointer="latest", attempt=0, store="file:x")
+        args_for(parse_job(full()), restore_pointer="latest", attempt=0, store="file:x")
 
 
 def test_a_user_string_with_dollars_is_escaped_for_the_kubelet_and_the_callers_are_not() -> None:
     job = parse_job(with_field(minimal(), "spec.job.args", {"greeting": "a $(HOME) b"}))
-    args = to_runtime_args(job, restore_pointer="latest", attempt=1, store="file:x",
+    args = args_for(job, restore_pointer="latest", attempt=1, store="file:x",
                            job_uid="u", master="k8s://https://$(HOST)",
                            literal=lambda text: text.replace("$", "$$"))
     settings = settings_of(args)
@@ -142,11 +149,11 @@ def test_the_runtime_reads_the_document_into_its_driver_settings() -> None:
     from job_runtime.cli import build_parser, settings_from_args
 
     job = parse_job(with_field(minimal(), "spec.state.backend", "rocksdb"))
-    args = to_runtime_args(job, restore_pointer="latest", attempt=2, store="file:x", job_uid="u")
+    args = args_for(job, restore_pointer="latest", attempt=2, store="file:x", job_uid="u")
     settings = settings_from_args(build_parser().parse_args(["run", *args]))
     assert settings.state_backend is StateBackend.ROCKSDB
     assert settings.attempt == 2 and settings.store.text == "file:x"
-    default = to_runtime_args(parse_job(minimal()), restore_pointer="latest", attempt=1,
+    default = args_for(parse_job(minimal()), restore_pointer="latest", attempt=1,
                               store="file:x", job_uid="u")
     assert settings_from_args(build_parser().parse_args(["run", *default])).state_backend is (
         StateBackend.HASHMAP)

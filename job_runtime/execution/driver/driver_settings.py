@@ -9,15 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from cjob_spec import defaults
-from cjob_spec.model import (
-    DEFAULT_CHECKPOINT_MODE,
-    DEFAULT_ON_UNREADABLE,
-    DEFAULT_STATE_BACKEND,
-    CheckpointMode,
-    OnUnreadable,
-    StateBackend,
-)
+from cjob_spec import defaults, model
 from job_runtime.coordinator.checkpoint_settings import CheckpointSettings
 from job_runtime.execution.driver.store import MEMORY_STORE, StoreAddress
 
@@ -37,11 +29,11 @@ class DriverSettings:
     checkpoint: CheckpointSettings = dataclasses.field(default_factory=CheckpointSettings)
     sink_stall_timeout: float = defaults.SINK_STALL_TIMEOUT.default_value().seconds
     """``spec.health.sinkStallTimeout`` in seconds (0: never), for every sink writer."""
-    mode: CheckpointMode = DEFAULT_CHECKPOINT_MODE
+    mode: model.CheckpointMode = model.DEFAULT_CHECKPOINT_MODE
     unaligned: bool = False
     retained: int = defaults.RETAINED.default
     restore: str = defaults.RESTORE_FROM.default
-    on_unreadable: OnUnreadable = DEFAULT_ON_UNREADABLE
+    on_unreadable: model.OnUnreadable = model.DEFAULT_ON_UNREADABLE
     allow_foreign_restore: bool = False
     """``restore`` may be another job's checkpoint path (``spec.restore.allowForeignJob``)."""
     allow_non_restored_state: bool = False
@@ -54,7 +46,7 @@ class DriverSettings:
     status_file: str | None = None
     task_attempts: int = 4
     credits: int = 4
-    state_backend: StateBackend = DEFAULT_STATE_BACKEND
+    state_backend: model.StateBackend = model.DEFAULT_STATE_BACKEND
     """``spec.state.backend``."""
     state_dir: str = ""
     """Local working directory of the ``rocksdb`` backend; empty: Spark's scratch dir."""

@@ -50,7 +50,12 @@ from cjob_spec.names import (
 )
 from cjob_spec.parse import DRIVER_REQUEST_CORES
 from cjob_spec.quantities import MIB, format_kubernetes_memory
-from cjob_spec.runtime_args import configmap_store_arg, kubelet_literal, to_runtime_args
+from cjob_spec.runtime_args import (
+    configmap_store_arg,
+    kubelet_literal,
+    runtime_settings,
+    to_runtime_args,
+)
 from cjob_spec.security import container_security_context, pod_security_context
 
 CLEANUP_MEMORY = "256Mi"
@@ -239,10 +244,10 @@ def _runtime_args(
     spark_conf_attempt: int | None = None,
     standby: bool = False,
 ) -> list[str]:
-    """``python -m job_runtime run`` arguments of a driver pod: the job's flags, the
-    ConfigMap store, the master and the operator's Spark settings (for
+    """``python -m job_runtime run`` arguments of a driver pod: the job's settings with
+    the ConfigMap store, the master and the operator's Spark settings (for
     ``spark_conf_attempt``, by default ``attempt``)."""
-    return to_runtime_args(
+    settings = runtime_settings(
         job,
         restore_pointer=restore_pointer,
         attempt=attempt,
@@ -253,11 +258,12 @@ def _runtime_args(
             job, attempt=attempt if spark_conf_attempt is None else spark_conf_attempt,
             image=image, config=operator_config, standby=standby),
         metrics_port=operator_config.metrics_port,
-        # With a standby, every driver listens for it at the pod's address (the kubelet
-        # substitutes POD_IP, see driver_env), and the standby watches the active one.
-        beacon_host=POD_IP_REFERENCE if job.spec.standby.enabled else None,
         literal=kubelet_literal,
     )
+    # With a standby, every driver listens for it at the pod's address (the kubelet
+    # substitutes POD_IP, see driver_env), and the standby watches the active one.
+    return to_runtime_args(
+        settings, beacon_host=POD_IP_REFERENCE if job.spec.standby.enabled else None)
 
 
 def _driver_pod(

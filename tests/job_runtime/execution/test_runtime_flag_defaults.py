@@ -8,7 +8,7 @@ the driver's own defaults, so neither can drift from the spec.
 
 from __future__ import annotations
 
-from cjob_spec import CheckpointedJob, parse_job, to_runtime_args
+from cjob_spec import CheckpointedJob, parse_job, runtime_settings, to_runtime_args
 from job_runtime.cli import build_parser, settings_from_args
 from job_runtime.execution.driver.driver_settings import DriverSettings
 
@@ -32,8 +32,9 @@ def bare_settings() -> DriverSettings:
 
 def test_a_command_line_without_optional_flags_runs_what_a_job_without_optional_fields_runs() -> None:
     bare = bare_settings()
-    args = to_runtime_args(minimal_job(), restore_pointer="latest", attempt=bare.attempt,
-                           store=bare.store.text, master=bare.master, job_uid="u-1")
+    args = to_runtime_args(runtime_settings(minimal_job(), restore_pointer="latest",
+                                            attempt=bare.attempt, store=bare.store.text,
+                                            master=bare.master, job_uid="u-1"))
     supervised = settings_from_args(build_parser().parse_args(["run", *args]))
     assert bare == supervised
 
