@@ -1,4 +1,5 @@
-"""The driver's settings: everything ``python -m job_runtime run`` was told.
+"""The driver's settings: the attempt's runtime settings (the ``--settings`` document or
+the same fields as flags, :mod:`cjob_spec.runtime_settings`) and the process's role.
 
 Its own module because the driver, the Spark starter and the restore resolution
 all read it, and none of them should import another to get it.
