@@ -33,6 +33,7 @@ from cjob_spec.model import (
     OnUnreadable,
     StateBackend,
 )
+from cjob_spec.versioned import versioned_body
 
 SETTINGS_VERSION = 1
 DEFAULT_LOCAL_MASTER = "local[*]"
@@ -103,16 +104,12 @@ class RuntimeSettings:
         """The document ``text`` holds; :class:`RuntimeSettingsError` when it is not one
         this runtime can run."""
         try:
-            body = json.loads(text)
+            data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise RuntimeSettingsError(f"runtime settings are not JSON: {exc}") from None
-        if not isinstance(body, dict):
-            raise RuntimeSettingsError("runtime settings must be a JSON object")
-        version = body.pop("version", None)
-        if version != SETTINGS_VERSION:
-            raise RuntimeSettingsError(
-                f"runtime settings of version {version!r}; this runtime reads version "
-                f"{SETTINGS_VERSION} (is the operator newer than the runtime image?)")
+        body = dict(versioned_body(data, what="runtime settings", version=SETTINGS_VERSION,
+                                   error=RuntimeSettingsError))
+        del body["version"]
         hints = typing.get_type_hints(cls)
         known = {field.name: field for field in dataclasses.fields(cls)}
         unknown = sorted(set(body) - set(known))

@@ -53,9 +53,9 @@ def test_fields_left_out_take_their_defaults() -> None:
 
 @pytest.mark.parametrize(("text", "message"), [
     ("{not json", "runtime settings are not JSON"),
-    ("[1, 2]", "must be a JSON object"),
-    (document(version=2), "version 2; this runtime reads version 1"),
-    (document(version=...), "version None"),
+    ("[1, 2]", "runtime settings: expected a JSON object"),
+    (document(version=2), "runtime settings: format version 2 is not 1"),
+    (document(version=...), "runtime settings: format version None is not 1"),
     (document(colour="blue"), "unknown fields: colour"),
     (document(job_uid=...), "lack job_uid"),
     (document(parallelism="3"), "field parallelism must be an integer, got '3'"),

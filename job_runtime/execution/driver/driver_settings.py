@@ -11,6 +11,7 @@ import dataclasses
 from typing import Any
 
 from cjob_spec import defaults, model
+from cjob_spec.runtime_settings import DEFAULT_LOCAL_MASTER
 from job_runtime.coordinator.checkpoint_settings import CheckpointSettings
 from job_runtime.execution.driver.store import MEMORY_STORE, StoreAddress
 
@@ -24,7 +25,7 @@ class DriverSettings:
     args: dict[str, Any] = dataclasses.field(default_factory=dict)
     parallelism: int = defaults.PARALLELISM.default
     max_parallelism: int = defaults.MAX_PARALLELISM.default
-    master: str = "local[*]"
+    master: str = DEFAULT_LOCAL_MASTER
     spark_conf: dict[str, str] = dataclasses.field(default_factory=dict)
     checkpoint_storage: str = ""
     checkpoint: CheckpointSettings = dataclasses.field(default_factory=CheckpointSettings)

@@ -48,7 +48,7 @@ def test_the_roles_flags_go_beside_the_document() -> None:
 @pytest.mark.parametrize(("argv", "message"), [
     (["--settings", DOCUMENT, "--restore", "latest"],
      "either as --settings or as flags, not both (also given: --restore)"),
-    (["--settings", '{"version": 9}'], "runtime settings of version 9"),
+    (["--settings", '{"version": 9}'], "runtime settings: format version 9 is not 1"),
     (["--settings", "{"], "runtime settings are not JSON"),
     (["--job-name", "clicks"],
      "required: --job-uid, --entrypoint, --checkpoint-storage (or --settings)"),
