@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 CRDS := checkpointedjob.yaml checkpointedjobsnapshot.yaml
 CHART_CRDS := charts/checkpointed-jobs/crds
 
-.PHONY: help host-packages install chart-crds run lint test test-unit test-spark test-cluster \
+.PHONY: help host-packages install crds chart-crds run lint test test-unit test-spark test-cluster \
 	test-kafka test-postgres test-e2e test-chaos tests-without-builds server-tests-spark \
 	cluster-tests-process-node cluster-tests-real-node cluster-tests-nodes \
 	server-tests-services builds kafka-jars controlplane images cluster cluster-down e2e-kind bench bench-throughput \
@@ -25,7 +25,8 @@ help:
 	@echo "make cluster  a local cluster: control plane, real node, images, S3, the chart"
 	@echo "make e2e-kind the real node's scenarios on a kind cluster (Docker, or a private dockerd)"
 	@echo "make lint     ruff, mypy (strict) and import-linter"
-	@echo "make chart-crds  copy crds/*.yaml (the ones to edit) into the chart"
+	@echo "make crds     write crds/checkpointedjob.yaml from cjob_spec/schema, then copy crds/ into the chart"
+	@echo "make chart-crds  copy crds/*.yaml into the chart"
 	@echo "make bench    every benchmark (see bench/README.md)"
 
 # Host packages are checked first, before anything long: as root the missing ones are
@@ -51,10 +52,17 @@ run: $(STAMP)
 	$(BIN)/cjob run examples/running_sum/running-sum.yaml --fresh --kill-driver-after 8
 	$(BIN)/python examples/running_sum/verify.py --output .cjob/output/running-sum --count 200000
 
+# The CheckpointedJob CRD is generated from the spec's schema (cjob_spec/schema, its
+# defaults and bounds from cjob_spec/defaults.py): edit those, run this and commit the
+# files it writes. A unit test fails while a committed CRD differs from the schema.
+crds: $(STAMP)
+	$(BIN)/python -m cjob_spec.schema crds/checkpointedjob.yaml
+	@$(MAKE) --no-print-directory chart-crds
+
 # Helm installs the CRDs of the chart's own crds/ folder, so the chart carries a copy
-# of each CRD; this refreshes them from the source of truth, crds/ (and leaves an
-# identical copy untouched). Lint, the tests and the cluster run it first; commit the
-# copies it updates.
+# of each CRD; this refreshes them from crds/ (and leaves an identical copy
+# untouched). Lint, the tests and the cluster run it first; commit the copies it
+# updates.
 chart-crds:
 	@for crd in $(CRDS); do \
 		cmp -s crds/$$crd $(CHART_CRDS)/$$crd || { cp crds/$$crd $(CHART_CRDS)/$$crd \

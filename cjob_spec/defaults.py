@@ -1,10 +1,11 @@
 """Every default and bound of the CheckpointedJob spec, written once.
 
 The model's dataclasses take their defaults from here, the parser its defaults and
-bounds, and the runtime's command line its flag defaults. The CRD repeats them (so
-that ``kubectl get -o yaml`` shows what a job runs with and the API server refuses
-what the parser refuses); ``tests/cjob_spec/test_crd_defaults.py`` walks the CRD and
-compares every default and bound it states with this module, so they cannot drift.
+bounds, the runtime's command line its flag defaults, and the CRD's schema
+(``cjob_spec.schema.fields``) what it states, so that ``kubectl get -o yaml`` shows what
+a job runs with and the API server refuses what the parser refuses;
+``tests/cjob_spec/test_crd_defaults.py`` still walks the rendered CRD and compares
+every default and bound it states with this module.
 
 Each field is named by its path in the document, as the parser's errors name it.
 Defaults are written in the document's form: durations and memory quantities as

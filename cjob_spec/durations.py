@@ -26,8 +26,10 @@ _UNIT_SECONDS: dict[str, float] = {
 }
 
 _COMPONENT = re.compile(r"([0-9]+)(?:\.([0-9]+))?(ns|us|\u00b5s|\u03bcs|ms|s|m|h)")
-DURATION_PATTERN = r"^(0|([0-9]+(\.[0-9]+)?(ns|us|\u00b5s|\u03bcs|ms|s|m|h))+)$"
-"""The same syntax as a regular expression (the CRD uses it as its ``pattern``)."""
+DURATION_PATTERN = "^(0|([0-9]+(\\.[0-9]+)?(ns|us|\u00b5s|\u03bcs|ms|s|m|h))+)$"
+"""The same syntax as a regular expression (the CRD uses it as its ``pattern``). Not a
+raw string: the micro sign and the Greek mu are the characters themselves, which RE2
+(the API server's pattern engine) matches as ``re`` does; it reads no ``\\u`` escape."""
 
 
 def parse_duration_seconds(text: str) -> float:

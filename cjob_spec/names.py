@@ -15,6 +15,9 @@ KIND = "CheckpointedJob"
 PLURAL = "checkpointedjobs"
 SNAPSHOT_KIND = "CheckpointedJobSnapshot"
 SNAPSHOT_PLURAL = "checkpointedjobsnapshots"
+MAX_JOB_NAME_LENGTH = 40
+"""Job names end up in Service names (63 characters) and in Spark's executor pod name
+prefix (47 characters) together with the attempt number."""
 
 LABEL_JOB = "checkpointed.io/job"
 LABEL_ATTEMPT = "checkpointed.io/attempt"

@@ -18,17 +18,15 @@ from cjob_spec.model import (
     S3Settings,
 )
 from cjob_spec.parse.node import Node, suggest
+from cjob_spec.schema import patterns
 
 MAX_RETAINED = defaults.RETAINED.maximum
 MAX_TOLERABLE_FAILURES = defaults.TOLERABLE_FAILURES.maximum
 
-DNS_SUBDOMAIN_PATTERN = re.compile(
-    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-)
-FILE_STORAGE_PATTERN = re.compile(r"^file:///\S*$")
-S3_STORAGE_PATTERN = re.compile(r"^s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/\S*)?$")
-ENDPOINT_PATTERN = re.compile(r"^https?://[^\s/]+(/\S*)?$")
-"""An S3 endpoint: http(s), a host, an optional path (credentials are refused apart)."""
+DNS_SUBDOMAIN_PATTERN = re.compile(patterns.DNS_SUBDOMAIN)
+FILE_STORAGE_PATTERN = re.compile(patterns.FILE_STORAGE)
+S3_STORAGE_PATTERN = re.compile(patterns.S3_STORAGE)
+ENDPOINT_PATTERN = re.compile(patterns.S3_ENDPOINT)
 
 
 def read_checkpoint(job: JobCode, node: Node) -> CheckpointSpec:
@@ -47,9 +45,7 @@ def read_checkpoint(job: JobCode, node: Node) -> CheckpointSpec:
                 field="spec.checkpoint.s3",
                 problem="is only valid with s3:// storage or s3:// entries in spec.job.pythonPath",
             )
-        s3 = _read_s3(
-            Node(node.get("s3"), node.at("s3"), ("endpoint", "region", "credentialsSecret"))
-        )
+        s3 = _read_s3(node.section("s3"))
     mode = node.enum_field(defaults.CHECKPOINT_MODE, CheckpointMode)
     unaligned = node.flag_field(defaults.CHECKPOINT_UNALIGNED)
     if unaligned and mode is not CheckpointMode.EXACTLY_ONCE:
@@ -66,6 +62,8 @@ def read_checkpoint(job: JobCode, node: Node) -> CheckpointSpec:
             problem=f"must be a string, got {_describe(trigger)}",
             hint="quote it",
         )
+    if trigger is not None:
+        node.check_length("triggerNonce", trigger)
     return CheckpointSpec(
         storage=storage,
         s3=s3,
@@ -103,7 +101,8 @@ def _read_s3(node: Node) -> S3Settings:
     return S3Settings(endpoint=endpoint, region=node.string("region"), credentials_secret=secret)
 
 
-SNAPSHOT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+SNAPSHOT_NAME = re.compile(patterns.OBJECT_NAME)
+MAX_OBJECT_NAME_LENGTH = 253
 
 
 def read_restore(node: Node) -> RestoreSpec:
@@ -113,7 +112,8 @@ def read_restore(node: Node) -> RestoreSpec:
         source = _read_restore_source(raw)
     snapshot = node.get("snapshot")
     if snapshot is not None:
-        if not isinstance(snapshot, str) or not SNAPSHOT_NAME.match(snapshot):
+        if (not isinstance(snapshot, str) or len(snapshot) > MAX_OBJECT_NAME_LENGTH
+                or not SNAPSHOT_NAME.match(snapshot)):
             raise SpecError(field="spec.restore.snapshot",
                             problem=f"must name a CheckpointedJobSnapshot (a DNS subdomain), "
                                     f"got {_describe(snapshot)}")

@@ -31,20 +31,19 @@ from cjob_spec.model import (
     StateSpec,
     UpgradeMode,
 )
-from cjob_spec.names import API_VERSION, KIND
+from cjob_spec.names import API_VERSION, KIND, MAX_JOB_NAME_LENGTH
 from cjob_spec.parse.checkpoint import read_checkpoint, read_restore
 from cjob_spec.parse.job_code import read_job_code
 from cjob_spec.parse.node import Node
-from cjob_spec.parse.pod import POD_FIELDS, read_pod
+from cjob_spec.parse.pod import read_pod
 from cjob_spec.parse.restart_policy import read_restart_policy
 from cjob_spec.parse.spark_settings import check_task_slots, read_spark
 from cjob_spec.parse.values import DNS_LABEL_PATTERN, string_map
+from cjob_spec.schema import patterns
+from cjob_spec.schema.job_schema import ROOT
 
 MAX_PARALLELISM_LIMIT = defaults.MAX_PARALLELISM_LIMIT
-MAX_JOB_NAME_LENGTH = 40
-"""Job names end up in Service names (63 characters) and in Spark's executor pod name
-prefix (47 characters) together with the attempt number."""
-JOB_NAME_PATTERN = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+JOB_NAME_PATTERN = re.compile(patterns.JOB_NAME)
 
 
 def parse_job(document: Mapping[str, Any]) -> CheckpointedJob:
@@ -53,7 +52,7 @@ def parse_job(document: Mapping[str, Any]) -> CheckpointedJob:
     Raises ``SpecError`` naming the first offending field. A ``status`` section is
     accepted and ignored (it is not part of what the user asks for).
     """
-    root = Node(document, "", ("apiVersion", "kind", "metadata", "spec", "status"))
+    root = Node(document, "", ROOT)
     api_version = root.get("apiVersion")
     if api_version != API_VERSION:
         raise SpecError(
@@ -63,36 +62,13 @@ def parse_job(document: Mapping[str, Any]) -> CheckpointedJob:
     if kind != KIND:
         raise SpecError(field="kind", problem=f"must be {KIND!r}, got {_describe(kind)}")
     metadata = _read_metadata(root.require("metadata"))
-    spec_node = Node(
-        root.require("spec"),
-        "spec",
-        (
-            "image",
-            "job",
-            "parallelism",
-            "maxParallelism",
-            "spark",
-            "checkpoint",
-            "restartPolicy",
-            "restore",
-            "suspend",
-            "upgradeMode",
-            "rollback",
-            "snapshots",
-            "state",
-            "standby",
-            "cleanupPolicy",
-            "pod",
-            "health",
-        ),
-    )
-    return CheckpointedJob(metadata=metadata, spec=_read_spec(spec_node))
+    return CheckpointedJob(metadata=metadata, spec=_read_spec(root.section("spec")))
 
 
 def _read_metadata(value: object) -> Metadata:
     # Objects read from the API server carry many more metadata fields
     # (resourceVersion, managedFields, finalizers...): they are ignored, not refused.
-    node = Node(value, "metadata", ("name", "namespace", "uid", "generation"), lenient=True)
+    node = Node(value, "metadata", ROOT.child("metadata"), lenient=True)
     name = node.required_string("name")
     if len(name) > MAX_JOB_NAME_LENGTH or not JOB_NAME_PATTERN.match(name):
         raise SpecError(
@@ -125,9 +101,7 @@ def _read_spec(node: Node) -> JobSpec:
     image = node.string("image")
     if image is not None and any(character.isspace() for character in image):
         raise SpecError(field="spec.image", problem=f"must not contain spaces, got {image!r}")
-    job = read_job_code(
-        Node(node.require("job"), "spec.job", ("entrypoint", "pythonPath", "args"))
-    )
+    job = read_job_code(node.section("job"))
     max_parallelism = node.integer_field(defaults.MAX_PARALLELISM)
     # Bounded by the job's own maxParallelism below (at most the field's maximum), so
     # that a too large value is reported against the bound that applies to this job.
@@ -138,65 +112,32 @@ def _read_spec(node: Node) -> JobSpec:
             field="spec.parallelism",
             problem=f"must be <= maxParallelism ({max_parallelism}), got {parallelism}",
         )
-    spark = node.child(
-        "spark", ("master", "conf", "driver", "executor"), read_spark, default=SparkSpec
-    )
+    spark = node.child("spark", read_spark, default=SparkSpec)
     check_task_slots(spark, parallelism)
-    checkpoint = read_checkpoint(
-        job,
-        Node(
-            node.require("checkpoint"),
-            "spec.checkpoint",
-            (
-                "storage",
-                "s3",
-                "interval",
-                "minPause",
-                "timeout",
-                "mode",
-                "unaligned",
-                "retained",
-                "tolerableFailures",
-                "triggerNonce",
-            ),
-        ),
-    )
-    restart_policy = node.child(
-        "restartPolicy",
-        ("type", "maxRestarts", "backoff", "resetAfter", "startTimeout"),
-        read_restart_policy,
-        default=RestartPolicy,
-    )
-    restore = node.child(
-        "restore",
-        ("from", "snapshot", "onUnreadable", "allowForeignJob", "allowNonRestoredState"),
-        read_restore,
-        default=RestoreSpec,
-    )
+    checkpoint = read_checkpoint(job, node.section("checkpoint"))
+    restart_policy = node.child("restartPolicy", read_restart_policy,
+                                default=RestartPolicy)
+    restore = node.child("restore", read_restore, default=RestoreSpec)
     cleanup = node.child(
         "cleanupPolicy",
-        ("checkpoints",),
         lambda child: CleanupPolicy(
             checkpoints=child.enum_field(defaults.CLEANUP_CHECKPOINTS, CheckpointCleanup)
         ),
         default=CleanupPolicy,
     )
-    pod = node.child("pod", POD_FIELDS, read_pod, default=PodSettings)
+    pod = node.child("pod", read_pod, default=PodSettings)
     state = node.child(
         "state",
-        ("backend",),
         lambda child: StateSpec(backend=child.enum_field(defaults.STATE_BACKEND, StateBackend)),
         default=StateSpec,
     )
     standby = node.child(
         "standby",
-        ("enabled",),
         lambda child: StandbySpec(enabled=child.flag_field(defaults.STANDBY_ENABLED)),
         default=StandbySpec,
     )
     snapshots = node.child(
         "snapshots",
-        ("interval", "maxCount", "maxAge", "beforeUpgrade"),
         lambda child: SnapshotSchedule(
             interval=child.duration_field(defaults.SNAPSHOTS_INTERVAL),
             max_count=child.integer_field(defaults.SNAPSHOTS_MAX_COUNT),
@@ -206,7 +147,6 @@ def _read_spec(node: Node) -> JobSpec:
     )
     rollback = node.child(
         "rollback",
-        ("enabled", "readinessTimeout"),
         lambda child: RollbackSpec(
             enabled=child.flag_field(defaults.ROLLBACK_ENABLED),
             readiness_timeout=child.duration_field(defaults.ROLLBACK_READINESS_TIMEOUT)),
@@ -214,7 +154,6 @@ def _read_spec(node: Node) -> JobSpec:
     )
     health = node.child(
         "health",
-        ("checkpointStallIntervals", "sinkStallTimeout"),
         lambda child: HealthSpec(
             checkpoint_stall_intervals=child.integer_field(defaults.CHECKPOINT_STALL_INTERVALS),
             sink_stall_timeout=child.duration_field(defaults.SINK_STALL_TIMEOUT)),

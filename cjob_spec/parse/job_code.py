@@ -13,14 +13,11 @@ from cjob_spec.errors import describe_value as _describe
 from cjob_spec.model import JobCode
 from cjob_spec.parse.node import Node
 from cjob_spec.parse.values import check_json_value
+from cjob_spec.schema import patterns
 
-ENTRYPOINT_PATTERN = re.compile(
-    r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$"
-)
-S3_CODE_PATTERN = re.compile(r"^s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]/\S+[.]zip$")
-"""An ``s3://`` entry of ``spec.job.pythonPath``: one zip archive, whose top level is
-what goes on ``sys.path`` (modules and packages)."""
-URL_PATTERN = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
+ENTRYPOINT_PATTERN = re.compile(patterns.ENTRYPOINT)
+S3_CODE_PATTERN = re.compile(patterns.S3_CODE_ARCHIVE)
+URL_PATTERN = re.compile(patterns.URL_SCHEME)
 
 
 def read_job_code(node: Node) -> JobCode:

@@ -1,7 +1,10 @@
-"""The reader every section of the document is read with: ``Node``, one mapping and its
-dotted path, with typed reads (strings, integers, numbers, flags, enums, durations,
-memory quantities, the fields of ``cjob_spec.defaults``) whose errors name the field,
-and the "did you mean" hint for a misspelt key or enum value.
+"""The reader every section of the document is read with: ``Node``, one mapping, its
+dotted path and its schema, with typed reads (strings, integers, numbers, flags, enums,
+durations, memory quantities, the fields of ``cjob_spec.defaults``) whose errors name
+the field, and the "did you mean" hint for a misspelt key or enum value.
+
+The fields a section may hold are those of its schema (``cjob_spec.schema``), the one
+the CRD is rendered from, so a field the CRD offers is one the parser reads.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from cjob_spec.durations import MAX_DURATION, Duration
 from cjob_spec.errors import DurationFormatError, QuantityFormatError, SpecError
 from cjob_spec.errors import describe_value as _describe
 from cjob_spec.quantities import Memory
+from cjob_spec.schema.openapi import ObjectSchema, StringSchema
 
 _E = TypeVar("_E", bound=StrEnum)
 _T = TypeVar("_T")
@@ -44,18 +48,21 @@ def suggest(word: str, choices: Iterable[str]) -> str | None:
 
 
 class Node:
-    """One mapping of the document being read, with its dotted path.
+    """One mapping of the document being read, with its dotted path and its schema.
 
-    Refuses keys it does not know (with a "did you mean" hint) unless ``lenient``.
+    Refuses keys its schema does not name (with a "did you mean" hint) unless
+    ``lenient`` or the schema keeps unknown fields.
     """
 
     def __init__(
-        self, value: object, path: str, allowed: Iterable[str], *, lenient: bool = False
+        self, value: object, path: str, schema: ObjectSchema, *, lenient: bool = False
     ) -> None:
         if not isinstance(value, Mapping):
             raise SpecError(field=path, problem=f"must be a mapping, got {_describe(value)}")
         self.path = path
-        self.allowed = tuple(allowed)
+        self.schema = schema
+        self.allowed = schema.property_names
+        lenient = lenient or schema.preserve_unknown
         self.values: dict[str, object] = {}
         for key, item in value.items():
             if not isinstance(key, str):
@@ -88,7 +95,16 @@ class Node:
             raise SpecError(field=self.at(key), problem=f"must be a string, got {_describe(value)}")
         if not value.strip():
             raise SpecError(field=self.at(key), problem="must not be empty")
+        self.check_length(key, value)
         return value
+
+    def check_length(self, key: str, value: str) -> None:
+        """Refuse a string longer than the schema lets the API server store."""
+        field_schema = self.schema.properties.get(key)
+        limit = field_schema.max_length if isinstance(field_schema, StringSchema) else None
+        if limit is not None and len(value) > limit:
+            raise SpecError(field=self.at(key),
+                            problem=f"must be at most {limit} characters, got {len(value)}")
 
     def required_string(self, key: str) -> str:
         self.require(key)
@@ -221,15 +237,13 @@ class Node:
         except QuantityFormatError as error:
             raise SpecError(field=self.at(key), problem=str(error)) from None
 
-    def child(
-        self,
-        key: str,
-        allowed: Iterable[str],
-        read: Callable[[Node], _T],
-        *,
-        default: Callable[[], _T],
-    ) -> _T:
+    def section(self, key: str) -> Node:
+        """The required mapping ``key``, read against its schema."""
+        return Node(self.require(key), self.at(key), self.schema.child(key))
+
+    def child(self, key: str, read: Callable[[Node], _T], *, default: Callable[[], _T]) -> _T:
+        """The optional mapping ``key`` read by ``read``, or ``default()`` when absent."""
         value = self.get(key)
         if value is None:
             return default()
-        return read(Node(value, self.at(key), allowed))
+        return read(Node(value, self.at(key), self.schema.child(key)))

@@ -17,13 +17,6 @@ from cjob_spec.security import (
     read_pod_security_context,
 )
 
-POD_FIELDS = ("volumes", "volumeMounts", "nodeSelector", "tolerations", "affinity",
-              "priorityClassName", "securityContext", "containerSecurityContext")
-VOLUME_MOUNT_FIELDS = ("name", "mountPath", "readOnly", "subPath", "subPathExpr",
-                       "mountPropagation", "recursiveReadOnly")
-TOLERATION_FIELDS = ("key", "operator", "value", "effect", "tolerationSeconds")
-AFFINITY_FIELDS = ("nodeAffinity", "podAffinity", "podAntiAffinity")
-
 
 def _documents(value: object, path: str) -> list[tuple[str, Mapping[str, Any]]]:
     """A list of JSON mappings, each with its path (``spec.pod.volumes[0]``...)."""
@@ -44,7 +37,8 @@ def _documents(value: object, path: str) -> list[tuple[str, Mapping[str, Any]]]:
 def read_pod(node: Node) -> PodSettings:
     volumes: list[Mapping[str, Any]] = []
     for at, volume in _documents(node.get("volumes"), node.at("volumes")):
-        name = Node(volume, at, (), lenient=True).required_string("name")
+        # Volume sources are Kubernetes objects: their schema keeps what it does not name.
+        name = Node(volume, at, node.schema.child("volumes")).required_string("name")
         if len(name) > 63 or not DNS_LABEL_PATTERN.match(name):
             raise SpecError(field=f"{at}.name", problem=f"must be a DNS label, got {name!r}")
         if any(v["name"] == name for v in volumes):
@@ -55,7 +49,7 @@ def read_pod(node: Node) -> PodSettings:
         volumes.append(volume)
     mounts: list[Mapping[str, Any]] = []
     for at, mount in _documents(node.get("volumeMounts"), node.at("volumeMounts")):
-        fields = Node(mount, at, VOLUME_MOUNT_FIELDS)
+        fields = Node(mount, at, node.schema.child("volumeMounts"))
         name = fields.required_string("name")
         if not any(v["name"] == name for v in volumes):
             raise SpecError(field=f"{at}.name", problem=f"no volume named {name!r} in "
@@ -72,11 +66,11 @@ def read_pod(node: Node) -> PodSettings:
         mounts.append(mount)
     tolerations: list[Mapping[str, Any]] = []
     for at, toleration in _documents(node.get("tolerations"), node.at("tolerations")):
-        Node(toleration, at, TOLERATION_FIELDS)   # refuses unknown keys, with a hint
+        Node(toleration, at, node.schema.child("tolerations"))   # refuses unknown keys
         tolerations.append(toleration)
     affinity: Mapping[str, Any] | None = None
     if node.get("affinity") is not None:
-        affinity_node = Node(node.get("affinity"), node.at("affinity"), AFFINITY_FIELDS)
+        affinity_node = node.section("affinity")
         check_json_value(dict(affinity_node.values), node.at("affinity"))
         affinity = dict(affinity_node.values)
     security_context: dict[str, Any] = {}

@@ -12,9 +12,7 @@ MAX_BACKOFF_MULTIPLIER = defaults.BACKOFF_MULTIPLIER.maximum
 
 
 def read_restart_policy(node: Node) -> RestartPolicy:
-    backoff = node.child(
-        "backoff", ("initial", "max", "multiplier"), _read_backoff, default=Backoff
-    )
+    backoff = node.child("backoff", _read_backoff, default=Backoff)
     return RestartPolicy(
         type=node.enum_field(defaults.RESTART_TYPE, RestartPolicyType),
         max_restarts=node.integer_field(defaults.MAX_RESTARTS),

@@ -12,8 +12,9 @@ from cjob_spec.errors import SpecError
 from cjob_spec.errors import describe_value as _describe
 from cjob_spec.model import DriverResources, ExecutorResources, SparkSpec
 from cjob_spec.parse.node import Node
+from cjob_spec.schema import patterns
 
-MASTER_PATTERN = re.compile(r"^local\[(\*|[1-9][0-9]*)(,[1-9][0-9]*)?\]$")
+MASTER_PATTERN = re.compile(patterns.LOCAL_MASTER)
 
 
 RESERVED_SPARK_CONF: dict[str, str] = {
@@ -55,7 +56,6 @@ def read_spark(node: Node) -> SparkSpec:
     conf = _read_spark_conf(node.get("conf"), node.at("conf"))
     driver = node.child(
         "driver",
-        ("cores", "memory"),
         lambda child: DriverResources(
             cores=child.integer_field(defaults.DRIVER_CORES),
             memory=child.memory_field(defaults.DRIVER_MEMORY),
@@ -64,7 +64,6 @@ def read_spark(node: Node) -> SparkSpec:
     )
     executor = node.child(
         "executor",
-        ("instances", "cores", "memory"),
         lambda child: ExecutorResources(
             instances=child.integer_field(defaults.EXECUTOR_INSTANCES),
             cores=child.integer_field(defaults.EXECUTOR_CORES),

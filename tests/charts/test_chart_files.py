@@ -97,7 +97,7 @@ def test_the_chart_crd_is_a_byte_identical_copy_of_the_source_of_truth(name: str
     copy = (CHART / "crds" / name).read_bytes()
     assert copy == source, (
         f"charts/checkpointed-jobs/crds/{name} differs from "
-        f"crds/{name}, which is the one to edit; run: make chart-crds"
+        f"crds/{name}; run: make crds (which refreshes the copies)"
     )
 
 

@@ -162,7 +162,8 @@ def test_the_spec_schema_has_exactly_the_fields_the_parser_reads() -> None:
     document = full()
     parse_job(document)
     opaque = {".spec.job.args", ".spec.spark.conf", ".spec.pod.nodeSelector",
-              ".spec.pod.affinity"}
+              ".spec.pod.affinity.nodeAffinity", ".spec.pod.affinity.podAffinity",
+              ".spec.pod.affinity.podAntiAffinity"}
     # restore.snapshot and restore.from exclude each other: a second document has the one.
     from_snapshot = full()
     from_snapshot["spec"]["restore"] = {"snapshot": "before-upgrade"}
@@ -225,6 +226,14 @@ SCHEMA_REFUSALS: list[tuple[str, dict[str, Any]]] = [
     ("suspend as a string", with_field(M, "spec.suspend", "true")),
     ("conf value as a boolean", with_field(M, "spec.spark.conf", {"spark.ui.enabled": False})),
     ("trigger nonce as a number", with_field(M, "spec.checkpoint.triggerNonce", 3)),
+    (
+        "credentials secret that is no object name",
+        with_field(
+            with_field(M, "spec.checkpoint.storage", "s3://bucket/x"),
+            "spec.checkpoint.s3.credentialsSecret",
+            "S3_Keys",
+        ),
+    ),
     (
         "endpoint without scheme",
         with_field(

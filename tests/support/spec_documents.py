@@ -93,7 +93,11 @@ FULL: dict[str, Any] = {
             "nodeSelector": {"disktype": "ssd"},
             "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "spark",
                              "effect": "NoSchedule"}],
-            "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}},
+            "affinity": {
+                "nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []},
+                "podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []},
+                "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []},
+            },
             "priorityClassName": "batch-high",
             "securityContext": {
                 "runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000,

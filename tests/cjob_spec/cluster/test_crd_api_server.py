@@ -59,6 +59,16 @@ ACCEPTED: list[tuple[str, dict[str, Any]]] = [
     ("another job's checkpoint, allowed",
      with_field(with_field(minimal(), "spec.restore.from", FOREIGN), "spec.restore.allowForeignJob",
                 True)),
+    ("affinity of every kind", with_field(minimal(), "spec.pod.affinity", {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "disk", "operator": "In", "values": ["ssd"]}]}]}},
+        "podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 10, "podAffinityTerm": {"topologyKey": "zone",
+                                               "labelSelector": {"matchLabels": {"a": "b"}}}}]},
+        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"topologyKey": "kubernetes.io/hostname"}]},
+    })),
     ("adjusted security contexts", with_field(
         with_field(minimal(), "spec.pod.securityContext",
                    {"runAsUser": 1000, "seccompProfile": {"type": "Localhost",
@@ -97,6 +107,10 @@ REFUSED: list[tuple[str, dict[str, Any], str]] = [
      with_field(minimal(), "spec.pod.containerSecurityContext",
                 {"capabilities": {"drop": ["all"]}}),
      "spec.pod.containerSecurityContext.capabilities.drop[0]"),
+    ("credentials secret that is no object name",
+     with_field(with_field(minimal(), "spec.checkpoint.storage", "s3://ckpt/jobs"),
+                "spec.checkpoint.s3.credentialsSecret", "S3_Keys"),
+     "spec.checkpoint.s3.credentialsSecret"),
     ("negative user",
      with_field(minimal(), "spec.pod.securityContext", {"runAsUser": -1}),
      "spec.pod.securityContext.runAsUser"),
