@@ -25,7 +25,7 @@ help:
 	@echo "make cluster  a local cluster: control plane, real node, images, S3, the chart"
 	@echo "make e2e-kind the real node's scenarios on a kind cluster (Docker, or a private dockerd)"
 	@echo "make lint     ruff, mypy (strict) and import-linter"
-	@echo "make crds     write crds/checkpointedjob.yaml from cjob_spec/schema, then copy crds/ into the chart"
+	@echo "make crds     write our CRDs into crds/ from cjob_spec/schema, then copy crds/ into the chart"
 	@echo "make chart-crds  copy crds/*.yaml into the chart"
 	@echo "make bench    every benchmark (see bench/README.md)"
 
@@ -52,11 +52,11 @@ run: $(STAMP)
 	$(BIN)/cjob run examples/running_sum/running-sum.yaml --fresh --kill-driver-after 8
 	$(BIN)/python examples/running_sum/verify.py --output .cjob/output/running-sum --count 200000
 
-# The CheckpointedJob CRD is generated from the spec's schema (cjob_spec/schema, its
-# defaults and bounds from cjob_spec/defaults.py): edit those, run this and commit the
-# files it writes. A unit test fails while a committed CRD differs from the schema.
+# Our CRDs are generated from their schemas (cjob_spec/schema, the job's defaults and
+# bounds from cjob_spec/defaults.py): edit those, run this and commit the files it
+# writes. A unit test fails while a committed CRD differs from its schema.
 crds: $(STAMP)
-	$(BIN)/python -m cjob_spec.schema crds/checkpointedjob.yaml
+	$(BIN)/python -m cjob_spec.schema crds
 	@$(MAKE) --no-print-directory chart-crds
 
 # Helm installs the CRDs of the chart's own crds/ folder, so the chart carries a copy

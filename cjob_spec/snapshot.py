@@ -18,13 +18,15 @@ from enum import StrEnum
 from typing import Any
 
 from cjob_spec.errors import SpecError
-from cjob_spec.names import API_VERSION, SNAPSHOT_KIND
+from cjob_spec.names import API_VERSION, MAX_JOB_NAME_LENGTH, SNAPSHOT_KIND
+from cjob_spec.schema import patterns
 from cjob_spec.status import Condition
 from cjob_spec.times import format_time, parse_time
 
-JOB_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-MAX_JOB_NAME = 40
-"""The longest CheckpointedJob name (its pods' names derive from it)."""
+JOB_NAME = re.compile(patterns.JOB_NAME)
+SPEC_FIELDS = ("jobName", "checkpoint", "disposeOnDelete")
+DEFAULT_DISPOSE_ON_DELETE = True
+"""Delete the copy with the object (as Flink's operator does by default)."""
 
 
 class SnapshotState(StrEnum):
@@ -70,8 +72,7 @@ class SnapshotSpec:
     job_name: str
     checkpoint_id: int | None = None
     """The checkpoint to copy; ``None``: the job's latest when the snapshot is taken."""
-    dispose_on_delete: bool = True
-    """Delete the copy with the object (as Flink's operator does by default)."""
+    dispose_on_delete: bool = DEFAULT_DISPOSE_ON_DELETE
 
 
 def parse_snapshot_spec(document: Mapping[str, Any]) -> SnapshotSpec:
@@ -87,19 +88,19 @@ def parse_snapshot_spec(document: Mapping[str, Any]) -> SnapshotSpec:
     spec = document.get("spec")
     if not isinstance(spec, Mapping):
         raise SpecError(field="spec", problem="is required")
-    unknown = sorted(set(spec) - {"jobName", "checkpoint", "disposeOnDelete"})
+    unknown = sorted(set(spec) - set(SPEC_FIELDS))
     if unknown:
         raise SpecError(field=f"spec.{unknown[0]}", problem="is not a field of a snapshot")
     job_name = spec.get("jobName")
     if not isinstance(job_name, str) or not job_name:
         raise SpecError(field="spec.jobName", problem="is required: the CheckpointedJob to copy")
-    if len(job_name) > MAX_JOB_NAME or not JOB_NAME.match(job_name):
+    if len(job_name) > MAX_JOB_NAME_LENGTH or not JOB_NAME.match(job_name):
         raise SpecError(field="spec.jobName", problem=f"{job_name!r} is not a job's name")
     checkpoint = spec.get("checkpoint")
     if checkpoint is not None and (not isinstance(checkpoint, int) or isinstance(checkpoint, bool)
                                    or checkpoint < 1):
         raise SpecError(field="spec.checkpoint", problem="must be a checkpoint id (1 or more)")
-    dispose = spec.get("disposeOnDelete", True)
+    dispose = spec.get("disposeOnDelete", DEFAULT_DISPOSE_ON_DELETE)
     if not isinstance(dispose, bool):
         raise SpecError(field="spec.disposeOnDelete", problem="must be true or false")
     return SnapshotSpec(job_name=job_name, checkpoint_id=checkpoint, dispose_on_delete=dispose)

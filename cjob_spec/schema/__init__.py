@@ -1,13 +1,10 @@
-"""The CheckpointedJob's schema, written once: the CRD is rendered from it and the
-parser reads each section's fields, patterns and bounds from it.
+"""The CheckpointedJob's and the CheckpointedJobSnapshot's schemas, written once: the
+CRDs are rendered from them and the parser reads each section's fields, patterns and
+string lengths from them.
 
 ``cjob_spec.defaults`` holds every default and bound, the model's enums every choice;
 this package adds the shape and what ``kubectl explain`` shows, and ``crd`` renders
-the CustomResourceDefinition the API server validates and defaults with.
+the CustomResourceDefinitions the API server validates and defaults with. The package
+imports none of its modules, so the model's modules may use ``patterns`` without a
+cycle through the schemas that use the model.
 """
-
-from cjob_spec.schema.crd import crd_document, crd_text
-from cjob_spec.schema.openapi import ObjectSchema
-from cjob_spec.schema.spec_schema import SPEC
-
-__all__ = ["SPEC", "ObjectSchema", "crd_document", "crd_text"]

@@ -1,7 +1,7 @@
-"""``python -m cjob_spec.schema PATH...``: write the CheckpointedJob CRD to each PATH.
+"""``python -m cjob_spec.schema DIRECTORY``: write every CRD of ours into DIRECTORY.
 
-``make crds`` runs it for ``crds/checkpointedjob.yaml`` and the chart's copy; a file
-that already holds the CRD is left untouched, so its modification time says when the
+``make crds`` runs it for ``crds/`` and then copies the files into the chart; a file
+that already holds its CRD is left untouched, so its modification time says when its
 schema last changed.
 """
 
@@ -10,16 +10,17 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from cjob_spec.schema.crd import crd_text
+from cjob_spec.schema.crd import RESOURCES
 
 
-def main(paths: list[str]) -> int:
-    if not paths:
-        print("usage: python -m cjob_spec.schema PATH...", file=sys.stderr)
+def main(arguments: list[str]) -> int:
+    if len(arguments) != 1 or not Path(arguments[0]).is_dir():
+        print("usage: python -m cjob_spec.schema DIRECTORY (an existing directory)",
+              file=sys.stderr)
         return 2
-    text = crd_text()
-    for name in paths:
-        path = Path(name)
+    for resource in RESOURCES:
+        path = Path(arguments[0]) / resource.file_name
+        text = resource.text()
         if path.exists() and path.read_text(encoding="utf-8") == text:
             continue
         path.write_text(text, encoding="utf-8")

@@ -1,9 +1,10 @@
-"""The CheckpointedJob CRD is generated from the spec's schema, and the schema, the
-model and the parser describe the same document.
+"""Our CRDs are generated from the schemas, and the schema, the model and the parser
+describe the same document.
 
-``crds/checkpointedjob.yaml`` (and the chart's byte-identical copy, see
-``tests/charts/test_chart_files.py``) is ``make crds``'s output: a schema, default or
-bound changed without regenerating it fails here, naming the command to run.
+``crds/checkpointedjob.yaml`` and ``crds/checkpointedjobsnapshot.yaml`` (and the
+chart's byte-identical copies, see ``tests/charts/test_chart_files.py``) are ``make
+crds``'s output: a schema, default or bound changed without regenerating them fails
+here, naming the command to run.
 """
 
 from __future__ import annotations
@@ -34,14 +35,22 @@ from cjob_spec.model import (
     StandbySpec,
     StateSpec,
 )
-from cjob_spec.schema import SPEC, crd_text
+from cjob_spec.schema.crd import CHECKPOINTED_JOB_SNAPSHOT, RESOURCES, CustomResource
 from cjob_spec.schema.pod_schema import CONTAINER_SECURITY_FIELDS, POD_SECURITY_FIELDS
+from cjob_spec.schema.spec_schema import SPEC
+from cjob_spec.snapshot import SPEC_FIELDS as SNAPSHOT_SPEC_FIELDS
 
 
-def test_the_committed_crd_is_what_the_schema_renders() -> None:
-    committed = (REPO / "crds" / "checkpointedjob.yaml").read_text(encoding="utf-8")
-    assert committed == crd_text(), (
-        "crds/checkpointedjob.yaml differs from cjob_spec/schema; run: make crds")
+@pytest.mark.parametrize("resource", RESOURCES, ids=[r.kind for r in RESOURCES])
+def test_the_committed_crd_is_what_the_schema_renders(resource: CustomResource) -> None:
+    committed = (REPO / "crds" / resource.file_name).read_text(encoding="utf-8")
+    assert committed == resource.text(), (
+        f"crds/{resource.file_name} differs from cjob_spec/schema; run: make crds")
+
+
+def test_every_crd_of_ours_is_generated() -> None:
+    generated = {resource.file_name for resource in RESOURCES}
+    assert {path.name for path in (REPO / "crds").glob("*.yaml")} == generated
 
 
 def camel(name: str) -> str:
@@ -78,6 +87,11 @@ def test_every_model_field_is_a_field_of_its_schema_section_and_back(
     schema = SPEC.at(section) if section else SPEC
     fields = {camel(f.name) for f in dataclasses.fields(model)}
     assert fields == set(schema.property_names)
+
+
+def test_the_snapshot_parser_knows_the_fields_the_snapshot_schema_offers() -> None:
+    spec = CHECKPOINTED_JOB_SNAPSHOT.schema.child("spec")
+    assert spec.property_names == SNAPSHOT_SPEC_FIELDS
 
 
 def test_the_security_context_readers_know_the_fields_the_schema_offers() -> None:

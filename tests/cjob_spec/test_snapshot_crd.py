@@ -85,6 +85,8 @@ def test_the_status_the_operator_writes_is_in_the_schema_and_reads_back_the_same
 @pytest.mark.parametrize(("spec", "field"), [
     ({}, "spec.jobName"),
     ({"jobName": "Sums_1"}, "spec.jobName"),
+    ({"jobName": "1sums"}, "spec.jobName"),   # no job's name starts with a digit
+    ({"jobName": "s" * 41}, "spec.jobName"),
     ({"jobName": "sums", "checkpoint": 0}, "spec.checkpoint"),
     ({"jobName": "sums", "checkpoint": True}, "spec.checkpoint"),
     ({"jobName": "sums", "disposeOnDelete": "yes"}, "spec.disposeOnDelete"),
