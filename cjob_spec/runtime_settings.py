@@ -110,6 +110,13 @@ class RuntimeSettings:
         body = dict(versioned_body(data, what="runtime settings", version=SETTINGS_VERSION,
                                    error=RuntimeSettingsError))
         del body["version"]
+        return cls.from_fields(body)
+
+    @classmethod
+    def from_fields(cls, body: Mapping[str, Any]) -> RuntimeSettings:
+        """The settings of the document's fields (without its version): each checked and
+        converted to its type, unknown and missing ones refused. The runtime's flags,
+        for a command line written by hand, are read through here too."""
         hints = typing.get_type_hints(cls)
         known = {field.name: field for field in dataclasses.fields(cls)}
         unknown = sorted(set(body) - set(known))

@@ -176,17 +176,17 @@ def runtime_settings_of(ns: argparse.Namespace) -> RuntimeSettings:
             raise SystemExit(f"--args-json is not valid JSON: {exc}") from None
         if not isinstance(given["args"], dict):
             raise SystemExit("--args-json must be a JSON object")
-    if "python_path" in given:
-        given["python_path"] = tuple(given["python_path"])
     if "spark_conf" in given:
         given["spark_conf"] = dict(given["spark_conf"])
+    # The flags spell the two modes as the runtime always did; the document, as the spec.
     if "checkpoint_mode" in given:
-        given["checkpoint_mode"] = _MODES[given["checkpoint_mode"]]
+        given["checkpoint_mode"] = _MODES[given["checkpoint_mode"]].value
     if "on_unreadable" in given:
-        given["on_unreadable"] = _ON_UNREADABLE[given["on_unreadable"]]
-    if "state_backend" in given:
-        given["state_backend"] = StateBackend(given["state_backend"])
-    return RuntimeSettings(**given)
+        given["on_unreadable"] = _ON_UNREADABLE[given["on_unreadable"]].value
+    try:
+        return RuntimeSettings.from_fields(given)
+    except RuntimeSettingsError as exc:
+        raise SystemExit(str(exc)) from None
 
 
 _FIELDS = {field.name for field in dataclasses.fields(RuntimeSettings)} | {"args_json"}
