@@ -102,11 +102,15 @@ def test_the_windows_comparison_runs_once_at_a_tiny_scale_with_and_without_a_lat
                     "--file-records", "5000", "--max-files", "2", "--repeat", "1",
                     "--late-branch")
     (repetition,) = result["runs"]
-    for side in ("ours", "ours_late_branch", "structured_streaming"):
+    for side in ("ours", "ours_late_branch", "structured_streaming",
+                 "structured_streaming_at_interval"):
         assert repetition[side]["matches_reference"] is True
         assert repetition[side]["output_rows"] == result["input"]["reference_windows"]
-    assert repetition["ratio_steady"] > 0
+    assert repetition["ratio_steady"] > 0 and repetition["ratio_steady_at_interval"] > 0
+    # --max-files gives both baselines one size: one run serves both rows.
+    assert repetition["structured_streaming"] == repetition["structured_streaming_at_interval"]
     assert "the branch's cost: with / without" in result["table"]
+    assert "SS at 1 s batches (equal freshness)" in result["table"]
 
 
 @pytest.mark.timeout(1600)
