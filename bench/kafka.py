@@ -14,8 +14,10 @@ to an output topic.
 * **Structured Streaming** (``bench.kafka_ss``): the Kafka source, ``from_json``,
   ``groupBy("user").agg(count, max(ts))``, update mode, the Kafka sink
   (at-least-once), RocksDB state store with changelog checkpointing, ``local[2]``,
-  2 shuffle partitions; ``maxOffsetsPerTrigger`` tuned: one query per value over the
-  whole topic, the fastest kept.
+  2 shuffle partitions; ``maxOffsetsPerTrigger`` searched for its fastest: one query
+  per value over the whole topic, doubled from 1/40 of the topic until the rate rises
+  by less than 5% or a quarter of the topic is reached
+  (:class:`bench.batch_size_search.ThroughputSearch`), the fastest kept.
 
 **Throughput phase.** Steady records/s: ours, the topic's records over the time from
 the first subtask being ready to the last record the keyed stage processed (as the
@@ -103,17 +105,26 @@ class Scale:
     partitions: int
     parallelism: int
     max_offsets: tuple[int, ...]
+    """The values to run, or the search's first one."""
+    search: bool
+    """Whether Structured Streaming's fastest ``maxOffsetsPerTrigger`` is searched
+    (``ThroughputSearch``: doubled until the rate rises by less than 5%, up to a quarter
+    of the topic) rather than the values given."""
     rate: float
     seconds: float
     warmup: float
     timeout: float
 
 
-def default_max_offsets(records: int) -> tuple[int, ...]:
-    """The ``maxOffsetsPerTrigger`` values tried: 1/40 to 1/5 of the topic, so that even
-    the largest leaves batches to measure after the warm-up ones."""
-    values = {max(1000, round(records / d / 1000) * 1000) for d in (40, 20, 10, 5)}
-    return tuple(sorted(values))
+def search_start(records: int) -> int:
+    """The first ``maxOffsetsPerTrigger`` the search tries: 1/40 of the topic."""
+    return max(1000, round(records / 40 / 1000) * 1000)
+
+
+def search_limit(records: int) -> int:
+    """The largest ``maxOffsetsPerTrigger`` the search tries: a quarter of the topic, so
+    that it still leaves batches to measure after the warm-up ones."""
+    return max(1000, records // 4 // 1000 * 1000)
 
 
 def parse_max_offsets(text: str) -> tuple[int, ...]:
@@ -134,7 +145,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--parallelism", type=int, default=2)
     parser.add_argument("--max-offsets", type=parse_max_offsets, default=None,
                         help="Structured Streaming maxOffsetsPerTrigger values to try, "
-                             "comma-separated (default: 1/40, 1/20, 1/10 and 1/5 of --records)")
+                             "comma-separated (default: searched for its fastest, doubling "
+                             "from 1/40 of --records up to a quarter)")
     parser.add_argument("--rate", type=float, default=2000.0,
                         help="records/s produced in the latency phase (default 2,000)")
     parser.add_argument("--latency-seconds", type=float, default=30.0,
@@ -156,7 +168,8 @@ def resolve_scale(ns: argparse.Namespace) -> Scale:
                                                      "parallelism must be positive")
     return Scale(records=ns.records, users=ns.users, partitions=ns.partitions,
                  parallelism=ns.parallelism,
-                 max_offsets=ns.max_offsets or default_max_offsets(ns.records),
+                 max_offsets=ns.max_offsets or (search_start(ns.records),),
+                 search=ns.max_offsets is None,
                  rate=ns.rate, seconds=ns.latency_seconds, warmup=ns.latency_warmup,
                  timeout=ns.timeout)
 
@@ -407,7 +420,9 @@ def ss_throughput(*, bootstrap: str, topic: str, scale: Scale, jars: str, work: 
     command = _ss_command("throughput", bootstrap=bootstrap, topic=topic, scale=scale,
                           jars=jars, work=run_dir, extra=[
                               "--records", str(produced.total), "--output-prefix", "ss-counts",
-                              "--max-offsets", ",".join(str(v) for v in scale.max_offsets)])
+                              "--max-offsets", ",".join(str(v) for v in scale.max_offsets),
+                              *(["--search-limit", str(search_limit(produced.total))]
+                                if scale.search else [])])
     load_before = _load()
     with open(log, "wb") as err:
         try:

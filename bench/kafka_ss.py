@@ -26,13 +26,18 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import itertools
 import json
 import os
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from bench.batch_size_search import ThroughputSearch
+from bench.ss_results import TuningPoint
 
 RESULT_PREFIX = "RESULT "
 VERSION = 1
@@ -191,10 +196,11 @@ def throughput(ns: argparse.Namespace, spark: Any, work: str) -> list[QueryRun]:
 
     deadline = time.monotonic() + ns.timeout
     runs: list[QueryRun] = []
-    candidates = [int(v) for v in ns.max_offsets.split(",")]
+    sizes = batch_sizes(ns, runs)
+    first = next(sizes)
     # A warm-up query (JIT, the connector's consumers, RocksDB's native library): its
     # first three batches at the first size, then it is stopped and forgotten.
-    for index, max_offsets in enumerate([candidates[0], *candidates]):
+    for index, max_offsets in enumerate(itertools.chain((first, first), sizes)):
         warmup = index == 0
         output = create_topic(bootstrap=ns.bootstrap, partitions=ns.partitions,
                               name=f"{ns.output_prefix}-{'warmup' if warmup else index}")
@@ -216,6 +222,26 @@ def throughput(ns: argparse.Namespace, spark: Any, work: str) -> list[QueryRun]:
               f"{ns.warmup_batches} warm-up batches, {run.whole_rate():,.0f} over the whole "
               f"topic", file=sys.stderr, flush=True)
     return runs
+
+
+def batch_sizes(ns: argparse.Namespace, runs: list[QueryRun]) -> Iterator[int]:
+    """The ``maxOffsetsPerTrigger`` values to run, one query each over the whole topic:
+    the ``--max-offsets`` list as given, or, with ``--search-limit``, the sizes
+    :class:`bench.batch_size_search.ThroughputSearch` asks for from the list's first,
+    each decided by the runs so far (``runs`` grows as they are measured)."""
+    candidates = [int(v) for v in ns.max_offsets.split(",")]
+    if not ns.search_limit:
+        yield from candidates
+        return
+    search = ThroughputSearch(start=candidates[0], limit=ns.search_limit, step=1000)
+    while (size := search.next_size([_point(run, ns) for run in runs])) is not None:
+        yield size
+
+
+def _point(run: QueryRun, ns: argparse.Namespace) -> TuningPoint:
+    return TuningPoint(rows_per_batch=run.max_offsets,
+                       batch_ms_median=run.median_batch_ms(warmup=ns.warmup_batches),
+                       records_per_second=run.steady_rate(warmup=ns.warmup_batches))
 
 
 def latency(ns: argparse.Namespace, spark: Any, work: str) -> list[QueryRun]:
@@ -275,7 +301,11 @@ def main() -> int:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--records", type=int, default=0)
     parser.add_argument("--max-offsets", required=True,
-                        help="maxOffsetsPerTrigger values, comma-separated (latency: one)")
+                        help="maxOffsetsPerTrigger values, comma-separated (latency: one; "
+                             "with --search-limit, the search's first size)")
+    parser.add_argument("--search-limit", type=int, default=0,
+                        help="throughput: search maxOffsetsPerTrigger for Structured "
+                             "Streaming's fastest, doubling from --max-offsets up to this")
     parser.add_argument("--warmup-batches", type=int, default=2)
     parser.add_argument("--trigger-seconds", type=float, default=1.0)
     parser.add_argument("--parallelism", type=int, default=2)

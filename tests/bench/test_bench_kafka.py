@@ -13,7 +13,7 @@ import json
 import pytest
 
 from bench.__main__ import ALL, BENCHMARKS, build_parser
-from bench.kafka import default_max_offsets, parse_max_offsets, steady
+from bench.kafka import parse_max_offsets, search_limit, search_start, steady
 from bench.kafka_data import (
     Output,
     Produced,
@@ -24,7 +24,7 @@ from bench.kafka_data import (
     record_latencies,
     zipf_users,
 )
-from bench.kafka_ss import Batch, QueryRun, dump, parse
+from bench.kafka_ss import Batch, QueryRun, batch_sizes, dump, parse
 
 
 def produced(records: list[tuple[str, int]]) -> Produced:
@@ -111,12 +111,51 @@ def test_a_structured_streaming_result_line_reads_back() -> None:
         parse("RESULT " + json.dumps({"version": 0, "runs": []}))
 
 
-def test_max_offsets_per_trigger_tries_a_fortieth_to_a_fifth_of_the_topic() -> None:
-    assert default_max_offsets(1_000_000) == (25_000, 50_000, 100_000, 200_000)
-    assert default_max_offsets(10_000) == (1000, 2000)
+def test_the_max_offsets_search_starts_at_a_fortieth_and_stops_at_a_quarter_of_the_topic(
+) -> None:
+    assert (search_start(10_000_000), search_limit(10_000_000)) == (250_000, 2_500_000)
+    assert (search_start(10_000), search_limit(10_000)) == (1000, 2000)
     assert parse_max_offsets("50000, 20000,50000") == (20_000, 50_000)
     with pytest.raises(argparse.ArgumentTypeError):
         parse_max_offsets("0")
+
+
+def measured(size: int, rate: float) -> QueryRun:
+    """A query over the topic at ``size`` records per batch, running at ``rate``."""
+    batch = Batch(rows=size, started_at=0.0, duration_ms=size / rate * 1000.0, phases={})
+    return QueryRun(max_offsets=size, output_topic="t", batches=(batch,) * 5)
+
+
+def options(**given: object) -> argparse.Namespace:
+    return argparse.Namespace(**{"max_offsets": "250000", "search_limit": 2_500_000,
+                                 "warmup_batches": 2, **given})
+
+
+def test_the_search_doubles_max_offsets_while_structured_streaming_speeds_up() -> None:
+    rates = {250_000: 100_000.0, 500_000: 150_000.0, 1_000_000: 160_000.0,
+             2_000_000: 161_000.0}
+    runs: list[QueryRun] = []
+    tried = []
+    for size in batch_sizes(options(), runs):
+        tried.append(size)
+        runs.append(measured(size, rates[size]))
+    # 1M beats 500k by 6.7%: go on; 2M beats 1M by 0.6%: its plateau.
+    assert tried == [250_000, 500_000, 1_000_000, 2_000_000]
+
+
+def test_the_search_stops_at_a_quarter_of_the_topic_while_the_rate_still_rises() -> None:
+    runs: list[QueryRun] = []
+    tried = []
+    for size in batch_sizes(options(), runs):
+        tried.append(size)
+        runs.append(measured(size, size / 10.0))
+    assert tried == [250_000, 500_000, 1_000_000, 2_000_000, 2_500_000]
+
+
+def test_max_offsets_given_are_run_as_given_without_a_search() -> None:
+    runs: list[QueryRun] = []
+    assert list(batch_sizes(options(max_offsets="20000,50000", search_limit=0), runs)) == [
+        20_000, 50_000]
 
 
 def test_users_are_skewed_and_events_are_json() -> None:
