@@ -75,12 +75,15 @@ def test_each_kind_of_throughput_row_runs_once_at_a_tiny_scale_and_reports_both_
 def test_the_python_state_comparison_runs_once_at_a_tiny_scale(tmp_path: Path) -> None:
     result = _bench("python-state", tmp_path, "--records", "20000", "--keys", "100",
                     "--repeat", "1")
-    labels = ["ours, process", "SS applyInPandasWithState"]
+    labels = ["ours, process", "SS applyInPandasWithState",
+              "SS applyInPandasWithState at 1 s"]
     if python_state.installed("google.protobuf"):
-        labels.append("SS transformWithStateInPandas")
+        labels += ["SS transformWithStateInPandas", "SS transformWithStateInPandas at 1 s"]
     else:
         assert "protobuf" in result["left_out"]["SS transformWithStateInPandas"]
     _check_rows(result, records=20000, labels=labels)
+    assert [len(r["against_fastest_of"]) for r in result["ratios"]] == [
+        len(labels[1:]) // 2] * 2
 
 
 @pytest.mark.timeout(1600)
