@@ -38,27 +38,31 @@ OURS = Ours(label="ours, process", entrypoint="bench.jobs:keyed_process", files_
                         "parallelism 2, checkpoints every 1 s, sinks.discard()")
 
 
-def _pandas(search: str) -> Baseline:
+_TUNED = {"throughput": "batches back to back, rowsPerBatch searched to its rate's plateau",
+          "interval": "1 s trigger, the largest rowsPerBatch whose batches fit it"}
+
+
+def _baseline(api: str, *, query: str, provider: str, body: str, search: str) -> Baseline:
+    """One row of Structured Streaming's Python-state API ``api``, tuned by ``search``."""
     suffix = "" if search == "throughput" else " at 1 s"
-    return Baseline(label=f"SS applyInPandasWithState{suffix}", query="pandas-state",
-                    provider="hdfs", sink="noop", tune_start=100_000, search=search,
-                    description="one Python call per key per micro-batch (pandas), default "
-                                "HDFS-backed state store, noop sink, local[2], 2 shuffle "
-                                f"partitions, {_TUNED[search]}")
+    return Baseline(label=f"SS {api}{suffix}", query=query, provider=provider, sink="noop",
+                    tune_start=100_000, search=search,
+                    description=f"{body}, noop sink, local[2], 2 shuffle partitions, "
+                                f"{_TUNED[search]}")
+
+
+def _pandas(search: str) -> Baseline:
+    return _baseline("applyInPandasWithState", query="pandas-state", provider="hdfs",
+                     body="one Python call per key per micro-batch (pandas), default "
+                          "HDFS-backed state store", search=search)
 
 
 def _transform(search: str) -> Baseline:
-    suffix = "" if search == "throughput" else " at 1 s"
-    return Baseline(label=f"SS transformWithStateInPandas{suffix}",
-                    query="transform-with-state", provider="rocksdb", sink="noop",
-                    tune_start=100_000, search=search,
-                    description="StatefulProcessor with ValueState, one call per key per "
-                                "micro-batch (pandas), RocksDB state store, noop sink, "
-                                f"local[2], 2 shuffle partitions, {_TUNED[search]}")
+    return _baseline("transformWithStateInPandas", query="transform-with-state",
+                     provider="rocksdb", body="StatefulProcessor with ValueState, one call "
+                     "per key per micro-batch (pandas), RocksDB state store", search=search)
 
 
-_TUNED = {"throughput": "batches back to back, rowsPerBatch searched to its rate's plateau",
-          "interval": "1 s trigger, the largest rowsPerBatch whose batches fit it"}
 PANDAS, PANDAS_AT_INTERVAL = _pandas("throughput"), _pandas("interval")
 TRANSFORM, TRANSFORM_AT_INTERVAL = _transform("throughput"), _transform("interval")
 NEEDS_PROTOBUF = ("transformWithStateInPandas needs the protobuf package (>= 6.33, as "

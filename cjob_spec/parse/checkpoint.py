@@ -102,7 +102,6 @@ def _read_s3(node: Node) -> S3Settings:
 
 
 SNAPSHOT_NAME = re.compile(patterns.OBJECT_NAME)
-MAX_OBJECT_NAME_LENGTH = 253
 
 
 def read_restore(node: Node) -> RestoreSpec:
@@ -112,11 +111,11 @@ def read_restore(node: Node) -> RestoreSpec:
         source = _read_restore_source(raw)
     snapshot = node.get("snapshot")
     if snapshot is not None:
-        if (not isinstance(snapshot, str) or len(snapshot) > MAX_OBJECT_NAME_LENGTH
-                or not SNAPSHOT_NAME.match(snapshot)):
+        if not isinstance(snapshot, str) or not SNAPSHOT_NAME.match(snapshot):
             raise SpecError(field="spec.restore.snapshot",
                             problem=f"must name a CheckpointedJobSnapshot (a DNS subdomain), "
                                     f"got {_describe(snapshot)}")
+        node.check_length("snapshot", snapshot)
         if source.kind != "latest":
             raise SpecError(field="spec.restore.snapshot",
                             problem="and spec.restore.from both name a starting point; "

@@ -13,11 +13,8 @@ from cjob_spec.schema.openapi import (
     Rule,
     StringSchema,
 )
-from cjob_spec.schema.status_schema import CONDITION
+from cjob_spec.schema.status_schema import CONDITION, COUNT, TEXT, TIME
 from cjob_spec.snapshot import DEFAULT_DISPOSE_ON_DELETE, SnapshotState
-
-TEXT = StringSchema()
-COUNT = IntegerSchema()
 
 SNAPSHOT_SPEC = ObjectSchema(
     required=("jobName",),
@@ -56,7 +53,7 @@ SNAPSHOT_STATUS = ObjectSchema(properties={
         description="The copy's _metadata, which spec.restore.snapshot restores."),
     "sizeBytes": COUNT,
     "files": COUNT,
-    "completedAt": StringSchema(format="date-time"),
+    "completedAt": TIME,
     "failures": IntegerSchema(description="Copies tried again after storage failed."),
     "jobSpec": ObjectSchema(
         description="The job's spec when the copy started: how the disposing pod reaches "

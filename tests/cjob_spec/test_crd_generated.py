@@ -112,6 +112,7 @@ def test_a_field_added_to_the_schema_is_one_the_parser_reads() -> None:
     ("spec.checkpoint.storage", 1024),
     ("spec.checkpoint.triggerNonce", 253),
     ("spec.checkpoint.s3.region", 64),
+    ("spec.restore.snapshot", 253),
 ])
 def test_the_parser_refuses_a_string_longer_than_the_schema_allows(path: str,
                                                                   limit: int) -> None:
