@@ -38,6 +38,7 @@ class BarrierStage:
         self._sc = spark_context
         self._config = config
         self._thread = threading.Thread(target=self._job, daemon=True, name="spark-job")
+        self._ended = threading.Event()
         self._error: BaseException | None = None
         self.launched_at: float | None = None
         """Wall-clock time the stage's Spark job was submitted."""
@@ -70,11 +71,14 @@ class BarrierStage:
         """
         if not self.started:
             raise RuntimeError("the barrier stage was never started")
-        while self._thread.is_alive():
-            if coordinator.failed_event.wait(0.2):
+        # Whichever comes first: the job's end (noticed within a few milliseconds, since
+        # a bounded job's run ends there) or the coordinator's verdict.
+        while not self._ended.wait(0.01):
+            if coordinator.failed_event.is_set():
                 self._sc.cancelAllJobs()
                 self._thread.join(timeout=60)
                 return coordinator.failure
+        self._thread.join()
         failure = coordinator.failure or self.spark_failure()
         if isinstance(failure, SparkGaveUp):
             # The subtasks failed on every relaunch Spark allows: the attempt ends as a
@@ -94,6 +98,8 @@ class BarrierStage:
              .collect())
         except BaseException as exc:
             self._error = exc
+        finally:
+            self._ended.set()
 
 
 def _spark_failure(exc: BaseException) -> BaseException:

@@ -60,6 +60,7 @@ from job_runtime.execution.driver.spark_start import (
     SparkStarter,
     is_local_master,
     resolve_master,
+    stop_spark_context,
 )
 from job_runtime.execution.driver.standby import ParkedStageEnded, wait_as_standby
 from job_runtime.execution.driver.status_writer import StatusWriter
@@ -336,7 +337,7 @@ def _end(outcome: BaseException | None, *, settings: DriverSettings, job: Loaded
         # is the next attempt's, so the job's end (finish_job) does not run.
         store.shutdown(JobOutcome.SUSPENDED, discard=coordinator.commits.shared_state.discard)
         status.stop(state="suspended")
-        spark_context.stop()
+        stop_spark_context(spark_context)
         latest = coordinator.latest
         log.info("job suspended after checkpoint %s, its output committed",
                  "-" if latest is None else latest.checkpoint_id)
@@ -348,14 +349,14 @@ def _end(outcome: BaseException | None, *, settings: DriverSettings, job: Loaded
         latest = coordinator.latest
         coordinator.commits.delete_unreferenced_shared(0 if latest is None else latest.checkpoint_id)
         status.stop(state="finished")
-        spark_context.stop()
+        stop_spark_context(spark_context)
         log.info("job finished: %d records written, %d checkpoints completed",
                  coordinator.snapshot_progress()["recordsOut"], coordinator.stats.completed)
         return ExitCode.FINISHED
     outcome = fenced_instead(outcome, store=store)
     status.stop(state="failed")
     try:
-        spark_context.stop()
+        stop_spark_context(spark_context)
     except Exception:
         pass
     return exit_code(outcome)

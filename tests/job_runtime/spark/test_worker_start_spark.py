@@ -1,10 +1,15 @@
-"""The driver's Spark starts Python workers with the subtask's code already imported.
+"""The driver's Spark starts Python workers with the subtask's code already imported,
+and stops without waiting for PySpark's accumulator server.
 
 A relaunched subtask (Spark relaunches the whole barrier stage after a crash) runs in
 freshly forked workers; importing the runtime, Arrow and pandas there took seconds of
 every relaunch on a busy machine. The driver's Spark forks its workers from a daemon
 that imported them once. Checked in a separate process: one ``SparkContext`` per
 process, as in a driver.
+
+After a Python task ran, PySpark's ``SparkContext.stop`` waited up to a second for
+its accumulator server's handler; the driver's stop leaves that server to the
+process's end, and must still stop the JVM side.
 """
 
 from __future__ import annotations
@@ -13,11 +18,14 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
 from runtime_harness import REPO, runtime_env
 
 PROBE = textwrap.dedent("""\
     from job_runtime.execution.driver.driver_settings import DriverSettings
-    from job_runtime.execution.driver.spark_start import start_spark_context
+    from pyspark import SparkContext
+
+    from job_runtime.execution.driver.spark_start import start_spark_context, stop_spark_context
 
     def probe():
         def loaded(_):
@@ -30,18 +38,32 @@ PROBE = textwrap.dedent("""\
 
     settings = DriverSettings(job_name="probe", job_uid="u", entrypoint="x:y", parallelism=2)
     sc = start_spark_context(settings=settings, master="local[2,2]")
+    server = sc._accumulatorServer
     try:
         print("LOADED", sc.parallelize(range(2), 2).map(probe()).collect())
     finally:
-        sc.stop()
+        stop_spark_context(sc)
+    print("STOPPED", sc._jsc is None, SparkContext._active_spark_context is None,
+          server.server_shutdown)
     """)
 
 
-def test_a_freshly_forked_python_worker_has_the_subtask_code_imported_before_its_task() -> None:
+@pytest.fixture(scope="module")
+def probed() -> list[str]:
     done = subprocess.run([sys.executable, "-c", PROBE], cwd=REPO, env=runtime_env(None),
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    line = next(line for line in done.stdout.splitlines() if line.startswith("LOADED"))
+    return done.stdout.splitlines()
+
+
+def test_a_freshly_forked_python_worker_has_the_subtask_code_imported_before_its_task(
+        probed: list[str]) -> None:
+    line = next(line for line in probed if line.startswith("LOADED"))
     expected = ["job_runtime.execution.subtask.keyed_task", "job_runtime.execution.subtask.runtime",
                 "job_runtime.execution.subtask.source_task", "pyarrow"]
     assert line == f"LOADED {[expected, expected]}"
+
+
+def test_the_drivers_stop_stops_the_jvm_side_and_tells_the_accumulator_server_to_end(
+        probed: list[str]) -> None:
+    assert "STOPPED True True True" in probed
