@@ -214,9 +214,13 @@ def ours_run(*, generated: Generated, fmt: str, work: Path, scale: Scale, expect
     t = run.timeline
     start = float(t.get("firstReadyAt") or t["firstRecordAt"])
     whole_s = float(t["doneAt"]) - start
+    end_to_end_s = float(t["doneAt"]) - run.launched_at
     return {"records": run.records, "steady_seconds": run.processing_seconds(),
             "steady_records_per_second": run.records_per_second(),
             "whole_seconds": whole_s, "whole_records_per_second": run.records / whole_s,
+            "end_to_end_seconds": end_to_end_s,
+            "start_up_seconds": start - run.launched_at,
+            "shut_down_seconds": run.wall_seconds - end_to_end_s,
             "output_rows": rows.num_rows, "output_files": len(files),
             "checkpoints_completed": completed,
             "checkpoint_duration_ms_p50": checkpoints.get("durationMsP50"),
@@ -280,6 +284,9 @@ def ss_run(*, ss_input: Path, fmt: str, work: Path, scale: Scale, max_files: int
     records, seconds = steady(run, warmup=SS_WARMUP_BATCHES)
     data = [b for b in run.batches if b.rows > 0]
     whole_s = data[-1].ended_at - data[0].started_at
+    # Its session's start, then the measured query from its first batch to its last
+    # (its JVM warmed by the warm-up query between them, which only favours it).
+    start_up_s = run.spark_ready_at - run.launched_at
     kept = sorted(b.duration_ms for b in data[SS_WARMUP_BATCHES:]) or [float("nan")]
     return {"records": run.records, "max_files_per_trigger": max_files,
             "records_per_batch": max_files * scale.spec.file_records,
@@ -288,6 +295,8 @@ def ss_run(*, ss_input: Path, fmt: str, work: Path, scale: Scale, max_files: int
             "steady_records_per_second": records / seconds if seconds else float("nan"),
             "whole_seconds": whole_s,
             "whole_records_per_second": scale.spec.records / whole_s,
+            "start_up_seconds": start_up_s,
+            "end_to_end_seconds": start_up_s + whole_s,
             "median_batch_ms": kept[len(kept) // 2],
             "state_rows_max": max((b.state_rows or 0 for b in run.batches), default=0),
             "output_rows": rows.num_rows, "output_files": len(files),
@@ -385,6 +394,8 @@ def repetition_entry(*, ours: dict[str, Any], fastest: dict[str, Any],
                                           / ss["steady_records_per_second"])
         entry[f"ratio_whole{suffix}"] = (ours["whole_records_per_second"]
                                          / ss["whole_records_per_second"])
+        entry[f"ratio_end_to_end{suffix}"] = (ss["end_to_end_seconds"]
+                                              / ours["end_to_end_seconds"])
     entry["fraction_of_limit"] = ours["steady_records_per_second"] / two_cores
     return entry
 
@@ -408,6 +419,11 @@ class FormatResult:
     ratio_steady_at_interval: float
     ss_whole_at_interval: float
     ratio_whole_at_interval: float
+    ours_end_to_end_s: float
+    ss_end_to_end_s: float
+    ratio_end_to_end: float
+    ours_start_up_s: float
+    ours_shut_down_s: float
     limit_one_core: float
     fraction_of_limit: float
 
@@ -428,6 +444,11 @@ def summarize(runs: list[dict[str, Any]], limit: Limit) -> FormatResult:
         ratio_steady_at_interval=median(r["ratio_steady_at_interval"] for r in runs),
         ss_whole_at_interval=_med(runs, BASELINE_KEYS["interval"], "whole_records_per_second"),
         ratio_whole_at_interval=median(r["ratio_whole_at_interval"] for r in runs),
+        ours_end_to_end_s=_med(runs, "ours", "end_to_end_seconds"),
+        ss_end_to_end_s=_med(runs, "structured_streaming", "end_to_end_seconds"),
+        ratio_end_to_end=median(r["ratio_end_to_end"] for r in runs),
+        ours_start_up_s=_med(runs, "ours", "start_up_seconds"),
+        ours_shut_down_s=_med(runs, "ours", "shut_down_seconds"),
         limit_one_core=limit.records_per_second,
         fraction_of_limit=median(r["fraction_of_limit"] for r in runs))
 
@@ -466,7 +487,13 @@ def report(*, scale: Scale, generated: Generated, reference_users: int,
             [f"{fmt}: records/s, steady, SS at its fastest", res.ours_steady, res.ss_steady,
              res.ratio_steady, f">= {TARGET_STEADY:g}x", res.ratio_steady >= TARGET_STEADY],
             [f"{fmt}: records/s, whole input, SS at its fastest", res.ours_whole, res.ss_whole,
-             res.ratio_whole, f">= {TARGET_WHOLE:g}x", res.ratio_whole >= TARGET_WHOLE],
+             res.ratio_whole, "-", None],
+            [f"{fmt}: seconds end to end (command start to output committed), SS at its "
+             f"fastest", res.ours_end_to_end_s, res.ss_end_to_end_s, res.ratio_end_to_end,
+             f">= {TARGET_WHOLE:g}x", res.ratio_end_to_end >= TARGET_WHOLE],
+            [f"{fmt}: ours' start-up (command to first subtask ready) and shutdown (output "
+             f"committed to exit), seconds", res.ours_start_up_s, res.ours_shut_down_s, None,
+             "-", None],
             [f"{fmt}: records/s, steady, SS at an equal checkpoint interval",
              res.ours_steady, res.ss_steady_at_interval, res.ratio_steady_at_interval, "-",
              None],
@@ -531,12 +558,14 @@ def report(*, scale: Scale, generated: Generated, reference_users: int,
                  f"{fmt} files, both exactly-once Parquet)",
             note=f"ours {res.ours_steady:,.0f} records/s; {scale_note}; SS at its fastest, "
                  f"maxFilesPerTrigger {max_files[fmt]['throughput']}")
-        entries[f"realistic_{fmt}_ratio_whole_vs_structured_streaming"] = target_entry(
-            value=res.ratio_whole, target=TARGET_WHOLE, met=res.ratio_whole >= TARGET_WHOLE,
-            baseline=res.ss_whole,
-            unit=f"x (ours / SS at its fastest, records/s over the whole input from {fmt} "
-                 f"files)",
-            note=f"ours {res.ours_whole:,.0f} records/s; {scale_note}")
+        entries[f"realistic_{fmt}_ratio_end_to_end_vs_structured_streaming"] = target_entry(
+            value=res.ratio_end_to_end, target=TARGET_WHOLE,
+            met=res.ratio_end_to_end >= TARGET_WHOLE, baseline=res.ss_end_to_end_s,
+            unit=f"x (SS's seconds / ours, command start to output committed, SS at its "
+                 f"fastest, from {fmt} files; SS's session start plus its measured query, "
+                 f"its JVM warmed by a query between them)",
+            note=f"ours {res.ours_end_to_end_s:.1f} s (start-up {res.ours_start_up_s:.1f} s, "
+                 f"shutdown after {res.ours_shut_down_s:.1f} s); {scale_note}")
         entries[f"realistic_{fmt}_ratio_steady_vs_structured_streaming_at_interval"] = \
             target_entry(
                 value=res.ratio_steady_at_interval, target=None, met=None,

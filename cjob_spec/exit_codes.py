@@ -101,7 +101,7 @@ _DESCRIPTIONS: dict[int, str] = {
     ExitCode.SINK_REJECTED: "a sink refused a record for good",
     ExitCode.SINK_STALLED: "a sink could not deliver its output within the stall bound",
     ExitCode.CHECKPOINT_STALLED: "no checkpoint completed within the health window",
-    ExitCode.RESTART_LOOP: "the subtasks failed on every relaunch Spark allows",
+    ExitCode.RESTART_LOOP: "the subtasks failed on every relaunch the driver allows",
     137: "killed (SIGKILL, often out of memory)",
     143: "terminated (SIGTERM)",
 }

@@ -86,15 +86,15 @@ class CheckpointStalledError(RuntimeJobError):
 
 @keyword_error
 class RestartLoopError(RuntimeJobError):
-    """The subtasks failed on every relaunch of the barrier stage Spark allows in one
-    attempt (``spark.stage.maxConsecutiveAttempts``): the attempt ends as a loop."""
+    """The subtasks failed on every relaunch of the barrier stage the driver allows in a
+    row (``--task-attempts`` launches): the attempt ends as a loop."""
 
     relaunches: int
     last: str
 
     def describe(self) -> str:
-        return (f"the subtasks failed on every relaunch ({self.relaunches} in this attempt) "
-                f"before Spark gave up: a restart loop; last failure: {self.last}")
+        return (f"the subtasks failed on every relaunch ({self.relaunches} in a row in this "
+                f"attempt): a restart loop; last failure: {self.last}")
 
 
 @keyword_error

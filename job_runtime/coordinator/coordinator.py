@@ -235,14 +235,19 @@ class CheckpointCoordinator:
             with self._lock:
                 if starting:
                     self._start_epoch(epoch, restore=restore, source=source)
-                self._epoch.registered(message.subtask, conn)
+                self._epoch.registered(message.subtask, conn, channel=message.channel)
                 conn.send(Registered(attempt=self.attempt, restore=self._epoch.restore))
+                if self._epoch.all_registered:
+                    # The rendezvous: every subtask opens its channels only now.
+                    self._epoch.broadcast(self._epoch.peers())
 
     def _start_epoch(self, epoch: int, *, restore: CheckpointMetadata | None,
                      source: CompletedCheckpoint | None) -> None:
         if self._epoch.started:
             log.warning("subtasks restarted (stage attempt %d): aborting pending checkpoints and "
                         "restoring the latest completed checkpoint", epoch)
+            if not self._epoch.all_registered:  # they wait for peers that never come
+                self._epoch.broadcast(Rejected(reason=f"epoch {self._epoch.number} is over"))
             for checkpoint_id in list(self._pending):
                 self._abort(checkpoint_id, reason=AbortReason.SUBTASKS_RESTARTED,
                             message="subtasks restarted")

@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from cjob_checkpoint.metadata import CheckpointMetadata
-from job_runtime.coordinator.messages import Message, TaskMetrics
+from job_runtime.coordinator.messages import ChannelAddress, Message, Peers, TaskMetrics
 from job_runtime.coordinator.rpc import ConnectionLost, RpcConnection
 from job_runtime.sinks.health import SinkHealth
 
@@ -31,6 +31,7 @@ class Epoch:
         self.restore = restore
         """The checkpoint every subtask of this epoch restores (``None``: empty state)."""
         self.connections: dict[int, RpcConnection] = {}
+        self.channels: dict[int, ChannelAddress] = {}
         self.progress: dict[int, TaskMetrics] = {}
         self._ready: set[int] = set()
         self._sources_finished: set[int] = set()
@@ -50,10 +51,19 @@ class Epoch:
 
     # ------------------------------------------------------------------ what subtasks say
 
-    def registered(self, subtask: int, conn: RpcConnection) -> None:
+    def registered(self, subtask: int, conn: RpcConnection, *, channel: ChannelAddress) -> None:
         self.connections[subtask] = conn
-        if len(self.connections) == self.parallelism:
+        self.channels[subtask] = channel
+        if self.all_registered:
             self.timeline.setdefault("allRegisteredAt", time.time())
+
+    @property
+    def all_registered(self) -> bool:
+        return len(self.connections) == self.parallelism
+
+    def peers(self) -> Peers:
+        """Every subtask's channel address in subtask order (all have registered)."""
+        return Peers(channels=tuple(self.channels[s] for s in range(self.parallelism)))
 
     def ready(self, subtask: int) -> None:
         self._ready.add(subtask)

@@ -27,12 +27,15 @@ from job_runtime.sinks.failures import SinkFailedError, SinkFailureKind
 from job_runtime.sinks.health import SinkHealth
 from job_runtime.sources.source_contract import SourceBacklog
 
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 """Version 2: ``registered`` names the driver attempt (a standby's subtasks register
 before it is promoted, so the attempt cannot travel in the Spark closure). Version 3:
 an ack carries the pre-commits of every sink of the task by name (``sinks``), since a
 job may have several. Version 4: ``sink_failure`` says a sink ended the attempt and
-why, and progress carries what the sinks hold back."""
+why, and progress carries what the sinks hold back. Version 5: a registration carries
+the subtask's channel address and the coordinator answers every subtask with ``peers``
+once the whole epoch registered (the exchange Spark's ``allGather`` did, which waits
+in whole seconds)."""
 
 
 class MessageError(ValueError):
@@ -55,6 +58,26 @@ def _handle_to_json(handle: StateHandle) -> dict[str, Json]:
 def _handle_from_json(fields: _Fields) -> StateHandle:
     return StateHandle(uri=fields.text("uri"), size_bytes=fields.integer("sizeBytes"),
                        crc32=fields.integer("crc32"))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ChannelAddress:
+    """Where a subtask's channel listener answers: its peers connect there."""
+
+    host: str
+    port: int
+
+    def __post_init__(self) -> None:
+        if not self.host or not 0 < self.port < 65536:
+            raise MessageError(f"a channel address needs a host and a port in 1-65535, "
+                               f"got {self.host!r}:{self.port}")
+
+    def to_json(self) -> dict[str, Json]:
+        return {"host": self.host, "port": self.port}
+
+    @classmethod
+    def from_json(cls, fields: _Fields) -> ChannelAddress:
+        return cls(host=fields.text("host"), port=fields.integer("port"))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -207,14 +230,16 @@ class Register(_FromSubtask):
     TYPE: ClassVar[str] = "register"
     host: str
     pid: int
+    channel: ChannelAddress
+    """Where the subtask's channel listener answers (sent on to its peers)."""
 
     def _fields(self) -> dict[str, Json]:
-        return {"host": self.host, "pid": self.pid}
+        return {"host": self.host, "pid": self.pid, "channel": self.channel.to_json()}
 
     @classmethod
     def from_json(cls, f: _Fields) -> Register:
         return cls(epoch=f.integer("epoch"), subtask=f.integer("subtask"), host=f.text("host"),
-                   pid=f.integer("pid"))
+                   pid=f.integer("pid"), channel=ChannelAddress.from_json(f.nested("channel")))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -380,6 +405,25 @@ class Registered:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class Peers:
+    """Every subtask's channel address, in subtask order: sent to each subtask of an
+    epoch once all of them registered, so a subtask opens its channels only when
+    every peer it sends to is listening."""
+
+    TYPE: ClassVar[str] = "peers"
+    channels: tuple[ChannelAddress, ...]
+
+    def to_json(self) -> dict[str, Json]:
+        return {"channels": [c.to_json() for c in self.channels]}
+
+    @classmethod
+    def from_json(cls, f: _Fields) -> Peers:
+        return cls(channels=tuple(
+            ChannelAddress.from_json(f.child(raw, where=f"a channel of {f.where}"))
+            for raw in f.array("channels")))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Rejected:
     TYPE: ClassVar[str] = "rejected"
     reason: str
@@ -437,13 +481,13 @@ class Abort:
         return cls(checkpoint_id=f.integer("checkpoint_id"), reason=f.text("reason"))
 
 
-ToSubtask: TypeAlias = Registered | Rejected | Trigger | Complete | Abort
+ToSubtask: TypeAlias = Registered | Peers | Rejected | Trigger | Complete | Abort
 Message: TypeAlias = ToCoordinator | ToSubtask
 
 TO_COORDINATOR: dict[str, Any] = {cls.TYPE: cls for cls in (
     Register, Ready, SourcesFinished, Progress, Done, Ack, Decline, UserError, SinkFailure)}
 TO_SUBTASK: dict[str, Any] = {cls.TYPE: cls for cls in (
-    Registered, Rejected, Trigger, Complete, Abort)}
+    Registered, Peers, Rejected, Trigger, Complete, Abort)}
 
 
 # --------------------------------------------------------------------------- codec

@@ -52,3 +52,7 @@ class SubtaskConfig:
     attempt ends as stalled (``spec.health.sinkStallTimeout``; 0: never)."""
     staged_inputs: dict[str, str] = dataclasses.field(default_factory=dict)
     """Input name -> the published staged copy its readers read (``SourceContext``)."""
+    epoch: int = 1
+    """Which launch of the barrier stage this is, counted by the driver from 1: the
+    subtasks of a relaunch say a larger one, so the coordinator tells them from the
+    zombies of an earlier launch."""

@@ -1,13 +1,16 @@
-"""The job's one Spark barrier stage, run from a thread of the driver.
+"""One launch of the job's Spark barrier stage, run from a thread of the driver.
 
-Starting the stage and waiting for its end are two steps: an active driver takes
-them one after the other, a warm standby starts the stage before it is promoted
-(its subtasks wait for the coordinator's answer to their registration) and waits
-for the end only once it is the attempt's driver.
+Starting a launch and waiting for its end are two steps: an active driver takes
+them one after the other, a warm standby starts the first launch before it is
+promoted (its subtasks wait for the coordinator's answer to their registration) and
+waits for the end only once it is the attempt's driver.
 
-The stage is P long-running tasks followed by a tiny shuffle. The shuffle makes it
-a *ShuffleMapStage*, which Spark relaunches as a whole when one of its tasks dies
-(a failed barrier *ResultStage* is never retried).
+A launch is P long-running tasks whose Spark job ends with them: a barrier
+*ResultStage*, which Spark never retries. When a subtask dies the launch fails as a
+whole and the driver launches the stage again (:mod:`relaunch`), numbering each
+launch in the subtasks' settings: the subtasks of a relaunch know their epoch from
+the start and meet at the coordinator, instead of in Spark's ``allGather``, which
+checks for its answer once a second.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import threading
 import time
 from typing import Any, Protocol
 
-from job_runtime.errors import EntrypointError, RestartLoopError, UserCodeError
+from job_runtime.errors import EntrypointError, UserCodeError
 from job_runtime.execution.config import SubtaskConfig
 from job_runtime.execution.subtask.runtime import run_subtask
 
@@ -30,7 +33,6 @@ class FailureSource(Protocol):
 
     failed_event: threading.Event
     failure: BaseException | None
-    epochs_started: int
 
 
 class BarrierStage:
@@ -42,6 +44,18 @@ class BarrierStage:
         self._error: BaseException | None = None
         self.launched_at: float | None = None
         """Wall-clock time the stage's Spark job was submitted."""
+        self.ended_at: float | None = None
+
+    @property
+    def epoch(self) -> int:
+        return self._config.epoch
+
+    @property
+    def ran_seconds(self) -> float:
+        """From the launch to its end (or to now, while it runs)."""
+        if self.launched_at is None:
+            return 0.0
+        return (self.ended_at or time.time()) - self.launched_at
 
     @property
     def started(self) -> bool:
@@ -56,8 +70,8 @@ class BarrierStage:
         self._thread.start()
 
     def spark_failure(self) -> BaseException | None:
-        """Why Spark gave up on the stage, once it has; ``None`` while it runs or after
-        it succeeded."""
+        """Why the launch failed, once it has; ``None`` while it runs or after it
+        succeeded."""
         if not self.ended or self._error is None:
             return None
         return _spark_failure(self._error)
@@ -79,26 +93,18 @@ class BarrierStage:
                 self._thread.join(timeout=60)
                 return coordinator.failure
         self._thread.join()
-        failure = coordinator.failure or self.spark_failure()
-        if isinstance(failure, SparkGaveUp):
-            # The subtasks failed on every relaunch Spark allows: the attempt ends as a
-            # restart loop, with a reason of its own, rather than as an unknown error.
-            return RestartLoopError(relaunches=max(0, coordinator.epochs_started - 1),
-                                    last=failure.summary)
-        return failure
+        return coordinator.failure or self.spark_failure()
 
     def _job(self) -> None:
         parallelism = self._config.parallelism
         try:
             rdd = self._sc.parallelize(range(parallelism), parallelism)
             # The subtasks' summaries are not used: collect() is what runs the job.
-            (rdd.barrier()
-             .mapPartitions(functools.partial(run_subtask, self._config))
-             .groupByKey(1)
-             .collect())
+            rdd.barrier().mapPartitions(functools.partial(run_subtask, self._config)).collect()
         except BaseException as exc:
             self._error = exc
         finally:
+            self.ended_at = time.time()
             self._ended.set()
 
 
@@ -114,12 +120,13 @@ def _spark_failure(exc: BaseException) -> BaseException:
     marker = "UserCodeError"
     if marker in text:
         return UserCodeError(operator="?", subtask=-1, details=text[-4000:])
-    return SparkGaveUp(text.splitlines()[0] if text else type(exc).__name__)
+    return LaunchFailed(text.splitlines()[0] if text else type(exc).__name__)
 
 
-class SparkGaveUp(RuntimeError):
-    """Spark gave up on the barrier stage after repeated task failures."""
+class LaunchFailed(RuntimeError):
+    """A launch of the barrier stage failed for a reason a relaunch may not meet again:
+    a subtask died, an executor was lost."""
 
     def __init__(self, summary: str) -> None:
-        super().__init__(f"Spark gave up on the job after repeated task failures: {summary}")
+        super().__init__(f"a launch of the barrier stage failed: {summary}")
         self.summary = summary

@@ -49,6 +49,7 @@ from job_runtime.execution.driver.driver_settings import DriverSettings
 from job_runtime.execution.driver.exit_codes import STARTUP_ERRORS, exit_code
 from job_runtime.execution.driver.fence import fenced_instead
 from job_runtime.execution.driver.logger import log
+from job_runtime.execution.driver.relaunch import RelaunchBudget, run_launches
 from job_runtime.execution.driver.restore import (
     RestoreResolution,
     check_sinks,
@@ -62,7 +63,7 @@ from job_runtime.execution.driver.spark_start import (
     resolve_master,
     stop_spark_context,
 )
-from job_runtime.execution.driver.standby import ParkedStageEnded, wait_as_standby
+from job_runtime.execution.driver.standby import ParkedStage, ParkedStageEnded, wait_as_standby
 from job_runtime.execution.driver.status_writer import StatusWriter
 from job_runtime.execution.driver.store import open_store, open_triggers
 from job_runtime.execution.entrypoint import add_python_path, build_pipeline
@@ -155,7 +156,7 @@ def _run(settings: DriverSettings) -> int:
                           fallback_notes=tuple(resolution.notes))
     sc = _wait_for_spark(spark, status=status, warm=warm)
     staging = DriverStaging(uri=_staging(storage), attempt=settings.attempt, store=store)
-    outcome = _run_stage(sc, job=job, staging=staging, coordinator=coordinator, status=status,
+    outcome = _run_stage(sc, settings=settings, job=job, staging=staging, coordinator=coordinator, status=status,
                          wiring=wiring, warm=warm)
     return _end(outcome, settings=settings, job=job, store=store, coordinator=coordinator,
                 status=status, spark_context=sc, s3=s3)
@@ -200,16 +201,27 @@ def _stand_by(settings: DriverSettings, *, spark: SparkStarter, job: LoadedJob,
     sc = spark.context()
     ship_job_code(sc, job.code)
     endpoint: CoordinatorEndpoint | None = None
-    stage: BarrierStage | None = None
-    parked = None
+    parked: ParkedStage | None = None
     if not job.source.prepares_on_driver:
         endpoint = CoordinatorEndpoint(host=wiring.bind, key=wiring.key)
-        stage = BarrierStage(spark_context=sc,
-                             config=wiring.subtask_config(coordinator_port=endpoint.port))
-        parked = (stage, endpoint)
-    promoted = wait_as_standby(settings=settings, spark_context=sc, parked=parked)
-    return promoted, WarmStart(endpoint=endpoint, stage=stage, code_shipped=True,
-                               promoted_at=time.time())
+        port = endpoint.port
+
+        def launch(epoch: int) -> BarrierStage:
+            stage = BarrierStage(spark_context=sc,
+                                 config=wiring.subtask_config(coordinator_port=port, epoch=epoch))
+            stage.start()
+            return stage
+
+        parked = ParkedStage(
+            BarrierStage(spark_context=sc,
+                         config=wiring.subtask_config(coordinator_port=port, epoch=1)),
+            relaunch=launch, budget=RelaunchBudget(launches=settings.task_attempts))
+    promoted = wait_as_standby(settings=settings, spark_context=sc,
+                               parked=None if parked is None or endpoint is None
+                               else (parked, endpoint))
+    return promoted, WarmStart(endpoint=endpoint,
+                               stage=None if parked is None else parked.stage,
+                               code_shipped=True, promoted_at=time.time())
 
 
 def _accept_restore(settings: DriverSettings, *, job: LoadedJob, storage: CheckpointStorage,
@@ -302,26 +314,30 @@ def _wait_for_spark(spark: SparkStarter, *, status: StatusWriter, warm: WarmStar
     return sc
 
 
-def _run_stage(sc: Any, *, job: LoadedJob, staging: DriverStaging,
+def _run_stage(sc: Any, *, settings: DriverSettings, job: LoadedJob, staging: DriverStaging,
                coordinator: CheckpointCoordinator, status: StatusWriter, wiring: StageWiring,
                warm: WarmStart) -> BaseException | None:
-    """Launch the barrier stage (unless a standby parked it) and wait for its end;
-    what ended the job, or ``None`` when it finished. The subtasks read the inputs the
-    source's preparation published (a parked stage's source prepares nothing)."""
+    """Launch the barrier stage (unless a standby parked it), relaunch it after failed
+    launches the budget allows, and wait for its end; what ended the job, or ``None``
+    when it finished. The subtasks read the inputs the source's preparation published
+    (a parked stage's source prepares nothing)."""
     try:
         # Before any Spark job: the source's preparation may already run the job's code.
         if not warm.code_shipped:
             ship_job_code(sc, job.code)
         job.source.prepare_on_driver(spark_context=sc, staging=staging)
-        stage = warm.stage
-        if stage is None:
+        def launch(epoch: int) -> BarrierStage:
             config = wiring.subtask_config(coordinator_port=coordinator.port,
-                                           staged_inputs=dict(staging.inputs))
-            stage = BarrierStage(spark_context=sc, config=config)
-            stage.start()
+                                           staged_inputs=dict(staging.inputs), epoch=epoch)
+            launched = BarrierStage(spark_context=sc, config=config)
+            launched.start()
+            return launched
+
+        stage = warm.stage or launch(1)
         assert stage.launched_at is not None
         status.timeline["stageLaunchedAt"] = stage.launched_at
-        return stage.wait(coordinator=coordinator)
+        return run_launches(stage, relaunch=launch, coordinator=coordinator,
+                            budget=RelaunchBudget(launches=settings.task_attempts))
     finally:
         coordinator.stop()
 
@@ -399,7 +415,8 @@ def _staging(storage: CheckpointStorage) -> str:
 
 def _subtask_config(*, settings: DriverSettings, code: JobCodePaths, storage: CheckpointStorage,
                     s3: S3Config, coordinator_host: str, coordinator_port: int, key: bytes,
-                    loopback: bool, staged_inputs: dict[str, str] | None = None) -> SubtaskConfig:
+                    loopback: bool, staged_inputs: dict[str, str] | None = None,
+                    epoch: int = 1) -> SubtaskConfig:
     return SubtaskConfig(
         job_id=settings.job_id, job_name=settings.job_name, entrypoint=settings.entrypoint,
         python_path=code.executor_path, args=settings.args, parallelism=settings.parallelism,
@@ -409,4 +426,4 @@ def _subtask_config(*, settings: DriverSettings, code: JobCodePaths, storage: Ch
         credits=settings.credits, s3=dataclasses.asdict(s3) if s3.to_env() else None, key=key,
         loopback=loopback, state_backend=settings.state_backend, state_dir=settings.state_dir,
         sink_stall_timeout=settings.sink_stall_timeout,
-        staged_inputs=dict(staged_inputs or {}))
+        staged_inputs=dict(staged_inputs or {}), epoch=epoch)

@@ -44,7 +44,9 @@ def is_local_master(master: str) -> bool:
 
 
 def resolve_master(master: str, *, parallelism: int, task_attempts: int) -> str:
-    """``local[N]`` becomes ``local[N,F]`` so Spark relaunches a crashed barrier stage."""
+    """``local[N]`` becomes ``local[N,F]``: Spark retries a failed task of the driver's
+    other jobs (a source's preparation) as it would on a cluster. The barrier stage is
+    relaunched by the driver, not retried by Spark (:mod:`relaunch`)."""
     match = _LOCAL.match(master)
     if not match:
         return master
@@ -135,7 +137,12 @@ def start_spark_context(*, settings: DriverSettings, master: str) -> Any:
             .set("spark.python.daemon.module", WORKER_DAEMON)
             .set("spark.stage.maxConsecutiveAttempts", str(max(4, settings.task_attempts)))
             .set("spark.task.maxFailures", str(settings.task_attempts))
-            .set("spark.sql.shuffle.partitions", "1"))
+            .set("spark.sql.shuffle.partitions", "1")
+            # A relaunch after a lost executor is a new Spark job, which Spark refuses
+            # until enough task slots are registered again and then checks once per
+            # interval (15 s by default): check every second, for as long in all.
+            .set("spark.scheduler.barrier.maxConcurrentTasksCheck.interval", "1s")
+            .set("spark.scheduler.barrier.maxConcurrentTasksCheck.maxFailures", "600"))
     if is_local_master(master):
         conf = conf.set("spark.driver.host", LOOPBACK).set("spark.driver.bindAddress", LOOPBACK)
     for key, value in security_conf(master=master, user_conf=settings.spark_conf).items():

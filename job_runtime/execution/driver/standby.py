@@ -40,9 +40,10 @@ from cjob_spec.standby_signal import (
 from job_runtime.coordinator.endpoint import CoordinatorEndpoint
 from job_runtime.errors import ConfigurationError
 from job_runtime.execution.driver.active_watch import ActiveDriverWatch
-from job_runtime.execution.driver.barrier_stage import BarrierStage
+from job_runtime.execution.driver.barrier_stage import BarrierStage, LaunchFailed
 from job_runtime.execution.driver.driver_settings import DriverSettings
 from job_runtime.execution.driver.logger import log
+from job_runtime.execution.driver.relaunch import RelaunchBudget
 from job_runtime.execution.subtask import SUBTASK_MODULES
 
 POLL_SECONDS = 0.01
@@ -193,33 +194,54 @@ def standby_channel(settings: DriverSettings) -> StandbyChannel:
 
 
 class ParkedStageEnded(Exception):
-    """The standby's barrier stage ended before the promotion: Spark gave up on it."""
+    """The standby's barrier stage ended before the promotion, and may not be launched
+    again."""
 
     def __init__(self, cause: BaseException) -> None:
         super().__init__(f"the standby's barrier stage ended before a promotion: {cause}")
         self.cause = cause
 
 
-def park_stage(stage: BarrierStage, *, endpoint: CoordinatorEndpoint,
+class ParkedStage:
+    """The standby's launch of the barrier stage, launched again (through ``relaunch``)
+    when it fails before the promotion, as long as ``budget`` allows: a lost executor
+    costs the standby a relaunch, not its place."""
+
+    def __init__(self, first: BarrierStage, *, relaunch: Callable[[int], BarrierStage],
+                 budget: RelaunchBudget) -> None:
+        self.stage = first
+        self._relaunch = relaunch
+        self._budget = budget
+
+    def check(self) -> None:
+        """Relaunch an ended launch, or raise :class:`ParkedStageEnded`."""
+        if not self.stage.ended:
+            return
+        failure = self.stage.spark_failure()
+        if failure is None:
+            raise ParkedStageEnded(RuntimeError("it finished without a coordinator"))
+        if not (isinstance(failure, LaunchFailed)
+                and self._budget.relaunch_after(ran_seconds=self.stage.ran_seconds)):
+            raise ParkedStageEnded(failure)
+        log.warning("standby: its parked barrier stage failed (%s); launching it again",
+                    failure.summary)
+        self.stage = self._relaunch(self.stage.epoch + 1)
+
+
+def park_stage(parked: ParkedStage, *, endpoint: CoordinatorEndpoint,
                parallelism: int) -> None:
     """Launch the barrier stage and wait until every subtask waits for the coordinator.
 
     A parked subtask has connected, loaded the job's code and registered; what is left
     after the promotion is the coordinator's answer, the restore and the channels.
     """
-    stage.start()
+    parked.stage.start()
     while not endpoint.wait_parked(parallelism, timeout=PARKED_CHECK_SECONDS):
-        _check_parked(stage)
-
-
-def _check_parked(stage: BarrierStage) -> None:
-    if stage.ended:
-        raise ParkedStageEnded(stage.spark_failure()
-                               or RuntimeError("it finished without a coordinator"))
+        parked.check()
 
 
 def wait_as_standby(*, settings: DriverSettings, spark_context: Any,
-                    parked: tuple[BarrierStage, CoordinatorEndpoint] | None) -> DriverSettings:
+                    parked: tuple[ParkedStage, CoordinatorEndpoint] | None) -> DriverSettings:
     """Get warm, say so, wait for the promotion; the settings of the attempt taken over.
 
     With ``parked`` (a stage and the endpoint its subtasks register at), the standby
@@ -236,7 +258,7 @@ def wait_as_standby(*, settings: DriverSettings, spark_context: Any,
     else:
         stage, endpoint = parked
         park_stage(stage, endpoint=endpoint, parallelism=settings.parallelism)
-        meanwhile = functools.partial(_check_parked, stage)
+        meanwhile = stage.check
     if channel.ready_file is not None:
         write_signal(channel.ready_file, StandbyReady(pid=os.getpid(), ready_at=time.time()))
     log.info("standby ready%s: waiting for a promotion in %s",

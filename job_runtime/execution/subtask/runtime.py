@@ -1,10 +1,10 @@
 """One subtask of the job, running inside one task of a Spark barrier stage.
 
-The subtask exchanges addresses with its peers once (``allGather``), loads the
-job's code, registers with the coordinator (which answers with the attempt and the
-checkpoint to restore; a standby's answers only once it is promoted), opens its
-own TCP channels for the keyed exchanges and runs one thread per stage until
-the final checkpoint completes. When Spark relaunches the stage after a crash,
+The subtask loads the job's code, registers with the coordinator (which answers
+with the attempt and the checkpoint to restore; a standby's answers only once it is
+promoted), learns its peers' channel addresses from the coordinator once every subtask
+registered, opens its own TCP channels for the keyed exchanges and runs one thread per
+stage until the final checkpoint completes. When Spark relaunches the stage after a crash,
 all of this happens again and the subtasks restore the latest checkpoint.
 """
 
@@ -18,7 +18,7 @@ import threading
 import time
 import traceback
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 from cjob_checkpoint.checkpoint_storage import CheckpointStorage, StateHandle
 from cjob_checkpoint.storage.factory import get_filesystem
@@ -26,9 +26,11 @@ from cjob_checkpoint.storage.s3 import S3Config
 from cjob_spec.model import CheckpointMode
 from job_runtime.coordinator.messages import (
     Abort,
+    ChannelAddress,
     Complete,
     Decline,
     Done,
+    Peers,
     Progress,
     Ready,
     Register,
@@ -68,6 +70,8 @@ from job_runtime.sinks.sink_contract import SinkContext, SinkWriter
 
 log = logging.getLogger(__name__)
 
+A = TypeVar("A", Registered, Peers)
+
 
 class SubtaskFailed(RuntimeJobError):
     """A task of this subtask failed; Spark will relaunch the stage."""
@@ -75,12 +79,14 @@ class SubtaskFailed(RuntimeJobError):
 
 class SubtaskRuntime:
     def __init__(self, *, config: SubtaskConfig, subtask: int, epoch: int,
-                 peers: list[tuple[str, int]], listener: socket.socket) -> None:
+                 listener: socket.socket, channel: ChannelAddress) -> None:
         self.config = config
         self.subtask = subtask
         self.epoch = epoch
-        self.peers = peers
         self.listener = listener
+        self.channel = channel
+        """Where :attr:`listener` answers, as the peers are told."""
+        self.peers: tuple[ChannelAddress, ...] = ()
         self.cancelled = threading.Event()
         self.s3_config = S3Config(**config.s3) if config.s3 else None
         self.storage = CheckpointStorage(
@@ -126,21 +132,33 @@ class SubtaskRuntime:
             self.send(SourcesFinished(epoch=self.epoch, subtask=self.subtask))
 
     def register(self) -> Registered:
-        """Register and wait for the answer: the attempt and the checkpoint to restore.
+        """Register and wait for the answers: the attempt and the checkpoint to
+        restore, then every subtask's channel address (:attr:`peers`).
 
         A standby's subtasks wait here, with the job's code loaded, until the standby
-        is promoted; an active driver answers at once.
+        is promoted; an active driver answers at once, and sends the peers when the
+        last subtask of the epoch registered. The coordinator is the rendezvous, not
+        Spark's ``allGather``: a barrier task waiting there checks for the answer once
+        a second, which cost every start and every relaunch up to a second.
         """
         self.send(Register(epoch=self.epoch, subtask=self.subtask, host=socket.gethostname(),
-                           pid=os.getpid()))
+                           pid=os.getpid(), channel=self.channel))
+        registered = self._answer(Registered)
+        peers = self._answer(Peers)
+        if len(peers.channels) != self.config.parallelism:
+            raise SubtaskFailed(f"the coordinator named {len(peers.channels)} peers for "
+                                f"parallelism {self.config.parallelism}")
+        self.peers = peers.channels
+        return registered
+
+    def _answer(self, kind: type[A]) -> A:
         answer = self.conn.receive()
-        match answer:
-            case Registered():
-                return answer
-            case Rejected(reason=reason):
-                raise SubtaskFailed(f"coordinator refused registration: {reason}")
-            case _:
-                raise SubtaskFailed(f"coordinator answered a registration with {answer.TYPE}")
+        if isinstance(answer, kind):
+            return answer
+        if isinstance(answer, Rejected):
+            raise SubtaskFailed(f"coordinator refused registration: {answer.reason}")
+        raise SubtaskFailed(f"coordinator answered a registration with {answer.TYPE}, "
+                            f"not {kind.TYPE}")
 
     def _listen_coordinator(self) -> None:
         try:
@@ -234,7 +252,8 @@ class SubtaskRuntime:
 
     def _outputs(self, stage: int) -> list[OutputChannel]:
         outputs: list[OutputChannel] = []
-        for target, address in enumerate(self.peers):
+        for target, peer in enumerate(self.peers):
+            address = (peer.host, peer.port)
             if target == self.subtask:
                 outputs.append(LocalOutputChannel(gate=self.gates[stage], channel=self.subtask,
                                                   credits=self.config.credits))
@@ -370,26 +389,14 @@ def run_subtask(config: SubtaskConfig, _: Iterator[Any]) -> Iterator[tuple[int, 
     subtask = context.partitionId()
     bind, host = channel_addresses(loopback=config.loopback, context=context)
     listener = socket.create_server((bind, 0))
-    port = listener.getsockname()[1]
-    # Task attempt ids grow over the whole application, so the largest one of this
-    # stage attempt names it: every subtask computes the same epoch, and a relaunch
-    # of the stage gets a larger one.
-    gathered = context.allGather(f"{context.taskAttemptId()}|{host}|{port}")
-    peers = []
-    attempt_ids = []
-    for entry in gathered:
-        attempt_id, peer_host, peer_port = entry.split("|")
-        attempt_ids.append(int(attempt_id))
-        peers.append((peer_host, int(peer_port)))
-    epoch = max(attempt_ids)
-    gathered_at = time.time()
-    runtime = SubtaskRuntime(config=config, subtask=subtask, epoch=epoch, peers=peers,
-                             listener=listener)
+    epoch = config.epoch
+    runtime = SubtaskRuntime(config=config, subtask=subtask, epoch=epoch, listener=listener,
+                             channel=ChannelAddress(host=host,
+                                                    port=listener.getsockname()[1]))
     # Where a (re)launch spends its time before the subtask registers: the worker's
-    # fork, its imports and the job's closure, then waiting for the peers.
+    # fork, its imports and the job's closure.
     log.info("subtask %d (epoch %d) launched: worker process %.2fs before the task "
-             "function, peers gathered %.2fs after it", subtask, epoch,
-             entered - process_started_at(), gathered_at - entered)
+             "function", subtask, epoch, entered - process_started_at())
     try:
         summary = runtime.run()
     except UserCodeError:

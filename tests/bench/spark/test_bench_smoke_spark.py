@@ -129,6 +129,14 @@ def test_the_realistic_comparison_runs_both_formats_once_at_a_tiny_scale_and_mat
             assert repetition[side]["records"] == 60000
         assert repetition["ours"]["checkpoints_completed"] > 0
         assert repetition["ratio_steady"] > 0 and repetition["ratio_whole"] > 0
+        # End to end counts each side's start-up: ours from the command's start.
+        ours = repetition["ours"]
+        assert ours["start_up_seconds"] > 0 and ours["shut_down_seconds"] >= 0
+        assert ours["end_to_end_seconds"] >= ours["start_up_seconds"] + ours["steady_seconds"]
+        ss = repetition["structured_streaming"]
+        assert ss["end_to_end_seconds"] > ss["start_up_seconds"] > 0
+        assert repetition["ratio_end_to_end"] == pytest.approx(
+            ss["end_to_end_seconds"] / ours["end_to_end_seconds"])
         # --max-files gives both baselines one size: one run serves both rows.
         assert repetition["structured_streaming_at_interval"] == \
             repetition["structured_streaming"]
@@ -139,5 +147,5 @@ def test_the_realistic_comparison_runs_both_formats_once_at_a_tiny_scale_and_mat
     summary = json.loads((tmp_path / "results" / "summary.json").read_text())
     assert {"realistic_parquet_ratio_steady_vs_structured_streaming",
             "realistic_parquet_ratio_steady_vs_structured_streaming_at_interval",
-            "realistic_jsonl_ratio_whole_vs_structured_streaming",
+            "realistic_jsonl_ratio_end_to_end_vs_structured_streaming",
             "realistic_jsonl_fraction_of_in_process_limit"} <= set(summary)

@@ -28,6 +28,7 @@ from job_runtime.coordinator.messages import (
     Ack,
     AckState,
     AckStats,
+    ChannelAddress,
     Complete,
     Decline,
     Ready,
@@ -54,7 +55,8 @@ class StandIn:
         self.subtask = subtask
 
     def join(self) -> None:
-        self.conn.send(Register(epoch=1, subtask=self.subtask, host="localhost", pid=0))
+        self.conn.send(Register(epoch=1, subtask=self.subtask, host="localhost", pid=0,
+                                channel=ChannelAddress(host="127.0.0.1", port=1)))
         assert isinstance(self.conn.receive(), Registered)
 
     def ready(self) -> None:

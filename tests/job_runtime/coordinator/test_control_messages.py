@@ -20,12 +20,14 @@ from job_runtime.coordinator.messages import (
     Ack,
     AckState,
     AckStats,
+    ChannelAddress,
     Complete,
     Decline,
     Done,
     Message,
     MessageError,
     OperatorState,
+    Peers,
     Progress,
     Ready,
     Register,
@@ -51,7 +53,8 @@ METRICS = TaskMetrics(records_in=10, records_out=9, blocked_seconds=0.5, first_r
                                        dead_letters=1))
 
 TO_COORDINATOR: list[Message] = [
-    Register(epoch=4, subtask=1, host="exec-1", pid=321),
+    Register(epoch=4, subtask=1, host="exec-1", pid=321,
+             channel=ChannelAddress(host="10.0.0.7", port=40123)),
     Ready(epoch=4, subtask=1),
     SourcesFinished(epoch=4, subtask=0),
     Progress(epoch=4, subtask=1, metrics=METRICS),
@@ -85,6 +88,8 @@ TO_SUBTASK: list[Message] = [
                        shared=(SharedStateFile(name="000012.sst", handle=HANDLE),)),)},
         channels={1: (ChannelStateHandle(subtask=1, handle=HANDLE),)},
         sinks=(SinkTransactions(subtask=1, pending=[[7, "stage", "final", 5]]),))),
+    Peers(channels=(ChannelAddress(host="10.0.0.7", port=40123),
+                    ChannelAddress(host="exec-2.svc", port=40124))),
     Rejected(reason="epoch 3 is over"),
     Trigger(checkpoint_id=8, timestamp=1700000000.25, final=True),
     Complete(checkpoint_id=8, final=False),
@@ -123,7 +128,7 @@ class TestRejectedMessages:
             decode_to_subtask(encode(Ready(epoch=1, subtask=0)))
 
     def test_another_format_version_is_rejected_naming_both_versions(self) -> None:
-        with pytest.raises(MessageError, match=r"version 1 is not supported.*speaks version 4"):
+        with pytest.raises(MessageError, match=r"version 1 is not supported.*speaks version 5"):
             decode_to_subtask(wire(v=1, type="abort", checkpoint_id=1, reason="x"))
         with pytest.raises(MessageError, match="version None"):
             decode_to_subtask(wire(type="abort", checkpoint_id=1, reason="x"))
@@ -146,6 +151,15 @@ class TestRejectedMessages:
         ack["state"]["operators"]["reduce"]["keyGroups"] = [0]
         with pytest.raises(MessageError, match="keyGroups"):
             decode_to_coordinator(json.dumps(ack).encode())
+
+    @pytest.mark.parametrize("channel", [{"host": "h", "port": 0}, {"host": "", "port": 1},
+                                         {"host": "h", "port": 70000}, {"host": "h"}])
+    def test_a_registration_with_a_bad_channel_address_is_rejected(
+            self, channel: dict[str, object]) -> None:
+        register = json.loads(encode(TO_COORDINATOR[0]))
+        register["channel"] = channel
+        with pytest.raises(MessageError, match=r"channel|port"):
+            decode_to_coordinator(json.dumps(register).encode())
 
     @pytest.mark.parametrize("data", [b"\x80\x04K\x01.", b"[1, 2]", b"\xff\xfe", b"{"])
     def test_bytes_that_are_no_json_object_are_rejected(self, data: bytes) -> None:

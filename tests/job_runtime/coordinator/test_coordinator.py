@@ -8,6 +8,7 @@ which checkpoint to restore, triggers, completions and aborts.
 from __future__ import annotations
 
 import json
+import select
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +26,9 @@ from job_runtime.coordinator.coordinator import CheckpointCoordinator
 from job_runtime.coordinator.messages import (
     Abort,
     AckState,
+    ChannelAddress,
     Complete,
+    Peers,
     Registered,
     Rejected,
     Trigger,
@@ -152,6 +155,39 @@ def test_a_zombie_of_an_older_epoch_is_ignored_and_refused(
     assert store.latest() is None, "acks of a dead epoch completed a checkpoint"
     late = StandIn(port=coordinator.port, subtask=1, epoch=1)
     assert isinstance(late.register(), Rejected)
+
+
+class TestTheSubtasksMeetAtTheCoordinator:
+    def test_every_subtask_learns_its_peers_once_the_last_one_registered(
+            self, storage: CheckpointStorage) -> None:
+        coordinator = make_coordinator(storage, InMemoryCheckpointStore(retained=3))
+        try:
+            first, second = (StandIn(port=coordinator.port, subtask=i, epoch=1)
+                             for i in (1, 0))
+            assert first.register() == Registered(attempt=1, restore=None)
+            readable, _, _ = select.select([first.conn.sock], [], [], 0.3)
+            assert readable == [], "peers were sent before every subtask registered"
+            assert second.register() == Registered(attempt=1, restore=None)
+            expected = Peers(channels=(ChannelAddress(host="127.0.0.1", port=40000),
+                                       ChannelAddress(host="127.0.0.1", port=40001)))
+            assert first.conn.receive() == expected
+            assert second.conn.receive() == expected
+        finally:
+            coordinator.stop()
+
+    def test_a_subtask_of_an_earlier_launch_still_waiting_for_its_peers_is_refused(
+            self, storage: CheckpointStorage) -> None:
+        coordinator = make_coordinator(storage, InMemoryCheckpointStore(retained=3))
+        try:
+            waiting = StandIn(port=coordinator.port, subtask=0, epoch=1)
+            assert isinstance(waiting.register(), Registered)
+            relaunched = [StandIn(port=coordinator.port, subtask=i, epoch=2) for i in range(2)]
+            assert isinstance(relaunched[0].register(), Registered)
+            assert waiting.conn.receive() == Rejected(reason="epoch 1 is over")
+            assert isinstance(relaunched[1].register(), Registered)
+            assert relaunched[0].expect(Peers) == relaunched[1].expect(Peers)
+        finally:
+            coordinator.stop()
 
 
 def test_a_relaunch_after_a_fallback_restores_the_checkpoint_the_driver_started_from(

@@ -25,6 +25,7 @@ from job_runtime.coordinator.messages import (
     Ack,
     AckState,
     AckStats,
+    ChannelAddress,
     Complete,
     Ready,
     Register,
@@ -62,7 +63,8 @@ def run_one_checkpoint(storage: CheckpointStorage, store: InMemoryCheckpointStor
         initial_restore=None, initial_restore_pointer=None, on_complete=on_complete, key=KEY)
     conn = connect("127.0.0.1", coordinator.port, key=KEY)
     conn.sock.settimeout(WAIT)
-    conn.send(Register(epoch=1, subtask=0, host="localhost", pid=0))
+    conn.send(Register(epoch=1, subtask=0, host="localhost", pid=0,
+                       channel=ChannelAddress(host="127.0.0.1", port=1)))
     assert isinstance(conn.receive(), Registered)
     conn.send(Ready(epoch=1, subtask=0))
     deadline = time.monotonic() + WAIT

@@ -28,6 +28,7 @@ from cjob_spec.model import CheckpointMode
 from cjob_spec.names import suspend_nonce
 from job_runtime.coordinator.checkpoint_settings import CheckpointSettings
 from job_runtime.coordinator.coordinator import CheckpointCoordinator
+from job_runtime.coordinator.messages import ChannelAddress
 from job_runtime.execution.config import SubtaskConfig
 from job_runtime.execution.subtask.runtime import SubtaskRuntime
 from job_runtime.network.handshake import new_key
@@ -75,8 +76,8 @@ class Attempt:
             staging_uri=(tmp_path / "staging").as_uri(), mode=CheckpointMode.EXACTLY_ONCE, unaligned=False,
             key=key, loopback=True)
         self.runtime = SubtaskRuntime(config=config, subtask=0, epoch=1,
-                                      peers=[("127.0.0.1", listener.getsockname()[1])],
-                                      listener=listener)
+                                      listener=listener, channel=ChannelAddress(
+                                          host="127.0.0.1", port=listener.getsockname()[1]))
         self.thread = threading.Thread(target=self.runtime.run, daemon=True,
                                        name=f"subtask-attempt-{attempt}")
         self.thread.start()

@@ -30,7 +30,13 @@ from job_runtime.errors import ConfigurationError
 from job_runtime.execution.config import SubtaskConfig
 from job_runtime.execution.driver.barrier_stage import BarrierStage
 from job_runtime.execution.driver.exit_codes import exit_code
-from job_runtime.execution.driver.standby import ParkedStageEnded, park_stage, wait_for_promotion
+from job_runtime.execution.driver.relaunch import RelaunchBudget
+from job_runtime.execution.driver.standby import (
+    ParkedStage,
+    ParkedStageEnded,
+    park_stage,
+    wait_for_promotion,
+)
 from job_runtime.execution.driver.store import StoreAddress
 
 
@@ -159,24 +165,42 @@ def test_a_standby_pods_relative_readiness_file_is_in_the_temporary_directory(
     assert channel.source.where == "configmap:team/j-checkpoints"
 
 
-class _GivingUpSpark:
-    """A SparkContext whose every job fails the way Spark fails a job after its retries."""
+class _FailingSpark:
+    """A SparkContext whose every job fails the way a launch fails when a subtask died."""
 
     def parallelize(self, *args: object, **kwargs: object) -> object:
-        raise RuntimeError("Job aborted due to stage failure: Task 0 failed 4 times")
+        raise RuntimeError("Job aborted due to stage failure: Task 0 in stage 3.0 failed")
 
 
-def test_a_standby_whose_parked_stage_spark_gives_up_on_ends_with_sparks_reason() -> None:
-    config = SubtaskConfig(
+def _config(epoch: int) -> SubtaskConfig:
+    return SubtaskConfig(
         job_id="j", job_name="j", entrypoint="m:f", python_path=(), args={}, parallelism=2,
         max_parallelism=128, coordinator_host="127.0.0.1", coordinator_port=1,
-        checkpoint_root="", staging_uri="", mode=CheckpointMode.EXACTLY_ONCE, unaligned=False)
+        checkpoint_root="", staging_uri="", mode=CheckpointMode.EXACTLY_ONCE, unaligned=False,
+        epoch=epoch)
+
+
+def _parked(*, launches: int, relaunched: list[int]) -> ParkedStage:
+    def relaunch(epoch: int) -> BarrierStage:
+        relaunched.append(epoch)
+        stage = BarrierStage(spark_context=_FailingSpark(), config=_config(epoch))
+        stage.start()
+        return stage
+
+    return ParkedStage(BarrierStage(spark_context=_FailingSpark(), config=_config(1)),
+                       relaunch=relaunch, budget=RelaunchBudget(launches=launches))
+
+
+def test_a_standby_whose_parked_stage_fails_on_every_launch_ends_with_sparks_reason() -> None:
     endpoint = CoordinatorEndpoint(host="127.0.0.1", key=b"k" * 32)
+    relaunched: list[int] = []
     try:
-        stage = BarrierStage(spark_context=_GivingUpSpark(), config=config)
-        with pytest.raises(ParkedStageEnded, match="Spark gave up on the job") as raised:
-            park_stage(stage, endpoint=endpoint, parallelism=2)
-        assert "Task 0 failed 4 times" in str(raised.value.cause)
+        with pytest.raises(ParkedStageEnded, match="a launch of the barrier stage failed") \
+                as raised:
+            park_stage(_parked(launches=3, relaunched=relaunched), endpoint=endpoint,
+                       parallelism=2)
+        assert "Task 0 in stage 3.0 failed" in str(raised.value.cause)
         assert exit_code(raised.value.cause) == 1
+        assert relaunched == [2, 3], "a failed parked launch is launched again, as budgeted"
     finally:
         endpoint.stop()

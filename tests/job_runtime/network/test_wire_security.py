@@ -21,7 +21,13 @@ from cjob_checkpoint.checkpoint_storage import CheckpointStorage
 from cjob_checkpoint.store.memory import InMemoryCheckpointIdCounter, InMemoryCheckpointStore
 from job_runtime.coordinator.checkpoint_settings import CheckpointSettings
 from job_runtime.coordinator.coordinator import CheckpointCoordinator
-from job_runtime.coordinator.messages import FORMAT_VERSION, Ready, Register, Registered
+from job_runtime.coordinator.messages import (
+    FORMAT_VERSION,
+    ChannelAddress,
+    Ready,
+    Register,
+    Registered,
+)
 from job_runtime.coordinator.rpc import ConnectionLost, SubtaskConnection, connect
 from job_runtime.execution.driver.run import _driver_host
 from job_runtime.execution.subtask.runtime import channel_addresses
@@ -93,7 +99,8 @@ def coordinator(tmp_path: Path) -> Iterator[CheckpointCoordinator]:
 def register(c: CheckpointCoordinator) -> SubtaskConnection:
     conn = connect("127.0.0.1", c.port, key=KEY)
     conn.sock.settimeout(WAIT)
-    conn.send(Register(epoch=1, subtask=0, host="localhost", pid=0))
+    conn.send(Register(epoch=1, subtask=0, host="localhost", pid=0,
+                       channel=ChannelAddress(host="127.0.0.1", port=1)))
     assert isinstance(conn.receive(), Registered)
     return conn
 

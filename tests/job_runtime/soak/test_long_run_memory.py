@@ -35,6 +35,7 @@ from cjob_checkpoint.store.memory import InMemoryCheckpointIdCounter, InMemoryCh
 from cjob_spec.model import CheckpointMode
 from job_runtime.coordinator.checkpoint_settings import CheckpointSettings
 from job_runtime.coordinator.coordinator import CheckpointCoordinator
+from job_runtime.coordinator.messages import ChannelAddress
 from job_runtime.execution.config import SubtaskConfig
 from job_runtime.execution.subtask.runtime import SubtaskRuntime
 from job_runtime.execution.subtask.source_task import SourceTask
@@ -118,7 +119,8 @@ def test_thousands_of_checkpoints_leave_memory_flat(tmp_path: Path) -> None:
         staging_uri=(tmp_path / "staging").as_uri(), mode=CheckpointMode.EXACTLY_ONCE, unaligned=False,
         key=key, loopback=True)
     runtime = SubtaskRuntime(config=config, subtask=0, epoch=1,
-                             peers=[("127.0.0.1", listener.getsockname()[1])], listener=listener)
+                             listener=listener, channel=ChannelAddress(
+                                 host="127.0.0.1", port=listener.getsockname()[1]))
     thread = threading.Thread(target=runtime.run, daemon=True, name="long-run-subtask")
     tracemalloc.start()
     try:

@@ -16,8 +16,10 @@ from job_runtime.coordinator.messages import (
     Ack,
     AckState,
     AckStats,
+    ChannelAddress,
     Complete,
     Decline,
+    Peers,
     Ready,
     Register,
     ToSubtask,
@@ -28,7 +30,7 @@ from job_runtime.coordinator.rpc import SubtaskConnection, connect
 KEY = b"k" * 32
 """The attempt's key the coordinators of these tests are made with."""
 WAIT = 30.0
-M = TypeVar("M", Trigger, Complete, Abort)
+M = TypeVar("M", Peers, Trigger, Complete, Abort)
 
 
 class StandIn:
@@ -47,7 +49,12 @@ class StandIn:
     def send_registration(self) -> None:
         """Register without waiting for the answer (a parked subtask waits for it)."""
         self.conn.send(Register(epoch=self.epoch, subtask=self.subtask, host="localhost",
-                                pid=0))
+                                pid=0, channel=self.channel))
+
+    @property
+    def channel(self) -> ChannelAddress:
+        """The channel address this stand-in says it listens at (nothing listens)."""
+        return ChannelAddress(host="127.0.0.1", port=40000 + self.subtask)
 
     def ready(self) -> None:
         self.conn.send(Ready(epoch=self.epoch, subtask=self.subtask))
@@ -57,12 +64,13 @@ class StandIn:
                                checkpoint_id=checkpoint_id, reason=reason, subsumed=subsumed))
 
     def expect(self, kind: type[M]) -> M:
-        """The next message of ``kind``, passing over other checkpoint messages."""
+        """The next message of ``kind``, passing over the peers and other checkpoint
+        messages."""
         while True:
             got = self.conn.receive()
             if isinstance(got, kind):
                 return got
-            assert isinstance(got, (Trigger, Complete, Abort)), got
+            assert isinstance(got, (Peers, Trigger, Complete, Abort)), got
 
     def ack(self, checkpoint_id: int, *, state: AckState) -> None:
         self.conn.send(Ack(epoch=self.epoch, subtask=self.subtask, checkpoint_id=checkpoint_id,
