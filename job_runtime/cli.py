@@ -26,13 +26,15 @@ import sys
 from cjob_spec.exit_codes import ExitCode
 from cjob_spec.model import CheckpointMode, OnUnreadable, StateBackend
 from cjob_spec.runtime_settings import RuntimeSettings, RuntimeSettingsError
-from job_runtime.cleanup import DEFAULT_TERMINATION_LOG, run_cleanup
 from job_runtime.coordinator.checkpoint_settings import CheckpointSettings
 from job_runtime.execution.driver.driver_settings import DriverSettings
-from job_runtime.execution.driver.run import run_driver
 from job_runtime.execution.driver.store import StoreAddress, StoreKind
-from job_runtime.snapshot_pod import dispose_snapshot, report, take_snapshot
-from job_runtime.state_check import check_state, parse_args_json
+
+# Each command imports what it runs when it runs: a driver starts Spark's JVM first and
+# imports the engine while the JVM starts (see ``main``).
+DEFAULT_TERMINATION_LOG = "/dev/termination-log"
+"""Where Kubernetes reads a container's termination message (the cleanup and snapshot
+pods' outcome)."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -238,19 +240,16 @@ def main(argv: list[str] | None = None) -> int:
     exit_on_sigterm()
     ns = build_parser().parse_args(argv)
     if ns.command == "cleanup":
+        from job_runtime.cleanup import run_cleanup
+
         # No INFO logging: the command's outcome is its one last line.
         return run_cleanup(uris=ns.uris, job_name=ns.job_name, job_uid=ns.job_uid,
                            termination_log=ns.termination_log)
-    if ns.command == "take-snapshot":
-        outcome, code = take_snapshot(checkpoint=ns.checkpoint, target=ns.target,
-                                      snapshot_name=ns.snapshot_name,
-                                      snapshot_uid=ns.snapshot_uid)
-        return report(outcome, code, termination_log=ns.termination_log)
-    if ns.command == "dispose-snapshot":
-        outcome, code = dispose_snapshot(target=ns.target, snapshot_name=ns.snapshot_name,
-                                         snapshot_uid=ns.snapshot_uid)
-        return report(outcome, code, termination_log=ns.termination_log)
+    if ns.command in ("take-snapshot", "dispose-snapshot"):
+        return _snapshot_command(ns)
     if ns.command == "check-state":
+        from job_runtime.state_check import check_state, parse_args_json
+
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
         try:
             args = parse_args_json(ns.args_json)
@@ -267,4 +266,24 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:
         sys.stderr.write(f"{exc}\n")
         return ExitCode.BAD_CONFIG
-    return run_driver(settings)
+    # Spark's JVM first, on its own thread: the engine's imports below (about a third of
+    # a second) and the job's loading then overlap its start.
+    from job_runtime.execution.driver.spark_start import start_early
+
+    spark = start_early(settings)
+    from job_runtime.execution.driver.run import run_driver
+
+    return run_driver(settings, spark=spark)
+
+
+def _snapshot_command(ns: argparse.Namespace) -> int:
+    from job_runtime.snapshot_pod import dispose_snapshot, report, take_snapshot
+
+    if ns.command == "take-snapshot":
+        outcome, code = take_snapshot(checkpoint=ns.checkpoint, target=ns.target,
+                                      snapshot_name=ns.snapshot_name,
+                                      snapshot_uid=ns.snapshot_uid)
+        return report(outcome, code, termination_log=ns.termination_log)
+    outcome, code = dispose_snapshot(target=ns.target, snapshot_name=ns.snapshot_name,
+                                     snapshot_uid=ns.snapshot_uid)
+    return report(outcome, code, termination_log=ns.termination_log)

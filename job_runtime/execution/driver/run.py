@@ -114,21 +114,23 @@ class WarmStart:
     promoted_at: float | None = None
 
 
-def run_driver(settings: DriverSettings) -> int:
-    """Run the job to its end; returns the process exit code."""
+def run_driver(settings: DriverSettings, *, spark: SparkStarter | None = None) -> int:
+    """Run the job to its end; returns the process exit code. ``spark``: Spark already
+    being started for these settings (``start_early``)."""
     try:
-        return _run(settings)
+        return _run(settings, spark=spark)
     except STARTUP_ERRORS as exc:
         return exit_code(exc)
 
 
-def _run(settings: DriverSettings) -> int:
+def _run(settings: DriverSettings, *, spark: SparkStarter | None) -> int:
     _check_parallelism(settings)
     s3 = S3Config.from_env()
     job = _load_job(settings, s3=s3)
     master = resolve_master(settings.master, parallelism=settings.parallelism,
                             task_attempts=settings.task_attempts)
-    spark = SparkStarter(settings=settings, master=master)
+    if spark is None:
+        spark = SparkStarter(settings=settings, master=master)
     storage = CheckpointStorage(settings.checkpoint_storage, settings.job_id,
                                 fs=get_filesystem(settings.checkpoint_storage, s3=s3))
     wiring = _wire_stage(settings, master=master, job=job, storage=storage, s3=s3)

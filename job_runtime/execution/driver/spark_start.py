@@ -9,6 +9,7 @@ the JVM boots; it waits for Spark only when it launches the barrier stage.
 
 from __future__ import annotations
 
+import atexit
 import os
 import re
 import sys
@@ -58,6 +59,20 @@ def resolve_master(master: str, *, parallelism: int, task_attempts: int) -> str:
                     f"a barrier stage needs all subtasks at once (use local[{parallelism}])")
     attempts = int(match.group(2)) if match.group(2) else task_attempts
     return f"local[{threads},{attempts}]"
+
+
+def start_early(settings: DriverSettings) -> SparkStarter | None:
+    """Spark being started for ``settings`` now, before the driver imports the engine
+    and loads the job, which then overlap the JVM's start; ``None`` for settings the
+    driver will refuse (it says why without starting a JVM)."""
+    if not 1 <= settings.parallelism <= settings.max_parallelism:
+        return None
+    try:
+        master = resolve_master(settings.master, parallelism=settings.parallelism,
+                                task_attempts=settings.task_attempts)
+    except ConfigurationError:
+        return None
+    return SparkStarter(settings=settings, master=master)
 
 
 class SparkStarter:
@@ -150,6 +165,10 @@ def start_spark_context(*, settings: DriverSettings, master: str) -> Any:
     # Only a local driver writes the archive: a driver pod's would die with the pod.
     global _archive
     _archive = plan_archive(spark_conf=settings.spark_conf, may_write=is_local_master(master))
+    if _archive is not None and _archive.writing is not None:
+        # A driver that ends without stopping Spark (a bad restore point, say) still
+        # lets its JVM write the archive and puts it in place.
+        atexit.register(_finish_archive_at_exit)
     for key, value in with_archive(settings.spark_conf, _archive).items():
         conf = conf.set(key, value)
     sc = SparkContext.getOrCreate(conf=conf)
@@ -177,4 +196,16 @@ def stop_spark_context(sc: Any) -> None:
     finally:
         if server is not None:
             server.server_shutdown = True
-    finish_archive(_archive, gateway=gateway)
+    _finish_archive(gateway)
+
+
+def _finish_archive(gateway: Any) -> None:
+    global _archive
+    plan, _archive = _archive, None
+    finish_archive(plan, gateway=gateway)
+
+
+def _finish_archive_at_exit() -> None:
+    from pyspark import SparkContext
+
+    _finish_archive(SparkContext._gateway)
