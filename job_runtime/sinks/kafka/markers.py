@@ -141,7 +141,7 @@ def read_control(*, bootstrap: str, control_topic: str, job: str, timeout: float
     try:
         described = consumer.list_topics(topic=control_topic, timeout=timeout).topics.get(
             control_topic)
-        if described is None or described.error is not None:
+        if not topic_readable(described, topic=control_topic):
             return markers
         targets: dict[int, int] = {}
         for partition in described.partitions:
@@ -172,6 +172,36 @@ def read_control(*, bootstrap: str, control_topic: str, job: str, timeout: float
         return markers
     finally:
         consumer.close()
+
+
+class ControlTopicUnavailable(RuntimeError):
+    """The control topic exists but cannot be read now (a broker just back, a partition
+    without a leader): its markers are unknown, which is not the same as none."""
+
+
+def topic_readable(described: Any, *, topic: str) -> bool:
+    """Whether the control topic's metadata (``list_topics``) allows reading it: False
+    when the topic does not exist (no interval of the job was ever sent); raises
+    :class:`ControlTopicUnavailable` when it exists but its metadata carries an error.
+
+    Reading "no markers" from a topic that only could not be read would call intervals
+    that were sent lost, and fail a restore that a retry a moment later completes.
+    """
+    from confluent_kafka import KafkaError
+
+    if described is None:
+        return False
+    error = described.error
+    if error is not None and error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+        return False
+    problems = [str(error)] if error is not None else []
+    problems += [f"partition {number}: {partition.error}"
+                 for number, partition in sorted(described.partitions.items())
+                 if partition.error is not None]
+    if problems:
+        raise ControlTopicUnavailable(f"the control topic {topic} cannot be read now: "
+                                      f"{'; '.join(problems)}")
+    return True
 
 
 def read_markers(*, bootstrap: str, control_topic: str, job: str, timeout: float,
