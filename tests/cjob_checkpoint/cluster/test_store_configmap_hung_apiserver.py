@@ -31,6 +31,7 @@ from job_runtime.coordinator.messages import (
     ChannelAddress,
     Complete,
     Decline,
+    Peers,
     Ready,
     Register,
     Registered,
@@ -67,11 +68,13 @@ class StandIn:
                                reason=reason))
 
     def expect(self, kind: type[M]) -> M:
+        """The next message of ``kind``, passing over the peers (sent once both
+        registered) and other checkpoint messages."""
         while True:
             got = self.conn.receive()
             if isinstance(got, kind):
                 return got
-            assert isinstance(got, (Trigger, Complete, Abort)), got
+            assert isinstance(got, (Peers, Trigger, Complete, Abort)), got
 
     def ack(self, checkpoint_id: int) -> None:
         self.conn.send(Ack(epoch=1, subtask=self.subtask, checkpoint_id=checkpoint_id, stage=0,
