@@ -39,7 +39,7 @@ from cjob_checkpoint.store.completed_store import (
 from cjob_spec.exit_codes import ExitCode
 from job_runtime.coordinator.coordinator import CheckpointCoordinator
 from job_runtime.coordinator.endpoint import CoordinatorEndpoint
-from job_runtime.errors import ConfigurationError, IncompatibleStateError, RestoreError
+from job_runtime.errors import IncompatibleStateError, RestoreError
 from job_runtime.execution.config import LOOPBACK, SubtaskConfig
 from job_runtime.execution.driver.barrier_stage import BarrierStage
 from job_runtime.execution.driver.beacon import start_beacon
@@ -59,6 +59,7 @@ from job_runtime.execution.driver.restore import (
 from job_runtime.execution.driver.scratch import new_code_dir
 from job_runtime.execution.driver.spark_start import (
     SparkStarter,
+    check_parallelism,
     is_local_master,
     resolve_master,
     stop_spark_context,
@@ -124,7 +125,7 @@ def run_driver(settings: DriverSettings, *, spark: SparkStarter | None = None) -
 
 
 def _run(settings: DriverSettings, *, spark: SparkStarter | None) -> int:
-    _check_parallelism(settings)
+    check_parallelism(settings)
     s3 = S3Config.from_env()
     job = _load_job(settings, s3=s3)
     master = resolve_master(settings.master, parallelism=settings.parallelism,
@@ -162,12 +163,6 @@ def _run(settings: DriverSettings, *, spark: SparkStarter | None) -> int:
                          wiring=wiring, warm=warm)
     return _end(outcome, settings=settings, job=job, store=store, coordinator=coordinator,
                 status=status, spark_context=sc, s3=s3)
-
-
-def _check_parallelism(settings: DriverSettings) -> None:
-    if settings.parallelism < 1 or settings.parallelism > settings.max_parallelism:
-        raise ConfigurationError(setting="--parallelism",
-                                 problem=f"must be within 1..{settings.max_parallelism}")
 
 
 def _load_job(settings: DriverSettings, *, s3: S3Config) -> LoadedJob:

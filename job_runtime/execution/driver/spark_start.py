@@ -61,13 +61,18 @@ def resolve_master(master: str, *, parallelism: int, task_attempts: int) -> str:
     return f"local[{threads},{attempts}]"
 
 
+def check_parallelism(settings: DriverSettings) -> None:
+    if settings.parallelism < 1 or settings.parallelism > settings.max_parallelism:
+        raise ConfigurationError(setting="--parallelism",
+                                 problem=f"must be within 1..{settings.max_parallelism}")
+
+
 def start_early(settings: DriverSettings) -> SparkStarter | None:
     """Spark being started for ``settings`` now, before the driver imports the engine
     and loads the job, which then overlap the JVM's start; ``None`` for settings the
     driver will refuse (it says why without starting a JVM)."""
-    if not 1 <= settings.parallelism <= settings.max_parallelism:
-        return None
     try:
+        check_parallelism(settings)
         master = resolve_master(settings.master, parallelism=settings.parallelism,
                                 task_attempts=settings.task_attempts)
     except ConfigurationError:
