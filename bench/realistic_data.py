@@ -193,8 +193,12 @@ def read_file(path: Path, fmt: str, *, columns: Sequence[str] = ("user", "amount
     if fmt == "parquet":
         return pq.read_table(path, columns=list(columns), use_threads=use_threads)
     if fmt == "jsonl":
-        table = pajson.read_json(path, read_options=pajson.ReadOptions(use_threads=use_threads))
-        return table.select(list(columns))
+        # As a competent Arrow user reads it: the read fields' types given, the others
+        # skipped (Spark's JSON reader is handed the columns its query reads, too).
+        read = pa.schema([SCHEMA.field(name) for name in columns])
+        return pajson.read_json(path, read_options=pajson.ReadOptions(use_threads=use_threads),
+                                parse_options=pajson.ParseOptions(
+                                    explicit_schema=read, unexpected_field_behavior="ignore"))
     raise ValueError(f"unknown format {fmt!r}")
 
 

@@ -20,7 +20,8 @@ values tell). A block that does not fit them is parsed again with its own types;
 a JSON block that Arrow cannot parse at all (a column of numbers and strings) is
 decoded line by line by :func:`json.loads`, which either gives the records as
 rows or names the line that is not valid JSON. JSON strings stay strings even where
-Arrow would read a timestamp into them.
+Arrow would read a timestamp into them. Once the types are known, a pipeline that reads
+only some fields gets only those parsed (:mod:`job_runtime.sources.json_projection`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import pyarrow.json as pajson
 
 from job_runtime.errors import UserCodeError
 from job_runtime.records import Batch, Record
+from job_runtime.sources.json_projection import projected_options
 from job_runtime.sources.line_blocks import Blocks, read_header
 from job_runtime.sources.source_contract import SplitReader
 
@@ -263,6 +265,9 @@ class LineReader(SplitReader):
         if self._schema is not None:
             attempts.insert(0, pajson.ParseOptions(explicit_schema=self._schema,
                                                    unexpected_field_behavior="infer"))
+            projected = projected_options(self._schema, self._columns)
+            if projected is not None:
+                attempts.insert(0, projected)
         for parse_options in attempts:
             try:
                 table = _read_json(block, read_options=read_options, parse_options=parse_options)

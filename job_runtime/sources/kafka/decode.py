@@ -3,8 +3,8 @@ the JSON object's fields), ``headers``, ``timestamp`` (ms), ``partition``, ``off
 ``topic``.
 
 A batch of thousands of records is decoded at once (one JSON parse, metadata columns
-built without a Python call per record where the client allows it); only when that
-fails are the records looked at one by one, to name the first bad one by its topic,
+built without a Python call per record where the client allows it; after the first
+batch, only the JSON fields the pipeline reads); only when that fails are the records looked at one by one, to name the first bad one by its topic,
 partition and offset.
 """
 
@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from job_runtime.errors import UserCodeError
+from job_runtime.sources.json_projection import projected_options
 from job_runtime.sources.kafka.plan import KafkaPartition
 
 if TYPE_CHECKING:
@@ -30,6 +31,13 @@ HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]
 TIMESTAMP_NOT_AVAILABLE = 0
 """``confluent_kafka.TIMESTAMP_NOT_AVAILABLE``, written here: the client is imported
 lazily, and the constant is compared against a whole column at once."""
+
+
+@dataclasses.dataclass(kw_only=True)
+class _KnownFields:
+    """The one thing a decoder learns as it goes (the decoder itself is a value)."""
+
+    schema: pa.Schema | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -45,6 +53,10 @@ class RecordDecoder:
     """The only columns the pipeline reads (``None``: all of them). The metadata
     columns cost a call into the client per record each, about as much as parsing the
     JSON: a job that counts per user builds none of them."""
+    _fields: _KnownFields = dataclasses.field(default_factory=lambda: _KnownFields(),
+                                              init=False, repr=False, compare=False)
+    """The JSON fields and types of the latest batch parsed whole: the next batches
+    parse only the fields the pipeline reads (:mod:`job_runtime.sources.json_projection`)."""
 
     def to_arrow(self, messages: list[Message], *,
                  offsets: list[int] | None = None) -> pa.RecordBatch:
@@ -97,14 +109,28 @@ class RecordDecoder:
             [b"{}" if v is None else v for v in values]
         data = b"\n".join(present)
         multiline = data.count(b"\n") != len(values) - 1
-        try:
-            table = pajson.read_json(
-                io.BytesIO(data),
-                # One block: the columns' types are inferred from the whole batch.
-                read_options=pajson.ReadOptions(block_size=len(data) + 1),
-                parse_options=pajson.ParseOptions(newlines_in_values=multiline))
-        except pa.ArrowInvalid as exc:
-            raise self._bad_json(messages, arrow=str(exc)) from None
+        # One block: the columns' types are inferred from the whole batch.
+        read_options = pajson.ReadOptions(block_size=len(data) + 1)
+        table = None
+        projected = projected_options(self._fields.schema, self.columns,
+                                      newlines_in_values=multiline)
+        if projected is not None:
+            try:
+                table = pajson.read_json(io.BytesIO(data), read_options=read_options,
+                                         parse_options=projected)
+            except pa.ArrowInvalid:
+                table = None  # a read field of another type: parsed whole below
+        if table is None:
+            try:
+                table = pajson.read_json(
+                    io.BytesIO(data), read_options=read_options,
+                    parse_options=pajson.ParseOptions(newlines_in_values=multiline))
+            except pa.ArrowInvalid as exc:
+                raise self._bad_json(messages, arrow=str(exc)) from None
+            # The fields of the latest batch parsed whole (a field all null in it says
+            # nothing of its type) are what the next batches are parsed into.
+            self._fields.schema = pa.schema(
+                [f for f in table.schema if not pa.types.is_null(f.type)])
         if table.num_rows != len(values):
             raise self._bad_json(messages,
                                  arrow=f"{table.num_rows} rows from {len(values)} values")

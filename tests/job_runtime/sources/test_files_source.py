@@ -171,6 +171,55 @@ def test_json_lines_keep_every_column_the_pipeline_reads(tmp_path: Path) -> None
         [r["id"] for r in expected_json(JSON_LINES)]
 
 
+def every_batch(reader: SplitReader) -> list[Any]:
+    batches = []
+    while (batch := reader.read_batch()) is not None:
+        batches.append(batch)
+    reader.close()
+    return batches
+
+
+def with_columns(*names: str) -> SourceContext:
+    return SourceContext(subtask=0, parallelism=1, staging_uri="unused",
+                         columns=frozenset(names))
+
+
+def test_json_lines_build_only_the_fields_the_pipeline_reads_once_their_types_are_known(
+        tmp_path: Path) -> None:
+    source = files(write(tmp_path, "in.jsonl", JSON_LINES), "jsonl", block_size=BLOCK * 4)
+    batches = every_batch(open_reader(source, context=with_columns("id", "score")))
+    assert len(batches) > 2
+    assert {tuple(b.arrow.schema.names) for b in batches[1:] if b.arrow.num_rows} == \
+        {("id", "score")}
+    assert [r for b in batches for r in b.rows] == \
+        [{"id": r["id"], "score": r["score"]} for r in expected_json(JSON_LINES)]
+
+
+def test_an_unread_field_of_mixed_types_leaves_the_block_to_arrow(tmp_path: Path) -> None:
+    extras = [b'"text"', b"[1]", b"1.5", b'{"k": 1}']
+    data = (b"".join(b'{"id": %d, "extra": %d}\n' % (i, i) for i in range(20))
+            + b"".join(b'{"id": %d, "extra": %s}\n' % (i, extras[i % 4]) for i in range(20, 42)))
+    source = files(write(tmp_path, "in.jsonl", data), "jsonl", block_size=BLOCK * 4)
+    batches = every_batch(open_reader(source, context=with_columns("id")))
+    assert all(b.has_arrow for b in batches)
+    assert [r["id"] for b in batches for r in b.rows] == list(range(42))
+
+
+def test_a_read_field_first_seen_in_a_later_block_is_kept(tmp_path: Path) -> None:
+    data = (b"".join(b'{"a": %d}\n' % i for i in range(20))
+            + b"".join(b'{"a": %d, "b": "v%d"}\n' % (i, i) for i in range(20, 40)))
+    source = files(write(tmp_path, "in.jsonl", data), "jsonl", block_size=BLOCK)
+    rows = read_all(open_reader(source, context=with_columns("a", "b")))
+    assert without_nulls(rows) == expected_json(data)
+
+
+def test_a_read_field_whose_type_changes_is_read_with_the_blocks_own_type(
+        tmp_path: Path) -> None:
+    source = files(write(tmp_path, "in.jsonl", MIXED_JSON), "jsonl", block_size=BLOCK)
+    rows = read_all(open_reader(source, context=with_columns("a")))
+    assert rows == expected_json(MIXED_JSON)
+
+
 def test_batches_are_arrow_and_no_larger_than_the_batch_size(tmp_path: Path) -> None:
     source = files(write(tmp_path, "in.txt", TEXT), "text", batch_size=5, block_size=4096)
     reader = open_reader(source)
