@@ -42,11 +42,18 @@ _TUNED = {"throughput": "batches back to back, rowsPerBatch searched to its rate
           "interval": "1 s trigger, the largest rowsPerBatch whose batches fit it"}
 
 
+INTERVAL_RECORDS = 2_000_000
+"""Records of a baseline held to a 1 s trigger: its small batches run tens of thousands of
+records a second, so the run's tens of millions would take most of an hour; 2M give
+it over ten batches."""
+
+
 def _baseline(api: str, *, query: str, provider: str, body: str, search: str) -> Baseline:
     """One row of Structured Streaming's Python-state API ``api``, tuned by ``search``."""
     suffix = "" if search == "throughput" else " at 1 s"
     return Baseline(label=f"SS {api}{suffix}", query=query, provider=provider, sink="noop",
                     tune_start=100_000, search=search,
+                    max_records=None if search == "throughput" else INTERVAL_RECORDS,
                     description=f"{body}, noop sink, local[2], 2 shuffle partitions, "
                                 f"{_TUNED[search]}")
 

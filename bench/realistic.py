@@ -81,12 +81,15 @@ from bench.common import (
     update_summary,
     write_result,
 )
+from bench.freshness import INTERVALS, RateAt, curve, rate_at
 from bench.realistic_data import (
     FORMATS,
+    Dataset,
     DataSpec,
     Generated,
     Limit,
     check_totals,
+    dataset_spec,
     generate,
     in_process_limit,
     link_input,
@@ -95,7 +98,13 @@ from bench.realistic_data import (
     reference,
     spark_output,
 )
-from bench.ss_results import TUNED_PREFIX, ResultFormatError, Tuning, parse_tuning
+from bench.ss_results import (
+    TUNED_PREFIX,
+    ResultFormatError,
+    Tuning,
+    parse_tuning,
+    tuning_record,
+)
 from bench.windows import steady
 from bench.windows_ss import RESULT_PREFIX, parse
 
@@ -123,22 +132,40 @@ QUICK = (400_000, 20_000, 20_000)
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Scale:
     spec: DataSpec
+    dataset: Dataset = Dataset.CLICKS
     formats: tuple[str, ...]
     parallelism: int
     repeat: int
     max_files: int | None
     timeout: float
+    freshness: tuple[float, ...] = ()
+    """Our checkpoint intervals (seconds) besides the 1 s one, each measured against
+    Structured Streaming's batches of that length (:mod:`bench.freshness`)."""
+
+    @property
+    def result_name(self) -> str:
+        """Its result file's and pictures' name: one per dataset."""
+        return NAME if self.dataset is Dataset.CLICKS else f"{NAME}-{self.dataset}"
+
+    @property
+    def summary_prefix(self) -> str:
+        return NAME if self.dataset is Dataset.CLICKS else f"{NAME}_{self.dataset}"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--records", type=int,
                         default=env_int("BENCH_REALISTIC_RECORDS", 20_000_000),
                         help="records of the input (default 20,000,000)")
-    parser.add_argument("--keys", type=int, default=1_000_000,
+    parser.add_argument("--dataset", default=str(Dataset.CLICKS),
+                        help="the input's shape: clicks (Zipf 1.1 over 1M users, integer "
+                             "amounts, files of 200,000 records in row groups of 65,536; the "
+                             "default) or orders (Zipf 1.4, float amounts, files of 1,000,000 "
+                             "records, each one row group)")
+    parser.add_argument("--keys", type=int, default=None,
                         help="distinct users, Zipf-distributed (default 1,000,000)")
-    parser.add_argument("--file-records", type=int, default=200_000,
+    parser.add_argument("--file-records", type=int, default=None,
                         help="records per input file: Structured Streaming's batch size is "
-                             "a number of files (default 200,000)")
+                             "a number of files (default: the dataset's)")
     parser.add_argument("--formats", default=",".join(FORMATS),
                         help=f"input formats measured, comma-separated (default "
                              f"{','.join(FORMATS)})")
@@ -147,6 +174,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-files", type=int, default=None,
                         help="Structured Streaming maxFilesPerTrigger for both baselines, "
                              "instead of their searches")
+    parser.add_argument("--freshness", default=",".join(f"{t:g}" for t in INTERVALS),
+                        help="checkpoint intervals (seconds, comma-separated) at which ours is "
+                             "held against Structured Streaming's batches of the same length, "
+                             "read off its search's rate-versus-batch-time curve (default "
+                             f"{','.join(f'{t:g}' for t in INTERVALS)}; not with --max-files, "
+                             "which measures no curve)")
     parser.add_argument("--timeout", type=float, default=1800.0,
                         help="seconds allowed to each run (default 1800)")
     parser.add_argument("--quick", action="store_true",
@@ -164,7 +197,14 @@ def resolve_scale(ns: argparse.Namespace) -> Scale:
                                                      f"{', '.join(FORMATS)}, each once; got "
                                                      f"{ns.formats!r}")
     try:
-        spec = DataSpec(records=ns.records, keys=ns.keys, file_records=ns.file_records)
+        dataset = Dataset(ns.dataset)
+    except ValueError:
+        raise BenchmarkError(benchmark=NAME, problem=f"--dataset takes one of "
+                                                     f"{', '.join(Dataset)}; got "
+                                                     f"{ns.dataset!r}") from None
+    try:
+        spec = dataset_spec(dataset, records=ns.records, keys=ns.keys,
+                            file_records=ns.file_records)
     except ValueError as exc:
         raise BenchmarkError(benchmark=NAME, problem=str(exc)) from None
     if spec.files < 2 * (1 + 3) or ns.repeat < 1 or ns.parallelism < 1:
@@ -173,8 +213,17 @@ def resolve_scale(ns: argparse.Namespace) -> Scale:
                                                      "--repeat and --parallelism >= 1")
     if ns.max_files is not None and ns.max_files < 1:
         raise BenchmarkError(benchmark=NAME, problem="--max-files must be at least 1")
-    return Scale(spec=spec, formats=formats, parallelism=ns.parallelism, repeat=ns.repeat,
-                 max_files=ns.max_files, timeout=ns.timeout)
+    try:
+        freshness = tuple(sorted({float(t) for t in str(ns.freshness).split(",") if t.strip()}))
+    except ValueError:
+        freshness = (-1.0,)
+    if any(t <= 0 for t in freshness):
+        raise BenchmarkError(benchmark=NAME, problem=f"--freshness takes positive seconds, "
+                                                     f"comma-separated; got {ns.freshness!r}")
+    extra = () if ns.max_files is not None else tuple(
+        t for t in freshness if t != CHECKPOINT_INTERVAL)
+    return Scale(spec=spec, dataset=dataset, formats=formats, parallelism=ns.parallelism,
+                 repeat=ns.repeat, max_files=ns.max_files, timeout=ns.timeout, freshness=extra)
 
 
 def _log(message: str) -> None:
@@ -191,13 +240,13 @@ def _check(side: str, problems: list[str]) -> None:
 
 
 def ours_run(*, generated: Generated, fmt: str, work: Path, scale: Scale, expected: pa.Table,
-             repetition: int) -> dict[str, Any]:
-    output = work / f"ours-{fmt}-{repetition}"
+             repetition: int, interval: float = CHECKPOINT_INTERVAL) -> dict[str, Any]:
+    output = work / f"ours-{fmt}-{repetition}-{interval:g}s"
     output.mkdir()
     run: DriverRun = run_driver(
         name=f"{NAME}-ours", entrypoint=ENTRYPOINT,
         args={"input": str(generated.directory(fmt)), "format": fmt, "output": str(output)},
-        parallelism=scale.parallelism, checkpoint_interval=CHECKPOINT_INTERVAL,
+        parallelism=scale.parallelism, checkpoint_interval=interval,
         timeout=scale.timeout)
     if run.records != scale.spec.records:
         raise BenchmarkError(benchmark=NAME, problem=f"ours ({fmt}) read {run.records:,} "
@@ -210,12 +259,14 @@ def ours_run(*, generated: Generated, fmt: str, work: Path, scale: Scale, expect
     files = ours_output(output)
     rows = read_output(files)
     remove_dir(output)
-    _check(f"ours ({fmt})", check_totals(expected, rows))
+    _check(f"ours ({fmt})", check_totals(expected, rows,
+                                         total_tolerance=scale.spec.total_tolerance))
     t = run.timeline
     start = float(t.get("firstReadyAt") or t["firstRecordAt"])
     whole_s = float(t["doneAt"]) - start
     end_to_end_s = float(t["doneAt"]) - run.launched_at
-    return {"records": run.records, "steady_seconds": run.processing_seconds(),
+    return {"records": run.records, "checkpoint_interval_s": interval,
+            "steady_seconds": run.processing_seconds(),
             "steady_records_per_second": run.records_per_second(),
             "whole_seconds": whole_s, "whole_records_per_second": run.records / whole_s,
             "end_to_end_seconds": end_to_end_s,
@@ -237,7 +288,8 @@ def _ss_command(mode: str, *, ss_input: Path, fmt: str, scale: Scale, work: Path
             "--format", fmt, "--records", str(scale.spec.records),
             "--file-records", str(scale.spec.file_records),
             "--parallelism", str(scale.parallelism), "--work", str(work),
-            "--timeout", str(scale.timeout), *extra]
+            "--timeout", str(scale.timeout),
+            *(["--float-amounts"] if scale.spec.float_amounts else []), *extra]
 
 
 def _ss_process(command: list[str], *, log: Path, scale: Scale, prefix: str) -> str:
@@ -280,7 +332,8 @@ def ss_run(*, ss_input: Path, fmt: str, work: Path, scale: Scale, max_files: int
     rows = read_output(files)
     remove_dir(output)
     remove_dir(checkpoint)
-    _check(f"Structured Streaming ({fmt})", check_totals(expected, rows))
+    _check(f"Structured Streaming ({fmt})",
+           check_totals(expected, rows, total_tolerance=scale.spec.total_tolerance))
     records, seconds = steady(run, warmup=SS_WARMUP_BATCHES)
     data = [b for b in run.batches if b.rows > 0]
     whole_s = data[-1].ended_at - data[0].started_at
@@ -308,9 +361,9 @@ def ss_run(*, ss_input: Path, fmt: str, work: Path, scale: Scale, max_files: int
 # ---------------------------------------------------------------------- the benchmark
 
 
-def _limit(generated: Generated, fmt: str, expected: pa.Table) -> Limit:
-    limit, totals = in_process_limit(generated.paths[fmt], fmt)
-    problems = check_totals(expected, totals)
+def _limit(generated: Generated, fmt: str, expected: pa.Table, spec: DataSpec) -> Limit:
+    limit, totals = in_process_limit(generated.paths[fmt], fmt, schema=spec.schema)
+    problems = check_totals(expected, totals, total_tolerance=spec.total_tolerance)
     if problems:
         raise BenchmarkError(benchmark=NAME, problem=f"the {fmt} files do not hold the "
                                                      f"reference's records: "
@@ -321,7 +374,7 @@ def _limit(generated: Generated, fmt: str, expected: pa.Table) -> Limit:
 def run(ns: argparse.Namespace) -> dict[str, Any]:
     scale = resolve_scale(ns)
     spec = scale.spec
-    work = fresh_dir(NAME)
+    work = fresh_dir(scale.result_name)
     started = time.monotonic()
     tunings: dict[str, dict[str, Tuning | None]] = {}
     max_files: dict[str, dict[str, int]] = {}
@@ -331,13 +384,14 @@ def run(ns: argparse.Namespace) -> dict[str, Any]:
         _log(f"generating {spec.records:,} records of {spec.keys:,} users in {spec.files:,} "
              f"files per format ({', '.join(scale.formats)})")
         generated = generate(work / "input", spec, scale.formats)
-        expected = reference(generated.paths[scale.formats[0]], scale.formats[0])
+        expected = reference(generated.paths[scale.formats[0]], scale.formats[0],
+                             schema=spec.schema)
         sizes = ", ".join(f"{fmt} {generated.bytes[fmt] / 2**20:,.0f} MiB"
                           for fmt in scale.formats)
         _log(f"generated {sizes} in {generated.seconds:.0f} s; {expected.num_rows:,} users "
              f"in the reference")
         for fmt in scale.formats:
-            limits[fmt] = _limit(generated, fmt, expected)
+            limits[fmt] = _limit(generated, fmt, expected, spec)
             _log(f"in-process limit, {fmt}, one core: "
                  f"{limits[fmt].records_per_second:,.0f} records/s")
         for fmt in scale.formats:
@@ -359,6 +413,12 @@ def run(ns: argparse.Namespace) -> dict[str, Any]:
                                 expected=expected, repetition=repetition)
                 _log(f"ours: {ours['steady_records_per_second']:,.0f} records/s steady, "
                      f"{ours['whole_records_per_second']:,.0f} whole input; output checked")
+                at_intervals: dict[str, dict[str, Any]] = {}
+                for interval in scale.freshness:
+                    _log(f"{fmt}: ours with checkpoints every {interval:g} s")
+                    at_intervals[f"{interval:g}"] = ours_run(
+                        generated=generated, fmt=fmt, work=work, scale=scale,
+                        expected=expected, repetition=repetition, interval=interval)
                 measured: dict[int, dict[str, Any]] = {}
                 for search in BASELINES:
                     size = max_files[fmt][search]
@@ -372,10 +432,13 @@ def run(ns: argparse.Namespace) -> dict[str, Any]:
                         _log(f"Structured Streaming: {ss['steady_records_per_second']:,.0f} "
                              f"records/s steady, {ss['whole_records_per_second']:,.0f} whole "
                              f"input; output checked")
-                runs[fmt].append(repetition_entry(
+                entry = repetition_entry(
                     ours=ours, fastest=measured[max_files[fmt]["throughput"]],
                     interval=measured[max_files[fmt]["interval"]],
-                    two_cores=2 * limits[fmt].records_per_second))
+                    two_cores=2 * limits[fmt].records_per_second)
+                if at_intervals:
+                    entry["ours_at_intervals"] = at_intervals
+                runs[fmt].append(entry)
     finally:
         remove_dir(work)
     return report(scale=scale, generated=generated, reference_users=expected.num_rows,
@@ -424,6 +487,10 @@ class FormatResult:
     ratio_end_to_end: float
     ours_start_up_s: float
     ours_shut_down_s: float
+    ours_output_rows: float
+    ss_output_rows: float
+    ours_rows_per_checkpoint: float
+    ss_rows_per_batch: float
     limit_one_core: float
     fraction_of_limit: float
 
@@ -449,8 +516,46 @@ def summarize(runs: list[dict[str, Any]], limit: Limit) -> FormatResult:
         ratio_end_to_end=median(r["ratio_end_to_end"] for r in runs),
         ours_start_up_s=_med(runs, "ours", "start_up_seconds"),
         ours_shut_down_s=_med(runs, "ours", "shut_down_seconds"),
+        ours_output_rows=_med(runs, "ours", "output_rows"),
+        ss_output_rows=_med(runs, "structured_streaming", "output_rows"),
+        ours_rows_per_checkpoint=median(
+            r["ours"]["output_rows"] / max(1, r["ours"]["checkpoints_completed"])
+            for r in runs),
+        ss_rows_per_batch=median(
+            r["structured_streaming"]["output_rows"]
+            / max(1, r["structured_streaming"]["data_batches"]) for r in runs),
         limit_one_core=limit.records_per_second,
         fraction_of_limit=median(r["fraction_of_limit"] for r in runs))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FreshnessRow:
+    """Ours with checkpoints every ``interval`` seconds against Structured Streaming
+    with batches of that length, read off its search's curve."""
+
+    interval: float
+    ours_steady: float
+    ss: RateAt
+
+    @property
+    def ratio(self) -> float | None:
+        rate = self.ss.records_per_second
+        return None if rate is None else self.ours_steady / rate
+
+
+def freshness_rows(runs: list[dict[str, Any]], tunings: dict[str, Tuning | None],
+                   intervals: tuple[float, ...]) -> list[FreshnessRow]:
+    """One row per extra interval of ours; Structured Streaming's curve is every size
+    both of its searches measured."""
+    points = [p for t in tunings.values() if t is not None for p in t.points]
+    if not points or not intervals:
+        return []
+    ss_curve = curve(points)
+    return [FreshnessRow(interval=t,
+                         ours_steady=median(r["ours_at_intervals"][f"{t:g}"]
+                                            ["steady_records_per_second"] for r in runs),
+                         ss=rate_at(ss_curve, t))
+            for t in intervals]
 
 
 def _baseline_text(fmt: str, search: str, tuning: Tuning | None, max_files: int,
@@ -468,12 +573,6 @@ def _baseline_text(fmt: str, search: str, tuning: Tuning | None, max_files: int,
             f"foreachBatch Parquet per batch id with mode overwrite")
 
 
-def _tuning(tuning: Tuning | None) -> dict[str, Any] | None:
-    if tuning is None:
-        return None
-    return {"chosen_records_per_batch": tuning.chosen,
-            "points": [dataclasses.asdict(p) for p in tuning.points]}
-
 
 def report(*, scale: Scale, generated: Generated, reference_users: int,
            limits: dict[str, Limit], tunings: dict[str, dict[str, Tuning | None]],
@@ -481,6 +580,8 @@ def report(*, scale: Scale, generated: Generated, reference_users: int,
            minutes: float) -> dict[str, Any]:
     spec = scale.spec
     results = {fmt: summarize(runs[fmt], limits[fmt]) for fmt in scale.formats}
+    freshness = {fmt: freshness_rows(runs[fmt], tunings[fmt], scale.freshness)
+                 for fmt in scale.formats}
     rows: list[list[Any]] = []
     for fmt, res in results.items():
         rows += [
@@ -500,6 +601,15 @@ def report(*, scale: Scale, generated: Generated, reference_users: int,
             [f"{fmt}: records/s, whole input, SS at an equal checkpoint interval",
              res.ours_whole, res.ss_whole_at_interval, res.ratio_whole_at_interval, "-",
              None],
+            *([f"{fmt}: records/s, steady, ours checkpointing every {row.interval:g} s, SS "
+               f"with batches of {row.interval:g} s ({row.ss.reading})", row.ours_steady,
+               row.ss.records_per_second, row.ratio, "-", None]
+              for row in freshness[fmt]),
+            [f"{fmt}: output rows, every update (ours / SS at its fastest)",
+             res.ours_output_rows, res.ss_output_rows, None, "-", None],
+            [f"{fmt}: output rows per checkpoint (ours, 1 s) / per batch (SS at its "
+             f"fastest): users updated per step", res.ours_rows_per_checkpoint,
+             res.ss_rows_per_batch, None, "-", None],
             [f"{fmt}: in-process limit, 1 core", res.limit_one_core, None, None, "-", None],
             [f"{fmt}: steady vs in-process limit, 2 cores", res.ours_steady,
              res.limit_two_cores, res.fraction_of_limit, f">= {TARGET_LIMIT:g}",
@@ -508,15 +618,20 @@ def report(*, scale: Scale, generated: Generated, reference_users: int,
     repetitions = min(len(r) for r in runs.values())
     batches = ", ".join(f"{fmt} {m['throughput']} (fastest) and {m['interval']} (1 s)"
                         for fmt, m in max_files.items())
-    title = (f"realistic: {spec.records:,} records, {spec.keys:,} Zipf users "
-             f"({reference_users:,} present), count+sum+mean per user, parallelism "
+    amounts = "float" if spec.float_amounts else "integer"
+    title = (f"realistic, {scale.dataset}: {spec.records:,} records, {spec.keys:,} users at "
+             f"Zipf {spec.skew:g} ({reference_users:,} present), {amounts} amounts, row "
+             f"groups of {spec.row_group_rows:,}, count+sum+mean per user, parallelism "
              f"{scale.parallelism}, {repetitions} repetition(s); SS maxFilesPerTrigger "
              f"{batches} (files of {spec.file_records:,})")
     table = print_table(title, ["metric", "ours", "SS / limit", "ratio", "target", "met"],
                         rows)
-    _plot(results)
+    _plot(results, name=scale.result_name, dataset=scale.dataset)
+    if any(freshness.values()):
+        _plot_freshness(results, tunings, freshness, name=scale.result_name)
     data = {
-        "scale": {**dataclasses.asdict(spec), "files": spec.files,
+        "scale": {**dataclasses.asdict(spec), "dataset": str(scale.dataset),
+                  "files": spec.files,
                   "formats": list(scale.formats), "parallelism": scale.parallelism,
                   "repeat": scale.repeat},
         "input": {"bytes": generated.bytes, "generate_seconds": generated.seconds,
@@ -539,26 +654,30 @@ def report(*, scale: Scale, generated: Generated, reference_users: int,
                                         max_files[fmt][search], spec.file_records),
                   "warmup_batches": SS_WARMUP_BATCHES,
                   "max_files_per_trigger": max_files[fmt][search],
-                  "tuning": _tuning(tunings[fmt][search])}
+                  "tuning": tuning_record(tunings[fmt][search])}
             for fmt in scale.formats} for search in BASELINES},
+        "freshness": {fmt: [{"interval_s": row.interval, "ours_steady": row.ours_steady,
+                             "ss_records_per_second": row.ss.records_per_second,
+                             "ss_reading": str(row.ss.reading), "ratio": row.ratio}
+                            for row in freshness[fmt]] for fmt in scale.formats},
         "runs": runs,
         "medians": {fmt: {**dataclasses.asdict(res), "limit_two_cores": res.limit_two_cores}
                     for fmt, res in results.items()},
         "minutes": minutes, "table": table,
     }
-    write_result(NAME, data)
+    write_result(scale.result_name, data)
     entries: dict[str, dict[str, Any]] = {}
-    scale_note = (f"{spec.records:,} records, {spec.keys:,} Zipf users, files of "
-                  f"{spec.file_records:,}")
+    scale_note = (f"{scale.dataset}: {spec.records:,} records, {spec.keys:,} users at Zipf "
+                  f"{spec.skew:g}, {amounts} amounts, files of {spec.file_records:,}")
     for fmt, res in results.items():
-        entries[f"realistic_{fmt}_ratio_steady_vs_structured_streaming"] = target_entry(
+        entries[f"{scale.summary_prefix}_{fmt}_ratio_steady_vs_structured_streaming"] = target_entry(
             value=res.ratio_steady, target=TARGET_STEADY,
             met=res.ratio_steady >= TARGET_STEADY, baseline=res.ss_steady,
             unit=f"x (ours / SS, steady records/s, count+sum+mean per string user from "
                  f"{fmt} files, both exactly-once Parquet)",
             note=f"ours {res.ours_steady:,.0f} records/s; {scale_note}; SS at its fastest, "
                  f"maxFilesPerTrigger {max_files[fmt]['throughput']}")
-        entries[f"realistic_{fmt}_ratio_end_to_end_vs_structured_streaming"] = target_entry(
+        entries[f"{scale.summary_prefix}_{fmt}_ratio_end_to_end_vs_structured_streaming"] = target_entry(
             value=res.ratio_end_to_end, target=TARGET_WHOLE,
             met=res.ratio_end_to_end >= TARGET_WHOLE, baseline=res.ss_end_to_end_s,
             unit=f"x (SS's seconds / ours, command start to output committed, SS at its "
@@ -566,14 +685,24 @@ def report(*, scale: Scale, generated: Generated, reference_users: int,
                  f"its JVM warmed by a query between them)",
             note=f"ours {res.ours_end_to_end_s:.1f} s (start-up {res.ours_start_up_s:.1f} s, "
                  f"shutdown after {res.ours_shut_down_s:.1f} s); {scale_note}")
-        entries[f"realistic_{fmt}_ratio_steady_vs_structured_streaming_at_interval"] = \
+        entries[f"{scale.summary_prefix}_{fmt}_ratio_steady_vs_structured_streaming_at_interval"] = \
             target_entry(
                 value=res.ratio_steady_at_interval, target=None, met=None,
                 baseline=res.ss_steady_at_interval,
                 unit=f"x (ours / SS at the fastest size whose batches fit "
                      f"{CHECKPOINT_INTERVAL:g} s, steady records/s from {fmt} files)",
                 note=f"SS maxFilesPerTrigger {max_files[fmt]['interval']}; {scale_note}")
-        entries[f"realistic_{fmt}_fraction_of_in_process_limit"] = target_entry(
+        for row in freshness[fmt]:
+            if row.ratio is None:
+                continue
+            entries[f"{scale.summary_prefix}_{fmt}_ratio_steady_at_{row.interval:g}s_freshness"] = \
+                target_entry(
+                    value=row.ratio, target=None, met=None,
+                    baseline=row.ss.records_per_second,
+                    unit=f"x (ours with checkpoints every {row.interval:g} s / SS with "
+                         f"batches of {row.interval:g} s, steady records/s from {fmt} files)",
+                    note=f"SS's rate {row.ss.reading} on its searches' curve; {scale_note}")
+        entries[f"{scale.summary_prefix}_{fmt}_fraction_of_in_process_limit"] = target_entry(
             value=res.fraction_of_limit, target=TARGET_LIMIT,
             met=res.fraction_of_limit >= TARGET_LIMIT, baseline=res.limit_two_cores,
             unit=f"ours steady records/s / twice the one-core in-process Arrow read + "
@@ -583,7 +712,7 @@ def report(*, scale: Scale, generated: Generated, reference_users: int,
     return data
 
 
-def _plot(results: dict[str, FormatResult]) -> None:
+def _plot(results: dict[str, FormatResult], *, name: str, dataset: Dataset) -> None:
     plt = pyplot()
     fig, axes = plt.subplots(1, len(results), figsize=(5.5 * len(results), 4), squeeze=False)
     for ax, (fmt, res) in zip(axes[0], results.items(), strict=True):
@@ -595,7 +724,34 @@ def _plot(results: dict[str, FormatResult]) -> None:
         ax.set_ylabel("records/s (medians)")
         ax.set_title(f"{fmt}: ours {res.ratio_steady:.1f}x SS at its fastest, steady, "
                      f"{res.fraction_of_limit:.2f} of the limit", fontsize=9)
-    fig.suptitle("count + sum + mean per Zipf string user, exactly-once Parquet output")
+    fig.suptitle(f"{dataset}: count + sum + mean per Zipf string user, exactly-once Parquet "
+                 f"output")
     fig.tight_layout()
-    fig.savefig(plot_path(NAME))
+    fig.savefig(plot_path(name))
+    plt.close(fig)
+
+
+def _plot_freshness(results: dict[str, FormatResult],
+                    tunings: dict[str, dict[str, Tuning | None]],
+                    freshness: dict[str, list[FreshnessRow]], *, name: str) -> None:
+    """Structured Streaming's rate against its batch time, and ours at each checkpoint
+    interval: the comparison at matched freshness, as a picture."""
+    plt = pyplot()
+    fig, axes = plt.subplots(1, len(results), figsize=(5.5 * len(results), 4), squeeze=False)
+    for ax, (fmt, res) in zip(axes[0], results.items(), strict=True):
+        ss_curve = curve(p for t in tunings[fmt].values() if t is not None for p in t.points)
+        ax.plot([p.batch_seconds for p in ss_curve], [p.records_per_second for p in ss_curve],
+                "o-", color="tab:orange", label="SS, by batch time (its searches)")
+        ours = [(1.0, res.ours_steady)] + [(r.interval, r.ours_steady) for r in freshness[fmt]]
+        ax.plot([t for t, _ in ours], [v for _, v in ours], "s", color="tab:blue",
+                label="ours, by checkpoint interval")
+        ax.set_xscale("log")
+        ax.set_xlabel("seconds between checkpoints (SS: batch time)")
+        ax.set_ylabel("records/s, steady")
+        ax.set_ylim(bottom=0)
+        ax.set_title(f"{fmt}", fontsize=10)
+        ax.legend(fontsize=8)
+    fig.suptitle("matched freshness: rate against the time between checkpoints")
+    fig.tight_layout()
+    fig.savefig(plot_path(f"{name}-freshness"))
     plt.close(fig)

@@ -10,7 +10,9 @@ per line, written with pandas). Columns:
   distinct id per key), drawn from ``keys`` users by a truncated Zipf law of exponent
   ``skew`` (rank ``r`` with weight ``1 / (r + 1) ** skew``); ranks are mapped to users
   through a fixed random permutation, so the popular users are not the first ids;
-* ``amount``: int64, uniform in 1..1000;
+* ``amount``: int64, uniform in 1..1000; or, with ``float_amounts``, a price in cents
+  as a float64 (log-normal, median about 20.00), whose sums depend on the order of
+  addition and are checked within :data:`TOTAL_TOLERANCE`;
 * ``ts``: int64 epoch milliseconds, 1 ms per record: increasing through the input;
 * ``page``: a string from :data:`PAGES` values (read by neither side's query: it
   makes the rows wider, as real events are).
@@ -30,6 +32,7 @@ The functions here touch only local files, so they are tested without either eng
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 import os
 import time
@@ -53,11 +56,12 @@ PAGES = 50
 ROW_GROUP_ROWS = 65_536
 SCHEMA = pa.schema([("user", pa.string()), ("amount", pa.int64()), ("ts", pa.int64()),
                     ("page", pa.string())])
-SPARK_SCHEMA = "user STRING, amount LONG, ts LONG, page STRING"
-"""The same schema, as Structured Streaming is given it."""
+FLOAT_SCHEMA = SCHEMA.set(1, pa.field("amount", pa.float64()))
 OUTPUT_COLUMNS = ("user", "n", "total", "avg")
 MEAN_TOLERANCE = 1e-9
 """Relative: a mean may differ from the reference's by the order of summation."""
+TOTAL_TOLERANCE = 1e-9
+"""Relative, for sums of float amounts (integer sums are checked exactly)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -67,15 +71,53 @@ class DataSpec:
     file_records: int
     skew: float = 1.1
     seed: int = 11
+    row_group_rows: int = ROW_GROUP_ROWS
+    float_amounts: bool = False
 
     def __post_init__(self) -> None:
-        if min(self.records, self.keys, self.file_records) < 1 or self.skew <= 0:
-            raise ValueError("records, keys and file_records must be positive, and the "
-                             "skew above 0")
+        if min(self.records, self.keys, self.file_records, self.row_group_rows) < 1 \
+                or self.skew <= 0:
+            raise ValueError("records, keys, file_records and row_group_rows must be "
+                             "positive, and the skew above 0")
 
     @property
     def files(self) -> int:
         return -(-self.records // self.file_records)
+
+    @property
+    def schema(self) -> pa.Schema:
+        return FLOAT_SCHEMA if self.float_amounts else SCHEMA
+
+    @property
+    def spark_schema(self) -> str:
+        """The same schema, as Structured Streaming is given it."""
+        amount = "DOUBLE" if self.float_amounts else "LONG"
+        return f"user STRING, amount {amount}, ts LONG, page STRING"
+
+    @property
+    def total_tolerance(self) -> float:
+        return TOTAL_TOLERANCE if self.float_amounts else 0.0
+
+
+class Dataset(enum.StrEnum):
+    """The realistic benchmark's two shapes of input."""
+
+    CLICKS = "clicks"
+    """1M users at Zipf 1.1, integer amounts, files of 200k records, row groups of 64k."""
+    ORDERS = "orders"
+    """Heavier skew (Zipf 1.4), float amounts, files of 1M records in one row group."""
+
+
+def dataset_spec(dataset: Dataset, *, records: int, keys: int | None = None,
+                 file_records: int | None = None) -> DataSpec:
+    """``dataset``'s shape at ``records`` records (``keys`` and ``file_records``, when
+    given, instead of the dataset's)."""
+    if dataset is Dataset.CLICKS:
+        return DataSpec(records=records, keys=keys or 1_000_000,
+                        file_records=file_records or 200_000)
+    files = file_records or 1_000_000
+    return DataSpec(records=records, keys=keys or 1_000_000, file_records=files, skew=1.4,
+                    row_group_rows=files, float_amounts=True)
 
 
 def file_name(index: int, fmt: str) -> str:
@@ -122,16 +164,18 @@ def file_table(spec: DataSpec, index: int) -> pa.Table:
     rng = np.random.default_rng([spec.seed, index])
     ranks = np.searchsorted(_zipf_cdf(spec.keys, spec.skew), rng.random(count), side="right")
     ranks = np.minimum(ranks, spec.keys - 1)
-    amount = rng.integers(1, 1001, size=count, dtype=np.int64)
+    amount = (np.round(rng.lognormal(3.0, 1.0, size=count), 2) if spec.float_amounts
+              else rng.integers(1, 1001, size=count, dtype=np.int64))
     pages = rng.integers(0, PAGES, size=count)
     ts = BASE_MS + np.arange(start, stop, dtype=np.int64)
     return pa.table([user_names(spec.keys, spec.seed).take(pa.array(ranks)), pa.array(amount),
-                     pa.array(ts), _page_names().take(pa.array(pages))], schema=SCHEMA)
+                     pa.array(ts), _page_names().take(pa.array(pages))], schema=spec.schema)
 
 
-def write_file(table: pa.Table, path: Path, fmt: str) -> None:
+def write_file(table: pa.Table, path: Path, fmt: str, *,
+               row_group_rows: int = ROW_GROUP_ROWS) -> None:
     if fmt == "parquet":
-        pq.write_table(table, path, row_group_size=ROW_GROUP_ROWS)
+        pq.write_table(table, path, row_group_size=row_group_rows)
     elif fmt == "jsonl":
         table.to_pandas().to_json(path, orient="records", lines=True)
     else:
@@ -171,7 +215,7 @@ def generate(directory: Path, spec: DataSpec, formats: Sequence[str]) -> Generat
         mtime = first_mtime + index
         for fmt in formats:
             path = directory / fmt / file_name(index, fmt)
-            write_file(table, path, fmt)
+            write_file(table, path, fmt, row_group_rows=spec.row_group_rows)
             os.utime(path, (mtime, mtime))
             size[fmt] += path.stat().st_size
             paths[fmt].append(path)
@@ -188,14 +232,14 @@ def link_input(directory: Path, paths: Sequence[Path]) -> Path:
 
 
 def read_file(path: Path, fmt: str, *, columns: Sequence[str] = ("user", "amount"),
-              use_threads: bool = True) -> pa.Table:
+              use_threads: bool = True, schema: pa.Schema = SCHEMA) -> pa.Table:
     """One input file's ``columns`` with Arrow."""
     if fmt == "parquet":
         return pq.read_table(path, columns=list(columns), use_threads=use_threads)
     if fmt == "jsonl":
         # As a competent Arrow user reads it: the read fields' types given, the others
         # skipped (Spark's JSON reader is handed the columns its query reads, too).
-        read = pa.schema([SCHEMA.field(name) for name in columns])
+        read = pa.schema([schema.field(name) for name in columns])
         return pajson.read_json(path, read_options=pajson.ReadOptions(use_threads=use_threads),
                                 parse_options=pajson.ParseOptions(
                                     explicit_schema=read, unexpected_field_behavior="ignore"))
@@ -205,12 +249,13 @@ def read_file(path: Path, fmt: str, *, columns: Sequence[str] = ("user", "amount
 # ---------------------------------------------------------------------- reference
 
 
-def aggregate_files(paths: Iterable[Path], fmt: str, *, use_threads: bool = True) -> pa.Table:
+def aggregate_files(paths: Iterable[Path], fmt: str, *, use_threads: bool = True,
+                    schema: pa.Schema = SCHEMA) -> pa.Table:
     """``user, n, total, avg`` over the files: each file read and grouped by ``user``
     with Arrow, then the per-file partials merged by one more group-by."""
     partials = []
     for path in paths:
-        table = read_file(path, fmt, use_threads=use_threads)
+        table = read_file(path, fmt, use_threads=use_threads, schema=schema)
         partials.append(table.group_by("user", use_threads=use_threads).aggregate(
             [("amount", "sum"), ("amount", "count")]))
     if not partials:
@@ -224,10 +269,10 @@ def aggregate_files(paths: Iterable[Path], fmt: str, *, use_threads: bool = True
                      "avg": pc.divide(pc.cast(total, pa.float64()), pc.cast(n, pa.float64()))})
 
 
-def reference(paths: Iterable[Path], fmt: str) -> pa.Table:
+def reference(paths: Iterable[Path], fmt: str, *, schema: pa.Schema = SCHEMA) -> pa.Table:
     """Count, sum and mean of ``amount`` per user over all the files: the distinct users
     present, one row each."""
-    return aggregate_files(paths, fmt)
+    return aggregate_files(paths, fmt, schema=schema)
 
 
 # ---------------------------------------------------------------------- in-process limit
@@ -244,7 +289,8 @@ class Limit:
         return self.records / self.seconds if self.seconds > 0 else float("nan")
 
 
-def in_process_limit(paths: Sequence[Path], fmt: str) -> tuple[Limit, pa.Table]:
+def in_process_limit(paths: Sequence[Path], fmt: str, *,
+                     schema: pa.Schema = SCHEMA) -> tuple[Limit, pa.Table]:
     """The whole computation in this process on one core: every file read with Arrow
     and grouped by ``user``, the partials merged (reading included; no exchange, no
     state store, no checkpoint, no output). Arrow's thread pools are held to one
@@ -254,7 +300,7 @@ def in_process_limit(paths: Sequence[Path], fmt: str) -> tuple[Limit, pa.Table]:
     pa.set_io_thread_count(1)
     try:
         started = time.perf_counter()
-        totals = aggregate_files(paths, fmt, use_threads=False)
+        totals = aggregate_files(paths, fmt, use_threads=False, schema=schema)
         seconds = time.perf_counter() - started
     finally:
         pa.set_cpu_count(cpus)
@@ -303,7 +349,15 @@ def spark_output(output: Path) -> list[Path]:
                   for path in batch.glob("part-*.parquet"))
 
 
-def final_rows(output: pa.Table) -> tuple[pa.Table, list[str]]:
+def _differ(a: pa.ChunkedArray, b: pa.ChunkedArray, tolerance: float) -> pa.ChunkedArray:
+    """Where ``a`` and ``b`` differ: exactly, or by more than ``tolerance`` relative."""
+    if not tolerance:
+        return pc.not_equal(a, b)
+    return pc.greater(pc.abs(pc.subtract(a, b)), pc.multiply(pc.abs(a), tolerance))
+
+
+def final_rows(output: pa.Table, *, total_tolerance: float = 0.0
+               ) -> tuple[pa.Table, list[str]]:
     """Each key's final row (its largest ``n``) and what is inconsistent: null keys,
     rows of one key with the same count but different totals or means."""
     problems = []
@@ -318,7 +372,7 @@ def final_rows(output: pa.Table) -> tuple[pa.Table, list[str]]:
     per_key = at_last.group_by("user").aggregate(
         [("n", "max"), ("total", "min"), ("total", "max"), ("avg", "min"), ("avg", "max")])
     avg_spread = pc.abs(pc.subtract(per_key["avg_max"], per_key["avg_min"]))
-    disagree = pc.or_(pc.not_equal(per_key["total_min"], per_key["total_max"]),
+    disagree = pc.or_(_differ(per_key["total_min"], per_key["total_max"], total_tolerance),
                       pc.greater(avg_spread,
                                  pc.multiply(pc.abs(per_key["avg_max"]), MEAN_TOLERANCE)))
     bad = per_key.filter(disagree)
@@ -334,12 +388,14 @@ def _some(frame: pa.Table, limit: int = 3) -> str:
     return ", ".join(str(u) for u in frame["user"].to_pylist()[:limit])
 
 
-def check_totals(expected: pa.Table, output: pa.Table) -> list[str]:
+def check_totals(expected: pa.Table, output: pa.Table, *,
+                 total_tolerance: float = 0.0) -> list[str]:
     """What is wrong with ``output`` (update rows, any number per key) against the
     reference: every reference user must appear, no other, and each user's final row
     must have the reference's count, sum and mean (the mean within
-    :data:`MEAN_TOLERANCE`, relative). Empty when the output is right."""
-    final, problems = final_rows(output)
+    :data:`MEAN_TOLERANCE`, relative; the sum within ``total_tolerance``, relative, 0 for
+    exact). Empty when the output is right."""
+    final, problems = final_rows(output, total_tolerance=total_tolerance)
     ref = _normalised(expected)
     joined = ref.join(final, keys="user", join_type="full outer", right_suffix="_out",
                       coalesce_keys=True)
@@ -356,7 +412,8 @@ def check_totals(expected: pa.Table, output: pa.Table) -> list[str]:
     wrong_mean = pc.greater(pc.abs(pc.subtract(both["avg_out"], mean)),
                             pc.multiply(pc.abs(mean), MEAN_TOLERANCE))
     wrong = both.filter(pc.or_(pc.or_(pc.not_equal(both["n"], both["n_out"]),
-                                      pc.not_equal(both["total"], both["total_out"])),
+                                      _differ(both["total"], both["total_out"],
+                                              total_tolerance)),
                                pc.or_(pc.fill_null(wrong_mean, True),
                                       pc.is_nan(both["avg_out"]))))
     if wrong.num_rows:

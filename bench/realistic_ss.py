@@ -37,7 +37,7 @@ import sys
 import time
 from typing import Any
 
-from bench.realistic_data import SPARK_FORMATS, SPARK_SCHEMA
+from bench.realistic_data import SPARK_FORMATS, DataSpec
 from bench.windows_ss import (
     Batch,
     QueryRun,
@@ -67,11 +67,11 @@ class BatchFiles:
         frame.write.mode("overwrite").parquet(os.path.join(self.output, f"batch={batch_id}"))
 
 
-def start(spark: Any, *, source: str, fmt: str, output: str, checkpoint: str,
+def start(spark: Any, *, source: str, fmt: str, schema: str, output: str, checkpoint: str,
           max_files: int) -> Any:
     from pyspark.sql import functions as F
 
-    events = (spark.readStream.schema(SPARK_SCHEMA)
+    events = (spark.readStream.schema(schema)
               .format(SPARK_FORMATS[fmt])
               .option("maxFilesPerTrigger", str(max_files))
               .load(source))
@@ -124,11 +124,16 @@ def main() -> int:
         input_help="the folder of input files", records_help="records of the input",
         output_help="run: the foreachBatch output folder", timeout=1800.0)
     parser.add_argument("--format", choices=sorted(SPARK_FORMATS), required=True)
+    parser.add_argument("--float-amounts", action="store_true",
+                        help="the input's amounts are floats (the orders dataset)")
     ns = parser.parse_args()
+    schema = DataSpec(records=1, keys=1, file_records=1,
+                      float_amounts=ns.float_amounts).spark_schema
     spark = session(parallelism=ns.parallelism, app="bench-realistic-structured-streaming",
                     conf={"spark.sql.files.openCostInBytes": str(OPEN_COST_BYTES),
                           "spark.driver.memory": DRIVER_MEMORY})
-    start_query = functools.partial(start, spark, source=ns.input, fmt=ns.format)
+    start_query = functools.partial(start, spark, source=ns.input, fmt=ns.format,
+                                    schema=schema)
     return serve(ns, spark=spark,
                  tune_step=lambda work: tune(start_query=start_query, ns=ns, work=work,
                                              label=f"{ns.format}, "),

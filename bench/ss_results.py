@@ -80,6 +80,14 @@ class Tuning:
     version: int = VERSION
 
 
+def tuning_record(tuning: Tuning | None) -> dict[str, Any] | None:
+    """A search's sizes and choice as a result file keeps them (``None``: no search)."""
+    if tuning is None:
+        return None
+    return {"chosen_records_per_batch": tuning.chosen,
+            "points": [dataclasses.asdict(p) for p in tuning.points]}
+
+
 def dump(prefix: str, value: BaselineRun | Tuning) -> str:
     return prefix + json.dumps(dataclasses.asdict(value))
 

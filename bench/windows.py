@@ -65,7 +65,13 @@ from bench.common import (
     update_summary,
     write_result,
 )
-from bench.ss_results import TUNED_PREFIX, ResultFormatError, Tuning, parse_tuning
+from bench.ss_results import (
+    TUNED_PREFIX,
+    ResultFormatError,
+    Tuning,
+    parse_tuning,
+    tuning_record,
+)
 from bench.windows_data import (
     DataSpec,
     Generated,
@@ -484,7 +490,7 @@ def report(*, scale: Scale, generated: Generated, reference_windows: int,
             **{BASELINE_KEYS[search]: {
                 "how": _baseline_text(search, max_files[search], spec.file_records),
                 "max_files_per_trigger": max_files[search],
-                "tuning": _tuning(tunings[search])} for search in BASELINES}},
+                "tuning": tuning_record(tunings[search])} for search in BASELINES}},
         "runs": runs,
         "ratio_steady_median": ratio, "ratio_whole_median": whole_ratio,
         "ratio_steady_at_interval_median": interval_ratio,
@@ -516,12 +522,6 @@ def report(*, scale: Scale, generated: Generated, reference_windows: int,
     })
     return data
 
-
-def _tuning(tuning: Tuning | None) -> dict[str, Any] | None:
-    if tuning is None:
-        return None
-    return {"chosen_records_per_batch": tuning.chosen,
-            "points": [dataclasses.asdict(p) for p in tuning.points]}
 
 
 def _plot(runs: list[dict[str, Any]]) -> None:

@@ -35,7 +35,19 @@ def test_all_passes_repeat_to_every_benchmark_that_takes_it() -> None:
     repeats = {" ".join(args): getattr(parser.parse_args(args), "repeat", None)
                for args in all_steps(repeat=2)}
     assert {step for step, repeat in repeats.items() if repeat != 2} == {
-        "rocksdb-state --size-gb 5", "ss-rocksdb-state --state-gb 5"}
+        "rocksdb-state --size-gb 5", "ss-rocksdb-state --state-gb 5",
+        "kafka --records 10000000"}
+
+
+def test_all_measures_both_realistic_datasets_windows_and_kafka_at_a_scale_of_record() -> None:
+    parser = build_parser()
+    steps = [parser.parse_args(list(step)) for step in ALL]
+    realistic = sorted((ns.dataset, ns.records) for ns in steps
+                       if ns.benchmark == "realistic")
+    assert realistic == [("clicks", 40_000_000), ("orders", 40_000_000)]
+    assert {"windows", "kafka"} <= {ns.benchmark for ns in steps}
+    (kafka,) = [ns for ns in steps if ns.benchmark == "kafka"]
+    assert kafka.records == 10_000_000
 
 
 def test_all_measures_every_recovery_target_a_driver_kill_a_subtask_kill_and_a_standby() -> None:

@@ -21,10 +21,13 @@ from bench.common import BenchmarkError
 from bench.realistic import QUICK, add_arguments, resolve_scale
 from bench.realistic_data import (
     BASE_MS,
+    FLOAT_SCHEMA,
     FORMATS,
     SCHEMA,
+    Dataset,
     DataSpec,
     check_totals,
+    dataset_spec,
     file_table,
     final_rows,
     generate,
@@ -192,3 +195,62 @@ def test_quick_scale_and_refused_options() -> None:
         resolve_scale(_parse("--formats", "csv"))
     with pytest.raises(BenchmarkError, match="at least 8 files"):
         resolve_scale(_parse("--records", "1000", "--file-records", "500"))
+    with pytest.raises(BenchmarkError, match="--dataset takes one of clicks, orders"):
+        resolve_scale(_parse("--dataset", "sales"))
+
+
+def test_each_dataset_has_its_shape_and_its_own_result_names() -> None:
+    clicks = resolve_scale(_parse("--records", "4000000"))
+    orders = resolve_scale(_parse("--dataset", "orders", "--records", "40000000"))
+    assert (clicks.spec.skew, clicks.spec.file_records, clicks.spec.float_amounts) == \
+        (1.1, 200_000, False)
+    assert (orders.spec.skew, orders.spec.file_records, orders.spec.row_group_rows,
+            orders.spec.float_amounts) == (1.4, 1_000_000, 1_000_000, True)
+    assert (clicks.result_name, orders.result_name) == ("realistic", "realistic-orders")
+    assert orders.summary_prefix == "realistic_orders"
+    assert "amount DOUBLE" in orders.spec.spark_schema
+    assert "amount LONG" in clicks.spec.spark_schema
+
+
+ORDERS = dataset_spec(Dataset.ORDERS, records=40_000, keys=2_000, file_records=10_000)
+
+
+def test_orders_hold_cent_prices_more_skewed_users_and_one_row_group_per_file(
+        tmp_path: Path) -> None:
+    table = file_table(ORDERS, 0)
+    assert table.schema == FLOAT_SCHEMA
+    amounts = table["amount"].to_numpy()
+    assert (amounts > 0).all() and (abs(amounts * 100 - (amounts * 100).round()) < 1e-6).all()
+    assert len(set(amounts.tolist())) > 1_000
+    top = pd.Series(table["user"].to_pylist()).value_counts().iloc[0] / table.num_rows
+    clicks_top = (pd.Series(file_table(DataSpec(records=40_000, keys=2_000,
+                                                file_records=10_000), 0)["user"].to_pylist())
+                  .value_counts().iloc[0] / table.num_rows)
+    assert top > 1.5 * clicks_top
+    generated = generate(tmp_path, ORDERS, FORMATS)
+    assert pq.ParquetFile(generated.paths["parquet"][0]).metadata.num_row_groups == 1
+    columns = list(FLOAT_SCHEMA.names)
+    for parquet, jsonl in zip(generated.paths["parquet"], generated.paths["jsonl"],
+                              strict=True):
+        assert read_file(parquet, "parquet", columns=columns, schema=FLOAT_SCHEMA).equals(
+            read_file(jsonl, "jsonl", columns=columns, schema=FLOAT_SCHEMA))
+    expected = reference(generated.paths["jsonl"], "jsonl", schema=FLOAT_SCHEMA)
+    _, totals = in_process_limit(generated.paths["parquet"], "parquet", schema=FLOAT_SCHEMA)
+    assert check_totals(expected, totals, total_tolerance=ORDERS.total_tolerance) == []
+
+
+def test_float_sums_are_checked_within_a_relative_tolerance() -> None:
+    expected = pa.table({"user": ["u-a"], "n": pa.array([3], pa.int64()),
+                         "total": pa.array([0.3], pa.float64()),
+                         "avg": pa.array([0.1], pa.float64())})
+
+    def output(total: float) -> pa.Table:
+        return pa.table({"user": ["u-a"], "n": pa.array([3], pa.int64()),
+                         "total": pa.array([total], pa.float64()),
+                         "avg": pa.array([total / 3], pa.float64())})
+
+    summed_in_another_order = 0.1 + 0.2 + 0.0  # 0.30000000000000004
+    assert check_totals(expected, output(summed_in_another_order)) != []
+    assert check_totals(expected, output(summed_in_another_order),
+                        total_tolerance=1e-9) == []
+    assert check_totals(expected, output(0.31), total_tolerance=1e-9) != []

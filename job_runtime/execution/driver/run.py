@@ -23,6 +23,7 @@ import os
 import shutil
 import socket
 import time
+from collections.abc import Callable
 from typing import Any
 
 from cjob_checkpoint.checkpoint_storage import CheckpointStorage
@@ -101,6 +102,23 @@ class StageWiring:
     left of an earlier attempt can no longer talk to this one."""
     subtask_config: functools.partial[SubtaskConfig]
     """The subtasks' settings, once the endpoint's port (``coordinator_port``) is known."""
+
+    def stage(self, sc: Any, *, port: int, epoch: int,
+              staged_inputs: dict[str, str] | None = None) -> BarrierStage:
+        """Launch ``epoch`` of the barrier stage, its subtasks reaching the coordinator
+        at ``port``; not started yet."""
+        return BarrierStage(spark_context=sc, config=self.subtask_config(
+            coordinator_port=port, staged_inputs=dict(staged_inputs or {}), epoch=epoch))
+
+    def launcher(self, sc: Any, *, port: int,
+                 staged_inputs: dict[str, str] | None = None) -> Callable[[int], BarrierStage]:
+        """What starts launch N of the barrier stage: the first launch's and every
+        relaunch's, a parked stage's and a running job's alike."""
+        def launch(epoch: int) -> BarrierStage:
+            launched = self.stage(sc, port=port, epoch=epoch, staged_inputs=staged_inputs)
+            launched.start()
+            return launched
+        return launch
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -201,18 +219,10 @@ def _stand_by(settings: DriverSettings, *, spark: SparkStarter, job: LoadedJob,
     parked: ParkedStage | None = None
     if not job.source.prepares_on_driver:
         endpoint = CoordinatorEndpoint(host=wiring.bind, key=wiring.key)
-        port = endpoint.port
-
-        def launch(epoch: int) -> BarrierStage:
-            stage = BarrierStage(spark_context=sc,
-                                 config=wiring.subtask_config(coordinator_port=port, epoch=epoch))
-            stage.start()
-            return stage
-
-        parked = ParkedStage(
-            BarrierStage(spark_context=sc,
-                         config=wiring.subtask_config(coordinator_port=port, epoch=1)),
-            relaunch=launch, budget=RelaunchBudget(launches=settings.task_attempts))
+        # Parking starts the first launch; the relaunches start themselves.
+        parked = ParkedStage(wiring.stage(sc, port=endpoint.port, epoch=1),
+                             relaunch=wiring.launcher(sc, port=endpoint.port),
+                             budget=RelaunchBudget(launches=settings.task_attempts))
     promoted = wait_as_standby(settings=settings, spark_context=sc,
                                parked=None if parked is None or endpoint is None
                                else (parked, endpoint))
@@ -323,13 +333,7 @@ def _run_stage(sc: Any, *, settings: DriverSettings, job: LoadedJob, staging: Dr
         if not warm.code_shipped:
             ship_job_code(sc, job.code)
         job.source.prepare_on_driver(spark_context=sc, staging=staging)
-        def launch(epoch: int) -> BarrierStage:
-            config = wiring.subtask_config(coordinator_port=coordinator.port,
-                                           staged_inputs=dict(staging.inputs), epoch=epoch)
-            launched = BarrierStage(spark_context=sc, config=config)
-            launched.start()
-            return launched
-
+        launch = wiring.launcher(sc, port=coordinator.port, staged_inputs=dict(staging.inputs))
         stage = warm.stage or launch(1)
         assert stage.launched_at is not None
         status.timeline["stageLaunchedAt"] = stage.launched_at
