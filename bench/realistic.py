@@ -3,12 +3,13 @@ Parquet and JSON-lines files, exactly-once to Parquet; ours against Structured
 Streaming, and against the in-process limit.
 
 The input (:mod:`bench.realistic_data`), generated once per run from a fixed seed: N
-records (default 20,000,000) in files of F records (default 200,000), the same records
-written as Parquet (row groups of 65,536) and as JSON lines. Each record has a
-``user`` string (``"u-3f9a1c27d1"``) drawn from K users (default 1,000,000) by a
-truncated Zipf law of exponent 1.1 (the popular users spread over the ids by a fixed
-permutation), an ``amount`` (1..1000), an increasing ``ts`` (epoch ms) and a ``page``
-string of 50 values. Both sides compute ``count``, ``sum(amount)`` and
+records (default 20,000,000), the same records written as Parquet and as JSON lines,
+of one of two datasets (``--dataset``). ``clicks``: files of 200,000 records in row
+groups of 65,536, each record a ``user`` string (``"u-3f9a1c27d1"``) drawn from K users
+(default 1,000,000) by a truncated Zipf law of exponent 1.1 (the popular users spread
+over the ids by a fixed permutation), an integer ``amount`` (1..1000), an increasing
+``ts`` (epoch ms) and a ``page`` string of 50 values. ``orders``: heavier skew (Zipf
+1.4), float amounts (prices in cents), files of 1,000,000 records in one row group. Both sides compute ``count``, ``sum(amount)`` and
 ``mean(amount)`` per user, emit the updated aggregates of the keys each step changed,
 and write them to exactly-once Parquet files; every format is measured on its own.
 
@@ -31,6 +32,9 @@ and write them to exactly-once Parquet files; every format is measured on its ow
   (the ``throughput`` benchmark's search: the fastest size whose batches, its
   checkpoints, fit 1 s, our checkpoint interval), a second, labelled row.
   ``--max-files`` skips both searches and measures that size once, for both rows.
+  And at matched freshness (``--freshness``): ours with checkpoints every 5 and 10 s
+  against Structured Streaming's rate at batches of 5 and 10 s, read off the curve of
+  every size its searches measured (:mod:`bench.freshness`).
 * **the in-process limit**: in the benchmark's own process, on one thread (Arrow's
   pools held to one thread), every file read with Arrow and grouped by ``user``
   (``Table.group_by``), the per-file partials merged by one more group-by: the whole
