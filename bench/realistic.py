@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import sys
 import time
 from pathlib import Path
@@ -69,6 +70,14 @@ from typing import Any
 
 import pyarrow as pa
 
+from bench.baselines import (
+    BASELINE_KEYS,
+    BASELINES,
+    SUFFIXES,
+    add_ratios,
+    measure,
+    search_sizes,
+)
 from bench.common import (
     BenchmarkError,
     DriverRun,
@@ -124,11 +133,6 @@ CHECKPOINT_INTERVAL = 1.0
 SS_WARMUP_BATCHES = 2
 TUNE_START = 500_000
 """The first batch size (records) both searches try, as ``throughput``'s."""
-BASELINES = ("throughput", "interval")
-"""Structured Streaming at its fastest batch size, and at the fastest that fits 1 s."""
-BASELINE_KEYS = {"throughput": "structured_streaming",
-                 "interval": "structured_streaming_at_interval"}
-"""Where a repetition keeps each baseline's run."""
 QUICK = (400_000, 20_000, 20_000)
 """``--quick``: records, keys and file records."""
 
@@ -232,6 +236,10 @@ def resolve_scale(ns: argparse.Namespace) -> Scale:
 
 def _log(message: str) -> None:
     print(f"[{NAME}] {message}", file=sys.stderr, flush=True)
+
+
+def _log_format(fmt: str, message: str) -> None:
+    _log(f"{fmt}: {message}")
 
 
 def _check(side: str, problems: list[str]) -> None:
@@ -400,17 +408,10 @@ def run(ns: argparse.Namespace) -> dict[str, Any]:
                  f"{limits[fmt].records_per_second:,.0f} records/s")
         for fmt in scale.formats:
             ss_input = link_input(work / "ss-input" / fmt, generated.paths[fmt])
-            tunings[fmt], max_files[fmt] = {}, {}
-            for search in BASELINES:
-                tuning = None
-                chosen = scale.max_files
-                if chosen is None:
-                    _log(f"Structured Streaming, {fmt}: the {search} search over "
-                         f"maxFilesPerTrigger")
-                    tuning = ss_tune(ss_input=ss_input, fmt=fmt, work=work, scale=scale,
-                                     search=search)
-                    chosen = max(1, tuning.chosen // spec.file_records)
-                tunings[fmt][search], max_files[fmt][search] = tuning, chosen
+            tunings[fmt], max_files[fmt] = search_sizes(
+                functools.partial(ss_tune, ss_input=ss_input, fmt=fmt, work=work, scale=scale),
+                given=scale.max_files, file_records=spec.file_records,
+                log=functools.partial(_log_format, fmt))
             for repetition in range(scale.repeat):
                 _log(f"{fmt}, repetition {repetition + 1}/{scale.repeat}: ours")
                 ours = ours_run(generated=generated, fmt=fmt, work=work, scale=scale,
@@ -423,22 +424,13 @@ def run(ns: argparse.Namespace) -> dict[str, Any]:
                     at_intervals[f"{interval:g}"] = ours_run(
                         generated=generated, fmt=fmt, work=work, scale=scale,
                         expected=expected, repetition=repetition, interval=interval)
-                measured: dict[int, dict[str, Any]] = {}
-                for search in BASELINES:
-                    size = max_files[fmt][search]
-                    if size not in measured:  # the same size for both: one run serves both
-                        _log(f"{fmt}: Structured Streaming, {search} baseline "
-                             f"(maxFilesPerTrigger {size})")
-                        measured[size] = ss_run(ss_input=ss_input, fmt=fmt, work=work,
-                                                scale=scale, max_files=size,
-                                                expected=expected, repetition=repetition)
-                        ss = measured[size]
-                        _log(f"Structured Streaming: {ss['steady_records_per_second']:,.0f} "
-                             f"records/s steady, {ss['whole_records_per_second']:,.0f} whole "
-                             f"input; output checked")
+                measured = measure(
+                    functools.partial(ss_run, ss_input=ss_input, fmt=fmt, work=work,
+                                      scale=scale, expected=expected, repetition=repetition),
+                    max_files=max_files[fmt], log=functools.partial(_log_format, fmt))
                 entry = repetition_entry(
-                    ours=ours, fastest=measured[max_files[fmt]["throughput"]],
-                    interval=measured[max_files[fmt]["interval"]],
+                    ours=ours, fastest=measured[BASELINE_KEYS["throughput"]],
+                    interval=measured[BASELINE_KEYS["interval"]],
                     two_cores=2 * limits[fmt].records_per_second)
                 if at_intervals:
                     entry["ours_at_intervals"] = at_intervals
@@ -453,16 +445,13 @@ def run(ns: argparse.Namespace) -> dict[str, Any]:
 def repetition_entry(*, ours: dict[str, Any], fastest: dict[str, Any],
                      interval: dict[str, Any], two_cores: float) -> dict[str, Any]:
     """One repetition: both sides' runs and the ratios against each baseline."""
-    entry: dict[str, Any] = {"ours": ours}
-    for search, ss in (("throughput", fastest), ("interval", interval)):
-        suffix = "" if search == "throughput" else "_at_interval"
-        entry[BASELINE_KEYS[search]] = ss
-        entry[f"ratio_steady{suffix}"] = (ours["steady_records_per_second"]
-                                          / ss["steady_records_per_second"])
-        entry[f"ratio_whole{suffix}"] = (ours["whole_records_per_second"]
-                                         / ss["whole_records_per_second"])
-        entry[f"ratio_end_to_end{suffix}"] = (ss["end_to_end_seconds"]
-                                              / ours["end_to_end_seconds"])
+    entry: dict[str, Any] = {"ours": ours, BASELINE_KEYS["throughput"]: fastest,
+                             BASELINE_KEYS["interval"]: interval}
+    add_ratios(entry, ours=ours)
+    for search in BASELINES:
+        ss = entry[BASELINE_KEYS[search]]
+        entry[f"ratio_end_to_end{SUFFIXES[search]}"] = (ss["end_to_end_seconds"]
+                                                        / ours["end_to_end_seconds"])
     entry["fraction_of_limit"] = ours["steady_records_per_second"] / two_cores
     return entry
 

@@ -51,6 +51,7 @@ per repetition, reported as medians.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import time
 from collections.abc import Iterable
@@ -61,6 +62,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
+from bench.baselines import BASELINE_KEYS, BASELINES, add_ratios, measure, search_sizes
 from bench.common import (
     BenchmarkError,
     DriverRun,
@@ -256,13 +258,6 @@ def _ss(mode: str, *, ss_input: Path, work: Path, scale: Scale, log: Path, prefi
                        timeout=scale.timeout * 2, prefix=prefix)
 
 
-BASELINES = ("throughput", "interval")
-"""Structured Streaming at its fastest batch size (the headline), and at the fastest
-whose batches fit our 1 s checkpoint interval (equal freshness, a second row)."""
-BASELINE_KEYS = {"throughput": "structured_streaming",
-                 "interval": "structured_streaming_at_interval"}
-
-
 def ss_tune(*, ss_input: Path, work: Path, scale: Scale, search: str) -> Tuning:
     line = _ss("tune", ss_input=ss_input, work=work, scale=scale,
                log=work / f"ss-tune-{search}.log", prefix=TUNED_PREFIX,
@@ -328,38 +323,19 @@ def run(ns: argparse.Namespace) -> dict[str, Any]:
         ss_input = link_input(work / "ss-input", generated)
         _log(f"generated {generated.bytes / 2**20:,.0f} MiB in {generated.seconds:.0f} s, "
              f"{len(expected):,} alerts in the reference")
-        tunings: dict[str, Tuning | None] = dict.fromkeys(BASELINES)
-        max_files = dict.fromkeys(BASELINES, scale.max_files or 0)
-        if scale.max_files is None:
-            for search in BASELINES:
-                _log(f"Structured Streaming: the {search} search over maxFilesPerTrigger")
-                tuning = ss_tune(ss_input=ss_input, work=work, scale=scale, search=search)
-                tunings[search] = tuning
-                max_files[search] = max(1, tuning.chosen // spec.file_records)
+        tunings, max_files = search_sizes(
+            functools.partial(ss_tune, ss_input=ss_input, work=work, scale=scale),
+            given=scale.max_files, file_records=spec.file_records, log=_log)
         for repetition in range(scale.repeat):
             _log(f"repetition {repetition + 1}/{scale.repeat}: ours")
             ours = ours_run(generated=generated, work=work, scale=scale, expected=expected,
                             repetition=repetition)
             _log(f"ours: {ours['steady_records_per_second']:,.0f} records/s, output checked")
-            entry: dict[str, Any] = {"ours": ours}
-            by_size: dict[int, dict[str, Any]] = {}
-            for search in BASELINES:
-                size = max_files[search]
-                if size not in by_size:  # both searches chose one size: one run serves both
-                    _log(f"Structured Streaming, {search} baseline (maxFilesPerTrigger {size})")
-                    by_size[size] = ss_run(ss_input=ss_input, work=work, scale=scale,
-                                           max_files=size, expected=expected,
-                                           repetition=repetition)
-                    _log(f"Structured Streaming: "
-                         f"{by_size[size]['steady_records_per_second']:,.0f} records/s, "
-                         f"output checked")
-                ss = by_size[size]
-                suffix = "" if search == "throughput" else "_at_interval"
-                entry[BASELINE_KEYS[search]] = ss
-                entry[f"ratio_steady{suffix}"] = (ours["steady_records_per_second"]
-                                                  / ss["steady_records_per_second"])
-                entry[f"ratio_whole{suffix}"] = (ours["whole_records_per_second"]
-                                                 / ss["whole_records_per_second"])
+            entry: dict[str, Any] = {"ours": ours, **measure(
+                functools.partial(ss_run, ss_input=ss_input, work=work, scale=scale,
+                                  expected=expected, repetition=repetition),
+                max_files=max_files, log=_log)}
+            add_ratios(entry, ours=ours)
             runs.append(entry)
     finally:
         remove_dir(work)

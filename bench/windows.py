@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import sys
 import time
 from pathlib import Path
@@ -48,6 +49,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from bench.baselines import BASELINE_KEYS, BASELINES, add_ratios, measure, search_sizes
 from bench.common import (
     BenchmarkError,
     DriverRun,
@@ -97,12 +99,6 @@ CHECKPOINT_INTERVAL = 1.0
 SS_WARMUP_BATCHES = 2
 TUNE_START = 500_000
 """The first batch size (records) both searches try, as ``throughput``."""
-BASELINES = ("throughput", "interval")
-"""Structured Streaming at its fastest batch size (the headline), and at the fastest
-whose batches fit our 1 s checkpoint interval (equal freshness, a second row)."""
-BASELINE_KEYS = {"throughput": "structured_streaming",
-                 "interval": "structured_streaming_at_interval"}
-"""Where a repetition keeps each baseline's run."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -364,14 +360,9 @@ def run(ns: argparse.Namespace) -> dict[str, Any]:
                               watermark_delay_ms=scale.watermark_delay_ms)
         _log(f"generated {generated.bytes / 2**20:,.0f} MiB in {generated.seconds:.0f} s, "
              f"{len(expected):,} windows in the reference")
-        tunings: dict[str, Tuning | None] = dict.fromkeys(BASELINES)
-        max_files = dict.fromkeys(BASELINES, scale.max_files or 0)
-        if scale.max_files is None:
-            for search in BASELINES:
-                _log(f"Structured Streaming: the {search} search over maxFilesPerTrigger")
-                tuning = ss_tune(ss_input=ss_input, work=work, scale=scale, search=search)
-                tunings[search] = tuning
-                max_files[search] = max(1, tuning.chosen // spec.file_records)
+        tunings, max_files = search_sizes(
+            functools.partial(ss_tune, ss_input=ss_input, work=work, scale=scale),
+            given=scale.max_files, file_records=spec.file_records, log=_log)
         for repetition in range(scale.repeat):
             _log(f"repetition {repetition + 1}/{scale.repeat}: ours")
             ours = ours_run(generated=generated, work=work, scale=scale, expected=expected,
@@ -384,29 +375,13 @@ def run(ns: argparse.Namespace) -> dict[str, Any]:
                                 late_branch=True)
                 _log(f"ours with a late-data branch: "
                      f"{late['steady_records_per_second']:,.0f} records/s, output checked")
-            entry: dict[str, Any] = {"ours": ours}
-            by_size: dict[int, dict[str, Any]] = {}
-            for search in BASELINES:
-                size = max_files[search]
-                if size not in by_size:   # both searches chose one size: one run serves both
-                    _log(f"Structured Streaming, {search} baseline (maxFilesPerTrigger "
-                         f"{size})")
-                    by_size[size] = ss_run(ss_input=ss_input, work=work, scale=scale,
-                                           max_files=size, expected=expected, cut_ms=cut_ms,
-                                           repetition=repetition)
-                    _log(f"Structured Streaming: "
-                         f"{by_size[size]['steady_records_per_second']:,.0f} records/s, "
-                         f"output checked")
-                entry[BASELINE_KEYS[search]] = by_size[size]
+            entry: dict[str, Any] = {"ours": ours, **measure(
+                functools.partial(ss_run, ss_input=ss_input, work=work, scale=scale,
+                                  expected=expected, cut_ms=cut_ms, repetition=repetition),
+                max_files=max_files, log=_log)}
             if late is not None:
                 entry["ours_late_branch"] = late
-            for search in BASELINES:
-                ss = entry[BASELINE_KEYS[search]]
-                suffix = "" if search == "throughput" else "_at_interval"
-                entry[f"ratio_steady{suffix}"] = (ours["steady_records_per_second"]
-                                                  / ss["steady_records_per_second"])
-                entry[f"ratio_whole{suffix}"] = (ours["whole_records_per_second"]
-                                                 / ss["whole_records_per_second"])
+            add_ratios(entry, ours=ours)
             runs.append(entry)
     finally:
         remove_dir(work)
