@@ -9,9 +9,10 @@ groups of 65,536, each record a ``user`` string (``"u-3f9a1c27d1"``) drawn from 
 (default 1,000,000) by a truncated Zipf law of exponent 1.1 (the popular users spread
 over the ids by a fixed permutation), an integer ``amount`` (1..1000), an increasing
 ``ts`` (epoch ms) and a ``page`` string of 50 values. ``orders``: heavier skew (Zipf
-1.4), float amounts (prices in cents), files of 1,000,000 records in one row group. Both sides compute ``count``, ``sum(amount)`` and
-``mean(amount)`` per user, emit the updated aggregates of the keys each step changed,
-and write them to exactly-once Parquet files; every format is measured on its own.
+1.4), float amounts (prices in cents), files of 1,000,000 records in one row group.
+Both sides compute ``count``, ``sum(amount)`` and ``mean(amount)`` per user, emit the
+updated aggregates of the keys each step changed, and write them to exactly-once
+Parquet files; every format is measured on its own.
 
 * **ours** (``bench.realistic_job:per_user_totals``): ``sources.files(format="parquet"
   | "jsonl")`` (its batch size the pipeline's own), ``key_by("user").aggregate(
@@ -221,13 +222,14 @@ def resolve_scale(ns: argparse.Namespace) -> Scale:
                                                      "--repeat and --parallelism >= 1")
     if ns.max_files is not None and ns.max_files < 1:
         raise BenchmarkError(benchmark=NAME, problem="--max-files must be at least 1")
+    refused = BenchmarkError(benchmark=NAME, problem=f"--freshness takes positive seconds, "
+                                                     f"comma-separated; got {ns.freshness!r}")
     try:
         freshness = tuple(sorted({float(t) for t in str(ns.freshness).split(",") if t.strip()}))
     except ValueError:
-        freshness = (-1.0,)
+        raise refused from None
     if any(t <= 0 for t in freshness):
-        raise BenchmarkError(benchmark=NAME, problem=f"--freshness takes positive seconds, "
-                                                     f"comma-separated; got {ns.freshness!r}")
+        raise refused
     extra = () if ns.max_files is not None else tuple(
         t for t in freshness if t != CHECKPOINT_INTERVAL)
     return Scale(spec=spec, dataset=dataset, formats=formats, parallelism=ns.parallelism,
