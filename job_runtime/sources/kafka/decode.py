@@ -4,8 +4,8 @@ the JSON object's fields), ``headers``, ``timestamp`` (ms), ``partition``, ``off
 
 A batch of thousands of records is decoded at once (one JSON parse, metadata columns
 built without a Python call per record where the client allows it; after the first
-batch, only the JSON fields the pipeline reads); only when that fails are the records looked at one by one, to name the first bad one by its topic,
-partition and offset.
+batch, only the JSON fields the pipeline reads); only when that fails are the records
+looked at one by one, to name the first bad one by its topic, partition and offset.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ class RecordDecoder:
     """The only columns the pipeline reads (``None``: all of them). The metadata
     columns cost a call into the client per record each, about as much as parsing the
     JSON: a job that counts per user builds none of them."""
-    _fields: _KnownFields = dataclasses.field(default_factory=lambda: _KnownFields(),
+    _fields: _KnownFields = dataclasses.field(default_factory=_KnownFields,
                                               init=False, repr=False, compare=False)
     """The JSON fields and types of the latest batch parsed whole: the next batches
     parse only the fields the pipeline reads (:mod:`job_runtime.sources.json_projection`)."""
