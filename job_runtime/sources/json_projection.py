@@ -18,6 +18,16 @@ import pyarrow as pa
 import pyarrow.json as pajson
 
 
+def known_types(schema: pa.Schema | None) -> pa.Schema | None:
+    """``schema`` without its fields of type null (``None`` when none is left): a field
+    all null in what was parsed says nothing of its type, which later blocks or batches
+    that hold values tell. What a reader keeps as the types it knows."""
+    if schema is None:
+        return None
+    fields = [f for f in schema if not pa.types.is_null(f.type)]
+    return pa.schema(fields) if fields else None
+
+
 def read_fields_schema(known: pa.Schema | None,
                        columns: frozenset[str] | None) -> pa.Schema | None:
     """The fields of ``known`` that the pipeline reads, or ``None`` when parsing must

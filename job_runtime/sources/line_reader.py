@@ -38,7 +38,7 @@ import pyarrow.json as pajson
 
 from job_runtime.errors import UserCodeError
 from job_runtime.records import Batch, Record
-from job_runtime.sources.json_projection import projected_options
+from job_runtime.sources.json_projection import known_types, projected_options
 from job_runtime.sources.line_blocks import Blocks, read_header
 from job_runtime.sources.source_contract import SplitReader
 
@@ -108,15 +108,6 @@ def _projected(table: pa.Table, columns: frozenset[str] | None) -> pa.Table:
         return table
     kept = [name for name in table.column_names if name in columns]
     return table.select(kept) if kept and len(kept) < table.num_columns else table
-
-
-def _without_null_columns(schema: pa.Schema | None) -> pa.Schema | None:
-    """``schema`` without its columns of type null: a column all null in the first
-    block says nothing of its type, which the blocks that hold values infer."""
-    if schema is None:
-        return None
-    fields = [f for f in schema if not pa.types.is_null(f.type)]
-    return pa.schema(fields) if fields else None
 
 
 def _as_json_type(kind: pa.DataType) -> pa.DataType:
@@ -251,7 +242,7 @@ class LineReader(SplitReader):
                 problem = str(exc)
                 continue
             if not self._schema_known:
-                self._schema = _without_null_columns(table.schema)
+                self._schema = known_types(table.schema)
                 self._schema_known = True
             return _one_batch(table)
         raise self._bad_data(start, f"the CSV block cannot be read ({problem})")
@@ -274,7 +265,7 @@ class LineReader(SplitReader):
             except pa.ArrowInvalid:
                 continue
             if not self._schema_known:
-                self._schema = _without_null_columns(table.schema)
+                self._schema = known_types(table.schema)
                 self._schema_known = True
             return _one_batch(_projected(table, self._columns))
         self._schema_known = True

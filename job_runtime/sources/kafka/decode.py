@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from job_runtime.errors import UserCodeError
-from job_runtime.sources.json_projection import projected_options
+from job_runtime.sources.json_projection import known_types, projected_options
 from job_runtime.sources.kafka.plan import KafkaPartition
 
 if TYPE_CHECKING:
@@ -129,8 +129,7 @@ class RecordDecoder:
                 raise self._bad_json(messages, arrow=str(exc)) from None
             # The fields of the latest batch parsed whole (a field all null in it says
             # nothing of its type) are what the next batches are parsed into.
-            self._fields.schema = pa.schema(
-                [f for f in table.schema if not pa.types.is_null(f.type)])
+            self._fields.schema = known_types(table.schema)
         if table.num_rows != len(values):
             raise self._bad_json(messages,
                                  arrow=f"{table.num_rows} rows from {len(values)} values")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from job_runtime.sources.json_projection import projected_options, read_fields_schema
+from job_runtime.sources.json_projection import known_types, projected_options, read_fields_schema
 
 KNOWN = pa.schema([("user", pa.string()), ("amount", pa.int64()), ("page", pa.string())])
 
@@ -35,3 +35,10 @@ def test_the_options_ignore_the_unread_fields_and_keep_newlines_in_values_as_ask
     assert options.explicit_schema == pa.schema([("user", pa.string())])
     assert options.unexpected_field_behavior == "ignore"
     assert options.newlines_in_values
+
+
+def test_the_known_types_leave_out_fields_only_null_so_far() -> None:
+    parsed = pa.schema([("user", pa.string()), ("region", pa.null())])
+    assert known_types(parsed) == pa.schema([("user", pa.string())])
+    assert known_types(pa.schema([("region", pa.null())])) is None
+    assert known_types(None) is None
