@@ -95,7 +95,7 @@ from bench.common import (
     update_summary,
     write_result,
 )
-from bench.freshness import INTERVALS, RateAt, curve, rate_at
+from bench.freshness import INTERVALS, CurvePoint, RateAt, curve, rate_at
 from bench.realistic_data import (
     FORMATS,
     Dataset,
@@ -538,14 +538,17 @@ class FreshnessRow:
         return None if rate is None else self.ours_steady / rate
 
 
-def freshness_rows(runs: list[dict[str, Any]], tunings: dict[str, Tuning | None],
+def searches_curve(tunings: dict[str, Tuning | None]) -> tuple[CurvePoint, ...]:
+    """Structured Streaming's rate against its batch time: every size both of its
+    searches measured (none without a search)."""
+    return curve(p for t in tunings.values() if t is not None for p in t.points)
+
+
+def freshness_rows(runs: list[dict[str, Any]], ss_curve: tuple[CurvePoint, ...],
                    intervals: tuple[float, ...]) -> list[FreshnessRow]:
-    """One row per extra interval of ours; Structured Streaming's curve is every size
-    both of its searches measured."""
-    points = [p for t in tunings.values() if t is not None for p in t.points]
-    if not points or not intervals:
+    """One row per extra interval of ours, against ``ss_curve`` at that batch time."""
+    if not ss_curve or not intervals:
         return []
-    ss_curve = curve(points)
     return [FreshnessRow(interval=t,
                          ours_steady=median(r["ours_at_intervals"][f"{t:g}"]
                                             ["steady_records_per_second"] for r in runs),
@@ -575,7 +578,8 @@ def report(*, scale: Scale, generated: Generated, reference_users: int,
            minutes: float) -> dict[str, Any]:
     spec = scale.spec
     results = {fmt: summarize(runs[fmt], limits[fmt]) for fmt in scale.formats}
-    freshness = {fmt: freshness_rows(runs[fmt], tunings[fmt], scale.freshness)
+    curves = {fmt: searches_curve(tunings[fmt]) for fmt in scale.formats}
+    freshness = {fmt: freshness_rows(runs[fmt], curves[fmt], scale.freshness)
                  for fmt in scale.formats}
     rows: list[list[Any]] = []
     for fmt, res in results.items():
@@ -623,7 +627,7 @@ def report(*, scale: Scale, generated: Generated, reference_users: int,
                         rows)
     _plot(results, name=scale.result_name, dataset=scale.dataset)
     if any(freshness.values()):
-        _plot_freshness(results, tunings, freshness, name=scale.result_name)
+        _plot_freshness(results, curves, freshness, name=scale.result_name)
     data = {
         "scale": {**dataclasses.asdict(spec), "dataset": str(scale.dataset),
                   "files": spec.files,
@@ -727,17 +731,18 @@ def _plot(results: dict[str, FormatResult], *, name: str, dataset: Dataset) -> N
 
 
 def _plot_freshness(results: dict[str, FormatResult],
-                    tunings: dict[str, dict[str, Tuning | None]],
+                    curves: dict[str, tuple[CurvePoint, ...]],
                     freshness: dict[str, list[FreshnessRow]], *, name: str) -> None:
     """Structured Streaming's rate against its batch time, and ours at each checkpoint
     interval: the comparison at matched freshness, as a picture."""
     plt = pyplot()
     fig, axes = plt.subplots(1, len(results), figsize=(5.5 * len(results), 4), squeeze=False)
     for ax, (fmt, res) in zip(axes[0], results.items(), strict=True):
-        ss_curve = curve(p for t in tunings[fmt].values() if t is not None for p in t.points)
+        ss_curve = curves[fmt]
         ax.plot([p.batch_seconds for p in ss_curve], [p.records_per_second for p in ss_curve],
                 "o-", color="tab:orange", label="SS, by batch time (its searches)")
-        ours = [(1.0, res.ours_steady)] + [(r.interval, r.ours_steady) for r in freshness[fmt]]
+        ours = [(CHECKPOINT_INTERVAL, res.ours_steady),
+                *((r.interval, r.ours_steady) for r in freshness[fmt])]
         ax.plot([t for t, _ in ours], [v for _, v in ours], "s", color="tab:blue",
                 label="ours, by checkpoint interval")
         ax.set_xscale("log")

@@ -37,7 +37,7 @@ import sys
 import time
 from typing import Any
 
-from bench.realistic_data import SPARK_FORMATS, DataSpec
+from bench.realistic_data import SPARK_FORMATS, spark_schema
 from bench.windows_ss import (
     Batch,
     QueryRun,
@@ -127,13 +127,11 @@ def main() -> int:
     parser.add_argument("--float-amounts", action="store_true",
                         help="the input's amounts are floats (the orders dataset)")
     ns = parser.parse_args()
-    schema = DataSpec(records=1, keys=1, file_records=1,
-                      float_amounts=ns.float_amounts).spark_schema
     spark = session(parallelism=ns.parallelism, app="bench-realistic-structured-streaming",
                     conf={"spark.sql.files.openCostInBytes": str(OPEN_COST_BYTES),
                           "spark.driver.memory": DRIVER_MEMORY})
     start_query = functools.partial(start, spark, source=ns.input, fmt=ns.format,
-                                    schema=schema)
+                                    schema=spark_schema(float_amounts=ns.float_amounts))
     return serve(ns, spark=spark,
                  tune_step=lambda work: tune(start_query=start_query, ns=ns, work=work,
                                              label=f"{ns.format}, "),

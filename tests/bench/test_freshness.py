@@ -52,7 +52,7 @@ def test_a_batch_time_measured_twice_keeps_its_faster_rate() -> None:
 
 
 def test_the_realistic_rows_hold_our_median_at_each_interval_against_the_curve() -> None:
-    from bench.realistic import freshness_rows
+    from bench.realistic import freshness_rows, searches_curve
     from bench.ss_results import Tuning
 
     runs = [{"ours_at_intervals": {"5": {"steady_records_per_second": rate},
@@ -60,11 +60,12 @@ def test_the_realistic_rows_hold_our_median_at_each_interval_against_the_curve()
             for rate in (4e6, 6e6, 5e6)]
     tunings = {"throughput": Tuning(points=tuple(SEARCH[:3]), chosen=2_000_000),
                "interval": Tuning(points=(SEARCH[3],), chosen=500_000)}
-    five, ten = freshness_rows(runs, tunings, (5.0, 10.0))
+    five, ten = freshness_rows(runs, searches_curve(tunings), (5.0, 10.0))
     assert (five.ours_steady, five.ss.reading, five.ss.records_per_second) == \
         (5e6, Reading.FASTEST, 1_140_000)
     assert ten.ratio == pytest.approx(10e6 / 1_140_000)
-    assert freshness_rows(runs, {"throughput": None, "interval": None}, (5.0,)) == []
+    assert freshness_rows(runs, searches_curve({"throughput": None, "interval": None}),
+                          (5.0,)) == []
 
 
 def test_the_realistic_benchmark_refuses_a_freshness_that_is_not_seconds() -> None:
