@@ -81,3 +81,30 @@ def test_overhead_refuses_a_run_too_short_to_hold_its_checkpoints() -> None:
     with pytest.raises(BenchmarkError, match="raise --records"):
         require_checkpoints(benchmark="overhead", run="repetition 1", completed=1,
                             expected=1.2, advice="raise --records")
+
+
+def test_all_lists_its_numbered_steps_and_runs_a_part_of_them() -> None:
+    from bench.__main__ import selected_steps
+
+    whole = selected_steps(repeat=None, first=1, last=None)
+    assert [number for number, _ in whole] == list(range(1, len(ALL) + 1))
+    part = selected_steps(repeat=2, first=14, last=None)
+    assert part[0] == (14, ["realistic", "--records", "40000000", "--repeat", "2"])
+    assert [args[0] for _, args in part] == ["realistic", "realistic", "windows", "kafka"]
+
+
+def test_all_puts_the_searched_comparisons_last_so_two_parts_split_them_from_the_rest() -> None:
+    names = [step[0] for step in ALL]
+    assert names[-4:] == ["realistic", "realistic", "windows", "kafka"]
+
+
+@pytest.mark.parametrize("first, last", [(0, None), (5, 4), (1, len(ALL) + 1)])
+def test_all_refuses_a_range_of_steps_that_does_not_exist_in_words(
+        first: int, last: int | None) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "all", "--from", str(first),
+         *(["--to", str(last)] if last is not None else []), "--list"],
+        cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 2
+    assert "is not a range of steps" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -1,0 +1,162 @@
+"""What one ``python -m bench all`` measured on, and how long each of its steps took.
+
+Every benchmark's result file says what it measured; this record says which commit
+measured it, when, for how long and under what load, so a README's run of record can
+be checked against it. It is written after every step, so a run that is stopped keeps
+what it finished. A run may come in parts (``--from``/``--to``, when the whole does not
+fit the time at hand): a part on the same code as the record on disk is added to it, one
+on other code starts a new record, so a record never mixes two versions. "The same code"
+is every tracked file but the prose (``*.md``) and the results themselves, so a commit
+that only writes down the first part's numbers does not split the run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import hashlib
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from bench.common import REPO, RESULTS
+
+VERSION = 1
+"""The layout of ``all.json``; a record of another version is replaced, not merged."""
+NAME = "all.json"
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _git(*args: str, repo: Path) -> str:
+    done = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True,
+                          timeout=60, check=False)
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
+def _measured(path: str) -> bool:
+    """Whether a tracked file can change what a benchmark measures."""
+    return not (path.endswith(".md") or path.startswith("bench/results/"))
+
+
+def current_commit(*, repo: Path = REPO) -> str:
+    """The checked-out commit, ``+dirty`` when measured files differ from it (a run on
+    uncommitted code is no run of record, and the record must say so)."""
+    commit = _git("rev-parse", "HEAD", repo=repo) or "unknown"
+    changed = _git("status", "--porcelain", "--untracked-files=no", repo=repo).splitlines()
+    dirty = any(_measured(line[3:].split(" -> ")[-1]) for line in changed)
+    return commit + ("+dirty" if dirty else "")
+
+
+def code_digest(*, repo: Path = REPO) -> str:
+    """A digest of every measured tracked file's content at ``HEAD``: equal for two
+    commits that differ only in prose or results."""
+    listing = _git("ls-tree", "-r", "HEAD", repo=repo).splitlines()
+    digest = hashlib.sha256()
+    for line in listing:
+        meta, _, path = line.partition("\t")
+        if _measured(path):
+            digest.update(f"{meta} {path}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+@dataclasses.dataclass(kw_only=True)
+class Step:
+    number: int
+    args: list[str]
+    started_at: str
+    seconds: float
+    ok: bool
+    error: str | None
+    load_average: tuple[float, float, float]
+    """The 1, 5 and 15 minute load averages as the step ended: a busy machine shows."""
+
+
+@dataclasses.dataclass(kw_only=True)
+class Part:
+    argv: list[str]
+    started_at: str
+    commit: str
+    finished_at: str | None = None
+    steps: list[Step] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass(kw_only=True)
+class RunRecord:
+    commit: str
+    """The commit the record began on (later parts may be on commits that add prose)."""
+    code: str
+    """:func:`code_digest` of that commit: the parts of one record share it."""
+    cores: int
+    parts: list[Part]
+    path: Path
+    version: int = VERSION
+
+    @classmethod
+    def begin(cls, *, argv: list[str], results: Path = RESULTS, commit: str | None = None,
+              code: str | None = None) -> RunRecord:
+        """A new part: added to the record on disk when that record measured the same
+        code, else the first part of a new record."""
+        commit = commit or current_commit()
+        code = code or code_digest()
+        path = results / NAME
+        part = Part(argv=list(argv), started_at=_now(), commit=commit)
+        earlier = _load(path)
+        if (earlier is not None and earlier.code == code and not commit.endswith("+dirty")
+                and not earlier.commit.endswith("+dirty")):
+            earlier.parts.append(part)
+            earlier.path = path
+            earlier.save()
+            return earlier
+        record = cls(commit=commit, code=code, cores=os.cpu_count() or 0, parts=[part],
+                     path=path)
+        record.save()
+        return record
+
+    def add_step(self, *, number: int, args: list[str], seconds: float,
+                 error: str | None) -> None:
+        started = (datetime.datetime.now(datetime.UTC)
+                   - datetime.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+        load = os.getloadavg()
+        self.parts[-1].steps.append(Step(
+            number=number, args=list(args), started_at=started, seconds=round(seconds, 1),
+            ok=error is None, error=error,
+            load_average=(round(load[0], 2), round(load[1], 2), round(load[2], 2))))
+        self.save()
+
+    def finish(self) -> None:
+        self.parts[-1].finished_at = _now()
+        self.save()
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        body = {"version": self.version, "commit": self.commit, "code": self.code,
+                "cores": self.cores,
+                "parts": [dataclasses.asdict(part) for part in self.parts]}
+        temporary = self.path.with_suffix(".tmp")
+        temporary.write_text(json.dumps(body, indent=2) + "\n")
+        temporary.replace(self.path)
+
+
+def _load(path: Path) -> RunRecord | None:
+    """The record on disk, or None when there is none or it is not one this code reads."""
+    try:
+        body: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if body.get("version") != VERSION:
+        return None
+    try:
+        parts = [Part(argv=part["argv"], started_at=part["started_at"],
+                      commit=part["commit"], finished_at=part.get("finished_at"),
+                      steps=[Step(**{**step, "load_average": tuple(step["load_average"])})
+                             for step in part["steps"]])
+                 for part in body["parts"]]
+        return RunRecord(commit=str(body["commit"]), code=str(body["code"]),
+                         cores=int(body["cores"]), parts=parts, path=path)
+    except (KeyError, TypeError):
+        return None
