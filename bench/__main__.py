@@ -82,6 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="start at this step (numbered by --list; default 1)")
     every.add_argument("--to", dest="last", type=int, default=None, metavar="STEP",
                        help="stop after this step (default: the last)")
+    every.add_argument("--join", action="store_true",
+                       help="add this part to the run on record although the code changed "
+                            "since its first part (the changed files are listed in all.json)")
     every.add_argument("--list", action="store_true",
                        help="print the numbered steps and exit")
     for name in BENCHMARKS:
@@ -131,7 +134,7 @@ def _run_all(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         for number, args in steps:
             print(f"{number:>3}  {' '.join(args)}")
         return 0
-    record = run_record.RunRecord.begin(argv=sys.argv[1:])
+    record = run_record.RunRecord.begin(argv=sys.argv[1:], join=ns.join)
     failures = []
     for number, args in steps:
         step = " ".join(args)

@@ -5,9 +5,12 @@ measured it, when, for how long and under what load, so a README's run of record
 be checked against it. It is written after every step, so a run that is stopped keeps
 what it finished. A run may come in parts (``--from``/``--to``, when the whole does not
 fit the time at hand): a part on the same code as the record on disk is added to it, one
-on other code starts a new record, so a record never mixes two versions. "The same code"
-is every tracked file but the prose (``*.md``) and the results themselves, so a commit
-that only writes down the first part's numbers does not split the run.
+on other code starts a new record, so a record never mixes two versions unawares. "The
+same code" is every tracked file but the prose (``*.md``, ``docs/``), the tests and the
+results themselves, so a commit that only writes down the first part's numbers does not
+split the run. A part may join a record measured on other code when asked to
+(``--join``: work went on between the parts); it then lists every measured file that
+changed since the record's first part, for a reader to judge.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import hashlib
 import json
 import os
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +42,19 @@ def _git(*args: str, repo: Path) -> str:
     return done.stdout.strip() if done.returncode == 0 else ""
 
 
+NOT_MEASURED = ("bench/results/", "docs/", "tests/")
+"""Folders whose files no benchmark runs (with every ``*.md`` file)."""
+
+
 def _measured(path: str) -> bool:
     """Whether a tracked file can change what a benchmark measures."""
-    return not (path.endswith(".md") or path.startswith("bench/results/"))
+    return not (path.endswith(".md") or path.startswith(NOT_MEASURED))
+
+
+def changed_files(*, since: str, repo: Path = REPO) -> list[str]:
+    """The measured files that differ between commit ``since`` and ``HEAD``."""
+    names = _git("diff", "--name-only", since.removesuffix("+dirty"), "HEAD", repo=repo)
+    return sorted(name for name in names.splitlines() if name and _measured(name))
 
 
 def current_commit(*, repo: Path = REPO) -> str:
@@ -83,6 +97,9 @@ class Part:
     commit: str
     finished_at: str | None = None
     steps: list[Step] = dataclasses.field(default_factory=list)
+    changed: list[str] = dataclasses.field(default_factory=list)
+    """Measured files changed since the record's first part (a part that joined with
+    ``--join``); empty for a part on the same code."""
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -98,16 +115,23 @@ class RunRecord:
 
     @classmethod
     def begin(cls, *, argv: list[str], results: Path = RESULTS, commit: str | None = None,
-              code: str | None = None) -> RunRecord:
+              code: str | None = None, join: bool = False,
+              changed: Callable[[str], list[str]] | None = None) -> RunRecord:
         """A new part: added to the record on disk when that record measured the same
-        code, else the first part of a new record."""
+        code (or, with ``join``, other code: the part then lists the measured files
+        changed since, by ``changed(first commit)``), else the first part of a new
+        record. Uncommitted code never joins or is joined."""
         commit = commit or current_commit()
         code = code or code_digest()
         path = results / NAME
         part = Part(argv=list(argv), started_at=_now(), commit=commit)
         earlier = _load(path)
-        if (earlier is not None and earlier.code == code and not commit.endswith("+dirty")
-                and not earlier.commit.endswith("+dirty")):
+        clean = not commit.endswith("+dirty") and (
+            earlier is None or not earlier.commit.endswith("+dirty"))
+        if earlier is not None and clean and (earlier.code == code or join):
+            if earlier.code != code:
+                part.changed = (changed or (lambda since: changed_files(since=since)))(
+                    earlier.commit)
             earlier.parts.append(part)
             earlier.path = path
             earlier.save()
@@ -153,6 +177,7 @@ def _load(path: Path) -> RunRecord | None:
     try:
         parts = [Part(argv=part["argv"], started_at=part["started_at"],
                       commit=part["commit"], finished_at=part.get("finished_at"),
+                      changed=list(part.get("changed", [])),
                       steps=[Step(**{**step, "load_average": tuple(step["load_average"])})
                              for step in part["steps"]])
                  for part in body["parts"]]

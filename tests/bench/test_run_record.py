@@ -101,3 +101,49 @@ def test_prose_and_results_change_neither_the_code_digest_nor_cleanliness(
     (tmp_path / "a.py").write_text("x = 2\n")
     git("commit", "-qam", "code")
     assert code_digest(repo=tmp_path) != before
+
+
+def test_a_part_joins_a_record_on_other_code_only_when_asked_and_lists_what_changed(
+        tmp_path: Path) -> None:
+    RunRecord.begin(argv=["all", "--from", "14"], results=tmp_path, commit="abc",
+                    code="c1").finish()
+    asked: list[str] = []
+
+    def changed(since: str) -> list[str]:
+        asked.append(since)
+        return ["cjob/kubectl.py"]
+    RunRecord.begin(argv=["all", "--to", "13", "--join"], results=tmp_path, commit="def",
+                    code="c2", join=True, changed=changed)
+    body = json.loads((tmp_path / "all.json").read_text())
+    assert asked == ["abc"]
+    assert [part["changed"] for part in body["parts"]] == [[], ["cjob/kubectl.py"]]
+    assert body["code"] == "c1"
+
+
+def test_uncommitted_code_never_joins_even_when_asked(tmp_path: Path) -> None:
+    RunRecord.begin(argv=["all"], results=tmp_path, commit="abc", code="c1").finish()
+    RunRecord.begin(argv=["all"], results=tmp_path, commit="def+dirty", code="c2", join=True,
+                    changed=lambda since: [])
+    body = json.loads((tmp_path / "all.json").read_text())
+    assert body["commit"] == "def+dirty"
+    assert len(body["parts"]) == 1
+
+
+def test_changed_files_leave_out_tests_docs_prose_and_results(tmp_path: Path) -> None:
+    from bench.run_record import changed_files
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-c", "user.email=a@b", "-c", "user.name=a", *args],
+                              cwd=tmp_path, check=True, capture_output=True,
+                              text=True).stdout.strip()
+    git("init", "-q")
+    for name in ("a.py", "tests/t.py", "docs/x.txt", "README.md", "bench/results/r.json"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("1\n")
+    git("add", ".")
+    git("commit", "-qm", "one")
+    first = git("rev-parse", "HEAD")
+    for name in ("a.py", "tests/t.py", "docs/x.txt", "README.md", "bench/results/r.json"):
+        (tmp_path / name).write_text("2\n")
+    git("commit", "-qam", "two")
+    assert changed_files(since=first, repo=tmp_path) == ["a.py"]
