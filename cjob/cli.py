@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cjob import views
 from cjob.embedded import RunOptions
 from cjob_spec import CheckpointedJob, CjobSpecError, load_job_file
 from cjob_spec.model import is_s3_code
@@ -57,14 +58,14 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="show a job's status")
     status.add_argument("name")
     status.add_argument("--state-dir", default=DEFAULT_STATE_DIR)
-    status.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    status.add_argument("-o", "--output", choices=views.OUTPUTS, default="table")
 
     checkpoints = sub.add_parser("checkpoints", help="checkpoint commands")
     csub = checkpoints.add_subparsers(dest="checkpoints_command", required=True)
     listing = csub.add_parser("list", help="list a job's retained checkpoints")
     listing.add_argument("name")
     listing.add_argument("--state-dir", default=DEFAULT_STATE_DIR)
-    listing.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    listing.add_argument("-o", "--output", choices=views.OUTPUTS, default="table")
 
     snapshot = sub.add_parser("snapshot", help="copy a job's checkpoint into a snapshot that "
                                                "outlives the job's checkpoints")
@@ -138,27 +139,11 @@ def cmd_status(ns: argparse.Namespace) -> int:
     if directory is None or not (directory / "status.json").exists():
         return _fail(f"no job {ns.name!r} in {ns.state_dir} (run it with cjob run first)", 1)
     status: dict[str, Any] = json.loads((directory / "status.json").read_text())
-    if ns.output == "json":
-        print(json.dumps(status, indent=2, sort_keys=True))
+    output = views.Output(ns.output)
+    if output is not views.Output.TABLE:
+        print(views.dump(status, output=output))
         return 0
-    latest = status.get("latestCheckpoint") or {}
-    restored = status.get("restoredFrom") or {}
-    failure = status.get("lastFailure") or {}
-    rows = [
-        ("Name", ns.name),
-        ("Phase", status.get("phase", "-")),
-        ("Attempt", status.get("attempt", 0)),
-        ("Restarts", status.get("restarts", 0)),
-        ("Latest checkpoint", latest.get("id", "-")),
-        ("Checkpoint path", latest.get("path", "-")),
-        ("Restored from", restored.get("id", "-")),
-        ("Last failure", f"{failure.get('reason')}: {failure.get('message')}" if failure
-         else "-"),
-        ("Message", status.get("message") or "-"),
-    ]
-    width = max(len(k) for k, _ in rows)
-    for key, value in rows:
-        print(f"{key:<{width}}  {value}")
+    print(views.status_fields(name=ns.name, status=status, now=datetime.now(UTC)))
     return 0
 
 
@@ -181,14 +166,11 @@ def cmd_checkpoints_list(ns: argparse.Namespace) -> int:
         checkpoints = _retained(directory)
     except StoreError as exc:
         return _fail(str(exc), 1)
-    if ns.output == "json":
-        print(json.dumps([json.loads(c.to_json()) for c in checkpoints], indent=2))
+    output = views.Output(ns.output)
+    if output is not views.Output.TABLE:
+        print(views.dump(views.checkpoint_data(checkpoints), output=output))
         return 0
-    print(f"{'ID':>6}  {'COMPLETED':<20}  {'SIZE':>10}  {'ATTEMPT':>7}  PATH")
-    for c in checkpoints:
-        when = datetime.fromtimestamp(c.timestamp, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        print(f"{c.checkpoint_id:>6}  {when:<20}  {c.size_bytes:>10}  {c.attempt:>7}  "
-              f"{c.metadata_path}")
+    print(views.checkpoint_table(checkpoints, now=datetime.now(UTC)))
     if not checkpoints:
         print("(no retained checkpoints)")
     return 0

@@ -247,6 +247,7 @@ class EmbeddedRunner:
         """The driver process of ``action``: what a driver pod would run, locally."""
         attempt = action.attempt
         args = to_runtime_args(self._settings(restore_pointer=action.restore_pointer,
+                                              restore_exact=action.restore_exact,
                                               attempt=attempt,
                                               status_file=str(self.paths.runtime_status(attempt))))
         # An earlier run of a job of this name may have left this attempt's progress
@@ -257,12 +258,12 @@ class EmbeddedRunner:
                             env=driver_environment(self.job, os.environ),
                             log=self.paths.log(attempt))
 
-    def _settings(self, *, restore_pointer: str, attempt: int,
+    def _settings(self, *, restore_pointer: str, attempt: int, restore_exact: bool = False,
                   status_file: str | None = None) -> RuntimeSettings:
         """What a local driver of ``attempt`` is told: a driver pod's settings, with the
         file store and a local master."""
         return runtime_settings(self._job_for_attempt(), restore_pointer=restore_pointer,
-                                attempt=attempt, store=file_store_arg(str(self.paths.store)),
+                                restore_exact=restore_exact, attempt=attempt, store=file_store_arg(str(self.paths.store)),
                                 master=_local_master(self.job), job_uid=self._uid,
                                 metrics_port=self.options.metrics_port, status_file=status_file)
 

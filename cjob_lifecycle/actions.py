@@ -90,6 +90,9 @@ class CreateDriver:
     attempt: int
     restore_pointer: str
     image: str
+    restore_exact: bool = False
+    """A redeploy's attempt: the driver restores ``restore_pointer`` even when the store
+    holds newer checkpoints (whose state the redeploy discards)."""
 
 
 @dataclass(frozen=True)

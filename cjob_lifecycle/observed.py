@@ -235,5 +235,11 @@ class Observed:
         nonce = self.job.spec.checkpoint.trigger_nonce
         return nonce if nonce and nonce != self.status.last_trigger_nonce else None
 
+    @property
+    def pending_redeploy_nonce(self) -> str | None:
+        """A ``spec.restore.redeployNonce`` not acted on yet, if any."""
+        nonce = self.job.spec.restore.redeploy_nonce
+        return nonce if nonce and nonce != self.status.last_redeploy_nonce else None
+
     def pod(self, name: str | None) -> DriverPod | None:
         return next((pod for pod in self.pods if pod.name == name), None)

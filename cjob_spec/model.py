@@ -243,6 +243,11 @@ class RestoreSpec:
     """Whether a restore may drop state the job's pipeline no longer maps (an operator
     renamed, removed or changed): those operators start empty and an Event lists
     them. Off by default: such a restore fails with ``IncompatibleState``."""
+    redeploy_nonce: str | None = None
+    """``spec.restore.redeployNonce``: a new value starts the job again from ``source``
+    (never ``latest``), whatever checkpoints it took since; every attempt restores
+    ``source`` until one completes a checkpoint of its own. Flink's operator calls the
+    same request ``savepointRedeployNonce``."""
 
 
 @dataclass(frozen=True)

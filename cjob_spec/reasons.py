@@ -45,6 +45,9 @@ class Reason(StrEnum):
     """An attempt started when ``spec.suspend`` was set back to false."""
     RETRYING = "Retrying"
     """A failed job started again: its spec changed, or what it lacked arrived."""
+    REDEPLOYED = "Redeployed"
+    """An attempt started for ``spec.restore.redeployNonce``, from ``spec.restore``'s
+    from or snapshot instead of the latest checkpoint."""
 
     # --- where the job is: status.reason, the Ready and Progressing conditions -----------
     PENDING = "Pending"
@@ -58,6 +61,9 @@ class Reason(StrEnum):
     UPGRADING = "Upgrading"
     """The spec changed: the running attempt is stopped, to restart from its latest
     checkpoint."""
+    REDEPLOYING = "Redeploying"
+    """``spec.restore.redeployNonce`` changed: the running attempt is stopped, to start
+    again from ``spec.restore``'s from or snapshot."""
     SUSPENDING = "Suspending"
     """``spec.suspend`` is set: a final checkpoint is taken before the driver stops."""
     SUSPENDED = "Suspended"

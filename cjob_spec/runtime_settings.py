@@ -37,6 +37,10 @@ from cjob_spec.versioned import versioned_body
 
 SETTINGS_VERSION = 1
 DEFAULT_LOCAL_MASTER = "local[*]"
+ADDED_IN_VERSION_1 = frozenset({"restore_exact"})
+"""Fields added to version 1 after it shipped: written only when they differ from their
+default, so a document that does not use them still runs on a runtime that predates
+them (which refuses fields it does not know)."""
 
 
 class RuntimeSettingsError(ValueError):
@@ -74,6 +78,10 @@ class RuntimeSettings:
     sink_stall_timeout: float = defaults.SINK_STALL_TIMEOUT.default_value().seconds
     restore: str = defaults.RESTORE_FROM.default
     """``latest``, a checkpoint id of this job, or a path to a ``_metadata`` file."""
+    restore_exact: bool = False
+    """A redeploy (``spec.restore.redeployNonce``): restore ``restore`` itself even when
+    the store holds newer checkpoints, whose state the redeploy discards. Otherwise a
+    named starting point older than the store's newest gives way to the newest."""
     on_unreadable: OnUnreadable = DEFAULT_ON_UNREADABLE
     allow_foreign_restore: bool = False
     allow_non_restored_state: bool = False
@@ -90,6 +98,8 @@ class RuntimeSettings:
         body: dict[str, Any] = {"version": SETTINGS_VERSION}
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
+            if field.name in ADDED_IN_VERSION_1 and value == field.default:
+                continue
             if isinstance(value, enum.Enum):
                 value = value.value
             elif isinstance(value, tuple):

@@ -48,6 +48,16 @@ class Phase(StrEnum):
         return self in (Phase.SUCCEEDED, Phase.FAILED)
 
 
+class DiscardedReplacement(StrEnum):
+    """What an attempt starts from while the state a change discarded is still the
+    store's latest (``JobStatus.discarded_through``)."""
+
+    EMPTY = "Empty"
+    """An ``upgradeMode: Stateless`` upgrade: nothing."""
+    RESTORE_SOURCE = "RestoreSource"
+    """A redeploy (``spec.restore.redeployNonce``): ``spec.restore``'s from or snapshot."""
+
+
 class ConditionType(StrEnum):
     READY = "Ready"
     PROGRESSING = "Progressing"
@@ -291,6 +301,11 @@ class JobStatus:
     """With ``discarded_through``: the attempt the upgrade stopped. Its driver may still
     complete a checkpoint between the change and its end; that checkpoint holds the
     discarded state as well, so only a checkpoint of a later attempt ends the discard."""
+    discarded_replacement: DiscardedReplacement | None = None
+    """With ``discarded_through``: what attempts start from instead of the discarded
+    state (``None`` reads as ``EMPTY``, what a status written before redeploys means)."""
+    last_redeploy_nonce: str | None = None
+    """The last ``spec.restore.redeployNonce`` the operator acted on."""
     rolled_back_spec_hash: str | None = None
     """The hash of a spec that was rolled back: while the job's spec still hashes to it,
     the job runs ``stable_spec`` instead."""
@@ -336,6 +351,9 @@ class JobStatus:
             ("upgrade", self.upgrade and self.upgrade.to_dict()),
             ("discardedThrough", self.discarded_through),
             ("discardedAttempt", self.discarded_attempt),
+            ("discardedReplacement",
+             self.discarded_replacement and self.discarded_replacement.value),
+            ("lastRedeployNonce", self.last_redeploy_nonce),
             ("rolledBackSpecHash", self.rolled_back_spec_hash),
         ]
         for key, value in optional:
@@ -386,6 +404,8 @@ class JobStatus:
             upgrade=_nested(data, "upgrade", PendingUpgrade.from_dict),
             discarded_through=_int(data, "discardedThrough"),
             discarded_attempt=_int(data, "discardedAttempt"),
+            discarded_replacement=_replacement(data),
+            last_redeploy_nonce=_str(data, "lastRedeployNonce"),
             rolled_back_spec_hash=_str(data, "rolledBackSpecHash"),
         )
 
@@ -425,6 +445,12 @@ def set_condition(
 def _str(data: Mapping[str, Any], key: str) -> str | None:
     value = data.get(key)
     return value if isinstance(value, str) else None
+
+
+def _replacement(data: Mapping[str, Any]) -> DiscardedReplacement | None:
+    value = data.get("discardedReplacement")
+    known = {item.value: item for item in DiscardedReplacement}
+    return known.get(value) if isinstance(value, str) else None
 
 
 def _strings(data: Mapping[str, Any], key: str) -> tuple[str, ...]:

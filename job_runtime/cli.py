@@ -89,6 +89,9 @@ def _job_flags(run: argparse.ArgumentParser) -> None:
     run.add_argument("--checkpoint-stall-intervals", type=int, default=quiet)
     run.add_argument("--sink-stall-timeout", type=float, default=quiet)
     run.add_argument("--restore", default=quiet)
+    run.add_argument("--restore-exact", action="store_true", default=quiet,
+                     help="restore --restore itself even when the store holds newer "
+                          "checkpoints (a redeploy)")
     run.add_argument("--on-unreadable", choices=list(_ON_UNREADABLE), default=quiet)
     run.add_argument("--allow-foreign-restore", action="store_true", default=quiet)
     run.add_argument("--allow-non-restored-state", action="store_true", default=quiet)
@@ -214,7 +217,8 @@ def settings_from_args(ns: argparse.Namespace) -> DriverSettings:
                                       stall_intervals=runtime.checkpoint_stall_intervals),
         sink_stall_timeout=runtime.sink_stall_timeout,
         mode=runtime.checkpoint_mode, unaligned=runtime.unaligned, retained=runtime.retained,
-        restore=runtime.restore, on_unreadable=runtime.on_unreadable,
+        restore=runtime.restore, restore_exact=runtime.restore_exact,
+        on_unreadable=runtime.on_unreadable,
         allow_foreign_restore=runtime.allow_foreign_restore,
         allow_non_restored_state=runtime.allow_non_restored_state, attempt=runtime.attempt,
         store=store, metrics_port=runtime.metrics_port, status_file=runtime.status_file,

@@ -6,7 +6,9 @@ to it. Before its driver is created or promoted, the store's fence is advanced t
 so older attempts (a zombie on a lost node) can no longer write. An attempt restores
 from ``latest`` when the store holds a checkpoint, otherwise from
 ``spec.restore.from``, or from the Completed snapshot ``spec.restore.snapshot`` names
-(the attempt waits, Pending, until there is one).
+(the attempt waits, Pending, until there is one). While a redeploy is in effect
+(``status.discardedReplacement``), it restores that starting point instead of the
+latest, and tells the driver to, newer checkpoints or not.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from cjob_lifecycle.plan.store import (
     discarded,
     fail_store_lost,
     lost_checkpoint,
+    redeploy_in_effect,
     refuse_foreign_store,
 )
 from cjob_spec.exit_codes import describe_exit
@@ -88,7 +91,9 @@ def start_attempt(draft: Draft, *, reason: Reason, reset_restarts: bool) -> None
     takeover the seconds a pod takes to stop, or, for a pod whose node is gone, the
     whole kill grace.
     """
-    standby = ready_standby(draft)  # only non-standby pods are stopped below
+    # A redeploy restores another point than the latest, which a standby cannot be told.
+    redeploying = redeploy_in_effect(draft)
+    standby = None if redeploying else ready_standby(draft)  # only non-standby pods stop
     in_flight = promotion_in_flight(draft)
     spared = lost_to_standby(draft) | (
         frozenset() if in_flight is None else frozenset({in_flight[0].name}))
@@ -124,10 +129,10 @@ def start_attempt(draft: Draft, *, reason: Reason, reset_restarts: bool) -> None
     if in_flight is not None:
         pointer = in_flight[1].restore  # what the promoted pod was told already
         origin = "checkpoint " + pointer if pointer.isdigit() else pointer
-    elif latest is not None and lost is None and discarded(draft):
+    elif latest is not None and lost is None and discarded(draft) and not redeploying:
         pointer = "none"  # the state a Stateless upgrade discarded (see ``upgrades``)
         origin = "an empty state (upgradeMode: Stateless)"
-    elif latest is not None and lost is None:
+    elif latest is not None and lost is None and not redeploying:
         pointer = "latest"
         origin = f"checkpoint {latest.id}"
     elif source.kind == "snapshot":
@@ -162,7 +167,7 @@ def start_attempt(draft: Draft, *, reason: Reason, reset_restarts: bool) -> None
         message = f"promoted standby driver {pod_name} to attempt {attempt} from {origin}"
     else:
         draft.act(CreateDriver(name=pod_name, attempt=attempt, restore_pointer=pointer,
-                               image=image))
+                               image=image, restore_exact=redeploying))
         message = f"started attempt {attempt} (pod {pod_name}) from {origin}"
     draft.event("Normal", reason, message)
     problem = ephemeral_storage_problem(job.spec)

@@ -16,7 +16,7 @@ from cjob_lifecycle.plan.draft import Draft
 from cjob_lifecycle.plan.failures import pod_end
 from cjob_lifecycle.plan.pods import current_pod, delete, wait_for_blocking_pods
 from cjob_lifecycle.plan.standby import reported_lost
-from cjob_lifecycle.plan.store import STORE_CONFLICT_RECHECK_SECONDS
+from cjob_lifecycle.plan.store import STORE_CONFLICT_RECHECK_SECONDS, redeploy_in_effect
 from cjob_lifecycle.plan.suspension import suspend_active, suspend_now
 from cjob_lifecycle.plan.upgrades import upgrade
 from cjob_spec.model import spec_hash
@@ -69,6 +69,11 @@ def _on_active(draft: Draft) -> bool:
     pod = current_pod(draft)
     if draft.job.spec.suspend:
         return suspend_active(draft, pod)
+    if draft.status.reason == Reason.WAITING_FOR_SNAPSHOT:
+        # No driver of this start yet, on purpose: it waits for the snapshot it restores
+        # (a pod of the attempt before, stopped for a redeploy, is not this start's).
+        start_attempt(draft, reason=_waiting_start_reason(draft), reset_restarts=False)
+        return False
     if pod is None:
         started = draft.status.started_at
         grace = draft.settings.pod_appear_grace_seconds
@@ -93,6 +98,14 @@ def _on_active(draft: Draft) -> bool:
     return _watch_running(draft, pod)
 
 
+def _waiting_start_reason(draft: Draft) -> Reason:
+    """Why the start that waits for its snapshot starts: a redeploy, the job's first
+    start, or a restart."""
+    if redeploy_in_effect(draft):
+        return Reason.REDEPLOYED
+    return Reason.STARTED if draft.status.attempt == 0 else Reason.RESTARTED
+
+
 def _on_restarting(draft: Draft) -> bool:
     if draft.job.spec.suspend:
         return suspend_now(draft, "suspended while restarting")
@@ -106,9 +119,12 @@ def _on_restarting(draft: Draft) -> bool:
     if draft.status.reason == Reason.ROLLED_BACK:
         start_attempt(draft, reason=Reason.ROLLED_BACK, reset_restarts=True)
         return False
-    upgrading = draft.status.reason == Reason.UPGRADING
-    start_attempt(draft, reason=Reason.UPGRADED if upgrading else Reason.RESTARTED,
-                  reset_restarts=False)
+    reason = Reason.RESTARTED
+    if draft.status.reason == Reason.UPGRADING:
+        reason = Reason.UPGRADED
+    elif draft.status.reason == Reason.REDEPLOYING:
+        reason = Reason.REDEPLOYED
+    start_attempt(draft, reason=reason, reset_restarts=reason is Reason.REDEPLOYED)
     return False
 
 

@@ -18,6 +18,7 @@ from cjob_lifecycle.plan.conditions import set_conditions
 from cjob_lifecycle.plan.deletion import plan_deletion
 from cjob_lifecycle.plan.draft import Draft, Plan, PlanSettings
 from cjob_lifecycle.plan.phases import run_state_machine
+from cjob_lifecycle.plan.redeploy import redeploy
 from cjob_lifecycle.plan.rollback import effective_job, track_rollback
 from cjob_lifecycle.plan.snapshot_schedule import schedule_snapshots
 from cjob_lifecycle.plan.standby import complete_lost_driver_failure, manage_standby
@@ -38,6 +39,7 @@ def plan(observed: Observed, *, now: datetime, settings: PlanSettings | None = N
     else:
         clean_up_other_attempts(draft)
         complete_lost_driver_failure(draft)
+        redeploy(draft)
         run_state_machine(draft)
         track_rollback(draft)
         schedule_snapshots(draft)

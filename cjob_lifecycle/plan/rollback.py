@@ -156,4 +156,4 @@ def _roll_back(draft: Draft, why: str) -> None:
               next_restart_at=truncate_to_seconds(draft.now), upgrade=None,
               rolled_back_spec_hash=spec_hash(draft.observed.job), suspend_requested_at=None,
               discarded_through=None,  # the stable spec's own state is what it restores
-              discarded_attempt=None)
+              discarded_attempt=None, discarded_replacement=None)

@@ -14,7 +14,7 @@ from cjob_lifecycle.plan.draft import Draft
 from cjob_lifecycle.plan.failures import fail_before_start
 from cjob_spec.names import checkpoint_configmap_name
 from cjob_spec.reasons import Reason
-from cjob_spec.status import CheckpointRef, RestoredFrom
+from cjob_spec.status import CheckpointRef, DiscardedReplacement, RestoredFrom
 
 STORE_GC_RECHECK_SECONDS = 5.0
 STORE_CONFLICT_RECHECK_SECONDS = 30.0
@@ -122,6 +122,14 @@ def take_restore_report(draft: Draft) -> None:
             f"pipeline no longer maps (spec.restore.allowNonRestoredState), which starts "
             f"empty: {'; '.join(report.dropped)}",
         )
+
+
+def redeploy_in_effect(draft: Draft) -> bool:
+    """Whether attempts restore ``spec.restore``'s starting point instead of the latest
+    checkpoint: a redeploy discarded the state the store's latest checkpoint holds, and
+    no later attempt completed one of its own yet."""
+    return (draft.status.discarded_replacement is DiscardedReplacement.RESTORE_SOURCE
+            and discarded(draft))
 
 
 def discarded(draft: Draft) -> bool:

@@ -32,7 +32,7 @@ from cjob_lifecycle.plan.store import discarded
 from cjob_spec.model import UpgradeMode
 from cjob_spec.names import suspend_nonce
 from cjob_spec.reasons import Reason
-from cjob_spec.status import Phase
+from cjob_spec.status import DiscardedReplacement, Phase
 from cjob_spec.times import to_utc, truncate_to_seconds
 
 
@@ -55,15 +55,16 @@ def _restart_empty(draft: Draft, pod: DriverPod) -> bool:
     return _stop(draft, pod, f"; the new spec starts with empty state (upgradeMode: "
                              f"Stateless{unused})",
                  discarded_through=latest.id if latest is not None else 0,
-                 discarded_attempt=draft.status.attempt)
+                 discarded_attempt=draft.status.attempt,
+                 discarded_replacement=DiscardedReplacement.EMPTY)
 
 
 def forget_discarded(draft: Draft) -> None:
-    """A later attempt, running the new spec, completed a checkpoint: its own state is
-    what restores from now on."""
+    """A later attempt, running the new spec (or redeployed), completed a checkpoint: its
+    own state is what restores from now on."""
     if draft.status.discarded_through is not None and draft.status.latest_checkpoint \
             is not None and not discarded(draft):
-        draft.set(discarded_through=None, discarded_attempt=None)
+        draft.set(discarded_through=None, discarded_attempt=None, discarded_replacement=None)
 
 
 def restart_from_latest(draft: Draft, pod: DriverPod, *, why: str = "") -> bool:

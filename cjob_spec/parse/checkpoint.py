@@ -128,11 +128,23 @@ def read_restore(node: Node) -> RestoreSpec:
             problem="applies only to a checkpoint path in spec.restore.from "
             "(a file:// or s3:// path to another job's _metadata)",
         )
+    redeploy = node.get("redeployNonce")
+    if redeploy is not None and not isinstance(redeploy, str):
+        raise SpecError(field="spec.restore.redeployNonce",
+                        problem=f"must be a string, got {_describe(redeploy)}", hint="quote it")
+    if redeploy:
+        node.check_length("redeployNonce", redeploy)
+        if source.kind == "latest":
+            raise SpecError(
+                field="spec.restore.redeployNonce",
+                problem="starts the job again from spec.restore.from (a checkpoint id or "
+                        "path) or spec.restore.snapshot, and neither names one")
     return RestoreSpec(
         source=source,
         on_unreadable=node.enum_field(defaults.ON_UNREADABLE, OnUnreadable),
         allow_foreign_job=allow_foreign_job,
         allow_non_restored_state=node.flag_field(defaults.ALLOW_NON_RESTORED_STATE),
+        redeploy_nonce=redeploy or None,
     )
 
 

@@ -172,6 +172,11 @@ RESTORE = ObjectSchema(
         Rule(rule="!has(self.snapshot) || !has(self.from) || "
                   f"self.from == '{defaults.RESTORE_FROM.default}'",
              message="restore.snapshot and restore.from both name a starting point; keep one"),
+        Rule(rule="!has(self.redeployNonce) || self.redeployNonce == '' || "
+                  "has(self.snapshot) || (has(self.from) && "
+                  f"string(self.from) != '{defaults.RESTORE_FROM.default}')",
+             message="redeployNonce starts the job again from restore.from (a checkpoint id "
+                     "or path) or restore.snapshot; name one"),
     ),
     properties={
         "from": IntOrStringSchema(
@@ -193,6 +198,12 @@ RESTORE = ObjectSchema(
             "Allow restore.from to name a checkpoint another job wrote (for example a "
             "deleted job's retained checkpoint). That job must no longer run: its output "
             "newer than the checkpoint is withdrawn."),
+        "redeployNonce": StringSchema(
+            description="Set to a new value to stop the job and start it again from "
+            "restore.from or restore.snapshot instead of its latest checkpoint; every "
+            "attempt restores that point until one completes a checkpoint of its own. "
+            "Output committed after that point is produced again.",
+            max_length=253),
         "allowNonRestoredState": flag(
             defaults.ALLOW_NON_RESTORED_STATE,
             "Let a restore drop the state of operators the job no longer has or whose "

@@ -69,12 +69,18 @@ STATUS = ObjectSchema(
             "a checkpoint newer than checkpointId, or is rolled back.",
             properties={"specHash": TEXT, "startedAt": TIME, "checkpointId": COUNT}),
         "discardedThrough": IntegerSchema(
-            description="After an upgradeMode Stateless upgrade: the newest checkpoint of the "
-            "state it discarded; attempts start empty until a checkpoint of a later attempt "
-            "than discardedAttempt completes."),
+            description="After an upgradeMode Stateless upgrade or a redeploy: the newest "
+            "checkpoint of the state it discarded; attempts start as discardedReplacement "
+            "says until a checkpoint of a later attempt than discardedAttempt completes."),
         "discardedAttempt": IntegerSchema(
-            description="With discardedThrough: the attempt the upgrade stopped; a checkpoint "
+            description="With discardedThrough: the attempt the change stopped; a checkpoint "
             "its driver completed while it stopped holds the discarded state too."),
+        "discardedReplacement": StringSchema(
+            description="With discardedThrough: what attempts start from instead, Empty (a "
+            "Stateless upgrade) or RestoreSource (a redeploy: spec.restore's from or "
+            "snapshot).",
+            enum=("Empty", "RestoreSource")),
+        "lastRedeployNonce": TEXT,
         "rolledBackSpecHash": StringSchema(
             description="The hash of the spec that was rolled back; while the spec is "
             "unchanged the job runs lastStableSpec."),

@@ -179,6 +179,7 @@ class ActionExecutor:
                     job,
                     attempt=action.attempt,
                     restore_pointer=action.restore_pointer,
+                    restore_exact=action.restore_exact,
                     image=action.image,
                     operator_config=config,
                 )

@@ -62,7 +62,7 @@ from cjob_spec.model import CheckpointCleanup, CheckpointedJob
 from cjob_spec.names import LABEL_JOB, LABEL_ROLE, ROLE_EXECUTOR, cleanup_pod_name
 from cjob_spec.parse import parse_job
 from cjob_spec.reasons import PodReason, Reason
-from cjob_spec.status import JobStatus, Phase
+from cjob_spec.status import DiscardedReplacement, JobStatus, Phase
 
 _log = logging.getLogger(__name__)
 
@@ -308,7 +308,13 @@ class Reconciler:
         self._report_foreign(key, job, pods)
         restore_snapshot = None
         source = job.spec.restore.source
-        if source.snapshot is not None and status.latest_checkpoint is None and not deleting:
+        # Read while a start may restore it: before the job's first checkpoint, and
+        # while a redeploy to it is asked for or in effect.
+        redeploying = (status.discarded_replacement is DiscardedReplacement.RESTORE_SOURCE
+                       or (job.spec.restore.redeploy_nonce or None)
+                       not in (None, status.last_redeploy_nonce))
+        if source.snapshot is not None and not deleting and (
+                status.latest_checkpoint is None or redeploying):
             try:
                 body_of_snapshot = self.cluster.read_snapshot(namespace=namespace,
                                                               name=source.snapshot)

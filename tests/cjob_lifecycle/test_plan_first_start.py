@@ -169,6 +169,26 @@ class TestStartingFromASnapshotObject:
         assert words in (result.status.message or "")
         assert result.of_type(RequeueAfter), "it looks again"
 
+    def test_waiting_for_the_snapshot_over_several_passes_is_no_failure(self) -> None:
+        # Waiting Pending with no driver pod once read as a driver pod that disappeared:
+        # every later pass before the copy completed counted a failed attempt.
+        copying = RestoreSnapshot(name="keep", state=SnapshotState.IN_PROGRESS,
+                                  message="copying")
+        first = run(self.observed_with(copying), T0)
+        later = run(dataclasses.replace(self.observed_with(copying), status=first.status),
+                    at(120))
+        assert (later.status.phase, later.status.reason) == (
+            Phase.PENDING, Reason.WAITING_FOR_SNAPSHOT)
+        assert later.status.restarts == 0
+        assert later.status.last_failure is None
+        done = RestoreSnapshot(name="keep", state=SnapshotState.COMPLETED,
+                               path=self.SNAPSHOT_PATH, checkpoint_id=7, job_name="sums")
+        started = run(dataclasses.replace(self.observed_with(done), status=later.status),
+                      at(130))
+        (created,) = started.of_type(CreateDriver)
+        assert (created.attempt, created.restore_pointer) == (1, self.SNAPSHOT_PATH)
+        assert started.status.reason == Reason.STARTED
+
     def test_a_job_with_checkpoints_of_its_own_restores_its_latest_not_the_snapshot(
             self) -> None:
         store = StoreView(exists=True, latest=checkpoint(40, at(-60)), fence_attempt=0)

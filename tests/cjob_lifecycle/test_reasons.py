@@ -56,6 +56,7 @@ RELEASED = {
     "StartTimeout", "Started", "Starting", "StorageUnreachable", "StoreConflict", "StoreLost",
     "Succeeded", "Superseded", "Suspended", "Suspending", "Terminated", "Terminating",
     "Unknown", "Upgraded", "Upgrading", "UserCodeError", "WaitingForPreviousDriver",
+    "Redeploying", "Redeployed",
     "WaitingForPreviousStore", "WaitingForSnapshot", "RolledBack", "NotRolledBack",
     "SinkRejectedRecord", "SinkStalled", "CheckpointStalled", "ExecutorsUnschedulable",
     "RestartLoop",
@@ -330,6 +331,16 @@ def rollback_situations() -> Iterator[tuple[Observed, datetime]]:
     yield observe(good, status(Phase.RUNNING, 1, job=good), driver(1, job=good)), at(10)
 
 
+def redeploy_situations() -> Iterator[tuple[Observed, datetime]]:
+    """A redeploy asked of a running job, then the pass that starts it again."""
+    job = make_job(**{"restore.from": 3, "restore.redeployNonce": "again"})
+    store = StoreView(exists=True, latest=checkpoint(9, at(5)), fence_attempt=1)
+    observed = observe(job, status(Phase.RUNNING, 1, job=job), driver(1, job=job),
+                       store=store)
+    yield observed, at(10)
+    yield observe(job, run(observed, at(10)).status, store=store), at(11)
+
+
 def deletion_situations() -> Iterator[tuple[Observed, datetime]]:
     """A job going away, with its data kept or deleted by a cleanup pod in every state."""
     for spec in ({}, {"cleanupPolicy.checkpoints": "Delete"},
@@ -355,7 +366,7 @@ def reasons_given() -> dict[str, set[str]]:
         (run(observed, now) for observed, now in itertools.chain(
             everyday_situations(), standby_situations(), snapshot_situations(),
             executor_situations(),
-            rollback_situations(), deletion_situations())),
+            rollback_situations(), redeploy_situations(), deletion_situations())),
         [invalid])
     for result in results:
         for where, reason in given(result):

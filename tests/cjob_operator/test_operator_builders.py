@@ -726,6 +726,16 @@ class TestUserStringsReachTheRuntimeByteForByte:
         pod = driver_pod(job, attempt=1, restore_pointer=pointer, operator_config=CONFIG)
         assert settings_of(self._expanded_args(pod)).restore == pointer
 
+    def test_a_redeploys_driver_is_told_to_restore_the_point_exactly(self) -> None:
+        job = self._job()
+        pointer = "s3://ckpt/jobs/snapshots/keep-u1/clicks-uid-1/chk-3/_metadata"
+        plain = driver_pod(job, attempt=2, restore_pointer="latest", operator_config=CONFIG)
+        assert settings_of(self._expanded_args(plain)).restore_exact is False
+        pod = driver_pod(job, attempt=2, restore_pointer=pointer, restore_exact=True,
+                         operator_config=CONFIG)
+        settings = settings_of(self._expanded_args(pod))
+        assert (settings.restore, settings.restore_exact) == (pointer, True)
+
     def test_the_cleanup_pod_deletes_the_storage_root_as_written(self) -> None:
         pod = build_cleanup_pod(self._job(), uris=("s3://ckpt/jobs/$(POD_NAME)/clicks-uid-1",),
                                 image="example.org/clicks:1.0", deadline_seconds=600,

@@ -21,7 +21,7 @@ EVERYTHING = RuntimeSettings(
     master="local[3]", spark_conf={"spark.ui.enabled": "false"}, checkpoint_interval=1.5,
     checkpoint_min_pause=0.25, checkpoint_timeout=60, checkpoint_mode=CheckpointMode.AT_LEAST_ONCE,
     unaligned=True, retained=4, tolerable_failures=2, checkpoint_stall_intervals=5,
-    sink_stall_timeout=0, restore="s3://old/chk-3/_metadata",
+    sink_stall_timeout=0, restore="s3://old/chk-3/_metadata", restore_exact=True,
     on_unreadable=OnUnreadable.FALLBACK_TO_PREVIOUS, allow_foreign_restore=True,
     allow_non_restored_state=True, state_backend=StateBackend.ROCKSDB, attempt=7,
     store="configmap:team/clicks-checkpoints", metrics_port=9108, status_file="/tmp/s.json")
@@ -80,3 +80,13 @@ def test_a_document_the_runtime_cannot_run_is_refused_in_one_line(text: str,
 def test_optional_fields_may_be_null() -> None:
     settings = RuntimeSettings.decode(document(metrics_port=None, status_file=None))
     assert settings.metrics_port is None and settings.status_file is None
+
+
+def test_a_field_added_since_the_version_shipped_is_left_out_while_unused() -> None:
+    # A runtime that predates restore_exact refuses a document naming it: a supervisor
+    # that does not redeploy must still run that runtime.
+    plain = RuntimeSettings(job_name="clicks", job_uid="u-1", entrypoint="clicks.job:build",
+                            checkpoint_storage="s3://ckpt/clicks")
+    assert "restore_exact" not in json.loads(plain.encode())
+    assert json.loads(EVERYTHING.encode())["restore_exact"] is True
+    assert RuntimeSettings.decode(plain.encode()).restore_exact is False

@@ -35,6 +35,8 @@ class DriverSettings:
     unaligned: bool = False
     retained: int = defaults.RETAINED.default
     restore: str = defaults.RESTORE_FROM.default
+    restore_exact: bool = False
+    """Restore ``restore`` even when the store holds newer checkpoints (a redeploy)."""
     on_unreadable: model.OnUnreadable = model.DEFAULT_ON_UNREADABLE
     allow_foreign_restore: bool = False
     """``restore`` may be another job's checkpoint path (``spec.restore.allowForeignJob``)."""

@@ -120,7 +120,8 @@ def resolve_restore(
     candidates: list[Candidate]
     if request == "latest":
         candidates = retained
-    elif newest is not None and _checkpoint_id_of_request(request) < newest:
+    elif (newest is not None and not settings.restore_exact
+          and _checkpoint_id_of_request(request) < newest):
         # ``restore.from`` names where a job *starts*. Once the job has completed a
         # newer checkpoint, every later attempt resumes from that one instead.
         notes.append(f"the store holds checkpoint {newest}, newer than "

@@ -189,13 +189,14 @@ def build_driver_pod(
     restore_pointer: str,
     image: str,
     operator_config: OperatorConfig,
+    restore_exact: bool = False,
 ) -> Manifest:
     """The driver pod of ``attempt``: ``python -m job_runtime run`` with the job's flags.
 
     ``image`` is what ``plan`` chose: ``spec.image`` or the operator's runtime image.
     """
     args = _runtime_args(job, attempt=attempt, restore_pointer=restore_pointer, image=image,
-                         operator_config=operator_config)
+                         operator_config=operator_config, restore_exact=restore_exact)
     return _driver_pod(job, name=driver_pod_name(job.metadata.name, attempt), role=ROLE_DRIVER,
                        attempt=attempt, args=args, image=image,
                        annotations={ANNOTATION_RESTORE: restore_pointer},
@@ -243,6 +244,7 @@ def _runtime_args(
     operator_config: OperatorConfig,
     spark_conf_attempt: int | None = None,
     standby: bool = False,
+    restore_exact: bool = False,
 ) -> list[str]:
     """``python -m job_runtime run`` arguments of a driver pod: the job's settings with
     the ConfigMap store, the master and the operator's Spark settings (for
@@ -250,6 +252,7 @@ def _runtime_args(
     settings = runtime_settings(
         job,
         restore_pointer=restore_pointer,
+        restore_exact=restore_exact,
         attempt=attempt,
         store=configmap_store_arg(namespace=job.metadata.namespace,
                                   name=checkpoint_configmap_name(job.metadata.name)),

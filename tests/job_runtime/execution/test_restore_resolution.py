@@ -115,3 +115,21 @@ class TestForeignRestore:
                                                r"directory of job 'sums-old'"):
             resolve_restore(settings=settings(restore=path, allow_foreign=True),
                             storage=storage, store=store)
+
+
+def test_an_older_checkpoint_gives_way_to_the_newest_unless_a_redeploy_asks_for_it(
+        tmp_path: Path) -> None:
+    store, storage = store_with(tmp_path, [1, 2, 3])
+
+    plain = resolve_restore(settings=settings(restore="1"), storage=storage, store=store)
+    assert plain.checkpoint is not None and plain.checkpoint.checkpoint_id == 3
+
+    exact = DriverSettings(job_name=JOB, job_uid=UID, entrypoint="jobs:build", attempt=2,
+                           restore="1", restore_exact=True)
+    redeployed = resolve_restore(settings=exact, storage=storage, store=store)
+    assert redeployed.checkpoint is not None and redeployed.checkpoint.checkpoint_id == 1
+
+    by_path = DriverSettings(job_name=JOB, job_uid=UID, entrypoint="jobs:build", attempt=2,
+                             restore=storage.metadata_uri(2), restore_exact=True)
+    resolved = resolve_restore(settings=by_path, storage=storage, store=store)
+    assert resolved.checkpoint is not None and resolved.checkpoint.checkpoint_id == 2
