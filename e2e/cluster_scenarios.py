@@ -159,12 +159,12 @@ def executor_and_driver_kills(
     killed_at = time.monotonic()
     cluster.kill_container(victim)
     scenario.wait_until(
-        lambda: scenario.driver_metrics(driver).get("cjob_job_subtask_restarts", 0)
-        > before.get("cjob_job_subtask_restarts", 0),
+        lambda: scenario.driver_metrics(driver).get("cjob_job_subtask_restarts_total", 0)
+        > before.get("cjob_job_subtask_restarts_total", 0),
         what="the barrier stage relaunched", timeout=180, detail=job.describe,
     )  # fmt: skip
     scenario.wait_until(
-        lambda: scenario.driver_metrics(driver).get("cjob_job_records_in", 0) > 0,
+        lambda: scenario.driver_metrics(driver).get("cjob_job_records_in_total", 0) > 0,
         what="records flowing again after the executor kill", timeout=180, detail=job.describe,
     )  # fmt: skip
     executor_recovery = time.monotonic() - killed_at

@@ -21,9 +21,20 @@ MILESTONES = {
 }
 """The driver's status timeline entries served as ``milestone`` label values. A
 recovery is read from them (a kill's time to ``first_record``), which is exact where
-``cjob_job_records_in``, refreshed about once a second, is not."""
+``cjob_job_records_in_total``, refreshed about once a second, is not."""
 
 _BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+
+
+def count_on(counter: Any, *, total: int, reported: int) -> int:
+    """Add to ``counter`` what the subtasks' summed ``total`` grew since the ``reported``
+    one, and return the new reported total. A total below the last one means relaunched
+    subtasks counting from zero: all of it is new. The work between their last report
+    and the relaunch is lost to the count (it is done again, and counted then)."""
+    grown = total - reported if total >= reported else total
+    if grown > 0:
+        counter.inc(grown)
+    return total
 
 
 class PartitionLag(Protocol):
@@ -65,10 +76,13 @@ class DriverMetrics:
                              "Id of the latest completed checkpoint", labels, registry=r)
         self.last_ts = Gauge("cjob_checkpoint_last_completed_timestamp_seconds",
                              "Completion time of the latest checkpoint", labels, registry=r)
-        self.records_in = Gauge("cjob_job_records_in", "Records read by the sources", labels,
-                                registry=r)
-        self.records_out = Gauge("cjob_job_records_out", "Records written by the sink",
-                                 labels, registry=r)
+        # What only grows is a counter (exposed with ``_total``), so that ``rate()`` and
+        # ``increase()`` read it across a relaunch of the subtasks, which count from zero.
+        self.records_in = Counter("cjob_job_records_in", "Records read by the sources",
+                                  labels, registry=r)
+        self.records_out = Counter("cjob_job_records_out", "Records written by the sinks",
+                                   labels, registry=r)
+        self._records_reported = {"in": 0, "out": 0}
         self.restored = Gauge("cjob_job_restored_checkpoint_id",
                               "Checkpoint the job restored (-1 for none)", labels, registry=r)
         self.prune_failures = Counter(
@@ -104,9 +118,10 @@ class DriverMetrics:
             "cjob_job_sink_dead_letters",
             "Records the sinks routed to a dead-letter destination", labels, registry=r)
         self._dead_letters_reported = 0
-        self.in_run_restarts = Gauge("cjob_job_subtask_restarts",
-                                     "Relaunches of the barrier stage in this driver", labels,
-                                     registry=r)
+        self.in_run_restarts = Counter("cjob_job_subtask_restarts",
+                                       "Relaunches of the barrier stage in this driver",
+                                       labels, registry=r)
+        self._restarts_reported = 0
         self.milestone = Gauge(
             "cjob_job_milestone_timestamp_seconds",
             "When this driver reached a milestone of its start (Unix time): driver_started, "
@@ -155,10 +170,8 @@ class DriverMetrics:
         job = self._job
         if -(2**62) < watermark < 2**62:  # not the start or the end of time
             self.watermark_lag.labels(job).set(max(0.0, now - watermark / 1000.0))
-        # The subtasks report their totals; relaunched ones count from zero again.
-        if late_records > self._late_reported:
-            self.late_records.labels(job).inc(late_records - self._late_reported)
-        self._late_reported = late_records
+        self._late_reported = count_on(self.late_records.labels(job), total=late_records,
+                                       reported=self._late_reported)
 
     def sinks(self, *, pending_intervals: int, pending_bytes: int,
               oldest_pending_seconds: float, dead_letters: int) -> None:
@@ -167,16 +180,21 @@ class DriverMetrics:
         self.sink_pending_intervals.labels(job).set(pending_intervals)
         self.sink_pending_bytes.labels(job).set(pending_bytes)
         self.sink_oldest_pending.labels(job).set(oldest_pending_seconds)
-        if dead_letters > self._dead_letters_reported:
-            self.sink_dead_letters.labels(job).inc(dead_letters - self._dead_letters_reported)
-        self._dead_letters_reported = dead_letters
+        self._dead_letters_reported = count_on(self.sink_dead_letters.labels(job),
+                                               total=dead_letters,
+                                               reported=self._dead_letters_reported)
 
     def progress(self, *, records_in: int, records_out: int, failed: int,
                  restarts: int) -> None:
         job = self._job
-        self.records_in.labels(job).set(records_in)
-        self.records_out.labels(job).set(records_out)
-        self.in_run_restarts.labels(job).set(restarts)
+        reported = self._records_reported
+        reported["in"] = count_on(self.records_in.labels(job), total=records_in,
+                                  reported=reported["in"])
+        reported["out"] = count_on(self.records_out.labels(job), total=records_out,
+                                   reported=reported["out"])
+        if restarts > self._restarts_reported:
+            self.in_run_restarts.labels(job).inc(restarts - self._restarts_reported)
+            self._restarts_reported = restarts
         current = self.failed.labels(job)._value.get()
         if failed > current:
             current_inc = failed - current

@@ -266,7 +266,7 @@ def driver_milestones(pod: dict[str, Any] | None, *, port: int = 9108) -> dict[s
 def records_flowing(pod: dict[str, Any] | None) -> bool:
     """Whether the driver in ``pod`` has processed records (its metrics say so)."""
     return bool(pod and pod["status"].get("podIP")) and (
-        driver_metrics(pod or {}).get("cjob_job_records_in", 0) > 0)
+        driver_metrics(pod or {}).get("cjob_job_records_in_total", 0) > 0)
 
 
 def container_id(pod: dict[str, Any]) -> str:

@@ -300,7 +300,7 @@ def test_the_dashboard_has_the_checkpoint_restart_throughput_and_lag_panels() ->
     assert "cjob_operator_latest_checkpoint_age_seconds" in joined
     assert "histogram_quantile(0.99" in joined and "cjob_checkpoint_duration_seconds_bucket" in joined
     assert "cjob_operator_restarts_total" in joined
-    assert "rate(cjob_job_records_in[1m])" in joined.replace('{namespace=~"$namespace"}', "")
+    assert "rate(cjob_job_records_in_total[1m])" in joined.replace('{namespace=~"$namespace"}', "")
     assert "sum by (namespace, cjob_job, topic) (cjob_job_source_lag_records" in joined
     assert "max by (namespace, cjob_job) (cjob_job_watermark_lag_seconds" in joined
     assert "rate(cjob_job_late_records_total" in joined

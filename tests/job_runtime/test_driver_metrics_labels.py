@@ -46,7 +46,8 @@ def test_every_driver_series_names_its_job_in_cjob_job() -> None:
 
 def test_the_records_series_reads_as_the_dashboard_queries_it() -> None:
     values = {name: labels for name, labels in _samples(_exercised())}
-    assert values["cjob_job_records_in"] == {"cjob_job": "clicks"}
+    assert values["cjob_job_records_in_total"] == {"cjob_job": "clicks"}
+    assert values["cjob_job_records_out_total"] == {"cjob_job": "clicks"}
     assert values["cjob_checkpoint_completed_total"] == {"cjob_job": "clicks"}
 
 
@@ -63,12 +64,13 @@ def test_event_time_series_give_the_watermark_lag_and_count_late_records_across_
               for sample in family.samples for name in [sample.name]}
     assert values["cjob_job_watermark_lag_seconds"] == 60.0
     assert values["cjob_job_late_records_total"] == 5
-    # Relaunched subtasks count from zero again: the counter only grows.
+    # Relaunched subtasks count from zero again: what they report is new, and the
+    # counter only grows.
     metrics.event_time(watermark=1_700_000_030_000, late_records=2, now=1_700_000_060.0)
     metrics.event_time(watermark=1_700_000_030_000, late_records=4, now=1_700_000_060.0)
     values = {sample.name: sample.value for family in metrics.registry.collect()
               for sample in family.samples}
-    assert values["cjob_job_late_records_total"] == 7
+    assert values["cjob_job_late_records_total"] == 9
     assert values["cjob_job_watermark_lag_seconds"] == 30.0
 
 
@@ -77,3 +79,22 @@ def test_a_job_without_event_time_serves_no_watermark_series() -> None:
     metrics.event_time(watermark=None, late_records=0, now=1.0)
     names = {name for name, _ in _samples(metrics)}
     assert "cjob_job_watermark_lag_seconds" not in names
+
+
+def test_what_only_grows_is_a_counter_that_keeps_counting_across_a_relaunch() -> None:
+    # Records in and out, and the barrier stage's relaunches, were gauges of the
+    # subtasks' totals: a relaunch (its subtasks count from zero) sent them backwards,
+    # and rate() over a gauge is no rate. As counters they only grow.
+    metrics = DriverMetrics(job="clicks")
+    metrics.progress(records_in=10, records_out=9, failed=0, restarts=0)
+    metrics.progress(records_in=25, records_out=20, failed=0, restarts=0)
+    metrics.progress(records_in=4, records_out=3, failed=0, restarts=1)
+    metrics.progress(records_in=6, records_out=6, failed=0, restarts=1)
+    values = {sample.name: sample.value for family in metrics.registry.collect()
+              for sample in family.samples}
+    assert values["cjob_job_records_in_total"] == 31
+    assert values["cjob_job_records_out_total"] == 26
+    assert values["cjob_job_subtask_restarts_total"] == 1
+    kinds = {family.name: family.type for family in metrics.registry.collect()}
+    assert kinds["cjob_job_records_in"] == kinds["cjob_job_records_out"] == "counter"
+    assert kinds["cjob_job_subtask_restarts"] == "counter"
