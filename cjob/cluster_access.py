@@ -166,16 +166,21 @@ class ClusterAccess:
 
     # ----------------------------------------------------------------- the store
 
-    def _store_object(self, job_name: str) -> dict[str, Any] | None:
-        name = checkpoint_configmap_name(job_name)
+    def _read(self, call: Callable[[], Any], *, what: str) -> dict[str, Any] | None:
+        """One object as plain data (the client's models turned into the API's JSON), or
+        None when it does not exist."""
         try:
-            found = self._call(lambda: self.core.read_namespaced_config_map(
-                name, self.namespace, _request_timeout=REQUEST_TIMEOUT),
-                what=f"read ConfigMap {name}")
+            found = self._call(call, what=what)
         except NotFoundError:
             return None
         body: dict[str, Any] = self.core.api_client.sanitize_for_serialization(found)
         return body
+
+    def _store_object(self, job_name: str) -> dict[str, Any] | None:
+        name = checkpoint_configmap_name(job_name)
+        return self._read(lambda: self.core.read_namespaced_config_map(
+            name, self.namespace, _request_timeout=REQUEST_TIMEOUT),
+            what=f"read ConfigMap {name}")
 
     def store(self, job_name: str) -> StoreSnapshot | None:
         """One reading of the job's completed-checkpoint store; None before the operator
@@ -210,27 +215,15 @@ class ClusterAccess:
         return created
 
     def snapshot(self, name: str) -> dict[str, Any] | None:
-        try:
-            found: dict[str, Any] = self._call(
-                lambda: self.custom.get_namespaced_custom_object(
-                    API_GROUP, VERSION, self.namespace, SNAPSHOT_PLURAL, name,
-                    _request_timeout=REQUEST_TIMEOUT),
-                what=f"get {SNAPSHOT_KIND} {name}")
-        except NotFoundError:
-            return None
-        return found
+        return self._read(lambda: self.custom.get_namespaced_custom_object(
+            API_GROUP, VERSION, self.namespace, SNAPSHOT_PLURAL, name,
+            _request_timeout=REQUEST_TIMEOUT), what=f"get {SNAPSHOT_KIND} {name}")
 
     # ----------------------------------------------------------------- pods
 
     def pod(self, name: str) -> dict[str, Any] | None:
-        try:
-            found = self._call(lambda: self.core.read_namespaced_pod(
-                name, self.namespace, _request_timeout=REQUEST_TIMEOUT),
-                what=f"get pod {name}")
-        except NotFoundError:
-            return None
-        body: dict[str, Any] = self.core.api_client.sanitize_for_serialization(found)
-        return body
+        return self._read(lambda: self.core.read_namespaced_pod(
+            name, self.namespace, _request_timeout=REQUEST_TIMEOUT), what=f"get pod {name}")
 
     def logs(self, *, pod: str, container: str, follow: bool,
              tail: int | None) -> Iterator[str]:

@@ -86,22 +86,23 @@ def duration(seconds_float: float) -> str:
     if seconds < 120:
         return f"{seconds}s"
     if minutes < 10:
-        rest = seconds % 60
-        return f"{minutes}m{rest}s" if rest else f"{minutes}m"
+        return _two_units(minutes, "m", seconds % 60, "s")
     if minutes < 180:
         return f"{minutes}m"
     if hours < 8:
-        rest = minutes % 60
-        return f"{hours}h{rest}m" if rest else f"{hours}h"
+        return _two_units(hours, "h", minutes % 60, "m")
     if hours < 48:
         return f"{hours}h"
     if days < 8:
-        rest = hours % 24
-        return f"{days}d{rest}h" if rest else f"{days}d"
+        return _two_units(days, "d", hours % 24, "h")
     if days < 730:
         return f"{days}d"
-    years, rest = divmod(days, 365)
-    return f"{years}y{rest}d" if rest else f"{years}y"
+    return _two_units(days // 365, "y", days % 365, "d")
+
+
+def _two_units(large: int, large_unit: str, small: int, small_unit: str) -> str:
+    """``3h12m``, or ``3h`` when the smaller unit's count is zero."""
+    return f"{large}{large_unit}{small}{small_unit}" if small else f"{large}{large_unit}"
 
 
 def size(size_bytes: Any) -> str | None:
