@@ -44,6 +44,12 @@ def _wait(check: Callable[[], T | None], *, timeout: float, what: str) -> T:
         time.sleep(POLL_SECONDS)
 
 
+def _request_nonce() -> str:
+    """A value a job's spec never held: the plugin's prefix, the time, six random hex
+    digits (a trigger or redeploy nonce acts only when it is new)."""
+    return f"kubectl-cjob-{utc_now():%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
+
+
 def _refuse_unless_running(job: dict[str, Any], *, name: str, action: str) -> None:
     phase = phase_of(job)
     if phase in (Phase.SUSPENDED, Phase.SUCCEEDED, Phase.FAILED):
@@ -66,7 +72,7 @@ def _ended_meanwhile(access: ClusterAccess, name: str, *, waiting_for: str) -> N
 def cmd_checkpoint(access: ClusterAccess, ns: argparse.Namespace) -> int:
     job = access.job(ns.name)
     _refuse_unless_running(job, name=ns.name, action="a checkpoint is taken")
-    nonce = f"kubectl-cjob-{utc_now():%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
+    nonce = _request_nonce()
     access.patch_job(ns.name, {"spec": {"checkpoint": {"triggerNonce": nonce}}})
     if not ns.wait:
         say(f"checkpointedjob/{ns.name} checkpoint requested ({nonce})")
@@ -303,7 +309,7 @@ def cmd_restore(access: ClusterAccess, ns: argparse.Namespace) -> int:
     job = access.job(ns.name)
     before = int(status_of(job).get("attempt") or 0)
     restore = _restore_point(access, ns)
-    nonce = f"kubectl-cjob-{utc_now():%Y%m%dT%H%M%SZ}-{secrets.token_hex(3)}"
+    nonce = _request_nonce()
     access.patch_job(ns.name, {"spec": {"restore": {**restore, "redeployNonce": nonce}}})
     point = f"snapshot {restore['snapshot']}" if restore.get("snapshot") else restore["from"]
     if not ns.wait:
