@@ -27,6 +27,7 @@ from job_runtime.errors import (
     RestoreError,
     UserCodeError,
 )
+from job_runtime.execution.driver.fence import AttemptRevokedError
 from job_runtime.execution.driver.logger import log
 from job_runtime.sinks.failures import SinkFailedError, SinkFailureKind
 
@@ -53,7 +54,7 @@ _MAPPINGS = (
     _Mapping((IncompatibleStateError,), ExitCode.INCOMPATIBLE_STATE),
     # Checkpoint storage, or an S3 archive of the job's code: the error names which.
     _Mapping((StorageUnavailableError,), ExitCode.STORAGE_UNREACHABLE, "storage unreachable: %s"),
-    _Mapping((FencedError,), FENCED),
+    _Mapping((FencedError, AttemptRevokedError), FENCED),
     _Mapping((CheckpointFailureBudgetExceeded,), ExitCode.CHECKPOINT_FAILURES_EXCEEDED),
     _Mapping((CheckpointStalledError,), ExitCode.CHECKPOINT_STALLED),
     _Mapping((RestartLoopError,), ExitCode.RESTART_LOOP),

@@ -370,7 +370,7 @@ def _end(outcome: BaseException | None, *, settings: DriverSettings, job: Loaded
         log.info("job finished: %d records written, %d checkpoints completed",
                  coordinator.snapshot_progress()["recordsOut"], coordinator.stats.completed)
         return ExitCode.FINISHED
-    outcome = fenced_instead(outcome, store=store)
+    outcome = fenced_instead(outcome, store=store, attempt=settings.attempt)
     status.stop(state="failed")
     try:
         stop_spark_context(spark_context)
