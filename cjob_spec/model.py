@@ -327,19 +327,32 @@ PERSISTENT_VOLUME_KINDS = ("persistentVolumeClaim", "hostPath", "nfs")
 
 @dataclass(frozen=True)
 class PodSettings:
-    """Where the driver pod runs and what it mounts, passed to the pod as given.
+    """What every pod of the job runs with (the driver, a standby driver, the executors
+    Spark creates), and the templates of one role's pods, passed to the pods as given.
 
-    Volumes, tolerations and affinity are Kubernetes objects: the parser checks their
-    shape (names, paths, known keys) and the API server validates the rest when the
-    operator creates the pod, so they stay documents here.
+    Volumes, variables, tolerations, affinity and templates are Kubernetes objects: the
+    parser checks their shape (names, paths, known keys) and that a template leaves
+    alone what the operator sets; the API server validates the rest when the pod is
+    created, so they stay documents here.
     """
 
     volumes: tuple[Mapping[str, Any], ...] = ()
     volume_mounts: tuple[Mapping[str, Any], ...] = ()
+    env: tuple[Mapping[str, Any], ...] = ()
+    """Kubernetes ``EnvVar`` objects for the job's containers (before the operator's own)."""
+    env_from: tuple[Mapping[str, Any], ...] = ()
+    """Kubernetes ``EnvFromSource`` objects: every key of a Secret or ConfigMap."""
+    image_pull_secrets: tuple[str, ...] = ()
+    """Secrets in the job's namespace the kubelet pulls the job's image with."""
     node_selector: Mapping[str, str] = field(default_factory=dict)
     tolerations: tuple[Mapping[str, Any], ...] = ()
     affinity: Mapping[str, Any] | None = None
     priority_class_name: str | None = None
+    driver_template: Mapping[str, Any] | None = None
+    """A Pod (``metadata``, ``spec``) the driver and standby pods are built on: what it
+    sets stays unless the operator sets it (the parser refuses such fields)."""
+    executor_template: Mapping[str, Any] | None = None
+    """Likewise for the executor pods Spark creates."""
     security_context: Mapping[str, Any] = field(default_factory=dict)
     """``spec.pod.securityContext`` as given: it adjusts the restricted defaults of the
     driver's and executors' pod security context (``cjob_spec.security``)."""
@@ -355,12 +368,17 @@ class PodSettings:
         document: dict[str, Any] = {
             "volumes": [dict(v) for v in self.volumes],
             "volumeMounts": [dict(m) for m in self.volume_mounts],
+            "env": [dict(v) for v in self.env],
+            "envFrom": [dict(v) for v in self.env_from],
+            "imagePullSecrets": [{"name": name} for name in self.image_pull_secrets],
             "nodeSelector": dict(self.node_selector),
             "tolerations": [dict(t) for t in self.tolerations],
             "affinity": dict(self.affinity) if self.affinity is not None else None,
             "priorityClassName": self.priority_class_name,
             "securityContext": dict(self.security_context),
             "containerSecurityContext": dict(self.container_security_context),
+            "driverTemplate": self.driver_template,
+            "executorTemplate": self.executor_template,
         }
         return {key: value for key, value in document.items() if value}
 

@@ -35,7 +35,7 @@ from cjob_spec.names import API_VERSION, KIND, MAX_JOB_NAME_LENGTH
 from cjob_spec.parse.checkpoint import read_checkpoint, read_restore
 from cjob_spec.parse.job_code import read_job_code
 from cjob_spec.parse.node import Node
-from cjob_spec.parse.pod import read_pod
+from cjob_spec.parse.pod import check_env_against_s3, read_pod
 from cjob_spec.parse.restart_policy import read_restart_policy
 from cjob_spec.parse.spark_settings import check_task_slots, read_spark
 from cjob_spec.parse.values import DNS_LABEL_PATTERN, string_map
@@ -126,6 +126,7 @@ def _read_spec(node: Node) -> JobSpec:
         default=CleanupPolicy,
     )
     pod = node.child("pod", read_pod, default=PodSettings)
+    check_env_against_s3(pod, checkpoint)
     state = node.child(
         "state",
         lambda child: StateSpec(backend=child.enum_field(defaults.STATE_BACKEND, StateBackend)),

@@ -76,35 +76,74 @@ CONTAINER_SECURITY_FIELDS: Mapping[str, Schema] = {
     "procMount": StringSchema(enum=security.PROC_MOUNTS),
 }
 
+def _template(role: str, container: str) -> ObjectSchema:
+    return ObjectSchema(
+        description=f"A Pod (metadata and spec) the {role} pods are built on. Everything it "
+        "sets stays, except what the operator or Spark sets (name, owners, their labels, "
+        "restartPolicy, service account, security contexts, the job container's image, "
+        "command, args, resources and ports) or spec.pod gives every pod: such a field is "
+        f"refused, with where its value comes from. The job's own container is named "
+        f"{container!r}; other containers run beside it.",
+        preserve_unknown=True,
+        properties={"apiVersion": StringSchema(enum=("v1",)),
+                    "kind": StringSchema(enum=("Pod",)),
+                    # Kept whole, so that a field the operator sets is refused with
+                    # a sentence rather than dropped by the API server.
+                    "metadata": ObjectSchema(preserve_unknown=True, properties={
+                        "labels": ObjectSchema(values=TEXT),
+                        "annotations": ObjectSchema(values=TEXT)}),
+                    "spec": ObjectSchema(preserve_unknown=True)})
+
+
 POD = ObjectSchema(
-    description="Where the driver pod runs and what it mounts. file:// checkpoint storage "
-    "must be on a persistent volume mounted here, or a restarted driver cannot read it; "
-    "with Spark on Kubernetes, persistentVolumeClaim, hostPath and nfs mounts are added to "
-    "the executors as well.",
+    description="What every pod of the job runs with: the driver, a standby driver and, "
+    "with Spark on Kubernetes, the executors. file:// checkpoint storage must be on a "
+    "persistent volume mounted here, or a restarted driver cannot read it.",
     properties={
         "volumes": ArraySchema(
-            description="Pod volumes (Kubernetes Volume objects).",
+            description="Pod volumes (Kubernetes Volume objects), of the driver and the "
+            "executors.",
             items=ObjectSchema(required=("name",), preserve_unknown=True,
                                properties={"name": TEXT})),
+        "env": ArraySchema(
+            description="Variables of the driver and executor containers (Kubernetes EnvVar "
+            "objects: a value, or valueFrom a Secret's or ConfigMap's key).",
+            items=ObjectSchema(required=("name",),
+                               properties={"name": TEXT, "value": TEXT,
+                                           "valueFrom": ObjectSchema(preserve_unknown=True)})),
+        "envFrom": ArraySchema(
+            description="Every key of a Secret or ConfigMap as variables of the driver and "
+            "executor containers (Kubernetes EnvFromSource objects).",
+            items=ObjectSchema(properties={
+                "prefix": TEXT,
+                **{kind: ObjectSchema(required=("name",),
+                                      properties={"name": TEXT, "optional": FLAG})
+                   for kind in ("secretRef", "configMapRef")}})),
+        "imagePullSecrets": ArraySchema(
+            description="Secrets the kubelet pulls the job's image with, for every pod of "
+            "the job.",
+            items=ObjectSchema(required=("name",), properties={"name": TEXT})),
+        "driverTemplate": _template("driver and standby", "driver"),
+        "executorTemplate": _template("executor", "spark-kubernetes-executor"),
         "volumeMounts": ArraySchema(
-            description="Mounts of those volumes into the driver container.",
+            description="Mounts of those volumes into the driver and executor containers.",
             items=ObjectSchema(
                 required=("name", "mountPath"),
                 properties={"name": TEXT, "mountPath": TEXT, "readOnly": FLAG,
                             **_texts("subPath", "subPathExpr", "mountPropagation",
                                      "recursiveReadOnly")})),
         "nodeSelector": ObjectSchema(
-            description="Node labels the driver (and, on Kubernetes, the executors) must "
-            "match.", values=TEXT),
+            description="Node labels every pod of the job must match.", values=TEXT),
         "tolerations": ArraySchema(
-            description="Tolerations of the driver pod.",
+            description="Tolerations of every pod of the job.",
             items=ObjectSchema(properties={**_texts("key", "operator", "value", "effect"),
                                            "tolerationSeconds": IntegerSchema()})),
         "affinity": ObjectSchema(
-            description="Affinity of the driver pod (a Kubernetes Affinity object).",
+            description="Affinity of every pod of the job (a Kubernetes Affinity object).",
             properties={kind: ObjectSchema(preserve_unknown=True)
                         for kind in ("nodeAffinity", "podAffinity", "podAntiAffinity")}),
-        "priorityClassName": StringSchema(description="PriorityClass of the driver pod."),
+        "priorityClassName": StringSchema(description="PriorityClass of every pod of the "
+                                                         "job."),
         "securityContext": ObjectSchema(
             description="Adjusts the pod security context of the driver and executor pods (a "
             "Kubernetes PodSecurityContext). Defaults, which satisfy the Pod Security "

@@ -18,7 +18,7 @@ from cjob_operator.builders import (
     build_spark_auth_secret,
     build_standby_pod,
 )
-from cjob_operator.builders.spark import KUBERNETES_MASTER, POD_TEMPLATE_VOLUME, SPARK_AUTH_VOLUME
+from cjob_operator.builders.spark import KUBERNETES_MASTER, POD_TEMPLATE_VOLUME
 from cjob_operator.config import OperatorConfig
 from cjob_operator.observed import observe_driver_pod
 from operator_world import make_job
@@ -26,6 +26,7 @@ from operator_world import make_job
 from cjob_spec import CheckpointedJob, SpecError, parse_job, spec_hash
 from cjob_spec.model import CheckpointMode, OnUnreadable
 from cjob_spec.names import ANNOTATION_EXECUTOR_POD_TEMPLATE
+from cjob_spec.pod_ownership import SPARK_AUTH_VOLUME
 from cjob_spec.runtime_settings import RuntimeSettings
 
 CONFIG = OperatorConfig()

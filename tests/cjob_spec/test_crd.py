@@ -163,7 +163,10 @@ def test_the_spec_schema_has_exactly_the_fields_the_parser_reads() -> None:
     parse_job(document)
     opaque = {".spec.job.args", ".spec.spark.conf", ".spec.pod.nodeSelector",
               ".spec.pod.affinity.nodeAffinity", ".spec.pod.affinity.podAffinity",
-              ".spec.pod.affinity.podAntiAffinity"}
+              ".spec.pod.affinity.podAntiAffinity",
+              ".spec.pod.env.valueFrom",
+              *(f".spec.pod.{role}Template.{field}" for role in ("driver", "executor")
+                for field in ("spec", "metadata.labels", "metadata.annotations"))}
     # restore.snapshot and restore.from exclude each other: a second document has the one.
     from_snapshot = full()
     from_snapshot["spec"]["restore"] = {"snapshot": "before-upgrade"}

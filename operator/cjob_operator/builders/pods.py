@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from cjob_operator.builders.metadata import Manifest, object_metadata
+from cjob_operator.builders.pod_template import pod_on_template
 from cjob_operator.builders.spark import (
     KUBERNETES_MASTER,
     POD_IP_REFERENCE,
@@ -22,7 +23,6 @@ from cjob_operator.builders.spark import (
     POD_TEMPLATE_VOLUME,
     SPARK_AUTH_DIR,
     SPARK_AUTH_FILE_KEY,
-    SPARK_AUTH_VOLUME,
     driver_spark_conf,
     executor_pod_template,
 )
@@ -49,6 +49,7 @@ from cjob_spec.names import (
     standby_pod_name,
 )
 from cjob_spec.parse import DRIVER_REQUEST_CORES
+from cjob_spec.pod_ownership import SPARK_AUTH_VOLUME
 from cjob_spec.quantities import MIB, format_kubernetes_memory
 from cjob_spec.runtime_args import (
     configmap_store_arg,
@@ -78,23 +79,32 @@ def driver_memory_request_bytes(job: CheckpointedJob, config: OperatorConfig) ->
 
 
 def driver_env(job: CheckpointedJob, config: OperatorConfig) -> list[dict[str, Any]]:
-    """The driver container's ``env``: the pod's identity, then what the spec gives every
-    driver (:func:`cjob_spec.driver_env.driver_env`, shared with ``cjob run`` so both
-    supervisors pass the same settings), then the operator's extra variables."""
+    """The driver container's ``env``: ``spec.pod.env``, the pod's identity, then what
+    the spec gives every driver (:func:`cjob_spec.driver_env.driver_env`, shared with
+    ``cjob run`` so both supervisors pass the same settings), then the operator's extra
+    variables."""
+    user = [dict(v) for v in job.spec.pod.env]
     env: list[dict[str, Any]] = [
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
         {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
     ]
-    return env + storage_env(job, config)
+    return user + env + _spec_env(job, config)
 
 
 def storage_env(job: CheckpointedJob, config: OperatorConfig) -> list[dict[str, Any]]:
-    """What the spec gives every driver, then the operator's extra variables.
+    """``spec.pod.env``, then what the spec gives every driver, then the operator's
+    extra variables: a pod that reaches the job's storage sees what its driver sees.
 
     Credentials stay references (``secretKeyRef``): the kubelet reads the Secret when
-    it starts the container, the operator never does.
+    it starts the container, the operator never does. The parser refuses a variable
+    of ``spec.pod.env`` that the operator sets; one of the operator's extra variables
+    comes last, so it is the one the container sees.
     """
+    return [dict(v) for v in job.spec.pod.env] + _spec_env(job, config)
+
+
+def _spec_env(job: CheckpointedJob, config: OperatorConfig) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = []
     for var in spec_driver_env(job):
         if var.secret is not None:
@@ -122,6 +132,7 @@ def storage_container(job: CheckpointedJob, *, name: str, image: str, command: S
         "command": list(command),
         "args": list(args),
         "env": storage_env(job, config),
+        **env_from(job),
         "resources": {
             "requests": {"cpu": CLEANUP_CPU, "memory": CLEANUP_MEMORY},
             "limits": {"memory": CLEANUP_MEMORY},
@@ -298,6 +309,7 @@ def _driver_pod(
         "command": list(config.runtime_command),
         "args": args,
         "env": driver_env(job, config),
+        **env_from(job),
         "ports": ports,
         "resources": {
             "requests": {"cpu": spark.conf.get(DRIVER_REQUEST_CORES, str(spark.driver.cores)),
@@ -340,7 +352,7 @@ def _driver_pod(
     placement = driver_pod_placement(job)
     if volumes:
         placement["volumes"] = volumes
-    return {
+    return pod_on_template(job.spec.pod.driver_template, {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": object_metadata(
@@ -359,15 +371,24 @@ def _driver_pod(
             "containers": [container],
             **placement,
         },
-    }
+    })
+
+
+def env_from(job: CheckpointedJob) -> dict[str, Any]:
+    """The container field of ``spec.pod.envFrom``, when it is given."""
+    sources = [dict(source) for source in job.spec.pod.env_from]
+    return {"envFrom": sources} if sources else {}
 
 
 def driver_pod_placement(job: CheckpointedJob) -> dict[str, Any]:
-    """The pod fields ``spec.pod`` sets: volumes, node selection, tolerations, priority."""
+    """The pod fields ``spec.pod`` sets: volumes, node selection, tolerations, priority,
+    image pull secrets."""
     pod = job.spec.pod
     fields: dict[str, Any] = {}
     if pod.volumes:
         fields["volumes"] = [dict(v) for v in pod.volumes]
+    if pod.image_pull_secrets:
+        fields["imagePullSecrets"] = [{"name": name} for name in pod.image_pull_secrets]
     if pod.node_selector:
         fields["nodeSelector"] = dict(pod.node_selector)
     if pod.tolerations:

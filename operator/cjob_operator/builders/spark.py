@@ -10,8 +10,10 @@ the driver's own memory and cores.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from cjob_operator.builders.metadata import Manifest
+from cjob_operator.builders.pod_template import pod_on_template
 from cjob_operator.config import OperatorConfig
 from cjob_spec.model import PERSISTENT_VOLUME_KINDS, CheckpointedJob, volume_kind
 from cjob_spec.names import (
@@ -29,16 +31,16 @@ from cjob_spec.names import (
     standby_executor_pod_name_prefix,
     standby_pod_name,
 )
+from cjob_spec.pod_ownership import EXECUTOR_TEMPLATE_VOLUME, OPERATOR_DIR
 from cjob_spec.security import container_security_context, pod_security_context
 
 KUBERNETES_MASTER = "k8s://https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"
 """Kubernetes expands ``$(VAR)`` in container args from the container's environment,
 which includes the API server address every pod gets."""
-POD_TEMPLATE_VOLUME = "executor-pod-template"
-POD_TEMPLATE_DIR = "/etc/checkpointed-jobs/executor-pod-template"
+POD_TEMPLATE_VOLUME = EXECUTOR_TEMPLATE_VOLUME
+POD_TEMPLATE_DIR = f"{OPERATOR_DIR}/executor-pod-template"
 POD_TEMPLATE_FILE = f"{POD_TEMPLATE_DIR}/pod.yaml"
-SPARK_AUTH_VOLUME = "spark-auth"
-SPARK_AUTH_DIR = "/etc/checkpointed-jobs/spark-auth"
+SPARK_AUTH_DIR = f"{OPERATOR_DIR}/spark-auth"
 SPARK_AUTH_FILE_KEY = "key"
 """The Secret's raw random bytes: the driver reads them as a file."""
 SPARK_AUTH_ENV_KEY = "key.base64"
@@ -161,26 +163,49 @@ def executor_volume_conf(job: CheckpointedJob) -> dict[str, str]:
 def executor_pod_template(job: CheckpointedJob) -> Manifest:
     """The pod template Spark starts every executor pod from.
 
-    Spark keeps a template's security contexts and fills in what it owns (name,
-    namespace, labels, image, command, resources, env, the volumes of its
-    ``spark.kubernetes.executor.volumes.*`` settings). The template travels with the
-    driver pod as an annotation, mounted as a file through the downward API: it
-    always matches the attempt, and needs no object of its own and no rights.
+    Spark keeps what a template sets and fills in what it owns (name, namespace, its
+    labels, image, command, resources, its variables after the template's, the
+    volumes of its ``spark.kubernetes.executor.volumes.*`` settings). So this carries
+    what ``spec.pod`` gives every pod of the job: the security contexts, variables,
+    image pull secrets, tolerations, affinity and priority, and the volumes Spark's
+    settings cannot mount (Secrets, ConfigMaps, ``emptyDir``...; the persistent ones
+    go through Spark's settings, see :func:`executor_volume_conf`), all laid over
+    ``spec.pod.executorTemplate``. It travels with the driver pod as an annotation,
+    mounted as a file through the downward API: it always matches the attempt, and
+    needs no object of its own and no rights.
     """
     pod = job.spec.pod
-    return {
+    container: dict[str, Any] = {
+        "name": EXECUTOR_CONTAINER,
+        "securityContext": container_security_context(pod.container_security_context),
+    }
+    if pod.env:
+        container["env"] = [dict(v) for v in pod.env]
+    if pod.env_from:
+        container["envFrom"] = [dict(v) for v in pod.env_from]
+    others = [volume for volume in pod.volumes
+              if volume_kind(volume) not in PERSISTENT_VOLUME_KINDS]
+    other_names = {str(volume["name"]) for volume in others}
+    mounts = [dict(m) for m in pod.volume_mounts if m["name"] in other_names]
+    if mounts:
+        container["volumeMounts"] = mounts
+    spec: dict[str, Any] = {
+        "securityContext": pod_security_context(pod.security_context),
+        "containers": [container],
+    }
+    if others:
+        spec["volumes"] = [dict(v) for v in others]
+    if pod.image_pull_secrets:
+        spec["imagePullSecrets"] = [{"name": name} for name in pod.image_pull_secrets]
+    if pod.tolerations:
+        spec["tolerations"] = [dict(t) for t in pod.tolerations]
+    if pod.affinity is not None:
+        spec["affinity"] = dict(pod.affinity)
+    if pod.priority_class_name:
+        spec["priorityClassName"] = pod.priority_class_name
+    return pod_on_template(pod.executor_template, {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"labels": {LABEL_JOB: job.metadata.name, LABEL_ROLE: ROLE_EXECUTOR}},
-        "spec": {
-            "securityContext": pod_security_context(pod.security_context),
-            "containers": [
-                {
-                    "name": EXECUTOR_CONTAINER,
-                    "securityContext": container_security_context(
-                        pod.container_security_context
-                    ),
-                }
-            ],
-        },
-    }
+        "spec": spec,
+    })
