@@ -15,7 +15,7 @@ import yaml
 from e2e.controlplane.rest import RestClient, quote
 from e2e.jobs import RUNNING_SUM_DIR
 from e2e.realnode import running_sum, scenario
-from e2e.realnode.cluster_s3 import ClusterS3
+from e2e.realnode.cluster_s3 import CREDENTIALS_SECRET, ClusterS3
 
 COUNT = 120_000
 RATE = 3_000  # records per second: about 40 s of input, so kills land mid-run
@@ -61,6 +61,7 @@ def apply_s3_job(
     checkpoints: str = "checkpoints", output: str = "output", rocksdb: bool = False,
     driver_cores: str | None = None, count: int = COUNT,
     executor_request_cores: str | None = None, start_timeout: str | None = None,
+    pod: dict[str, Any] | None = None,
 ) -> tuple[scenario.JobHandle, str]:  # fmt: skip
     """The running sum with its code from a ConfigMap and its checkpoints and output in
     an S3 bucket of its own (under the prefixes ``checkpoints`` and ``output``),
@@ -70,7 +71,8 @@ def apply_s3_job(
     fraction of a core, or the two-CPU node could not schedule the second.
     ``driver_cores`` is the driver's CPU request (Spark's default: one core);
     ``executor_request_cores`` each executor's (a fraction of a core unless given), and
-    ``start_timeout`` the restart policy's."""
+    ``start_timeout`` the restart policy's; ``pod`` adds to ``spec.pod`` (which mounts
+    the job's code)."""
     bucket = f"{name}-{namespace[-6:]}"
     scenario.bucket_with_credentials(kubectl=kubectl, s3=s3, namespace=namespace,
                                         bucket=bucket)
@@ -78,7 +80,8 @@ def apply_s3_job(
     manifest = running_sum.manifest(
         name=name, storage=f"s3://{bucket}/{checkpoints}", output=f"s3://{bucket}/{output}",
         master=master, s3=running_sum.s3_settings(s3), count=count, rate=RATE, cleanup=cleanup,
-        pod={"volumes": [running_sum.CODE_VOLUME], "volumeMounts": [running_sum.CODE_MOUNT]},
+        pod={"volumes": [running_sum.CODE_VOLUME], "volumeMounts": [running_sum.CODE_MOUNT],
+             **(pod or {})},
     )  # fmt: skip
     if rocksdb:
         manifest["spec"]["state"] = {"backend": "rocksdb"}
@@ -94,6 +97,19 @@ def apply_s3_job(
         manifest["spec"]["restartPolicy"]["startTimeout"] = start_timeout
     kubectl("apply", "--namespace", namespace, "-f", "-", stdin=yaml.safe_dump(manifest))
     return scenario.JobHandle(rest=rest, namespace=namespace, name=name), bucket
+
+
+TEMPLATE_LABEL = "example.org/team"
+EXECUTOR_POD: dict[str, Any] = {
+    "envFrom": [{"secretRef": {"name": CREDENTIALS_SECRET},
+                 "prefix": "FROM_SECRET_"}],
+    "executorTemplate": {
+        "metadata": {"labels": {TEMPLATE_LABEL: "ads"}},
+        "spec": {"containers": [{"name": "spark-kubernetes-executor",
+                                 "env": [{"name": "FROM_TEMPLATE", "value": "1"}]}]},
+    },
+}
+"""What the executor-kill scenario's job adds to ``spec.pod``, checked on its executors."""
 
 
 def executor_and_driver_kills(
@@ -115,8 +131,11 @@ def executor_and_driver_kills(
     real_namespace = namespace
     # A fraction of a core for the driver: on kind the control plane (850m of requests)
     # shares the two-CPU node with the job.
+    # The executors get what spec.pod gives every pod (every key of a Secret, through
+    # envFrom) and what their own template adds (a label, a variable).
     job, bucket = apply_s3_job(rest=rest, kubectl=kubectl, s3=s3, namespace=real_namespace,
-                               name="sum", master="k8s", driver_cores="300m")  # fmt: skip
+                               name="sum", master="k8s", driver_cores="300m",
+                               pod=EXECUTOR_POD)  # fmt: skip
 
     # The baseline of the recovery times below, in the same run: a cold start.
     scenario.wait_until(lambda: scenario.records_flowing(job.driver()),
@@ -143,6 +162,13 @@ def executor_and_driver_kills(
         env = {e["name"]: e for e in container.get("env", [])}
         assert "value" not in env["_SPARK_AUTH_SECRET"], "the key is only referenced"
         assert env["_SPARK_AUTH_SECRET"]["valueFrom"]["secretKeyRef"]["name"] == "sum-spark-auth"
+        assert pod["metadata"]["labels"][TEMPLATE_LABEL] == "ads"
+    # The kubelet resolved the Secret's keys into the executor container's environment.
+    seen = kubectl("exec", "--namespace", real_namespace, executors[0]["metadata"]["name"],
+                   "-c", "spark-kubernetes-executor", "--", "env")
+    environment = dict(line.split("=", 1) for line in seen.splitlines() if "=" in line)
+    assert environment.get("FROM_SECRET_AWS_ACCESS_KEY_ID") == s3.access_key_id, sorted(environment)
+    assert environment.get("FROM_TEMPLATE") == "1", sorted(environment)
     policy = rest.request("GET", f"/apis/networking.k8s.io/v1/namespaces/"
                                  f"{quote(real_namespace)}/networkpolicies/sum-pods")
     assert policy["spec"]["podSelector"]["matchLabels"]["checkpointed.io/job"] == "sum"
