@@ -3,11 +3,13 @@ documentation and the Grafana dashboard."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
 import shutil
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -16,6 +18,20 @@ import jsonschema
 import pytest
 import yaml
 from paths import REPO
+
+
+def _load_chart_values() -> Any:
+    """``scripts/chart_values.py``, the README table's writer (a script, not a package)."""
+    spec = importlib.util.spec_from_file_location("chart_values",
+                                                  REPO / "scripts" / "chart_values.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module   # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+chart_values = _load_chart_values()
 
 CHART = REPO / "charts" / "checkpointed-jobs"
 SEMVER = re.compile(
@@ -273,6 +289,22 @@ def test_every_value_is_documented_in_values_yaml_and_in_the_readme_table() -> N
     assert sorted(table_keys - set(paths)) == []
     undocumented = set(paths) - commented_paths((CHART / "values.yaml").read_text())
     assert sorted(undocumented) == []
+
+
+def test_the_readme_table_of_values_is_the_one_values_yaml_documents() -> None:
+    assert chart_values.main(["--check"]) == 0
+
+
+def test_a_value_without_a_comment_stops_the_table_from_being_written() -> None:
+    with pytest.raises(ValueError, match=r"image\.tag has no"):
+        chart_values.rows("image:\n  # -- Repository.\n  repository: x\n  tag: ''\n")
+
+
+def test_a_map_documented_as_a_whole_is_one_row_with_its_default() -> None:
+    rows = chart_values.rows("# -- Limits.\nresources:\n  limits:\n    cpu: 1\n"
+                             "# -- Port.\nport: 80\n")
+    assert [row.render() for row in rows] == [
+        '| `resources` | `{"limits":{"cpu":1}}` | Limits. |', "| `port` | `80` | Port. |"]
 
 
 def test_the_docs_say_that_uninstall_keeps_the_crds_and_how_to_remove_them() -> None:

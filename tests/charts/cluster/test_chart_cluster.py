@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 from cjob_operator.builders import build_role, build_role_binding, build_service_account
+from paths import REPO
 
 from cjob_spec import parse_job
 from e2e.controlplane.namespaces import resource_exists
@@ -289,6 +290,54 @@ def driver_objects(*, namespace: str, master: str) -> list[Manifest]:
         # The owner (a CheckpointedJob) does not exist here; the rights are the point.
         obj["metadata"].pop("ownerReferences", None)
     return objects
+
+
+def _pod_properties(crd: dict[str, Any]) -> dict[str, Any]:
+    version = crd["spec"]["versions"][0]
+    spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    properties: dict[str, Any] = spec["properties"]["pod"]["properties"]
+    return properties
+
+
+def _documented_crd_upgrade() -> list[str]:
+    """The chart README's command that upgrades the CRDs, as a user would copy it."""
+    readme = (CHART_DIR / "README.md").read_text()
+    section = readme.split("## Upgrade", 1)[1].split("\n## ", 1)[0]
+    (line,) = [ln for ln in section.splitlines() if ln.startswith("kubectl apply")]
+    words = line.split()
+    return [word.replace("charts/checkpointed-jobs", str(CHART_DIR)) for word in words[1:]]
+
+
+def test_helm_upgrade_keeps_an_old_crd_and_the_documented_command_brings_the_new_one(
+    chart_crds: None, installed_chart: InstallChart, kubectl: Kubectl, kube_rest: RestClient,
+    kube_namespace: str,
+) -> None:
+    path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{CRD_NAME}"
+    current = yaml.safe_load((CHART_DIR / "crds" / "checkpointedjob.yaml").read_text())
+    # The CRD as an older chart left it: without a field this chart's operator reads,
+    # written by another field manager than the user's kubectl (as Helm's create is).
+    old = json.loads(json.dumps(current))
+    del _pod_properties(old)["driverTemplate"]
+    old["metadata"]["resourceVersion"] = kube_rest.get(path)["metadata"]["resourceVersion"]
+    kubectl("replace", "-f", "-", stdin=yaml.safe_dump(old))
+    try:
+        release = installed_chart(NOWHERE)
+        release.upgrade(values={**NOWHERE, "logLevel": "DEBUG"})
+        assert "driverTemplate" not in _pod_properties(kube_rest.get(path)), \
+            "helm upgraded the CRD: the README's advice is no longer needed"
+        kubectl(*_documented_crd_upgrade())
+    finally:
+        # Whatever happened, the session's other tests get the current CRD back.
+        kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CHART_DIR / "crds"))
+    assert "driverTemplate" in _pod_properties(kube_rest.get(path))
+    kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{CRD_NAME}")
+    # A job using the new field keeps it: the API server no longer prunes it.
+    job = yaml.safe_load((REPO / "examples" / "running_sum" / "running-sum.yaml").read_text())
+    job["metadata"] = {"name": "crd-upgrade", "namespace": kube_namespace}
+    job["spec"].setdefault("pod", {})["driverTemplate"] = {"metadata": {"labels": {"a": "b"}}}
+    applied = json.loads(kubectl("apply", "--dry-run=server", "-o", "json", "-f", "-",
+                                 stdin=yaml.safe_dump(job)))
+    assert applied["spec"]["pod"]["driverTemplate"] == {"metadata": {"labels": {"a": "b"}}}
 
 
 def test_the_operator_account_may_grant_a_drivers_role_in_a_watched_namespace(

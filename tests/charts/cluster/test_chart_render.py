@@ -157,13 +157,37 @@ def test_every_feature_renders_monitors_dashboard_peering_and_policy_but_no_rbac
     kinds = sorted(o["kind"] for o in objects)
     assert kinds == sorted(
         ["Deployment", "ServiceAccount", "Service", "ServiceMonitor", "PodMonitor",
-         "ConfigMap", "KopfPeering", "KopfPeering",
+         "ConfigMap", "KopfPeering", "KopfPeering", "PodDisruptionBudget",
          "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
     )  # fmt: skip
     assert {p["metadata"]["namespace"] for p in of_kind(objects, "KopfPeering")} == {
         "team-a",
         "team-b",
     }
+
+
+def test_several_replicas_get_a_disruption_budget_over_exactly_the_operator_pods(
+    render: Render,
+) -> None:
+    objects = render({"replicaCount": 3, "podDisruptionBudget": {"enabled": True,
+                                                                 "maxUnavailable": 2}})
+    budget = one(objects, "PodDisruptionBudget")
+    deployment = one(objects, "Deployment")
+    assert budget["spec"]["maxUnavailable"] == 2
+    assert budget["spec"]["selector"] == deployment["spec"]["selector"]
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert budget["spec"]["selector"]["matchLabels"].items() <= pod_labels.items()
+    assert budget["metadata"]["namespace"] == deployment["metadata"]["namespace"]
+
+
+@pytest.mark.parametrize("values", [{}, {"replicaCount": 1, "peering": {"enabled": True}},
+                                    {"replicaCount": 2, "podDisruptionBudget": {
+                                        "enabled": False, "maxUnavailable": 1}}],
+                         ids=["one-replica", "one-replica-peering", "switched-off"])
+def test_no_disruption_budget_blocks_the_drain_of_a_single_operator_pod(
+    render: Render, values: dict[str, Any]
+) -> None:
+    assert of_kind(render(values), "PodDisruptionBudget") == []
 
 
 @pytest.mark.parametrize("values_file", [None, FULL_VALUES], ids=["defaults", "full"])
