@@ -78,6 +78,24 @@ def build_parser() -> argparse.ArgumentParser:
                           help="where snapshots are kept (default: <state-dir>/<job>/snapshots)")
     snapshot.add_argument("--state-dir", default=DEFAULT_STATE_DIR)
 
+    state = sub.add_parser("state", help="a checkpoint's keyed state")
+    ssub = state.add_subparsers(dest="state_command", required=True)
+    show = ssub.add_parser("show", help="list the operators with state in a checkpoint, or "
+                                        "print one operator's state")
+    show.add_argument("name", nargs="?", help="a local job (default checkpoint: its latest)")
+    show.add_argument("--checkpoint", metavar="ID|PATH",
+                      help="a retained checkpoint's id of the job, or a checkpoint's (or "
+                           "snapshot's) _metadata or chk-<id> directory")
+    show.add_argument("--operator", metavar="UID",
+                      help="the keyed operator (default: list those with state)")
+    show.add_argument("--state", metavar="NAME", help="only this state of the operator")
+    show.add_argument("-o", "--output", choices=("table", "json", "csv"), default="table")
+    show.add_argument("--limit", type=int, default=20, metavar="ROWS",
+                      help="rows of the table (default 20; 0: all)")
+    show.add_argument("--python-path", action="append", default=[], metavar="DIR",
+                      help="a directory of the job's code, for the classes its state holds")
+    show.add_argument("--state-dir", default=DEFAULT_STATE_DIR)
+
     validate = sub.add_parser("validate", help="check a CheckpointedJob YAML")
     validate.add_argument("file")
     validate.add_argument("--against", metavar="CHECKPOINT",
@@ -291,6 +309,45 @@ def _check_state(job: CheckpointedJob, *, job_file: Path, checkpoint: str) -> in
     return subprocess.run(command, check=False).returncode
 
 
+def cmd_state_show(ns: argparse.Namespace) -> int:
+    """The runtime's ``state`` command, as a process (the CLI never imports the runtime),
+    on the checkpoint named by a path, or by a local job and one of its ids."""
+    checkpoint = ns.checkpoint
+    if ns.name is None and checkpoint is not None and checkpoint.isdigit():
+        return _fail(f"checkpoint {checkpoint}: an id needs the job's name "
+                     f"(cjob state show NAME --checkpoint {checkpoint})")
+    if ns.name is not None and (checkpoint is None or checkpoint.isdigit()):
+        directory = _job_dir(ns.state_dir, ns.name)
+        if directory is None:
+            return _fail(f"no job {ns.name!r} in {ns.state_dir} (run it with cjob run first)", 1)
+        from cjob_checkpoint.store import StoreError
+
+        try:
+            retained = sorted(_retained(directory), key=lambda c: c.checkpoint_id)
+        except StoreError as exc:
+            return _fail(f"cannot read the checkpoints of {ns.name!r}: {exc}", 1)
+        if not retained:
+            return _fail(f"job {ns.name!r} has no retained checkpoint in {ns.state_dir}", 1)
+        chosen = retained[-1] if checkpoint is None else next(
+            (c for c in retained if c.checkpoint_id == int(checkpoint)), None)
+        if chosen is None:
+            ids = ", ".join(str(c.checkpoint_id) for c in retained)
+            return _fail(f"job {ns.name!r} retains no checkpoint {checkpoint} (it retains "
+                         f"{ids})", 1)
+        checkpoint = chosen.metadata_path
+    if checkpoint is None:
+        return _fail("name a local job or a checkpoint (--checkpoint PATH)")
+    if "://" not in checkpoint:
+        checkpoint = Path(checkpoint).resolve().as_uri()
+    command = [sys.executable, "-m", "job_runtime", "state", "--checkpoint", checkpoint,
+               "--output", ns.output, "--limit", str(ns.limit),
+               *(["--operator", ns.operator] if ns.operator else []),
+               *(["--state", ns.state] if ns.state else []),
+               *[arg for path in ns.python_path
+                 for arg in ("--python-path", str(Path(path).resolve()))]]
+    return subprocess.run(command, check=False).returncode
+
+
 def main(argv: list[str] | None = None) -> int:
     ns = build_parser().parse_args(argv)
     if ns.command == "run":
@@ -301,6 +358,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_checkpoints_list(ns)
     if ns.command == "snapshot":
         return cmd_snapshot(ns)
+    if ns.command == "state":
+        return cmd_state_show(ns)
     return cmd_validate(ns)
 
 

@@ -225,6 +225,20 @@ class ClusterAccess:
         return self._read(lambda: self.core.read_namespaced_pod(
             name, self.namespace, _request_timeout=REQUEST_TIMEOUT), what=f"get pod {name}")
 
+    def create_pod(self, body: dict[str, Any]) -> None:
+        name = body["metadata"]["name"]
+        self._call(lambda: self.core.create_namespaced_pod(
+            self.namespace, body, _request_timeout=REQUEST_TIMEOUT), what=f"create pod {name}")
+
+    def delete_pod(self, name: str) -> None:
+        """Delete a pod the plugin made, at once; one already gone is fine."""
+        try:
+            self._call(lambda: self.core.delete_namespaced_pod(
+                name, self.namespace, grace_period_seconds=0,
+                _request_timeout=REQUEST_TIMEOUT), what=f"delete pod {name}")
+        except NotFoundError:
+            pass
+
     def logs(self, *, pod: str, container: str, follow: bool,
              tail: int | None) -> Iterator[str]:
         """The container's log, line by line; with ``follow``, until the container ends."""

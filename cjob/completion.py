@@ -21,7 +21,8 @@ NO_FILE_COMPLETION = ":4"
 """cobra's ShellCompDirectiveNoFileComp."""
 CONNECTION_FLAGS = ("-n", "--namespace", "--context", "--kubeconfig")
 FLAGS_WITH_VALUES = frozenset(CONNECTION_FLAGS) | {
-    "-o", "--output", "--timeout", "--name", "--checkpoint", "--tail", "--events", "--from"}
+    "-o", "--output", "--timeout", "--name", "--checkpoint", "--tail", "--events", "--from",
+    "--operator", "--state", "--limit"}
 COMMAND_FLAGS = {
     "list": ("-A", "--all-namespaces", "-o", "--output"),
     "status": ("-o", "--output", "--events"),
@@ -32,6 +33,8 @@ COMMAND_FLAGS = {
     "resume": ("--timeout", "--no-wait"),
     "scale": ("--timeout", "--no-wait"),
     "restore": ("--from", "--timeout", "--no-wait"),
+    "state": ("-o", "--output", "--checkpoint", "--operator", "--state", "--limit",
+              "--timeout"),
     "logs": ("-f", "--follow", "--tail"),
 }
 """Each command's own flags (the connection flags are every command's)."""

@@ -22,7 +22,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
-from cjob import kubectl_changing, kubectl_reading, views
+from cjob import kubectl_changing, kubectl_reading, kubectl_state, views
 from cjob.cluster_access import ClusterAccess, PluginError
 from cjob_spec.durations import parse_duration_seconds
 from cjob_spec.errors import CjobSpecError
@@ -65,6 +65,16 @@ def _positive(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value}: must be at least 1")
+    return value
+
+
+def _not_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value}: must not be negative")
     return value
 
 
@@ -121,6 +131,20 @@ def build_parser() -> argparse.ArgumentParser:
                               "so pruning cannot take it), a file:// or s3:// _metadata "
                               "path, or a CheckpointedJobSnapshot's name")
     waits(restore, default="10m")
+    state = command("state", "a retained checkpoint's keyed state, read by a pod that "
+                             "reaches the storage as the driver does")
+    state.add_argument("--checkpoint", type=_positive, metavar="ID",
+                       help="a retained checkpoint (default: the latest)")
+    state.add_argument("--operator", metavar="UID",
+                       help="the keyed operator whose state to show (default: list the "
+                            "operators with state)")
+    state.add_argument("--state", metavar="NAME",
+                       help="only this state of the operator (a value_state or map_state "
+                            "name, __timers...)")
+    state.add_argument("--limit", type=_not_negative, default=20, metavar="ROWS",
+                       help="rows of the table (default 20; 0: all)")
+    state.add_argument("--timeout", type=_duration, default=_duration("5m"),
+                       help="how long the reading pod may take (default 5m)")
     logs = command("logs", "the current attempt's driver log", output=False)
     logs.add_argument("-f", "--follow", action="store_true")
     logs.add_argument("--tail", type=int, metavar="LINES",
@@ -133,7 +157,8 @@ COMMAND_RUNNERS: dict[str, Callable[[ClusterAccess, argparse.Namespace], int]] =
     "checkpoints": kubectl_reading.cmd_checkpoints, "logs": kubectl_reading.cmd_logs,
     "checkpoint": kubectl_changing.cmd_checkpoint, "snapshot": kubectl_changing.cmd_snapshot,
     "suspend": kubectl_changing.cmd_suspend, "resume": kubectl_changing.cmd_resume,
-    "scale": kubectl_changing.cmd_scale, "restore": kubectl_changing.cmd_restore}
+    "scale": kubectl_changing.cmd_scale, "restore": kubectl_changing.cmd_restore,
+    "state": kubectl_state.cmd_state}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -30,7 +30,7 @@ DNS_LABEL_MAX = 63
 T = TypeVar("T")
 
 
-def _wait(check: Callable[[], T | None], *, timeout: float, what: str) -> T:
+def wait_until(check: Callable[[], T | None], *, timeout: float, what: str) -> T:
     """``check()`` every second until it returns a value; a timeout is a failure that
     says what did not happen (the request stays made)."""
     deadline = time.monotonic() + timeout
@@ -84,7 +84,7 @@ def cmd_checkpoint(access: ClusterAccess, ns: argparse.Namespace) -> int:
             _ended_meanwhile(access, ns.name, waiting_for="the checkpoint completed")
         return found
 
-    checkpoint_id = _wait(completed, timeout=ns.timeout,
+    checkpoint_id = wait_until(completed, timeout=ns.timeout,
                           what=f"the checkpoint requested as {nonce}")
     store = access.store(ns.name)
     pointer = next((c for c in (store.checkpoints if store else ())
@@ -168,7 +168,7 @@ def cmd_suspend(access: ClusterAccess, ns: argparse.Namespace) -> int:
             raise PluginError(f"{KIND} {ns.name} became {phase_of(found)} instead of suspended")
         return found if phase_of(found) == Phase.SUSPENDED else None
 
-    found = _wait(suspended, timeout=ns.timeout, what=f"{ns.name} to be Suspended")
+    found = wait_until(suspended, timeout=ns.timeout, what=f"{ns.name} to be Suspended")
     latest = (status_of(found).get("latestCheckpoint") or {}).get("id")
     say(f"checkpointedjob/{ns.name} suspended"
          + (f" at checkpoint {latest}" if latest is not None else ""))
@@ -206,7 +206,7 @@ def cmd_resume(access: ClusterAccess, ns: argparse.Namespace) -> int:
                               f"{failure.get('reason')}: {failure.get('message')}")
         return found if _started(found, phases=(Phase.RUNNING, Phase.SUCCEEDED)) else None
 
-    found = _wait(running, timeout=ns.timeout, what=f"{ns.name} to be Running")
+    found = wait_until(running, timeout=ns.timeout, what=f"{ns.name} to be Running")
     restored = (status_of(found).get("restoredFrom") or {}).get("id")
     say(f"checkpointedjob/{ns.name} resumed, attempt {status_of(found).get('attempt')}"
          + (f" from checkpoint {restored}" if restored is not None else ""))
@@ -243,7 +243,7 @@ def cmd_scale(access: ClusterAccess, ns: argparse.Namespace) -> int:
         return found if (status.get("parallelism") == ns.replicas
                          and _started(found, phases=(Phase.RUNNING,))) else None
 
-    found = _wait(rescaled, timeout=ns.timeout,
+    found = wait_until(rescaled, timeout=ns.timeout,
                   what=f"{ns.name} to run at parallelism {ns.replicas}")
     restored = (status_of(found).get("restoredFrom") or {}).get("id")
     say(f"checkpointedjob/{ns.name} scaled to {ns.replicas}, attempt "
@@ -261,7 +261,7 @@ def _wait_for_snapshot(access: ClusterAccess, name: str, *, timeout: float) -> d
         status: dict[str, Any] = found.get("status") or {}
         return status if status.get("state") in ("Completed", "Failed") else None
 
-    status = _wait(final, timeout=timeout, what=f"{SNAPSHOT_KIND} {name} to complete "
+    status = wait_until(final, timeout=timeout, what=f"{SNAPSHOT_KIND} {name} to complete "
                                                 f"(it goes on; kubectl get cjobsnapshot)")
     if status.get("state") == "Failed":
         raise PluginError(f"checkpointedjobsnapshot/{name} failed: {status.get('reason')}: "
@@ -333,7 +333,7 @@ def cmd_restore(access: ClusterAccess, ns: argparse.Namespace) -> int:
             return found
         return None
 
-    found = _wait(restored, timeout=ns.timeout, what=f"{ns.name} to restore {point}")
+    found = wait_until(restored, timeout=ns.timeout, what=f"{ns.name} to restore {point}")
     status = status_of(found)
     if status.get("phase") == Phase.SUSPENDED:
         say(f"checkpointedjob/{ns.name} is suspended: it starts from {point} when resumed")

@@ -1,7 +1,8 @@
 """``python -m job_runtime run ...``: the driver's command line; ``cleanup ...``: the
 deletion of a job's checkpoint directory (see :mod:`job_runtime.cleanup`);
 ``check-state ...``: whether a checkpoint's state fits a pipeline
-(:mod:`job_runtime.state_check`); ``take-snapshot ...`` and ``dispose-snapshot ...``: a
+(:mod:`job_runtime.state_check`); ``state ...``: a checkpoint's keyed state, printed
+(:mod:`job_runtime.state_show`); ``take-snapshot ...`` and ``dispose-snapshot ...``: a
 CheckpointedJobSnapshot pod's work (:mod:`job_runtime.snapshot_pod`).
 
 The operator and the embedded runner pass the attempt's settings as one typed,
@@ -35,6 +36,10 @@ from job_runtime.execution.driver.store import StoreAddress, StoreKind
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"
 """Where Kubernetes reads a container's termination message (the cleanup and snapshot
 pods' outcome)."""
+
+STATE_FORMATS = ("table", "json", "csv")
+STATE_LIMIT = 20
+"""Rows of ``state``'s table unless ``--limit`` says otherwise (JSON and CSV hold all)."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -135,6 +140,20 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--args-json", default="{}")
     check.add_argument("--checkpoint", required=True,
                        help="a checkpoint's _metadata, or its chk-<id> directory")
+    state = sub.add_parser("state", help="print a checkpoint's keyed state (the operators "
+                                         "with state, or one operator's state)")
+    state.add_argument("--checkpoint", required=True,
+                       help="a checkpoint's (or a snapshot's) _metadata, or its chk-<id> "
+                            "directory")
+    state.add_argument("--operator", default=None, metavar="UID",
+                       help="the keyed operator (default: list those with state)")
+    state.add_argument("--state", default=None, metavar="NAME",
+                       help="only this state of the operator")
+    state.add_argument("-o", "--output", choices=STATE_FORMATS, default="table")
+    state.add_argument("--limit", type=int, default=STATE_LIMIT, metavar="ROWS",
+                       help=f"rows of the table (default {STATE_LIMIT}; 0: all)")
+    state.add_argument("--python-path", action="append", default=[],
+                       help="a directory of the job's code, for the classes its state holds")
     cleanup = sub.add_parser("cleanup", help="delete a deleted job's checkpoint directories")
     cleanup.add_argument("--uri", required=True, action="append", dest="uris",
                          help="a checkpoint directory of the job, <storage>/<job-name>-<job-uid>;"
@@ -251,6 +270,13 @@ def main(argv: list[str] | None = None) -> int:
                            termination_log=ns.termination_log)
     if ns.command in ("take-snapshot", "dispose-snapshot"):
         return _snapshot_command(ns)
+    if ns.command == "state":
+        from job_runtime.execution.entrypoint import add_python_path
+        from job_runtime.state_show import show_state
+
+        add_python_path(ns.python_path)
+        return show_state(checkpoint=ns.checkpoint, operator=ns.operator, state=ns.state,
+                          output=ns.output, limit=ns.limit or None)
     if ns.command == "check-state":
         from job_runtime.state_check import check_state, parse_args_json
 

@@ -19,14 +19,12 @@ from typing import Any, TextIO
 from cjob_spec.exit_codes import ExitCode
 from job_runtime.state.reader import StateReadError, operators, read
 
-FORMATS = ("table", "json", "csv")
-DEFAULT_LIMIT = 20
 CELL_WIDTH = 48
 """A wider value is cut in the table (the JSON and CSV outputs keep it whole)."""
 
 
 def show_state(*, checkpoint: str, operator: str | None, state: str | None,
-               output: str = "table", limit: int | None = DEFAULT_LIMIT,
+               output: str = "table", limit: int | None,
                out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     """Print ``checkpoint``'s operators, or one operator's state; the exit code."""
     try:

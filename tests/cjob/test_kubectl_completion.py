@@ -16,7 +16,7 @@ def names(**connection: Any) -> list[str]:
 
 
 def test_the_first_word_completes_to_commands() -> None:
-    assert candidates(["s"]) == ["status", "snapshot", "suspend", "scale"]
+    assert candidates(["s"]) == ["status", "snapshot", "suspend", "scale", "state"]
     assert "checkpoints" in candidates([""]) and "logs" in candidates([""])
 
 
@@ -48,7 +48,7 @@ def test_an_unreachable_cluster_offers_no_names_and_prints_nothing_but_the_direc
         raise OSError("connection refused")
     assert candidates(["status", ""], job_names=unreachable) == []
     main(["st"])
-    assert capsys.readouterr().out.splitlines() == ["status", ":4"]
+    assert capsys.readouterr().out.splitlines() == ["status", "state", ":4"]
 
 
 def test_the_installed_entry_point_speaks_cobras_protocol() -> None:

@@ -83,6 +83,18 @@ def test_the_plugin_checkpoints_snapshots_suspends_resumes_scales_and_restores_a
     assert retained and [c["id"] for c in retained] == sorted(c["id"] for c in retained)
     assert cjob.ok("checkpoints", "sums").splitlines()[0].split()[:2] == ["ID", "COMPLETED"]
 
+    # The running sums in the latest checkpoint, read by a pod built like the driver:
+    # one row per key (seq % 97), each the reduce's latest record of that key.
+    (reduce,) = json.loads(cjob.ok("state", "sums", "-o", "json"))
+    rows = json.loads(cjob.ok("state", "sums", "--operator", reduce["operator"], "-o", "json"))
+    assert 0 < len(rows) <= 97
+    assert all(r["state"] == "value" and r["value"]["key"] == r["key"] for r in rows), rows[:3]
+    table = cjob.ok("state", "sums", "--operator", reduce["operator"], "--limit", "3")
+    assert table.splitlines()[0].split() == ["KEY_GROUP", "KEY", "STATE", "VALUE"]
+    assert len(table.splitlines()) == 1 + min(3, len(rows)) + (len(rows) > 3)
+    assert not kubectl.run("get", "pods", "-n", kube_namespace, "-l",
+                           "checkpointed.io/role=state", "-o", "name").stdout.strip()
+
     status = cjob.ok("status", "sums")
     assert re.search(r"^Phase:\s+Running", status, re.MULTILINE), status
     assert re.search(r"^Namespace:\s+" + re.escape(kube_namespace), status, re.MULTILINE)

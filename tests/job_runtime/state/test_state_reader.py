@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -205,7 +207,7 @@ def test_a_path_that_is_no_checkpoint_is_refused_in_one_sentence(tmp_path: Path)
 
 def show(**kwargs: Any) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
-    code = show_state(out=out, err=err, **kwargs)
+    code = show_state(out=out, err=err, **{"limit": 20, **kwargs})
     return code, out.getvalue(), err.getvalue()
 
 
@@ -243,3 +245,14 @@ def test_the_commands_mistakes_are_one_line_with_the_restores_exit_codes(
     assert code == 2 and "--operator" in err
     code, _, err = show(checkpoint=str(tmp_path / "missing"), operator="visits", state=None)
     assert code == 6 and err.startswith("error: cannot read the checkpoint")
+
+
+def test_the_runtime_command_prints_the_state_as_json_lines(tmp_path: Path) -> None:
+    metadata = hashmap_checkpoint(tmp_path, uid="visits", keys=KEYS)
+    done = subprocess.run([sys.executable, "-m", "job_runtime", "state", "--checkpoint",
+                           metadata.removesuffix("/_metadata"), "--operator", "visits",
+                           "--state", "count", "-o", "json"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    assert {row["key"]: row["value"] for row in rows} == {k: i + 1 for i, k in enumerate(KEYS)}
