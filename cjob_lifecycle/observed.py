@@ -185,6 +185,20 @@ class RestoreSnapshot:
     message: str | None = None
 
 
+@dataclass(frozen=True, kw_only=True)
+class MetricSample:
+    """One reading of a running attempt's metrics."""
+
+    at: datetime
+    attempt: int
+    records_in: float
+    """The sources' records read so far (a counter: it only grows within an attempt)."""
+    lag_records: float | None
+    """Records the sources have yet to read (summed over partitions); None when the
+    sources report none."""
+
+
+
 @dataclass(frozen=True)
 class Observed:
     """Everything ``plan`` decides on. ``status`` is the CR's current status."""
@@ -208,6 +222,9 @@ class Observed:
     snapshots: tuple[JobSnapshot, ...] = ()
     """The snapshots the operator took of the job by itself, read only when
     ``spec.snapshots`` asks for any."""
+    scaling_samples: tuple[MetricSample, ...] = ()
+    """With ``spec.autoscaler``: readings of the running driver's metrics, oldest first
+    (the operator keeps the last few minutes of them)."""
     restore_snapshot: RestoreSnapshot | None = None
     """The snapshot ``spec.restore.snapshot`` names, read only while the job has no
     checkpoint of its own (a fresh start is the only one that restores it)."""

@@ -151,6 +151,19 @@ ROLLBACK_ENABLED = FlagField(path="spec.rollback.enabled", default=False)
 ROLLBACK_READINESS_TIMEOUT = DurationField(path="spec.rollback.readinessTimeout", default="5m",
                                            positive=True)
 CLEANUP_CHECKPOINTS = TextField(path="spec.cleanupPolicy.checkpoints", default="Retain")
+AUTOSCALER_MODE = TextField(path="spec.autoscaler.mode", default="Off")
+AUTOSCALER_MIN = IntegerField(path="spec.autoscaler.min", default=1, minimum=1, maximum=32768)
+AUTOSCALER_MAX = IntegerField(path="spec.autoscaler.max", default=0, minimum=0, maximum=32768)
+"""0: the job's ``maxParallelism``."""
+AUTOSCALER_TARGET_LAG = DurationField(path="spec.autoscaler.targetLag", default="1m",
+                                      positive=True)
+"""The backlog the job should be able to read away within this long, besides keeping up."""
+AUTOSCALER_TARGET_UTILIZATION = NumberField(path="spec.autoscaler.targetUtilization",
+                                            default=0.7, minimum=0.1, maximum=1.0)
+"""The share of its measured capacity a parallelism is chosen to run at: the headroom."""
+AUTOSCALER_STABILIZATION = DurationField(path="spec.autoscaler.stabilization", default="5m")
+"""How long a recommendation must hold before it is applied, and the least time between
+two scalings."""
 
 SPEC_FIELDS: tuple[SpecField, ...] = (
     PARALLELISM,
@@ -192,5 +205,11 @@ SPEC_FIELDS: tuple[SpecField, ...] = (
     ROLLBACK_ENABLED,
     ROLLBACK_READINESS_TIMEOUT,
     CLEANUP_CHECKPOINTS,
+    AUTOSCALER_MODE,
+    AUTOSCALER_MIN,
+    AUTOSCALER_MAX,
+    AUTOSCALER_TARGET_LAG,
+    AUTOSCALER_TARGET_UTILIZATION,
+    AUTOSCALER_STABILIZATION,
 )
 """Every field of the spec that has a default (the CRD test walks them)."""

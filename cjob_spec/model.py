@@ -76,6 +76,17 @@ class CheckpointCleanup(StrEnum):
     """Delete the job's checkpoint directory when the CheckpointedJob is deleted."""
 
 
+class AutoscalerMode(StrEnum):
+    """What the autoscaler does with the parallelism it recommends."""
+
+    OFF = "Off"
+    RECOMMEND = "Recommend"
+    """Say it (``status.autoscaler``, a ``ScalingRecommended`` Event); change nothing."""
+    APPLY = "Apply"
+    """Run the job at it, through the job's upgrade mode, once it held for the
+    stabilization time."""
+
+
 class StateBackend(StrEnum):
     HASHMAP = "hashmap"
     """Keyed state in memory; every checkpoint writes it whole."""
@@ -88,6 +99,7 @@ DEFAULT_RESTART_TYPE = RestartPolicyType(defaults.RESTART_TYPE.default)
 DEFAULT_ON_UNREADABLE = OnUnreadable(defaults.ON_UNREADABLE.default)
 DEFAULT_CLEANUP = CheckpointCleanup(defaults.CLEANUP_CHECKPOINTS.default)
 DEFAULT_STATE_BACKEND = StateBackend(defaults.STATE_BACKEND.default)
+DEFAULT_AUTOSCALER_MODE = AutoscalerMode(defaults.AUTOSCALER_MODE.default)
 """The enums' defaults, written in ``cjob_spec.defaults`` as the document writes them."""
 
 
@@ -304,6 +316,29 @@ class HealthSpec:
 
 
 @dataclass(frozen=True)
+class AutoscalerSpec:
+    """``spec.autoscaler``: a parallelism chosen from the sources' lag and the job's
+    measured throughput, between ``min`` and ``max``."""
+
+    mode: AutoscalerMode = DEFAULT_AUTOSCALER_MODE
+    min: int = defaults.AUTOSCALER_MIN.default
+    max: int = defaults.AUTOSCALER_MAX.default
+    """0: the job's ``maxParallelism``."""
+    target_lag: Duration = field(default_factory=defaults.AUTOSCALER_TARGET_LAG.default_value)
+    target_utilization: float = defaults.AUTOSCALER_TARGET_UTILIZATION.default
+    stabilization: Duration = field(
+        default_factory=defaults.AUTOSCALER_STABILIZATION.default_value)
+
+    @property
+    def enabled(self) -> bool:
+        return self.mode is not AutoscalerMode.OFF
+
+    def upper(self, max_parallelism: int) -> int:
+        """The largest parallelism it may choose."""
+        return min(self.max or max_parallelism, max_parallelism)
+
+
+@dataclass(frozen=True)
 class StandbySpec:
     """A warm standby driver: a second driver process whose Spark is started and whose
     job code is loaded, waiting to take over when the active driver ends.
@@ -452,6 +487,8 @@ class JobSpec:
     snapshots: SnapshotSchedule = field(default_factory=SnapshotSchedule)
     state: StateSpec = field(default_factory=StateSpec)
     health: HealthSpec = field(default_factory=HealthSpec)
+    autoscaler: AutoscalerSpec = field(default_factory=AutoscalerSpec)
+    """Not part of ``spec_hash``: the parallelism it applies is, through the job it runs."""
 
 
 @dataclass(frozen=True)
@@ -477,7 +514,8 @@ def spec_hash(job: CheckpointedJob) -> str:
     the running pod's, the job is upgraded (stopped and restarted from its latest
     checkpoint). Fields that do not need a new driver are left out on purpose:
     ``suspend``, ``restartPolicy``, ``restore`` (it only picks the starting point of a
-    fresh start), ``cleanupPolicy``, ``upgradeMode``, ``rollback``, ``snapshots`` and
+    fresh start), ``cleanupPolicy``, ``upgradeMode``, ``rollback``, ``snapshots``,
+    ``autoscaler`` (the parallelism it applies is hashed, through the job it runs) and
     ``checkpoint.triggerNonce``.
     """
     spec = job.spec

@@ -61,6 +61,11 @@ class Reason(StrEnum):
     UPGRADING = "Upgrading"
     """The spec changed: the running attempt is stopped, to restart from its latest
     checkpoint."""
+    SCALING_RECOMMENDED = "ScalingRecommended"
+    """``spec.autoscaler`` recommends another parallelism than the job runs at."""
+    SCALING_APPLIED = "ScalingApplied"
+    """``spec.autoscaler`` (mode ``Apply``) set the parallelism the job runs at: an
+    upgrade through ``spec.upgradeMode`` follows."""
     REDEPLOYING = "Redeploying"
     """``spec.restore.redeployNonce`` changed: the running attempt is stopped, to start
     again from ``spec.restore``'s from or snapshot."""

@@ -252,6 +252,78 @@ class PendingUpgrade:
                    checkpoint_id=_int(data, "checkpointId"))
 
 
+class ScalingReason(StrEnum):
+    """Why the autoscaler recommends what it recommends (``status.autoscaler.reason``)."""
+
+    SCALE_UP = "ScaleUp"
+    """The job falls behind, or would read its backlog away too slowly."""
+    SCALE_DOWN = "ScaleDown"
+    """Fewer subtasks keep up at the target utilization."""
+    STEADY = "Steady"
+    NOT_ENOUGH_DATA = "NotEnoughData"
+    """Too few samples of the running attempt yet."""
+    NO_LAG_METRIC = "NoLagMetric"
+    """The job's sources report no lag (only Kafka sources do)."""
+    CAPACITY_UNKNOWN = "CapacityUnknown"
+    """The job never fell behind, so what a subtask can read is not measured yet: it
+    keeps up, and only scaling up could be recommended."""
+
+
+@dataclass(frozen=True)
+class AutoscalerStatus:
+    """``status.autoscaler``: the latest decision, and the parallelism Apply set."""
+
+    reason: ScalingReason
+    message: str = ""
+    recommended: int | None = None
+    recommended_since: datetime | None = None
+    """Since when the same parallelism has been recommended (the stabilization clock)."""
+    parallelism: int | None = None
+    """Apply: the parallelism the job runs at instead of ``spec.parallelism``."""
+    spec_parallelism: int | None = None
+    """``spec.parallelism`` when Apply set :attr:`parallelism`: a change of it (``kubectl
+    scale``) wins over the autoscaler's choice."""
+    last_scaled_at: datetime | None = None
+    input_rate: float | None = None
+    """Records per second the sources read, over the latest window."""
+    lag_records: int | None = None
+    capacity_per_subtask: float | None = None
+    """Records per second one subtask read while the job was behind: its capacity."""
+
+    def to_dict(self) -> dict[str, Any]:
+        result: dict[str, Any] = {"reason": self.reason.value, "message": self.message}
+        for key, value in (
+                ("recommended", self.recommended),
+                ("recommendedSince", self.recommended_since
+                 and format_time(self.recommended_since)),
+                ("parallelism", self.parallelism),
+                ("specParallelism", self.spec_parallelism),
+                ("lastScaledAt", self.last_scaled_at and format_time(self.last_scaled_at)),
+                ("inputRate", None if self.input_rate is None else round(self.input_rate, 3)),
+                ("lagRecords", self.lag_records),
+                ("capacityPerSubtask", None if self.capacity_per_subtask is None
+                 else round(self.capacity_per_subtask, 3))):
+            if value is not None:
+                result[key] = value
+        return result
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> AutoscalerStatus | None:
+        known = {item.value: item for item in ScalingReason}
+        reason = known.get(_str(data, "reason") or "")
+        if reason is None:
+            return None
+        return cls(reason=reason, message=_str(data, "message") or "",
+                   recommended=_int(data, "recommended"),
+                   recommended_since=_time(data, "recommendedSince"),
+                   parallelism=_int(data, "parallelism"),
+                   spec_parallelism=_int(data, "specParallelism"),
+                   last_scaled_at=_time(data, "lastScaledAt"),
+                   input_rate=_float(data, "inputRate"),
+                   lag_records=_int(data, "lagRecords"),
+                   capacity_per_subtask=_float(data, "capacityPerSubtask"))
+
+
 @dataclass(frozen=True)
 class JobStatus:
     """``status`` of a CheckpointedJob. An empty status means "never reconciled"."""
@@ -309,6 +381,8 @@ class JobStatus:
     rolled_back_spec_hash: str | None = None
     """The hash of a spec that was rolled back: while the job's spec still hashes to it,
     the job runs ``stable_spec`` instead."""
+    autoscaler: AutoscalerStatus | None = None
+    """With ``spec.autoscaler``: its latest decision."""
     storage_roots: tuple[str, ...] = ()
     """Every checkpoint directory (``<storage>/<job>-<uid>``) an attempt was started
     with, oldest first: a job whose storage changed has checkpoints under each, and
@@ -355,6 +429,7 @@ class JobStatus:
              self.discarded_replacement and self.discarded_replacement.value),
             ("lastRedeployNonce", self.last_redeploy_nonce),
             ("rolledBackSpecHash", self.rolled_back_spec_hash),
+            ("autoscaler", self.autoscaler and self.autoscaler.to_dict()),
         ]
         for key, value in optional:
             if value is not None:
@@ -407,6 +482,7 @@ class JobStatus:
             discarded_replacement=_replacement(data),
             last_redeploy_nonce=_str(data, "lastRedeployNonce"),
             rolled_back_spec_hash=_str(data, "rolledBackSpecHash"),
+            autoscaler=_nested(data, "autoscaler", AutoscalerStatus.from_dict),
         )
 
 
@@ -463,6 +539,13 @@ def _strings(data: Mapping[str, Any], key: str) -> tuple[str, ...]:
 def _int(data: Mapping[str, Any], key: str) -> int | None:
     value = data.get(key)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _float(data: Mapping[str, Any], key: str) -> float | None:
+    value = data.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
 
 
 def _time(data: Mapping[str, Any], key: str) -> datetime | None:

@@ -14,6 +14,7 @@ from datetime import datetime
 
 from cjob_lifecycle.observed import Observed
 from cjob_lifecycle.plan.attempts import clean_up_other_attempts
+from cjob_lifecycle.plan.autoscale import autoscale, autoscaled_job
 from cjob_lifecycle.plan.conditions import set_conditions
 from cjob_lifecycle.plan.deletion import plan_deletion
 from cjob_lifecycle.plan.draft import Draft, Plan, PlanSettings
@@ -29,7 +30,7 @@ from cjob_lifecycle.plan.upgrades import forget_discarded
 def plan(observed: Observed, *, now: datetime, settings: PlanSettings | None = None) -> Plan:
     """Decide what to do about one CheckpointedJob (see :mod:`cjob_lifecycle.plan`)."""
     draft = Draft(observed, now, settings or PlanSettings())
-    draft.job = effective_job(observed)
+    draft.job = autoscaled_job(effective_job(observed), observed)
     # A store that is not the job's own says nothing about the job.
     own = observed.store.latest if observed.store.is_own else None
     latest = own or observed.status.latest_checkpoint
@@ -42,6 +43,7 @@ def plan(observed: Observed, *, now: datetime, settings: PlanSettings | None = N
         redeploy(draft)
         run_state_machine(draft)
         track_rollback(draft)
+        autoscale(draft)
         schedule_snapshots(draft)
         manage_standby(draft)
         take_restore_report(draft)

@@ -14,6 +14,7 @@ from cjob_spec import defaults
 from cjob_spec.errors import JobFileError, SpecError
 from cjob_spec.errors import describe_value as _describe
 from cjob_spec.model import (
+    AutoscalerSpec,
     CheckpointCleanup,
     CheckpointedJob,
     CleanupPolicy,
@@ -32,6 +33,7 @@ from cjob_spec.model import (
     UpgradeMode,
 )
 from cjob_spec.names import API_VERSION, KIND, MAX_JOB_NAME_LENGTH
+from cjob_spec.parse.autoscaler import read_autoscaler
 from cjob_spec.parse.checkpoint import read_checkpoint, read_restore
 from cjob_spec.parse.job_code import read_job_code
 from cjob_spec.parse.node import Node
@@ -153,6 +155,10 @@ def _read_spec(node: Node) -> JobSpec:
             readiness_timeout=child.duration_field(defaults.ROLLBACK_READINESS_TIMEOUT)),
         default=RollbackSpec,
     )
+    autoscaler = node.child("autoscaler",
+                            lambda child: read_autoscaler(child,
+                                                          max_parallelism=max_parallelism),
+                            default=AutoscalerSpec)
     health = node.child(
         "health",
         lambda child: HealthSpec(
@@ -161,6 +167,7 @@ def _read_spec(node: Node) -> JobSpec:
         default=HealthSpec,
     )
     return JobSpec(
+        autoscaler=autoscaler,
         health=health,
         state=state,
         pod=pod,

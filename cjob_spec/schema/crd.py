@@ -124,6 +124,10 @@ CHECKPOINTED_JOB = CustomResource(
         Column(name="Checkpoint Age", type="date",
                json_path=".status.latestCheckpoint.completedAt"),
         Column(name="Age", type="date", json_path=".metadata.creationTimestamp"),
+        Column(name="Parallelism", type="integer", json_path=".status.parallelism",
+               priority=1),
+        Column(name="Recommended", type="integer",
+               json_path=".status.autoscaler.recommended", priority=1),
     ),
     schema=ROOT,
     # kubectl scale, the HorizontalPodAutoscaler and KEDA set spec.parallelism: a spec

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from cjob_spec import defaults
 from cjob_spec.model import (
+    AutoscalerMode,
     CheckpointCleanup,
     CheckpointMode,
     OnUnreadable,
@@ -286,6 +287,31 @@ SECTIONS: dict[str, Schema] = {
                 defaults.SINK_STALL_TIMEOUT,
                 "How long a sink may fail to deliver a completed checkpoint's output (later "
                 "intervals wait behind it) before the job restarts. 0s turns the check off."),
+        }),
+    "autoscaler": ObjectSchema(
+        description="A parallelism chosen from the sources' lag (Kafka) and the job's "
+        "measured throughput: enough to keep up with what arrives and to read the backlog "
+        "away within targetLag, at targetUtilization of the measured capacity, between min "
+        "and max, rounded up to divide maxParallelism's key groups evenly where it can. "
+        "Recommend says it in status.autoscaler and a ScalingRecommended Event; Apply runs "
+        "the job at it through upgradeMode once it held for stabilization (ScalingApplied).",
+        defaulted=True,
+        rules=(Rule(rule="!has(self.max) || self.max == 0 || !has(self.min) || "
+                         "self.min <= self.max",
+                    message="min must be <= max"),),
+        properties={
+            "mode": choice(defaults.AUTOSCALER_MODE, AutoscalerMode),
+            "min": integer(defaults.AUTOSCALER_MIN, "The smallest parallelism it chooses."),
+            "max": integer(defaults.AUTOSCALER_MAX, "The largest parallelism it chooses; 0: "
+                           "maxParallelism."),
+            "targetLag": duration(defaults.AUTOSCALER_TARGET_LAG, "How soon the backlog "
+                                  "should be read away, besides keeping up."),
+            "targetUtilization": number(defaults.AUTOSCALER_TARGET_UTILIZATION,
+                                        "The share of its measured capacity the chosen "
+                                        "parallelism runs at."),
+            "stabilization": duration(defaults.AUTOSCALER_STABILIZATION, "How long a "
+                                      "recommendation must hold before Apply applies it, "
+                                      "and the least time between two scalings."),
         }),
     "rollback": ObjectSchema(
         description="Return to the last spec that ran when a changed spec fails, or "

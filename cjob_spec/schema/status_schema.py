@@ -10,10 +10,11 @@ from __future__ import annotations
 from cjob_spec.schema.openapi import (
     ArraySchema,
     IntegerSchema,
+    NumberSchema,
     ObjectSchema,
     StringSchema,
 )
-from cjob_spec.status import ConditionStatus
+from cjob_spec.status import ConditionStatus, ScalingReason
 
 TEXT = StringSchema()
 COUNT = IntegerSchema()
@@ -84,6 +85,20 @@ STATUS = ObjectSchema(
         "rolledBackSpecHash": StringSchema(
             description="The hash of the spec that was rolled back; while the spec is "
             "unchanged the job runs lastStableSpec."),
+        "autoscaler": ObjectSchema(
+            description="With spec.autoscaler: its latest decision (recommended, reason, the "
+            "rates it decided on) and, in mode Apply, the parallelism the job runs at "
+            "instead of spec.parallelism until spec.parallelism changes.",
+            properties={
+                "reason": StringSchema(enum=tuple(reason.value for reason in ScalingReason)),
+                "message": TEXT, "recommended": COUNT, "recommendedSince": TIME,
+                "parallelism": COUNT, "specParallelism": COUNT, "lastScaledAt": TIME,
+                "inputRate": NumberSchema(description="Records per second the sources read."),
+                "lagRecords": COUNT,
+                "capacityPerSubtask": NumberSchema(
+                    description="Records per second one subtask read while the job was "
+                    "behind."),
+            }),
         "storageRoots": ArraySchema(
             description="Every checkpoint directory (<storage>/<job>-<uid>) an attempt of the "
             "job was started with, oldest first; cleanupPolicy Delete deletes each.",

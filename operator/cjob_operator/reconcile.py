@@ -32,7 +32,7 @@ from cjob_lifecycle.actions import (
     RequestCheckpoint,
     RequeueAfter,
 )
-from cjob_lifecycle.observed import JobSnapshot, Observed
+from cjob_lifecycle.observed import JobSnapshot, MetricSample, Observed
 from cjob_lifecycle.plan import Plan, PlanSettings, plan, plan_invalid_spec
 from cjob_lifecycle.plan.deletion import retention
 from cjob_operator.cluster import (
@@ -57,6 +57,7 @@ from cjob_operator.observed import (
     running_on,
 )
 from cjob_operator.read_cache import JobKey, ReadCache, ReadSettings, WatchedVersions
+from cjob_operator.scaling_samples import ScalingSamples
 from cjob_spec.errors import SpecError
 from cjob_spec.model import CheckpointCleanup, CheckpointedJob
 from cjob_spec.names import LABEL_JOB, LABEL_ROLE, ROLE_EXECUTOR, cleanup_pod_name
@@ -163,6 +164,7 @@ class Reconciler:
         self._failures: dict[JobKey, int] = {}
         self._last_error: dict[JobKey, str] = {}
         self._foreign_reported: dict[JobKey, set[str]] = {}
+        self.scaling = ScalingSamples(port=self.operator_config.metrics_port)
 
     # --- entry point -----------------------------------------------------------------
 
@@ -276,6 +278,7 @@ class Reconciler:
             return self._failed(key, step="read-job", error=exc, job=None)
         if body is None:
             self._foreign_reported.pop(key, None)
+            self.scaling.forget(key)
             return Outcome(gone=True)
         metadata = body.get("metadata") or {}
         deleting = bool(metadata.get("deletionTimestamp"))
@@ -329,9 +332,15 @@ class Reconciler:
             except ClusterError as exc:
                 return self._failed(key, step="list-snapshots", error=exc, job=job)
             own_snapshots = observe_job_snapshots(listed, job_name=name)
+        samples: tuple[MetricSample, ...] = ()
+        if job.spec.autoscaler.enabled and not deleting and status.phase is Phase.RUNNING:
+            driver = next((p for p in pods if (p.get("metadata") or {}).get("name")
+                           == status.driver_pod), None)
+            samples = self.scaling.observe(key, pod=driver, attempt=status.attempt, now=now)
         observed = Observed(
             job=job,
             status=status,
+            scaling_samples=samples,
             pods=observe_pods(pods, job_name=name, job_uid=job.metadata.uid,
                               lost_nodes=self.nodes.lost(running_on(pods))),
             executors=observe_executors(executors, job_name=name),

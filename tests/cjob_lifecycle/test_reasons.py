@@ -31,6 +31,7 @@ from cjob_lifecycle.observed import (
     CleanupPod,
     DriverPod,
     ExecutorPod,
+    MetricSample,
     Observed,
     StoreOwnership,
     StoreView,
@@ -56,7 +57,7 @@ RELEASED = {
     "StartTimeout", "Started", "Starting", "StorageUnreachable", "StoreConflict", "StoreLost",
     "Succeeded", "Superseded", "Suspended", "Suspending", "Terminated", "Terminating",
     "Unknown", "Upgraded", "Upgrading", "UserCodeError", "WaitingForPreviousDriver",
-    "Redeploying", "Redeployed",
+    "Redeploying", "Redeployed", "ScalingRecommended", "ScalingApplied",
     "WaitingForPreviousStore", "WaitingForSnapshot", "RolledBack", "NotRolledBack",
     "SinkRejectedRecord", "SinkStalled", "CheckpointStalled", "ExecutorsUnschedulable",
     "RestartLoop",
@@ -341,6 +342,18 @@ def redeploy_situations() -> Iterator[tuple[Observed, datetime]]:
     yield observe(job, run(observed, at(10)).status, store=store), at(11)
 
 
+def autoscaling_situations() -> Iterator[tuple[Observed, datetime]]:
+    """A job behind, its parallelism recommended, then applied once it held."""
+    job = make_job(autoscaler={"mode": "Apply", "stabilization": "1m", "max": 16})
+    samples = (MetricSample(at=at(0), attempt=1, records_in=0.0, lag_records=6000.0),
+               MetricSample(at=at(60), attempt=1, records_in=60_000.0, lag_records=12_000.0))
+    observed = dataclasses.replace(
+        observe(job, status(Phase.RUNNING, 1, job=job), driver(1, job=job)),
+        scaling_samples=samples)
+    yield observed, at(60)
+    yield dataclasses.replace(observed, status=run(observed, at(60)).status), at(121)
+
+
 def deletion_situations() -> Iterator[tuple[Observed, datetime]]:
     """A job going away, with its data kept or deleted by a cleanup pod in every state."""
     for spec in ({}, {"cleanupPolicy.checkpoints": "Delete"},
@@ -366,7 +379,8 @@ def reasons_given() -> dict[str, set[str]]:
         (run(observed, now) for observed, now in itertools.chain(
             everyday_situations(), standby_situations(), snapshot_situations(),
             executor_situations(),
-            rollback_situations(), redeploy_situations(), deletion_situations())),
+            rollback_situations(), redeploy_situations(), autoscaling_situations(),
+            deletion_situations())),
         [invalid])
     for result in results:
         for where, reason in given(result):

@@ -121,14 +121,18 @@ def test_the_scale_subresources_paths_are_fields_the_operator_writes() -> None:
 
 
 def test_kubectl_get_shows_phase_attempt_restarts_and_checkpoint_columns() -> None:
-    columns = [(c["name"], c["type"], c["jsonPath"]) for c in VERSION["additionalPrinterColumns"]]
+    columns = [(c["name"], c["type"], c["jsonPath"], c.get("priority", 0))
+               for c in VERSION["additionalPrinterColumns"]]
     assert columns == [
-        ("Phase", "string", ".status.phase"),
-        ("Attempt", "integer", ".status.attempt"),
-        ("Restarts", "integer", ".status.restarts"),
-        ("Last Checkpoint", "integer", ".status.latestCheckpoint.id"),
-        ("Checkpoint Age", "date", ".status.latestCheckpoint.completedAt"),
-        ("Age", "date", ".metadata.creationTimestamp"),
+        ("Phase", "string", ".status.phase", 0),
+        ("Attempt", "integer", ".status.attempt", 0),
+        ("Restarts", "integer", ".status.restarts", 0),
+        ("Last Checkpoint", "integer", ".status.latestCheckpoint.id", 0),
+        ("Checkpoint Age", "date", ".status.latestCheckpoint.completedAt", 0),
+        ("Age", "date", ".metadata.creationTimestamp", 0),
+        # -o wide: the parallelism it runs at, and the one its autoscaler recommends.
+        ("Parallelism", "integer", ".status.parallelism", 1),
+        ("Recommended", "integer", ".status.autoscaler.recommended", 1),
     ]
 
 

@@ -88,6 +88,8 @@ FULL: dict[str, Any] = {
         "health": {"checkpointStallIntervals": 8, "sinkStallTimeout": "15m"},
         "snapshots": {"interval": "1h", "maxCount": 3, "maxAge": "72h", "beforeUpgrade": True},
         "cleanupPolicy": {"checkpoints": "Delete"},
+        "autoscaler": {"mode": "Recommend", "min": 1, "max": 8, "targetLag": "30s",
+                       "targetUtilization": 0.6, "stabilization": "2m"},
         "pod": {
             "volumes": [{"name": "scratch", "persistentVolumeClaim": {"claimName": "scratch"}}],
             "volumeMounts": [{"name": "scratch", "mountPath": "/scratch", "readOnly": False}],
