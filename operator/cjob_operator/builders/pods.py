@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from cjob_operator.builders.metadata import Manifest, object_metadata
+from cjob_operator.builders.placement import shared_placement
 from cjob_operator.builders.pod_template import pod_on_template
 from cjob_operator.builders.spark import (
     KUBERNETES_MASTER,
@@ -387,14 +388,6 @@ def driver_pod_placement(job: CheckpointedJob) -> dict[str, Any]:
     fields: dict[str, Any] = {}
     if pod.volumes:
         fields["volumes"] = [dict(v) for v in pod.volumes]
-    if pod.image_pull_secrets:
-        fields["imagePullSecrets"] = [{"name": name} for name in pod.image_pull_secrets]
     if pod.node_selector:
         fields["nodeSelector"] = dict(pod.node_selector)
-    if pod.tolerations:
-        fields["tolerations"] = [dict(t) for t in pod.tolerations]
-    if pod.affinity is not None:
-        fields["affinity"] = dict(pod.affinity)
-    if pod.priority_class_name:
-        fields["priorityClassName"] = pod.priority_class_name
-    return fields
+    return {**fields, **shared_placement(pod)}

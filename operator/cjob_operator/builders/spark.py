@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from cjob_operator.builders.metadata import Manifest
+from cjob_operator.builders.placement import shared_placement
 from cjob_operator.builders.pod_template import pod_on_template
 from cjob_operator.config import OperatorConfig
 from cjob_spec.model import PERSISTENT_VOLUME_KINDS, CheckpointedJob, volume_kind
@@ -195,14 +196,7 @@ def executor_pod_template(job: CheckpointedJob) -> Manifest:
     }
     if others:
         spec["volumes"] = [dict(v) for v in others]
-    if pod.image_pull_secrets:
-        spec["imagePullSecrets"] = [{"name": name} for name in pod.image_pull_secrets]
-    if pod.tolerations:
-        spec["tolerations"] = [dict(t) for t in pod.tolerations]
-    if pod.affinity is not None:
-        spec["affinity"] = dict(pod.affinity)
-    if pod.priority_class_name:
-        spec["priorityClassName"] = pod.priority_class_name
+    spec.update(shared_placement(pod))
     return pod_on_template(pod.executor_template, {
         "apiVersion": "v1",
         "kind": "Pod",

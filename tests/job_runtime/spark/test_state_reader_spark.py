@@ -14,7 +14,7 @@ from runtime_harness import JobHarness, load_example
 from cjob_checkpoint.checkpoint_storage import read_metadata
 from cjob_checkpoint.metadata import CheckpointMetadata
 from job_runtime.records import key_group_of
-from job_runtime.state import operators, read
+from job_runtime.state import OperatorState, operators, read
 
 clicks_example = load_example("examples/clicks_per_minute/clicks.py")
 
@@ -38,27 +38,30 @@ def read_so_far(metadata: CheckpointMetadata, *, count: int) -> list[int]:
     return seqs
 
 
-def latest_metadata(status: dict[str, Any]) -> str:
-    path: str = status["latestCheckpoint"]["path"]
-    return path
-
-
-def test_an_aggregates_state_is_the_aggregates_of_what_its_sources_had_read(
-        harness: JobHarness) -> None:
-    count = 30_000
-    proc = harness.start(entrypoint="aggregate_jobs:counted",
-                         args={"count": count, "rate": 3000, "output": str(harness.output)})
+def read_while_running(harness: JobHarness, *, entrypoint: str, args: dict[str, Any]
+                       ) -> tuple[str, OperatorState, pa.Table]:
+    """Run the job; once three checkpoints completed, read the latest one's only keyed
+    operator (its files never change once complete, so the job runs on meanwhile)."""
+    proc = harness.start(entrypoint=entrypoint, args=args)
     try:
         status = harness.wait_status(
             1, lambda s: int(s.get("checkpoints", {}).get("completed", 0)) >= 3, proc=proc,
             what="three checkpoints")
-        path = latest_metadata(status)
-        # Files of a completed checkpoint never change: read while the job runs on.
+        path: str = status["latestCheckpoint"]["path"]
         (listed,) = operators(path)
         table = read(path, operator=listed.uid)
     finally:
         run = harness.finish(proc, attempt=1)
     assert run.returncode == 0, run.explain()
+    return path, listed, table
+
+
+def test_an_aggregates_state_is_the_aggregates_of_what_its_sources_had_read(
+        harness: JobHarness) -> None:
+    count = 30_000
+    path, listed, table = read_while_running(
+        harness, entrypoint="aggregate_jobs:counted",
+        args={"count": count, "rate": 3000, "output": str(harness.output)})
     assert listed.kind == "aggregate" and listed.key == "key"
 
     metadata = metadata_of(path)
@@ -84,20 +87,10 @@ def test_an_aggregates_state_is_the_aggregates_of_what_its_sources_had_read(
 def test_open_windows_read_back_as_rows_the_job_later_emits(harness: JobHarness) -> None:
     frame = clicks_example.clicks(6_000, users=20, step_ms=20, jitter_ms=3_000)
     clicks_example.write(harness.base / "input", frame, files=4)
-    proc = harness.start(entrypoint="window_jobs:per_window",
-                         args={"input": str(harness.base / "input"),
-                               "output": str(harness.output), "batch_size": 100,
-                               "pause": 0.05})
-    try:
-        status = harness.wait_status(
-            1, lambda s: int(s.get("checkpoints", {}).get("completed", 0)) >= 3, proc=proc,
-            what="three checkpoints")
-        path = latest_metadata(status)
-        (listed,) = operators(path)
-        table = read(path, operator=listed.uid)
-    finally:
-        run = harness.finish(proc, attempt=1)
-    assert run.returncode == 0, run.explain()
+    _, listed, table = read_while_running(
+        harness, entrypoint="window_jobs:per_window",
+        args={"input": str(harness.base / "input"), "output": str(harness.output),
+              "batch_size": 100, "pause": 0.05})
     assert listed.kind == "window_aggregate"
     assert {"key_group", "user", "window_start", "count", "sum:amount"} <= \
         set(table.column_names)
