@@ -33,7 +33,7 @@ def read_so_far(metadata: CheckpointMetadata, *, count: int) -> list[int]:
     seqs: list[int] = []
     for split in range(SPLITS):
         position = metadata.source_position(split)
-        stop = bounds[split] if position is None else int(position)  # type: ignore[arg-type]
+        stop = bounds[split] if position is None else int(position)
         seqs.extend(range(bounds[split], stop))
     return seqs
 
