@@ -1,9 +1,11 @@
-"""Keyed state: the hashmap backend, the handles user functions see, and reading a
-checkpoint's state from Python (:func:`read`, :func:`operators`)."""
+"""Keyed state: the hashmap backend, the handles user functions see, reading a
+checkpoint's state from Python (:func:`read`, :func:`operators`) and writing a snapshot
+from a table (:func:`write`)."""
 
 from job_runtime.state.handles import MapState, ValueState
 from job_runtime.state.hashmap import HashMapStateBackend, KeyedStateSnapshot
 from job_runtime.state.reader import OperatorState, StateReadError, operators, read
+from job_runtime.state.writer import StateWriteError, write
 
 __all__ = ["HashMapStateBackend", "KeyedStateSnapshot", "MapState", "OperatorState",
-           "StateReadError", "ValueState", "operators", "read"]
+           "StateReadError", "StateWriteError", "ValueState", "operators", "read", "write"]
