@@ -361,3 +361,44 @@ def test_the_dashboard_panels_are_well_formed() -> None:
             assert expr.count("{") == expr.count("}"), expr
             for used in re.findall(r"\$(\w+)", expr):
                 assert used in variables, f"{used} is not a dashboard variable"
+
+
+# --- alerting rules --------------------------------------------------------------------
+
+
+def served_metric_names() -> set[str]:
+    """Every series name the drivers and the operator serve, as Prometheus sees them."""
+    from cjob_operator.metrics import OperatorMetrics
+    from prometheus_client import generate_latest
+
+    from cjob_spec.status import Phase
+    from job_runtime.metrics import DriverMetrics
+
+    driver = DriverMetrics(job="clicks-uid")
+    driver.progress(records_in=1, records_out=1, failed=0, restarts=0)
+    driver.source_lag([type("Lag", (), {"topic": "t", "partition": 0, "records": 1})()])
+    driver.sinks(pending_intervals=1, pending_bytes=1, oldest_pending_seconds=1.0,
+                 dead_letters=0)
+    operator = OperatorMetrics()
+    operator.record_job(namespace="team", name="clicks", phase=Phase.RUNNING,
+                        latest_completed_at=0.0, store_bytes=1)
+    operator.count_restart(reason="DriverFailed")
+    pages = generate_latest(driver.registry) + generate_latest(operator.registry)
+    return {line.split("{")[0].split(" ")[0] for line in pages.decode().splitlines()
+            if line and not line.startswith("#")}
+
+
+def test_every_series_an_alert_reads_is_one_the_drivers_or_the_operator_serve() -> None:
+    rules = (CHART / "templates" / "prometheusrule.yaml").read_text()
+    read = set(re.findall(r"\b(cjob_[a-z_]+)\b", rules)) - {"cjob_job"}  # a label
+    assert read, "the rules read no series"
+    assert sorted(read - served_metric_names()) == []
+
+
+def test_each_alert_the_issue_asks_for_is_there_once() -> None:
+    rules = (CHART / "templates" / "prometheusrule.yaml").read_text()
+    alerts = re.findall(r"- alert: (\w+)", rules)
+    assert sorted(alerts) == sorted(set(alerts)) == [
+        "CheckpointedJobCheckpointOverdue", "CheckpointedJobFailed",
+        "CheckpointedJobLagGrowing", "CheckpointedJobRestarting",
+        "CheckpointedJobSinkStalled"]

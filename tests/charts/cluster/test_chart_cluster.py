@@ -52,6 +52,20 @@ spec:
 ---
 apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
+metadata: {name: prometheusrules.monitoring.coreos.com}
+spec:
+  group: monitoring.coreos.com
+  scope: Namespaced
+  names: {kind: PrometheusRule, plural: prometheusrules, singular: prometheusrule}
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
 metadata: {name: podmonitors.monitoring.coreos.com}
 spec:
   group: monitoring.coreos.com
@@ -104,7 +118,8 @@ def chart_crds(kubectl: Kubectl, kube_rest: RestClient) -> Iterator[None]:
     kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CHART_DIR / "crds"))
     kubectl("apply", "--server-side", "-f", "-", stdin=MONITORING_STAND_INS)
     names = [CRD_NAME, "kopfpeerings.kopf.dev", "clusterkopfpeerings.kopf.dev",
-             "servicemonitors.monitoring.coreos.com", "podmonitors.monitoring.coreos.com"]  # fmt: skip
+             "servicemonitors.monitoring.coreos.com", "podmonitors.monitoring.coreos.com",
+             "prometheusrules.monitoring.coreos.com"]  # fmt: skip
     kubectl("wait", "--for=condition=Established", "--timeout=60s",
             *[f"crd/{n}" for n in names])  # fmt: skip
     yield

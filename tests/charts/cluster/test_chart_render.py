@@ -157,7 +157,7 @@ def test_every_feature_renders_monitors_dashboard_peering_and_policy_but_no_rbac
     kinds = sorted(o["kind"] for o in objects)
     assert kinds == sorted(
         ["Deployment", "ServiceAccount", "Service", "ServiceMonitor", "PodMonitor",
-         "ConfigMap", "KopfPeering", "KopfPeering", "PodDisruptionBudget",
+         "ConfigMap", "KopfPeering", "KopfPeering", "PodDisruptionBudget", "PrometheusRule",
          "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
     )  # fmt: skip
     assert {p["metadata"]["namespace"] for p in of_kind(objects, "KopfPeering")} == {
