@@ -163,6 +163,8 @@ def _print(rows: list[dict[str, Any]], *, output: Output, limit: int, listing: b
                          f"{'keyed state' if listing else 'such state'}.\n")
         return
     shown = rows if limit == 0 else rows[:limit]
+    if listing:  # sizes as kubectl cjob checkpoints shows them
+        shown = [{**row, "sizeBytes": views.size(row.get("sizeBytes"))} for row in shown]
     header = list(shown[0])
     print(views.table([h.upper() for h in header],
                       [[_cell(row.get(h)) for h in header] for row in shown]))
