@@ -73,7 +73,7 @@ class PipelineDefinition:
             if not entry.unioned:
                 raise PipelineDefinitionError(
                     problem=f"the source {entry.source.name!r} is never read: join it to "
-                            f"the first with union()")
+                            f"the first with union(), or connect() its keyed stream")
         self._check_staged_names()
         uids = [op.uid for op in self.ops] + [op.uid for b in self.branches for op in b.ops] \
             + [op.uid for entry in self.inputs for op in entry.ops]

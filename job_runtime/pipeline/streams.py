@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from job_runtime.durations import duration_ms
 from job_runtime.errors import PipelineDefinitionError
+from job_runtime.pipeline.connect import KEY, ConnectedStreams, Tagged
 from job_runtime.pipeline.definition import PipelineDefinition, aggregate_specs, check_sink
 from job_runtime.pipeline.ops import (
     WINDOW_KINDS,
@@ -110,8 +111,8 @@ class Stream(RecordFunctions["Stream"]):
 
     def key_by(self, key: str | Sequence[str] | KeySelector) -> KeyedStream:
         """Partition by a column, by several columns (``key_by(["country", "device"])``:
-        the key is the tuple of their values), or by a function ``fn(record) -> key``."""
-        self._joined("key_by")
+        the key is the tuple of their values), or by a function ``fn(record) -> key``.
+        On a second source's stream, only to ``connect`` it to the first one's."""
         spec: str | tuple[str, ...] | KeySelector
         if isinstance(key, list | tuple):
             spec = tuple(key)
@@ -128,9 +129,13 @@ class Stream(RecordFunctions["Stream"]):
         else:
             raise PipelineDefinitionError(
                 problem="key_by() needs a column name, a list of column names or a function")
+        if self._input is not None:
+            # A second source's stream: keyed only to be connected (the first source's
+            # keyed stream's connect() wraps it into the shared exchange).
+            return KeyedStream(self._p, KeyBy(key=spec, uid=""), stream=self, pending=True)
         op = KeyBy(key=spec, uid=self._p.uid("key_by", None))
         self._p.append(self, op)
-        keyed = KeyedStream(self._p, op)
+        keyed = KeyedStream(self._p, op, stream=self)
         self._p.tail = keyed
         return keyed
 
@@ -186,11 +191,54 @@ class Stream(RecordFunctions["Stream"]):
 class KeyedStream:
     """A stream partitioned by key; the next operator keeps state per key."""
 
-    def __init__(self, pipeline: PipelineDefinition, key: KeyBy) -> None:
+    def __init__(self, pipeline: PipelineDefinition, key: KeyBy, *,
+                 stream: Stream | None = None, pending: bool = False) -> None:
         self._p = pipeline
         self._key = key
+        self._stream = stream
+        """The stream ``key_by`` was called on (``connect`` continues it instead)."""
+        self._pending = pending
+        """A second source's keyed stream, which only ``connect`` may take."""
+
+    def _main(self, method: str) -> None:
+        if self._pending:
+            raise PipelineDefinitionError(
+                problem=f"{method}() on the keyed stream of a second source: connect it to "
+                        f"the first one's, p.source(a).key_by(k).connect(p.source(b)"
+                        f".key_by(j)).{method}(...), or union the sources before key_by")
+
+    def connect(self, other: KeyedStream) -> ConnectedStreams:
+        """This keyed stream and ``other`` (a second source's, keyed by a key of the same
+        values) as one: ``process(fn)`` sees the records of both (``ctx.input`` says
+        which) with the key's state and timers shared, ``interval_join`` pairs them by
+        time. See :mod:`job_runtime.pipeline.connect`."""
+        self._main("connect")
+        if not isinstance(other, KeyedStream) or other._p is not self._p:
+            raise PipelineDefinitionError(
+                problem="connect() takes another source's keyed stream of this pipeline: "
+                        "p.source(a).key_by(k).connect(p.source(b).key_by(j))")
+        if not other._pending:
+            raise PipelineDefinitionError(
+                problem="connect() takes a second source's keyed stream (the first "
+                        "source's stream is this one)")
+        p = self._p
+        if p.tail is not self or not p.ops or p.ops[-1] is not self._key \
+                or any(not isinstance(op, RecordOp) for op in p.ops[:-1]):
+            raise PipelineDefinitionError(
+                problem="connect() joins the first source's stream right after its first "
+                        "key_by")
+        assert self._stream is not None and other._stream is not None
+        p.ops.pop()  # the key_by becomes the connected stream's own, after the union
+        p.tail = self._stream
+        column = p.watermarks.column if p.watermarks is not None else None
+        mine = self._stream.map(Tagged(side=0, key=self._key.key, event_time=column),
+                                name=p.uid("connect", None))
+        theirs = other._stream.map(Tagged(side=1, key=other._key.key, event_time=column),
+                                   name=p.uid("connect", None))
+        return ConnectedStreams(mine.union(theirs).key_by(KEY))
 
     def _keyed(self, op: KeyedOp) -> Stream:
+        self._main(str(op.kind))
         self._p.append(self, op)
         nxt = Stream(self._p, origin=op)
         self._p.tail = nxt
@@ -245,6 +293,7 @@ class KeyedStream:
         fires when the watermark passes its end; for ``allowed_lateness`` after that, a
         late record updates its row (the row is emitted again); a record later still
         is counted (``cjob_job_late_records_total``) and dropped."""
+        self._main("window")
         if not isinstance(assigner, WindowAssigner | SessionWindows):
             raise PipelineDefinitionError(
                 problem=f"window() needs an assigner from job_runtime.windows (e.g. "

@@ -200,6 +200,9 @@ class ProcessContext:
         self.sweeper = TtlSweeper(backend=backend, clock=clock)
         self.timers = Timers(service=timers, scope=self._scope, event_time=event_time)
         self.current_watermark = MIN_WATERMARK
+        self.input: int | None = None
+        """In a connected stream's function: 0 for a record of the first stream, 1 for
+        one of the second (``None`` elsewhere)."""
         """Event time (ms) this subtask reached; ``MIN_WATERMARK`` before the first."""
         self.timestamp: int | None = None
         """The current record's event time in ms (or the due timer's time in

@@ -1,0 +1,197 @@
+"""Two keyed streams connected: one function sees the records of both, with the key's
+state and timers shared, and the interval join built on it.
+
+``a.key_by(k).connect(b.key_by(j))`` needs no new machinery in the engine. Each side's
+records are wrapped before the exchange, by a record function of that side's own chain:
+the side's number (``ctx.input``: 0 for ``a``, 1 for ``b``), the key its ``key_by``
+names, the event time when the sources have watermarks, and the record itself, pickled
+whole (so the two sides' different columns travel as one schema). The two sides are
+then a ``union`` keyed by that key, and the connected function is a ``process`` whose
+wrapper unwraps each record. Everything a keyed ``process`` has, a connected one has
+too: value, map and TTL state per key, event- and processing-time timers, rescaling
+through key groups, aligned and unaligned checkpoints over both inputs, and the
+minimum of the two inputs' watermarks (a ``union``'s); an input that ends leaves the
+other running.
+
+The interval join (:meth:`ConnectedStreams.interval_join`) keeps each side's records in
+map state per key and emits each pair whose times satisfy ``lower <= b.ts - a.ts <=
+upper``; a record is dropped from state once the watermark says no record of the other
+side can still pair with it, and a record later than that is routed to the side output
+``late`` instead of joining.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from job_runtime.durations import duration_ms
+from job_runtime.errors import PipelineDefinitionError
+from job_runtime.records import KeySelector, Record, key_of
+
+INPUT = "__cjob_input"
+KEY = "__cjob_key"
+RECORD = "__cjob_record"
+LATE = "late"
+"""The side output of an interval join's records too late to pair."""
+
+JoinFunction = Callable[[Record, Record], Record | None]
+
+
+class Tagged:
+    """The record function that wraps one side's records for the shared exchange."""
+
+    def __init__(self, *, side: int, key: str | tuple[str, ...] | KeySelector,
+                 event_time: str | None) -> None:
+        self.side = side
+        self.key = key
+        self.event_time = event_time
+
+    def __call__(self, record: Record) -> Record:
+        wrapped = {INPUT: self.side, KEY: key_of(record, self.key),
+                   RECORD: pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL)}
+        if self.event_time is not None:
+            wrapped[self.event_time] = record[self.event_time]
+        return wrapped
+
+
+def unwrapped(record: Record, ctx: Any) -> Record:
+    """The side's own record, with ``ctx.input`` set to its side."""
+    ctx.input = record[INPUT]
+    inner: Record = pickle.loads(record[RECORD])
+    return inner
+
+
+class Connected:
+    """``fn(record, ctx)`` of a connected stream, called with each side's own records."""
+
+    def __init__(self, fn: Callable[[Record, Any], Iterable[Record] | None]) -> None:
+        self.fn = fn
+
+    def __call__(self, record: Record, ctx: Any) -> Iterable[Record] | None:
+        return self.fn(unwrapped(record, ctx), ctx)
+
+
+def signed_ms(value: str | float, *, what: str) -> int:
+    """A duration that may be negative (``"-5m"``, ``"+1m"``, ``-300``), in ms."""
+    if isinstance(value, str) and value.strip().startswith(("-", "+")):
+        text = value.strip()
+        sign = -1 if text[0] == "-" else 1
+        return sign * duration_ms(text[1:], what=what)
+    if isinstance(value, int | float) and not isinstance(value, bool) and value < 0:
+        return -duration_ms(-value, what=what)
+    return duration_ms(value, what=what)
+
+
+def merged(left: Record, right: Record) -> Record:
+    """The default joined record: the left record's fields, then the right one's that
+    the left one does not have."""
+    return {**right, **left}
+
+
+class IntervalJoin:
+    """``process`` and ``on_timer`` of an interval join (see the module docstring).
+
+    State per key: ``left`` and ``right`` maps from event time to the records of that
+    time. A left record at ``t`` pairs with right records in ``[t + lower, t + upper]``
+    and may still meet one until the watermark passes ``t + upper``; a right record at
+    ``s`` pairs with left records in ``[s - upper, s - lower]`` and waits until the
+    watermark passes ``s - lower``. Each record registers the timer of its expiry (a
+    millisecond after it: a record at the watermark is not late).
+    """
+
+    SIDES = ("left", "right")
+
+    def __init__(self, *, lower: int, upper: int, fn: JoinFunction) -> None:
+        self.lower = lower
+        self.upper = upper
+        self.fn = fn
+
+    def _expiry(self, side: int, ts: int) -> int:
+        """The last time a record of the other side may have and still pair with it."""
+        return ts + self.upper if side == 0 else ts - self.lower
+
+    def process(self, record: Record, ctx: Any) -> list[Record]:
+        inner = unwrapped(record, ctx)
+        side: int = ctx.input
+        ts = ctx.timestamp
+        if ts is None:
+            raise TypeError("an interval join needs event time: give both sources "
+                            "watermarks=")
+        expiry = self._expiry(side, ts)
+        if expiry < ctx.current_watermark:
+            # No record of the other side can still pair with it: it is late.
+            ctx.output(LATE, inner)
+            return []
+        out: list[Record] = []
+        other = ctx.map_state(self.SIDES[1 - side])
+        if side == 0:
+            low, high = ts + self.lower, ts + self.upper
+        else:
+            low, high = ts - self.upper, ts - self.lower
+        for when, records in other.items():
+            if low <= when <= high:
+                for match in records:
+                    joined = self.fn(inner, match) if side == 0 else self.fn(match, inner)
+                    if joined is not None:
+                        out.append(joined)
+        mine = ctx.map_state(self.SIDES[side])
+        mine.put(ts, (*mine.get(ts, ()), inner))
+        # A record at the watermark may still come: forget it once the watermark is past.
+        ctx.timers.register_event_time(expiry + 1)
+        return out
+
+    def on_timer(self, timestamp: int, ctx: Any) -> None:
+        """Forget the records of either side that can no longer pair."""
+        for side, name in enumerate(self.SIDES):
+            state = ctx.map_state(name)
+            times = list(state.keys())
+            gone = [when for when in times if self._expiry(side, when) < timestamp]
+            if len(gone) == len(times):
+                state.clear()  # the key holds nothing of this side: no empty map stays
+            else:
+                for when in gone:
+                    state.remove(when)
+        return None
+
+
+class ConnectedStreams:
+    """``a.key_by(k).connect(b.key_by(j))``: ``process`` with both sides' records, or
+    ``interval_join``."""
+
+    def __init__(self, keyed: Any) -> None:
+        self._keyed = keyed
+
+    def process(self, fn: Callable[[Record, Any], Iterable[Record] | None], *,
+                on_timer: Callable[[int, Any], Iterable[Record] | None] | None = None,
+                name: str | None = None) -> Any:
+        """``fn(record, ctx)`` for the records of both streams; ``ctx.input`` is 0 for
+        a record of the first, 1 for one of the second. State (``ctx.value_state``,
+        ``ctx.map_state``) and timers are the key's, shared by both; ``on_timer`` as in
+        a keyed ``process``."""
+        if not callable(fn):
+            raise PipelineDefinitionError(problem="connect(...).process() needs a function")
+        return self._keyed.process(Connected(fn), on_timer=on_timer, name=name)
+
+    def interval_join(self, *, lower: str | float, upper: str | float,
+                      fn: JoinFunction | None = None, name: str | None = None) -> Any:
+        """Pairs of a first-stream record at ``t`` and a second-stream record at ``s``
+        of the same key with ``t + lower <= s <= t + upper`` (``lower="-5m"``,
+        ``upper="1m"``: the second within five minutes before and one after),
+        ``fn(first, second)`` each (by default the first's fields, then the second's it
+        lacks); records too late to pair go to ``side_output("late")``."""
+        lower_ms = signed_ms(lower, what="interval_join() lower")
+        upper_ms = signed_ms(upper, what="interval_join() upper")
+        if lower_ms > upper_ms:
+            raise PipelineDefinitionError(
+                problem=f"interval_join() needs lower <= upper, got {lower!r} > {upper!r}")
+        if fn is not None and not callable(fn):
+            raise PipelineDefinitionError(problem="interval_join(fn=...) needs a function "
+                                                  "of (first, second)")
+        if self._keyed._p.watermarks is None:
+            raise PipelineDefinitionError(
+                problem="interval_join() needs event time: give both sources watermarks=")
+        join = IntervalJoin(lower=lower_ms, upper=upper_ms, fn=fn or merged)
+        return self._keyed.process(join.process, on_timer=join.on_timer,
+                                   name=name or self._keyed._p.uid("interval_join", None))

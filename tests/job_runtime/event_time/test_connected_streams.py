@@ -1,0 +1,174 @@
+"""Two keyed streams connected: each side's records reach one function with the key's
+state shared, and the interval join pairs them by time, forgets what can no longer
+pair, and routes records too late to pair aside; against both state backends, through
+a checkpoint restored at another parallelism."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from keyed_operators import MAX_P, Operators
+
+from job_runtime import Pipeline, sinks, sources, watermarks
+from job_runtime.errors import PipelineDefinitionError
+from job_runtime.execution.stages import plan_stages
+from job_runtime.pipeline import KeyedOp
+from job_runtime.pipeline.connect import KEY, LATE
+from job_runtime.records import Batch, key_group_of
+from job_runtime.state.backend import BACKEND_KINDS
+
+EVENTS = watermarks.bounded_out_of_orderness("ts", max_delay="1s")
+
+
+@pytest.fixture(params=BACKEND_KINDS)
+def operators(request: pytest.FixtureRequest, tmp_path: Path) -> Operators:
+    return Operators(request.param, tmp_path)
+
+
+def two_sources(p: Pipeline, *, event_time: bool = True) -> tuple[Any, Any]:
+    strategy = EVENTS if event_time else None
+    orders = p.source(sources.sequence(count=1), watermarks=strategy)
+    payments = p.source(sources.sequence(count=1), watermarks=strategy)
+    return orders, payments
+
+
+class Wrapped:
+    """The pipeline's connected keyed operator, and each side's record functions, as
+    the first stage applies them before the exchange."""
+
+    def __init__(self, p: Pipeline) -> None:
+        stages = plan_stages(p)
+        keyed = stages[-1].keyed
+        assert keyed is not None
+        self.op: KeyedOp = keyed
+        self.sides = [[op.fn for op in entry.ops] for entry in p.inputs]
+
+    def batch(self, side: int, *records: dict[str, Any], owner: Any = None) -> Batch:
+        """The records of ``side`` as they cross the exchange (to ``owner``: only the
+        keys whose key groups it owns)."""
+        rows = []
+        for record in records:
+            for fn in self.sides[side]:
+                record = fn(record)
+            if owner is None or key_group_of(record[KEY], MAX_P) in owner.key_groups:
+                rows.append(record)
+        return Batch(rows=rows)
+
+
+def test_one_function_sees_both_sides_with_the_keys_state_shared(
+        operators: Operators) -> None:
+    def both(record: dict[str, Any], ctx: Any) -> list[dict[str, Any]]:
+        seen = ctx.value_state("seen")
+        seen.update(seen.value(0) + 1)
+        return [{"key": ctx.key, "side": ctx.input, "seen": seen.value(),
+                 "what": record.get("item") or record.get("amount")}]
+
+    p = Pipeline()
+    orders, payments = two_sources(p, event_time=False)
+    rows = orders.key_by("order").connect(payments.key_by("order_id")).process(both)
+    rows.sink(sinks.discard())
+    p.validate()
+    wrapped = Wrapped(p)
+    op = operators.make(wrapped.op)
+    out = op.process(wrapped.batch(0, {"order": 7, "item": "book"},
+                                   {"order": 8, "item": "pen"}))
+    out2 = op.process(wrapped.batch(1, {"order_id": 7, "amount": 12.5}))
+    assert [(r["key"], r["side"], r["seen"], r["what"]) for r in out.rows + out2.rows] == [
+        (7, 0, 1, "book"), (8, 0, 1, "pen"), (7, 1, 2, 12.5)]
+
+
+def order(o: int, ts: int) -> dict[str, Any]:
+    return {"order": o, "ts": ts, "item": f"item-{o}"}
+
+
+def payment(o: int, ts: int, amount: float = 1.0) -> dict[str, Any]:
+    return {"order_id": o, "ts": ts, "amount": amount}
+
+
+def joined_pipeline(*, lower: str = "-1s", upper: str = "5s") -> Pipeline:
+    p = Pipeline()
+    orders, payments = two_sources(p)
+    rows = (orders.key_by("order").connect(payments.key_by("order_id"))
+            .interval_join(lower=lower, upper=upper,
+                           fn=lambda o, pay: {"order": o["order"], "ordered": o["ts"],
+                                              "paid": pay["ts"], "amount": pay["amount"]}))
+    rows.sink(sinks.discard())
+    rows.side_output(LATE).sink(sinks.discard())
+    return p
+
+
+def pairs(batch: Batch) -> list[tuple[int, int, int]]:
+    return sorted((r["order"], r["ordered"], r["paid"]) for r in batch.rows)
+
+
+def test_the_interval_join_pairs_records_whose_times_fit_from_either_side_first(
+        operators: Operators) -> None:
+    wrapped = Wrapped(joined_pipeline())
+    op = operators.make(wrapped.op)
+    assert pairs(op.process(wrapped.batch(0, order(1, 10_000), order(2, 10_000)))) == []
+    # paid - ordered must lie in [-1 s, +5 s].
+    out = op.process(wrapped.batch(1, payment(1, 12_000), payment(1, 16_000),
+                                   payment(2, 8_000), payment(3, 10_000)))
+    assert pairs(out) == [(1, 10_000, 12_000)]
+    # A second order of 1 arrives after its payment: it pairs with both fitting ones.
+    assert pairs(op.process(wrapped.batch(0, order(1, 11_500)))) == [
+        (1, 11_500, 12_000), (1, 11_500, 16_000)]
+
+
+def test_records_that_can_no_longer_pair_are_forgotten_and_later_ones_go_aside(
+        operators: Operators) -> None:
+    wrapped = Wrapped(joined_pipeline())
+    op = operators.make(wrapped.op)
+    op.process(wrapped.batch(0, order(1, 10_000)))
+    op.process(wrapped.batch(1, payment(2, 10_000)))
+    assert op.key_count() > 0
+    op.on_watermark(15_000)         # order 1 may still meet a payment at 15 s
+    assert pairs(op.process(wrapped.batch(1, payment(1, 15_000)))) == [(1, 10_000, 15_000)]
+    op.on_watermark(20_000)         # now nothing at 10 s can pair any more
+    assert not list(op.backend.iter_entries(f"{wrapped.op.uid}/left"))
+    assert not list(op.backend.iter_entries(f"{wrapped.op.uid}/right"))
+    op.side.take()
+    assert pairs(op.process(wrapped.batch(0, order(1, 10_000)))) == []  # too late
+    late = op.side.take()
+    assert [r["order"] for batch in late[LATE] for r in batch.rows] == [1]
+
+
+def test_join_state_survives_a_checkpoint_restored_at_another_parallelism(
+        operators: Operators) -> None:
+    wrapped = Wrapped(joined_pipeline())
+    first = operators.make(wrapped.op)
+    first.process(wrapped.batch(0, *(order(o, 10_000) for o in range(20))))
+    blob = operators.checkpoint(first)
+    found = []
+    for subtask in range(2):
+        op = operators.make(wrapped.op, subtask=subtask, parallelism=2)
+        op.restore([blob])
+        found += pairs(op.process(wrapped.batch(1, *(payment(o, 11_000) for o in range(20)),
+                                                owner=op)))
+    # Each key is one subtask's: every order pairs once, on whichever owns it.
+    assert sorted(found) == [(o, 10_000, 11_000) for o in range(20)]
+
+
+@pytest.mark.parametrize(("build", "says"), [
+    (lambda p, a, b: a.key_by("k").process(lambda r, c: [r]) and b.key_by("k").reduce(min),
+     "on the keyed stream of a second source"),
+    (lambda p, a, b: a.key_by("k").connect(a.key_by("k")), "continued only once"),
+    (lambda p, a, b: a.key_by("k").connect(b), "another source's keyed stream"),
+    (lambda p, a, b: a.key_by("k").connect(b.key_by("k")).interval_join(lower="5s",
+                                                                        upper="1s"),
+     "lower <= upper"),
+])
+def test_a_wrong_connection_is_refused_in_one_sentence(build: Any, says: str) -> None:
+    p = Pipeline()
+    a, b = two_sources(p)
+    with pytest.raises(PipelineDefinitionError, match=says):
+        build(p, a, b)
+
+
+def test_an_interval_join_without_event_time_is_refused() -> None:
+    p = Pipeline()
+    a, b = two_sources(p, event_time=False)
+    with pytest.raises(PipelineDefinitionError, match="needs event time"):
+        a.key_by("k").connect(b.key_by("k")).interval_join(lower="-1s", upper="1s")
