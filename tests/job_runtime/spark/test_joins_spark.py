@@ -1,0 +1,30 @@
+"""Orders joined with payments within an interval of event time, on real Spark: the
+pairs are exactly the ones a one-shot join of the inputs gives, each once, also when a
+subtask dies mid-run and the job restores its checkpoint with both sides' state."""
+
+from __future__ import annotations
+
+import join_jobs
+from runtime_harness import JobHarness
+
+ORDERS = 1_500
+
+
+def pairs(harness: JobHarness) -> list[tuple[int, int, int]]:
+    return sorted((r["order"], r["ordered"], r["paid"]) for r in harness.output_records())
+
+
+def test_the_interval_join_gives_every_pair_once_through_a_subtask_kill(
+        harness: JobHarness) -> None:
+    join_jobs.write_inputs(harness.base, orders=ORDERS)
+    expected = join_jobs.reference(harness.base)
+    assert len(expected) > ORDERS // 2, "the inputs should pair often"
+    marker = harness.base / "crashed"
+    run = harness.run(entrypoint="join_jobs:joined", args={
+        "orders": str(harness.base / "orders"), "payments": str(harness.base / "payments"),
+        "output": str(harness.output), "crash_at": ORDERS // 2, "crash_marker": str(marker),
+        "batch_size": 50})
+    assert run.returncode == 0, run.explain()
+    assert marker.exists(), "the subtask never reached the record that kills it"
+    assert run.status is not None and run.status["restoredFrom"] is not None
+    assert pairs(harness) == expected

@@ -1,0 +1,77 @@
+"""Orders joined with their payments within an interval of event time (``connect`` and
+``interval_join``), from two JSON-lines inputs, into files; a subtask may die once."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+from pathlib import Path
+from typing import Any
+
+from crashing_jobs import first_to_claim
+
+from job_runtime import Pipeline, sinks, sources, watermarks
+
+LOWER_MS = -1_000
+UPPER_MS = 5_000
+
+
+def write_inputs(base: Path, *, orders: int, seed: int = 11) -> None:
+    """``orders/`` and ``payments/``: each order at its time, and 0 to 2 payments from
+    3 s before it to 8 s after (some inside the join's interval, some outside), both
+    in time order with a little disorder, in four files each."""
+    rng = random.Random(seed)
+    order_rows, payment_rows = [], []
+    for order in range(orders):
+        ts = 1_000_000 + order * 20
+        order_rows.append({"order_id": order, "ts": ts, "item": f"item-{order % 13}"})
+        for _ in range(rng.randrange(3)):
+            payment_rows.append({"order_id": order, "ts": ts + rng.randrange(-3_000, 8_000),
+                                 "amount": round(rng.uniform(1, 100), 2)})
+    payment_rows.sort(key=lambda r: r["ts"])
+    for name, rows in (("orders", order_rows), ("payments", payment_rows)):
+        folder = base / name
+        folder.mkdir(parents=True, exist_ok=True)
+        for part in range(4):
+            chunk = rows[part::4]
+            (folder / f"part-{part}.jsonl").write_text(
+                "".join(json.dumps(r) + "\n" for r in chunk))
+
+
+def reference(base: Path) -> list[tuple[int, int, int]]:
+    """``(order, ordered, paid)`` of every pair the join must emit, computed in one go."""
+    def read(name: str) -> list[dict[str, Any]]:
+        return [json.loads(line) for path in sorted((base / name).glob("*.jsonl"))
+                for line in path.read_text().splitlines()]
+
+    by_order: dict[int, list[int]] = {}
+    for payment in read("payments"):
+        by_order.setdefault(payment["order_id"], []).append(payment["ts"])
+    return sorted((o["order_id"], o["ts"], paid) for o in read("orders")
+                  for paid in by_order.get(o["order_id"], [])
+                  if LOWER_MS <= paid - o["ts"] <= UPPER_MS)
+
+
+def joined(p: Pipeline) -> None:
+    marker, crash_at = p.args.get("crash_marker"), int(p.args.get("crash_at", -1))
+
+    def maybe_crash(record: dict[str, Any]) -> dict[str, Any]:
+        if marker and record["order_id"] == crash_at and first_to_claim(marker):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return record
+
+    events = watermarks.bounded_out_of_orderness("ts", max_delay="10s")
+    batch = int(p.args.get("batch_size", 100))
+    orders = p.source(sources.files(p.args["orders"], format="jsonl", batch_size=batch),
+                      watermarks=events)
+    payments = p.source(sources.files(p.args["payments"], format="jsonl", batch_size=batch),
+                        watermarks=events)
+    (orders.map(maybe_crash).key_by("order_id")
+     .connect(payments.key_by("order_id"))
+     .interval_join(lower=f"{LOWER_MS}ms", upper=f"{UPPER_MS}ms",
+                    fn=lambda o, pay: {"order": o["order_id"], "ordered": o["ts"],
+                                       "paid": pay["ts"], "amount": pay["amount"]},
+                    name="orders-payments")
+     .sink(sinks.files(p.args["output"], format="jsonl")))
