@@ -51,3 +51,32 @@ def test_an_example_is_exactly_once_across_a_driver_kill(
         capture_output=True, text=True, env=runtime_env(), timeout=120)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert verdict in checked.stdout
+
+
+def test_the_orders_payments_join_fills_its_delta_table_once_across_a_driver_kill(
+        tmp_path: Path, embedded: Callable[..., EmbeddedRun],
+        job_yaml: Callable[..., Path]) -> None:
+    directory = EXAMPLES / "orders_payments"
+    data = tmp_path / "input"
+    made = subprocess.run([sys.executable, str(directory / "data.py"), "--out", str(data),
+                           "--orders", "1200"],
+                          capture_output=True, text=True, env=runtime_env(), timeout=120)
+    assert made.returncode == 0, made.stderr
+    table = tmp_path / "paid-orders"
+    job = job_yaml(tmp_path / "paid-orders.yaml", name="paid-orders", entrypoint="job:build",
+                   python_path=[str(directory)],
+                   args={"orders": str(data / "orders"), "payments": str(data / "payments"),
+                         "output": str(table), "late": str(tmp_path / "late"),
+                         "delay_ms": 3})
+    run = embedded(job, state_dir=tmp_path / "state", name="paid-orders",
+                   extra=["--kill-driver-after", "1"])
+    assert run.returncode == 0, run.explain()
+    assert "killing the driver of attempt 1" in run.output
+    assert run.status["phase"] == "Succeeded" and run.status["restarts"] == 1
+
+    checked = subprocess.run(
+        [sys.executable, str(directory / "verify.py"), "--input", str(data),
+         "--output", str(table)],
+        capture_output=True, text=True, env=runtime_env(), timeout=120)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "output exactly-once" in checked.stdout
