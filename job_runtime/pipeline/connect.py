@@ -17,7 +17,8 @@ The interval join (:meth:`ConnectedStreams.interval_join`) keeps each side's rec
 map state per key and emits each pair whose times satisfy ``lower <= b.ts - a.ts <=
 upper``; a record is dropped from state once the watermark says no record of the other
 side can still pair with it, and a record later than that is routed to the side output
-``late`` instead of joining.
+``late`` instead of joining. The window join (:meth:`ConnectedStreams.window_join`)
+keeps them per window instead and pairs a window's records when it ends.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any
 from job_runtime.durations import duration_ms
 from job_runtime.errors import PipelineDefinitionError
 from job_runtime.records import KeySelector, Record, key_of
+from job_runtime.windows import WindowAssigner
 
 INPUT = "__cjob_input"
 KEY = "__cjob_key"
@@ -156,6 +158,54 @@ class IntervalJoin:
         return None
 
 
+class WindowJoin:
+    """``process`` and ``on_timer`` of a window join: each side's records kept per window
+    start in map state (``left``, ``right``), every pair of one window emitted when the
+    watermark passes its end, then the window forgotten. A record whose every window
+    has fired is late."""
+
+    SIDES = ("left", "right")
+
+    def __init__(self, *, assigner: WindowAssigner, fn: JoinFunction) -> None:
+        self.assigner = assigner
+        self.fn = fn
+
+    def process(self, record: Record, ctx: Any) -> None:
+        inner = unwrapped(record, ctx)
+        ts = ctx.timestamp
+        if ts is None:
+            raise TypeError("a window join needs event time: give both sources watermarks=")
+        starts = [start for start in self.assigner.starts_of(ts)
+                  if start + self.assigner.size > ctx.current_watermark]
+        if not starts:
+            ctx.output(LATE, inner)
+            return None
+        mine = ctx.map_state(self.SIDES[ctx.input])
+        for start in starts:
+            mine.put(start, (*mine.get(start, ()), inner))
+            ctx.timers.register_event_time(start + self.assigner.size)
+        return None
+
+    def on_timer(self, timestamp: int, ctx: Any) -> list[Record]:
+        """Join and forget every window that ended by ``timestamp``."""
+        left, right = (ctx.map_state(name) for name in self.SIDES)
+        ended = sorted({start for state in (left, right) for start, _ in state.items()
+                        if start + self.assigner.size <= timestamp})
+        out: list[Record] = []
+        for start in ended:
+            for first in left.get(start, ()):
+                for second in right.get(start, ()):
+                    joined = self.fn(first, second)
+                    if joined is not None:
+                        out.append(joined)
+            left.remove(start)
+            right.remove(start)
+        for state in (left, right):
+            if not any(True for _ in state.items()):
+                state.clear()
+        return out
+
+
 class ConnectedStreams:
     """``a.key_by(k).connect(b.key_by(j))``: ``process`` with both sides' records, or
     ``interval_join``."""
@@ -195,3 +245,22 @@ class ConnectedStreams:
         join = IntervalJoin(lower=lower_ms, upper=upper_ms, fn=fn or merged)
         return self._keyed.process(join.process, on_timer=join.on_timer,
                                    name=name or self._keyed._p.uid("interval_join", None))
+
+    def window_join(self, assigner: WindowAssigner, *, fn: JoinFunction | None = None,
+                    name: str | None = None) -> Any:
+        """Pairs of a first-stream and a second-stream record of the same key in the
+        same event-time window (``windows.tumbling("1m")`` or ``windows.sliding``),
+        ``fn(first, second)`` each, emitted when the watermark passes the window's end;
+        records too late for every window of theirs go to ``side_output("late")``."""
+        if not isinstance(assigner, WindowAssigner):
+            raise PipelineDefinitionError(
+                problem="window_join() needs windows.tumbling(...) or windows.sliding(...)")
+        if fn is not None and not callable(fn):
+            raise PipelineDefinitionError(problem="window_join(fn=...) needs a function "
+                                                  "of (first, second)")
+        if self._keyed._p.watermarks is None:
+            raise PipelineDefinitionError(
+                problem="window_join() needs event time: give both sources watermarks=")
+        join = WindowJoin(assigner=assigner, fn=fn or merged)
+        return self._keyed.process(join.process, on_timer=join.on_timer,
+                                   name=name or self._keyed._p.uid("window_join", None))

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from keyed_operators import MAX_P, Operators
 
-from job_runtime import Pipeline, sinks, sources, watermarks
+from job_runtime import Pipeline, sinks, sources, watermarks, windows
 from job_runtime.errors import PipelineDefinitionError
 from job_runtime.execution.stages import plan_stages
 from job_runtime.pipeline import KeyedOp
@@ -172,3 +172,31 @@ def test_an_interval_join_without_event_time_is_refused() -> None:
     a, b = two_sources(p, event_time=False)
     with pytest.raises(PipelineDefinitionError, match="needs event time"):
         a.key_by("k").connect(b.key_by("k")).interval_join(lower="-1s", upper="1s")
+
+
+def window_joined() -> Pipeline:
+    p = Pipeline()
+    orders, payments = two_sources(p)
+    rows = (orders.key_by("order").connect(payments.key_by("order_id"))
+            .window_join(windows.tumbling("10s"),
+                         fn=lambda o, pay: {"order": o["order"], "ordered": o["ts"],
+                                            "paid": pay["ts"], "amount": pay["amount"]}))
+    rows.sink(sinks.discard())
+    rows.side_output(LATE).sink(sinks.discard())
+    return p
+
+
+def test_the_window_join_pairs_a_windows_records_when_it_ends_and_forgets_it(
+        operators: Operators) -> None:
+    wrapped = Wrapped(window_joined())
+    op = operators.make(wrapped.op)
+    op.process(wrapped.batch(0, order(1, 1_000), order(1, 12_000), order(2, 3_000)))
+    op.process(wrapped.batch(1, payment(1, 9_000), payment(1, 10_500), payment(3, 2_000)))
+    assert pairs(op.on_watermark(9_999)) == []
+    assert pairs(op.on_watermark(10_000)) == [(1, 1_000, 9_000)]   # [0 s, 10 s) ended
+    assert pairs(op.on_watermark(20_000)) == [(1, 12_000, 10_500)]
+    assert not list(op.backend.iter_entries(f"{wrapped.op.uid}/left"))
+    assert not list(op.backend.iter_entries(f"{wrapped.op.uid}/right"))
+    op.side.take()
+    op.process(wrapped.batch(1, payment(1, 15_000)))                 # its window is gone
+    assert [r["order_id"] for b in op.side.take()[LATE] for r in b.rows] == [1]
