@@ -28,3 +28,19 @@ def test_the_interval_join_gives_every_pair_once_through_a_subtask_kill(
     assert marker.exists(), "the subtask never reached the record that kills it"
     assert run.status is not None and run.status["restoredFrom"] is not None
     assert pairs(harness) == expected
+
+
+def test_a_driver_killed_and_restarted_at_three_subtasks_pairs_every_order_once(
+        harness: JobHarness) -> None:
+    join_jobs.write_inputs(harness.base, orders=ORDERS)
+    args = {"orders": str(harness.base / "orders"), "payments": str(harness.base / "payments"),
+            "output": str(harness.output), "batch_size": 50}
+    first = harness.run(entrypoint="join_jobs:joined", args=args,
+                        env={"CJOB_FAULTS": "driver.before-notify@3"})
+    assert first.returncode == -9, first.explain()
+    # Both sides' waiting records, in the key groups of two subtasks, go to three.
+    second = harness.run(entrypoint="join_jobs:joined", args=args, attempt=2,
+                         parallelism=3, master="local[3]", extra=["--restore", "latest"])
+    assert second.returncode == 0, second.explain()
+    assert second.status is not None and second.status["restoredFrom"]["id"] == 3
+    assert pairs(harness) == join_jobs.reference(harness.base)
