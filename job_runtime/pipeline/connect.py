@@ -86,6 +86,17 @@ def signed_ms(value: str | float, *, what: str) -> int:
     return duration_ms(value, what=what)
 
 
+class ConnectedTimer:
+    """``on_timer(ts, ctx)`` of a connected stream: a timer is the key's, of no side."""
+
+    def __init__(self, fn: Callable[[int, Any], Iterable[Record] | None]) -> None:
+        self.fn = fn
+
+    def __call__(self, timestamp: int, ctx: Any) -> Iterable[Record] | None:
+        ctx.input = None
+        return self.fn(timestamp, ctx)
+
+
 def merged(left: Record, right: Record) -> Record:
     """The default joined record: the left record's fields, then the right one's that
     the left one does not have."""
@@ -219,10 +230,15 @@ class ConnectedStreams:
         """``fn(record, ctx)`` for the records of both streams; ``ctx.input`` is 0 for
         a record of the first, 1 for one of the second. State (``ctx.value_state``,
         ``ctx.map_state``) and timers are the key's, shared by both; ``on_timer`` as in
-        a keyed ``process``."""
+        a keyed ``process`` (where ``ctx.input`` is ``None``: a timer is the key's)."""
         if not callable(fn):
             raise PipelineDefinitionError(problem="connect(...).process() needs a function")
-        return self._keyed.process(Connected(fn), on_timer=on_timer, name=name)
+        if on_timer is not None and not callable(on_timer):
+            raise PipelineDefinitionError(
+                problem="connect(...).process(on_timer=...) needs a function of "
+                        "(timestamp, ctx)")
+        timer = None if on_timer is None else ConnectedTimer(on_timer)
+        return self._keyed.process(Connected(fn), on_timer=timer, name=name)
 
     def interval_join(self, *, lower: str | float, upper: str | float,
                       fn: JoinFunction | None = None, name: str | None = None) -> Any:
