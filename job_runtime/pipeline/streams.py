@@ -423,6 +423,11 @@ def _union(p: PipelineDefinition, first: Stream, others: tuple[Stream, ...]) -> 
     streams = (first, *others)
     if not others:
         raise PipelineDefinitionError(problem="union() needs at least one other stream")
+    if any(isinstance(stream, KeyedStream) for stream in others):
+        raise PipelineDefinitionError(
+            problem="union() joins streams before their key_by: key_by() on the stream of "
+                    "a second source is for connect(), p.source(a).key_by(k).connect("
+                    "p.source(b).key_by(j))")
     for stream in streams:
         if not isinstance(stream, Stream) or stream._p is not p:
             raise PipelineDefinitionError(

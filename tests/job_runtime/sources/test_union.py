@@ -72,7 +72,7 @@ class TestDefinitions:
          .union(p.source(seq())),
          "union() comes before any key_by"),
         (lambda p: p.source(seq()).union(p.source(seq()).key_by("seq")),
-         "key_by() on the stream of a second source: join it to the first with union()"),
+         "key_by() on the stream of a second source is for connect()"),
         (lambda p: p.source(seq(), watermarks=events()).union(p.source(seq())),
          "all have watermarks= or none of them"),
         (lambda p: p.source(seq(), watermarks=events()).union(
