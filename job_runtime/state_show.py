@@ -3,7 +3,7 @@ state`` and ``kubectl cjob state`` show).
 
 Without an operator it lists the keyed operators with state in the checkpoint; with
 one, that operator's state as a table (the first ``limit`` rows), JSON lines or CSV,
-read by :mod:`job_runtime.state.reader`. Every mistake is one line on standard error
+read by :mod:`job_runtime.state.checkpoint_reader`. Every mistake is one line on standard error
 and exit code 2 (a bad request) or 6 (a checkpoint that cannot be read), as the
 driver's restore would exit.
 """
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from cjob_spec.exit_codes import ExitCode
-from job_runtime.state.reader import StateReadError, operators, read
+from job_runtime.state.checkpoint_reader import StateReadError, operators, read
 
 CELL_WIDTH = 48
 """A wider value is cut in the table (the JSON and CSV outputs keep it whole)."""

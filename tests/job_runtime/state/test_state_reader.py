@@ -21,8 +21,8 @@ from job_runtime.operators.key_table import KeyTable
 from job_runtime.operators.keyed import _AggregateSnapshot
 from job_runtime.records import key_group_of
 from job_runtime.state.backend import KeyedStateBackend
+from job_runtime.state.checkpoint_reader import StateReadError, operators, read
 from job_runtime.state.hashmap import HashMapStateBackend
-from job_runtime.state.reader import StateReadError, operators, read
 from job_runtime.state.rocksdb import RocksDBStateBackend
 from job_runtime.state.ttl import Expiring
 from job_runtime.state_show import show_state

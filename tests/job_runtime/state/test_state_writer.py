@@ -15,7 +15,7 @@ from job_runtime.execution.driver.driver_settings import DriverSettings
 from job_runtime.execution.driver.restore import resolve_restore
 from job_runtime.records import key_group_of
 from job_runtime.state import read
-from job_runtime.state.writer import StateWriteError, write
+from job_runtime.state.snapshot_writer import StateWriteError, write
 
 TOTALS = pa.table({"key": [0, 1, 2, 96], "value": [10, 11, 12, 96_000]})
 

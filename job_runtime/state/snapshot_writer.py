@@ -31,8 +31,8 @@ from cjob_checkpoint.storage.errors import InvalidCheckpointPathError
 from cjob_checkpoint.storage.factory import get_filesystem
 from cjob_checkpoint.storage.s3 import S3Config
 from job_runtime.records import key_group_of, key_of
+from job_runtime.state.checkpoint_reader import REDUCE_STATE
 from job_runtime.state.hashmap import HashMapStateBackend
-from job_runtime.state.reader import REDUCE_STATE
 
 BOOTSTRAP_CHECKPOINT_ID = 1
 """A written snapshot holds one checkpoint; its id only names its directory."""
