@@ -210,12 +210,19 @@ def _record_table(operator: str, rows: list[tuple[int, str, Any, Any]], *,
 
 
 def _column(values: list[Any]) -> pa.Array:
-    """``values`` as one typed Arrow array, or as their JSON when Arrow cannot type them."""
+    """``values`` as one typed Arrow array, or as their JSON when Arrow cannot type them
+    (their ``repr`` when JSON cannot hold them either: a map keyed by tuples)."""
     try:
         return pa.array(values)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
-        return pa.array([json.dumps(v, default=repr, sort_keys=True) for v in values],
-                        type=pa.string())
+        return pa.array([_text(v) for v in values], type=pa.string())
+
+
+def _text(value: Any) -> str:
+    try:
+        return json.dumps(value, default=repr, sort_keys=True)
+    except (TypeError, ValueError):
+        return repr(value)
 
 
 def _key_names(descriptor: OperatorDescriptor | None) -> list[str]:

@@ -125,6 +125,19 @@ def test_values_arrow_cannot_type_as_one_column_are_read_as_json(tmp_path: Path)
     assert by_key(read(metadata, operator="mixed")) == {"a": "1", "b": '"one"'}
 
 
+def test_values_json_cannot_hold_are_read_as_their_repr(tmp_path: Path) -> None:
+    storage = CheckpointStorage(f"file://{tmp_path}/checkpoints", "job-u1")
+    backend = HashMapStateBackend(key_groups=range(0, MAX_P))
+    backend.put("timed/__timers", group("a"), "a", {("event_time", 5): True})
+    backend.put("timed/__timers", group("b"), "b", 7)
+    handle = storage.write_state(7, "timed", 0, backend.snapshot().serialize())
+    metadata = write_checkpoint(tmp_path, {"timed": [KeyedStateHandle(
+        subtask=0, key_groups=(0, MAX_P), handle=handle)]}, storage=storage)
+
+    assert by_key(read(metadata, operator="timed")) == {
+        "a": "{('event_time', 5): True}", "b": "7"}
+
+
 def test_rocksdb_state_reads_as_the_hashmap_state_of_the_same_entries(tmp_path: Path) -> None:
     storage = CheckpointStorage(f"file://{tmp_path}/rocks", "job-u1")
     handles = []
