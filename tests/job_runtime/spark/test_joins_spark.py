@@ -34,7 +34,7 @@ def test_a_driver_killed_and_restarted_at_three_subtasks_pairs_every_order_once(
         harness: JobHarness) -> None:
     join_jobs.write_inputs(harness.base, orders=ORDERS)
     args = {"orders": str(harness.base / "orders"), "payments": str(harness.base / "payments"),
-            "output": str(harness.output), "batch_size": 50}
+            "output": str(harness.output), "batch_size": 50, "delay_ms": 3}
     first = harness.run(entrypoint="join_jobs:joined", args=args,
                         env={"CJOB_FAULTS": "driver.before-notify@3"})
     assert first.returncode == -9, first.explain()

@@ -42,7 +42,8 @@ def read_while_running(harness: JobHarness, *, entrypoint: str, args: dict[str, 
                        ) -> tuple[str, OperatorState, pa.Table]:
     """Run the job; once three checkpoints completed, read the latest one's only keyed
     operator (its files never change once complete, so the job runs on meanwhile)."""
-    proc = harness.start(entrypoint=entrypoint, args=args)
+    # Every checkpoint retained: the one read must outlive the reading.
+    proc = harness.start(entrypoint=entrypoint, args=args, extra=["--retained", "100"])
     try:
         status = harness.wait_status(
             1, lambda s: int(s.get("checkpoints", {}).get("completed", 0)) >= 3, proc=proc,

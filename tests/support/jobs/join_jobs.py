@@ -1,5 +1,6 @@
 """Orders joined with their payments within an interval of event time (``connect`` and
-``interval_join``), from two JSON-lines inputs, into files; a subtask may die once."""
+``interval_join``), from two JSON-lines inputs, into files; a subtask may die once, and
+``delay_ms`` per order keeps the job running long enough for a kill to land."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 import os
 import random
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,7 @@ UPPER_MS = 5_000
 def write_inputs(base: Path, *, orders: int, seed: int = 11) -> None:
     """``orders/`` and ``payments/``: each order at its time, and 0 to 2 payments from
     3 s before it to 8 s after (some inside the join's interval, some outside), both
-    in time order with a little disorder, in four files each."""
+    in time order, in four files each."""
     rng = random.Random(seed)
     order_rows, payment_rows = [], []
     for order in range(orders):
@@ -31,11 +33,15 @@ def write_inputs(base: Path, *, orders: int, seed: int = 11) -> None:
             payment_rows.append({"order_id": order, "ts": ts + rng.randrange(-3_000, 8_000),
                                  "amount": round(rng.uniform(1, 100), 2)})
     payment_rows.sort(key=lambda r: r["ts"])
+    # Each file a stretch of time: a file read later holds later records, as a job's
+    # input usually does. (Files that each span all of it would make the records of a
+    # file not started yet late: a split's watermark counts once it is read.)
     for name, rows in (("orders", order_rows), ("payments", payment_rows)):
         folder = base / name
         folder.mkdir(parents=True, exist_ok=True)
+        size = -(-len(rows) // 4)
         for part in range(4):
-            chunk = rows[part::4]
+            chunk = rows[part * size:(part + 1) * size]
             (folder / f"part-{part}.jsonl").write_text(
                 "".join(json.dumps(r) + "\n" for r in chunk))
 
@@ -56,8 +62,11 @@ def reference(base: Path) -> list[tuple[int, int, int]]:
 
 def joined(p: Pipeline) -> None:
     marker, crash_at = p.args.get("crash_marker"), int(p.args.get("crash_at", -1))
+    delay = float(p.args.get("delay_ms", 0)) / 1000.0
 
     def maybe_crash(record: dict[str, Any]) -> dict[str, Any]:
+        if delay:
+            time.sleep(delay)
         if marker and record["order_id"] == crash_at and first_to_claim(marker):
             os.kill(os.getpid(), signal.SIGKILL)
         return record
@@ -68,10 +77,12 @@ def joined(p: Pipeline) -> None:
                       watermarks=events)
     payments = p.source(sources.files(p.args["payments"], format="jsonl", batch_size=batch),
                         watermarks=events)
-    (orders.map(maybe_crash).key_by("order_id")
-     .connect(payments.key_by("order_id"))
-     .interval_join(lower=f"{LOWER_MS}ms", upper=f"{UPPER_MS}ms",
-                    fn=lambda o, pay: {"order": o["order_id"], "ordered": o["ts"],
-                                       "paid": pay["ts"], "amount": pay["amount"]},
-                    name="orders-payments")
-     .sink(sinks.files(p.args["output"], format="jsonl")))
+    pairs = (orders.map(maybe_crash).key_by("order_id")
+             .connect(payments.key_by("order_id"))
+             .interval_join(lower=f"{LOWER_MS}ms", upper=f"{UPPER_MS}ms",
+                            fn=lambda o, pay: {"order": o["order_id"], "ordered": o["ts"],
+                                               "paid": pay["ts"], "amount": pay["amount"]},
+                            name="orders-payments"))
+    pairs.sink(sinks.files(p.args["output"], format="jsonl"))
+    pairs.side_output("late").sink(sinks.files(f"{p.args['output']}-late", format="jsonl"),
+                                   name="late")
