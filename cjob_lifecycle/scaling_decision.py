@@ -27,6 +27,9 @@ from cjob_spec.status import ScalingReason
 
 MIN_WINDOW_SECONDS = 30.0
 """Samples must span this long before a rate means anything."""
+WINDOW_SECONDS = 60.0
+"""The rates are those of the latest readings this long (older ones describe another
+moment of the job: a backlog since read, a start before the lag was known)."""
 BEHIND_SECONDS = 1.0
 """A lag above this many seconds of reading, all through the window, is being behind."""
 
@@ -57,6 +60,12 @@ def decide(samples: Sequence[MetricSample], *, spec: AutoscalerSpec, current: in
     """The parallelism ``spec`` asks for, given the samples of ``attempt`` (running at
     ``current``); ``slot_limit`` bounds it (a ``local[N]`` master)."""
     window = sorted((s for s in samples if s.attempt == attempt), key=lambda s: s.at)
+    if window:
+        newest = window[-1].at
+        window = [s for s in window if (newest - s.at).total_seconds() <= WINDOW_SECONDS]
+    if any(s.lag_records is not None for s in window):
+        # The sources report lag once they have fetched; readings before that say nothing.
+        window = [s for s in window if s.lag_records is not None]
     if len(window) < 2 or (window[-1].at - window[0].at).total_seconds() < MIN_WINDOW_SECONDS:
         return ScalingDecision(reason=ScalingReason.NOT_ENOUGH_DATA, recommended=current,
                                message=f"fewer than {MIN_WINDOW_SECONDS:.0f}s of samples of "

@@ -81,3 +81,15 @@ def test_the_choice_stays_within_min_max_and_the_masters_slots() -> None:
 def test_a_parallelism_is_rounded_up_to_divide_the_key_groups_where_it_can(
         wanted: int, upper: int, expected: int) -> None:
     assert aligned(wanted, max_parallelism=128, upper=upper) == expected
+
+
+def test_readings_before_the_sources_knew_their_lag_and_old_ones_are_left_out() -> None:
+    early = [MetricSample(at=T0 - timedelta(seconds=300), attempt=3, records_in=0.0,
+                          lag_records=50_000.0),
+             MetricSample(at=T0 - timedelta(seconds=5), attempt=3, records_in=900.0,
+                          lag_records=None)]
+    decision = decided([*early, *samples(rate=1000, lag=(6000, 12000))])
+    # The five-minute-old reading (another backlog) and the one without lag do not
+    # count: the same decision as from the last minute alone.
+    assert (decision.reason, decision.recommended) == (ScalingReason.SCALE_UP, 8)
+    assert decision.input_rate == pytest.approx(1000)

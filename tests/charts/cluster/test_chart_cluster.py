@@ -195,6 +195,7 @@ def object_path(obj: Manifest) -> str:
         "ClusterKopfPeering": "clusterkopfpeerings",
         "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
         "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
+        "PodDisruptionBudget": "poddisruptionbudgets",
     }[obj["kind"]]  # fmt: skip
     namespace = obj["metadata"].get("namespace")
     scope = f"/namespaces/{quote(namespace)}" if namespace else ""
