@@ -33,10 +33,8 @@ import pyarrow.compute as pc
 
 from job_runtime.errors import PipelineDefinitionError
 from job_runtime.sinks.arrival import TransactionalSender
-from job_runtime.sinks.commit import CommitRetry
 from job_runtime.sinks.failures import RejectedRecordError
-from job_runtime.sinks.sink_contract import Sink, SinkContext, SinkWriter
-from job_runtime.sinks.write_ahead import DEFAULT_MEMORY_BYTES, WriteAheadWriter, staging_path
+from job_runtime.sinks.write_ahead import TransactionalSink
 
 Mode = Literal["append", "merge"]
 MODES: tuple[Mode, ...] = ("append", "merge")
@@ -121,19 +119,8 @@ def last_row_per_key(records: pa.Table, key: Sequence[str]) -> pa.Table:
     return records.take(pc.take(last.column(f"{ROW}_max"), rows))
 
 
-class DeltaSink(Sink):
+class DeltaSink(TransactionalSink):
     name = "delta"
-    exactly_once = True
-
-    def __init__(self, *, sender: DeltaSender) -> None:
-        self.sender = sender
-        self.commit_retry = CommitRetry()
-
-    def open(self, *, context: SinkContext) -> SinkWriter:
-        return WriteAheadWriter(committer=self.sender, context=context,
-                                staging=staging_path(None, context=context, sink=self.name),
-                                commit_retry=self.commit_retry,
-                                memory_bytes=DEFAULT_MEMORY_BYTES, name=self.name)
 
 
 def delta(uri: str, *, mode: Mode = "append", key: str | Sequence[str] | None = None,

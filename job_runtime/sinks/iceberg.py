@@ -27,11 +27,9 @@ import pyarrow as pa
 
 from job_runtime.errors import PipelineDefinitionError
 from job_runtime.sinks.arrival import TransactionalSender
-from job_runtime.sinks.commit import CommitRetry
 from job_runtime.sinks.delta import MODES, Mode, last_row_per_key
 from job_runtime.sinks.failures import RejectedRecordError
-from job_runtime.sinks.sink_contract import Sink, SinkContext, SinkWriter
-from job_runtime.sinks.write_ahead import DEFAULT_MEMORY_BYTES, WriteAheadWriter, staging_path
+from job_runtime.sinks.write_ahead import TransactionalSink
 
 PROPERTY_PREFIX = "cjob"
 CATALOG_FILE = "catalog.db"
@@ -119,19 +117,8 @@ class IcebergSender(TransactionalSender):
             return catalog.load_table(self.table_name)
 
 
-class IcebergSink(Sink):
+class IcebergSink(TransactionalSink):
     name = "iceberg"
-    exactly_once = True
-
-    def __init__(self, *, sender: IcebergSender) -> None:
-        self.sender = sender
-        self.commit_retry = CommitRetry()
-
-    def open(self, *, context: SinkContext) -> SinkWriter:
-        return WriteAheadWriter(committer=self.sender, context=context,
-                                staging=staging_path(None, context=context, sink=self.name),
-                                commit_retry=self.commit_retry,
-                                memory_bytes=DEFAULT_MEMORY_BYTES, name=self.name)
 
 
 def embedded_catalog(warehouse: str) -> dict[str, str]:

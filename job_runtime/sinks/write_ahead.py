@@ -78,8 +78,8 @@ from job_runtime.sinks.write_ahead_log import ArrowSpool, PendingInterval, read_
 log = logging.getLogger(__name__)
 
 __all__ = ["ArrivalRecord", "CheckpointCommitter", "PendingInterval", "SendFunction",
-           "TransactionalSender", "WriteAheadSink", "WriteAheadWriter", "staging_path",
-           "write_ahead"]
+           "TransactionalSender", "TransactionalSink", "WriteAheadSink", "WriteAheadWriter",
+           "staging_path", "write_ahead"]
 
 DEFAULT_MEMORY_BYTES = 8 << 20
 
@@ -429,6 +429,24 @@ class WriteAheadSink(Sink):
                                                      sink=self.name),
                                 commit_retry=self.commit_retry,
                                 memory_bytes=self.memory_bytes, name=self.name)
+
+
+class TransactionalSink(Sink):
+    """A write-ahead sink whose sends record their own arrival (a
+    :class:`TransactionalSender`: a table commit that names its interval); subclasses
+    name themselves (``name``) and give the sender."""
+
+    exactly_once = True
+
+    def __init__(self, *, sender: TransactionalSender) -> None:
+        self.sender = sender
+        self.commit_retry = CommitRetry()
+
+    def open(self, *, context: SinkContext) -> SinkWriter:
+        return WriteAheadWriter(committer=self.sender, context=context,
+                                staging=staging_path(None, context=context, sink=self.name),
+                                commit_retry=self.commit_retry,
+                                memory_bytes=DEFAULT_MEMORY_BYTES, name=self.name)
 
 
 def staging_path(staging: str | None, *, context: SinkContext, sink: str) -> str:
