@@ -24,22 +24,18 @@ imported only by a job that uses the sink. Local paths and ``s3://`` (the job's
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from job_runtime.errors import PipelineDefinitionError
 from job_runtime.sinks.arrival import TransactionalSender
 from job_runtime.sinks.failures import RejectedRecordError
+from job_runtime.sinks.table_rows import Mode, last_row_per_key, merge_keys, require_package
 from job_runtime.sinks.write_ahead import TransactionalSink
 
-Mode = Literal["append", "merge"]
-MODES: tuple[Mode, ...] = ("append", "merge")
 APP_PREFIX = "cjob"
-ROW = "__cjob_row"
 
 
 def app_id(job_id: str, subtask: int) -> str:
@@ -111,14 +107,6 @@ class DeltaSender(TransactionalSender):
         return None
 
 
-def last_row_per_key(records: pa.Table, key: Sequence[str]) -> pa.Table:
-    """The last row of each key, in the order they came (a merge takes one per key)."""
-    numbered = records.append_column(ROW, pa.array(range(records.num_rows), type=pa.int64()))
-    last = numbered.group_by(list(key), use_threads=False).aggregate([(ROW, "max")])
-    rows = pc.sort_indices(last.column(f"{ROW}_max"))
-    return records.take(pc.take(last.column(f"{ROW}_max"), rows))
-
-
 class DeltaSink(TransactionalSink):
     name = "delta"
 
@@ -128,18 +116,10 @@ def delta(uri: str, *, mode: Mode = "append", key: str | Sequence[str] | None = 
           storage_options: Mapping[str, str] | None = None) -> DeltaSink:
     """Write each checkpoint's records into the Delta table at ``uri`` exactly once:
     appended, or (``mode="merge"``) upserted by the ``key`` column(s)."""
-    if importlib.util.find_spec("deltalake") is None:
-        raise PipelineDefinitionError(problem="sinks.delta needs the deltalake package: "
-                                              "pip install 'checkpointed-jobs[delta]'")
+    require_package(sink="delta", package="deltalake", extra="delta")
     if not isinstance(uri, str) or not uri:
         raise PipelineDefinitionError(problem="sinks.delta needs the table's path or URI")
-    if mode not in MODES:
-        raise PipelineDefinitionError(problem=f"sinks.delta mode must be one of "
-                                              f"{', '.join(MODES)}, got {mode!r}")
-    keys = (key,) if isinstance(key, str) else tuple(key or ())
-    if mode == "merge" and not keys:
-        raise PipelineDefinitionError(problem="sinks.delta mode='merge' needs key=: the "
-                                              "column(s) rows are matched by")
+    keys = merge_keys(sink="delta", mode=mode, key=key)
     partitions = (partition_by,) if isinstance(partition_by, str) else tuple(partition_by or ())
     return DeltaSink(sender=DeltaSender(uri=uri, mode=mode, key=keys, partition_by=partitions,
                                         storage_options=storage_options or {}))

@@ -18,7 +18,6 @@ created from the first interval's schema. ``mode="merge"`` upserts by ``key``.
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,8 +26,8 @@ import pyarrow as pa
 
 from job_runtime.errors import PipelineDefinitionError
 from job_runtime.sinks.arrival import TransactionalSender
-from job_runtime.sinks.delta import MODES, Mode, last_row_per_key
 from job_runtime.sinks.failures import RejectedRecordError
+from job_runtime.sinks.table_rows import Mode, last_row_per_key, merge_keys, require_package
 from job_runtime.sinks.write_ahead import TransactionalSink
 
 PROPERTY_PREFIX = "cjob"
@@ -135,9 +134,7 @@ def iceberg(table: str, *, catalog: Mapping[str, str] | None = None,
     exactly once: appended, or (``mode="merge"``) upserted by the ``key`` column(s).
     ``catalog``: pyiceberg catalog properties; else ``warehouse``, a local directory for
     an embedded SQLite catalog."""
-    if importlib.util.find_spec("pyiceberg") is None:
-        raise PipelineDefinitionError(problem="sinks.iceberg needs the pyiceberg package: "
-                                              "pip install 'checkpointed-jobs[iceberg]'")
+    require_package(sink="iceberg", package="pyiceberg", extra="iceberg")
     if not isinstance(table, str) or "." not in table.strip("."):
         raise PipelineDefinitionError(problem=f"sinks.iceberg needs a table as "
                                               f"namespace.name, got {table!r}")
@@ -145,13 +142,7 @@ def iceberg(table: str, *, catalog: Mapping[str, str] | None = None,
         raise PipelineDefinitionError(problem="sinks.iceberg needs either catalog= (the "
                                               "catalog's properties) or warehouse= (a "
                                               "directory for an embedded catalog)")
-    if mode not in MODES:
-        raise PipelineDefinitionError(problem=f"sinks.iceberg mode must be one of "
-                                              f"{', '.join(MODES)}, got {mode!r}")
-    keys = (key,) if isinstance(key, str) else tuple(key or ())
-    if mode == "merge" and not keys:
-        raise PipelineDefinitionError(problem="sinks.iceberg mode='merge' needs key=: the "
-                                              "column(s) rows are matched by")
+    keys = merge_keys(sink="iceberg", mode=mode, key=key)
     properties = dict(catalog) if catalog is not None else embedded_catalog(str(warehouse))
     return IcebergSink(sender=IcebergSender(table=table, catalog=properties,
                                             catalog_name=catalog_name, mode=mode, key=keys))

@@ -14,9 +14,10 @@ from job_runtime.errors import PipelineDefinitionError
 from job_runtime.records import Batch
 from job_runtime.sinks import delta
 from job_runtime.sinks.commit import CommitRetry
-from job_runtime.sinks.delta import DeltaSender, app_id, last_row_per_key
+from job_runtime.sinks.delta import DeltaSender, app_id
 from job_runtime.sinks.failures import RejectedRecordError, SinkFailedError
 from job_runtime.sinks.sink_contract import SinkContext, SinkWriter
+from job_runtime.sinks.table_rows import last_row_per_key
 from job_runtime.sinks.write_ahead import WriteAheadWriter
 
 QUICK = CommitRetry(attempts=2, first_delay=0.0, max_delay=0.0)
