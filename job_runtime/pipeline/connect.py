@@ -240,6 +240,17 @@ class ConnectedStreams:
         timer = None if on_timer is None else ConnectedTimer(on_timer)
         return self._keyed.process(Connected(fn), on_timer=timer, name=name)
 
+    def _pair_function(self, *, operation: str, fn: JoinFunction | None) -> JoinFunction:
+        """What both joins check before they are built: a function of a pair if one is
+        given (else ``merged``), and event time, since a join's pairs end by watermark."""
+        if fn is not None and not callable(fn):
+            raise PipelineDefinitionError(problem=f"{operation}(fn=...) needs a function "
+                                                  "of (first, second)")
+        if self._keyed._p.watermarks is None:
+            raise PipelineDefinitionError(
+                problem=f"{operation}() needs event time: give both sources watermarks=")
+        return fn or merged
+
     def interval_join(self, *, lower: str | float, upper: str | float,
                       fn: JoinFunction | None = None, name: str | None = None) -> Any:
         """Pairs of a first-stream record at ``t`` and a second-stream record at ``s``
@@ -252,13 +263,8 @@ class ConnectedStreams:
         if lower_ms > upper_ms:
             raise PipelineDefinitionError(
                 problem=f"interval_join() needs lower <= upper, got {lower!r} > {upper!r}")
-        if fn is not None and not callable(fn):
-            raise PipelineDefinitionError(problem="interval_join(fn=...) needs a function "
-                                                  "of (first, second)")
-        if self._keyed._p.watermarks is None:
-            raise PipelineDefinitionError(
-                problem="interval_join() needs event time: give both sources watermarks=")
-        join = IntervalJoin(lower=lower_ms, upper=upper_ms, fn=fn or merged)
+        pair = self._pair_function(operation="interval_join", fn=fn)
+        join = IntervalJoin(lower=lower_ms, upper=upper_ms, fn=pair)
         return self._keyed.process(join.process, on_timer=join.on_timer,
                                    name=name or self._keyed._p.uid("interval_join", None))
 
@@ -271,12 +277,7 @@ class ConnectedStreams:
         if not isinstance(assigner, WindowAssigner):
             raise PipelineDefinitionError(
                 problem="window_join() needs windows.tumbling(...) or windows.sliding(...)")
-        if fn is not None and not callable(fn):
-            raise PipelineDefinitionError(problem="window_join(fn=...) needs a function "
-                                                  "of (first, second)")
-        if self._keyed._p.watermarks is None:
-            raise PipelineDefinitionError(
-                problem="window_join() needs event time: give both sources watermarks=")
-        join = WindowJoin(assigner=assigner, fn=fn or merged)
+        pair = self._pair_function(operation="window_join", fn=fn)
+        join = WindowJoin(assigner=assigner, fn=pair)
         return self._keyed.process(join.process, on_timer=join.on_timer,
                                    name=name or self._keyed._p.uid("window_join", None))
