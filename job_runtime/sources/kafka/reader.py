@@ -61,6 +61,11 @@ class KafkaReader(SplitReader):
         self._consumer: Consumer | None = None
         self._warned_at = 0.0
         self._dead_letters: DeadLetters | None = None
+        if not self._ended():
+            # Assigned now, not at the first read: the client starts fetching at once,
+            # so the partition's end (its backlog) is known while the subtask still
+            # works through another partition's batch, which can take long.
+            self._open()
 
     def _ended(self) -> bool:
         return self._end is not None and self._next >= self._end
