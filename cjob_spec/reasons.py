@@ -235,3 +235,18 @@ class Reason(StrEnum):
     """The job has not failed."""
     NOT_ROLLED_BACK = "NotRolledBack"
     """With ``spec.rollback``: the job runs its own spec."""
+
+
+RESTART_METRIC_REASONS: tuple[Reason, ...] = (
+    Reason.DRIVER_FAILED, Reason.CHECKPOINT_FAILURES_EXCEEDED, Reason.STORAGE_UNREACHABLE,
+    Reason.SINK_STALLED, Reason.RESTART_LOOP, Reason.CHECKPOINT_STALLED, Reason.KILLED,
+    Reason.TERMINATED, Reason.DRIVER_LOST, Reason.DRIVER_POD_MISSING,
+    Reason.DRIVER_POD_DELETED, Reason.NODE_LOST, Reason.START_TIMEOUT, Reason.OOM_KILLED,
+    Reason.EVICTED, Reason.DEADLINE_EXCEEDED, Reason.CONTAINER_CANNOT_RUN,
+    Reason.ATTEMPT_ENDED, Reason.UPGRADED, Reason.RETRYING,
+)
+"""The lifecycle's reasons a restart can be counted under in the operator's restart
+metric: an attempt's end that is restarted, or an upgrade or a retry (a kubelet's
+:data:`PodReason` can come besides). The operator serves each at zero from its start,
+since a rate over a counter begins at its first sample: one that appeared at 1 would
+hide its first restart from an alert."""

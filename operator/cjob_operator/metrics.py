@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessColl
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from cjob_spec.reasons import RESTART_METRIC_REASONS
 from cjob_spec.status import Phase
 
 JOBS = "cjob_operator_jobs"
@@ -67,6 +68,8 @@ class OperatorMetrics:
             ["reason"],
             registry=self.registry,
         )
+        for reason in RESTART_METRIC_REASONS:
+            self.restarts.labels(reason=reason.value)
         self.restores = Counter(
             RESTORES,
             "Driver pods started to restore from a checkpoint.",
@@ -125,6 +128,11 @@ class OperatorMetrics:
             return dict(self._jobs)
 
 
+_NOT_CHECKPOINTING = frozenset({Phase.SUSPENDED.value, Phase.SUCCEEDED.value, Phase.FAILED.value})
+"""Phases of a job that takes no checkpoints by design: its age would only grow, and an
+alert on it would page about a job that is fine (a failed one has an alert of its own)."""
+
+
 class _JobCollector(Collector):
     """Computes the per-job and per-phase gauges at scrape time."""
 
@@ -146,7 +154,8 @@ class _JobCollector(Collector):
         yield by_phase
         age = GaugeMetricFamily(
             CHECKPOINT_AGE,
-            "Seconds since the job's latest completed checkpoint.",
+            "Seconds since the latest completed checkpoint of a job that runs or is to run "
+            "again (none for a Suspended, Succeeded or Failed job).",
             labels=["namespace", "cjob_job"],
         )
         size = GaugeMetricFamily(
@@ -155,7 +164,7 @@ class _JobCollector(Collector):
             labels=["namespace", "cjob_job"],
         )
         for (namespace, name), facts in sorted(jobs.items()):
-            if facts.latest_completed_at is not None:
+            if facts.latest_completed_at is not None and facts.phase not in _NOT_CHECKPOINTING:
                 age.add_metric([namespace, name], max(0.0, now - facts.latest_completed_at))
             if facts.store_bytes is not None:
                 size.add_metric([namespace, name], facts.store_bytes)

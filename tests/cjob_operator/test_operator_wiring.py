@@ -46,6 +46,35 @@ def test_the_metrics_have_the_documented_names_and_labels() -> None:
     assert 'cjob_job="other"' not in text, "no checkpoint, no age"
 
 
+def test_every_reason_a_restart_is_counted_under_is_served_at_zero_before_the_first() -> None:
+    """Prometheus' increase() starts from a series' first sample: a counter that appears
+    at 1 hides the restart that created it from the restarts alert."""
+    metrics = OperatorMetrics(clock=lambda: 1000.0)
+    text = scrape(metrics)
+    for reason in ("Killed", "DriverFailed", "StorageUnreachable", "CheckpointStalled",
+                   "SinkStalled", "OOMKilled", "NodeLost", "Upgraded", "Retrying"):
+        assert f'cjob_operator_restarts_total{{reason="{reason}"}} 0.0' in text, reason
+    metrics.count_restart(reason="ImagePullBackOff")  # a kubelet's reason: counted as well
+    assert 'cjob_operator_restarts_total{reason="ImagePullBackOff"} 1.0' in scrape(metrics)
+
+
+def test_a_job_not_meant_to_checkpoint_serves_no_checkpoint_age() -> None:
+    """A suspended, finished or failed job takes no checkpoints: an age that kept
+    growing would page someone about a job that is fine (or has its own alert)."""
+    metrics = OperatorMetrics(clock=lambda: 1000.0)
+    for name, phase in (("paused", Phase.SUSPENDED), ("done", Phase.SUCCEEDED),
+                        ("broken", Phase.FAILED), ("waiting", Phase.RESTARTING),
+                        ("sums", Phase.RUNNING)):
+        metrics.record_job(namespace="team", name=name, phase=phase,
+                           latest_completed_at=400.0, store_bytes=100)
+    ages = [line for line in scrape(metrics).splitlines()
+            if line.startswith("cjob_operator_latest_checkpoint_age_seconds{")]
+    assert sorted(ages) == [
+        'cjob_operator_latest_checkpoint_age_seconds{cjob_job="sums",namespace="team"} 600.0',
+        'cjob_operator_latest_checkpoint_age_seconds{cjob_job="waiting",namespace="team"} 600.0',
+    ]
+
+
 def test_the_checkpoint_age_grows_between_passes() -> None:
     now = [1000.0]
     metrics = OperatorMetrics(clock=lambda: now[0])
