@@ -30,7 +30,10 @@ NODE_BINARIES = (
 )
 #: What the kind scenarios add: kubeadm for the node image built here, and kind.
 KIND_BINARIES = ("kubeadm", "kind")
-ALL_BINARIES = (*CONTROL_PLANE_BINARIES, "kubectl", "helm", "kwok", *NODE_BINARIES, *KIND_BINARIES)
+#: Prometheus and promtool: the chart's alerts and dashboard, evaluated in the tests.
+MONITORING_BINARIES = ("prometheus", "promtool")
+ALL_BINARIES = (*CONTROL_PLANE_BINARIES, "kubectl", "helm", "kwok", *NODE_BINARIES, *KIND_BINARIES,
+                *MONITORING_BINARIES)
 
 
 class MissingBinariesError(RuntimeError):
@@ -68,6 +71,7 @@ class Versions:
     pause: str
     versitygw: str
     kind: str
+    prometheus: str
 
 
 def read_versions(*, path: Path = VERSIONS_FILE) -> Versions:
@@ -90,6 +94,7 @@ def read_versions(*, path: Path = VERSIONS_FILE) -> Versions:
         pause=values["PAUSE_VERSION"],
         versitygw=values["VERSITYGW_VERSION"],
         kind=values["KIND_VERSION"],
+        prometheus=values["PROMETHEUS_VERSION"],
     )
 
 
@@ -107,7 +112,7 @@ def default_bin_dir(*, versions: Versions | None = None) -> Path:
     name = (
         f"set-k8s-{v.kubernetes}-etcd-{v.etcd}-helm-{v.helm}-kwok-{v.kwok}"
         f"-containerd-{v.containerd}-coredns-{v.coredns}-{v.coredns_build}-pause-{v.pause}"
-        f"-versitygw-{v.versitygw}-kind-{v.kind}"
+        f"-versitygw-{v.versitygw}-kind-{v.kind}-prometheus-{v.prometheus}"
     )
     return cache_dir() / "bin" / name
 

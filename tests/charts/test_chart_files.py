@@ -328,11 +328,13 @@ def dashboard() -> dict[str, Any]:
 def test_the_dashboard_has_the_checkpoint_restart_throughput_and_lag_panels() -> None:
     exprs = [t["expr"] for p in dashboard()["panels"] for t in p["targets"]]
     joined = "\n".join(exprs)
-    assert "time() - cjob_checkpoint_last_completed_timestamp_seconds" in joined
+    assert ("time() - max by (namespace, cjob_job) "
+            "(cjob_checkpoint_last_completed_timestamp_seconds") in joined
     assert "cjob_operator_latest_checkpoint_age_seconds" in joined
     assert "histogram_quantile(0.99" in joined and "cjob_checkpoint_duration_seconds_bucket" in joined
     assert "cjob_operator_restarts_total" in joined
-    assert "rate(cjob_job_records_in_total[1m])" in joined.replace('{namespace=~"$namespace"}', "")
+    assert "sum by (namespace, cjob_job) (rate(cjob_job_records_in_total[1m]))" in joined.replace(
+        '{namespace=~"$namespace"}', "")
     assert "sum by (namespace, cjob_job, topic) (cjob_job_source_lag_records" in joined
     assert "max by (namespace, cjob_job) (cjob_job_watermark_lag_seconds" in joined
     assert "rate(cjob_job_late_records_total" in joined
