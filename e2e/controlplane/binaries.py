@@ -32,8 +32,10 @@ NODE_BINARIES = (
 KIND_BINARIES = ("kubeadm", "kind")
 #: Prometheus and promtool: the chart's alerts and dashboard, evaluated in the tests.
 MONITORING_BINARIES = ("prometheus", "promtool")
+#: krew: installs the kubectl plugin's archive with its manifest.
+PLUGIN_BINARIES = ("krew",)
 ALL_BINARIES = (*CONTROL_PLANE_BINARIES, "kubectl", "helm", "kwok", *NODE_BINARIES, *KIND_BINARIES,
-                *MONITORING_BINARIES)
+                *MONITORING_BINARIES, *PLUGIN_BINARIES)
 
 
 class MissingBinariesError(RuntimeError):
@@ -72,6 +74,7 @@ class Versions:
     versitygw: str
     kind: str
     prometheus: str
+    krew: str
 
 
 def read_versions(*, path: Path = VERSIONS_FILE) -> Versions:
@@ -95,6 +98,7 @@ def read_versions(*, path: Path = VERSIONS_FILE) -> Versions:
         versitygw=values["VERSITYGW_VERSION"],
         kind=values["KIND_VERSION"],
         prometheus=values["PROMETHEUS_VERSION"],
+        krew=values["KREW_VERSION"],
     )
 
 
@@ -112,7 +116,7 @@ def default_bin_dir(*, versions: Versions | None = None) -> Path:
     name = (
         f"set-k8s-{v.kubernetes}-etcd-{v.etcd}-helm-{v.helm}-kwok-{v.kwok}"
         f"-containerd-{v.containerd}-coredns-{v.coredns}-{v.coredns_build}-pause-{v.pause}"
-        f"-versitygw-{v.versitygw}-kind-{v.kind}-prometheus-{v.prometheus}"
+        f"-versitygw-{v.versitygw}-kind-{v.kind}-prometheus-{v.prometheus}-krew-{v.krew}"
     )
     return cache_dir() / "bin" / name
 

@@ -5,8 +5,8 @@
 # kube-proxy, containerd with its runc shim and ctr, CoreDNS, and the sandbox's pause
 # program), versitygw, the S3 server the cluster quick start and the real-node
 # scenarios run as a pod, what the kind scenarios add: kubeadm (in the node image
-# built here) and kind itself, and Prometheus with promtool, which evaluate the
-# chart's alerts and dashboard. Binaries are cached per component and version under
+# built here) and kind itself, Prometheus with promtool, which evaluate the chart's
+# alerts and dashboard, and krew, which installs the kubectl plugin's archive. Binaries are cached per component and version under
 #   ${CJOB_CACHE_DIR:-~/.cache/checkpointed-jobs}/bin/<component>-<version>/
 # and linked together in one "set" directory that --print-bin-dir prints.
 #
@@ -26,7 +26,7 @@ source "${here}/versions.env"
 
 cache_dir="${CJOB_CACHE_DIR:-${HOME}/.cache/checkpointed-jobs}"
 bin_root="${cache_dir}/bin"
-set_dir="${bin_root}/set-k8s-${KUBERNETES_VERSION}-etcd-${ETCD_VERSION}-helm-${HELM_VERSION}-kwok-${KWOK_VERSION}-containerd-${CONTAINERD_VERSION}-coredns-${COREDNS_VERSION}-${COREDNS_BUILD}-pause-${PAUSE_VERSION}-versitygw-${VERSITYGW_VERSION}-kind-${KIND_VERSION}-prometheus-${PROMETHEUS_VERSION}"
+set_dir="${bin_root}/set-k8s-${KUBERNETES_VERSION}-etcd-${ETCD_VERSION}-helm-${HELM_VERSION}-kwok-${KWOK_VERSION}-containerd-${CONTAINERD_VERSION}-coredns-${COREDNS_VERSION}-${COREDNS_BUILD}-pause-${PAUSE_VERSION}-versitygw-${VERSITYGW_VERSION}-kind-${KIND_VERSION}-prometheus-${PROMETHEUS_VERSION}-krew-${KREW_VERSION}"
 work_root="${cache_dir}/build"
 kube_components=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy kubeadm)
 containerd_components=(containerd containerd-shim-runc-v2 ctr)
@@ -46,12 +46,13 @@ component_version() { # component
     versitygw) echo "${VERSITYGW_VERSION}" ;;
     kind) echo "${KIND_VERSION}" ;;
     prometheus | promtool) echo "${PROMETHEUS_VERSION}" ;;
+    krew) echo "${KREW_VERSION}" ;;
     *) echo "${KUBERNETES_VERSION}" ;;
   esac
 }
 
 prometheus_components=(prometheus promtool)
-all_components=(etcd "${kube_components[@]}" helm kwok "${containerd_components[@]}" coredns pause versitygw kind "${prometheus_components[@]}")
+all_components=(etcd "${kube_components[@]}" helm kwok "${containerd_components[@]}" coredns pause versitygw kind "${prometheus_components[@]}" krew)
 
 is_cached() { # component
   local c="$1"
@@ -338,6 +339,17 @@ build_prometheus() {
   log "prometheus and promtool ${PROMETHEUS_VERSION}: done in $(($(date +%s) - t0))s"
 }
 
+build_krew() {
+  local dir t0
+  t0=$(date +%s)
+  dir="$(new_wrapper "krew-${KREW_VERSION}")"
+  log "krew ${KREW_VERSION}: compiling"
+  GOBIN="${dir}" go install -p "${jobs}" -trimpath -ldflags "${ldflags_common}" \
+    "sigs.k8s.io/krew/cmd/krew@${KREW_VERSION}"
+  install_into krew "${KREW_VERSION}" "${dir}/krew"
+  log "krew ${KREW_VERSION}: done in $(($(date +%s) - t0))s"
+}
+
 is_cached etcd || build_etcd
 need_kube=0
 for c in "${kube_components[@]}"; do is_cached "$c" || need_kube=1; done
@@ -354,6 +366,7 @@ is_cached kind || build_kind
 need_prometheus=0
 for c in "${prometheus_components[@]}"; do is_cached "$c" || need_prometheus=1; done
 [[ "${need_prometheus}" == 1 ]] && build_prometheus
+is_cached krew || build_krew
 
 mkdir -p "${set_dir}"
 for c in "${all_components[@]}"; do
