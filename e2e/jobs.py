@@ -6,13 +6,32 @@ code, output and ``file://`` checkpoints) are paths of this machine.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from e2e.repo import REPO_ROOT
 
 RUNNING_SUM_DIR = REPO_ROOT / "examples" / "running_sum"
+KAFKA_CLICKS_DIR = REPO_ROOT / "examples" / "kafka_clicks"
 RUNTIME_IMAGE = "checkpointed-jobs/runtime:0.1.0"
+
+
+@functools.cache
+def kafka_clicks_module(name: str) -> ModuleType:
+    """``examples/kafka_clicks/<name>.py`` (``produce``, ``verify``) as the module
+    ``kafka_clicks_<name>``: the running sum has a ``verify`` module too, and a test
+    may use both."""
+    spec = importlib.util.spec_from_file_location(f"kafka_clicks_{name}",
+                                                  KAFKA_CLICKS_DIR / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def running_sum_job(

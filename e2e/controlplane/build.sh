@@ -103,6 +103,26 @@ new_wrapper() { # name -> prints dir
   echo "${dir}"
 }
 
+# go install commands of one module at one version, each into the cache folder of the
+# component it is named after, in one go (they share the compile).
+go_install_commands() { # version ldflags command-package...
+  local version="$1" flags="$2" dir t0 pkg name
+  shift 2
+  local names=() targets=()
+  for pkg in "$@"; do
+    names+=("${pkg##*/}")
+    targets+=("${pkg}@${version}")
+  done
+  t0=$(date +%s)
+  dir="$(new_wrapper "${names[0]}-${version}")"
+  log "${names[*]} ${version}: compiling"
+  GOBIN="${dir}" go install -p "${jobs}" -trimpath -ldflags "${flags}" "${targets[@]}"
+  for name in "${names[@]}"; do
+    install_into "${name}" "${version}" "${dir}/${name}"
+  done
+  log "${names[*]} ${version}: done in $(($(date +%s) - t0))s"
+}
+
 build_etcd() {
   local dir t0
   t0=$(date +%s)
@@ -183,37 +203,23 @@ build_kubernetes() {
 }
 
 build_helm() {
-  local dir t0 minor hv
-  t0=$(date +%s)
-  hv="${HELM_VERSION}"
+  local minor hflags p
   minor="${KUBERNETES_VERSION#v1.}"
   minor="${minor%%.*}"
-  dir="$(new_wrapper "helm-${hv}")"
   # helm reports this Kubernetes version to charts (.Capabilities.KubeVersion) when
   # it renders without a cluster, so it must match the apiserver built above.
-  local hflags="${ldflags_common} -X helm.sh/helm/v3/internal/version.version=${hv}"
+  hflags="${ldflags_common} -X helm.sh/helm/v3/internal/version.version=${HELM_VERSION}"
   hflags+=" -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
-  local p
   for p in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
     hflags+=" -X ${p}.k8sVersionMajor=1 -X ${p}.k8sVersionMinor=${minor}"
   done
-  log "helm ${hv}: compiling (Kubernetes 1.${minor} capabilities)"
-  GOBIN="${dir}" go install -p "${jobs}" -trimpath -ldflags "${hflags}" \
-    "helm.sh/helm/v3/cmd/helm@${hv}"
-  install_into helm "${hv}" "${dir}/helm"
-  log "helm ${hv}: done in $(($(date +%s) - t0))s"
+  go_install_commands "${HELM_VERSION}" "${hflags}" helm.sh/helm/v3/cmd/helm
 }
 
 build_kwok() {
-  local dir t0
-  t0=$(date +%s)
-  dir="$(new_wrapper "kwok-${KWOK_VERSION}")"
-  log "kwok ${KWOK_VERSION}: compiling"
-  GOBIN="${dir}" go install -p "${jobs}" -trimpath \
-    -ldflags "${ldflags_common} -X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION}" \
-    "sigs.k8s.io/kwok/cmd/kwok@${KWOK_VERSION}"
-  install_into kwok "${KWOK_VERSION}" "${dir}/kwok"
-  log "kwok ${KWOK_VERSION}: done in $(($(date +%s) - t0))s"
+  go_install_commands "${KWOK_VERSION}" \
+    "${ldflags_common} -X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION}" \
+    sigs.k8s.io/kwok/cmd/kwok
 }
 
 build_containerd() {
@@ -303,51 +309,23 @@ build_pause() {
 }
 
 build_kind() {
-  local dir t0
-  t0=$(date +%s)
-  dir="$(new_wrapper "kind-${KIND_VERSION}")"
-  log "kind ${KIND_VERSION}: compiling"
-  GOBIN="${dir}" go install -p "${jobs}" -trimpath -ldflags "${ldflags_common}" \
-    "sigs.k8s.io/kind@${KIND_VERSION}"
-  install_into kind "${KIND_VERSION}" "${dir}/kind"
-  log "kind ${KIND_VERSION}: done in $(($(date +%s) - t0))s"
+  go_install_commands "${KIND_VERSION}" "${ldflags_common}" sigs.k8s.io/kind
 }
 
 build_versitygw() {
-  local dir t0
-  t0=$(date +%s)
-  dir="$(new_wrapper "versitygw-${VERSITYGW_VERSION}")"
-  log "versitygw ${VERSITYGW_VERSION}: compiling"
-  GOBIN="${dir}" go install -p "${jobs}" -trimpath -ldflags "${ldflags_common}" \
-    "github.com/versity/versitygw/cmd/versitygw@${VERSITYGW_VERSION}"
-  install_into versitygw "${VERSITYGW_VERSION}" "${dir}/versitygw"
-  log "versitygw ${VERSITYGW_VERSION}: done in $(($(date +%s) - t0))s"
+  go_install_commands "${VERSITYGW_VERSION}" "${ldflags_common}" \
+    github.com/versity/versitygw/cmd/versitygw
 }
 
 # Both from one go install: they share most of their packages (about 4 minutes on two
 # cores with an empty build cache, less beside the Kubernetes build).
 build_prometheus() {
-  local dir t0
-  t0=$(date +%s)
-  dir="$(new_wrapper "prometheus-${PROMETHEUS_VERSION}")"
-  log "prometheus and promtool ${PROMETHEUS_VERSION}: compiling"
-  GOBIN="${dir}" go install -p "${jobs}" -trimpath -ldflags "${ldflags_common}" \
-    "github.com/prometheus/prometheus/cmd/prometheus@${PROMETHEUS_VERSION}" \
-    "github.com/prometheus/prometheus/cmd/promtool@${PROMETHEUS_VERSION}"
-  install_into prometheus "${PROMETHEUS_VERSION}" "${dir}/prometheus"
-  install_into promtool "${PROMETHEUS_VERSION}" "${dir}/promtool"
-  log "prometheus and promtool ${PROMETHEUS_VERSION}: done in $(($(date +%s) - t0))s"
+  go_install_commands "${PROMETHEUS_VERSION}" "${ldflags_common}" \
+    github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool
 }
 
 build_krew() {
-  local dir t0
-  t0=$(date +%s)
-  dir="$(new_wrapper "krew-${KREW_VERSION}")"
-  log "krew ${KREW_VERSION}: compiling"
-  GOBIN="${dir}" go install -p "${jobs}" -trimpath -ldflags "${ldflags_common}" \
-    "sigs.k8s.io/krew/cmd/krew@${KREW_VERSION}"
-  install_into krew "${KREW_VERSION}" "${dir}/krew"
-  log "krew ${KREW_VERSION}: done in $(($(date +%s) - t0))s"
+  go_install_commands "${KREW_VERSION}" "${ldflags_common}" sigs.k8s.io/krew/cmd/krew
 }
 
 is_cached etcd || build_etcd

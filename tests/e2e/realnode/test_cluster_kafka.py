@@ -5,45 +5,30 @@ driver killed mid-run, every count read back from the host exactly once."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import time
-from types import ModuleType
 from typing import Any
 
 import pytest
 import yaml
 
 from e2e.controlplane.rest import quote
+from e2e.jobs import KAFKA_CLICKS_DIR, kafka_clicks_module
 from e2e.kafka.clients import create_topic, read_topic, transactional_producer
 from e2e.kind.chart import ChartRelease
 from e2e.realnode import scenario
 from e2e.realnode.cluster_s3 import ClusterS3
 from e2e.realnode.kafka import ClusterKafka
 from e2e.realnode.pytest_plugin import RealCluster
-from e2e.repo import REPO_ROOT
 
 pytestmark = [
     # The session fixture may import images and start the node inside the first test.
     pytest.mark.timeout(1800),
 ]
 
-EXAMPLE_DIR = REPO_ROOT / "examples" / "kafka_clicks"
 CLICKS = 3_000
 USERS = 40
 DELAY = 0.02  # seconds per click: about 30 s of work for two subtasks, so a kill lands mid-run
-
-
-def _example_module(name: str) -> ModuleType:
-    """``examples/kafka_clicks/<name>.py`` under a name of its own (the running sum
-    has a ``verify`` module too)."""
-    spec = importlib.util.spec_from_file_location(
-        f"kafka_clicks_{name}", EXAMPLE_DIR / f"{name}.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 POD_CLIENT = """\
@@ -123,8 +108,8 @@ def test_the_kafka_clicks_example_survives_a_driver_kill_with_every_count_once(
     kubectl: scenario.Kubectl,
     record_property: Any,
 ) -> None:
-    produce = _example_module("produce")
-    verify = _example_module("verify")
+    produce = kafka_clicks_module("produce")
+    verify = kafka_clicks_module("verify")
     bootstrap = cluster_kafka.host_bootstrap
     suffix = real_namespace[-6:]
     clicks_topic = create_topic(bootstrap=bootstrap, partitions=4, name=f"clicks-{suffix}")
@@ -135,7 +120,7 @@ def test_the_kafka_clicks_example_survives_a_driver_kill_with_every_count_once(
     scenario.bucket_with_credentials(kubectl=kubectl, s3=cluster_s3, namespace=real_namespace,
                                         bucket=bucket)
     kubectl("create", "configmap", "kafka-clicks-code", "--namespace", real_namespace,
-            f"--from-file=job.py={EXAMPLE_DIR / 'job.py'}")  # fmt: skip
+            f"--from-file=job.py={KAFKA_CLICKS_DIR / 'job.py'}")  # fmt: skip
     manifest = _example_manifest(bucket=bucket, clicks=clicks_topic, counts=counts_topic,
                                  s3_endpoint=cluster_s3.cluster_endpoint)  # fmt: skip
     created_at = time.monotonic()
@@ -182,7 +167,7 @@ def test_the_kafka_clicks_example_survives_a_driver_kill_with_every_count_once(
 def _example_manifest(*, bucket: str, clicks: str, counts: str, s3_endpoint: str) -> dict[str, Any]:
     """The example as written, with this test's topics, bucket and a delay per click."""
     manifest: dict[str, Any] = yaml.safe_load(
-        (EXAMPLE_DIR / "kafka-clicks-cluster.yaml").read_text()
+        (KAFKA_CLICKS_DIR / "kafka-clicks-cluster.yaml").read_text()
     )
     spec = manifest["spec"]
     assert spec["job"]["args"]["bootstrap"] == "kafka.kafka.svc.cluster.local:9092"

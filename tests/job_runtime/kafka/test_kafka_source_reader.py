@@ -311,14 +311,19 @@ def test_an_unbounded_reader_returns_an_empty_batch_promptly_when_idle_and_later
     reader.close()
 
 
-def test_a_readers_backlog_is_the_records_between_its_position_and_the_partitions_end(
-        kafka_broker: KafkaBroker, tmp_path: Path) -> None:
+def reader_of_ten_records(kafka_broker: KafkaBroker, tmp_path: Path) -> tuple[str, SplitReader]:
+    """A reader of a new one-partition topic that holds ten records, 3 a batch."""
     bootstrap = kafka_broker.bootstrap
     topic = create_topic(bootstrap=bootstrap, partitions=1)
     produce(bootstrap, topic, [b"r%d" % i for i in range(10)])
     ctx = context(tmp_path)
     source = sources.kafka(topic, bootstrap, batch_size=3)
-    reader = source.open(only_split(source, ctx), None, context=ctx)
+    return topic, source.open(only_split(source, ctx), None, context=ctx)
+
+
+def test_a_readers_backlog_is_the_records_between_its_position_and_the_partitions_end(
+        kafka_broker: KafkaBroker, tmp_path: Path) -> None:
+    topic, reader = reader_of_ten_records(kafka_broker, tmp_path)
     early = reader.backlog()                        # before a fetch: unknown, not zero
     assert early is None or early.records == 10
     rows = read_at_least(reader, 3)
@@ -337,12 +342,7 @@ def test_a_readers_backlog_is_known_before_its_first_read(
     """A subtask reads its partitions in turn, and one batch can take long to process:
     the partitions it has not read from yet count in its lag all the same (the
     autoscaler sizes the job from that sum)."""
-    bootstrap = kafka_broker.bootstrap
-    topic = create_topic(bootstrap=bootstrap, partitions=1)
-    produce(bootstrap, topic, [b"r%d" % i for i in range(10)])
-    ctx = context(tmp_path)
-    source = sources.kafka(topic, bootstrap, batch_size=3)
-    reader = source.open(only_split(source, ctx), None, context=ctx)
+    topic, reader = reader_of_ten_records(kafka_broker, tmp_path)
     deadline = time.monotonic() + READ_TIMEOUT
     while (backlog := reader.backlog()) is None and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -12,20 +12,18 @@ Ten minutes of chaos by default (``CJOB_CHAOS_SECONDS``), so not part of
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import random
 import re
 import sys
 import time
-from types import ModuleType
 from typing import Any
 
 import pytest
 import yaml
 
 from e2e.controlplane.waiting import pod_is_ready
-from e2e.jobs import RUNNING_SUM_DIR
+from e2e.jobs import KAFKA_CLICKS_DIR, RUNNING_SUM_DIR, kafka_clicks_module
 from e2e.kafka.clients import create_topic
 from e2e.kind.chart import ChartRelease
 from e2e.realnode import running_sum, scenario
@@ -35,7 +33,6 @@ from e2e.realnode.chaos_watch import JobWatch
 from e2e.realnode.cluster_s3 import ClusterS3
 from e2e.realnode.kafka import ClusterKafka
 from e2e.realnode.pytest_plugin import RealCluster
-from e2e.repo import REPO_ROOT
 
 sys.path.insert(0, str(RUNNING_SUM_DIR))
 from verify import verify
@@ -53,7 +50,6 @@ COUNT = int(RATE * (CHAOS_SECONDS + LEAD_SECONDS))
 MAX_RESTARTS = 1_000
 """Above any number of kills the chaos can draw: the budget is not what is tested."""
 
-KAFKA_EXAMPLE = REPO_ROOT / "examples" / "kafka_clicks"
 KAFKA_RATE = 100
 """Clicks per second the Kafka job reads (a delay per click over its two subtasks):
 enough to keep it reading through the whole chaos, little enough for two cores."""
@@ -63,24 +59,13 @@ WINDOW_MS = 1_000
 pytestmark = [pytest.mark.timeout(int(CHAOS_SECONDS) + 3600)]
 
 
-def _kafka_example(name: str) -> ModuleType:
-    """``examples/kafka_clicks/<name>.py`` under a name of its own (the running sum
-    has a ``verify`` module too)."""
-    spec = importlib.util.spec_from_file_location(f"kafka_clicks_{name}",
-                                                  KAFKA_EXAMPLE / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _kafka_job(*, name: str, bucket: str, s3: ClusterS3, kafka: ClusterKafka, clicks: str,
                counts: str) -> dict[str, Any]:
     """The click-count example in its window mode: Kafka in, counts per user and second
     of event time, Kafka out through transactions; Spark local in its driver pod (no
     executors: the node's two cores already run the first job's), checkpoints on S3."""
     manifest: dict[str, Any] = yaml.safe_load(
-        (KAFKA_EXAMPLE / "kafka-clicks-cluster.yaml").read_text())
+        (KAFKA_CLICKS_DIR / "kafka-clicks-cluster.yaml").read_text())
     manifest["metadata"]["name"] = name
     spec = manifest["spec"]
     spec["job"]["args"].update(bootstrap=kafka.cluster_bootstrap, input=clicks, output=counts,
@@ -165,13 +150,13 @@ def test_a_job_under_ten_minutes_of_random_kills_finishes_with_exactly_once_outp
 
     # The Kafka job: its input produced up front from the host, its output read back
     # read_committed from the host at the end.
-    produce, kafka_verify = _kafka_example("produce"), _kafka_example("verify")
+    produce, kafka_verify = kafka_clicks_module("produce"), kafka_clicks_module("verify")
     bootstrap = cluster_kafka.host_bootstrap
     clicks_topic = create_topic(bootstrap=bootstrap, partitions=4, name=f"clicks-{bucket}")
     counts_topic = create_topic(bootstrap=bootstrap, partitions=4, name=f"counts-{bucket}")
     produce.produce(bootstrap, clicks_topic, produce.clicks(count=KAFKA_COUNT, users=40))
     kubectl("create", "configmap", "kafka-clicks-code", "--namespace", namespace,
-            f"--from-file=job.py={KAFKA_EXAMPLE / 'job.py'}")  # fmt: skip
+            f"--from-file=job.py={KAFKA_CLICKS_DIR / 'job.py'}")  # fmt: skip
     kafka_name = "kafka-windows"
     kubectl("apply", "--namespace", namespace, "-f", "-", stdin=yaml.safe_dump(_kafka_job(
         name=kafka_name, bucket=bucket, s3=cluster_s3, kafka=cluster_kafka,
