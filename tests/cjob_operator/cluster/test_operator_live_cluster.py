@@ -47,8 +47,11 @@ def watcher(kube_rest: Any, namespace: str, name: str, operator: OperatorProcess
         ({"checkpoint": {"storage": "hdfs://nn/ckpt"}}, "file:///absolute/path or s3://"),
         ({"parallelism": 0}, "spec.parallelism"),
         ({"pod": {"volumeMounts": [{"name": "data"}]}}, "spec.pod.volumeMounts[0].mountPath"),
+        ({"autoscaler": {"mode": "Apply", "min": 5, "max": 2}},
+         "spec.autoscaler: Invalid value: min must be <= max"),
     ],
-    ids=["retained-0", "bad-master", "bad-storage", "parallelism-0", "mount-without-path"],
+    ids=["retained-0", "bad-master", "bad-storage", "parallelism-0", "mount-without-path",
+         "autoscaler-min-above-max"],
 )
 def test_the_api_server_refuses_a_bad_spec_with_a_clear_message(
     kubectl: Kubectl, kube_namespace: str, cjob_crd: None, tmp_path: Path,
