@@ -8,6 +8,7 @@ it down again; every click is counted exactly once throughout (read back
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -82,6 +83,13 @@ def test_a_backlog_scales_the_job_up_on_the_node_a_drained_one_down_and_each_cli
         found: dict[str, Any] = job.status().get("autoscaler") or {}
         return found
 
+    def decided(accept: Callable[[int], bool]) -> dict[str, Any] | None:
+        """The autoscaler's status once its applied parallelism is one ``accept``s, as
+        first seen: a later pass keeps the parallelism but says Steady."""
+        found = autoscaler()
+        parallelism = found.get("parallelism")
+        return found if parallelism is not None and accept(parallelism) else None
+
     def running_at(parallelism: int) -> bool | None:
         status = job.status()
         return (status.get("parallelism") == parallelism
@@ -90,9 +98,8 @@ def test_a_backlog_scales_the_job_up_on_the_node_a_drained_one_down_and_each_cli
     # Behind at one subtask: the whole backlog of four partitions within 20 s at 10-60
     # clicks a second asks for more than two; four is the next divisor of the eight
     # key groups, and the maximum.
-    scenario.wait_until(lambda: autoscaler().get("parallelism", 1) > 1 or None,
-                        what="the autoscaler to scale up", timeout=400, detail=job.describe)
-    up = autoscaler()
+    up = scenario.wait_until(lambda: decided(lambda parallelism: parallelism > 1),
+                             what="the autoscaler to scale up", timeout=400, detail=job.describe)
     print("scaled up:", up)
     record_property("create_to_scale_up_s", round(time.monotonic() - created_at, 1))
     assert up["parallelism"] == 4 and up["reason"] == "ScaleUp", up
@@ -103,10 +110,9 @@ def test_a_backlog_scales_the_job_up_on_the_node_a_drained_one_down_and_each_cli
     assert spec["parallelism"] == 1, "the user's spec is left alone"
 
     # Drained, it keeps up: the capacity measured when behind says one is enough.
-    scenario.wait_until(lambda: autoscaler().get("parallelism") == 1 or None,
-                        what="the autoscaler to scale back to 1", timeout=400,
-                        detail=job.describe)
-    down = autoscaler()
+    down = scenario.wait_until(lambda: decided(lambda parallelism: parallelism == 1),
+                               what="the autoscaler to scale back to 1", timeout=400,
+                               detail=job.describe)
     print("scaled down:", down)
     assert down["reason"] == "ScaleDown", down
     scenario.wait_until(lambda: running_at(1), what="an attempt running at 1 again",
