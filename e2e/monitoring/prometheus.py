@@ -17,7 +17,6 @@ import os
 import signal
 import socket
 import subprocess
-import time
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
@@ -181,10 +180,3 @@ class PrometheusServer:
             params["time"] = f"{at:.3f}"
         result: list[dict[str, Any]] = self.api("query", **params)["result"]
         return result
-
-    def settle(self, seconds: float) -> None:
-        """Waits ``seconds`` while checking the server still runs."""
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            self._check_running()
-            time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))

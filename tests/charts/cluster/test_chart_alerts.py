@@ -18,7 +18,7 @@ import yaml
 
 from e2e.controlplane.pytest_plugin import require_binaries
 from e2e.kind.chart import Manifest
-from e2e.monitoring.rules import rules_of
+from e2e.monitoring.rules import alert_names, rules_of
 
 SCENARIOS = Path(__file__).parent / "alerts" / "scenarios.yaml"
 
@@ -40,8 +40,12 @@ def run_promtool(promtool: Path, *args: str | Path) -> subprocess.CompletedProce
 
 def test_the_rendered_rules_pass_promtools_check(
         render: Callable[..., list[Manifest]], promtool: Path, tmp_path: Path) -> None:
+    rendered = rendered_rules(render)
+    assert alert_names(rendered) == [
+        "CheckpointedJobCheckpointOverdue", "CheckpointedJobRestarting", "CheckpointedJobFailed",
+        "CheckpointedJobSinkStalled", "CheckpointedJobLagGrowing"]
     rules = tmp_path / "rules.yaml"
-    rules.write_text(yaml.safe_dump(rendered_rules(render)))
+    rules.write_text(yaml.safe_dump(rendered))
     checked = run_promtool(promtool, "check", "rules", rules)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "SUCCESS: 5 rules found" in checked.stdout
