@@ -15,11 +15,11 @@ import pytest
 import yaml
 
 from e2e.jobs import KAFKA_CLICKS_DIR, kafka_clicks_module
-from e2e.kafka.clients import create_topic
 from e2e.kind.chart import ChartRelease
 from e2e.realnode import scenario
 from e2e.realnode.cluster_s3 import ClusterS3
 from e2e.realnode.kafka import ClusterKafka
+from e2e.realnode.kafka_clicks import set_up_clicks
 from e2e.realnode.pytest_plugin import RealCluster
 
 pytestmark = [pytest.mark.timeout(1800)]
@@ -61,20 +61,15 @@ def test_a_backlog_scales_the_job_up_on_the_node_a_drained_one_down_and_each_cli
     kubectl: scenario.Kubectl,
     record_property: Any,
 ) -> None:
-    produce, verify = kafka_clicks_module("produce"), kafka_clicks_module("verify")
+    verify = kafka_clicks_module("verify")
     bootstrap = cluster_kafka.host_bootstrap
-    suffix = real_namespace[-6:]
-    clicks = create_topic(bootstrap=bootstrap, partitions=4, name=f"scaled-clicks-{suffix}")
-    counts = create_topic(bootstrap=bootstrap, partitions=4, name=f"scaled-counts-{suffix}")
-    produce.produce(bootstrap, clicks, produce.clicks(count=CLICKS, users=USERS))
-    bucket = f"autoscaled-{suffix}"
-    scenario.bucket_with_credentials(kubectl=kubectl, s3=cluster_s3, namespace=real_namespace,
-                                     bucket=bucket)
-    kubectl("create", "configmap", "kafka-clicks-code", "--namespace", real_namespace,
-            f"--from-file=job.py={KAFKA_CLICKS_DIR / 'job.py'}")
+    topics = set_up_clicks(kafka=cluster_kafka, s3=cluster_s3, kubectl=kubectl,
+                           namespace=real_namespace, name="autoscaled", count=CLICKS,
+                           users=USERS)
+    clicks, counts = topics.clicks, topics.counts
     created_at = time.monotonic()
     kubectl("apply", "--namespace", real_namespace, "-f", "-",
-            stdin=yaml.safe_dump(autoscaled_manifest(bucket=bucket, clicks=clicks,
+            stdin=yaml.safe_dump(autoscaled_manifest(bucket=topics.bucket, clicks=clicks,
                                                      counts=counts)))
     job = scenario.JobHandle(rest=real_cluster.rest(), namespace=real_namespace,
                              name="autoscaled")

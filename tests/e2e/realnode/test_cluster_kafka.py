@@ -19,6 +19,7 @@ from e2e.kind.chart import ChartRelease
 from e2e.realnode import scenario
 from e2e.realnode.cluster_s3 import ClusterS3
 from e2e.realnode.kafka import ClusterKafka
+from e2e.realnode.kafka_clicks import set_up_clicks
 from e2e.realnode.pytest_plugin import RealCluster
 
 pytestmark = [
@@ -108,19 +109,12 @@ def test_the_kafka_clicks_example_survives_a_driver_kill_with_every_count_once(
     kubectl: scenario.Kubectl,
     record_property: Any,
 ) -> None:
-    produce = kafka_clicks_module("produce")
     verify = kafka_clicks_module("verify")
     bootstrap = cluster_kafka.host_bootstrap
-    suffix = real_namespace[-6:]
-    clicks_topic = create_topic(bootstrap=bootstrap, partitions=4, name=f"clicks-{suffix}")
-    counts_topic = create_topic(bootstrap=bootstrap, partitions=4, name=f"counts-{suffix}")
-    produce.produce(bootstrap, clicks_topic, produce.clicks(count=CLICKS, users=USERS))
-
-    bucket = f"kafka-clicks-{suffix}"
-    scenario.bucket_with_credentials(kubectl=kubectl, s3=cluster_s3, namespace=real_namespace,
-                                        bucket=bucket)
-    kubectl("create", "configmap", "kafka-clicks-code", "--namespace", real_namespace,
-            f"--from-file=job.py={KAFKA_CLICKS_DIR / 'job.py'}")  # fmt: skip
+    topics = set_up_clicks(kafka=cluster_kafka, s3=cluster_s3, kubectl=kubectl,
+                           namespace=real_namespace, name="kafka-clicks", count=CLICKS,
+                           users=USERS)
+    clicks_topic, counts_topic, bucket = topics.clicks, topics.counts, topics.bucket
     manifest = _example_manifest(bucket=bucket, clicks=clicks_topic, counts=counts_topic,
                                  s3_endpoint=cluster_s3.cluster_endpoint)  # fmt: skip
     created_at = time.monotonic()

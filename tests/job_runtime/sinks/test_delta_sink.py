@@ -10,29 +10,21 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
+from table_sinks import complete_intervals, open_table_writer
 
 from job_runtime.errors import PipelineDefinitionError
 from job_runtime.records import Batch
 from job_runtime.sinks import delta
-from job_runtime.sinks.commit import CommitRetry
 from job_runtime.sinks.delta import DeltaSender, app_id
 from job_runtime.sinks.failures import RejectedRecordError
-from job_runtime.sinks.sink_contract import SinkContext
 from job_runtime.sinks.table_rows import last_row_per_key
 
 
 def test_each_interval_is_one_commit_whose_transaction_version_is_its_checkpoint(
         tmp_path: Path) -> None:
     table = tmp_path / "clicks"
-    sink = delta(str(table))
-    sink.commit_retry = CommitRetry(attempts=2, first_delay=0.0, max_delay=0.0)
-    writer = sink.open(context=SinkContext(subtask=0, parallelism=2, attempt_tag="a1e1",
-                                           job_id="sums-u1", staging_root=str(tmp_path / "s"),
-                                           restored_job="sums-u1", stall_timeout=0.0))
-    for checkpoint in (1, 2):
-        writer.write(Batch(rows=[{"user": "ann", "clicks": checkpoint}]))
-        writer.snapshot(checkpoint)
-        writer.notify_complete(checkpoint)
+    writer = open_table_writer(delta(str(table)), staging=tmp_path / "staging")
+    complete_intervals(writer, [Batch(rows=[{"user": "ann", "clicks": n}]) for n in (1, 2)])
     log = DeltaTable(str(table))
     assert log.version() == 1, "two commits: versions 0 and 1"
     assert log.transaction_version(app_id("sums-u1", 0)) == 2

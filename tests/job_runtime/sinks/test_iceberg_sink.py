@@ -9,13 +9,12 @@ from pathlib import Path
 
 import pytest
 from pyiceberg.catalog import load_catalog
+from table_sinks import complete_intervals, open_table_writer
 
 from job_runtime.errors import PipelineDefinitionError
 from job_runtime.records import Batch
 from job_runtime.sinks import iceberg
-from job_runtime.sinks.commit import CommitRetry
 from job_runtime.sinks.iceberg import embedded_catalog, snapshot_property
-from job_runtime.sinks.sink_contract import SinkContext
 
 TABLE = "lake.clicks"
 
@@ -23,15 +22,9 @@ TABLE = "lake.clicks"
 def test_each_interval_is_one_snapshot_whose_summary_names_its_checkpoint(
         tmp_path: Path) -> None:
     warehouse = tmp_path / "warehouse"
-    sink = iceberg(TABLE, warehouse=str(warehouse))
-    sink.commit_retry = CommitRetry(attempts=2, first_delay=0.0, max_delay=0.0)
-    writer = sink.open(context=SinkContext(subtask=0, parallelism=1, attempt_tag="a1e1",
-                                           job_id="sums-u1", staging_root=str(tmp_path / "s"),
-                                           restored_job="sums-u1", stall_timeout=0.0))
-    for checkpoint in (1, 2):
-        writer.write(Batch(rows=[{"user": "ann", "clicks": checkpoint}]))
-        writer.snapshot(checkpoint)
-        writer.notify_complete(checkpoint)
+    writer = open_table_writer(iceberg(TABLE, warehouse=str(warehouse)),
+                               staging=tmp_path / "staging", parallelism=1)
+    complete_intervals(writer, [Batch(rows=[{"user": "ann", "clicks": n}]) for n in (1, 2)])
     assert (warehouse / "catalog.db").exists(), "the embedded catalog, in the warehouse"
     table = load_catalog("default", **embedded_catalog(str(warehouse))).load_table(TABLE)
     assert [s.summary.get(snapshot_property("sums-u1", 0)) for s in table.snapshots()] == [

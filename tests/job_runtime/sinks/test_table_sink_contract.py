@@ -17,18 +17,17 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 from pyiceberg.catalog import load_catalog
+from table_sinks import open_table_writer
 
 from job_runtime.records import Batch
 from job_runtime.sinks import delta, iceberg
 from job_runtime.sinks.arrival import TransactionalSender
-from job_runtime.sinks.commit import CommitRetry
 from job_runtime.sinks.delta import DeltaSender
 from job_runtime.sinks.failures import SinkFailedError
 from job_runtime.sinks.iceberg import IcebergSender, embedded_catalog
-from job_runtime.sinks.sink_contract import SinkContext, SinkWriter
+from job_runtime.sinks.sink_contract import SinkWriter
 from job_runtime.sinks.write_ahead import TransactionalSink, WriteAheadWriter
 
-QUICK = CommitRetry(attempts=2, first_delay=0.0, max_delay=0.0)
 ICEBERG_TABLE = "lake.clicks"
 
 
@@ -82,11 +81,7 @@ def kind(request: pytest.FixtureRequest) -> TableKind:
 
 def open_writer(kind: TableKind, root: Path, staging: Path, *, job_id: str = "sums-u1",
                 **options: object) -> SinkWriter:
-    sink = kind.sink(root, **options)
-    sink.commit_retry = QUICK
-    return sink.open(context=SinkContext(subtask=0, parallelism=2, attempt_tag="a1e1",
-                                         job_id=job_id, staging_root=str(staging),
-                                         restored_job=job_id, stall_timeout=0.0))
+    return open_table_writer(kind.sink(root, **options), staging=staging, job_id=job_id)
 
 
 def rows(*pairs: tuple[str, int]) -> Batch:
