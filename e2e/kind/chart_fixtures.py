@@ -29,7 +29,6 @@ Use them from a ``conftest.py`` (or list this module in the root ``pytest_plugin
 from __future__ import annotations
 
 import secrets
-import socket
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -41,6 +40,7 @@ from e2e.controlplane.namespaces import (
     delete_namespace,
     wait_for_default_service_account,
 )
+from e2e.controlplane.procs import free_port
 from e2e.controlplane.pytest_plugin import require_binaries
 from e2e.controlplane.rest import RestClient
 from e2e.kind.chart import ChartRelease, Manifest, render_chart
@@ -55,14 +55,6 @@ class InstallChart(Protocol):
         namespace: str | None = None,
         wait: bool = False,
     ) -> ChartRelease: ...
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on right now (loopback)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def with_free_ports(values: Mapping[str, Any]) -> dict[str, Any]:

@@ -14,9 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
-import subprocess
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
@@ -25,11 +22,8 @@ from typing import Any
 
 import yaml
 
+from e2e.controlplane.procs import Component, free_port
 from e2e.controlplane.waiting import wait_for
-
-
-class PrometheusExited(RuntimeError):
-    """The server ended while a test needed it."""
 
 
 @dataclass(frozen=True)
@@ -41,13 +35,6 @@ class Alert:
     """``pending`` or ``firing``."""
     labels: dict[str, str]
     annotations: dict[str, str]
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def scrape_config(*, operator_target: str, operator_namespace: str, kubeconfig: Path,
@@ -91,10 +78,7 @@ class PrometheusServer:
 
     def __init__(self, *, binary: Path, work_dir: Path, rules: dict[str, Any],
                  scrape: list[dict[str, Any]], interval: str = "1s") -> None:
-        self.binary = binary
-        self.work_dir = work_dir
-        self.port = _free_port()
-        self.log_file = work_dir / "prometheus.log"
+        self.port = free_port()
         work_dir.mkdir(parents=True, exist_ok=True)
         (work_dir / "rules.yaml").write_text(yaml.safe_dump(rules))
         (work_dir / "prometheus.yaml").write_text(yaml.safe_dump({
@@ -103,48 +87,35 @@ class PrometheusServer:
             "rule_files": [str(work_dir / "rules.yaml")],
             "scrape_configs": scrape,
         }))
-        self.process: subprocess.Popen[bytes] | None = None
+        self.process = Component(
+            name="prometheus", log_file=work_dir / "prometheus.log",
+            argv=[str(binary), f"--config.file={work_dir / 'prometheus.yaml'}",
+                  f"--storage.tsdb.path={work_dir / 'data'}",
+                  f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
+            env={k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")})
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, *, timeout: float = 60.0) -> None:
-        with self.log_file.open("wb") as log:
-            self.process = subprocess.Popen(
-                [str(self.binary), f"--config.file={self.work_dir / 'prometheus.yaml'}",
-                 f"--storage.tsdb.path={self.work_dir / 'data'}",
-                 f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                env={k: v for k, v in os.environ.items() if not k.startswith("KUBERNETES_")})
+        self.process.start()
         wait_for(self._ready, what="Prometheus to be ready", timeout=timeout, interval=0.5)
 
     def _ready(self) -> bool:
-        self._check_running()
+        self.process.check_running()
         try:
             with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as answer:
                 return bool(answer.status == 200)
         except OSError:
             return False
 
-    def _check_running(self) -> None:
-        if self.process is not None and self.process.poll() is not None:
-            raise PrometheusExited(f"prometheus exited {self.process.returncode}: "
-                                   f"{self.log_file.read_text()[-2000:]}")
-
     def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        os.killpg(self.process.pid, signal.SIGTERM)
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=10)
+        self.process.stop(timeout=30)
 
     def api(self, path: str, **params: str) -> Any:
         """The ``data`` of a ``/api/v1`` answer."""
-        self._check_running()
+        self.process.check_running()
         query = urllib.parse.urlencode(params)
         with urllib.request.urlopen(f"{self.url}/api/v1/{path}?{query}", timeout=30) as answer:
             body = json.load(answer)
