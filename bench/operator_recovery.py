@@ -33,8 +33,8 @@ Pod times come from a watch on the namespace (the operator benchmark's
 ``PodTimeline``); driver times from the driver's status file ``timeline``, the
 same milestones benchmark 5 uses. The operator does not give drivers a status file
 (only ``--metrics-port``), so the benchmark's process node runs containers with a
-``python`` that adds ``--status-file`` inside the pod's folder to the driver's
-command line; nothing else about the pod changes.
+``python`` that sets a status file inside the pod's folder in the driver's settings
+document; nothing else about the pod changes.
 
 The restore is checked against the checkpoint store: the newest checkpoint in the
 job's ConfigMap once attempt 1 is dead must be the one attempt 2 restored
@@ -60,7 +60,6 @@ import argparse
 import contextlib
 import json
 import os
-import shlex
 import shutil
 import signal
 import socket
@@ -96,13 +95,24 @@ NAMESPACE = "bench-recovery"
 PHASES = ["detection", "operator", "pod start", "driver start", "Spark start",
           "subtasks scheduled", "state load", "replay"]
 STATUS_FILE = "status.json"
-PYTHON_SHIM = """#!/bin/sh
-# The driver container runs "python -m job_runtime run FLAGS". The operator passes no
-# --status-file, so add one in the pod's folder; run anything else unchanged.
-if [ "$1" = "-m" ] && [ "$2" = "job_runtime" ] && [ "$3" = "run" ] && [ -n "$CJOB_POD_DIR" ]; then
-    exec {python} "$@" --status-file "$CJOB_POD_DIR/{status}"
-fi
-exec {python} "$@"
+PYTHON_SHIM = """#!{interpreter}
+# The driver container runs "python -m job_runtime run --settings DOCUMENT" (or flags).
+# The operator asks for no status file: one in the pod's folder goes into the document
+# (the runtime refuses a flag beside it), or is added as a flag; anything else runs
+# unchanged.
+import dataclasses, os, sys
+args = sys.argv[1:]
+pod = os.environ.get("CJOB_POD_DIR")
+if args[:3] == ["-m", "job_runtime", "run"] and pod:
+    status = os.path.join(pod, {status!r})
+    if "--settings" in args:
+        from cjob_spec.runtime_settings import RuntimeSettings
+        at = args.index("--settings") + 1
+        given = RuntimeSettings.decode(args[at])
+        args[at] = dataclasses.replace(given, status_file=status).encode()
+    else:
+        args += ["--status-file", status]
+os.execv({python!r}, [{python!r}, *args])
 """
 
 
@@ -153,11 +163,12 @@ def control_plane() -> Any:
 # --------------------------------------------------------------------- the pod's processes
 
 
-def write_python_shim(directory: Path) -> Path:
+def write_python_shim(directory: Path, *, python: str = sys.executable) -> Path:
     """A ``python`` for the process node's ``PATH`` that gives drivers a status file."""
     directory.mkdir(parents=True, exist_ok=True)
     shim = directory / "python"
-    shim.write_text(PYTHON_SHIM.format(python=shlex.quote(sys.executable), status=STATUS_FILE))
+    shim.write_text(PYTHON_SHIM.format(interpreter=sys.executable, python=python,
+                                       status=STATUS_FILE))
     shim.chmod(0o755)
     return directory
 
