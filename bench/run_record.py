@@ -36,10 +36,14 @@ def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _git(*args: str, repo: Path) -> str:
+def _git(*args: str, repo: Path, strip: bool = True) -> str:
+    """Git's output, stripped unless ``strip`` is false (a status's first line begins
+    with a space that is part of it)."""
     done = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True,
                           timeout=60, check=False)
-    return done.stdout.strip() if done.returncode == 0 else ""
+    if done.returncode != 0:
+        return ""
+    return done.stdout.strip() if strip else done.stdout
 
 
 NOT_MEASURED = ("bench/results/", "docs/", "tests/")
@@ -61,8 +65,9 @@ def current_commit(*, repo: Path = REPO) -> str:
     """The checked-out commit, ``+dirty`` when measured files differ from it (a run on
     uncommitted code is no run of record, and the record must say so)."""
     commit = _git("rev-parse", "HEAD", repo=repo) or "unknown"
-    changed = _git("status", "--porcelain", "--untracked-files=no", repo=repo).splitlines()
-    dirty = any(_measured(line[3:].split(" -> ")[-1]) for line in changed)
+    changed = _git("status", "--porcelain", "--untracked-files=no", repo=repo,
+                   strip=False).splitlines()
+    dirty = any(_measured(line[3:].split(" -> ")[-1]) for line in changed if line)
     return commit + ("+dirty" if dirty else "")
 
 

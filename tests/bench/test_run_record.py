@@ -103,6 +103,25 @@ def test_prose_and_results_change_neither_the_code_digest_nor_cleanliness(
     assert code_digest(repo=tmp_path) != before
 
 
+def test_results_written_by_an_earlier_part_leave_the_next_part_clean(tmp_path: Path) -> None:
+    """A second part runs where the first left its results uncommitted: the first line
+    of git's status (a results file) must be read whole, or the part looks dirty and
+    starts a record of its own."""
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-c", "user.email=a@b", "-c", "user.name=a", *args],
+                       cwd=tmp_path, check=True, capture_output=True)
+    git("init", "-q")
+    (tmp_path / "bench" / "results").mkdir(parents=True)
+    (tmp_path / "bench" / "results" / "all.json").write_text("{}\n")
+    (tmp_path / "bench" / "run.py").write_text("x = 1\n")
+    git("add", ".")
+    git("commit", "-qm", "one")
+    (tmp_path / "bench" / "results" / "all.json").write_text("{\"parts\": []}\n")
+    assert not current_commit(repo=tmp_path).endswith("+dirty")
+    (tmp_path / "bench" / "run.py").write_text("x = 2\n")
+    assert current_commit(repo=tmp_path).endswith("+dirty")
+
+
 def test_a_part_joins_a_record_on_other_code_only_when_asked_and_lists_what_changed(
         tmp_path: Path) -> None:
     RunRecord.begin(argv=["all", "--from", "14"], results=tmp_path, commit="abc",
