@@ -100,7 +100,7 @@ def source_batch_size(pipeline: Pipeline) -> int:
     vectorised = all(
         (isinstance(op, RecordOp) and op.kind == RecordKind.MAP_BATCHES)
         or isinstance(op, KeyBy)
-        or (isinstance(op, KeyedOp) and op.vectorised)
+        or (isinstance(op, KeyedOp) and not op.per_record)
         for op in ops)
     return VECTORISED_BATCH_SIZE if vectorised else RECORD_BATCH_SIZE
 

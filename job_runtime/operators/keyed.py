@@ -1,7 +1,8 @@
 """Keyed, stateful operators: ``reduce``, ``process`` and the vectorised ``aggregate``
 (windowed: :mod:`job_runtime.operators.window_aggregate`, sessions:
 :mod:`job_runtime.operators.session_window`, a function per window:
-:mod:`job_runtime.operators.window_function`).
+:mod:`job_runtime.operators.window_function`, a table's rows:
+:mod:`job_runtime.operators.enrichment`).
 
 Each operator owns the state of the key groups of its subtask and snapshots it
 in two parts: :meth:`snapshot` is the synchronous part (references and flags
@@ -27,6 +28,8 @@ from job_runtime.operators.accumulators import (
     key_columns_of,
     partial_identities,
 )
+from job_runtime.operators.enrichment import EnrichOperator
+from job_runtime.operators.interval_join import IntervalJoinOperator
 from job_runtime.operators.key_families import typed_keys
 from job_runtime.operators.key_numbering import factorize_keys
 from job_runtime.operators.key_table import KeyTable
@@ -36,6 +39,7 @@ from job_runtime.operators.session_function import SessionProcessOperator, Sessi
 from job_runtime.operators.session_window import SessionWindowOperator
 from job_runtime.operators.window_aggregate import WindowAggregateOperator
 from job_runtime.operators.window_function import WindowProcessOperator, WindowReduceOperator
+from job_runtime.operators.window_join import WindowJoinOperator
 from job_runtime.pipeline import KeyedKind, KeyedOp
 from job_runtime.records import Batch, BatchKind, Record, key_array
 from job_runtime.state.backend import (
@@ -245,6 +249,9 @@ def build_keyed_operator(*, op: KeyedOp, subtask: int, key_groups: range,
         KeyedKind.WINDOW_PROCESS: WindowProcessOperator,
         KeyedKind.SESSION_REDUCE: SessionReduceOperator,
         KeyedKind.SESSION_PROCESS: SessionProcessOperator,
+        KeyedKind.ENRICH: EnrichOperator,
+        KeyedKind.INTERVAL_JOIN: IntervalJoinOperator,
+        KeyedKind.WINDOW_JOIN: WindowJoinOperator,
     }
     return kinds[op.kind](op=op, subtask=subtask, key_groups=key_groups,
                           max_parallelism=max_parallelism, state=state, clock=clock)

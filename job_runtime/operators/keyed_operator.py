@@ -18,6 +18,7 @@ from job_runtime.errors import UserCodeError
 from job_runtime.operators.side_outputs import SideOutputs
 from job_runtime.pipeline import KeyedOp
 from job_runtime.records import Batch
+from job_runtime.sources.source_contract import SourceContext
 from job_runtime.state.backend import AnySnapshot, StateBackendSettings
 from job_runtime.state.ttl import Clock, wall_clock_ms
 
@@ -55,6 +56,14 @@ class KeyedOperator(abc.ABC):
 
     @abc.abstractmethod
     def key_count(self) -> int: ...
+
+    def open(self, *, sources: SourceContext, cancelled: Callable[[], bool]) -> None:  # noqa: B027
+        """The task starts, after any restore: an operator that reads a source of its
+        own (``enrich``'s table) starts reading it, with ``sources`` as its context;
+        ``cancelled`` says when to stop waiting for it."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """The task ended: release what :meth:`open` started."""
 
     def notify_complete(self, checkpoint_id: int) -> None:
         """Checkpoint ``checkpoint_id`` completed (an incremental backend reuses its files)."""

@@ -13,7 +13,8 @@ need to be pickled.
 The package's parts: :mod:`~job_runtime.pipeline.ops` (the operators, inputs and
 branches as plain data), :mod:`~job_runtime.pipeline.definition` (what ``build``
 described, as the execution reads it, and its checks),
-:mod:`~job_runtime.pipeline.streams` (the streams ``build`` continues) and
+:mod:`~job_runtime.pipeline.streams` (the streams ``build`` continues),
+:mod:`~job_runtime.pipeline.table` (the tables a stream is enriched from) and
 :mod:`~job_runtime.pipeline.entry` (:class:`Pipeline`, the entry to the dataflow).
 """
 
@@ -43,11 +44,13 @@ from job_runtime.pipeline.streams import (
     Stream,
     WindowedStream,
 )
+from job_runtime.pipeline.table import Enrichment, How, Table
 from job_runtime.sinks.sink_contract import MAIN_SINK
 
 __all__ = [
-    "AGGREGATES", "MAIN_SINK", "SINK_NAME", "WINDOW_KINDS", "Branch", "KeyBy", "KeyedKind",
-    "KeyedOp", "KeyedStream", "Op", "Pipeline", "PipelineDefinition", "RecordFunctions",
-    "RecordKind", "RecordOp", "SideStream", "SourceInput", "Stream", "WindowedStream",
+    "AGGREGATES", "MAIN_SINK", "SINK_NAME", "WINDOW_KINDS", "Branch", "Enrichment", "How",
+    "KeyBy", "KeyedKind", "KeyedOp", "KeyedStream", "Op", "Pipeline", "PipelineDefinition",
+    "RecordFunctions", "RecordKind", "RecordOp", "SideStream", "SourceInput", "Stream",
+    "Table", "WindowedStream",
     "aggregate_specs", "check_sink",
 ]

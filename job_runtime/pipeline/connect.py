@@ -1,24 +1,21 @@
 """Two keyed streams connected: one function sees the records of both, with the key's
-state and timers shared, and the interval join built on it.
+state and timers shared, and the joins built on it.
 
-``a.key_by(k).connect(b.key_by(j))`` needs no new machinery in the engine. Each side's
-records are wrapped before the exchange, by a record function of that side's own chain:
-the side's number (``ctx.input``: 0 for ``a``, 1 for ``b``), the key its ``key_by``
-names, the event time when the sources have watermarks, and the record itself, pickled
-whole (so the two sides' different columns travel as one schema). The two sides are
-then a ``union`` keyed by that key, and the connected function is a ``process`` whose
-wrapper unwraps each record. Everything a keyed ``process`` has, a connected one has
-too: value, map and TTL state per key, event- and processing-time timers, rescaling
-through key groups, aligned and unaligned checkpoints over both inputs, and the
-minimum of the two inputs' watermarks (a ``union``'s); an input that ends leaves the
-other running.
+``a.key_by(k).connect(b.key_by(j))`` needs no new machinery in the exchange. Each side's
+records are wrapped before it, by a step of that side's own chain: the side's number
+(``ctx.input``: 0 for ``a``, 1 for ``b``) and the key its ``key_by`` names, as two
+columns added to each Arrow batch (:class:`TaggedBatches`, no Python call per record),
+or, for a key of several columns or a function, each record pickled whole with its
+side and key (:class:`Tagged`). The two sides are then a ``union`` keyed by that key.
+A connected ``process`` unwraps each record for its function: everything a keyed
+``process`` has, a connected one has too: value, map and TTL state per key, event-
+and processing-time timers, rescaling through key groups, aligned and unaligned
+checkpoints over both inputs, and the minimum of the two inputs' watermarks (a
+``union``'s); an input that ends leaves the other running.
 
-The interval join (:meth:`ConnectedStreams.interval_join`) keeps each side's records in
-map state per key and emits each pair whose times satisfy ``lower <= b.ts - a.ts <=
-upper``; a record is dropped from state once the watermark says no record of the other
-side can still pair with it, and a record later than that is routed to the side output
-``late`` instead of joining. The window join (:meth:`ConnectedStreams.window_join`)
-keeps them per window instead and pairs a window's records when it ends.
+The interval join (:meth:`ConnectedStreams.interval_join`) and the window join
+(:meth:`ConnectedStreams.window_join`) are operators of their own, vectorised
+(:mod:`job_runtime.operators.interval_join`, :mod:`job_runtime.operators.window_join`).
 """
 
 from __future__ import annotations
@@ -27,8 +24,12 @@ import pickle
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import numpy as np
+import pyarrow as pa
+
 from job_runtime.durations import duration_ms
 from job_runtime.errors import PipelineDefinitionError
+from job_runtime.pipeline.ops import KeyedKind, KeyedOp, RecordKind
 from job_runtime.records import KeySelector, Record, key_of
 from job_runtime.windows import WindowAssigner
 
@@ -36,13 +37,31 @@ INPUT = "__cjob_input"
 KEY = "__cjob_key"
 RECORD = "__cjob_record"
 LATE = "late"
-"""The side output of an interval join's records too late to pair."""
+"""The side output of a join's records too late to pair."""
 
 JoinFunction = Callable[[Record, Record], Record | None]
 
 
+class TaggedBatches:
+    """The batch function that tags one side's batches for the shared exchange: its
+    number and its key column, added as columns."""
+
+    def __init__(self, *, side: int, key: str) -> None:
+        self.side = side
+        self.key = key
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        if self.key not in batch.schema.names:
+            raise KeyError(f"connect(): the records of stream {self.side + 1} have no "
+                           f"column {self.key!r} to key by; their columns: "
+                           f"{', '.join(batch.schema.names)}")
+        sides = pa.array(np.full(batch.num_rows, self.side, dtype=np.int8))
+        return batch.append_column(INPUT, sides).append_column(KEY, batch.column(self.key))
+
+
 class Tagged:
-    """The record function that wraps one side's records for the shared exchange."""
+    """The record function that wraps one side's records whole for the shared exchange
+    (a key of several columns or a function: its value is computed per record)."""
 
     def __init__(self, *, side: int, key: str | tuple[str, ...] | KeySelector,
                  event_time: str | None) -> None:
@@ -61,8 +80,18 @@ class Tagged:
 def unwrapped(record: Record, ctx: Any) -> Record:
     """The side's own record, with ``ctx.input`` set to its side."""
     ctx.input = record[INPUT]
-    inner: Record = pickle.loads(record[RECORD])
-    return inner
+    if RECORD in record:
+        inner: Record = pickle.loads(record[RECORD])
+        return inner
+    return {name: value for name, value in record.items() if name not in (INPUT, KEY)}
+
+
+def tagging(*, side: int, key: str | tuple[str, ...] | KeySelector,
+            event_time: str | None) -> tuple[RecordKind, Callable[..., Any]]:
+    """The step that wraps a side's records: by columns for a key column, whole else."""
+    if isinstance(key, str):
+        return RecordKind.MAP_BATCHES, TaggedBatches(side=side, key=key)
+    return RecordKind.MAP, Tagged(side=side, key=key, event_time=event_time)
 
 
 class Connected:
@@ -97,124 +126,18 @@ class ConnectedTimer:
         return self.fn(timestamp, ctx)
 
 
-def merged(left: Record, right: Record) -> Record:
+class Merged:
     """The default joined record: the left record's fields, then the right one's that
-    the left one does not have."""
-    return {**right, **left}
+    the left one does not have (what the interval join builds as columns)."""
+
+    columnar = True
+    """The interval join builds it as columns, not per pair."""
+
+    def __call__(self, left: Record, right: Record) -> Record:
+        return {**right, **left}
 
 
-class IntervalJoin:
-    """``process`` and ``on_timer`` of an interval join (see the module docstring).
-
-    State per key: ``left`` and ``right`` maps from event time to the records of that
-    time. A left record at ``t`` pairs with right records in ``[t + lower, t + upper]``
-    and may still meet one until the watermark passes ``t + upper``; a right record at
-    ``s`` pairs with left records in ``[s - upper, s - lower]`` and waits until the
-    watermark passes ``s - lower``. Each record registers the timer of its expiry (a
-    millisecond after it: a record at the watermark is not late).
-    """
-
-    SIDES = ("left", "right")
-
-    def __init__(self, *, lower: int, upper: int, fn: JoinFunction) -> None:
-        self.lower = lower
-        self.upper = upper
-        self.fn = fn
-
-    def _expiry(self, side: int, ts: int) -> int:
-        """The last time a record of the other side may have and still pair with it."""
-        return ts + self.upper if side == 0 else ts - self.lower
-
-    def process(self, record: Record, ctx: Any) -> list[Record]:
-        inner = unwrapped(record, ctx)
-        side: int = ctx.input
-        ts = ctx.timestamp
-        if ts is None:
-            raise TypeError("an interval join needs event time: give both sources "
-                            "watermarks=")
-        expiry = self._expiry(side, ts)
-        if expiry < ctx.current_watermark:
-            # No record of the other side can still pair with it: it is late.
-            ctx.output(LATE, inner)
-            return []
-        out: list[Record] = []
-        other = ctx.map_state(self.SIDES[1 - side])
-        if side == 0:
-            low, high = ts + self.lower, ts + self.upper
-        else:
-            low, high = ts - self.upper, ts - self.lower
-        for when, records in other.items():
-            if low <= when <= high:
-                for match in records:
-                    joined = self.fn(inner, match) if side == 0 else self.fn(match, inner)
-                    if joined is not None:
-                        out.append(joined)
-        mine = ctx.map_state(self.SIDES[side])
-        mine.put(ts, (*mine.get(ts, ()), inner))
-        # A record at the watermark may still come: forget it once the watermark is past.
-        ctx.timers.register_event_time(expiry + 1)
-        return out
-
-    def on_timer(self, timestamp: int, ctx: Any) -> None:
-        """Forget the records of either side that can no longer pair."""
-        for side, name in enumerate(self.SIDES):
-            state = ctx.map_state(name)
-            times = list(state.keys())
-            gone = [when for when in times if self._expiry(side, when) < timestamp]
-            if len(gone) == len(times):
-                state.clear()  # the key holds nothing of this side: no empty map stays
-            else:
-                for when in gone:
-                    state.remove(when)
-        return None
-
-
-class WindowJoin:
-    """``process`` and ``on_timer`` of a window join: each side's records kept per window
-    start in map state (``left``, ``right``), every pair of one window emitted when the
-    watermark passes its end, then the window forgotten. A record whose every window
-    has fired is late."""
-
-    SIDES = ("left", "right")
-
-    def __init__(self, *, assigner: WindowAssigner, fn: JoinFunction) -> None:
-        self.assigner = assigner
-        self.fn = fn
-
-    def process(self, record: Record, ctx: Any) -> None:
-        inner = unwrapped(record, ctx)
-        ts = ctx.timestamp
-        if ts is None:
-            raise TypeError("a window join needs event time: give both sources watermarks=")
-        starts = [start for start in self.assigner.starts_of(ts)
-                  if start + self.assigner.size > ctx.current_watermark]
-        if not starts:
-            ctx.output(LATE, inner)
-            return None
-        mine = ctx.map_state(self.SIDES[ctx.input])
-        for start in starts:
-            mine.put(start, (*mine.get(start, ()), inner))
-            ctx.timers.register_event_time(start + self.assigner.size)
-        return None
-
-    def on_timer(self, timestamp: int, ctx: Any) -> list[Record]:
-        """Join and forget every window that ended by ``timestamp``."""
-        left, right = (ctx.map_state(name) for name in self.SIDES)
-        ended = sorted({start for state in (left, right) for start, _ in state.items()
-                        if start + self.assigner.size <= timestamp})
-        out: list[Record] = []
-        for start in ended:
-            for first in left.get(start, ()):
-                for second in right.get(start, ()):
-                    joined = self.fn(first, second)
-                    if joined is not None:
-                        out.append(joined)
-            left.remove(start)
-            right.remove(start)
-        for state in (left, right):
-            if not any(True for _ in state.items()):
-                state.clear()
-        return out
+merged = Merged()
 
 
 class ConnectedStreams:
@@ -264,9 +187,12 @@ class ConnectedStreams:
             raise PipelineDefinitionError(
                 problem=f"interval_join() needs lower <= upper, got {lower!r} > {upper!r}")
         pair = self._pair_function(operation="interval_join", fn=fn)
-        join = IntervalJoin(lower=lower_ms, upper=upper_ms, fn=pair)
-        return self._keyed.process(join.process, on_timer=join.on_timer,
-                                   name=name or self._keyed._p.uid("interval_join", None))
+        keyed = self._keyed
+        strategy = keyed._p.watermarks
+        return keyed._keyed(KeyedOp(
+            kind=KeyedKind.INTERVAL_JOIN, uid=keyed._p.uid("interval_join", name),
+            key=keyed._key, fn=pair, bounds=(lower_ms, upper_ms),
+            event_time=strategy.column))
 
     def window_join(self, assigner: WindowAssigner, *, fn: JoinFunction | None = None,
                     name: str | None = None) -> Any:
@@ -278,6 +204,8 @@ class ConnectedStreams:
             raise PipelineDefinitionError(
                 problem="window_join() needs windows.tumbling(...) or windows.sliding(...)")
         pair = self._pair_function(operation="window_join", fn=fn)
-        join = WindowJoin(assigner=assigner, fn=pair)
-        return self._keyed.process(join.process, on_timer=join.on_timer,
-                                   name=name or self._keyed._p.uid("window_join", None))
+        keyed = self._keyed
+        strategy = keyed._p.watermarks
+        return keyed._keyed(KeyedOp(
+            kind=KeyedKind.WINDOW_JOIN, uid=keyed._p.uid("window_join", name),
+            key=keyed._key, fn=pair, window=assigner, event_time=strategy.column))

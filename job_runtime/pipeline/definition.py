@@ -10,7 +10,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from job_runtime.errors import PipelineDefinitionError
-from job_runtime.pipeline.ops import Branch, KeyedOp, Op, SourceInput
+from job_runtime.pipeline.ops import Branch, KeyedKind, KeyedOp, Op, SourceInput
+from job_runtime.pipeline.table import Table
 from job_runtime.sinks.sink_contract import MAIN_SINK, Sink
 from job_runtime.sources.source_contract import Source
 from job_runtime.sources.union import UnionSource
@@ -42,6 +43,9 @@ class PipelineDefinition:
         self.branches: list[Branch] = []
         self.tail: object | None = None
         """The stream that may be continued (each is continued once)."""
+        self.tables: list[Table] = []
+        """The tables of ``p.table(...)``, each read whole by every subtask that
+        enriches with it."""
 
     def job_source(self) -> Source:
         """What the source task reads: the one source, or the union of the inputs."""
@@ -49,6 +53,11 @@ class PipelineDefinition:
         if len(self.inputs) == 1:
             return self.source_op
         return UnionSource([entry.source for entry in self.inputs])
+
+    def prepared_sources(self) -> list[Source]:
+        """Every source the driver prepares before the stage starts: the job's input
+        and each table's source."""
+        return [self.job_source(), *(t.source for t in self.tables)]
 
     def append(self, owner: object, op: Op) -> None:
         if self.sink_op is not None:
@@ -75,6 +84,13 @@ class PipelineDefinition:
                     problem=f"the source {entry.source.name!r} is never read: join it to "
                             f"the first with union(), or connect() its keyed stream")
         self._check_staged_names()
+        used = {id(op.table) for op in self.ops
+                if isinstance(op, KeyedOp) and op.kind is KeyedKind.ENRICH}
+        for made in self.tables:
+            if id(made) not in used:
+                raise PipelineDefinitionError(
+                    problem=f"the table {made.name!r} is never read: enrich a stream with "
+                            f"it, stream.enrich(table, on=<column>)")
         uids = [op.uid for op in self.ops] + [op.uid for b in self.branches for op in b.ops] \
             + [op.uid for entry in self.inputs for op in entry.ops]
         if len(uids) != len(set(uids)):
@@ -94,16 +110,16 @@ class PipelineDefinition:
         """Two inputs staged under one name would read one copy: the second input's
         data would never be read, and the first's read twice."""
         seen: dict[str, Source] = {}
-        for entry in self.inputs:
-            name = entry.source.staged_name
+        for source in [entry.source for entry in self.inputs] + [t.source for t in self.tables]:
+            name = source.staged_name
             if name is None:
                 continue
-            other = seen.setdefault(name, entry.source)
-            if other is not entry.source:
+            other = seen.setdefault(name, source)
+            if other is not source:
                 raise PipelineDefinitionError(
-                    problem=f"two {entry.source.name} inputs are staged under the name "
+                    problem=f"two {source.name} inputs are staged under the name "
                             f"{name!r}: give each its own name=..., e.g. "
-                            f"sources.{entry.source.name}(..., name='orders')")
+                            f"sources.{source.name}(..., name='orders')")
 
     def sinks(self) -> list[tuple[str, Sink]]:
         """Every sink of the job by name, the main stream's first."""

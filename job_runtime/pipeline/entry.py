@@ -8,6 +8,7 @@ from job_runtime.errors import PipelineDefinitionError
 from job_runtime.pipeline.definition import PipelineDefinition
 from job_runtime.pipeline.ops import SourceInput
 from job_runtime.pipeline.streams import Stream
+from job_runtime.pipeline.table import Table, table
 from job_runtime.sources.source_contract import Source
 from job_runtime.watermarks import WatermarkStrategy
 
@@ -38,3 +39,21 @@ class Pipeline(PipelineDefinition):
         stream = Stream(self)
         self.tail = stream
         return stream
+
+    def table(self, source: Source, *, key: str, columns: list[str] | None = None,
+              refresh: str | float | None = None, name: str | None = None) -> Table:
+        """A table to enrich a stream with (``stream.enrich(table, on=...)``): the rows
+        of ``source``, one per value of its ``key`` column (the last one read wins),
+        kept whole by every subtask that enriches and restored with its checkpoints.
+        A bounded source (``sources.files``) is read at the start and, with
+        ``refresh`` (``"10m"``), read whole again that often; an unbounded one (a
+        compacted ``sources.kafka`` topic, ``start="earliest"``) is followed as it
+        grows, a record replacing its key's row and a tombstone (a record without a
+        value) removing it. ``columns`` keeps only those fields of a row."""
+        made = table(source, key=key, columns=columns, refresh=refresh,
+                     name=name or f"table-{len(self.tables) + 1}")
+        if any(t.name == made.name for t in self.tables):
+            raise PipelineDefinitionError(
+                problem=f"two tables are named {made.name!r}: give each its own name=")
+        self.tables.append(made)
+        return made

@@ -11,6 +11,7 @@ import enum
 from collections.abc import Callable
 from typing import Any
 
+from job_runtime.pipeline.table import Table
 from job_runtime.records import KeySelector
 from job_runtime.sinks.sink_contract import Sink
 from job_runtime.sources.source_contract import Source
@@ -39,6 +40,9 @@ class KeyedKind(enum.StrEnum):
     WINDOW_PROCESS = "window_process"
     SESSION_REDUCE = "session_reduce"
     SESSION_PROCESS = "session_process"
+    ENRICH = "enrich"
+    INTERVAL_JOIN = "interval_join"
+    WINDOW_JOIN = "window_join"
 
 
 WINDOW_KINDS = frozenset({KeyedKind.WINDOW_AGGREGATE, KeyedKind.SESSION_AGGREGATE,
@@ -75,8 +79,8 @@ class KeyBy:
 @dataclasses.dataclass(frozen=True)
 class KeyedOp:
     """A keyed, stateful operator: ``reduce``, ``aggregate``, ``process``,
-    ``window_aggregate``, ``session_aggregate``, ``window_reduce`` or
-    ``window_process``."""
+    ``window_aggregate``, ``session_aggregate``, ``window_reduce``,
+    ``window_process``, ``enrich``, ``interval_join`` or ``window_join``."""
 
     kind: KeyedKind
     uid: str
@@ -90,6 +94,12 @@ class KeyedOp:
     """The event-time column (the source's watermark strategy names it)."""
     on_timer: Callable[..., Any] | None = None
     """``process`` only: called as ``on_timer(timestamp, ctx)`` when a timer is due."""
+    table: Table | None = None
+    """``enrich`` only: the table every subtask keeps."""
+    lookup: str | None = None
+    """``enrich`` only: the record's column holding the table's key."""
+    bounds: tuple[int, int] | None = None
+    """``interval_join`` only: ``lower`` and ``upper`` in ms."""
 
     @property
     def vectorised(self) -> bool:
@@ -98,6 +108,15 @@ class KeyedOp:
         ``session_aggregate``: a record's session depends on the key's other records,
         so it takes the records themselves."""
         return self.kind in (KeyedKind.AGGREGATE, KeyedKind.WINDOW_AGGREGATE)
+
+    @property
+    def per_record(self) -> bool:
+        """Whether a Python function sees each record (the source then reads batches
+        of :data:`~job_runtime.sources.source_contract.RECORD_BATCH_SIZE`)."""
+        if self.kind in (KeyedKind.ENRICH, KeyedKind.INTERVAL_JOIN, KeyedKind.WINDOW_JOIN):
+            # The default functions are run as Arrow columns (they say so).
+            return not getattr(self.fn, "columnar", False)
+        return not self.vectorised
 
 
 Op = RecordOp | KeyBy | KeyedOp

@@ -13,7 +13,8 @@ import pyarrow as pa
 
 from job_runtime.durations import duration_ms
 from job_runtime.errors import PipelineDefinitionError
-from job_runtime.pipeline.connect import KEY, ConnectedStreams, Tagged
+from job_runtime.pipeline.connect import KEY, ConnectedStreams, tagging
+from job_runtime.pipeline.connect import LATE as JOIN_LATE
 from job_runtime.pipeline.definition import PipelineDefinition, aggregate_specs, check_sink
 from job_runtime.pipeline.ops import (
     WINDOW_KINDS,
@@ -25,6 +26,7 @@ from job_runtime.pipeline.ops import (
     RecordOp,
     SourceInput,
 )
+from job_runtime.pipeline.table import EnrichFunction, Table, check_enrich, enrich_function
 from job_runtime.records import KeySelector, Record
 from job_runtime.sinks.sink_contract import MAIN_SINK, Sink
 from job_runtime.windows import LATE_DATA, SessionWindows, Window, WindowAssigner
@@ -139,6 +141,19 @@ class Stream(RecordFunctions["Stream"]):
         self._p.tail = keyed
         return keyed
 
+    def enrich(self, table: Table, *, on: str, fn: EnrichFunction | None = None,
+               how: str = "left", name: str | None = None) -> Stream:
+        """Each record with the row of ``table`` (from ``p.table(...)``) whose key is
+        the record's ``on`` column: by default the record's fields, then the row's it
+        lacks, a record without a row kept as it is (``how="left"``) or dropped
+        (``"inner"``), one Arrow hash join per batch; or ``fn(record, row)`` per
+        record (``row`` ``None`` when there is none; return ``None`` to drop it).
+        Every subtask keeps the whole table, restored from checkpoints with the
+        stream; records are partitioned by ``on`` first (``key_by(...).enrich(...)``
+        keeps a key of your own)."""
+        check_enrich(table, on=on, fn=fn, how=how)
+        return self.key_by(on).enrich(table, on=on, fn=fn, how=how, name=name)
+
     def side_output(self, tag: str) -> SideStream:
         """The records the keyed operator before this stream routed aside under ``tag``:
         ``ctx.output(tag, record)`` of a ``process`` function, or
@@ -153,6 +168,12 @@ class Stream(RecordFunctions["Stream"]):
         if not isinstance(tag, str) or not tag:
             raise PipelineDefinitionError(problem="side_output() needs a tag (a non-empty "
                                                   "string, or windows.late_data())")
+        if origin.kind in (KeyedKind.INTERVAL_JOIN, KeyedKind.WINDOW_JOIN):
+            if tag != JOIN_LATE:
+                raise PipelineDefinitionError(
+                    problem=f"{origin.uid} is a join: its only side output is "
+                            f"{JOIN_LATE!r} (records too late to pair), not {tag!r}")
+            return self._branch(origin, tag)
         windowed = origin.kind in WINDOW_KINDS
         if tag == LATE_DATA and not windowed:
             raise PipelineDefinitionError(
@@ -165,6 +186,9 @@ class Stream(RecordFunctions["Stream"]):
             raise PipelineDefinitionError(
                 problem=f"{origin.kind}() has no side outputs: route records aside in "
                         f"process() with ctx.output(tag, record)")
+        return self._branch(origin, tag)
+
+    def _branch(self, origin: KeyedOp, tag: str) -> SideStream:
         if any(b.origin is origin and b.tag == tag for b in self._p.branches):
             raise PipelineDefinitionError(
                 problem=f"the side output {tag!r} of {origin.uid} is read twice: read it once")
@@ -231,10 +255,10 @@ class KeyedStream:
         p.ops.pop()  # the key_by becomes the connected stream's own, after the union
         p.tail = self._stream
         column = p.watermarks.column if p.watermarks is not None else None
-        mine = self._stream.map(Tagged(side=0, key=self._key.key, event_time=column),
-                                name=p.uid("connect", None))
-        theirs = other._stream.map(Tagged(side=1, key=other._key.key, event_time=column),
-                                   name=p.uid("connect", None))
+        kind, tag = tagging(side=0, key=self._key.key, event_time=column)
+        mine = self._stream._record(kind, tag, p.uid("connect", None))
+        kind, tag = tagging(side=1, key=other._key.key, event_time=column)
+        theirs = other._stream._record(kind, tag, p.uid("connect", None))
         return ConnectedStreams(mine.union(theirs).key_by(KEY))
 
     def _keyed(self, op: KeyedOp) -> Stream:
@@ -269,6 +293,17 @@ class KeyedStream:
         return self._keyed(KeyedOp(kind=KeyedKind.PROCESS, uid=self._p.uid("process", name),
                                    key=self._key, fn=fn, on_timer=on_timer,
                                    event_time=None if strategy is None else strategy.column))
+
+    def enrich(self, table: Table, *, on: str, fn: EnrichFunction | None = None,
+               how: str = "left", name: str | None = None) -> Stream:
+        """``Stream.enrich`` on this stream's partitioning (see there)."""
+        check_enrich(table, on=on, fn=fn, how=how)
+        if not any(t is table for t in self._p.tables):
+            raise PipelineDefinitionError(
+                problem="enrich() takes a table of this pipeline's p.table(...)")
+        return self._keyed(KeyedOp(kind=KeyedKind.ENRICH, uid=self._p.uid("enrich", name),
+                                   key=self._key, fn=enrich_function(fn, how=how),
+                                   table=table, lookup=on))
 
     def aggregate(self, *, name: str | None = None, **outputs: tuple[str, str | None] | str
                   ) -> Stream:

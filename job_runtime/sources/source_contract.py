@@ -123,6 +123,10 @@ class Source(abc.ABC):
 
     name: str = "source"
     rate: float | None = None
+    metadata_columns: tuple[str, ...] = ()
+    """Columns the source adds that describe where a record came from rather than the
+    record (Kafka's partition and offset): a table built from the source leaves them
+    out of its rows."""
     prepares_on_driver: bool = False
     """Whether :meth:`prepare_on_driver` runs a Spark job. A warm standby launches its
     barrier stage before it is promoted only for a source that does not: that job

@@ -40,6 +40,7 @@ from cjob_checkpoint.checkpoint_storage import (
 from cjob_checkpoint.metadata import CheckpointMetadata, KeyedStateHandle, OperatorDescriptor
 from cjob_checkpoint.storage.factory import get_filesystem
 from cjob_checkpoint.storage.s3 import S3Config
+from job_runtime.records import rows_to_arrow
 from job_runtime.state.hashmap import deserialize_keyed_state
 from job_runtime.state.rocksdb_format import RocksDBStateFile, is_rocksdb_state, with_shared_files
 from job_runtime.state.ttl import unwrap
@@ -145,6 +146,15 @@ def read(checkpoint: str, *, operator: str, state: str | None = None,
     if state is not None:
         raise StateReadError(f"operator {operator!r} keeps {kind} state, which has no "
                              f"state names: leave out the state name")
+    if kind == "interval_join":
+        # The records waiting to be joined, each with its stream (1 or 2).
+        waiting = [t.append_column("stream", pa.array([side + 1] * t.num_rows, pa.int8()))
+                   for _, chunks in payloads for side, t in chunks]
+        return _concat(waiting) if waiting else pa.table({"stream": pa.array([], pa.int8())})
+    if kind == "table":
+        # Every subtask holds the whole table: the first one's is the table.
+        first: dict[Any, Any] = payloads[0][1][0]
+        return pa.Table.from_batches([rows_to_arrow(list(first.values()))])
     descriptor = _descriptors(opened.metadata).get(operator)
     key_names = _key_names(descriptor)
     tables = [table for _, chunks in payloads for table in chunks]
@@ -176,6 +186,12 @@ def _payloads(opened: _Checkpoint, files: Sequence[KeyedStateHandle], *,
                                        for start, table in sorted(payload["windows"].items())]
         elif "accumulators" in payload:
             yield "aggregate", [payload]
+        elif "rows" in payload and "positions" in payload:
+            yield "table", [payload["rows"]]
+        elif "buffers" in payload:
+            yield "interval_join", [(side, pa.ipc.open_stream(data).read_all())
+                                    for side, data in enumerate(payload["buffers"])
+                                    if data is not None]
         else:
             tables = deserialize_keyed_state(blob)
             yield "records", [(group, name, key, value)

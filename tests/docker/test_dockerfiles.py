@@ -275,3 +275,13 @@ def test_the_runtime_image_has_java_17_and_spark_settings() -> None:
     assert "SPARK_CONF_DIR=/opt/spark/conf" in text  # where Spark mounts executor conf
     # the base's Python (Debian bookworm) is the one the venv paths name
     assert f"SPARK_HOME=/opt/venv/lib/python{PYTHON_VERSION}/site-packages/pyspark" in text
+
+
+def test_the_runtime_image_installs_the_table_sinks_libraries() -> None:
+    """``sinks.delta`` and ``sinks.iceberg`` on a cluster need their libraries in the
+    image the driver and executors run: the runtime extra, which the image installs."""
+    with (REPO / "pyproject.toml").open("rb") as f:
+        extras = tomllib.load(f)["project"]["optional-dependencies"]
+    names = {re.split(r"[\[<>=]", r, maxsplit=1)[0] for r in extras["runtime"]}
+    assert {"deltalake", "pyiceberg"} <= names
+    assert {r for r in extras["runtime"] if r.startswith("pyiceberg")} == set(extras["iceberg"])

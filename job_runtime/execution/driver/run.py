@@ -217,7 +217,7 @@ def _stand_by(settings: DriverSettings, *, spark: SparkStarter, job: LoadedJob,
     ship_job_code(sc, job.code)
     endpoint: CoordinatorEndpoint | None = None
     parked: ParkedStage | None = None
-    if not job.source.prepares_on_driver:
+    if not any(source.prepares_on_driver for source in job.pipeline.prepared_sources()):
         endpoint = CoordinatorEndpoint(host=wiring.bind, key=wiring.key)
         # Parking starts the first launch; the relaunches start themselves.
         parked = ParkedStage(wiring.stage(sc, port=endpoint.port, epoch=1),
@@ -332,7 +332,8 @@ def _run_stage(sc: Any, *, settings: DriverSettings, job: LoadedJob, staging: Dr
         # Before any Spark job: the source's preparation may already run the job's code.
         if not warm.code_shipped:
             ship_job_code(sc, job.code)
-        job.source.prepare_on_driver(spark_context=sc, staging=staging)
+        for source in job.pipeline.prepared_sources():
+            source.prepare_on_driver(spark_context=sc, staging=staging)
         launch = wiring.launcher(sc, port=coordinator.port, staged_inputs=dict(staging.inputs))
         stage = warm.stage or launch(1)
         assert stage.launched_at is not None

@@ -32,6 +32,7 @@ from job_runtime.records import (
     key_group_range,
     key_of,
 )
+from job_runtime.sources.source_contract import SourceContext
 from job_runtime.state.backend import BackendKind, StateBackendSettings
 from job_runtime.state.rocksdb_format import with_shared_files
 
@@ -184,7 +185,22 @@ class KeyedTask(Task):
             self.emit(fired)
         self.emit_side_outputs()
 
+    def _table_context(self) -> SourceContext:
+        """The context an operator reads a table of its own in: that of the only
+        subtask, so the table's source hands it every split."""
+        config = self.runtime.config
+        return SourceContext(subtask=0, parallelism=1, staging_uri=config.staging_uri,
+                             job_id=config.job_id, s3=self.runtime.s3_config,
+                             staged_inputs=config.staged_inputs)
+
+    def run(self) -> None:
+        try:
+            super().run()
+        finally:
+            self.operator.close()
+
     def loop(self) -> None:
+        self.operator.open(sources=self._table_context(), cancelled=self.runtime.is_cancelled)
         for batch in self._replay:
             self.process(batch)
         self._replay = []

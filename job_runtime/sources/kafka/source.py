@@ -14,7 +14,7 @@ from job_runtime.errors import PipelineDefinitionError, UserCodeError
 from job_runtime.sources.kafka.brokers import Brokers
 from job_runtime.sources.kafka.client_log import CLIENT_LOG
 from job_runtime.sources.kafka.dead_letters import DeadLetters
-from job_runtime.sources.kafka.decode import RecordDecoder
+from job_runtime.sources.kafka.decode import METADATA_COLUMNS, RecordDecoder
 from job_runtime.sources.kafka.plan import (
     KafkaPartition,
     describe_offsets,
@@ -68,6 +68,7 @@ _OWN_SETTINGS = {
 
 class KafkaSource(Source):
     name = "kafka"
+    metadata_columns = METADATA_COLUMNS
 
     def __init__(self, *, topics: list[str], bootstrap: str, start: str | int, bounded: bool,
                  value_format: str, batch_size: int | None,

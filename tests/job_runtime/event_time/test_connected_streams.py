@@ -5,6 +5,7 @@ a checkpoint restored at another parallelism."""
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from keyed_operators import MAX_P, Operators
 from job_runtime import Pipeline, sinks, sources, watermarks, windows
 from job_runtime.errors import PipelineDefinitionError
 from job_runtime.execution.stages import plan_stages
+from job_runtime.operators.chain import RecordChain
 from job_runtime.pipeline import KeyedOp
 from job_runtime.pipeline.connect import KEY, LATE
 from job_runtime.records import Batch, key_group_of
@@ -43,18 +45,14 @@ class Wrapped:
         keyed = stages[-1].keyed
         assert keyed is not None
         self.op: KeyedOp = keyed
-        self.sides = [[op.fn for op in entry.ops] for entry in p.inputs]
+        self.sides = [RecordChain(ops=entry.ops, subtask=0) for entry in p.inputs]
 
     def batch(self, side: int, *records: dict[str, Any], owner: Any = None) -> Batch:
         """The records of ``side`` as they cross the exchange (to ``owner``: only the
         keys whose key groups it owns)."""
-        rows = []
-        for record in records:
-            for fn in self.sides[side]:
-                record = fn(record)
-            if owner is None or key_group_of(record[KEY], MAX_P) in owner.key_groups:
-                rows.append(record)
-        return Batch(rows=rows)
+        rows = self.sides[side](Batch(rows=list(records))).rows
+        return Batch(rows=[row for row in rows if owner is None
+                           or key_group_of(row[KEY], MAX_P) in owner.key_groups])
 
 
 def test_one_function_sees_both_sides_with_the_keys_state_shared(
@@ -127,8 +125,7 @@ def test_records_that_can_no_longer_pair_are_forgotten_and_later_ones_go_aside(
     op.on_watermark(15_000)         # order 1 may still meet a payment at 15 s
     assert pairs(op.process(wrapped.batch(1, payment(1, 15_000)))) == [(1, 10_000, 15_000)]
     op.on_watermark(20_000)         # now nothing at 10 s can pair any more
-    assert not list(op.backend.iter_entries(f"{wrapped.op.uid}/left"))
-    assert not list(op.backend.iter_entries(f"{wrapped.op.uid}/right"))
+    assert op.key_count() == 0
     op.side.take()
     assert pairs(op.process(wrapped.batch(0, order(1, 10_000)))) == []  # too late
     late = op.side.take()
@@ -149,6 +146,71 @@ def test_join_state_survives_a_checkpoint_restored_at_another_parallelism(
                                                 owner=op)))
     # Each key is one subtask's: every order pairs once, on whichever owns it.
     assert sorted(found) == [(o, 10_000, 11_000) for o in range(20)]
+
+
+def test_the_default_joined_record_is_the_firsts_fields_then_the_seconds_built_as_columns(
+        operators: Operators) -> None:
+    p = Pipeline()
+    orders, payments = two_sources(p)
+    rows = orders.key_by("order").connect(payments.key_by("order_id")).interval_join(
+        lower="0s", upper="5s")
+    rows.sink(sinks.discard())
+    p.validate()
+    assert not plan_stages(p)[-1].keyed.per_record  # type: ignore[union-attr]
+    wrapped = Wrapped(p)
+    op = operators.make(wrapped.op)
+    op.process(wrapped.batch(0, {"order": 1, "ts": 10_000, "amount": 3.0}))
+    out = op.process(wrapped.batch(1, payment(1, 11_000, amount=9.5)))
+    assert out.has_arrow, "built as columns, not per pair"
+    assert out.rows == [{"order": 1, "ts": 10_000, "amount": 3.0, "order_id": 1}]
+
+
+def test_a_key_of_several_columns_joins_through_records_wrapped_whole(
+        operators: Operators) -> None:
+    p = Pipeline()
+    orders, payments = two_sources(p)
+    rows = (orders.key_by(["shop", "order"]).connect(payments.key_by(["shop", "order_id"]))
+            .interval_join(lower="0s", upper="5s"))
+    rows.sink(sinks.discard())
+    p.validate()
+    wrapped = Wrapped(p)
+    op = operators.make(wrapped.op)
+    op.process(wrapped.batch(0, {"shop": "a", "order": 1, "ts": 10_000},
+                             {"shop": "b", "order": 1, "ts": 10_000}))
+    out = op.process(wrapped.batch(1, {"shop": "b", "order_id": 1, "ts": 12_000,
+                                       "amount": 2.0}))
+    assert out.rows == [{"shop": "b", "order": 1, "ts": 10_000, "order_id": 1,
+                         "amount": 2.0}]
+
+
+def test_every_pair_of_many_records_per_key_is_the_one_a_nested_loop_finds(
+        operators: Operators) -> None:
+    rng = random.Random(3)
+    lefts = [order(rng.randrange(5), rng.randrange(0, 60_000)) for _ in range(300)]
+    rights = [payment(rng.randrange(5), rng.randrange(0, 60_000), amount=float(n))
+              for n in range(300)]
+    expected = sorted((o["order"], o["ts"], pay["ts"]) for o in lefts for pay in rights
+                      if o["order"] == pay["order_id"] and -1_000 <= pay["ts"] - o["ts"] <= 5_000)
+    wrapped = Wrapped(joined_pipeline())
+    op = operators.make(wrapped.op)
+    found: list[tuple[int, int, int]] = []
+    for start in range(0, 300, 50):  # the two sides interleaved, in batches
+        found += pairs(op.process(wrapped.batch(0, *lefts[start:start + 50])))
+        found += pairs(op.process(wrapped.batch(1, *rights[start:start + 50])))
+    assert sorted(found) == expected and len(expected) > 100
+
+
+def test_a_snapshot_keeps_the_records_waiting_at_its_barrier(operators: Operators) -> None:
+    wrapped = Wrapped(joined_pipeline())
+    op = operators.make(wrapped.op)
+    op.process(wrapped.batch(0, order(1, 10_000)))
+    snapshot = op.snapshot()
+    op.process(wrapped.batch(0, order(2, 10_000)))
+    op.on_watermark(30_000)
+    again = operators.make(wrapped.op)
+    again.restore([snapshot.serialize()])
+    assert again.key_count() == 1
+    assert pairs(again.process(wrapped.batch(1, payment(1, 11_000)))) == [(1, 10_000, 11_000)]
 
 
 @pytest.mark.parametrize(("build", "says"), [
@@ -195,8 +257,47 @@ def test_the_window_join_pairs_a_windows_records_when_it_ends_and_forgets_it(
     assert pairs(op.on_watermark(9_999)) == []
     assert pairs(op.on_watermark(10_000)) == [(1, 1_000, 9_000)]   # [0 s, 10 s) ended
     assert pairs(op.on_watermark(20_000)) == [(1, 12_000, 10_500)]
-    assert not list(op.backend.iter_entries(f"{wrapped.op.uid}/left"))
-    assert not list(op.backend.iter_entries(f"{wrapped.op.uid}/right"))
+    assert op.key_count() == 0
     op.side.take()
     op.process(wrapped.batch(1, payment(1, 15_000)))                 # its window is gone
     assert [r["order_id"] for b in op.side.take()[LATE] for r in b.rows] == [1]
+
+
+def test_a_sliding_window_join_pairs_what_a_nested_loop_over_the_windows_pairs(
+        operators: Operators) -> None:
+    p = Pipeline()
+    orders, payments = two_sources(p)
+    rows = orders.key_by("order").connect(payments.key_by("order_id")).window_join(
+        windows.sliding("10s", every="5s"))
+    rows.sink(sinks.discard())
+    p.validate()
+    rng = random.Random(5)
+    lefts = [order(rng.randrange(4), rng.randrange(0, 60_000)) for _ in range(200)]
+    rights = [payment(rng.randrange(4), rng.randrange(0, 60_000), amount=float(n))
+              for n in range(200)]
+
+    def starts(ts: int) -> list[int]:
+        return [s for s in range(ts - ts % 5_000 - 5_000, ts + 1, 5_000) if s <= ts < s + 10_000]
+
+    expected = sorted((o["order"], o["ts"], pay["ts"], start) for o in lefts for pay in rights
+                      if o["order"] == pay["order_id"]
+                      for start in set(starts(o["ts"])) & set(starts(pay["ts"])))
+    wrapped = Wrapped(p)
+    owners = [operators.make(wrapped.op, subtask=s, parallelism=2) for s in range(2)]
+    for op in owners:
+        op.process(wrapped.batch(0, *lefts, owner=op))
+    # A checkpoint restored at three subtasks holds every window's waiting records.
+    blobs = [operators.checkpoint(op) for op in owners]
+    again = [operators.make(wrapped.op, subtask=s, parallelism=3) for s in range(3)]
+    found = []
+    for op in again:
+        op.restore(blobs)
+        op.process(wrapped.batch(1, *rights, owner=op))
+        out = op.on_watermark(200_000)
+        assert out.has_arrow or not len(out), "the default joined record is built as columns"
+        found += [(r["order"], r["ts"], r["order_id"]) for r in out.rows]
+        assert op.key_count() == 0
+    # Each pair once per window the two share (the default record keeps the first's ts;
+    # count pairs per (order, order's ts)).
+    assert sorted(found) == sorted((o, t, o) for o, t, _, _ in expected)
+    assert len(expected) > 200
