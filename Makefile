@@ -14,7 +14,7 @@ CHART_CRDS := charts/checkpointed-jobs/crds
 	cluster-tests-process-node cluster-tests-real-node cluster-tests-nodes \
 	server-tests-services builds kafka-jars controlplane images cluster cluster-down e2e-kind bench bench-throughput \
 	bench-overhead bench-barriers bench-state-size bench-recovery bench-operator \
-	bench-recovery-operator bench-kafka bench-windows bench-timers bench-realistic clean
+	bench-recovery-operator bench-kafka bench-windows bench-timers bench-joins bench-realistic clean
 
 help:
 	@echo "make run      install, then run the embedded demo with a driver kill and verify it"
@@ -186,7 +186,7 @@ bench: $(STAMP)
 	$(BIN)/python -m bench all
 
 bench-throughput bench-overhead bench-barriers bench-state-size bench-recovery bench-operator \
-	bench-recovery-operator bench-kafka bench-windows bench-timers bench-realistic: $(STAMP)
+	bench-recovery-operator bench-kafka bench-windows bench-timers bench-joins bench-realistic: $(STAMP)
 	$(BIN)/python -m bench $(patsubst bench-%,%,$@)
 
 clean:

@@ -1,7 +1,7 @@
 """``python -m bench all`` or one benchmark: ``throughput``, ``python-state``, ``overhead``,
 ``barriers``, ``state-size``, ``recovery``, ``sync-part``, ``recovery-operator``,
 ``rocksdb-state``, ``ss-rocksdb-state``, ``operator``, ``channel-mac``, ``kafka``,
-``windows``, ``timers``, ``realistic``.
+``windows``, ``timers``, ``joins``, ``realistic``.
 
 Each benchmark prints a table, writes ``bench/results/<name>.json`` and a PNG
 plot, and rewrites its own entries of ``bench/results/summary.json``.
@@ -34,6 +34,7 @@ BENCHMARKS = {
     "kafka": "bench.kafka",
     "windows": "bench.windows",
     "timers": "bench.timers",
+    "joins": "bench.joins",
     "realistic": "bench.realistic",
 }
 ALL: list[tuple[str, ...]] = [
@@ -44,7 +45,7 @@ ALL: list[tuple[str, ...]] = [
     ("operator",),
     ("realistic", "--records", "40000000"),
     ("realistic", "--dataset", "orders", "--records", "40000000"),
-    ("windows",), ("kafka", "--records", "10000000")]
+    ("windows",), ("kafka", "--records", "10000000"), ("joins", "--records", "2000000")]
 """Every benchmark with a target, with the options of each variant that has its own
 target (a driver kill, a subtask kill, a standby's takeover, the second realistic
 dataset) and the issue's scale where a default is smaller: inputs large enough that
@@ -53,8 +54,10 @@ leaves several batches (40M realistic records, a 10M-record topic, 20M records f
 Python state, whose baselines pay seconds per batch whatever its size), and 5 GiB of
 RocksDB state, ours and Structured Streaming's alike (its run takes 45 GB of scratch
 space at its peak). The comparisons with Structured Streaming's searches, the longest,
-come last, so that a run in two parts (``--from``/``--to``) splits them from the rest. ``timers`` is not here: its Structured
-Streaming side runs about a thousand records a second (bench/README.md)."""
+come last, so that a run in two parts (``--from``/``--to``) splits them from the rest
+(``joins`` last of all: it came after the others' run of record). ``timers`` is not
+here: its Structured Streaming side runs about a thousand records a second
+(bench/README.md)."""
 REPEATABLE = frozenset(step[0] for step in ALL) - {"rocksdb-state", "ss-rocksdb-state", "kafka"}
 """Those that take ``--repeat``; the state benchmarks measure one database each, and the
 Kafka benchmark one run over its topic."""

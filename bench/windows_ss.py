@@ -324,12 +324,14 @@ def warm_up(*, start_query: QueryStart, ns: argparse.Namespace, work: str,
 
 
 def run(*, start_query: QueryStart, ns: argparse.Namespace, work: str,
-        spark_ready_at: float) -> QueryRun:
+        spark_ready_at: float, reads: int = 1) -> QueryRun:
+    """The measured query to its end; ``reads``: how many readers of the folder the
+    query has (each reads every record and the end record)."""
     deadline = time.monotonic() + ns.timeout
     warm_up(start_query=start_query, ns=ns, work=work, deadline=deadline)
     query = start_query(output=ns.output, checkpoint=ns.checkpoint, max_files=ns.max_files)
     try:
-        batches = until_flushed(query, records=ns.records + 1, deadline=deadline)
+        batches = until_flushed(query, records=reads * (ns.records + 1), deadline=deadline)
     finally:
         query.stop()
     return QueryRun(max_files=ns.max_files, file_records=ns.file_records,
@@ -382,9 +384,9 @@ def serve(ns: argparse.Namespace, *, spark: Any,
     return 0
 
 
-def main(start: Callable[..., Any] = start) -> int:
+def main(start: Callable[..., Any] = start, *, reads: int = 1) -> int:
     """The windows query's steps; ``start`` another query of the same signature (the
-    timers benchmark's)."""
+    timers benchmark's; the joins benchmark's, whose two readers make ``reads`` 2)."""
     parser = process_arguments(
         description=__doc__.splitlines()[0] if __doc__ else None,
         input_help="the folder of Parquet files",
@@ -398,7 +400,7 @@ def main(start: Callable[..., Any] = start) -> int:
     return serve(ns, spark=spark,
                  tune_step=lambda work: tune(start_query=start_query, ns=ns, work=work),
                  run_step=lambda work, ready: run(start_query=start_query, ns=ns, work=work,
-                                                  spark_ready_at=ready))
+                                                  spark_ready_at=ready, reads=reads))
 
 
 if __name__ == "__main__":

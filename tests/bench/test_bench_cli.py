@@ -90,12 +90,13 @@ def test_all_lists_its_numbered_steps_and_runs_a_part_of_them() -> None:
     assert [number for number, _ in whole] == list(range(1, len(ALL) + 1))
     part = selected_steps(repeat=2, first=14, last=None)
     assert part[0] == (14, ["realistic", "--records", "40000000", "--repeat", "2"])
-    assert [args[0] for _, args in part] == ["realistic", "realistic", "windows", "kafka"]
+    assert [args[0] for _, args in part] == ["realistic", "realistic", "windows", "kafka",
+                                             "joins"]
 
 
 def test_all_puts_the_searched_comparisons_last_so_two_parts_split_them_from_the_rest() -> None:
     names = [step[0] for step in ALL]
-    assert names[-4:] == ["realistic", "realistic", "windows", "kafka"]
+    assert names[-5:] == ["realistic", "realistic", "windows", "kafka", "joins"]
 
 
 @pytest.mark.parametrize("first, last", [(0, None), (5, 4), (1, len(ALL) + 1)])
