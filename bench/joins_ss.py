@@ -10,9 +10,12 @@ The query, as its best users would write it:
 * ``views.join(buys, expr("user = buy_user AND buy_time BETWEEN view_time AND
   view_time + INTERVAL <upper> MILLISECONDS"))``, an inner join whose state both
   watermarks bound, then ``user, ts, view_amount, buy_ts, buy_amount``;
-* the Parquet file sink (exactly-once), the RocksDB state store with changelog
-  checkpointing, ``spark.sql.shuffle.partitions`` equal to the parallelism,
-  ``local[<parallelism>]`` (:func:`bench.windows_ss.session`).
+* the Parquet file sink (exactly-once), Spark's default state store (HDFS-backed: the
+  state in memory, a delta file per batch), ``spark.sql.shuffle.partitions`` equal to
+  the parallelism, ``local[<parallelism>]`` (:func:`bench.windows_ss.session`). The
+  join's state is what 15 s of event time hold, and that store ran this query 3.9x as
+  fast as the RocksDB store with changelog checkpointing (264k against 68k records/s at
+  200,000 records per reader and batch): a user tuning for throughput picks it.
 
 Both readers read the end-of-input record, which moves both watermarks (and so the
 join's) past the input, and which pairs with itself: the benchmark leaves that row
@@ -58,8 +61,9 @@ def start(spark: Any, *, source: str, output: str, checkpoint: str, max_files: i
 
 
 def main() -> int:
-    """:func:`bench.windows_ss.main`, its steps running this query over two readers."""
-    return windows_ss.main(start=start, reads=2)
+    """:func:`bench.windows_ss.main`, its steps running this query over two readers,
+    with Spark's default state store."""
+    return windows_ss.main(start=start, reads=2, rocksdb=False)
 
 
 if __name__ == "__main__":

@@ -118,10 +118,11 @@ def files_for(rows: int, file_records: int) -> int:
 
 
 def session(*, parallelism: int, app: str = "bench-windows-structured-streaming",
-            conf: Mapping[str, str] | None = None) -> Any:
+            conf: Mapping[str, str] | None = None, rocksdb: bool = True) -> Any:
     """A ``local[parallelism]`` session with the RocksDB state store and changelog
-    checkpointing, one shuffle partition per core, and ``conf`` (default: times in
-    UTC) on top."""
+    checkpointing (``rocksdb``; else Spark's default, HDFS-backed store, which keeps
+    the state in memory), one shuffle partition per core, and ``conf`` (default: times
+    in UTC) on top."""
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -133,12 +134,14 @@ def session(*, parallelism: int, app: str = "bench-windows-structured-streaming"
                .config("spark.driver.host", "127.0.0.1")
                .config("spark.driver.bindAddress", "127.0.0.1")
                .config("spark.sql.shuffle.partitions", str(parallelism))
-               .config("spark.sql.streaming.stateStore.providerClass",
-                       "org.apache.spark.sql.execution.streaming.state."
-                       "RocksDBStateStoreProvider")
-               .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled",
-                       "true")
                .config("spark.sql.streaming.numRecentProgressUpdates", "100000"))
+    if rocksdb:
+        builder = (builder
+                   .config("spark.sql.streaming.stateStore.providerClass",
+                           "org.apache.spark.sql.execution.streaming.state."
+                           "RocksDBStateStoreProvider")
+                   .config("spark.sql.streaming.stateStore.rocksdb."
+                           "changelogCheckpointing.enabled", "true"))
     for key, value in ({"spark.sql.session.timeZone": "UTC"} if conf is None
                        else conf).items():
         builder = builder.config(key, value)
@@ -384,9 +387,10 @@ def serve(ns: argparse.Namespace, *, spark: Any,
     return 0
 
 
-def main(start: Callable[..., Any] = start, *, reads: int = 1) -> int:
+def main(start: Callable[..., Any] = start, *, reads: int = 1, rocksdb: bool = True) -> int:
     """The windows query's steps; ``start`` another query of the same signature (the
-    timers benchmark's; the joins benchmark's, whose two readers make ``reads`` 2)."""
+    timers benchmark's; the joins benchmark's, whose two readers make ``reads`` 2 and
+    whose state is Spark's default store's: ``rocksdb`` false)."""
     parser = process_arguments(
         description=__doc__.splitlines()[0] if __doc__ else None,
         input_help="the folder of Parquet files",
@@ -394,7 +398,7 @@ def main(start: Callable[..., Any] = start, *, reads: int = 1) -> int:
         output_help="run: the file sink's folder", timeout=900.0)
     parser.add_argument("--delay-seconds", type=float, required=True)
     ns = parser.parse_args()
-    spark = session(parallelism=ns.parallelism)
+    spark = session(parallelism=ns.parallelism, rocksdb=rocksdb)
     start_query = functools.partial(start, spark, source=ns.input,
                                     delay_seconds=ns.delay_seconds)
     return serve(ns, spark=spark,
