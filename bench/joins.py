@@ -52,24 +52,31 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bench.baselines import BASELINE_KEYS, BASELINES, add_ratios, measure, search_sizes
+from bench.baselines import (
+    BASELINE_KEYS,
+    BASELINES,
+    add_ratios,
+    measure,
+    rate_bars,
+    run_median,
+    search_sizes,
+    ss_step,
+)
+from bench.baselines import ss_tune as baseline_tune
 from bench.common import (
     BenchmarkError,
     DriverRun,
     fresh_dir,
     median,
-    plot_path,
     print_table,
-    pyplot,
     remove_dir,
     run_driver,
-    run_ss_step,
     target_entry,
     update_summary,
     write_result,
 )
 from bench.joins_job import OUTPUT_COLUMNS, UPPER_MS
-from bench.ss_results import TUNED_PREFIX, ResultFormatError, Tuning, parse_tuning, tuning_record
+from bench.ss_results import Tuning, tuning_record
 from bench.windows import Scale, add_input_arguments, scale_of, steady
 from bench.windows_data import (
     BASE_MS,
@@ -253,24 +260,13 @@ def ours_run(*, generated: Generated, work: Path, scale: Scale, expected: Pairs,
 def _ss(mode: str, *, ss_input: Path, work: Path, scale: Scale, log: Path, prefix: str,
         extra: list[str]) -> str:
     """Run one step of :mod:`bench.joins_ss` in its own process; its result line."""
-    command = [sys.executable, "-m", "bench.joins_ss", mode, "--input", str(ss_input),
-               "--records", str(scale.spec.records),
-               "--file-records", str(scale.spec.file_records),
-               "--delay-seconds", f"{scale.watermark_delay_s:g}",
-               "--parallelism", str(scale.parallelism), "--work", str(work),
-               "--timeout", str(scale.timeout), *extra]
-    return run_ss_step(command, benchmark=NAME, what=mode, log=log, cwd=work,
-                       timeout=scale.timeout * 2, prefix=prefix)
+    return ss_step("bench.joins_ss", mode, benchmark=NAME, ss_input=ss_input, work=work, scale=scale,
+                   log=log, prefix=prefix, extra=extra)
 
 
 def ss_tune(*, ss_input: Path, work: Path, scale: Scale, search: str) -> Tuning:
-    line = _ss("tune", ss_input=ss_input, work=work, scale=scale,
-               log=work / f"ss-tune-{search}.log", prefix=TUNED_PREFIX,
-               extra=["--start", str(TUNE_START), "--search", search])
-    try:
-        return parse_tuning(line)
-    except ResultFormatError as exc:
-        raise BenchmarkError(benchmark=NAME, problem=str(exc)) from None
+    return baseline_tune("bench.joins_ss", benchmark=NAME, ss_input=ss_input, work=work,
+                         scale=scale, search=search, start=TUNE_START)
 
 
 def ss_run(*, ss_input: Path, work: Path, scale: Scale, max_files: int, expected: Pairs,
@@ -349,7 +345,7 @@ def run(ns: argparse.Namespace) -> dict[str, Any]:
 
 
 def _med(runs: list[dict[str, Any]], side: str, key: str) -> float:
-    return median(r[side][key] for r in runs)
+    return run_median(runs, side, key)
 
 
 def report(*, scale: Scale, generated: Generated, reference_pairs: int,
@@ -419,21 +415,5 @@ def report(*, scale: Scale, generated: Generated, reference_pairs: int,
 
 
 def _plot(runs: list[dict[str, Any]]) -> None:
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6, 4))
-    labels = ["steady", "whole input"]
-    width = 0.38
-    xs = range(len(labels))
-    for offset, side, label in ((-width / 2, "ours", "ours, interval_join (vectorised)"),
-                                (width / 2, "structured_streaming",
-                                 "SS, stream-stream join")):
-        ax.bar([x + offset for x in xs],
-               [_med(runs, side, "steady_records_per_second"),
-                _med(runs, side, "whole_records_per_second")], width, label=label)
-    ax.set_xticks(list(xs), labels)
-    ax.set_ylabel("records/s read by both sides (medians)")
-    ax.set_title(f"views joined with buys within {UPPER_MS} ms")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(plot_path(NAME))
-    plt.close(fig)
+    rate_bars(runs, name=NAME, title=f"views joined with buys within {UPPER_MS} ms",
+              ours="ours, interval_join (vectorised)", baseline="SS, stream-stream join")

@@ -62,27 +62,31 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from bench.baselines import BASELINE_KEYS, BASELINES, add_ratios, measure, search_sizes
+from bench.baselines import (
+    BASELINE_KEYS,
+    BASELINES,
+    add_ratios,
+    measure,
+    rate_bars,
+    run_median,
+    search_sizes,
+    ss_step,
+)
+from bench.baselines import ss_tune as baseline_tune
 from bench.common import (
     BenchmarkError,
     DriverRun,
     fresh_dir,
     median,
-    plot_path,
     print_table,
-    pyplot,
     remove_dir,
     run_driver,
-    run_ss_step,
     target_entry,
     update_summary,
     write_result,
 )
 from bench.ss_results import (
-    TUNED_PREFIX,
-    ResultFormatError,
     Tuning,
-    parse_tuning,
     tuning_record,
 )
 from bench.timers_job import GAP_MS
@@ -248,24 +252,13 @@ def ours_run(*, generated: Generated, work: Path, scale: Scale, expected: pd.Dat
 def _ss(mode: str, *, ss_input: Path, work: Path, scale: Scale, log: Path, prefix: str,
         extra: list[str]) -> str:
     """Run one step of :mod:`bench.timers_ss` in its own process; its result line."""
-    command = [sys.executable, "-m", "bench.timers_ss", mode, "--input", str(ss_input),
-               "--records", str(scale.spec.records),
-               "--file-records", str(scale.spec.file_records),
-               "--delay-seconds", f"{scale.watermark_delay_s:g}",
-               "--parallelism", str(scale.parallelism), "--work", str(work),
-               "--timeout", str(scale.timeout), *extra]
-    return run_ss_step(command, benchmark=NAME, what=mode, log=log, cwd=work,
-                       timeout=scale.timeout * 2, prefix=prefix)
+    return ss_step("bench.timers_ss", mode, benchmark=NAME, ss_input=ss_input, work=work, scale=scale,
+                   log=log, prefix=prefix, extra=extra)
 
 
 def ss_tune(*, ss_input: Path, work: Path, scale: Scale, search: str) -> Tuning:
-    line = _ss("tune", ss_input=ss_input, work=work, scale=scale,
-               log=work / f"ss-tune-{search}.log", prefix=TUNED_PREFIX,
-               extra=["--start", str(TUNE_START), "--search", search])
-    try:
-        return parse_tuning(line)
-    except ResultFormatError as exc:
-        raise BenchmarkError(benchmark=NAME, problem=str(exc)) from None
+    return baseline_tune("bench.timers_ss", benchmark=NAME, ss_input=ss_input, work=work,
+                         scale=scale, search=search, start=TUNE_START)
 
 
 def ss_run(*, ss_input: Path, work: Path, scale: Scale, max_files: int,
@@ -345,7 +338,7 @@ def run(ns: argparse.Namespace) -> dict[str, Any]:
 
 
 def _med(runs: list[dict[str, Any]], side: str, key: str) -> float:
-    return median(r[side][key] for r in runs)
+    return run_median(runs, side, key)
 
 
 def report(*, scale: Scale, generated: Generated, reference_alerts: int,
@@ -418,21 +411,5 @@ def report(*, scale: Scale, generated: Generated, reference_alerts: int,
 
 
 def _plot(runs: list[dict[str, Any]]) -> None:
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6, 4))
-    labels = ["steady", "whole input"]
-    width = 0.38
-    xs = range(len(labels))
-    for offset, side, label in ((-width / 2, "ours", "ours, process() + on_timer"),
-                                (width / 2, "structured_streaming",
-                                 "SS, transformWithStateInPandas")):
-        ax.bar([x + offset for x in xs],
-               [_med(runs, side, "steady_records_per_second"),
-                _med(runs, side, "whole_records_per_second")], width, label=label)
-    ax.set_xticks(list(xs), labels)
-    ax.set_ylabel("records/s (medians)")
-    ax.set_title("inactivity alert per user, event-time timers")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(plot_path(NAME))
-    plt.close(fig)
+    rate_bars(runs, name=NAME, title="inactivity alert per user, event-time timers",
+              ours="ours, process() + on_timer", baseline="SS, transformWithStateInPandas")

@@ -102,6 +102,23 @@ def test_the_timers_comparison_runs_once_at_a_tiny_scale_and_both_sides_match_th
 
 
 @pytest.mark.timeout(1600)
+def test_the_joins_comparison_runs_once_at_a_tiny_scale_and_both_sides_pair_as_the_reference(
+        tmp_path: Path) -> None:
+    result = _bench("joins", tmp_path, "--records", "40000", "--keys", "300",
+                    "--file-records", "5000", "--max-files", "2", "--repeat", "1")
+    (repetition,) = result["runs"]
+    pairs = result["input"]["reference_pairs"]
+    assert pairs > 0
+    for side in ("ours", "structured_streaming", "structured_streaming_at_interval"):
+        assert repetition[side]["matches_reference"] is True
+        assert repetition[side]["pairs"] == pairs
+    # Both sides count the records both of their readers read.
+    assert repetition["ours"]["records"] == 2 * 40_000
+    assert repetition["ratio_steady"] > 0 and repetition["ratio_whole"] > 0
+    assert "SS at 1 s batches (equal freshness)" in result["table"]
+
+
+@pytest.mark.timeout(1600)
 def test_the_windows_comparison_runs_once_at_a_tiny_scale_with_and_without_a_late_branch(
         tmp_path: Path) -> None:
     result = _bench("windows", tmp_path, "--records", "40000", "--keys", "300",
