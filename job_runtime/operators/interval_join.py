@@ -31,8 +31,7 @@ from job_runtime.operators.join_buffers import (
 from job_runtime.operators.keyed_operator import KeyedOperator
 from job_runtime.pipeline.connect import LATE
 from job_runtime.records import Batch
-
-NO_WATERMARK = -(2**63)
+from job_runtime.watermarks import MIN_WATERMARK
 
 
 class IntervalJoinOperator(KeyedOperator):
@@ -46,7 +45,7 @@ class IntervalJoinOperator(KeyedOperator):
                                    key_groups=self.key_groups)
         self.next_expiry: list[int | None] = [None, None]
         """The earliest expiry in each buffer: a watermark before it forgets nothing."""
-        self.watermark = NO_WATERMARK
+        self.watermark = MIN_WATERMARK
 
     def _expiries(self, side: int, times: np.ndarray) -> np.ndarray:
         """The last time a record of the other side may have and still pair."""
@@ -89,7 +88,7 @@ class IntervalJoinOperator(KeyedOperator):
         other = self.buffers.tables[1 - side]
         if other is None or not other.num_rows:
             return None
-        _, i, j = self.buffers.matches(part, other)
+        i, j = self.buffers.matches(part, other)
         if not len(i):
             return None
         mine = times[i]

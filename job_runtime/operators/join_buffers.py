@@ -139,10 +139,10 @@ class JoinBuffers:
     # -- pairs
 
     def matches(self, part: pa.Table, other: pa.Table, *, on: tuple[str, str] | None = None
-                ) -> tuple[pa.Table, np.ndarray, np.ndarray]:
+                ) -> tuple[np.ndarray, np.ndarray]:
         """The candidate pairs of ``part``'s rows and ``other``'s with the same key (and
-        the same value of ``on``: a column of each): the join's columns, and the rows'
-        indexes in ``part`` and in ``other``."""
+        the same value of ``on``: a column of each), as the rows' indexes in ``part``
+        and in ``other``."""
         key, other_key = part.column(KEY), other.column(KEY)
         if key.type != other_key.type:
             try:
@@ -158,8 +158,7 @@ class JoinBuffers:
             probe["__on"], build["__on"] = part.column(on[0]), other.column(on[1])
             keys.append("__on")
         candidates = pa.table(probe).join(pa.table(build), keys=keys, join_type="inner")
-        return (candidates, candidates.column("__i").to_numpy(),
-                candidates.column("__j").to_numpy())
+        return candidates.column("__i").to_numpy(), candidates.column("__j").to_numpy()
 
     def joined(self, firsts: pa.Table, seconds: pa.Table,
                fn: Callable[[Record, Record], Record | None]) -> Joined:

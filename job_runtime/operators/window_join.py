@@ -27,9 +27,8 @@ from job_runtime.operators.join_buffers import (
 from job_runtime.operators.keyed_operator import KeyedOperator
 from job_runtime.pipeline.connect import LATE
 from job_runtime.records import Batch
+from job_runtime.watermarks import MIN_WATERMARK
 from job_runtime.windows import WindowAssigner
-
-NO_WATERMARK = -(2**63)
 
 
 class WindowJoinOperator(KeyedOperator):
@@ -44,7 +43,7 @@ class WindowJoinOperator(KeyedOperator):
         self.next_end: list[int | None] = [None, None]
         """The earliest window end waiting on each side: a watermark before it fires
         nothing."""
-        self.watermark = NO_WATERMARK
+        self.watermark = MIN_WATERMARK
 
     # -- records
 
@@ -106,7 +105,7 @@ class WindowJoinOperator(KeyedOperator):
         first, second = due
         if first is None or second is None or not first.num_rows or not second.num_rows:
             return Batch(rows=[])
-        _, i, j = self.buffers.matches(first, second, on=(WINDOW, WINDOW))
+        i, j = self.buffers.matches(first, second, on=(WINDOW, WINDOW))
         if not len(i):
             return Batch(rows=[])
         fn = self.op.fn
