@@ -191,8 +191,13 @@ class TableFeed:
         if self.positions:
             self.loaded.set()  # restored: the checkpoint's table is the first reading
         quiet_since: float | None = None
+        interval = self.table.source.discovery_interval
+        looked = time.monotonic()
         try:
             while not self._stop.is_set():
+                if interval and time.monotonic() - looked >= interval:
+                    looked = time.monotonic()
+                    readers.extend(self._discovered(known={i for i, _ in readers}))
                 read = 0
                 for index, reader in readers:
                     batch = reader.read_batch()
@@ -212,6 +217,29 @@ class TableFeed:
         finally:
             for _, reader in readers:
                 reader.close()
+
+    def _discovered(self, *, known: set[int]) -> list[tuple[int, SplitReader]]:
+        """Readers of the splits the source gained since they were opened (a topic's
+        new partitions), each from its start: every row written there is the table's.
+        Asked on this thread, which only delays the table's updates; a failed look is
+        logged and made again at the next interval."""
+        source = self.table.source
+        try:
+            found = source.discover(context=self.context, known=frozenset(known))
+        except Exception as exc:  # the input is unwell: keep following what is open
+            log.warning("table %r: looking for new splits failed (tried again later): %s",
+                        self.table.name, exc)
+            return []
+        readers: list[tuple[int, SplitReader]] = []
+        for split in found:
+            if split.index in known:
+                continue
+            log.info("table %r: reading split %d, which its source gained", self.table.name,
+                     split.index)
+            readers.append((split.index,
+                            source.open(split, source.start_position(split),
+                                        context=self.context)))
+        return readers
 
     @staticmethod
     def _caught_up(readers: list[tuple[int, SplitReader]], *,

@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewPartitions
 from keyed_operators import Operators
 
 from e2e.kafka import KafkaBroker, create_topic
@@ -33,9 +35,10 @@ def send(bootstrap: str, topic: str, messages: list[tuple[bytes, dict[str, Any] 
     assert producer.flush(30) == 0
 
 
-def enrich_op(bootstrap: str, topic: str) -> KeyedOp:
+def enrich_op(bootstrap: str, topic: str, *, partition_discovery: float = 60.0) -> KeyedOp:
     p = Pipeline()
-    table = p.table(sources.kafka(topic, bootstrap, start="earliest", value_format="json"),
+    table = p.table(sources.kafka(topic, bootstrap, start="earliest", value_format="json",
+                                  partition_discovery=partition_discovery),
                     key="sku", name="products")
     p.source(sources.sequence(1)).enrich(table, on="sku").sink(sinks.discard())
     p.validate()
@@ -106,3 +109,25 @@ def test_the_table_is_the_topic_compacted_and_follows_it_through_a_restore(
         assert set(out[0]) == {"sku", "price"}, "the metadata columns stay out of a row"
     finally:
         again.close()
+
+
+def test_a_partition_the_topic_gains_is_found_and_its_rows_join_the_table(
+        kafka_broker: KafkaBroker, operators: Operators, tmp_path: Path) -> None:
+    bootstrap = kafka_broker.bootstrap
+    topic = create_topic(bootstrap=bootstrap, partitions=1,
+                         config={"cleanup.policy": "compact"})
+    send(bootstrap, topic, [(b"a", {"sku": "a", "price": 1.0})])
+    op = enrich_op(bootstrap, topic, partition_discovery=0.5)
+    operator = opened(operators, op, tmp_path)
+    try:
+        assert prices(operator, "a", "b") == {"a": 1.0, "b": None}
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_partitions([NewPartitions(topic, 2)])[topic].result(timeout=30)
+        producer = Producer({"bootstrap.servers": bootstrap})
+        producer.produce(topic, key=b"b", value=json.dumps({"sku": "b", "price": 2.0}),
+                         partition=1)
+        assert producer.flush(30) == 0
+        wait_for(lambda: prices(operator, "b") == {"b": 2.0},
+                 what="the row written to the topic's new partition")
+    finally:
+        operator.close()

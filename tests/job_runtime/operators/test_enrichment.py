@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Set
 from pathlib import Path
 from typing import Any
 
@@ -292,8 +292,40 @@ class LogSource(Source):
         return [RestoredSplit(split=s, position=positions.get(s.index)) for s in splits]
 
 
+class GrowingLog(LogSource):
+    """A log that gains partitions while it is read, as a topic does: the first is
+    listed at the start, the others only found by :meth:`discover`."""
+
+    def __init__(self, partitions: list[list[list[dict[str, Any]]]]) -> None:
+        super().__init__(partitions[0])
+        self.partitions = partitions
+        self.opened: list[tuple[int, int]] = []
+
+    @property
+    def discovery_interval(self) -> float | None:
+        return 0.05
+
+    def discover(self, *, context: SourceContext, known: Set[int]) -> list[Split]:
+        return [Split(index=i, description=f"log-{i}") for i in range(1, len(self.partitions))
+                if i not in known]
+
+    def open(self, split: Split, position: Any, *, context: SourceContext) -> SplitReader:
+        self.opened.append((split.index, int(position or 0)))
+        return LogSplit(self.partitions[split.index], int(position or 0))
+
+    def restore_splits(self, splits: Sequence[Split], positions: Mapping[int, Any], *,
+                       context: SourceContext) -> list[RestoredSplit]:
+        return [RestoredSplit(split=Split(index=i, description=f"log-{i}"), position=position)
+                for i, position in sorted(positions.items())]
+
+
 def message(key: bytes, sku: str | None, price: float | None) -> dict[str, Any]:
     return {"key": key, "offset": 0, "sku": sku, "price": price}
+
+
+def prices_of(operator: KeyedOperator, *skus: str) -> dict[str, Any]:
+    out = operator.process(Batch(rows=[{"sku": sku, "user": i} for i, sku in enumerate(skus)]))
+    return {r["sku"]: r.get("price") for r in out.rows}
 
 
 class TestATableThatFollowsALog:
@@ -348,6 +380,31 @@ class TestATableThatFollowsALog:
             again.close()
         assert log.opened_at == [0, 2]
         assert [(r["sku"], r["price"]) for r in by_user(out)] == [("a", None), ("b", 2.0)]
+
+
+    def test_a_partition_the_log_gains_is_found_and_read_from_its_start(
+            self, operators: Operators, tmp_path: Path) -> None:
+        log = GrowingLog([[[message(b"a", "a", 1.0)]]])
+        _, op = enrich_op(lambda p: p.source(sources.sequence(1)).enrich(
+            p.table(log, key="sku"), on="sku"))
+        operator = opened(operators, op, tmp_path)
+        try:
+            assert prices_of(operator, "a", "c") == {"a": 1.0, "c": None}
+            log.partitions.append([[message(b"c", "c", 4.0)], [message(b"a", "a", 2.0)]])
+            wait_for(lambda: prices_of(operator, "a", "c") == {"a": 2.0, "c": 4.0},
+                     what="the rows of the partition the log gained")
+            blob = operators.checkpoint(operator)
+        finally:
+            operator.close()
+        log.partitions[1].append([message(b"c", "c", 5.0)])
+        log.opened.clear()
+        again = opened(operators, op, tmp_path, blobs=[blob])
+        try:
+            wait_for(lambda: prices_of(again, "c") == {"c": 5.0}, what="the later row")
+        finally:
+            again.close()
+        # Restored, the gained partition goes on from the checkpoint's position.
+        assert log.opened == [(0, 1), (1, 2)]
 
 
 class TestThePipelineRefuses:
