@@ -12,7 +12,7 @@ CHART_CRDS := charts/checkpointed-jobs/crds
 .PHONY: help host-packages install crds chart-crds chart-readme run lint test test-unit test-spark test-cluster \
 	test-kafka test-postgres test-e2e test-chaos tests-without-builds server-tests-spark \
 	cluster-tests-process-node cluster-tests-real-node cluster-tests-nodes \
-	server-tests-services builds kafka-jars controlplane images cluster cluster-down e2e-kind bench bench-throughput \
+	server-tests-services builds kafka-jars lake-reader controlplane images cluster cluster-down e2e-kind bench bench-throughput \
 	bench-overhead bench-barriers bench-state-size bench-recovery bench-operator \
 	bench-recovery-operator bench-kafka bench-windows bench-timers bench-joins bench-realistic clean
 
@@ -86,6 +86,12 @@ controlplane:
 kafka-jars: $(STAMP)
 	$(BIN)/python -m e2e.kafka jars
 
+# The Spark that reads our Delta and Iceberg tables back in the Spark tier: PySpark of
+# the release the connectors are built for, in a virtualenv of its own, and the
+# connectors' jars, both cached (e2e/lakereader/reader_env.py says why).
+lake-reader: $(STAMP)
+	$(BIN)/python -m e2e.lakereader install
+
 # The Go binaries (CPU-bound) start at once; the virtualenv's install, the images
 # (mostly debootstrap's downloads) and the Kafka jars happen beside them.
 builds: chart-crds
@@ -107,7 +113,7 @@ tests-without-builds: lint kafka-jars
 	$(BIN)/python -m pytest -m unit -n 4 $(PYTEST_ARGS)
 	@$(MAKE) --no-print-directory -j2 --output-sync=line server-tests-spark server-tests-services
 
-server-tests-spark:
+server-tests-spark: lake-reader
 	$(BIN)/python -m pytest -m "spark and not cluster and not e2e" --ignore=tests/bench $(PYTEST_ARGS)
 
 server-tests-services:
@@ -133,7 +139,7 @@ test: $(STAMP) chart-crds
 	$(BIN)/python -m pytest $(T) $(PYTEST_ARGS)
 else
 test: host-packages chart-crds
-	@$(MAKE) --no-print-directory -j5 controlplane images kafka-jars tests-without-builds
+	@$(MAKE) --no-print-directory -j6 controlplane images kafka-jars lake-reader tests-without-builds
 	@$(MAKE) --no-print-directory -j2 --output-sync=line cluster-tests-process-node \
 		cluster-tests-nodes
 endif

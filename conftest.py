@@ -46,6 +46,7 @@ pytest_plugins = [
     "e2e.kind.pytest_plugin",
     "e2e.kafka.pytest_plugin",
     "e2e.postgres.pytest_plugin",
+    "e2e.lakereader.pytest_plugin",
     "fixtures_runtime",
     "fixtures_operator",
     "fixtures_store",
@@ -81,6 +82,7 @@ TIER_FIXTURES: dict[str, str] = {
     "kafka_broker": "kafka",
     "postgres_server": "postgres",
     "postgres_dsn": "postgres",
+    "lake_reader": "spark",
 }
 """Fixtures that start a tier's services: a test using one must live in that tier's folder."""
 

@@ -1,22 +1,16 @@
 """Structured Streaming's Kafka connector jars, fetched once by Maven into the cache.
 
 The versions are pinned in ``spark_kafka_pom.xml`` beside this file. As for the
-broker's jars (:mod:`e2e.kafka.jars`), Maven copies them into
-``${CJOB_CACHE_DIR:-~/.cache/checkpointed-jobs}/spark-kafka/<version>/`` from a
-scratch folder, the folder is moved into place whole after a marker holding the
-pom's hash is written, and a folder with the marker is used without running Maven.
+broker's jars, :mod:`e2e.maven_jars` fetches them into
+``${CJOB_CACHE_DIR:-~/.cache/checkpointed-jobs}/spark-kafka/<version>/`` once.
 """
 
 from __future__ import annotations
 
-import hashlib
-import shutil
-import subprocess
-import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from e2e.kafka.jars import MARKER, MissingToolError, cache_root
+from e2e.maven_jars import FetchFailedError, cache_root, fetch_jars
 
 POM = Path(__file__).resolve().parent / "spark_kafka_pom.xml"
 _POM_NS = {"m": "http://maven.apache.org/POM/4.0.0"}
@@ -41,43 +35,13 @@ def jar_dir(*, pom: Path = POM) -> Path:
     return cache_root() / "spark-kafka" / connector_version(pom=pom)
 
 
-def _digest(pom: Path) -> str:
-    return hashlib.sha256(pom.read_bytes()).hexdigest()
-
-
-def is_complete(folder: Path, *, pom: Path = POM) -> bool:
-    try:
-        return (folder / MARKER).read_text().strip() == _digest(pom)
-    except OSError:
-        return False
-
-
 def ensure_jars(*, pom: Path = POM) -> list[Path]:
     """The connector's jars, fetched first if the cache does not hold this pom's."""
     target = jar_dir(pom=pom)
-    if not is_complete(target, pom=pom):
-        mvn = shutil.which("mvn")
-        if mvn is None:
-            raise MissingToolError(tool="mvn", package="maven",
-                                   needed_for="once, to fetch Spark's Kafka connector")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        scratch = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-        try:
-            shutil.copyfile(pom, scratch / "pom.xml")
-            proc = subprocess.run(
-                [mvn, "-q", "-B", "-f", str(scratch / "pom.xml"), "dependency:copy-dependencies",
-                 f"-DoutputDirectory={scratch / 'jars'}", "-DincludeScope=runtime"],
-                cwd=scratch, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, text=True, check=False)
-            if proc.returncode != 0 or not any((scratch / "jars").glob("*.jar")):
-                tail = "\n".join(proc.stdout.splitlines()[-20:])
-                raise ConnectorFetchError(f"Maven could not fetch Spark's Kafka connector "
-                                          f"(exit code {proc.returncode}):\n{tail}")
-            (scratch / "jars" / MARKER).write_text(_digest(pom) + "\n")
-            shutil.rmtree(target, ignore_errors=True)
-            (scratch / "jars").rename(target)
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+    try:
+        fetch_jars(pom=pom, target=target, what="Spark's Kafka connector")
+    except FetchFailedError as exc:
+        raise ConnectorFetchError(str(exc)) from exc
     jars = sorted(target.glob("*.jar"))
     missing = [name for name in JARS
                if not any(j.name.startswith(f"{name}-") and j.name[len(name) + 1].isdigit()

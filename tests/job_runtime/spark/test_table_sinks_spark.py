@@ -1,8 +1,9 @@
 """The Delta and Iceberg sinks on real Spark: the running sum written into a table
 through a subtask killed between the table's commit and the checkpoint store's, and a
 driver killed before its sinks heard of a checkpoint; the table read back with
-``deltalake`` / ``pyiceberg`` holds every row exactly once, and a merge table ends with
-every key's final sum."""
+``deltalake`` / ``pyiceberg`` and by Spark with the connectors' own readers (Delta
+Lake's, Iceberg's through its JDBC catalog) holds every row exactly once, and a merge
+table ends with every key's final sum."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from deltalake import DeltaTable
 from pyiceberg.catalog import load_catalog
 from runtime_harness import JOBS, EmbeddedRun, load_example
 
+from e2e.lakereader import LakeReader
 from job_runtime.sinks.iceberg import embedded_catalog
 
 COUNT = 6000
@@ -33,10 +35,20 @@ def table_rows(form: str, table: Path) -> list[dict[str, Any]]:
     return found
 
 
+def spark_rows(reader: LakeReader, form: str, table: Path) -> list[dict[str, Any]]:
+    if form == "iceberg":
+        return reader.iceberg_rows("lake.sums", catalog=embedded_catalog(str(table)))
+    return reader.delta_rows(table)
+
+
+def ordered(rows: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    return sorted((row["key"], row["value"]) for row in rows)
+
+
 @pytest.mark.parametrize("form", ["delta", "iceberg"])
 def test_every_row_lands_once_through_crashes_at_each_commit_step(
         form: str, tmp_path: Path, embedded: Callable[..., EmbeddedRun],
-        job_yaml: Callable[..., Path]) -> None:
+        job_yaml: Callable[..., Path], lake_reader: LakeReader) -> None:
     table = tmp_path / "sums"
     name = f"{form}sums"
     job = job_yaml(tmp_path / "job.yaml", name=name, entrypoint="table_jobs:running_sum",
@@ -57,12 +69,14 @@ def test_every_row_lands_once_through_crashes_at_each_commit_step(
     rows = table_rows(form, table)
     assert verify.verify(rows, count=COUNT) == []
     assert len(rows) == COUNT, "one row per record, none lost or repeated"
+    assert ordered(spark_rows(lake_reader, form, table)) == ordered(rows), \
+        "Spark reads the table the package reads"
 
 
 @pytest.mark.parametrize("form", ["delta", "iceberg"])
 def test_a_merge_table_ends_with_every_keys_final_sum(
         form: str, tmp_path: Path, embedded: Callable[..., EmbeddedRun],
-        job_yaml: Callable[..., Path]) -> None:
+        job_yaml: Callable[..., Path], lake_reader: LakeReader) -> None:
     table = tmp_path / "latest"
     name = f"{form}latest"
     job = job_yaml(tmp_path / "job.yaml", name=name, entrypoint="table_jobs:running_sum",
@@ -77,3 +91,6 @@ def test_a_merge_table_ends_with_every_keys_final_sum(
     final = {row["key"]: row["value"] for row in rows}
     assert len(rows) == len(final) == KEYS, "one row per key"
     assert final == {key: sum(range(key, COUNT, KEYS)) for key in range(KEYS)}
+    # Spark reads the merged table through its log (Delta) or its snapshots (Iceberg):
+    # the files a merge rewrote are not read.
+    assert ordered(spark_rows(lake_reader, form, table)) == ordered(rows)
