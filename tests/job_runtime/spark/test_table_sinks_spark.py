@@ -1,6 +1,7 @@
 """The Delta and Iceberg sinks on real Spark: the running sum written into a table
 through a subtask killed between the table's commit and the checkpoint store's, and a
-driver killed before its sinks heard of a checkpoint; the table read back with
+driver killed before its sinks heard of a checkpoint, then restarted at three subtasks
+instead of two; the table read back with
 ``deltalake`` / ``pyiceberg`` and by Spark with the connectors' own readers (Delta
 Lake's, Iceberg's through its JDBC catalog) holds every row exactly once, and a merge
 table ends with every key's final sum."""
@@ -14,7 +15,7 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 from pyiceberg.catalog import load_catalog
-from runtime_harness import JOBS, EmbeddedRun, load_example
+from runtime_harness import JOBS, EmbeddedRun, JobHarness, load_example
 
 from e2e.lakereader import LakeReader
 from job_runtime.sinks.iceberg import embedded_catalog
@@ -93,4 +94,25 @@ def test_a_merge_table_ends_with_every_keys_final_sum(
     assert final == {key: sum(range(key, COUNT, KEYS)) for key in range(KEYS)}
     # Spark reads the merged table through its log (Delta) or its snapshots (Iceberg):
     # the files a merge rewrote are not read.
+    assert ordered(spark_rows(lake_reader, form, table)) == ordered(rows)
+
+
+@pytest.mark.parametrize("form", ["delta", "iceberg"])
+def test_a_restart_at_three_subtasks_sends_the_unnotified_intervals_once(
+        form: str, harness: JobHarness, lake_reader: LakeReader) -> None:
+    table = harness.base / "sums"
+    args = {"count": COUNT // 2, "rate": RATE, "table": str(table), "format": form}
+    # Checkpoint 3 is recorded, its two subtasks' intervals never sent: the restart at
+    # three subtasks must send each of them once, with no subtask of its own to match.
+    first = harness.run(entrypoint="table_jobs:running_sum", args=args,
+                        env={"CJOB_FAULTS": "driver.before-notify@3",
+                             "CJOB_FAULTS_DIR": str(harness.base)})
+    assert first.returncode == -9, first.explain()
+    second = harness.run(entrypoint="table_jobs:running_sum", args=args, attempt=2,
+                         parallelism=3, master="local[3]", extra=["--restore", "latest"])
+    assert second.returncode == 0, second.explain()
+    assert second.status is not None and second.status["restoredFrom"]["id"] == 3
+    rows = table_rows(form, table)
+    assert verify.verify(rows, count=COUNT // 2) == []
+    assert len(rows) == COUNT // 2, "one row per record, none lost or repeated"
     assert ordered(spark_rows(lake_reader, form, table)) == ordered(rows)
