@@ -46,6 +46,12 @@ CHECKPOINTS = 3000
 SAMPLES = 10
 """Checkpoints at the end of each phase whose held memory is sampled for the floor."""
 WAIT = 30.0
+LEAK_BYTES_PER_CHECKPOINT = 12
+"""Growth per checkpoint between the two measurements that fails the test. Whatever is
+kept per checkpoint costs more than this (an id in a set or a list is 36 bytes or
+more), so 2,000 checkpoints of it show; one batch of rows that stayed in flight at
+every sample of the last phase (seen on a machine busy building: 13 KB on the line
+that turns a batch into rows) does not fail the run."""
 
 
 def held_by_runtime() -> tracemalloc.Snapshot:
@@ -137,8 +143,10 @@ def test_thousands_of_checkpoints_leave_memory_flat(tmp_path: Path) -> None:
     print(f"runtime memory after {CHECKPOINTS // 3}: {held_third}, after {CHECKPOINTS}: "
           f"{held_end}")
     assert coordinator.stats.completed == CHECKPOINTS
-    assert held_end < held_third * 1.1, (f"runtime memory grew from {held_third} to "
-                                         f"{held_end} bytes: {grown_lines(third, end)}")
+    later = CHECKPOINTS - CHECKPOINTS // 3
+    assert held_end - held_third < LEAK_BYTES_PER_CHECKPOINT * later, (
+        f"runtime memory grew from {held_third} to {held_end} bytes over {later} "
+        f"checkpoints: {grown_lines(third, end)}")
     source = next(t for t in runtime.tasks if isinstance(t, SourceTask))
     assert len(source.emitted_barriers) <= 1, "settled barrier ids are remembered"
     assert len(coordinator.stats.history) <= 100
