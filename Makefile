@@ -108,17 +108,23 @@ images: $(STAMP)
 # tests take four workers (see test-unit); the tiers that start servers then run in two
 # streams side by side, each one test at a time (they wait on processes, sockets and
 # pauses more than they compute): the runtime's Spark tests; and the broker's, the
-# database's and the soak, then the benchmarks' Spark smoke runs (about the same time).
+# database's and the soak, then the benchmarks' Spark smoke runs and the joins' Spark tests
+# (about the same time).
 tests-without-builds: lint kafka-jars
 	$(BIN)/python -m pytest -m unit -n 4 $(PYTEST_ARGS)
 	@$(MAKE) --no-print-directory -j2 --output-sync=line server-tests-spark server-tests-services
 
+# Spark tests that run in the second stream, after the broker's and the database's, to
+# keep the two streams about as long as each other.
+SPARK_BESIDE_SERVICES := tests/bench tests/job_runtime/spark/test_joins_spark.py
+
 server-tests-spark: lake-reader
-	$(BIN)/python -m pytest -m "spark and not cluster and not e2e" --ignore=tests/bench $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m "spark and not cluster and not e2e" \
+		$(addprefix --ignore=,$(SPARK_BESIDE_SERVICES)) $(PYTEST_ARGS)
 
 server-tests-services:
 	$(BIN)/python -m pytest -m "not unit and not spark and not cluster and not e2e" $(PYTEST_ARGS)
-	$(BIN)/python -m pytest -m spark tests/bench $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -m spark $(SPARK_BESIDE_SERVICES) $(PYTEST_ARGS)
 
 cluster: host-packages chart-crds builds
 	$(BIN)/python -m e2e.realnode up

@@ -1,5 +1,8 @@
-"""Orders joined with their payments within an interval of event time (``connect`` and
-``interval_join``), from two JSON-lines inputs, into files; a subtask may die once, and
+"""Orders joined with their payments, from two JSON-lines inputs, into files, by one of
+the three ways two keyed streams meet (``kind``): ``interval`` (``interval_join``,
+within an interval of event time), ``window`` (``window_join``, in the same tumbling
+window) and ``process`` (``connect(...).process``: the user's function, the order and
+its payments in the key's state, shared by both sides). A subtask may die once, and
 ``delay_ms`` per order keeps the job running long enough for a kill to land."""
 
 from __future__ import annotations
@@ -14,10 +17,12 @@ from typing import Any
 
 from crashing_jobs import first_to_claim
 
-from job_runtime import Pipeline, sinks, sources, watermarks
+from job_runtime import Pipeline, sinks, sources, watermarks, windows
 
 LOWER_MS = -1_000
 UPPER_MS = 5_000
+WINDOW_MS = 4_000
+KINDS = ("interval", "window", "process")
 
 
 def write_inputs(base: Path, *, orders: int, seed: int = 11) -> None:
@@ -46,18 +51,45 @@ def write_inputs(base: Path, *, orders: int, seed: int = 11) -> None:
                 "".join(json.dumps(r) + "\n" for r in chunk))
 
 
-def reference(base: Path) -> list[tuple[int, int, int]]:
-    """``(order, ordered, paid)`` of every pair the join must emit, computed in one go."""
+def reference(base: Path, *, kind: str = "interval") -> list[tuple[int, int, int]]:
+    """``(order, ordered, paid)`` of every pair the join of ``kind`` must emit, computed
+    in one go."""
     def read(name: str) -> list[dict[str, Any]]:
         return [json.loads(line) for path in sorted((base / name).glob("*.jsonl"))
                 for line in path.read_text().splitlines()]
+
+    def pairs(ordered: int, paid: int) -> bool:
+        if kind == "window":
+            return ordered // WINDOW_MS == paid // WINDOW_MS
+        if kind == "process":
+            return True
+        return LOWER_MS <= paid - ordered <= UPPER_MS
 
     by_order: dict[int, list[int]] = {}
     for payment in read("payments"):
         by_order.setdefault(payment["order_id"], []).append(payment["ts"])
     return sorted((o["order_id"], o["ts"], paid) for o in read("orders")
-                  for paid in by_order.get(o["order_id"], [])
-                  if LOWER_MS <= paid - o["ts"] <= UPPER_MS)
+                  for paid in by_order.get(o["order_id"], []) if pairs(o["ts"], paid))
+
+
+def pair(o: dict[str, Any], pay: dict[str, Any]) -> dict[str, Any]:
+    return {"order": o["order_id"], "ordered": o["ts"], "paid": pay["ts"],
+            "amount": pay["amount"]}
+
+
+def pair_in_state(record: dict[str, Any], ctx: Any) -> list[dict[str, Any]]:
+    """The co-process join: an order waits in the key's value state, payments that came
+    first in its map state; each pair once, whichever side came first."""
+    order, waiting = ctx.value_state("order"), ctx.map_state("payments")
+    if ctx.input == 0:
+        order.update(record)
+        early = [pair(record, pay) for _, pay in sorted(waiting.items())]
+        waiting.clear()
+        return early
+    if order.value() is None:
+        waiting.put(len(list(waiting.keys())), record)
+        return []
+    return [pair(order.value(), record)]
 
 
 def joined(p: Pipeline) -> None:
@@ -77,12 +109,19 @@ def joined(p: Pipeline) -> None:
                       watermarks=events)
     payments = p.source(sources.files(p.args["payments"], format="jsonl", batch_size=batch),
                         watermarks=events)
-    pairs = (orders.map(maybe_crash).key_by("order_id")
-             .connect(payments.key_by("order_id"))
-             .interval_join(lower=f"{LOWER_MS}ms", upper=f"{UPPER_MS}ms",
-                            fn=lambda o, pay: {"order": o["order_id"], "ordered": o["ts"],
-                                               "paid": pay["ts"], "amount": pay["amount"]},
-                            name="orders-payments"))
+    connected = (orders.map(maybe_crash).key_by("order_id")
+                 .connect(payments.key_by("order_id")))
+    kind = p.args.get("kind", "interval")
+    if kind == "process":
+        connected.process(pair_in_state, name="orders-payments").sink(
+            sinks.files(p.args["output"], format="jsonl"))
+        return
+    if kind == "window":
+        pairs = connected.window_join(windows.tumbling(f"{WINDOW_MS}ms"), fn=pair,
+                                      name="orders-payments")
+    else:
+        pairs = connected.interval_join(lower=f"{LOWER_MS}ms", upper=f"{UPPER_MS}ms",
+                                        fn=pair, name="orders-payments")
     pairs.sink(sinks.files(p.args["output"], format="jsonl"))
     pairs.side_output("late").sink(sinks.files(f"{p.args['output']}-late", format="jsonl"),
                                    name="late")
