@@ -24,10 +24,13 @@ def test_the_join_gives_every_pair_once_through_a_subtask_kill(
     expected = join_jobs.reference(harness.base, kind=kind)
     assert len(expected) > ORDERS // 4, "the inputs should pair often"
     marker = harness.base / "crashed"
+    # Unaligned barriers over the two inputs (the records in flight from both sides in
+    # the checkpoint), with a crash while the payments, read at once, have ended and
+    # the orders, slowed down, go on.
     run = harness.run(entrypoint="join_jobs:joined", args={
         "orders": str(harness.base / "orders"), "payments": str(harness.base / "payments"),
         "output": str(harness.output), "crash_at": ORDERS // 2, "crash_marker": str(marker),
-        "batch_size": 50, "kind": kind})
+        "batch_size": 50, "delay_ms": 2, "kind": kind}, extra=["--unaligned", "--credits", "2"])
     assert run.returncode == 0, run.explain()
     assert marker.exists(), "the subtask never reached the record that kills it"
     assert run.status is not None and run.status["restoredFrom"] is not None
