@@ -191,12 +191,7 @@ def test_a_driver_killed_before_notifying_a_checkpoint_and_restarted_at_three_su
     parallelism with the users' numbers and timers moved between subtasks."""
     frame = clicks()
     args = prepare(harness, frame, files=6)
-    first = harness.run(entrypoint="branch_jobs:process_side_output", args=args,
-                        env={"CJOB_FAULTS": "driver.before-notify@3"})
-    assert first.returncode == -9, first.explain()
-    second = harness.run(entrypoint="branch_jobs:process_side_output", args=args, attempt=2,
-                         parallelism=3, master="local[3]", extra=["--restore", "latest"])
-    assert second.returncode == 0, second.explain()
-    assert second.status is not None and second.status["restoredFrom"]["id"] == 3
+    harness.restart_at_three_after_a_driver_kill(
+        entrypoint="branch_jobs:process_side_output", args=args)
     problems = numbering_problems(harness, frame)
     assert not problems, "\n".join(problems[:50])

@@ -43,12 +43,6 @@ def test_a_driver_killed_and_restarted_at_three_subtasks_pairs_every_order_once(
     join_jobs.write_inputs(harness.base, orders=ORDERS)
     args = {"orders": str(harness.base / "orders"), "payments": str(harness.base / "payments"),
             "output": str(harness.output), "batch_size": 50, "delay_ms": 3, "kind": kind}
-    first = harness.run(entrypoint="join_jobs:joined", args=args,
-                        env={"CJOB_FAULTS": "driver.before-notify@3"})
-    assert first.returncode == -9, first.explain()
     # Both sides' waiting records, in the key groups of two subtasks, go to three.
-    second = harness.run(entrypoint="join_jobs:joined", args=args, attempt=2,
-                         parallelism=3, master="local[3]", extra=["--restore", "latest"])
-    assert second.returncode == 0, second.explain()
-    assert second.status is not None and second.status["restoredFrom"]["id"] == 3
+    harness.restart_at_three_after_a_driver_kill(entrypoint="join_jobs:joined", args=args)
     assert pairs(harness) == join_jobs.reference(harness.base, kind=kind)

@@ -104,14 +104,9 @@ def test_a_restart_at_three_subtasks_sends_the_unnotified_intervals_once(
     args = {"count": COUNT // 2, "rate": RATE, "table": str(table), "format": form}
     # Checkpoint 3 is recorded, its two subtasks' intervals never sent: the restart at
     # three subtasks must send each of them once, with no subtask of its own to match.
-    first = harness.run(entrypoint="table_jobs:running_sum", args=args,
-                        env={"CJOB_FAULTS": "driver.before-notify@3",
-                             "CJOB_FAULTS_DIR": str(harness.base)})
-    assert first.returncode == -9, first.explain()
-    second = harness.run(entrypoint="table_jobs:running_sum", args=args, attempt=2,
-                         parallelism=3, master="local[3]", extra=["--restore", "latest"])
-    assert second.returncode == 0, second.explain()
-    assert second.status is not None and second.status["restoredFrom"]["id"] == 3
+    harness.restart_at_three_after_a_driver_kill(
+        entrypoint="table_jobs:running_sum", args=args,
+        env={"CJOB_FAULTS_DIR": str(harness.base)})
     rows = table_rows(form, table)
     assert verify.verify(rows, count=COUNT // 2) == []
     assert len(rows) == COUNT // 2, "one row per record, none lost or repeated"

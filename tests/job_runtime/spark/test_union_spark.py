@@ -44,11 +44,5 @@ def test_a_driver_killed_and_restarted_at_three_subtasks_reads_both_sources_on_o
         harness: JobHarness) -> None:
     frame = example.clicks(COUNT, users=40, step_ms=20, jitter_ms=3_000)
     args = prepare(harness, frame)
-    first = harness.run(entrypoint="union_jobs:per_window_of_two", args=args,
-                        env={"CJOB_FAULTS": "driver.before-notify@3"})
-    assert first.returncode == -9, first.explain()
-    second = harness.run(entrypoint="union_jobs:per_window_of_two", args=args, attempt=2,
-                         parallelism=3, master="local[3]", extra=["--restore", "latest"])
-    assert second.returncode == 0, second.explain()
-    assert second.status is not None and second.status["restoredFrom"]["id"] == 3
+    harness.restart_at_three_after_a_driver_kill(entrypoint="union_jobs:per_window_of_two", args=args)
     assert verify.verify(harness.output_records(), frame, size_ms=SIZE_MS) == []

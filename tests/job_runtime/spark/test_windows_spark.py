@@ -86,13 +86,7 @@ def test_a_driver_killed_mid_run_and_restarted_at_three_subtasks_gives_every_win
     another parallelism with the fired windows' key groups moved between subtasks."""
     frame = clicks(COUNT)
     args = prepare(harness, frame, files=6)
-    first = harness.run(entrypoint="window_jobs:per_window", args=args,
-                        env={"CJOB_FAULTS": "driver.before-notify@3"})
-    assert first.returncode == -9, first.explain()
-    second = harness.run(entrypoint="window_jobs:per_window", args=args, attempt=2,
-                         parallelism=3, master="local[3]", extra=["--restore", "latest"])
-    assert second.returncode == 0, second.explain()
-    assert second.status is not None and second.status["restoredFrom"]["id"] == 3
+    harness.restart_at_three_after_a_driver_kill(entrypoint="window_jobs:per_window", args=args)
     assert window_problems(harness.output_records(), frame, size_ms=SIZE_MS) == []
 
 

@@ -151,6 +151,23 @@ class JobHarness:
                           **kwargs)
         return self.finish(proc, attempt=attempt, timeout=timeout)
 
+    def restart_at_three_after_a_driver_kill(
+            self, *, entrypoint: str, args: dict[str, Any],
+            env: dict[str, str] | None = None) -> Finished:
+        """The rescale every capability is tried with: a first attempt at two subtasks
+        whose driver is killed after checkpoint 3 was recorded and before its sinks
+        heard of it, then a second at three subtasks restored from that checkpoint;
+        the second's result, once both ended as they must."""
+        first = self.run(entrypoint=entrypoint, args=args,
+                         env={"CJOB_FAULTS": "driver.before-notify@3", **(env or {})})
+        assert first.returncode == -9, first.explain()
+        second = self.run(entrypoint=entrypoint, args=args, attempt=2, parallelism=3,
+                          master="local[3]", extra=["--restore", "latest"])
+        assert second.returncode == 0, second.explain()
+        assert second.status is not None and second.status["restoredFrom"]["id"] == 3, \
+            second.explain()
+        return second
+
     def read_status(self, attempt: int) -> dict[str, Any] | None:
         try:
             data: dict[str, Any] = json.loads(self.status_path(attempt).read_text())
