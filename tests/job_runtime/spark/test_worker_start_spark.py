@@ -1,5 +1,6 @@
 """The driver's Spark starts Python workers with the subtask's code already imported,
-and stops without waiting for PySpark's accumulator server.
+imported from the installed PySpark rather than Spark's zip of it, and stops without
+waiting for PySpark's accumulator server.
 
 A relaunched subtask (Spark relaunches the whole barrier stage after a crash) runs in
 freshly forked workers; importing the runtime, Arrow and pandas there took seconds of
@@ -18,8 +19,11 @@ import subprocess
 import sys
 import textwrap
 
+import pyspark
 import pytest
 from runtime_harness import REPO, runtime_env
+
+PYSPARK_INSTALLED = pyspark.__file__
 
 PROBE = textwrap.dedent("""\
     from job_runtime.execution.driver.driver_settings import DriverSettings
@@ -33,7 +37,7 @@ PROBE = textwrap.dedent("""\
             return sorted(m for m in ("job_runtime.execution.subtask.runtime",
                                       "job_runtime.execution.subtask.source_task",
                                       "job_runtime.execution.subtask.keyed_task", "pyarrow")
-                          if m in sys.modules)
+                          if m in sys.modules) + [sys.modules["pyspark"].__file__]
         return loaded
 
     settings = DriverSettings(job_name="probe", job_uid="u", entrypoint="x:y", parallelism=2)
@@ -60,8 +64,16 @@ def test_a_freshly_forked_python_worker_has_the_subtask_code_imported_before_its
         probed: list[str]) -> None:
     line = next(line for line in probed if line.startswith("LOADED"))
     expected = ["job_runtime.execution.subtask.keyed_task", "job_runtime.execution.subtask.runtime",
-                "job_runtime.execution.subtask.source_task", "pyarrow"]
+                "job_runtime.execution.subtask.source_task", "pyarrow", PYSPARK_INSTALLED]
     assert line == f"LOADED {[expected, expected]}"
+
+
+def test_the_workers_import_the_installed_pyspark_not_sparks_zip_of_it(
+        probed: list[str]) -> None:
+    """Compiled from source at every import from the zip; from the installed package
+    with its cached bytecode."""
+    line = next(line for line in probed if line.startswith("LOADED"))
+    assert ".zip" not in line and PYSPARK_INSTALLED in line
 
 
 def test_the_drivers_stop_stops_the_jvm_side_and_tells_the_accumulator_server_to_end(
