@@ -6,9 +6,9 @@ for throughput runs batches that large) and at the fastest whose batches fit our
 checkpoint interval (equal freshness, a second row). Each size is a
 ``maxFilesPerTrigger``, searched in a process of its own or given by ``--max-files``
 for both; when both searches choose one size, one run serves both rows. What the
-``timers`` and ``joins`` comparisons share besides is here too: their Structured
-Streaming side's steps in a process of their own, medians over repetitions and the
-plot of the two rates.
+``windows``, ``timers`` and ``joins`` comparisons share besides is here too: their
+Structured Streaming side's steps in a process of their own, medians over repetitions
+(``realistic`` too) and the plot of the two rates.
 """
 
 from __future__ import annotations

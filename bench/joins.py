@@ -257,13 +257,6 @@ def ours_run(*, generated: Generated, work: Path, scale: Scale, expected: Pairs,
 # ---------------------------------------------------------------------- Structured Streaming
 
 
-def _ss(mode: str, *, ss_input: Path, work: Path, scale: Scale, log: Path, prefix: str,
-        extra: list[str]) -> str:
-    """Run one step of :mod:`bench.joins_ss` in its own process; its result line."""
-    return ss_step("bench.joins_ss", mode, benchmark=NAME, ss_input=ss_input, work=work, scale=scale,
-                   log=log, prefix=prefix, extra=extra)
-
-
 def ss_tune(*, ss_input: Path, work: Path, scale: Scale, search: str) -> Tuning:
     return baseline_tune("bench.joins_ss", benchmark=NAME, ss_input=ss_input, work=work,
                          scale=scale, search=search, start=TUNE_START)
@@ -274,8 +267,8 @@ def ss_run(*, ss_input: Path, work: Path, scale: Scale, max_files: int, expected
     output = work / f"ss-out-{repetition}-{max_files}"
     checkpoint = work / f"ss-checkpoint-{repetition}-{max_files}"
     output.mkdir()
-    line = _ss("run", ss_input=ss_input, work=work, scale=scale,
-               log=work / f"ss-run-{repetition}-{max_files}.log", prefix=RESULT_PREFIX,
+    line = ss_step("bench.joins_ss", "run", benchmark=NAME, ss_input=ss_input, work=work,
+                   scale=scale, log=work / f"ss-run-{repetition}-{max_files}.log", prefix=RESULT_PREFIX,
                extra=["--max-files", str(max_files), "--output", str(output),
                       "--checkpoint", str(checkpoint), "--launched-at", f"{time.time():.3f}"])
     try:
@@ -344,10 +337,6 @@ def run(ns: argparse.Namespace) -> dict[str, Any]:
                   minutes=(time.monotonic() - started) / 60.0)
 
 
-def _med(runs: list[dict[str, Any]], side: str, key: str) -> float:
-    return run_median(runs, side, key)
-
-
 def report(*, scale: Scale, generated: Generated, reference_pairs: int,
            tunings: dict[str, Tuning | None], max_files: dict[str, int],
            runs: list[dict[str, Any]], minutes: float) -> dict[str, Any]:
@@ -356,8 +345,8 @@ def report(*, scale: Scale, generated: Generated, reference_pairs: int,
     whole_ratio = median(r["ratio_whole"] for r in runs)
     interval_ratio = median(r["ratio_steady_at_interval"] for r in runs)
     met = ratio >= TARGET_RATIO
-    ours_rate = _med(runs, "ours", "steady_records_per_second")
-    ss_rate = _med(runs, "structured_streaming", "steady_records_per_second")
+    ours_rate = run_median(runs, "ours", "steady_records_per_second")
+    ss_rate = run_median(runs, "structured_streaming", "steady_records_per_second")
     fastest, at_interval = max_files["throughput"], max_files["interval"]
     title = (f"joins: {spec.records:,} records read by each side, {spec.keys:,} users, "
              f"views and buys within {UPPER_MS} ms ({reference_pairs:,} pairs), disorder "
@@ -367,11 +356,11 @@ def report(*, scale: Scale, generated: Generated, reference_pairs: int,
              f"records per reader), {at_interval} at 1 s batches")
     rows: list[list[Any]] = [
         ["records/s, steady", ours_rate, ss_rate, ratio, f">= {TARGET_RATIO:g}x", met],
-        ["records/s, whole input to output", _med(runs, "ours", "whole_records_per_second"),
-         _med(runs, "structured_streaming", "whole_records_per_second"), whole_ratio, "-",
+        ["records/s, whole input to output", run_median(runs, "ours", "whole_records_per_second"),
+         run_median(runs, "structured_streaming", "whole_records_per_second"), whole_ratio, "-",
          None],
         ["records/s, steady, SS at 1 s batches (equal freshness)", ours_rate,
-         _med(runs, BASELINE_KEYS["interval"], "steady_records_per_second"), interval_ratio,
+         run_median(runs, BASELINE_KEYS["interval"], "steady_records_per_second"), interval_ratio,
          "-", None],
     ]
     table = print_table(title, ["metric", "ours", "SS", "ours/SS", "target", "met"], rows)

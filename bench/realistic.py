@@ -77,6 +77,7 @@ from bench.baselines import (
     SUFFIXES,
     add_ratios,
     measure,
+    run_median,
     search_sizes,
 )
 from bench.common import (
@@ -458,10 +459,6 @@ def repetition_entry(*, ours: dict[str, Any], fastest: dict[str, Any],
     return entry
 
 
-def _med(runs: list[dict[str, Any]], side: str, key: str) -> float:
-    return median(r[side][key] for r in runs)
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class FormatResult:
     """Medians of one format's repetitions; ``ss_*`` is Structured Streaming at its
@@ -496,23 +493,23 @@ class FormatResult:
 
 def summarize(runs: list[dict[str, Any]], limit: Limit) -> FormatResult:
     return FormatResult(
-        ours_steady=_med(runs, "ours", "steady_records_per_second"),
-        ss_steady=_med(runs, "structured_streaming", "steady_records_per_second"),
+        ours_steady=run_median(runs, "ours", "steady_records_per_second"),
+        ss_steady=run_median(runs, "structured_streaming", "steady_records_per_second"),
         ratio_steady=median(r["ratio_steady"] for r in runs),
-        ours_whole=_med(runs, "ours", "whole_records_per_second"),
-        ss_whole=_med(runs, "structured_streaming", "whole_records_per_second"),
+        ours_whole=run_median(runs, "ours", "whole_records_per_second"),
+        ss_whole=run_median(runs, "structured_streaming", "whole_records_per_second"),
         ratio_whole=median(r["ratio_whole"] for r in runs),
-        ss_steady_at_interval=_med(runs, BASELINE_KEYS["interval"], "steady_records_per_second"),
+        ss_steady_at_interval=run_median(runs, BASELINE_KEYS["interval"], "steady_records_per_second"),
         ratio_steady_at_interval=median(r["ratio_steady_at_interval"] for r in runs),
-        ss_whole_at_interval=_med(runs, BASELINE_KEYS["interval"], "whole_records_per_second"),
+        ss_whole_at_interval=run_median(runs, BASELINE_KEYS["interval"], "whole_records_per_second"),
         ratio_whole_at_interval=median(r["ratio_whole_at_interval"] for r in runs),
-        ours_end_to_end_s=_med(runs, "ours", "end_to_end_seconds"),
-        ss_end_to_end_s=_med(runs, "structured_streaming", "end_to_end_seconds"),
+        ours_end_to_end_s=run_median(runs, "ours", "end_to_end_seconds"),
+        ss_end_to_end_s=run_median(runs, "structured_streaming", "end_to_end_seconds"),
         ratio_end_to_end=median(r["ratio_end_to_end"] for r in runs),
-        ours_start_up_s=_med(runs, "ours", "start_up_seconds"),
-        ours_shut_down_s=_med(runs, "ours", "shut_down_seconds"),
-        ours_output_rows=_med(runs, "ours", "output_rows"),
-        ss_output_rows=_med(runs, "structured_streaming", "output_rows"),
+        ours_start_up_s=run_median(runs, "ours", "start_up_seconds"),
+        ours_shut_down_s=run_median(runs, "ours", "shut_down_seconds"),
+        ours_output_rows=run_median(runs, "ours", "output_rows"),
+        ss_output_rows=run_median(runs, "structured_streaming", "output_rows"),
         ours_rows_per_checkpoint=median(
             r["ours"]["output_rows"] / max(1, r["ours"]["checkpoints_completed"])
             for r in runs),

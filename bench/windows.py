@@ -49,7 +49,16 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from bench.baselines import BASELINE_KEYS, BASELINES, add_ratios, measure, search_sizes
+from bench.baselines import (
+    BASELINE_KEYS,
+    BASELINES,
+    add_ratios,
+    measure,
+    run_median,
+    search_sizes,
+    ss_step,
+)
+from bench.baselines import ss_tune as baseline_tune
 from bench.common import (
     BenchmarkError,
     DriverRun,
@@ -62,16 +71,12 @@ from bench.common import (
     pyplot,
     remove_dir,
     run_driver,
-    run_ss_step,
     target_entry,
     update_summary,
     write_result,
 )
 from bench.ss_results import (
-    TUNED_PREFIX,
-    ResultFormatError,
     Tuning,
-    parse_tuning,
     tuning_record,
 )
 from bench.windows_data import (
@@ -257,29 +262,9 @@ def ours_run(*, generated: Generated, work: Path, scale: Scale, expected: Any,
 # ---------------------------------------------------------------------- Structured Streaming
 
 
-def _ss_command(mode: str, *, ss_input: Path, scale: Scale, work: Path,
-                extra: list[str]) -> list[str]:
-    return [sys.executable, "-m", "bench.windows_ss", mode, "--input", str(ss_input),
-            "--records", str(scale.spec.records),
-            "--file-records", str(scale.spec.file_records),
-            "--delay-seconds", f"{scale.watermark_delay_s:g}",
-            "--parallelism", str(scale.parallelism), "--work", str(work),
-            "--timeout", str(scale.timeout), *extra]
-
-
-def _ss_process(command: list[str], *, log: Path, scale: Scale, prefix: str) -> str:
-    return run_ss_step(command, benchmark=NAME, what=command[3], log=log, cwd=log.parent,
-                       timeout=scale.timeout * 2, prefix=prefix)
-
-
 def ss_tune(*, ss_input: Path, work: Path, scale: Scale, search: str) -> Tuning:
-    line = _ss_process(_ss_command("tune", ss_input=ss_input, scale=scale, work=work,
-                                   extra=["--start", str(TUNE_START), "--search", search]),
-                       log=work / f"ss-tune-{search}.log", scale=scale, prefix=TUNED_PREFIX)
-    try:
-        return parse_tuning(line)
-    except ResultFormatError as exc:
-        raise BenchmarkError(benchmark=NAME, problem=str(exc)) from None
+    return baseline_tune("bench.windows_ss", benchmark=NAME, ss_input=ss_input, work=work,
+                         scale=scale, search=search, start=TUNE_START)
 
 
 def steady(run: QueryRun, *, warmup: int = SS_WARMUP_BATCHES) -> tuple[int, float]:
@@ -303,13 +288,13 @@ def ss_run(*, ss_input: Path, work: Path, scale: Scale, max_files: int, expected
     output = work / f"ss-out-{repetition}"
     checkpoint = work / f"ss-checkpoint-{repetition}"
     output.mkdir()
-    command = _ss_command("run", ss_input=ss_input, scale=scale, work=work, extra=[
-        "--max-files", str(max_files), "--output", str(output),
-        "--checkpoint", str(checkpoint), "--launched-at", f"{time.time():.3f}"])
+    extra = ["--max-files", str(max_files), "--output", str(output),
+             "--checkpoint", str(checkpoint), "--launched-at", f"{time.time():.3f}"]
     watcher = OutputWatcher(output, kind="spark").start()
     try:
-        line = _ss_process(command, log=work / f"ss-run-{repetition}.log", scale=scale,
-                           prefix=RESULT_PREFIX)
+        line = ss_step("bench.windows_ss", "run", benchmark=NAME, ss_input=ss_input,
+                       work=work, scale=scale, log=work / f"ss-run-{repetition}.log",
+                       prefix=RESULT_PREFIX, extra=extra)
     finally:
         seen = watcher.stop()
     try:
@@ -390,10 +375,6 @@ def run(ns: argparse.Namespace) -> dict[str, Any]:
                   minutes=(time.monotonic() - started) / 60.0)
 
 
-def _med(runs: list[dict[str, Any]], side: str, key: str) -> float:
-    return median(r[side][key] for r in runs)
-
-
 def _med_latency(runs: list[dict[str, Any]], side: str, key: str) -> float:
     return median(r[side]["latency"][key] for r in runs)
 
@@ -415,8 +396,8 @@ def report(*, scale: Scale, generated: Generated, reference_windows: int,
     whole_ratio = median(r["ratio_whole"] for r in runs)
     interval_ratio = median(r["ratio_steady_at_interval"] for r in runs)
     met = ratio >= TARGET_RATIO
-    ours_rate = _med(runs, "ours", "steady_records_per_second")
-    ss_rate = _med(runs, fastest, "steady_records_per_second")
+    ours_rate = run_median(runs, "ours", "steady_records_per_second")
+    ss_rate = run_median(runs, fastest, "steady_records_per_second")
     records_of = {search: max_files[search] * spec.file_records for search in BASELINES}
     title = (f"windows: {spec.records:,} records, {spec.keys:,} users, 1-minute tumbling "
              f"count+sum, disorder <= {spec.disorder_ms / 1000:g} s, watermark "
@@ -427,17 +408,17 @@ def report(*, scale: Scale, generated: Generated, reference_windows: int,
         ["records/s, steady, SS at its fastest", ours_rate, ss_rate, ratio,
          f">= {TARGET_RATIO:g}x", met],
         ["records/s, whole input to output, SS at its fastest",
-         _med(runs, "ours", "whole_records_per_second"),
-         _med(runs, fastest, "whole_records_per_second"), whole_ratio, "-", None],
+         run_median(runs, "ours", "whole_records_per_second"),
+         run_median(runs, fastest, "whole_records_per_second"), whole_ratio, "-", None],
         ["records/s, steady, SS at 1 s batches (equal freshness)", ours_rate,
-         _med(runs, interval, "steady_records_per_second"), interval_ratio, "-", None],
+         run_median(runs, interval, "steady_records_per_second"), interval_ratio, "-", None],
         ["records/s, whole input, SS at 1 s batches",
-         _med(runs, "ours", "whole_records_per_second"),
-         _med(runs, interval, "whole_records_per_second"),
+         run_median(runs, "ours", "whole_records_per_second"),
+         run_median(runs, interval, "whole_records_per_second"),
          median(r["ratio_whole_at_interval"] for r in runs), "-", None],
     ]
     if all("ours_late_branch" in r for r in runs):
-        late_rate = _med(runs, "ours_late_branch", "steady_records_per_second")
+        late_rate = run_median(runs, "ours_late_branch", "steady_records_per_second")
         rows.append(["records/s, ours with a late-data branch (no combiner)", late_rate,
                      ss_rate, late_rate / ss_rate, "-", None])
         rows.append(["  the branch's cost: with / without", late_rate, ours_rate,
@@ -506,11 +487,11 @@ def _plot(runs: list[dict[str, Any]]) -> None:
     width = 0.38
     xs = range(len(labels))
     left.bar([x - width / 2 for x in xs],
-             [_med(runs, "ours", "steady_records_per_second"),
-              _med(runs, "ours", "whole_records_per_second")], width, label="ours")
+             [run_median(runs, "ours", "steady_records_per_second"),
+              run_median(runs, "ours", "whole_records_per_second")], width, label="ours")
     left.bar([x + width / 2 for x in xs],
-             [_med(runs, "structured_streaming", "steady_records_per_second"),
-              _med(runs, "structured_streaming", "whole_records_per_second")], width,
+             [run_median(runs, "structured_streaming", "steady_records_per_second"),
+              run_median(runs, "structured_streaming", "whole_records_per_second")], width,
              label="SS at its fastest")
     left.set_xticks(list(xs), labels)
     left.set_ylabel("records/s")
